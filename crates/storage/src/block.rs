@@ -1,0 +1,709 @@
+//! Block manager: checksummed blocks in one file, and the extent lists that
+//! say which parts of the file are in use.
+//!
+//! Block layout (little-endian):
+//! `[checksum u32][size u32][payload_len u32][kind u8][0u8; 3][payload][zero padding]`
+//! where `size` is the whole block, a multiple of the allocation unit, and
+//! `checksum` is CRC32C over bytes `4..size`. A parent names a child by
+//! [`BlockAddr`] (offset, size, checksum), so a stale, torn or misdirected
+//! block fails the check on read.
+//!
+//! Invariants:
+//! 1. A block referenced by the last durable checkpoint is never overwritten:
+//!    freeing puts it on `discard`; `discard` moves to `pending` when the next
+//!    checkpoint takes its snapshot, and `pending` becomes `avail` only once
+//!    that checkpoint is durable.
+//! 2. `alloc`, `avail`, `discard` and `pending` never overlap, and together with
+//!    the file header block they cover `[0, file_size)`.
+//! 3. Offset 0 holds the file header block; no address ever points at it.
+
+use crate::error::{Result, StorageError};
+use crate::limits::{block_alloc_unit_bytes, block_header_bytes, block_size_max_bytes};
+use crate::vfs::VfsFile;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Where a block lives and what it must hash to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BlockAddr {
+    pub offset: u64,
+    pub size: u32,
+    pub checksum: u32,
+}
+
+impl BlockAddr {
+    pub const ENCODED_BYTES: usize = 16;
+
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.offset.to_le_bytes());
+        out.extend_from_slice(&self.size.to_le_bytes());
+        out.extend_from_slice(&self.checksum.to_le_bytes());
+    }
+
+    pub fn decode(b: &[u8]) -> Option<BlockAddr> {
+        if b.len() < Self::ENCODED_BYTES {
+            return None;
+        }
+        Some(BlockAddr {
+            offset: u64::from_le_bytes(b[0..8].try_into().ok()?),
+            size: u32::from_le_bytes(b[8..12].try_into().ok()?),
+            checksum: u32::from_le_bytes(b[12..16].try_into().ok()?),
+        })
+    }
+
+    pub fn end(&self) -> u64 {
+        self.offset + self.size as u64
+    }
+}
+
+/// What a block holds; stored in its header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum BlockKind {
+    FileHeader = 1,
+    Leaf = 2,
+    Internal = 3,
+    Overflow = 4,
+    ExtentList = 5,
+}
+
+impl BlockKind {
+    pub fn from_u8(v: u8) -> Option<BlockKind> {
+        Some(match v {
+            1 => BlockKind::FileHeader,
+            2 => BlockKind::Leaf,
+            3 => BlockKind::Internal,
+            4 => BlockKind::Overflow,
+            5 => BlockKind::ExtentList,
+            _ => return None,
+        })
+    }
+}
+
+/// How free space is chosen for a new block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum AllocPolicy {
+    #[default]
+    BestFit,
+    FirstFit,
+    Append,
+}
+
+impl AllocPolicy {
+    pub fn to_u8(self) -> u8 {
+        match self {
+            AllocPolicy::BestFit => 0,
+            AllocPolicy::FirstFit => 1,
+            AllocPolicy::Append => 2,
+        }
+    }
+    pub fn from_u8(v: u8) -> Option<AllocPolicy> {
+        Some(match v {
+            0 => AllocPolicy::BestFit,
+            1 => AllocPolicy::FirstFit,
+            2 => AllocPolicy::Append,
+            _ => return None,
+        })
+    }
+}
+
+/// Round a byte count up to whole allocation units.
+pub fn round_to_unit(n: u64) -> u64 {
+    n.div_ceil(block_alloc_unit_bytes) * block_alloc_unit_bytes
+}
+
+/// Build the on-disk bytes of a block; returns the bytes and the checksum.
+pub fn build_block(kind: BlockKind, payload: &[u8]) -> (Vec<u8>, u32) {
+    let size = round_to_unit((block_header_bytes + payload.len()) as u64) as usize;
+    let mut buf = vec![0u8; size];
+    buf[4..8].copy_from_slice(&(size as u32).to_le_bytes());
+    buf[8..12].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+    buf[12] = kind as u8;
+    buf[block_header_bytes..block_header_bytes + payload.len()].copy_from_slice(payload);
+    let checksum = crc32c::crc32c(&buf[4..]);
+    buf[0..4].copy_from_slice(&checksum.to_le_bytes());
+    (buf, checksum)
+}
+
+/// Check a block's bytes against its address; returns kind and payload range.
+pub fn check_block(
+    path: &Path,
+    addr: BlockAddr,
+    buf: &[u8],
+) -> Result<(BlockKind, std::ops::Range<usize>)> {
+    let bad = |detail: String| StorageError::corruption(path, addr.offset, detail);
+    if buf.len() < block_header_bytes {
+        return Err(bad(format!(
+            "block of {} bytes is shorter than its header",
+            buf.len()
+        )));
+    }
+    let stored = u32::from_le_bytes(buf[0..4].try_into().unwrap());
+    let size = u32::from_le_bytes(buf[4..8].try_into().unwrap());
+    if size != addr.size || size as usize != buf.len() {
+        return Err(bad(format!(
+            "block size {size} does not match the expected {}",
+            addr.size
+        )));
+    }
+    let actual = crc32c::crc32c(&buf[4..]);
+    if actual != stored || stored != addr.checksum {
+        return Err(bad(format!(
+            "checksum mismatch: computed {actual:#010x}, block header {stored:#010x}, parent expects {:#010x}",
+            addr.checksum
+        )));
+    }
+    let payload_len = u32::from_le_bytes(buf[8..12].try_into().unwrap()) as usize;
+    if block_header_bytes + payload_len > buf.len() {
+        return Err(bad(format!(
+            "payload length {payload_len} exceeds block size {size}"
+        )));
+    }
+    let kind = BlockKind::from_u8(buf[12])
+        .ok_or_else(|| bad(format!("unknown block kind {}", buf[12])))?;
+    Ok((kind, block_header_bytes..block_header_bytes + payload_len))
+}
+
+/// Read and check the block at `addr` of `file`; returns its kind and payload.
+pub fn read_block_at(file: &dyn VfsFile, addr: BlockAddr) -> Result<(BlockKind, Vec<u8>)> {
+    let path = file.path();
+    if addr.offset == 0
+        || addr.offset % block_alloc_unit_bytes != 0
+        || addr.size as u64 % block_alloc_unit_bytes != 0
+        || addr.size == 0
+        || addr.size as u64 > block_size_max_bytes
+    {
+        return Err(StorageError::corruption(
+            path,
+            addr.offset,
+            format!("invalid block address {addr:?}"),
+        ));
+    }
+    let mut buf = vec![0u8; addr.size as usize];
+    file.read_at(&mut buf, addr.offset).map_err(|e| match e {
+        StorageError::Io { source, .. } if source.kind() == std::io::ErrorKind::UnexpectedEof => {
+            StorageError::corruption(path, addr.offset, "block lies past the end of the file")
+        }
+        other => other,
+    })?;
+    let (kind, range) = check_block(path, addr, &buf)?;
+    buf.truncate(range.end);
+    buf.drain(..range.start);
+    Ok((kind, buf))
+}
+
+/// A set of disjoint, coalesced byte ranges `offset -> length`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ExtentList {
+    by_offset: BTreeMap<u64, u64>,
+    /// (length, offset), kept only when `sized` is set (the avail list).
+    by_size: BTreeSet<(u64, u64)>,
+    sized: bool,
+}
+
+impl ExtentList {
+    pub fn new_sized() -> Self {
+        ExtentList {
+            sized: true,
+            ..Default::default()
+        }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.by_offset.iter().map(|(&o, &l)| (o, l))
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_offset.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_offset.is_empty()
+    }
+
+    pub fn total_bytes(&self) -> u64 {
+        self.by_offset.values().sum()
+    }
+
+    fn raw_insert(&mut self, off: u64, len: u64) {
+        self.by_offset.insert(off, len);
+        if self.sized {
+            self.by_size.insert((len, off));
+        }
+    }
+
+    fn raw_remove(&mut self, off: u64) -> u64 {
+        let len = self.by_offset.remove(&off).expect("extent present");
+        if self.sized {
+            self.by_size.remove(&(len, off));
+        }
+        len
+    }
+
+    /// Add `[off, off+len)`, merging with neighbours. Panics on overlap: an
+    /// overlap means the engine's bookkeeping is broken (invariant 2).
+    pub fn insert(&mut self, mut off: u64, mut len: u64) {
+        assert!(len > 0);
+        if let Some((&p_off, &p_len)) = self.by_offset.range(..=off).next_back() {
+            assert!(
+                p_off + p_len <= off,
+                "extent [{off}, +{len}) overlaps [{p_off}, +{p_len})"
+            );
+            if p_off + p_len == off {
+                self.raw_remove(p_off);
+                off = p_off;
+                len += p_len;
+            }
+        }
+        if let Some((&n_off, &n_len)) = self.by_offset.range(off + 1..).next() {
+            assert!(
+                off + len <= n_off,
+                "extent [{off}, +{len}) overlaps [{n_off}, +{n_len})"
+            );
+            if off + len == n_off {
+                self.raw_remove(n_off);
+                len += n_len;
+            }
+        }
+        self.raw_insert(off, len);
+    }
+
+    /// Remove `[off, off+len)`, which must lie inside one extent.
+    pub fn remove(&mut self, off: u64, len: u64) -> bool {
+        let Some((&e_off, &e_len)) = self.by_offset.range(..=off).next_back() else {
+            return false;
+        };
+        if e_off + e_len < off + len {
+            return false;
+        }
+        self.raw_remove(e_off);
+        if e_off < off {
+            self.raw_insert(e_off, off - e_off);
+        }
+        if off + len < e_off + e_len {
+            self.raw_insert(off + len, e_off + e_len - off - len);
+        }
+        true
+    }
+
+    pub fn contains(&self, off: u64, len: u64) -> bool {
+        match self.by_offset.range(..=off).next_back() {
+            Some((&e_off, &e_len)) => e_off + e_len >= off + len,
+            None => false,
+        }
+    }
+
+    /// Whether any byte of `[off, off+len)` is in the list.
+    pub fn overlaps(&self, off: u64, len: u64) -> bool {
+        if let Some((&e_off, &e_len)) = self.by_offset.range(..off + len).next_back() {
+            return e_off + e_len > off;
+        }
+        false
+    }
+
+    fn take_best_fit(&mut self, len: u64) -> Option<u64> {
+        let &(e_len, e_off) = self.by_size.range((len, 0)..).next()?;
+        let _ = e_len;
+        self.remove(e_off, len);
+        Some(e_off)
+    }
+
+    fn take_first_fit(&mut self, len: u64) -> Option<u64> {
+        let (e_off, _) = self
+            .by_offset
+            .iter()
+            .find(|(_, &l)| l >= len)
+            .map(|(&o, &l)| (o, l))?;
+        self.remove(e_off, len);
+        Some(e_off)
+    }
+
+    fn last(&self) -> Option<(u64, u64)> {
+        self.by_offset.iter().next_back().map(|(&o, &l)| (o, l))
+    }
+
+    fn drain_into(&mut self, other: &mut ExtentList) {
+        for (off, len) in std::mem::take(&mut self.by_offset) {
+            other.insert(off, len);
+        }
+        self.by_size.clear();
+    }
+
+    /// Serialize as `[count u32]([offset u64][len u64])*`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&(self.by_offset.len() as u32).to_le_bytes());
+        for (off, len) in self.iter() {
+            out.extend_from_slice(&off.to_le_bytes());
+            out.extend_from_slice(&len.to_le_bytes());
+        }
+    }
+
+    pub fn decode(b: &[u8]) -> Option<ExtentList> {
+        let n = u32::from_le_bytes(b.get(0..4)?.try_into().ok()?) as usize;
+        let mut list = ExtentList::default();
+        let mut prev_end = 0u64;
+        for i in 0..n {
+            let at = 4 + i * 16;
+            let off = u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?);
+            let len = u64::from_le_bytes(b.get(at + 8..at + 16)?.try_into().ok()?);
+            if len == 0 || off < prev_end {
+                return None;
+            }
+            prev_end = off.checked_add(len)?;
+            list.raw_insert(off, len);
+        }
+        Some(list)
+    }
+}
+
+/// The extent lists of one file.
+#[derive(Debug)]
+pub struct Extents {
+    pub alloc: ExtentList,
+    pub avail: ExtentList,
+    pub discard: ExtentList,
+    pub pending: ExtentList,
+    pub file_size: u64,
+}
+
+/// I/O counters of one block file.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct BlockIoStats {
+    pub blocks_read: u64,
+    pub blocks_written: u64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+}
+
+/// One data file: its blocks and their extent lists.
+pub struct BlockFile {
+    file: Arc<dyn VfsFile>,
+    path: PathBuf,
+    policy: AllocPolicy,
+    extents: Mutex<Extents>,
+    stats: Mutex<BlockIoStats>,
+}
+
+const FILE_MAGIC: &[u8; 8] = b"ARBORDB1";
+
+impl BlockFile {
+    /// Start a new, empty file: truncate and write the header block.
+    pub fn create(file: Arc<dyn VfsFile>, policy: AllocPolicy) -> Result<BlockFile> {
+        file.set_len(0)?;
+        let (buf, _) = build_block(BlockKind::FileHeader, FILE_MAGIC);
+        file.write_at(&buf, 0)?;
+        let bf = BlockFile::with_extents(file, policy, ExtentList::default(), buf.len() as u64);
+        Ok(bf)
+    }
+
+    /// Open a file whose live blocks (besides the header) are `alloc`, as
+    /// recorded by the last checkpoint. Everything else is free; the tail
+    /// past the last live block is truncated.
+    pub fn open(
+        file: Arc<dyn VfsFile>,
+        policy: AllocPolicy,
+        alloc: ExtentList,
+    ) -> Result<BlockFile> {
+        let header = block_alloc_unit_bytes;
+        let end = alloc
+            .last()
+            .map(|(o, l)| o + l)
+            .unwrap_or(header)
+            .max(header);
+        if let Some((first, _)) = alloc.iter().next() {
+            if first < header {
+                return Err(StorageError::corruption(
+                    file.path(),
+                    first,
+                    "extent list claims the file header block",
+                ));
+            }
+        }
+        let len = file.len()?;
+        if len < end {
+            return Err(StorageError::corruption(
+                file.path(),
+                len,
+                format!("file is {len} bytes but the checkpoint uses blocks up to {end}"),
+            ));
+        }
+        let mut hdr = vec![0u8; header as usize];
+        file.read_at(&mut hdr, 0)?;
+        let hdr_addr = BlockAddr {
+            offset: 0,
+            size: header as u32,
+            checksum: u32::from_le_bytes(hdr[0..4].try_into().unwrap()),
+        };
+        let (kind, range) = check_block(file.path(), hdr_addr, &hdr)?;
+        if kind != BlockKind::FileHeader || &hdr[range] != FILE_MAGIC {
+            return Err(StorageError::corruption(
+                file.path(),
+                0,
+                "not an ArborDB data file",
+            ));
+        }
+        if len > end {
+            file.set_len(end)?;
+        }
+        Ok(BlockFile::with_extents(file, policy, alloc, end))
+    }
+
+    fn with_extents(
+        file: Arc<dyn VfsFile>,
+        policy: AllocPolicy,
+        alloc: ExtentList,
+        file_size: u64,
+    ) -> BlockFile {
+        let header = block_alloc_unit_bytes;
+        let mut avail = ExtentList::new_sized();
+        let mut cursor = header;
+        for (off, len) in alloc.iter() {
+            assert!(off >= cursor, "alloc list overlaps the header or itself");
+            if off > cursor {
+                avail.insert(cursor, off - cursor);
+            }
+            cursor = off + len;
+        }
+        if file_size > cursor {
+            avail.insert(cursor, file_size - cursor);
+        }
+        let path = file.path().to_path_buf();
+        BlockFile {
+            file,
+            path,
+            policy,
+            extents: Mutex::new(Extents {
+                alloc,
+                avail,
+                discard: ExtentList::default(),
+                pending: ExtentList::default(),
+                file_size,
+            }),
+            stats: Mutex::new(BlockIoStats::default()),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn file(&self) -> &Arc<dyn VfsFile> {
+        &self.file
+    }
+
+    pub fn extents(&self) -> MutexGuard<'_, Extents> {
+        self.extents.lock().unwrap()
+    }
+
+    pub fn io_stats(&self) -> BlockIoStats {
+        *self.stats.lock().unwrap()
+    }
+
+    fn allocate(&self, size: u64) -> u64 {
+        let mut ext = self.extents();
+        let found = match self.policy {
+            AllocPolicy::BestFit => ext.avail.take_best_fit(size),
+            AllocPolicy::FirstFit => ext.avail.take_first_fit(size),
+            AllocPolicy::Append => None,
+        };
+        let off = match found {
+            Some(off) => off,
+            None => {
+                // Extend the file; a free extent at the tail is used first.
+                let mut off = ext.file_size;
+                if let Some((l_off, l_len)) = ext.avail.last() {
+                    if l_off + l_len == ext.file_size && self.policy != AllocPolicy::Append {
+                        ext.avail.remove(l_off, l_len);
+                        off = l_off;
+                    }
+                }
+                ext.file_size = off + size;
+                off
+            }
+        };
+        ext.alloc.insert(off, size);
+        off
+    }
+
+    /// Write a new block holding `payload`; returns its address.
+    pub fn write_block(&self, kind: BlockKind, payload: &[u8]) -> Result<BlockAddr> {
+        let (buf, checksum) = build_block(kind, payload);
+        if buf.len() as u64 > block_size_max_bytes {
+            return Err(StorageError::InvalidConfig(format!(
+                "block of {} bytes is too large",
+                buf.len()
+            )));
+        }
+        let offset = self.allocate(buf.len() as u64);
+        self.file.write_at(&buf, offset)?;
+        let mut st = self.stats.lock().unwrap();
+        st.blocks_written += 1;
+        st.bytes_written += buf.len() as u64;
+        Ok(BlockAddr {
+            offset,
+            size: buf.len() as u32,
+            checksum,
+        })
+    }
+
+    /// Read and check the block at `addr`; returns its kind and payload.
+    pub fn read_block(&self, addr: BlockAddr) -> Result<(BlockKind, Vec<u8>)> {
+        let r = read_block_at(&*self.file, addr)?;
+        let mut st = self.stats.lock().unwrap();
+        st.blocks_read += 1;
+        st.bytes_read += addr.size as u64;
+        Ok(r)
+    }
+
+    /// The live tree stopped referencing `addr`. It stays unavailable until a
+    /// checkpoint that no longer references it is durable (invariant 1).
+    pub fn free(&self, addr: BlockAddr) {
+        let mut ext = self.extents();
+        let removed = ext.alloc.remove(addr.offset, addr.size as u64);
+        assert!(
+            removed,
+            "{}: freeing block {addr:?} that is not allocated",
+            self.path.display()
+        );
+        ext.discard.insert(addr.offset, addr.size as u64);
+    }
+
+    /// At the snapshot of a checkpoint: blocks freed so far are not part of it.
+    pub fn checkpoint_begin(&self) {
+        let mut ext = self.extents();
+        assert!(
+            ext.pending.is_empty(),
+            "a checkpoint is already in progress"
+        );
+        let Extents {
+            discard, pending, ..
+        } = &mut *ext;
+        discard.drain_into(pending);
+    }
+
+    /// Write the alloc list as the last block of a checkpoint. The block
+    /// lists itself.
+    pub fn write_extent_list(&self) -> Result<BlockAddr> {
+        let count = self.extents().alloc.len();
+        // Allocating the list's own block can add at most one extent.
+        let reserve = round_to_unit((block_header_bytes + 4 + (count + 2) * 16) as u64);
+        let offset = self.allocate(reserve);
+        let mut payload = Vec::with_capacity(reserve as usize);
+        self.extents().alloc.encode(&mut payload);
+        let (mut buf, _) = build_block(BlockKind::ExtentList, &payload);
+        assert!(
+            buf.len() as u64 <= reserve,
+            "extent list outgrew its reservation"
+        );
+        buf.resize(reserve as usize, 0);
+        let checksum = crc32c::crc32c(&buf[4..]);
+        buf[4..8].copy_from_slice(&(reserve as u32).to_le_bytes());
+        buf[0..4].copy_from_slice(&checksum.to_le_bytes());
+        self.file.write_at(&buf, offset)?;
+        let mut st = self.stats.lock().unwrap();
+        st.blocks_written += 1;
+        st.bytes_written += buf.len() as u64;
+        Ok(BlockAddr {
+            offset,
+            size: reserve as u32,
+            checksum,
+        })
+    }
+
+    /// The checkpoint is durable: what it no longer references is free.
+    pub fn checkpoint_durable(&self) -> Result<()> {
+        let mut ext = self.extents();
+        let Extents { pending, avail, .. } = &mut *ext;
+        pending.drain_into(avail);
+        // Give back a free tail to the file system.
+        if let Some((off, len)) = ext.avail.last() {
+            if off + len == ext.file_size {
+                ext.avail.remove(off, len);
+                ext.file_size = off;
+                drop(ext);
+                self.file.set_len(off)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The checkpoint failed: what it would have released stays reserved.
+    pub fn checkpoint_abandoned(&self) {
+        let mut ext = self.extents();
+        let Extents {
+            pending, discard, ..
+        } = &mut *ext;
+        pending.drain_into(discard);
+    }
+
+    pub fn sync(&self) -> Result<()> {
+        self.file.sync()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn extent_insert_coalesces_and_remove_splits() {
+        let mut l = ExtentList::new_sized();
+        l.insert(4096, 4096);
+        l.insert(12288, 4096);
+        l.insert(8192, 4096);
+        assert_eq!(l.iter().collect::<Vec<_>>(), vec![(4096, 12288)]);
+        assert!(l.remove(8192, 4096));
+        assert_eq!(
+            l.iter().collect::<Vec<_>>(),
+            vec![(4096, 4096), (12288, 4096)]
+        );
+        assert!(!l.remove(8192, 4096));
+        assert_eq!(l.by_size.len(), 2);
+    }
+
+    #[test]
+    #[should_panic(expected = "overlaps")]
+    fn extent_overlap_is_a_bug() {
+        let mut l = ExtentList::default();
+        l.insert(0, 8192);
+        l.insert(4096, 4096);
+    }
+
+    #[test]
+    fn best_fit_takes_smallest_sufficient_extent() {
+        let mut l = ExtentList::new_sized();
+        l.insert(4096, 16384);
+        l.insert(65536, 8192);
+        assert_eq!(l.take_best_fit(8192), Some(65536));
+        assert_eq!(l.take_first_fit(4096), Some(4096));
+        assert_eq!(l.take_best_fit(1 << 20), None);
+    }
+
+    #[test]
+    fn block_roundtrip_and_corruption() {
+        let (mut buf, ck) = build_block(BlockKind::Leaf, b"hello");
+        let addr = BlockAddr {
+            offset: 4096,
+            size: buf.len() as u32,
+            checksum: ck,
+        };
+        let p = Path::new("t");
+        let (kind, r) = check_block(p, addr, &buf).unwrap();
+        assert_eq!(kind, BlockKind::Leaf);
+        assert_eq!(&buf[r], b"hello");
+        buf[100] ^= 1;
+        assert!(check_block(p, addr, &buf).unwrap_err().is_corruption());
+    }
+
+    #[test]
+    fn extent_list_codec() {
+        let mut l = ExtentList::default();
+        l.insert(4096, 4096);
+        l.insert(16384, 8192);
+        let mut b = Vec::new();
+        l.encode(&mut b);
+        assert_eq!(ExtentList::decode(&b).unwrap(), l);
+        assert!(ExtentList::decode(&b[..10]).is_none());
+    }
+}

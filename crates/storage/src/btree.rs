@@ -1,0 +1,804 @@
+//! The B+tree of one table: lookups, inserts with splits, deletes with merges,
+//! cursors, and writing dirty pages at a checkpoint.
+//!
+//! Concurrency: readers clone the root `Arc` (a brief read lock) and then
+//! walk an immutable version without locks; the single writer of a table
+//! holds the root's write lock while it applies changes in memory and copies
+//! any node a reader or a checkpoint still holds (see `page.rs`). No data-file
+//! I/O happens under the write lock except loading a missing page, and the
+//! writer pre-loads the pages it will touch before taking it.
+//!
+//! Invariants:
+//! 1. Every write dirties the whole path from the root to the changed leaf.
+//! 2. Sibling nodes of one parent are merged when one falls under a quarter
+//!    of its page size and both fit in one page; an empty leaf never stays
+//!    (it always fits into a sibling). A root with one child is replaced by it.
+
+use crate::block::{BlockAddr, BlockFile, BlockKind};
+use crate::error::{Result, StorageError};
+use crate::limits::tree_depth_max;
+use crate::page::{
+    decode_node, encode_internal, encode_leaf, internal_entry_cost, leaf_entry_cost, Body, Child,
+    Internal, Key, Leaf, Node, Value, PAGE_HEADER_BYTES,
+};
+use crate::stats::{bump, Counters};
+use std::ops::Bound;
+use std::sync::{Arc, RwLock};
+
+/// Page geometry of one table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TreeGeometry {
+    pub leaf_page_max: usize,
+    pub internal_page_max: usize,
+    /// Values of at least this many bytes go to their own overflow block.
+    pub overflow_min: usize,
+}
+
+pub struct Tree {
+    pub bf: Arc<BlockFile>,
+    pub geometry: TreeGeometry,
+    root: RwLock<Arc<Node>>,
+    counters: Arc<Counters>,
+}
+
+/// Index of the child of `node` whose range holds `key`.
+fn child_index(node: &Internal, key: &[u8]) -> usize {
+    node.keys[1..].partition_point(|k| &**k <= key)
+}
+
+impl Tree {
+    pub fn new_empty(bf: Arc<BlockFile>, geometry: TreeGeometry, counters: Arc<Counters>) -> Tree {
+        Tree {
+            bf,
+            geometry,
+            root: RwLock::new(Arc::new(Node::empty_leaf())),
+            counters,
+        }
+    }
+
+    /// Open the tree whose root page is at `root`.
+    pub fn open(
+        bf: Arc<BlockFile>,
+        geometry: TreeGeometry,
+        counters: Arc<Counters>,
+        root: BlockAddr,
+    ) -> Result<Tree> {
+        let tree = Tree::new_empty(bf, geometry, counters);
+        let node = tree.read_node(root)?;
+        *tree.root.write().unwrap() = node;
+        Ok(tree)
+    }
+
+    /// The current version of the tree: immutable, safe to walk without locks.
+    pub fn snapshot(&self) -> Arc<Node> {
+        self.root.read().unwrap().clone()
+    }
+
+    fn free(&self) -> impl Fn(BlockAddr) + '_ {
+        move |a| self.bf.free(a)
+    }
+
+    fn read_node(&self, addr: BlockAddr) -> Result<Arc<Node>> {
+        let (kind, payload) = self.bf.read_block(addr)?;
+        match kind {
+            BlockKind::Leaf => bump(&self.counters.leaf_pages_read, 1),
+            BlockKind::Internal => bump(&self.counters.internal_pages_read, 1),
+            other => {
+                return Err(StorageError::corruption(
+                    self.bf.path(),
+                    addr.offset,
+                    format!("expected a page, found a {other:?} block"),
+                ))
+            }
+        }
+        let node = decode_node(kind, &payload, addr, &self.counters.keys_decoded)
+            .map_err(|detail| StorageError::corruption(self.bf.path(), addr.offset, detail))?;
+        Ok(Arc::new(node))
+    }
+
+    /// The node behind a child slot, reading it on first use.
+    pub fn load_child<'a>(&self, child: &'a Child) -> Result<&'a Arc<Node>> {
+        if let Some(node) = child.node.get() {
+            return Ok(node);
+        }
+        let addr = child
+            .addr
+            .expect("a child slot without a node has an address");
+        let node = self.read_node(addr)?;
+        let _ = child.node.set(node);
+        Ok(child.node.get().unwrap())
+    }
+
+    /// The bytes of a value, reading an overflow block on first use.
+    pub fn value_bytes(&self, value: &Value) -> Result<Arc<[u8]>> {
+        match value {
+            Value::Inline(b) => Ok(b.clone()),
+            Value::Big(big) => {
+                if let Some(d) = big.data.get() {
+                    return Ok(d.clone());
+                }
+                let addr = big
+                    .disk
+                    .addr()
+                    .expect("an unloaded overflow value has an address");
+                let (kind, payload) = self.bf.read_block(addr)?;
+                if kind != BlockKind::Overflow || payload.len() != big.len as usize {
+                    return Err(StorageError::corruption(
+                        self.bf.path(),
+                        addr.offset,
+                        format!(
+                            "expected an overflow block of {} bytes, found {kind:?} of {}",
+                            big.len,
+                            payload.len()
+                        ),
+                    ));
+                }
+                bump(&self.counters.overflow_blocks_read, 1);
+                let _ = big.data.set(Arc::from(payload));
+                Ok(big.data.get().unwrap().clone())
+            }
+        }
+    }
+
+    /// Descend from `root` to the leaf holding `key`.
+    fn leaf_for(&self, root: &Arc<Node>, key: &[u8]) -> Result<Arc<Node>> {
+        let mut node = root.clone();
+        for _ in 0..tree_depth_max {
+            let next = match &node.body {
+                Body::Leaf(_) => return Ok(node),
+                Body::Internal(int) => self
+                    .load_child(&int.children[child_index(int, key)])?
+                    .clone(),
+            };
+            node = next;
+        }
+        Err(StorageError::corruption(
+            self.bf.path(),
+            0,
+            "tree deeper than the depth limit",
+        ))
+    }
+
+    pub fn get(&self, key: &[u8]) -> Result<Option<Arc<[u8]>>> {
+        let leaf = self.leaf_for(&self.snapshot(), key)?;
+        let Body::Leaf(l) = &leaf.body else {
+            unreachable!()
+        };
+        match l.entries.binary_search_by(|(k, _)| (**k).cmp(key)) {
+            Ok(i) => Ok(Some(self.value_bytes(&l.entries[i].1)?)),
+            Err(_) => Ok(None),
+        }
+    }
+
+    /// Load the pages a write of `key` will touch, before the write lock.
+    pub fn prefetch(&self, key: &[u8]) -> Result<()> {
+        self.leaf_for(&self.snapshot(), key).map(|_| ())
+    }
+
+    /// Apply puts (`Some`) and deletes (`None`) in order, as one writer.
+    pub fn apply<'k>(&self, ops: impl Iterator<Item = (&'k [u8], Option<&'k [u8]>)>) -> Result<()> {
+        let mut root = self.root.write().unwrap();
+        for (key, value) in ops {
+            match value {
+                Some(v) => {
+                    let value = Value::new(v, self.geometry.overflow_min);
+                    if let Some((sep, right)) = self.put_rec(&mut root, key, value)? {
+                        let left = std::mem::replace(&mut *root, Arc::new(Node::empty_leaf()));
+                        let bytes = PAGE_HEADER_BYTES
+                            + internal_entry_cost(&[])
+                            + internal_entry_cost(&sep);
+                        let keys: Vec<Key> = vec![Arc::from(&[][..]), sep];
+                        let children = vec![Child::in_memory(left), Child::in_memory(right)];
+                        *root = Arc::new(Node {
+                            body: Body::Internal(Internal {
+                                keys,
+                                children,
+                                bytes,
+                            }),
+                            disk: Default::default(),
+                        });
+                    }
+                }
+                None => {
+                    if self.contains_in(&root, key)? {
+                        self.delete_rec(&mut root, key)?;
+                        self.collapse_root(&mut root)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn contains_in(&self, root: &Arc<Node>, key: &[u8]) -> Result<bool> {
+        let leaf = self.leaf_for(root, key)?;
+        let Body::Leaf(l) = &leaf.body else {
+            unreachable!()
+        };
+        Ok(l.entries.binary_search_by(|(k, _)| (**k).cmp(key)).is_ok())
+    }
+
+    /// Get a node for changing: in place if only the live tree holds it,
+    /// else as a fresh copy (the original is retired from the live tree).
+    fn make_mut<'a>(&self, arc: &'a mut Arc<Node>) -> &'a mut Node {
+        let free = self.free();
+        if Arc::get_mut(arc).is_none() {
+            let copy = Node::clone(arc);
+            arc.disk.retire(&free);
+            *arc = Arc::new(copy);
+        }
+        let node = Arc::get_mut(arc).unwrap();
+        node.disk.dirty(&free);
+        node
+    }
+
+    /// The `i`th child of `node`, loaded and ready for `make_mut`: a slot
+    /// shared with another tree version is replaced by a private one.
+    fn child_mut<'a>(&self, node: &'a mut Internal, i: usize) -> Result<&'a mut Arc<Node>> {
+        let loaded = self.load_child(&node.children[i])?.clone();
+        if Arc::get_mut(&mut node.children[i]).is_none() {
+            node.children[i] = Child::in_memory(loaded);
+        } else {
+            drop(loaded);
+        }
+        Ok(Arc::get_mut(&mut node.children[i])
+            .unwrap()
+            .node
+            .get_mut()
+            .unwrap())
+    }
+
+    fn put_rec(
+        &self,
+        arc: &mut Arc<Node>,
+        key: &[u8],
+        value: Value,
+    ) -> Result<Option<(Key, Arc<Node>)>> {
+        let geometry = self.geometry;
+        let node = self.make_mut(arc);
+        match &mut node.body {
+            Body::Leaf(leaf) => {
+                let cost = leaf_entry_cost(key, &value);
+                match leaf.entries.binary_search_by(|(k, _)| (**k).cmp(key)) {
+                    Ok(i) => {
+                        let old = std::mem::replace(&mut leaf.entries[i].1, value);
+                        leaf.bytes = leaf.bytes + cost - leaf_entry_cost(key, &old);
+                        old.retire(&self.free());
+                    }
+                    Err(i) => {
+                        leaf.entries.insert(i, (Arc::from(key), value));
+                        leaf.bytes += cost;
+                    }
+                }
+                if leaf.bytes > geometry.leaf_page_max && leaf.entries.len() >= 2 {
+                    return Ok(Some(split_leaf(leaf)));
+                }
+                Ok(None)
+            }
+            Body::Internal(int) => {
+                let i = child_index(int, key);
+                let child = self.child_mut(int, i)?;
+                if let Some((sep, right)) = self.put_rec(child, key, value)? {
+                    int.bytes += internal_entry_cost(&sep);
+                    int.keys.insert(i + 1, sep);
+                    int.children.insert(i + 1, Child::in_memory(right));
+                    if int.bytes > geometry.internal_page_max && int.children.len() >= 4 {
+                        return Ok(Some(split_internal(int)));
+                    }
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    fn delete_rec(&self, arc: &mut Arc<Node>, key: &[u8]) -> Result<()> {
+        let node = self.make_mut(arc);
+        match &mut node.body {
+            Body::Leaf(leaf) => {
+                if let Ok(i) = leaf.entries.binary_search_by(|(k, _)| (**k).cmp(key)) {
+                    let (k, v) = leaf.entries.remove(i);
+                    leaf.bytes -= leaf_entry_cost(&k, &v);
+                    v.retire(&self.free());
+                }
+                Ok(())
+            }
+            Body::Internal(int) => {
+                let i = child_index(int, key);
+                let child = self.child_mut(int, i)?;
+                self.delete_rec(child, key)?;
+                self.rebalance(int, i)
+            }
+        }
+    }
+
+    fn page_max(&self, node: &Node) -> usize {
+        match node.body {
+            Body::Leaf(_) => self.geometry.leaf_page_max,
+            Body::Internal(_) => self.geometry.internal_page_max,
+        }
+    }
+
+    /// Merge child `i` of `int` with a sibling if it is underfull and they fit.
+    fn rebalance(&self, int: &mut Internal, i: usize) -> Result<()> {
+        let child = self.load_child(&int.children[i])?;
+        let max = self.page_max(child);
+        if child.entries() > 0 && child.bytes() >= max / 4 {
+            return Ok(());
+        }
+        if int.children.len() < 2 {
+            return Ok(());
+        }
+        let (l, r) = if i + 1 < int.children.len() {
+            (i, i + 1)
+        } else {
+            (i - 1, i)
+        };
+        let right = self.load_child(&int.children[r])?.clone();
+        let left_bytes = self.load_child(&int.children[l])?.bytes();
+        let sep_cost = internal_entry_cost(&int.keys[r]);
+        if left_bytes + right.bytes() - PAGE_HEADER_BYTES + sep_cost > max {
+            return Ok(());
+        }
+        let sep = int.keys.remove(r);
+        int.bytes -= internal_entry_cost(&sep);
+        int.children.remove(r);
+        let left = self.make_mut(self.child_mut(int, l)?);
+        match (&mut left.body, &right.body) {
+            (Body::Leaf(ll), Body::Leaf(rl)) => {
+                ll.entries.extend(rl.entries.iter().cloned());
+                ll.bytes += rl.bytes - PAGE_HEADER_BYTES;
+            }
+            (Body::Internal(li), Body::Internal(ri)) => {
+                li.bytes += ri.bytes - PAGE_HEADER_BYTES - internal_entry_cost(&[])
+                    + internal_entry_cost(&sep);
+                li.keys.push(sep);
+                li.keys.extend(ri.keys[1..].iter().cloned());
+                li.children.extend(ri.children.iter().cloned());
+            }
+            _ => {
+                return Err(StorageError::corruption(
+                    self.bf.path(),
+                    0,
+                    "siblings at different depths",
+                ))
+            }
+        }
+        right.disk.retire(&self.free());
+        Ok(())
+    }
+
+    fn collapse_root(&self, root: &mut Arc<Node>) -> Result<()> {
+        loop {
+            let only = match &root.body {
+                Body::Internal(int) if int.children.len() == 1 => {
+                    self.load_child(&int.children[0])?.clone()
+                }
+                _ => return Ok(()),
+            };
+            let old = std::mem::replace(root, only);
+            old.disk.retire(&self.free());
+        }
+    }
+
+    /// Write every dirty page of `root` (a snapshot) copy-on-write; returns
+    /// the address of the root page.
+    pub fn write_dirty(&self, node: &Arc<Node>) -> Result<BlockAddr> {
+        if let Some(addr) = node.disk.addr() {
+            return Ok(addr);
+        }
+        let free = self.free();
+        let (kind, image) = match &node.body {
+            Body::Leaf(leaf) => {
+                let mut overflow = Vec::new();
+                for (_, value) in &leaf.entries {
+                    if let Value::Big(big) = value {
+                        let addr = match big.disk.addr() {
+                            Some(a) => a,
+                            None => {
+                                let data = big
+                                    .data
+                                    .get()
+                                    .expect("a value without a block is in memory");
+                                let a = self.bf.write_block(BlockKind::Overflow, data)?;
+                                bump(&self.counters.overflow_blocks_written, 1);
+                                bump(&self.counters.data_bytes_written, a.size as u64);
+                                big.disk.attach(a, &free);
+                                a
+                            }
+                        };
+                        overflow.push(addr);
+                    }
+                }
+                let mut next_big = 0;
+                let addrs: Vec<Option<BlockAddr>> = leaf
+                    .entries
+                    .iter()
+                    .map(|(_, v)| match v {
+                        Value::Big(_) => {
+                            next_big += 1;
+                            Some(overflow[next_big - 1])
+                        }
+                        Value::Inline(_) => None,
+                    })
+                    .collect();
+                bump(&self.counters.leaf_pages_written, 1);
+                (BlockKind::Leaf, encode_leaf(leaf, &|i| addrs[i].unwrap()))
+            }
+            Body::Internal(int) => {
+                let mut addrs = Vec::with_capacity(int.children.len());
+                for child in &int.children {
+                    addrs.push(match child.node.get() {
+                        Some(n) => self.write_dirty(n)?,
+                        None => child.addr.expect("an unloaded child has an address"),
+                    });
+                }
+                bump(&self.counters.internal_pages_written, 1);
+                (BlockKind::Internal, encode_internal(int, &|i| addrs[i]))
+            }
+        };
+        let addr = self.bf.write_block(kind, &image)?;
+        bump(&self.counters.data_bytes_written, addr.size as u64);
+        node.disk.attach(addr, &free);
+        Ok(addr)
+    }
+}
+
+fn split_leaf(leaf: &mut Leaf) -> (Key, Arc<Node>) {
+    let half = leaf.bytes / 2;
+    let mut acc = PAGE_HEADER_BYTES;
+    let mut m = 0;
+    while m < leaf.entries.len() - 1 {
+        acc += leaf_entry_cost(&leaf.entries[m].0, &leaf.entries[m].1);
+        m += 1;
+        if acc >= half {
+            break;
+        }
+    }
+    let right_entries = leaf.entries.split_off(m.max(1));
+    let right_bytes: usize = right_entries
+        .iter()
+        .map(|(k, v)| leaf_entry_cost(k, v))
+        .sum();
+    leaf.bytes -= right_bytes;
+    let sep = right_entries[0].0.clone();
+    let right = Leaf {
+        entries: right_entries,
+        bytes: PAGE_HEADER_BYTES + right_bytes,
+    };
+    (
+        sep,
+        Arc::new(Node {
+            body: Body::Leaf(right),
+            disk: Default::default(),
+        }),
+    )
+}
+
+fn split_internal(int: &mut Internal) -> (Key, Arc<Node>) {
+    let half = int.bytes / 2;
+    let mut acc = PAGE_HEADER_BYTES;
+    let mut m = 0;
+    while m < int.children.len() - 2 {
+        let key: &[u8] = if m == 0 { &[] } else { &int.keys[m] };
+        acc += internal_entry_cost(key);
+        m += 1;
+        if acc >= half && m >= 2 {
+            break;
+        }
+    }
+    let mut keys = int.keys.split_off(m);
+    let children = int.children.split_off(m);
+    let sep = std::mem::replace(&mut keys[0], Arc::from(&[][..]));
+    let cost = |keys: &[Key]| {
+        PAGE_HEADER_BYTES
+            + internal_entry_cost(&[])
+            + keys[1..]
+                .iter()
+                .map(|k| internal_entry_cost(k))
+                .sum::<usize>()
+    };
+    int.bytes = cost(&int.keys);
+    let bytes = cost(&keys);
+    (
+        sep,
+        Arc::new(Node {
+            body: Body::Internal(Internal {
+                keys,
+                children,
+                bytes,
+            }),
+            disk: Default::default(),
+        }),
+    )
+}
+
+/// A position-keeping reader over one version of a tree.
+///
+/// `seek` takes the newest version of the tree; `next` and `prev` stay on
+/// the version the cursor holds, so a scan sees one consistent state.
+pub struct Cursor {
+    tree: Arc<Tree>,
+    /// Path from the root: each internal node with the index of the child taken.
+    path: Vec<(Arc<Node>, usize)>,
+    leaf: Option<(Arc<Node>, usize)>,
+    lower: Bound<Vec<u8>>,
+    upper: Bound<Vec<u8>>,
+}
+
+pub type Entry = (Key, Arc<[u8]>);
+
+impl Cursor {
+    pub fn new(tree: Arc<Tree>) -> Cursor {
+        Cursor {
+            tree,
+            path: Vec::new(),
+            leaf: None,
+            lower: Bound::Unbounded,
+            upper: Bound::Unbounded,
+        }
+    }
+
+    /// Limit every later move to keys within the bounds; resets the position.
+    pub fn set_bounds(&mut self, lower: Bound<Vec<u8>>, upper: Bound<Vec<u8>>) {
+        self.lower = lower;
+        self.upper = upper;
+        self.reset();
+    }
+
+    pub fn reset(&mut self) {
+        self.path.clear();
+        self.leaf = None;
+    }
+
+    fn in_bounds(&self, key: &[u8]) -> bool {
+        let lower_ok = match &self.lower {
+            Bound::Unbounded => true,
+            Bound::Included(l) => key >= l.as_slice(),
+            Bound::Excluded(l) => key > l.as_slice(),
+        };
+        let upper_ok = match &self.upper {
+            Bound::Unbounded => true,
+            Bound::Included(u) => key <= u.as_slice(),
+            Bound::Excluded(u) => key < u.as_slice(),
+        };
+        lower_ok && upper_ok
+    }
+
+    fn current(&self) -> Result<Option<Entry>> {
+        let Some((leaf, i)) = &self.leaf else {
+            return Ok(None);
+        };
+        let Body::Leaf(l) = &leaf.body else {
+            unreachable!()
+        };
+        let (k, v) = &l.entries[*i];
+        if !self.in_bounds(k) {
+            return Ok(None);
+        }
+        Ok(Some((k.clone(), self.tree.value_bytes(v)?)))
+    }
+
+    /// Descend from `node` always taking the first (`back == false`) or last child.
+    fn descend_edge(&mut self, mut node: Arc<Node>, back: bool) -> Result<()> {
+        loop {
+            let next = match &node.body {
+                Body::Leaf(l) => {
+                    let len = l.entries.len();
+                    let idx = if back { len.wrapping_sub(1) } else { 0 };
+                    self.leaf = Some((node.clone(), idx));
+                    return Ok(());
+                }
+                Body::Internal(int) => {
+                    let idx = if back { int.children.len() - 1 } else { 0 };
+                    let child = self.tree.load_child(&int.children[idx])?.clone();
+                    self.path.push((node.clone(), idx));
+                    child
+                }
+            };
+            if self.path.len() > tree_depth_max {
+                return Err(StorageError::corruption(
+                    self.tree.bf.path(),
+                    0,
+                    "tree deeper than the depth limit",
+                ));
+            }
+            node = next;
+        }
+    }
+
+    /// Move to the neighbouring leaf; `false` at the end of the tree.
+    fn step_leaf(&mut self, back: bool) -> Result<bool> {
+        while let Some((node, idx)) = self.path.pop() {
+            let Body::Internal(int) = &node.body else {
+                unreachable!()
+            };
+            let next = if back {
+                idx.checked_sub(1)
+            } else {
+                Some(idx + 1).filter(|&i| i < int.children.len())
+            };
+            if let Some(n) = next {
+                let child = self.tree.load_child(&int.children[n])?.clone();
+                self.path.push((node.clone(), n));
+                self.descend_edge(child, back)?;
+                return Ok(true);
+            }
+        }
+        self.leaf = None;
+        Ok(false)
+    }
+
+    /// Fix the position so it names an entry, moving over empty leaves.
+    fn settle(&mut self, back: bool) -> Result<bool> {
+        loop {
+            let Some((leaf, i)) = &self.leaf else {
+                return Ok(false);
+            };
+            let Body::Leaf(l) = &leaf.body else {
+                unreachable!()
+            };
+            if *i < l.entries.len() {
+                return Ok(true);
+            }
+            if !self.step_leaf(back)? {
+                return Ok(false);
+            }
+        }
+    }
+
+    /// Position on the first entry with key >= `key` (within bounds) and return it.
+    pub fn seek(&mut self, key: &[u8]) -> Result<Option<Entry>> {
+        self.reset();
+        let mut node = self.tree.snapshot();
+        loop {
+            let next = match &node.body {
+                Body::Leaf(l) => {
+                    let i = l.entries.partition_point(|(k, _)| &**k < key);
+                    self.leaf = Some((node.clone(), i));
+                    break;
+                }
+                Body::Internal(int) => {
+                    let idx = child_index(int, key);
+                    let child = self.tree.load_child(&int.children[idx])?.clone();
+                    self.path.push((node.clone(), idx));
+                    child
+                }
+            };
+            node = next;
+        }
+        if !self.settle(false)? {
+            return Ok(None);
+        }
+        self.current()
+    }
+
+    /// Position on `key` exactly; returns its value or `None` (and leaves the cursor unpositioned).
+    pub fn seek_exact(&mut self, key: &[u8]) -> Result<Option<Arc<[u8]>>> {
+        match self.seek(key)? {
+            Some((k, v)) if &*k == key => Ok(Some(v)),
+            _ => {
+                self.reset();
+                Ok(None)
+            }
+        }
+    }
+
+    pub fn first(&mut self) -> Result<Option<Entry>> {
+        match self.lower.clone() {
+            Bound::Unbounded => {
+                self.reset();
+                self.descend_edge(self.tree.snapshot(), false)?;
+                if !self.settle(false)? {
+                    return Ok(None);
+                }
+                self.current()
+            }
+            Bound::Included(l) => self.seek(&l),
+            Bound::Excluded(l) => match self.seek(&l)? {
+                Some((k, _)) if *k == *l => self.next(),
+                other => Ok(other),
+            },
+        }
+    }
+
+    pub fn last(&mut self) -> Result<Option<Entry>> {
+        self.reset();
+        match self.upper.clone() {
+            Bound::Unbounded => {
+                self.descend_edge(self.tree.snapshot(), true)?;
+            }
+            Bound::Included(u) | Bound::Excluded(u) => {
+                // Position after the bound, then step back.
+                self.seek_position(&u)?;
+                let inclusive_hit = matches!(self.upper, Bound::Included(_))
+                    && self.current_key().as_deref() == Some(u.as_slice());
+                if inclusive_hit {
+                    return self.current();
+                }
+                return self.prev_raw();
+            }
+        }
+        if !self.settle_back()? {
+            return Ok(None);
+        }
+        self.current()
+    }
+
+    fn current_key(&self) -> Option<Vec<u8>> {
+        let (leaf, i) = self.leaf.as_ref()?;
+        let Body::Leaf(l) = &leaf.body else {
+            unreachable!()
+        };
+        l.entries.get(*i).map(|(k, _)| k.to_vec())
+    }
+
+    /// Like `seek` but without bound checks on the result.
+    fn seek_position(&mut self, key: &[u8]) -> Result<()> {
+        let (lower, upper) = (
+            std::mem::replace(&mut self.lower, Bound::Unbounded),
+            std::mem::replace(&mut self.upper, Bound::Unbounded),
+        );
+        let r = self.seek(key);
+        self.lower = lower;
+        self.upper = upper;
+        if self.leaf.is_none() {
+            // Past the end: stand just after the last entry.
+            self.descend_edge(self.tree.snapshot(), true)?;
+            if let Some((leaf, i)) = &mut self.leaf {
+                *i = leaf.entries();
+            }
+        }
+        r.map(|_| ())
+    }
+
+    fn settle_back(&mut self) -> Result<bool> {
+        loop {
+            let Some((leaf, i)) = &self.leaf else {
+                return Ok(false);
+            };
+            if *i < leaf.entries() {
+                return Ok(true);
+            }
+            if !self.step_leaf(true)? {
+                return Ok(false);
+            }
+        }
+    }
+
+    /// Move to the next entry and return it; an unpositioned cursor starts at `first`.
+    pub fn next(&mut self) -> Result<Option<Entry>> {
+        let Some((_, i)) = &mut self.leaf else {
+            return self.first();
+        };
+        *i += 1;
+        if !self.settle(false)? {
+            return Ok(None);
+        }
+        self.current()
+    }
+
+    /// Move to the previous entry and return it; an unpositioned cursor starts at `last`.
+    pub fn prev(&mut self) -> Result<Option<Entry>> {
+        if self.leaf.is_none() {
+            return self.last();
+        }
+        self.prev_raw()
+    }
+
+    fn prev_raw(&mut self) -> Result<Option<Entry>> {
+        let Some((_, i)) = &mut self.leaf else {
+            return Ok(None);
+        };
+        if *i == 0 {
+            if !self.step_leaf(true)? {
+                return Ok(None);
+            }
+        } else {
+            *i -= 1;
+        }
+        if !self.settle_back()? {
+            return Ok(None);
+        }
+        self.current()
+    }
+}

@@ -1,0 +1,1252 @@
+//! The engine: tables, atomic write batches, journal, checkpoints, recovery.
+//!
+//! Data directory:
+//! - `arbordb.root`: the root file, replaced atomically at each checkpoint;
+//!   names the metadata table's root page and extent list, the checkpoint's
+//!   journal position, and the next table id.
+//! - `metadata.adb`: the metadata table (a B+tree): table name -> id, config,
+//!   root page and extent list of that table in the checkpoint.
+//! - `tNNNNNNNNNN.adb`: one file per table.
+//! - `journal/`: journal files.
+//!
+//! Invariants:
+//! 1. A checkpoint holds exactly the effects of journal records below its
+//!    `ckpt_seq`: commits append and apply under the commit gate (read), the
+//!    checkpoint takes its snapshot under the gate (write).
+//! 2. Per table, journal order is apply order: a batch holds its tables'
+//!    writer locks (taken in id order) while it appends and applies.
+//! 3. Every data file is synced before the root file that names its blocks
+//!    is renamed into place; the directory is synced after.
+//! 4. After a failed write, fsync or checkpoint the engine is poisoned: it
+//!    refuses writes and checkpoints until reopened, and says why.
+
+use crate::block::{AllocPolicy, BlockAddr, BlockFile, ExtentList};
+use crate::btree::{Cursor, Tree, TreeGeometry};
+use crate::codec::Reader;
+use crate::error::{Result, StorageError};
+use crate::journal::{self, Journal, SyncMode};
+use crate::limits::*;
+use crate::stats::{bump, Counters, Stats};
+use crate::vfs::{OsVfs, Vfs};
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, RwLock, Weak};
+use std::time::{Duration, Instant};
+
+pub const ROOT_FILE: &str = "arbordb.root";
+pub const METADATA_FILE: &str = "metadata.adb";
+pub const JOURNAL_DIR: &str = "journal";
+const ROOT_MAGIC: &[u8; 8] = b"ARBROOT1";
+const ROOT_FORMAT_VERSION: u32 = 1;
+const ROOT_BYTES: usize = 68;
+
+pub fn table_file_name(id: u32) -> String {
+    format!("t{id:010}.adb")
+}
+
+/// Engine-wide options.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub sync_mode: SyncMode,
+    pub journal_file_max_bytes: u64,
+    /// Checkpoint after this long; `None` turns the timer off.
+    pub checkpoint_interval: Option<Duration>,
+    /// Checkpoint after this much journal.
+    pub checkpoint_journal_bytes: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            sync_mode: SyncMode::Fsync,
+            journal_file_max_bytes: journal_file_default_bytes,
+            checkpoint_interval: Some(Duration::from_secs(checkpoint_interval_default_secs)),
+            checkpoint_journal_bytes: checkpoint_journal_default_bytes,
+        }
+    }
+}
+
+/// Per-table options, fixed at creation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TableConfig {
+    pub leaf_page_max_bytes: u32,
+    pub internal_page_max_bytes: u32,
+    /// Values of at least this size get their own overflow block.
+    pub overflow_min_bytes: u32,
+    pub alloc_policy: AllocPolicy,
+}
+
+impl Default for TableConfig {
+    fn default() -> Self {
+        TableConfig {
+            leaf_page_max_bytes: leaf_page_default_bytes,
+            internal_page_max_bytes: internal_page_default_bytes,
+            overflow_min_bytes: leaf_page_default_bytes / 4,
+            alloc_policy: AllocPolicy::BestFit,
+        }
+    }
+}
+
+impl TableConfig {
+    const ENCODED_BYTES: usize = 16;
+
+    fn validate(&self) -> Result<()> {
+        let page_ok = |v: u32| (page_min_bytes..=page_max_bytes).contains(&v);
+        if !page_ok(self.leaf_page_max_bytes) || !page_ok(self.internal_page_max_bytes) {
+            return Err(StorageError::InvalidConfig(format!(
+                "page sizes must be between {page_min_bytes} and {page_max_bytes} bytes"
+            )));
+        }
+        if self.overflow_min_bytes < 64 || self.overflow_min_bytes > self.leaf_page_max_bytes {
+            return Err(StorageError::InvalidConfig(
+                "overflow_min_bytes must be between 64 and the leaf page size".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn geometry(&self) -> TreeGeometry {
+        TreeGeometry {
+            leaf_page_max: self.leaf_page_max_bytes as usize,
+            internal_page_max: self.internal_page_max_bytes as usize,
+            overflow_min: self.overflow_min_bytes as usize,
+        }
+    }
+
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.leaf_page_max_bytes.to_le_bytes());
+        out.extend_from_slice(&self.internal_page_max_bytes.to_le_bytes());
+        out.extend_from_slice(&self.overflow_min_bytes.to_le_bytes());
+        out.extend_from_slice(&[self.alloc_policy.to_u8(), 0, 0, 0]);
+    }
+
+    fn decode(r: &mut Reader) -> Option<TableConfig> {
+        let cfg = TableConfig {
+            leaf_page_max_bytes: r.u32()?,
+            internal_page_max_bytes: r.u32()?,
+            overflow_min_bytes: r.u32()?,
+            alloc_policy: AllocPolicy::from_u8(r.bytes(4)?[0])?,
+        };
+        cfg.validate().ok()?;
+        Some(cfg)
+    }
+}
+
+/// Where a table's checkpoint lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TableCheckpoint {
+    pub root: BlockAddr,
+    pub extents: BlockAddr,
+}
+
+/// A metadata-table entry.
+#[derive(Clone, Copy, Debug)]
+pub struct TableMeta {
+    pub id: u32,
+    pub config: TableConfig,
+    pub checkpoint: TableCheckpoint,
+}
+
+impl TableMeta {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(4 + TableConfig::ENCODED_BYTES + 32);
+        out.extend_from_slice(&self.id.to_le_bytes());
+        self.config.encode(&mut out);
+        self.checkpoint.root.encode(&mut out);
+        self.checkpoint.extents.encode(&mut out);
+        out
+    }
+
+    pub fn decode(b: &[u8]) -> Option<TableMeta> {
+        let mut r = Reader::new(b);
+        let id = r.u32()?;
+        let config = TableConfig::decode(&mut r)?;
+        let root = BlockAddr::decode(r.bytes(16)?)?;
+        let extents = BlockAddr::decode(r.bytes(16)?)?;
+        (r.remaining() == 0).then_some(TableMeta {
+            id,
+            config,
+            checkpoint: TableCheckpoint { root, extents },
+        })
+    }
+}
+
+/// The contents of the root file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RootRecord {
+    pub generation: u64,
+    pub ckpt_seq: u64,
+    pub next_table_id: u32,
+    pub metadata: TableCheckpoint,
+}
+
+impl RootRecord {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(ROOT_BYTES);
+        out.extend_from_slice(ROOT_MAGIC);
+        out.extend_from_slice(&ROOT_FORMAT_VERSION.to_le_bytes());
+        out.extend_from_slice(&self.next_table_id.to_le_bytes());
+        out.extend_from_slice(&self.generation.to_le_bytes());
+        out.extend_from_slice(&self.ckpt_seq.to_le_bytes());
+        self.metadata.root.encode(&mut out);
+        self.metadata.extents.encode(&mut out);
+        let crc = crc32c::crc32c(&out);
+        out.extend_from_slice(&crc.to_le_bytes());
+        assert_eq!(out.len(), ROOT_BYTES);
+        out
+    }
+
+    pub fn decode(path: &Path, b: &[u8]) -> Result<RootRecord> {
+        let bad = |d: &str| StorageError::corruption(path, 0, d.to_string());
+        if b.len() != ROOT_BYTES || &b[0..8] != ROOT_MAGIC {
+            return Err(bad("not an ArborDB root file"));
+        }
+        let crc = u32::from_le_bytes(b[ROOT_BYTES - 4..].try_into().unwrap());
+        if crc != crc32c::crc32c(&b[..ROOT_BYTES - 4]) {
+            return Err(bad("root file checksum mismatch"));
+        }
+        let mut r = Reader::new(&b[8..]);
+        let version = r.u32().unwrap();
+        if version != ROOT_FORMAT_VERSION {
+            return Err(bad(&format!("unsupported format version {version}")));
+        }
+        Ok(RootRecord {
+            next_table_id: r.u32().unwrap(),
+            generation: r.u64().unwrap(),
+            ckpt_seq: r.u64().unwrap(),
+            metadata: TableCheckpoint {
+                root: BlockAddr::decode(r.bytes(16).unwrap()).unwrap(),
+                extents: BlockAddr::decode(r.bytes(16).unwrap()).unwrap(),
+            },
+        })
+    }
+
+    pub fn read(vfs: &dyn Vfs, dir: &Path) -> Result<RootRecord> {
+        let path = dir.join(ROOT_FILE);
+        let f = vfs.open(&path, false)?;
+        let len = f.len()?;
+        if len != ROOT_BYTES as u64 {
+            return Err(StorageError::corruption(
+                &path,
+                0,
+                format!("root file is {len} bytes, expected {ROOT_BYTES}"),
+            ));
+        }
+        let mut b = vec![0u8; ROOT_BYTES];
+        f.read_at(&mut b, 0)?;
+        RootRecord::decode(&path, &b)
+    }
+}
+
+pub(crate) struct TableState {
+    pub id: u32,
+    pub name: String,
+    pub config: TableConfig,
+    pub tree: Arc<Tree>,
+    /// Serializes the writers of this table (invariant 2).
+    writer: Mutex<()>,
+    dropped: AtomicBool,
+    /// The table's last checkpoint, if it has one.
+    last_checkpoint: Mutex<Option<TableCheckpoint>>,
+}
+
+/// A handle on a table. Cheap to clone; fails with `TableNotFound` once the
+/// table is dropped.
+#[derive(Clone)]
+pub struct Table(pub(crate) Arc<TableState>);
+
+impl Table {
+    pub fn name(&self) -> &str {
+        &self.0.name
+    }
+    pub fn id(&self) -> u32 {
+        self.0.id
+    }
+    pub fn config(&self) -> TableConfig {
+        self.0.config
+    }
+    fn check(&self) -> Result<()> {
+        if self.0.dropped.load(Ordering::Acquire) {
+            return Err(StorageError::TableNotFound(self.0.name.clone()));
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for Table {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Table({:?}, id {})", self.0.name, self.0.id)
+    }
+}
+
+const OP_PUT: u8 = 1;
+const OP_DELETE: u8 = 2;
+const OP_CREATE: u8 = 3;
+const OP_DROP: u8 = 4;
+
+/// An atomic group of puts and deletes over one or more tables: after a
+/// crash either all of it is there or none.
+#[derive(Default)]
+pub struct WriteBatch {
+    /// The journal payload, built as ops are added (ops after the count).
+    payload: Vec<u8>,
+    ops: Vec<(Table, usize)>,
+}
+
+impl WriteBatch {
+    pub fn new() -> Self {
+        WriteBatch::default()
+    }
+
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    fn check_key(key: &[u8]) -> Result<()> {
+        if key.len() > key_size_max_bytes {
+            return Err(StorageError::KeyTooLarge {
+                len: key.len(),
+                max: key_size_max_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    pub fn put(&mut self, table: &Table, key: &[u8], value: &[u8]) -> Result<()> {
+        Self::check_key(key)?;
+        if value.len() > value_size_max_bytes {
+            return Err(StorageError::ValueTooLarge {
+                len: value.len(),
+                max: value_size_max_bytes,
+            });
+        }
+        self.ops.push((table.clone(), self.payload.len()));
+        self.payload.push(OP_PUT);
+        self.payload.extend_from_slice(&table.id().to_le_bytes());
+        self.payload
+            .extend_from_slice(&(key.len() as u32).to_le_bytes());
+        self.payload.extend_from_slice(key);
+        self.payload
+            .extend_from_slice(&(value.len() as u32).to_le_bytes());
+        self.payload.extend_from_slice(value);
+        Ok(())
+    }
+
+    pub fn delete(&mut self, table: &Table, key: &[u8]) -> Result<()> {
+        Self::check_key(key)?;
+        self.ops.push((table.clone(), self.payload.len()));
+        self.payload.push(OP_DELETE);
+        self.payload.extend_from_slice(&table.id().to_le_bytes());
+        self.payload
+            .extend_from_slice(&(key.len() as u32).to_le_bytes());
+        self.payload.extend_from_slice(key);
+        Ok(())
+    }
+
+    pub fn clear(&mut self) {
+        self.payload.clear();
+        self.ops.clear();
+    }
+}
+
+/// One decoded journal operation.
+#[derive(Debug, PartialEq, Eq)]
+pub enum JournalOp<'a> {
+    Put {
+        table: u32,
+        key: &'a [u8],
+        value: &'a [u8],
+    },
+    Delete {
+        table: u32,
+        key: &'a [u8],
+    },
+    CreateTable {
+        table: u32,
+        name: &'a str,
+        config: TableConfig,
+    },
+    DropTable {
+        table: u32,
+    },
+}
+
+/// Decode the op at the reader's position.
+fn decode_op<'a>(r: &mut Reader<'a>) -> Option<JournalOp<'a>> {
+    let kind = r.u8()?;
+    let table = r.u32()?;
+    Some(match kind {
+        OP_PUT => {
+            let klen = r.u32()? as usize;
+            let key = r.bytes(klen)?;
+            let vlen = r.u32()? as usize;
+            JournalOp::Put {
+                table,
+                key,
+                value: r.bytes(vlen)?,
+            }
+        }
+        OP_DELETE => {
+            let klen = r.u32()? as usize;
+            JournalOp::Delete {
+                table,
+                key: r.bytes(klen)?,
+            }
+        }
+        OP_CREATE => {
+            let nlen = r.u16()? as usize;
+            let name = std::str::from_utf8(r.bytes(nlen)?).ok()?;
+            JournalOp::CreateTable {
+                table,
+                name,
+                config: TableConfig::decode(r)?,
+            }
+        }
+        OP_DROP => JournalOp::DropTable { table },
+        _ => return None,
+    })
+}
+
+/// Decode a whole journal payload (for replay and the dump tool).
+pub fn decode_journal_payload(payload: &[u8]) -> Option<Vec<JournalOp<'_>>> {
+    let mut r = Reader::new(payload);
+    let mut ops = Vec::new();
+    while r.remaining() > 0 {
+        ops.push(decode_op(&mut r)?);
+    }
+    Some(ops)
+}
+
+struct Catalog {
+    by_name: BTreeMap<String, Table>,
+    by_id: HashMap<u32, Table>,
+    next_table_id: u32,
+    /// Dropped tables whose files wait for a checkpoint that no longer names them.
+    dropped_files: Vec<PathBuf>,
+}
+
+struct CheckpointState {
+    generation: u64,
+    meta_extents: BlockAddr,
+    ckpt_seq: u64,
+    journal_bytes_at: u64,
+    at: Instant,
+}
+
+struct Inner {
+    vfs: Arc<dyn Vfs>,
+    dir: PathBuf,
+    config: Config,
+    catalog: RwLock<Catalog>,
+    /// Commits hold it shared; a checkpoint's snapshot holds it exclusive (invariant 1).
+    gate: RwLock<()>,
+    journal: Journal,
+    meta: Tree,
+    checkpoint: Mutex<CheckpointState>,
+    counters: Arc<Counters>,
+    poisoned: Mutex<Option<String>>,
+    closed: AtomicBool,
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    _dir_lock: Box<dyn Send + Sync>,
+}
+
+/// The storage engine. Cheap to clone; all clones share one engine.
+#[derive(Clone)]
+pub struct Engine {
+    inner: Arc<Inner>,
+    background: Arc<Mutex<Option<std::thread::JoinHandle<()>>>>,
+}
+
+fn meta_geometry() -> TreeGeometry {
+    TableConfig::default().geometry()
+}
+
+impl Engine {
+    /// Open (or create) the data directory `dir` on the real file system.
+    pub fn open(dir: impl AsRef<Path>, config: Config) -> Result<Engine> {
+        Engine::open_with_vfs(Arc::new(OsVfs), dir.as_ref(), config)
+    }
+
+    /// Open through a given file system (tests use failing or crashing ones).
+    pub fn open_with_vfs(vfs: Arc<dyn Vfs>, dir: &Path, config: Config) -> Result<Engine> {
+        vfs.create_dir_all(dir)?;
+        let dir_lock = vfs.lock_dir(dir)?;
+        let counters = Arc::new(Counters::default());
+        let root_path = dir.join(ROOT_FILE);
+        if !vfs.exists(&root_path) {
+            Self::initialize(&*vfs, dir)?;
+        }
+        let root = RootRecord::read(&*vfs, dir)?;
+        let meta_bf = Arc::new(Self::open_block_file(
+            &*vfs,
+            &dir.join(METADATA_FILE),
+            AllocPolicy::BestFit,
+            root.metadata.extents,
+        )?);
+        let meta = Tree::open(
+            meta_bf,
+            meta_geometry(),
+            counters.clone(),
+            root.metadata.root,
+        )?;
+        let mut catalog = Catalog {
+            by_name: BTreeMap::new(),
+            by_id: HashMap::new(),
+            next_table_id: root.next_table_id,
+            dropped_files: Vec::new(),
+        };
+        let mut cursor = Cursor::new(Arc::new(Tree::open(
+            meta.bf.clone(),
+            meta_geometry(),
+            counters.clone(),
+            root.metadata.root,
+        )?));
+        while let Some((name, value)) = cursor.next()? {
+            let name = String::from_utf8(name.to_vec()).map_err(|_| {
+                StorageError::corruption(dir.join(METADATA_FILE), 0, "table name is not UTF-8")
+            })?;
+            let m = TableMeta::decode(&value).ok_or_else(|| {
+                StorageError::corruption(
+                    dir.join(METADATA_FILE),
+                    0,
+                    format!("bad metadata entry for table {name:?}"),
+                )
+            })?;
+            let bf = Arc::new(Self::open_block_file(
+                &*vfs,
+                &dir.join(table_file_name(m.id)),
+                m.config.alloc_policy,
+                m.checkpoint.extents,
+            )?);
+            let tree = Tree::open(bf, m.config.geometry(), counters.clone(), m.checkpoint.root)?;
+            let table = Table(Arc::new(TableState {
+                id: m.id,
+                name: name.clone(),
+                config: m.config,
+                tree: Arc::new(tree),
+                writer: Mutex::new(()),
+                dropped: AtomicBool::new(false),
+                last_checkpoint: Mutex::new(Some(m.checkpoint)),
+            }));
+            catalog.by_id.insert(m.id, table.clone());
+            catalog.by_name.insert(name, table);
+        }
+        let journal_dir = dir.join(JOURNAL_DIR);
+        let summary = journal::replay(&*vfs, &journal_dir, root.ckpt_seq, &mut |seq, payload| {
+            Self::replay_record(&*vfs, dir, &counters, &mut catalog, seq, payload)
+        })?;
+        if let Some((path, offset)) = &summary.torn_tail {
+            tracing::warn!(path = %path.display(), offset, "journal ended in a torn record; replay stopped at the last complete one");
+        }
+        let journal = Journal::open(
+            vfs.clone(),
+            journal_dir,
+            summary.next_seq,
+            config.journal_file_max_bytes,
+            counters.clone(),
+        )?;
+        let inner = Arc::new(Inner {
+            vfs,
+            dir: dir.to_path_buf(),
+            config,
+            catalog: RwLock::new(catalog),
+            gate: RwLock::new(()),
+            meta,
+            checkpoint: Mutex::new(CheckpointState {
+                generation: root.generation,
+                meta_extents: root.metadata.extents,
+                ckpt_seq: root.ckpt_seq,
+                journal_bytes_at: 0,
+                at: Instant::now(),
+            }),
+            journal,
+            counters,
+            poisoned: Mutex::new(None),
+            closed: AtomicBool::new(false),
+            stop: Arc::new((Mutex::new(false), Condvar::new())),
+            _dir_lock: dir_lock,
+        });
+        let engine = Engine {
+            inner,
+            background: Arc::new(Mutex::new(None)),
+        };
+        if summary.records_replayed > 0 {
+            tracing::info!(
+                records = summary.records_replayed,
+                "replayed journal records after the last checkpoint"
+            );
+            engine.checkpoint()?;
+        }
+        engine.remove_stray_files()?;
+        engine.start_background();
+        Ok(engine)
+    }
+
+    fn open_block_file(
+        vfs: &dyn Vfs,
+        path: &Path,
+        policy: AllocPolicy,
+        extents: BlockAddr,
+    ) -> Result<BlockFile> {
+        let file = vfs.open(path, false)?;
+        let alloc = match crate::block::read_block_at(&*file, extents)? {
+            (crate::block::BlockKind::ExtentList, payload) => ExtentList::decode(&payload)
+                .ok_or_else(|| {
+                    StorageError::corruption(path, extents.offset, "malformed extent list")
+                })?,
+            (kind, _) => {
+                return Err(StorageError::corruption(
+                    path,
+                    extents.offset,
+                    format!("expected an extent list, found {kind:?}"),
+                ))
+            }
+        };
+        if !alloc.contains(extents.offset, extents.size as u64) {
+            return Err(StorageError::corruption(
+                path,
+                extents.offset,
+                "extent list does not list its own block",
+            ));
+        }
+        BlockFile::open(file, policy, alloc)
+    }
+
+    /// A new data directory: empty metadata table and a first checkpoint.
+    fn initialize(vfs: &dyn Vfs, dir: &Path) -> Result<()> {
+        if vfs.exists(&dir.join(JOURNAL_DIR)) && !vfs.list(&dir.join(JOURNAL_DIR))?.is_empty() {
+            return Err(StorageError::corruption(
+                dir.join(ROOT_FILE),
+                0,
+                "journal files exist but the root file is missing",
+            ));
+        }
+        let bf = Arc::new(BlockFile::create(
+            vfs.open(&dir.join(METADATA_FILE), true)?,
+            AllocPolicy::BestFit,
+        )?);
+        let tree = Tree::new_empty(bf.clone(), meta_geometry(), Arc::new(Counters::default()));
+        let root = tree.write_dirty(&tree.snapshot())?;
+        let extents = bf.write_extent_list()?;
+        bf.sync()?;
+        let record = RootRecord {
+            generation: 1,
+            ckpt_seq: 0,
+            next_table_id: 1,
+            metadata: TableCheckpoint { root, extents },
+        };
+        Self::write_root_file(vfs, dir, &record)
+    }
+
+    fn write_root_file(vfs: &dyn Vfs, dir: &Path, record: &RootRecord) -> Result<()> {
+        let tmp = dir.join(format!("{ROOT_FILE}.tmp"));
+        let f = vfs.open(&tmp, true)?;
+        f.set_len(0)?;
+        f.write_at(&record.encode(), 0)?;
+        f.sync()?;
+        drop(f);
+        vfs.rename(&tmp, &dir.join(ROOT_FILE))?;
+        vfs.sync_dir(dir)
+    }
+
+    fn replay_record(
+        vfs: &dyn Vfs,
+        dir: &Path,
+        counters: &Arc<Counters>,
+        catalog: &mut Catalog,
+        seq: u64,
+        payload: &[u8],
+    ) -> Result<()> {
+        let path = dir.join(JOURNAL_DIR);
+        let ops = decode_journal_payload(payload).ok_or_else(|| {
+            StorageError::corruption(
+                &path,
+                seq,
+                format!("journal record {seq} has a valid checksum but cannot be decoded"),
+            )
+        })?;
+        for op in ops {
+            let table_of = |catalog: &Catalog, id: u32| {
+                catalog.by_id.get(&id).cloned().ok_or_else(|| {
+                    StorageError::corruption(
+                        &path,
+                        seq,
+                        format!("journal record {seq} names unknown table {id}"),
+                    )
+                })
+            };
+            match op {
+                JournalOp::Put { table, key, value } => table_of(catalog, table)?
+                    .0
+                    .tree
+                    .apply(std::iter::once((key, Some(value))))?,
+                JournalOp::Delete { table, key } => table_of(catalog, table)?
+                    .0
+                    .tree
+                    .apply(std::iter::once((key, None)))?,
+                JournalOp::CreateTable {
+                    table,
+                    name,
+                    config,
+                } => {
+                    let t = Self::new_table(vfs, dir, counters, table, name, config)?;
+                    catalog.next_table_id = catalog.next_table_id.max(table + 1);
+                    catalog.by_id.insert(table, t.clone());
+                    catalog.by_name.insert(name.to_string(), t);
+                }
+                JournalOp::DropTable { table } => {
+                    let t = table_of(catalog, table)?;
+                    Self::forget_table(catalog, &t);
+                    catalog.dropped_files.push(dir.join(table_file_name(table)));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn new_table(
+        vfs: &dyn Vfs,
+        dir: &Path,
+        counters: &Arc<Counters>,
+        id: u32,
+        name: &str,
+        config: TableConfig,
+    ) -> Result<Table> {
+        let bf = Arc::new(BlockFile::create(
+            vfs.open(&dir.join(table_file_name(id)), true)?,
+            config.alloc_policy,
+        )?);
+        Ok(Table(Arc::new(TableState {
+            id,
+            name: name.to_string(),
+            config,
+            tree: Arc::new(Tree::new_empty(bf, config.geometry(), counters.clone())),
+            writer: Mutex::new(()),
+            dropped: AtomicBool::new(false),
+            last_checkpoint: Mutex::new(None),
+        })))
+    }
+
+    fn forget_table(catalog: &mut Catalog, t: &Table) {
+        t.0.dropped.store(true, Ordering::Release);
+        catalog.by_id.remove(&t.id());
+        catalog.by_name.remove(t.name());
+    }
+
+    /// Delete table files that no table owns (left by a crash or a drop).
+    fn remove_stray_files(&self) -> Result<()> {
+        let catalog = self.inner.catalog.read().unwrap();
+        let mut removed = false;
+        for name in self.inner.vfs.list(&self.inner.dir)? {
+            let owned = name == METADATA_FILE
+                || catalog.by_id.keys().any(|&id| table_file_name(id) == name);
+            if name.starts_with('t') && name.ends_with(".adb") && !owned {
+                self.inner.vfs.remove(&self.inner.dir.join(&name))?;
+                removed = true;
+            }
+        }
+        if removed {
+            self.inner.vfs.sync_dir(&self.inner.dir)?;
+        }
+        Ok(())
+    }
+
+    fn start_background(&self) {
+        let weak: Weak<Inner> = Arc::downgrade(&self.inner);
+        let stop = self.inner.stop.clone();
+        let handle = std::thread::Builder::new()
+            .name("arbordb-background".into())
+            .spawn(move || background_loop(weak, stop))
+            .expect("spawn background thread");
+        *self.background.lock().unwrap() = Some(handle);
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    fn check_writable(&self) -> Result<()> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(StorageError::Closed);
+        }
+        if let Some(why) = &*self.inner.poisoned.lock().unwrap() {
+            return Err(StorageError::Poisoned {
+                reason: why.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    fn poison(&self, why: String) {
+        tracing::error!(reason = %why, "storage engine poisoned");
+        let mut p = self.inner.poisoned.lock().unwrap();
+        if p.is_none() {
+            *p = Some(why);
+        }
+    }
+
+    /// Wait for record `seq` as the sync mode asks; a failure poisons.
+    fn make_durable(&self, seq: u64) -> Result<()> {
+        let sync = self.inner.config.sync_mode == SyncMode::Fsync;
+        self.inner
+            .journal
+            .wait(seq, sync)
+            .inspect_err(|e| self.poison(format!("journal: {e}")))
+    }
+
+    pub fn create_table(&self, name: &str, config: TableConfig) -> Result<Table> {
+        self.check_writable()?;
+        config.validate()?;
+        if name.is_empty() || name.len() > table_name_max_bytes {
+            return Err(StorageError::InvalidConfig(format!(
+                "table names are 1 to {table_name_max_bytes} bytes"
+            )));
+        }
+        let (table, seq) = {
+            let _gate = self.inner.gate.read().unwrap();
+            let mut catalog = self.inner.catalog.write().unwrap();
+            if catalog.by_name.contains_key(name) {
+                return Err(StorageError::TableExists(name.to_string()));
+            }
+            let id = catalog.next_table_id;
+            let table = Self::new_table(
+                &*self.inner.vfs,
+                &self.inner.dir,
+                &self.inner.counters,
+                id,
+                name,
+                config,
+            )?;
+            let mut payload = vec![OP_CREATE];
+            payload.extend_from_slice(&id.to_le_bytes());
+            payload.extend_from_slice(&(name.len() as u16).to_le_bytes());
+            payload.extend_from_slice(name.as_bytes());
+            config.encode(&mut payload);
+            let seq = self.inner.journal.append(&payload)?;
+            catalog.next_table_id += 1;
+            catalog.by_id.insert(id, table.clone());
+            catalog.by_name.insert(name.to_string(), table.clone());
+            (table, seq)
+        };
+        self.make_durable(seq)?;
+        Ok(table)
+    }
+
+    pub fn drop_table(&self, name: &str) -> Result<()> {
+        self.check_writable()?;
+        let seq = {
+            let _gate = self.inner.gate.read().unwrap();
+            let mut catalog = self.inner.catalog.write().unwrap();
+            let table = catalog
+                .by_name
+                .get(name)
+                .cloned()
+                .ok_or_else(|| StorageError::TableNotFound(name.to_string()))?;
+            let _writer = table.0.writer.lock().unwrap();
+            let mut payload = vec![OP_DROP];
+            payload.extend_from_slice(&table.id().to_le_bytes());
+            let seq = self.inner.journal.append(&payload)?;
+            Self::forget_table(&mut catalog, &table);
+            catalog
+                .dropped_files
+                .push(self.inner.dir.join(table_file_name(table.id())));
+            seq
+        };
+        self.make_durable(seq)
+    }
+
+    pub fn table(&self, name: &str) -> Result<Table> {
+        self.inner
+            .catalog
+            .read()
+            .unwrap()
+            .by_name
+            .get(name)
+            .cloned()
+            .ok_or_else(|| StorageError::TableNotFound(name.to_string()))
+    }
+
+    pub fn table_names(&self) -> Vec<String> {
+        self.inner
+            .catalog
+            .read()
+            .unwrap()
+            .by_name
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    pub fn get(&self, table: &Table, key: &[u8]) -> Result<Option<Arc<[u8]>>> {
+        table.check()?;
+        table.0.tree.get(key)
+    }
+
+    pub fn cursor(&self, table: &Table) -> Result<Cursor> {
+        table.check()?;
+        Ok(Cursor::new(table.0.tree.clone()))
+    }
+
+    pub fn put(&self, table: &Table, key: &[u8], value: &[u8]) -> Result<u64> {
+        let mut b = WriteBatch::new();
+        b.put(table, key, value)?;
+        self.write(&b)
+    }
+
+    pub fn delete(&self, table: &Table, key: &[u8]) -> Result<u64> {
+        let mut b = WriteBatch::new();
+        b.delete(table, key)?;
+        self.write(&b)
+    }
+
+    /// Commit a batch atomically; returns its journal sequence number. With
+    /// `SyncMode::Fsync` the batch is durable when this returns.
+    pub fn write(&self, batch: &WriteBatch) -> Result<u64> {
+        self.check_writable()?;
+        if batch.is_empty() {
+            return Ok(self.inner.journal.next_seq().saturating_sub(1));
+        }
+        let ops: Vec<(&Table, JournalOp)> = batch
+            .ops
+            .iter()
+            .map(|(t, at)| {
+                (
+                    t,
+                    decode_op(&mut Reader::new(&batch.payload[*at..]))
+                        .expect("batch payload is well-formed"),
+                )
+            })
+            .collect();
+        for (t, op) in &ops {
+            t.check()?;
+            if let JournalOp::Put { key, .. } | JournalOp::Delete { key, .. } = op {
+                t.0.tree.prefetch(key)?;
+            }
+        }
+        let mut tables: Vec<&Table> = ops.iter().map(|(t, _)| *t).collect();
+        tables.sort_by_key(|t| t.id());
+        tables.dedup_by_key(|t| t.id());
+        let seq = {
+            let _gate = self.inner.gate.read().unwrap();
+            let _writers: Vec<_> = tables.iter().map(|t| t.0.writer.lock().unwrap()).collect();
+            for t in &tables {
+                t.check()?;
+            }
+            let seq = self.inner.journal.append(&batch.payload)?;
+            if let Err(e) = self.apply_ops(&ops) {
+                self.poison(format!("a journaled batch failed to apply: {e}"));
+                return Err(e);
+            }
+            seq
+        };
+        self.make_durable(seq)?;
+        bump(&self.inner.counters.commits, 1);
+        Ok(seq)
+    }
+
+    /// Apply runs of consecutive ops on one table with one tree call each.
+    fn apply_ops(&self, ops: &[(&Table, JournalOp)]) -> Result<()> {
+        let mut start = 0;
+        while start < ops.len() {
+            let id = ops[start].0.id();
+            let end = start
+                + ops[start..]
+                    .iter()
+                    .take_while(|(t, _)| t.id() == id)
+                    .count();
+            ops[start]
+                .0
+                 .0
+                .tree
+                .apply(ops[start..end].iter().map(|(_, op)| match op {
+                    JournalOp::Put { key, value, .. } => (*key, Some(*value)),
+                    JournalOp::Delete { key, .. } => (*key, None),
+                    _ => unreachable!("batches hold only puts and deletes"),
+                }))?;
+            start = end;
+        }
+        Ok(())
+    }
+
+    /// Write a checkpoint now: every table's dirty pages, copy-on-write,
+    /// then the root file. Returns the checkpoint's journal position.
+    pub fn checkpoint(&self) -> Result<u64> {
+        self.check_writable()?;
+        let started = Instant::now();
+        let mut ck = self.inner.checkpoint.lock().unwrap();
+        // Snapshot (invariant 1).
+        let (snap, dropped_files, ckpt_seq, next_table_id) = {
+            let _gate = self.inner.gate.write().unwrap();
+            let mut catalog = self.inner.catalog.write().unwrap();
+            let mut snap = Vec::new();
+            for t in catalog.by_name.values() {
+                let root = t.0.tree.snapshot();
+                let last = *t.0.last_checkpoint.lock().unwrap();
+                let clean = matches!(last, Some(c) if root.disk.addr() == Some(c.root))
+                    && t.0.tree.bf.extents().discard.is_empty();
+                if !clean {
+                    if let Some(c) = last {
+                        t.0.tree.bf.free(c.extents);
+                    }
+                    t.0.tree.bf.checkpoint_begin();
+                }
+                snap.push((t.clone(), root, clean));
+            }
+            (
+                snap,
+                std::mem::take(&mut catalog.dropped_files),
+                self.inner.journal.next_seq(),
+                catalog.next_table_id,
+            )
+        };
+        let result = self.write_checkpoint(&mut ck, &snap, ckpt_seq, next_table_id);
+        match result {
+            Ok(()) => {
+                for path in &dropped_files {
+                    if self.inner.vfs.exists(path) {
+                        self.inner.vfs.remove(path)?;
+                    }
+                }
+                self.inner.journal.remove_before(ckpt_seq)?;
+                let us = started.elapsed().as_micros() as u64;
+                self.inner
+                    .counters
+                    .checkpoint_last_duration_us
+                    .store(us, Ordering::Relaxed);
+                bump(&self.inner.counters.checkpoint_total_duration_us, us);
+                bump(&self.inner.counters.checkpoints, 1);
+                ck.ckpt_seq = ckpt_seq;
+                ck.journal_bytes_at = self.inner.journal.bytes_total();
+                ck.at = Instant::now();
+                Ok(ckpt_seq)
+            }
+            Err(e) => {
+                for (t, _, clean) in &snap {
+                    if !clean {
+                        t.0.tree.bf.checkpoint_abandoned();
+                    }
+                }
+                self.inner
+                    .catalog
+                    .write()
+                    .unwrap()
+                    .dropped_files
+                    .extend(dropped_files);
+                self.poison(format!("checkpoint failed: {e}"));
+                Err(e)
+            }
+        }
+    }
+
+    fn write_checkpoint(
+        &self,
+        ck: &mut CheckpointState,
+        snap: &[(Table, Arc<crate::page::Node>, bool)],
+        ckpt_seq: u64,
+        next_table_id: u32,
+    ) -> Result<()> {
+        let mut metas: Vec<(String, TableMeta)> = Vec::with_capacity(snap.len());
+        let mut written = Vec::new();
+        for (t, root, clean) in snap {
+            let checkpoint = if *clean {
+                t.0.last_checkpoint
+                    .lock()
+                    .unwrap()
+                    .expect("a clean table has a checkpoint")
+            } else {
+                let bf = &t.0.tree.bf;
+                let root = t.0.tree.write_dirty(root)?;
+                let extents = bf.write_extent_list()?;
+                bf.sync()?;
+                written.push((t.clone(), TableCheckpoint { root, extents }));
+                TableCheckpoint { root, extents }
+            };
+            metas.push((
+                t.name().to_string(),
+                TableMeta {
+                    id: t.id(),
+                    config: t.config(),
+                    checkpoint,
+                },
+            ));
+        }
+        // The metadata table: rewrite what changed, drop what is gone.
+        let meta = &self.inner.meta;
+        let mut stale = Vec::new();
+        let existing = self.meta_entries()?;
+        for name in existing.keys() {
+            if !metas.iter().any(|(n, _)| n == name) {
+                stale.push(name.clone());
+            }
+        }
+        let encoded: Vec<(String, Vec<u8>)> =
+            metas.iter().map(|(n, m)| (n.clone(), m.encode())).collect();
+        let changed: Vec<&(String, Vec<u8>)> = encoded
+            .iter()
+            .filter(|(n, v)| existing.get(n) != Some(v))
+            .collect();
+        meta.apply(
+            changed
+                .iter()
+                .map(|(n, v)| (n.as_bytes(), Some(v.as_slice())))
+                .chain(stale.iter().map(|n| (n.as_bytes(), None))),
+        )?;
+        meta.bf.free(ck.meta_extents);
+        meta.bf.checkpoint_begin();
+        let meta_root = meta.write_dirty(&meta.snapshot())?;
+        let meta_extents = meta.bf.write_extent_list()?;
+        meta.bf.sync()?;
+        let record = RootRecord {
+            generation: ck.generation + 1,
+            ckpt_seq,
+            next_table_id,
+            metadata: TableCheckpoint {
+                root: meta_root,
+                extents: meta_extents,
+            },
+        };
+        if let Err(e) = Self::write_root_file(&*self.inner.vfs, &self.inner.dir, &record) {
+            meta.bf.checkpoint_abandoned();
+            return Err(e);
+        }
+        ck.generation += 1;
+        ck.meta_extents = meta_extents;
+        // Durable: release what only the previous checkpoint referenced.
+        meta.bf.checkpoint_durable()?;
+        for (t, c) in written {
+            *t.0.last_checkpoint.lock().unwrap() = Some(c);
+            t.0.tree.bf.checkpoint_durable()?;
+        }
+        Ok(())
+    }
+
+    fn meta_entries(&self) -> Result<BTreeMap<String, Vec<u8>>> {
+        let mut out = BTreeMap::new();
+        let root = self.inner.meta.snapshot();
+        let mut stack = vec![root];
+        while let Some(node) = stack.pop() {
+            match &node.body {
+                crate::page::Body::Leaf(l) => {
+                    for (k, v) in &l.entries {
+                        out.insert(
+                            String::from_utf8_lossy(k).into_owned(),
+                            self.inner.meta.value_bytes(v)?.to_vec(),
+                        );
+                    }
+                }
+                crate::page::Body::Internal(int) => {
+                    for c in &int.children {
+                        stack.push(self.inner.meta.load_child(c)?.clone());
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Whether a periodic checkpoint is due.
+    fn checkpoint_due(&self) -> bool {
+        let ck = self.inner.checkpoint.lock().unwrap();
+        let by_time = self
+            .inner
+            .config
+            .checkpoint_interval
+            .is_some_and(|d| ck.at.elapsed() >= d);
+        let by_volume = self.inner.journal.bytes_total() - ck.journal_bytes_at
+            >= self.inner.config.checkpoint_journal_bytes;
+        by_time || by_volume
+    }
+
+    pub fn stats(&self) -> Stats {
+        self.inner.counters.snapshot()
+    }
+
+    /// Number of journal files on disk.
+    pub fn journal_file_count(&self) -> usize {
+        self.inner.journal.file_count()
+    }
+
+    /// Why the engine refuses writes, if it does.
+    pub fn poisoned(&self) -> Option<String> {
+        self.inner.poisoned.lock().unwrap().clone()
+    }
+
+    /// Stop background work, sync the journal and write a final checkpoint.
+    /// A poisoned engine closes without a checkpoint (recovery replays the journal).
+    pub fn close(self) -> Result<()> {
+        self.stop_background();
+        if self.inner.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        if self.poisoned().is_some() {
+            return Ok(());
+        }
+        self.inner.journal.sync_all()?;
+        self.inner.closed.store(false, Ordering::Release);
+        let r = self.checkpoint();
+        self.inner.closed.store(true, Ordering::Release);
+        r.map(|_| ())
+    }
+
+    fn stop_background(&self) {
+        {
+            let (lock, cv) = &*self.inner.stop;
+            *lock.lock().unwrap() = true;
+            cv.notify_all();
+        }
+        if let Some(h) = self.background.lock().unwrap().take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Last handle gone without close(): keep what was committed (the
+        // journal holds it) but skip the checkpoint.
+        let (lock, cv) = &*self.stop;
+        *lock.lock().unwrap() = true;
+        cv.notify_all();
+        let _ = self.journal.sync_all();
+    }
+}
+
+fn background_loop(weak: Weak<Inner>, stop: Arc<(Mutex<bool>, Condvar)>) {
+    let tick = Duration::from_millis(journal_background_flush_ms);
+    loop {
+        {
+            let (lock, cv) = &*stop;
+            let stopped = lock.lock().unwrap();
+            if *stopped {
+                return;
+            }
+            let (stopped, _) = cv.wait_timeout(stopped, tick).unwrap();
+            if *stopped {
+                return;
+            }
+        }
+        let Some(inner) = weak.upgrade() else { return };
+        let engine = Engine {
+            inner,
+            background: Arc::new(Mutex::new(None)),
+        };
+        if engine.poisoned().is_some() || engine.inner.closed.load(Ordering::Acquire) {
+            continue;
+        }
+        if engine.inner.config.sync_mode == SyncMode::Background {
+            if let Err(e) = engine.inner.journal.sync_all() {
+                engine.poison(format!("background journal flush: {e}"));
+            }
+        }
+        if engine.checkpoint_due() {
+            if let Err(e) = engine.checkpoint() {
+                tracing::error!(error = %e, "periodic checkpoint failed");
+            }
+        }
+    }
+}

@@ -1,0 +1,56 @@
+//! The storage engine's error type. Data goes in variants, not strings.
+
+use std::path::PathBuf;
+
+pub type Result<T, E = StorageError> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    #[error("I/O error during {op} on {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A checksum, size, or structural check failed: the bytes on disk are not
+    /// what the engine wrote there. Never returned as data.
+    #[error("corruption in {path} at offset {offset}: {detail}")]
+    Corruption {
+        path: PathBuf,
+        offset: u64,
+        detail: String,
+    },
+    /// An earlier failure (corruption, failed write or fsync) makes further
+    /// writes unsafe; the engine refuses them until it is reopened.
+    #[error("engine is poisoned and refuses writes: {reason}")]
+    Poisoned { reason: String },
+    #[error("table not found: {0}")]
+    TableNotFound(String),
+    #[error("table already exists: {0}")]
+    TableExists(String),
+    #[error("key of {len} bytes exceeds the limit of {max} bytes")]
+    KeyTooLarge { len: usize, max: usize },
+    #[error("value of {len} bytes exceeds the limit of {max} bytes")]
+    ValueTooLarge { len: usize, max: usize },
+    #[error("invalid configuration: {0}")]
+    InvalidConfig(String),
+    #[error("the data directory {path} is locked by another process")]
+    Locked { path: PathBuf },
+    #[error("engine is closed")]
+    Closed,
+}
+
+impl StorageError {
+    pub fn corruption(path: impl Into<PathBuf>, offset: u64, detail: impl Into<String>) -> Self {
+        StorageError::Corruption {
+            path: path.into(),
+            offset,
+            detail: detail.into(),
+        }
+    }
+
+    pub fn is_corruption(&self) -> bool {
+        matches!(self, StorageError::Corruption { .. })
+    }
+}

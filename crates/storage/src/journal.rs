@@ -1,0 +1,460 @@
+//! The journal: one checksummed record per committed batch, group commit,
+//! rotation, and replay after a crash.
+//!
+//! File `journal/NNNNNNNNNN.jnl`: a 24-byte header
+//! `[magic "ARBJRNL1"][first_seq u64][crc32c u32 of the first 16 bytes][0u32]`
+//! then records `[len u32][crc32c u32][seq u64][payload; len]`, the CRC over
+//! `seq` and payload.
+//!
+//! Invariants:
+//! 1. Record sequence numbers are contiguous across files; a file's header
+//!    names the sequence number of its first record.
+//! 2. A file is synced before the next one is created, so only the last
+//!    file can end in a torn record.
+//! 3. Replay stops cleanly at a torn tail (a bad record with no valid record
+//!    after it) and fails loudly on a bad record followed by a valid one.
+//! 4. Once a write or fsync fails the journal refuses everything after it.
+
+use crate::codec::Reader;
+use crate::error::{Result, StorageError};
+use crate::limits::journal_record_max_bytes;
+use crate::stats::{bump, Counters};
+use crate::vfs::{Vfs, VfsFile};
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex};
+
+const MAGIC: &[u8; 8] = b"ARBJRNL1";
+pub const FILE_HEADER_BYTES: u64 = 24;
+pub const RECORD_HEADER_BYTES: usize = 16;
+
+/// When a commit is made durable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum SyncMode {
+    /// A commit returns after its record is fsynced (shared by group commit).
+    #[default]
+    Fsync,
+    /// Records are written at commit and fsynced every 100 ms.
+    Background,
+    /// Records are written at commit and fsynced only at checkpoints and close.
+    Off,
+}
+
+impl std::str::FromStr for SyncMode {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "fsync" => Ok(SyncMode::Fsync),
+            "background" => Ok(SyncMode::Background),
+            "off" => Ok(SyncMode::Off),
+            other => Err(format!(
+                "unknown journal sync mode {other:?} (fsync, background, off)"
+            )),
+        }
+    }
+}
+
+fn file_name(no: u64) -> String {
+    format!("{no:010}.jnl")
+}
+
+fn parse_file_name(name: &str) -> Option<u64> {
+    name.strip_suffix(".jnl")?.parse().ok()
+}
+
+fn file_header(first_seq: u64) -> [u8; FILE_HEADER_BYTES as usize] {
+    let mut h = [0u8; FILE_HEADER_BYTES as usize];
+    h[0..8].copy_from_slice(MAGIC);
+    h[8..16].copy_from_slice(&first_seq.to_le_bytes());
+    let crc = crc32c::crc32c(&h[0..16]);
+    h[16..20].copy_from_slice(&crc.to_le_bytes());
+    h
+}
+
+fn parse_file_header(h: &[u8]) -> Option<u64> {
+    if h.len() < FILE_HEADER_BYTES as usize || &h[0..8] != MAGIC {
+        return None;
+    }
+    let crc = u32::from_le_bytes(h[16..20].try_into().ok()?);
+    if crc != crc32c::crc32c(&h[0..16]) {
+        return None;
+    }
+    Some(u64::from_le_bytes(h[8..16].try_into().ok()?))
+}
+
+/// Append the bytes of one record to `out`.
+pub fn encode_record(out: &mut Vec<u8>, seq: u64, payload: &[u8]) {
+    let mut crc = crc32c::crc32c(&seq.to_le_bytes());
+    crc = crc32c::crc32c_append(crc, payload);
+    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    out.extend_from_slice(&crc.to_le_bytes());
+    out.extend_from_slice(&seq.to_le_bytes());
+    out.extend_from_slice(payload);
+}
+
+/// Parse the record at `pos`; `None` if it is not a valid record.
+pub fn parse_record(buf: &[u8], pos: usize) -> Option<(u64, &[u8])> {
+    let mut r = Reader::new(buf.get(pos..)?);
+    let len = r.u32()? as usize;
+    let crc = r.u32()?;
+    let seq = r.u64()?;
+    if len as u64 > journal_record_max_bytes {
+        return None;
+    }
+    let payload = r.bytes(len)?;
+    let actual = crc32c::crc32c_append(crc32c::crc32c(&seq.to_le_bytes()), payload);
+    (actual == crc).then_some((seq, payload))
+}
+
+struct JournalFile {
+    no: u64,
+    first_seq: u64,
+}
+
+struct State {
+    /// Records appended but not yet written.
+    buf: Vec<u8>,
+    next_seq: u64,
+    /// Every record below this is written to the file.
+    written_seq: u64,
+    /// Every record below this is durable.
+    synced_seq: u64,
+    flushing: bool,
+    file: Arc<dyn VfsFile>,
+    file_len: u64,
+    files: VecDeque<JournalFile>,
+    failed: Option<String>,
+    bytes_total: u64,
+}
+
+pub struct Journal {
+    vfs: Arc<dyn Vfs>,
+    dir: PathBuf,
+    file_max_bytes: u64,
+    state: Mutex<State>,
+    flushed: Condvar,
+    counters: Arc<Counters>,
+}
+
+/// What replay found.
+#[derive(Debug, Default)]
+pub struct ReplaySummary {
+    pub records_replayed: u64,
+    pub next_seq: u64,
+    /// Set when a torn tail was cut off: (file, offset).
+    pub torn_tail: Option<(PathBuf, u64)>,
+}
+
+/// Read every record with `seq >= from_seq` in order and hand it to `apply`.
+/// Cuts a torn tail off the last file; a bad record followed by a good one
+/// is corruption.
+pub fn replay(
+    vfs: &dyn Vfs,
+    dir: &Path,
+    from_seq: u64,
+    apply: &mut dyn FnMut(u64, &[u8]) -> Result<()>,
+) -> Result<ReplaySummary> {
+    let mut nos: Vec<u64> = if vfs.exists(dir) {
+        vfs.list(dir)?
+            .iter()
+            .filter_map(|n| parse_file_name(n))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    nos.sort_unstable();
+    let mut summary = ReplaySummary {
+        next_seq: from_seq,
+        ..Default::default()
+    };
+    let mut expected: Option<u64> = None;
+    let count = nos.len();
+    for (idx, no) in nos.iter().enumerate() {
+        let path = dir.join(file_name(*no));
+        let is_last = idx + 1 == count;
+        let file = vfs.open(&path, false)?;
+        let len = file.len()?;
+        let mut buf = vec![0u8; len as usize];
+        file.read_at(&mut buf, 0)?;
+        let Some(first_seq) = parse_file_header(&buf) else {
+            let any_record = (0..buf.len()).any(|p| parse_record(&buf, p).is_some());
+            if is_last && !any_record {
+                // Created, but its header never became durable before the crash.
+                vfs.remove(&path)?;
+                break;
+            }
+            return Err(StorageError::corruption(
+                &path,
+                0,
+                "bad journal file header",
+            ));
+        };
+        match expected {
+            None if first_seq > from_seq => {
+                return Err(StorageError::corruption(
+                    &path,
+                    0,
+                    format!(
+                        "journal starts at record {first_seq}, records from {from_seq} are missing"
+                    ),
+                ));
+            }
+            Some(e) if e != first_seq => {
+                return Err(StorageError::corruption(
+                    &path,
+                    0,
+                    format!("journal file starts at record {first_seq}, expected {e}"),
+                ));
+            }
+            _ => {}
+        }
+        let mut seq = first_seq;
+        let mut pos = FILE_HEADER_BYTES as usize;
+        while pos < buf.len() {
+            match parse_record(&buf, pos) {
+                Some((s, payload)) if s == seq => {
+                    if s >= from_seq {
+                        apply(s, payload)?;
+                        summary.records_replayed += 1;
+                    }
+                    seq += 1;
+                    pos += RECORD_HEADER_BYTES + payload.len();
+                }
+                _ => {
+                    let valid_after = is_last
+                        && (pos + 1..buf.len())
+                            .any(|p| matches!(parse_record(&buf, p), Some((s, _)) if s >= seq));
+                    if !is_last || valid_after {
+                        return Err(StorageError::corruption(
+                            &path,
+                            pos as u64,
+                            format!(
+                                "journal record {seq} is corrupt and committed records follow it"
+                            ),
+                        ));
+                    }
+                    file.set_len(pos as u64)?;
+                    file.sync()?;
+                    summary.torn_tail = Some((path.clone(), pos as u64));
+                    break;
+                }
+            }
+        }
+        expected = Some(seq);
+    }
+    summary.next_seq = expected.unwrap_or(from_seq).max(from_seq);
+    Ok(summary)
+}
+
+impl Journal {
+    /// Open for appending after replay: starts a new file whose first record is `next_seq`.
+    pub fn open(
+        vfs: Arc<dyn Vfs>,
+        dir: PathBuf,
+        next_seq: u64,
+        file_max_bytes: u64,
+        counters: Arc<Counters>,
+    ) -> Result<Journal> {
+        vfs.create_dir_all(&dir)?;
+        let mut files = VecDeque::new();
+        let mut existing: Vec<u64> = vfs
+            .list(&dir)?
+            .iter()
+            .filter_map(|n| parse_file_name(n))
+            .collect();
+        existing.sort_unstable();
+        for no in &existing {
+            let f = vfs.open(&dir.join(file_name(*no)), false)?;
+            let mut h = [0u8; FILE_HEADER_BYTES as usize];
+            f.read_at(&mut h, 0)?;
+            let first_seq = parse_file_header(&h)
+                .ok_or_else(|| StorageError::corruption(f.path(), 0, "bad journal file header"))?;
+            files.push_back(JournalFile { no: *no, first_seq });
+        }
+        let no = existing.last().map_or(1, |n| n + 1);
+        let file = Self::create_file(&*vfs, &dir, no, next_seq)?;
+        files.push_back(JournalFile {
+            no,
+            first_seq: next_seq,
+        });
+        Ok(Journal {
+            vfs,
+            dir,
+            file_max_bytes,
+            state: Mutex::new(State {
+                buf: Vec::new(),
+                next_seq,
+                written_seq: next_seq,
+                synced_seq: next_seq,
+                flushing: false,
+                file,
+                file_len: FILE_HEADER_BYTES,
+                files,
+                failed: None,
+                bytes_total: 0,
+            }),
+            flushed: Condvar::new(),
+            counters,
+        })
+    }
+
+    fn create_file(vfs: &dyn Vfs, dir: &Path, no: u64, first_seq: u64) -> Result<Arc<dyn VfsFile>> {
+        let path = dir.join(file_name(no));
+        let file = vfs.open(&path, true)?;
+        file.set_len(0)?;
+        file.write_at(&file_header(first_seq), 0)?;
+        file.sync()?;
+        vfs.sync_dir(dir)?;
+        Ok(file)
+    }
+
+    /// Add a record to the in-memory tail; returns its sequence number.
+    /// The caller orders appends the way it applies them.
+    pub fn append(&self, payload: &[u8]) -> Result<u64> {
+        if payload.len() as u64 > journal_record_max_bytes {
+            return Err(StorageError::InvalidConfig(format!(
+                "a batch of {} bytes exceeds the journal record limit",
+                payload.len()
+            )));
+        }
+        let mut st = self.state.lock().unwrap();
+        if let Some(why) = &st.failed {
+            return Err(StorageError::Poisoned {
+                reason: why.clone(),
+            });
+        }
+        let seq = st.next_seq;
+        st.next_seq += 1;
+        encode_record(&mut st.buf, seq, payload);
+        Ok(seq)
+    }
+
+    /// Sequence number the next record will get.
+    pub fn next_seq(&self) -> u64 {
+        self.state.lock().unwrap().next_seq
+    }
+
+    /// Bytes appended since the journal was opened.
+    pub fn bytes_total(&self) -> u64 {
+        self.state.lock().unwrap().bytes_total
+    }
+
+    /// Return once record `seq` is written (and synced when `sync`). One
+    /// waiter at a time writes everything buffered; the others share its write.
+    pub fn wait(&self, seq: u64, sync: bool) -> Result<()> {
+        let mut st = self.state.lock().unwrap();
+        assert!(
+            seq < st.next_seq,
+            "waiting for record {seq} that was never appended"
+        );
+        loop {
+            if let Some(why) = &st.failed {
+                return Err(StorageError::Poisoned {
+                    reason: why.clone(),
+                });
+            }
+            let done = if sync { st.synced_seq } else { st.written_seq };
+            if done > seq {
+                return Ok(());
+            }
+            if st.flushing {
+                st = self.flushed.wait(st).unwrap();
+                continue;
+            }
+            st.flushing = true;
+            let buf = std::mem::take(&mut st.buf);
+            let end_seq = st.next_seq;
+            let first_seq = st.written_seq;
+            let rotate = st.file_len > FILE_HEADER_BYTES
+                && st.file_len + buf.len() as u64 > self.file_max_bytes;
+            let (mut file, mut offset) = (st.file.clone(), st.file_len);
+            let next_no = st.files.back().map_or(1, |f| f.no + 1);
+            drop(st);
+            let result = (|| -> Result<Option<Arc<dyn VfsFile>>> {
+                let mut new_file = None;
+                if rotate && !buf.is_empty() {
+                    file.sync()?;
+                    file = Self::create_file(&*self.vfs, &self.dir, next_no, first_seq)?;
+                    offset = FILE_HEADER_BYTES;
+                    new_file = Some(file.clone());
+                }
+                if !buf.is_empty() {
+                    file.write_at(&buf, offset)?;
+                }
+                if sync {
+                    file.sync()?;
+                }
+                Ok(new_file)
+            })();
+            st = self.state.lock().unwrap();
+            st.flushing = false;
+            match result {
+                Ok(new_file) => {
+                    if let Some(f) = new_file {
+                        st.file = f;
+                        st.file_len = FILE_HEADER_BYTES;
+                        st.files.push_back(JournalFile {
+                            no: next_no,
+                            first_seq,
+                        });
+                    }
+                    st.file_len += buf.len() as u64;
+                    st.bytes_total += buf.len() as u64;
+                    st.written_seq = end_seq;
+                    if sync {
+                        st.synced_seq = end_seq;
+                        bump(&self.counters.journal_syncs, 1);
+                    }
+                    bump(&self.counters.journal_bytes_written, buf.len() as u64);
+                    bump(&self.counters.journal_records, end_seq - first_seq);
+                }
+                Err(e) => {
+                    st.failed = Some(format!("journal write failed: {e}"));
+                    self.flushed.notify_all();
+                    return Err(e);
+                }
+            }
+            self.flushed.notify_all();
+        }
+    }
+
+    /// Write and sync everything appended so far.
+    pub fn sync_all(&self) -> Result<()> {
+        let next = self.next_seq();
+        if next == 0 {
+            return Ok(());
+        }
+        let st = self.state.lock().unwrap();
+        if st.synced_seq >= next {
+            return Ok(());
+        }
+        drop(st);
+        self.wait(next - 1, true)
+    }
+
+    /// Remove files all of whose records are below `seq` (covered by a checkpoint).
+    pub fn remove_before(&self, seq: u64) -> Result<()> {
+        let mut doomed = Vec::new();
+        {
+            let mut st = self.state.lock().unwrap();
+            while st.files.len() >= 2 && st.files[1].first_seq <= seq {
+                doomed.push(st.files.pop_front().unwrap().no);
+            }
+        }
+        for no in &doomed {
+            self.vfs.remove(&self.dir.join(file_name(*no)))?;
+        }
+        if !doomed.is_empty() {
+            self.vfs.sync_dir(&self.dir)?;
+        }
+        Ok(())
+    }
+
+    pub fn file_count(&self) -> usize {
+        self.state.lock().unwrap().files.len()
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}

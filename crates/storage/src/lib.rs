@@ -1,0 +1,26 @@
+//! ArborDB's storage engine: bytes in, bytes out. A copy-on-write B+tree per
+//! table over a checksummed block manager, a journal with group commit, and
+//! checkpoints that publish a new consistent image atomically.
+//!
+//! Knows nothing of BSON or MongoDB. See ARCHITECTURE.md for the map.
+#![allow(non_upper_case_globals)]
+
+pub mod block;
+pub mod btree;
+pub mod codec;
+pub mod engine;
+pub mod error;
+pub mod journal;
+pub mod limits;
+pub mod page;
+pub mod stats;
+pub mod verify;
+pub mod vfs;
+
+pub use block::{AllocPolicy, BlockAddr};
+pub use btree::Cursor;
+pub use engine::{Config, Engine, Table, TableConfig, WriteBatch};
+pub use error::{Result, StorageError};
+pub use journal::SyncMode;
+pub use stats::Stats;
+pub use vfs::{OsVfs, Vfs, VfsFile};

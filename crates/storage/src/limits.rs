@@ -1,0 +1,49 @@
+//! Every resource limit of the storage engine, in one place, units last.
+//!
+//! Compile-time assertions at the bottom keep the relations between limits true.
+
+/// Allocation unit of every data file: block offsets and sizes are multiples of it.
+pub const block_alloc_unit_bytes: u64 = 4096;
+/// Size of the header at the start of every block.
+pub const block_header_bytes: usize = 16;
+/// Largest block the block manager will read or write (an overflow value of
+/// 16 MiB plus its header, rounded up, fits).
+pub const block_size_max_bytes: u64 = 32 * 1024 * 1024;
+
+/// Default leaf page size: an in-memory leaf splits when its image would exceed it.
+pub const leaf_page_default_bytes: u32 = 32 * 1024;
+/// Default internal page size.
+pub const internal_page_default_bytes: u32 = 4 * 1024;
+/// Smallest page size a table may configure.
+pub const page_min_bytes: u32 = 512;
+/// Largest page size a table may configure.
+pub const page_max_bytes: u32 = 4 * 1024 * 1024;
+
+/// Largest key accepted by a put.
+pub const key_size_max_bytes: usize = 8 * 1024;
+/// Largest value accepted by a put (a 16 MiB document plus slack for headers).
+pub const value_size_max_bytes: usize = 16 * 1024 * 1024 + 64 * 1024;
+
+/// Default journal file size before rotation.
+pub const journal_file_default_bytes: u64 = 100 * 1024 * 1024;
+/// Largest journal record (one committed batch). A batch bigger than this is refused.
+pub const journal_record_max_bytes: u64 = 256 * 1024 * 1024;
+/// Background flush interval of the `Background` sync mode.
+pub const journal_background_flush_ms: u64 = 100;
+
+/// Default checkpoint period.
+pub const checkpoint_interval_default_secs: u64 = 60;
+/// Default journal volume that triggers a checkpoint.
+pub const checkpoint_journal_default_bytes: u64 = 2 * 1024 * 1024 * 1024;
+
+/// Longest table name.
+pub const table_name_max_bytes: usize = 1024;
+/// Deepest tree the engine will descend before calling it corrupt.
+pub const tree_depth_max: usize = 64;
+
+const _: () = assert!(block_header_bytes as u64 <= block_alloc_unit_bytes);
+const _: () = assert!((value_size_max_bytes as u64) < block_size_max_bytes);
+const _: () = assert!(key_size_max_bytes < page_max_bytes as usize);
+const _: () = assert!(internal_page_default_bytes >= page_min_bytes);
+const _: () = assert!(leaf_page_default_bytes <= page_max_bytes);
+const _: () = assert!((value_size_max_bytes as u64) < journal_record_max_bytes);

@@ -1,0 +1,499 @@
+//! In-memory pages of the B+tree and their disk images.
+//!
+//! A tree in memory is a persistent (copy-on-write) structure of `Arc<Node>`:
+//! readers and checkpoints hold a root and see an immutable version; the
+//! writer changes nodes in place when it holds the only reference and copies
+//! them otherwise (path copying).
+//!
+//! Invariants:
+//! 1. A node whose `disk` slot holds an address has exactly that content on
+//!    disk, and so do all of its descendants (any change dirties the path).
+//! 2. A block is decoded at most once per `Child` slot, and every in-memory
+//!    version of the tree that references the block shares that slot; so a
+//!    block is only ever freed after its content is in memory for every
+//!    version that could still read it.
+//! 3. Keys are decoded once, when a page is read, and shared (`Arc<[u8]>`)
+//!    from then on: building an image never decodes a key.
+//!
+//! Leaf image payload: `[type u8 = 1][flags u8][entries u32][0u16]` then per
+//! entry `[prefix varint][suffix_len varint][suffix][vtype u8]` followed by
+//! `[len varint][bytes]` (inline, vtype 0) or `[addr 16][len u32]` (overflow,
+//! vtype 1). `prefix` is the bytes shared with the previous key.
+//! Internal image payload: `[type u8 = 2][flags u8][entries u32][0u16]` then
+//! per child `[key_len varint][key][addr 16]`; the first key is empty
+//! (the lower bound comes from the parent).
+
+use crate::block::{BlockAddr, BlockKind};
+use crate::codec::{put_varint, varint_len, Reader};
+use std::sync::{Arc, Mutex, OnceLock};
+
+pub type Key = Arc<[u8]>;
+
+/// Which block (if any) holds a node's or value's current content.
+#[derive(Debug, Default)]
+pub struct DiskSlot {
+    state: Mutex<SlotState>,
+}
+
+#[derive(Debug, Default)]
+struct SlotState {
+    addr: Option<BlockAddr>,
+    retired: bool,
+}
+
+impl DiskSlot {
+    pub fn with_addr(addr: BlockAddr) -> DiskSlot {
+        DiskSlot {
+            state: Mutex::new(SlotState {
+                addr: Some(addr),
+                retired: false,
+            }),
+        }
+    }
+
+    pub fn addr(&self) -> Option<BlockAddr> {
+        self.state.lock().unwrap().addr
+    }
+
+    /// A checkpoint wrote this content at `addr`. If the live tree already
+    /// dropped the content, the block is referenced only by that checkpoint
+    /// and is freed at once (it stays on discard until a newer one is durable).
+    pub fn attach(&self, addr: BlockAddr, free: &dyn Fn(BlockAddr)) {
+        let mut st = self.state.lock().unwrap();
+        assert!(st.addr.is_none(), "content written twice");
+        if st.retired {
+            free(addr);
+        } else {
+            st.addr = Some(addr);
+        }
+    }
+
+    /// The live tree no longer references this content.
+    pub fn retire(&self, free: &dyn Fn(BlockAddr)) {
+        let mut st = self.state.lock().unwrap();
+        st.retired = true;
+        if let Some(a) = st.addr.take() {
+            free(a);
+        }
+    }
+
+    /// The content is about to change in place (only the live tree holds it).
+    pub fn dirty(&self, free: &dyn Fn(BlockAddr)) {
+        let mut st = self.state.lock().unwrap();
+        debug_assert!(!st.retired);
+        if let Some(a) = st.addr.take() {
+            free(a);
+        }
+    }
+}
+
+/// A value stored out of line in its own overflow block.
+#[derive(Debug)]
+pub struct BigValue {
+    pub len: u32,
+    pub data: OnceLock<Arc<[u8]>>,
+    pub disk: DiskSlot,
+}
+
+#[derive(Clone, Debug)]
+pub enum Value {
+    Inline(Arc<[u8]>),
+    Big(Arc<BigValue>),
+}
+
+impl Value {
+    pub fn new(bytes: &[u8], overflow_min_bytes: usize) -> Value {
+        if bytes.len() >= overflow_min_bytes {
+            let data = OnceLock::new();
+            let _ = data.set(Arc::<[u8]>::from(bytes));
+            Value::Big(Arc::new(BigValue {
+                len: bytes.len() as u32,
+                data,
+                disk: DiskSlot::default(),
+            }))
+        } else {
+            Value::Inline(Arc::from(bytes))
+        }
+    }
+
+    /// Bytes this value adds to a leaf image.
+    pub fn image_cost(&self) -> usize {
+        match self {
+            Value::Inline(b) => 1 + varint_len(b.len() as u64) + b.len(),
+            Value::Big(_) => 1 + BlockAddr::ENCODED_BYTES + 4,
+        }
+    }
+
+    pub fn retire(&self, free: &dyn Fn(BlockAddr)) {
+        if let Value::Big(b) = self {
+            b.disk.retire(free);
+        }
+    }
+}
+
+pub const PAGE_HEADER_BYTES: usize = 8;
+const PAGE_TYPE_LEAF: u8 = 1;
+const PAGE_TYPE_INTERNAL: u8 = 2;
+
+pub fn leaf_entry_cost(key: &[u8], value: &Value) -> usize {
+    2 * varint_len(key.len() as u64) + key.len() + value.image_cost()
+}
+
+pub fn internal_entry_cost(key: &[u8]) -> usize {
+    varint_len(key.len() as u64) + key.len() + BlockAddr::ENCODED_BYTES
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct Leaf {
+    pub entries: Vec<(Key, Value)>,
+    /// Upper bound of the image size (prefix compression only shrinks it).
+    pub bytes: usize,
+}
+
+/// A child reference of an internal node: the block it was read from (if
+/// any) and the node once loaded. Shared between tree versions (invariant 2).
+#[derive(Debug)]
+pub struct Child {
+    pub addr: Option<BlockAddr>,
+    pub node: OnceLock<Arc<Node>>,
+}
+
+impl Child {
+    pub fn on_disk(addr: BlockAddr) -> Arc<Child> {
+        Arc::new(Child {
+            addr: Some(addr),
+            node: OnceLock::new(),
+        })
+    }
+    pub fn in_memory(node: Arc<Node>) -> Arc<Child> {
+        let slot = OnceLock::new();
+        let _ = slot.set(node);
+        Arc::new(Child {
+            addr: None,
+            node: slot,
+        })
+    }
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct Internal {
+    /// `keys[i]` is the lowest key of `children[i]`; `keys[0]` is empty.
+    pub keys: Vec<Key>,
+    pub children: Vec<Arc<Child>>,
+    pub bytes: usize,
+}
+
+#[derive(Debug, Clone)]
+pub enum Body {
+    Leaf(Leaf),
+    Internal(Internal),
+}
+
+#[derive(Debug)]
+pub struct Node {
+    pub body: Body,
+    pub disk: DiskSlot,
+}
+
+impl Clone for Node {
+    /// A copy is new content: it has no block yet.
+    fn clone(&self) -> Node {
+        Node {
+            body: self.body.clone(),
+            disk: DiskSlot::default(),
+        }
+    }
+}
+
+impl Node {
+    pub fn empty_leaf() -> Node {
+        Node {
+            body: Body::Leaf(Leaf {
+                entries: Vec::new(),
+                bytes: PAGE_HEADER_BYTES,
+            }),
+            disk: DiskSlot::default(),
+        }
+    }
+    pub fn bytes(&self) -> usize {
+        match &self.body {
+            Body::Leaf(l) => l.bytes,
+            Body::Internal(i) => i.bytes,
+        }
+    }
+    pub fn entries(&self) -> usize {
+        match &self.body {
+            Body::Leaf(l) => l.entries.len(),
+            Body::Internal(i) => i.children.len(),
+        }
+    }
+}
+
+/// Encode a leaf image. Overflow values must already have addresses
+/// (`overflow_addr` supplies them).
+pub fn encode_leaf(leaf: &Leaf, overflow_addr: &dyn Fn(usize) -> BlockAddr) -> Vec<u8> {
+    let mut out = Vec::with_capacity(leaf.bytes);
+    out.push(PAGE_TYPE_LEAF);
+    out.push(0);
+    out.extend_from_slice(&(leaf.entries.len() as u32).to_le_bytes());
+    out.extend_from_slice(&0u16.to_le_bytes());
+    let mut prev: &[u8] = &[];
+    for (i, (key, value)) in leaf.entries.iter().enumerate() {
+        let prefix = prev
+            .iter()
+            .zip(key.iter())
+            .take_while(|(a, b)| a == b)
+            .count();
+        put_varint(&mut out, prefix as u64);
+        put_varint(&mut out, (key.len() - prefix) as u64);
+        out.extend_from_slice(&key[prefix..]);
+        match value {
+            Value::Inline(b) => {
+                out.push(0);
+                put_varint(&mut out, b.len() as u64);
+                out.extend_from_slice(b);
+            }
+            Value::Big(big) => {
+                out.push(1);
+                overflow_addr(i).encode(&mut out);
+                out.extend_from_slice(&big.len.to_le_bytes());
+            }
+        }
+        prev = key;
+    }
+    debug_assert!(out.len() <= leaf.bytes);
+    out
+}
+
+pub fn encode_internal(node: &Internal, child_addr: &dyn Fn(usize) -> BlockAddr) -> Vec<u8> {
+    let mut out = Vec::with_capacity(node.bytes);
+    out.push(PAGE_TYPE_INTERNAL);
+    out.push(0);
+    out.extend_from_slice(&(node.children.len() as u32).to_le_bytes());
+    out.extend_from_slice(&0u16.to_le_bytes());
+    for (i, key) in node.keys.iter().enumerate() {
+        let key: &[u8] = if i == 0 { &[] } else { key };
+        put_varint(&mut out, key.len() as u64);
+        out.extend_from_slice(key);
+        child_addr(i).encode(&mut out);
+    }
+    out
+}
+
+/// One decoded cell, for the page dump tool.
+#[derive(Debug)]
+pub enum Cell {
+    Leaf {
+        prefix: usize,
+        key: Vec<u8>,
+        value: CellValue,
+    },
+    Internal {
+        key: Vec<u8>,
+        child: BlockAddr,
+    },
+}
+
+#[derive(Debug)]
+pub enum CellValue {
+    Inline(Vec<u8>),
+    Overflow { addr: BlockAddr, len: u32 },
+}
+
+/// Decode a page payload into cells; `Err` says what is malformed.
+pub fn decode_cells(kind: BlockKind, payload: &[u8]) -> Result<Vec<Cell>, String> {
+    let mut r = Reader::new(payload);
+    let ptype = r.u8().ok_or("truncated page header")?;
+    let _flags = r.u8().ok_or("truncated page header")?;
+    let n = r.u32().ok_or("truncated page header")? as usize;
+    let _ = r.u16().ok_or("truncated page header")?;
+    let expect = match kind {
+        BlockKind::Leaf => PAGE_TYPE_LEAF,
+        BlockKind::Internal => PAGE_TYPE_INTERNAL,
+        other => return Err(format!("{other:?} block is not a page")),
+    };
+    if ptype != expect {
+        return Err(format!("page type {ptype} in a {kind:?} block"));
+    }
+    // Every cell takes at least 3 bytes: a huge count is corruption, not a reason to allocate.
+    if n > r.remaining() / 3 + 1 {
+        return Err(format!(
+            "page claims {n} entries in {} bytes",
+            payload.len()
+        ));
+    }
+    let mut cells = Vec::with_capacity(n);
+    let mut prev: Vec<u8> = Vec::new();
+    for i in 0..n {
+        let at = r.pos();
+        let bad = |what: &str| format!("cell {i} at payload offset {at}: {what}");
+        if ptype == PAGE_TYPE_LEAF {
+            let prefix = r.varint().ok_or_else(|| bad("truncated prefix"))? as usize;
+            let slen = r.varint().ok_or_else(|| bad("truncated key length"))? as usize;
+            if prefix > prev.len() {
+                return Err(bad("prefix longer than the previous key"));
+            }
+            let suffix = r.bytes(slen).ok_or_else(|| bad("truncated key"))?;
+            let mut key = prev[..prefix].to_vec();
+            key.extend_from_slice(suffix);
+            let vtype = r.u8().ok_or_else(|| bad("truncated value type"))?;
+            let value = match vtype {
+                0 => {
+                    let len = r.varint().ok_or_else(|| bad("truncated value length"))? as usize;
+                    CellValue::Inline(r.bytes(len).ok_or_else(|| bad("truncated value"))?.to_vec())
+                }
+                1 => {
+                    let addr = BlockAddr::decode(
+                        r.bytes(16)
+                            .ok_or_else(|| bad("truncated overflow address"))?,
+                    )
+                    .unwrap();
+                    let len = r.u32().ok_or_else(|| bad("truncated overflow length"))?;
+                    CellValue::Overflow { addr, len }
+                }
+                t => return Err(bad(&format!("unknown value type {t}"))),
+            };
+            prev.clone_from(&key);
+            cells.push(Cell::Leaf { prefix, key, value });
+        } else {
+            let klen = r.varint().ok_or_else(|| bad("truncated key length"))? as usize;
+            let key = r.bytes(klen).ok_or_else(|| bad("truncated key"))?.to_vec();
+            let child =
+                BlockAddr::decode(r.bytes(16).ok_or_else(|| bad("truncated child address"))?)
+                    .unwrap();
+            cells.push(Cell::Internal { key, child });
+        }
+    }
+    if r.remaining() != 0 {
+        return Err(format!("{} trailing bytes after {n} cells", r.remaining()));
+    }
+    Ok(cells)
+}
+
+/// Build an in-memory node from a page image read from `addr`.
+/// `keys_decoded` counts keys materialized (invariant 3 is checked against it).
+pub fn decode_node(
+    kind: BlockKind,
+    payload: &[u8],
+    addr: BlockAddr,
+    keys_decoded: &std::sync::atomic::AtomicU64,
+) -> Result<Node, String> {
+    let cells = decode_cells(kind, payload)?;
+    keys_decoded.fetch_add(cells.len() as u64, std::sync::atomic::Ordering::Relaxed);
+    let body = match kind {
+        BlockKind::Leaf => {
+            let mut leaf = Leaf {
+                entries: Vec::with_capacity(cells.len()),
+                bytes: PAGE_HEADER_BYTES,
+            };
+            for cell in cells {
+                let Cell::Leaf { key, value, .. } = cell else {
+                    unreachable!()
+                };
+                let value = match value {
+                    CellValue::Inline(v) => Value::Inline(Arc::from(v)),
+                    CellValue::Overflow { addr, len } => Value::Big(Arc::new(BigValue {
+                        len,
+                        data: OnceLock::new(),
+                        disk: DiskSlot::with_addr(addr),
+                    })),
+                };
+                if let Some((prev, _)) = leaf.entries.last() {
+                    if **prev >= *key {
+                        return Err("keys out of order in leaf".into());
+                    }
+                }
+                leaf.bytes += leaf_entry_cost(&key, &value);
+                leaf.entries.push((Arc::from(key), value));
+            }
+            Body::Leaf(leaf)
+        }
+        _ => {
+            let mut node = Internal {
+                keys: Vec::with_capacity(cells.len()),
+                children: Vec::with_capacity(cells.len()),
+                bytes: PAGE_HEADER_BYTES,
+            };
+            for (i, cell) in cells.into_iter().enumerate() {
+                let Cell::Internal { key, child } = cell else {
+                    unreachable!()
+                };
+                if i == 0 && !key.is_empty() {
+                    return Err("first key of an internal page is not empty".into());
+                }
+                if i > 0 && **node.keys.last().unwrap() >= *key {
+                    return Err("keys out of order in internal page".into());
+                }
+                node.bytes += internal_entry_cost(&key);
+                node.keys.push(Arc::from(key));
+                node.children.push(Child::on_disk(child));
+            }
+            if node.children.is_empty() {
+                return Err("internal page without children".into());
+            }
+            Body::Internal(node)
+        }
+    };
+    Ok(Node {
+        body,
+        disk: DiskSlot::with_addr(addr),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU64;
+
+    #[test]
+    fn leaf_image_roundtrip_with_prefix_compression() {
+        let mut leaf = Leaf {
+            entries: vec![],
+            bytes: PAGE_HEADER_BYTES,
+        };
+        for k in ["apple", "applesauce", "apply", "banana"] {
+            let v = Value::new(k.as_bytes(), 1 << 20);
+            leaf.bytes += leaf_entry_cost(k.as_bytes(), &v);
+            leaf.entries.push((Arc::from(k.as_bytes()), v));
+        }
+        let img = encode_leaf(&leaf, &|_| unreachable!());
+        let cells = decode_cells(BlockKind::Leaf, &img).unwrap();
+        match &cells[1] {
+            Cell::Leaf { prefix, key, .. } => {
+                assert_eq!(*prefix, 5);
+                assert_eq!(key, b"applesauce");
+            }
+            _ => panic!(),
+        }
+        let addr = BlockAddr {
+            offset: 4096,
+            size: 4096,
+            checksum: 0,
+        };
+        let n = AtomicU64::new(0);
+        let node = decode_node(BlockKind::Leaf, &img, addr, &n).unwrap();
+        assert_eq!(n.into_inner(), 4);
+        let Body::Leaf(l) = node.body else { panic!() };
+        assert_eq!(&*l.entries[3].0, b"banana");
+        assert!(l.bytes <= leaf.bytes);
+    }
+
+    #[test]
+    fn garbage_pages_are_errors_not_panics() {
+        let addr = BlockAddr {
+            offset: 4096,
+            size: 4096,
+            checksum: 0,
+        };
+        let n = AtomicU64::new(0);
+        for len in 0..64 {
+            let junk: Vec<u8> = (0..len).map(|i| (i * 37 + 1) as u8).collect();
+            let _ = decode_node(BlockKind::Leaf, &junk, addr, &n);
+            let _ = decode_node(BlockKind::Internal, &junk, addr, &n);
+        }
+        let mut img = vec![PAGE_TYPE_LEAF, 0];
+        img.extend_from_slice(&u32::MAX.to_le_bytes());
+        img.extend_from_slice(&[0, 0]);
+        assert!(decode_cells(BlockKind::Leaf, &img).is_err());
+    }
+}

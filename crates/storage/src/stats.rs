@@ -1,0 +1,51 @@
+//! Engine statistics: atomic counters bumped where things happen, read as a
+//! plain snapshot by [`crate::Engine::stats`].
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+macro_rules! counters {
+    ($($name:ident),* $(,)?) => {
+        /// Live counters.
+        #[derive(Debug, Default)]
+        pub struct Counters { $(pub $name: AtomicU64,)* }
+
+        /// A point-in-time copy of [`Counters`].
+        #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+        pub struct Stats { $(pub $name: u64,)* }
+
+        impl Counters {
+            pub fn snapshot(&self) -> Stats {
+                Stats { $($name: self.$name.load(Relaxed),)* }
+            }
+        }
+
+        impl Stats {
+            /// `(name, value)` pairs, for printing and JSON.
+            pub fn pairs(&self) -> Vec<(&'static str, u64)> {
+                vec![$((stringify!($name), self.$name),)*]
+            }
+        }
+    };
+}
+
+counters!(
+    keys_decoded,
+    leaf_pages_read,
+    internal_pages_read,
+    overflow_blocks_read,
+    leaf_pages_written,
+    internal_pages_written,
+    overflow_blocks_written,
+    data_bytes_written,
+    commits,
+    journal_records,
+    journal_bytes_written,
+    journal_syncs,
+    checkpoints,
+    checkpoint_last_duration_us,
+    checkpoint_total_duration_us,
+);
+
+pub fn bump(counter: &AtomicU64, n: u64) {
+    counter.fetch_add(n, Relaxed);
+}
