@@ -15,6 +15,8 @@
 //!    that checkpoint is durable.
 //! 2. `alloc`, `avail`, `discard` and `pending` never overlap, and together with
 //!    the file header block they cover `[0, file_size)`.
+//! 4. A checkpoint's extent list is `alloc` plus `discard` at the time it is
+//!    written: exactly the blocks that checkpoint references.
 //! 3. Offset 0 holds the file header block; no address ever points at it.
 
 use crate::error::{Result, StorageError};
@@ -582,15 +584,26 @@ impl BlockFile {
         discard.drain_into(pending);
     }
 
-    /// Write the alloc list as the last block of a checkpoint. The block
+    /// Blocks a checkpoint references: the allocated ones plus those freed
+    /// since its snapshot (the live tree dropped them after the snapshot
+    /// was taken, so the checkpoint still names them).
+    fn checkpoint_extents(ext: &Extents) -> ExtentList {
+        let mut list = ext.alloc.clone();
+        for (off, len) in ext.discard.iter() {
+            list.insert(off, len);
+        }
+        list
+    }
+
+    /// Write the checkpoint's extent list as its last block. The block
     /// lists itself.
     pub fn write_extent_list(&self) -> Result<BlockAddr> {
-        let count = self.extents().alloc.len();
+        let count = Self::checkpoint_extents(&self.extents()).len();
         // Allocating the list's own block can add at most one extent.
         let reserve = round_to_unit((block_header_bytes + 4 + (count + 2) * 16) as u64);
         let offset = self.allocate(reserve);
         let mut payload = Vec::with_capacity(reserve as usize);
-        self.extents().alloc.encode(&mut payload);
+        Self::checkpoint_extents(&self.extents()).encode(&mut payload);
         let (mut buf, _) = build_block(BlockKind::ExtentList, &payload);
         assert!(
             buf.len() as u64 <= reserve,

@@ -650,6 +650,8 @@ impl Engine {
         f.write_at(&record.encode(), 0)?;
         f.sync()?;
         drop(f);
+        // New table files must have durable names before a root can name them.
+        vfs.sync_dir(dir)?;
         vfs.rename(&tmp, &dir.join(ROOT_FILE))?;
         vfs.sync_dir(dir)
     }
@@ -1244,8 +1246,10 @@ fn background_loop(weak: Weak<Inner>, stop: Arc<(Mutex<bool>, Condvar)>) {
             }
         }
         if engine.checkpoint_due() {
-            if let Err(e) = engine.checkpoint() {
-                tracing::error!(error = %e, "periodic checkpoint failed");
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| engine.checkpoint())) {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => tracing::error!(error = %e, "periodic checkpoint failed"),
+                Err(_) => engine.poison("a periodic checkpoint panicked".into()),
             }
         }
     }

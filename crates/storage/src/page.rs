@@ -68,11 +68,14 @@ impl DiskSlot {
         }
     }
 
-    /// The live tree no longer references this content.
+    /// The live tree no longer references this content. Its block is freed
+    /// (to discard) but the address stays readable: a checkpoint snapshot
+    /// taken earlier may still name it.
     pub fn retire(&self, free: &dyn Fn(BlockAddr)) {
         let mut st = self.state.lock().unwrap();
+        assert!(!st.retired, "content retired twice");
         st.retired = true;
-        if let Some(a) = st.addr.take() {
+        if let Some(a) = st.addr {
             free(a);
         }
     }

@@ -1,0 +1,142 @@
+//! A file system wrapper that fails on purpose: once its countdown of I/O
+//! operations reaches zero, that operation and every later one fails (the
+//! way a dying disk does), and an optional hook runs at that instant (tests
+//! use it to take a crash image at exactly that point).
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use storage::error::{Result, StorageError};
+use storage::vfs::{Vfs, VfsFile};
+
+type Hook = Box<dyn FnOnce() + Send>;
+
+struct Shared {
+    countdown: AtomicU64,
+    armed: AtomicBool,
+    tripped: AtomicBool,
+    hook: Mutex<Option<Hook>>,
+}
+
+impl Shared {
+    fn tick(&self, op: &'static str, path: &Path) -> Result<()> {
+        if !self.armed.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        if self.tripped.load(Ordering::SeqCst) || self.countdown.fetch_sub(1, Ordering::SeqCst) <= 1
+        {
+            if !self.tripped.swap(true, Ordering::SeqCst) {
+                if let Some(hook) = self.hook.lock().unwrap().take() {
+                    hook();
+                }
+            }
+            return Err(StorageError::Io {
+                op,
+                path: path.to_path_buf(),
+                source: std::io::Error::other("injected I/O failure"),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// See the module docs.
+#[derive(Clone)]
+pub struct FaultVfs {
+    inner: Arc<dyn Vfs>,
+    shared: Arc<Shared>,
+}
+
+impl FaultVfs {
+    /// Fail the `n`th I/O operation (1-based) and all after it.
+    pub fn new(inner: Arc<dyn Vfs>, n: u64) -> FaultVfs {
+        FaultVfs {
+            inner,
+            shared: Arc::new(Shared {
+                countdown: AtomicU64::new(n),
+                armed: AtomicBool::new(true),
+                tripped: AtomicBool::new(false),
+                hook: Mutex::new(None),
+            }),
+        }
+    }
+
+    /// Run `hook` at the moment the first failure happens.
+    pub fn on_trip(&self, hook: impl FnOnce() + Send + 'static) {
+        *self.shared.hook.lock().unwrap() = Some(Box::new(hook));
+    }
+
+    pub fn tripped(&self) -> bool {
+        self.shared.tripped.load(Ordering::SeqCst)
+    }
+
+    /// Stop failing.
+    pub fn disarm(&self) {
+        self.shared.armed.store(false, Ordering::SeqCst);
+    }
+}
+
+struct FaultFile {
+    inner: Arc<dyn VfsFile>,
+    shared: Arc<Shared>,
+}
+
+impl VfsFile for FaultFile {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        self.shared.tick("read", self.inner.path())?;
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
+        self.shared.tick("write", self.inner.path())?;
+        self.inner.write_at(buf, offset)
+    }
+    fn sync(&self) -> Result<()> {
+        self.shared.tick("fsync", self.inner.path())?;
+        self.inner.sync()
+    }
+    fn len(&self) -> Result<u64> {
+        self.inner.len()
+    }
+    fn set_len(&self, len: u64) -> Result<()> {
+        self.shared.tick("truncate", self.inner.path())?;
+        self.inner.set_len(len)
+    }
+    fn path(&self) -> &Path {
+        self.inner.path()
+    }
+}
+
+impl Vfs for FaultVfs {
+    fn open(&self, path: &Path, create: bool) -> Result<Arc<dyn VfsFile>> {
+        self.shared.tick("open", path)?;
+        Ok(Arc::new(FaultFile {
+            inner: self.inner.open(path, create)?,
+            shared: self.shared.clone(),
+        }))
+    }
+    fn exists(&self, path: &Path) -> bool {
+        self.inner.exists(path)
+    }
+    fn remove(&self, path: &Path) -> Result<()> {
+        self.shared.tick("remove", path)?;
+        self.inner.remove(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> Result<()> {
+        self.shared.tick("rename", from)?;
+        self.inner.rename(from, to)
+    }
+    fn list(&self, dir: &Path) -> Result<Vec<String>> {
+        self.shared.tick("readdir", dir)?;
+        self.inner.list(dir)
+    }
+    fn create_dir_all(&self, dir: &Path) -> Result<()> {
+        self.inner.create_dir_all(dir)
+    }
+    fn sync_dir(&self, dir: &Path) -> Result<()> {
+        self.shared.tick("fsync dir", dir)?;
+        self.inner.sync_dir(dir)
+    }
+    fn lock_dir(&self, dir: &Path) -> Result<Box<dyn Send + Sync>> {
+        self.inner.lock_dir(dir)
+    }
+}
