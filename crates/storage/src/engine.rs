@@ -98,10 +98,12 @@ impl TableConfig {
                 "page sizes must be between {page_min_bytes} and {page_max_bytes} bytes"
             )));
         }
-        if self.overflow_min_bytes < 64 || self.overflow_min_bytes > self.leaf_page_max_bytes {
-            return Err(StorageError::InvalidConfig(
-                "overflow_min_bytes must be between 64 and the leaf page size".into(),
-            ));
+        // A value just under the overflow size may make one leaf image larger
+        // than the page size; that is allowed (the page holds fewer entries).
+        if !(64..=page_max_bytes).contains(&self.overflow_min_bytes) {
+            return Err(StorageError::InvalidConfig(format!(
+                "overflow_min_bytes must be between 64 and {page_max_bytes}"
+            )));
         }
         Ok(())
     }

@@ -12,6 +12,7 @@ use storage::vfs::{Vfs, VfsFile};
 type Hook = Box<dyn FnOnce() + Send>;
 
 struct Shared {
+    ops: AtomicU64,
     countdown: AtomicU64,
     armed: AtomicBool,
     tripped: AtomicBool,
@@ -23,6 +24,7 @@ impl Shared {
         if !self.armed.load(Ordering::SeqCst) {
             return Ok(());
         }
+        self.ops.fetch_add(1, Ordering::SeqCst);
         if self.tripped.load(Ordering::SeqCst) || self.countdown.fetch_sub(1, Ordering::SeqCst) <= 1
         {
             if !self.tripped.swap(true, Ordering::SeqCst) {
@@ -53,6 +55,7 @@ impl FaultVfs {
         FaultVfs {
             inner,
             shared: Arc::new(Shared {
+                ops: AtomicU64::new(0),
                 countdown: AtomicU64::new(n),
                 armed: AtomicBool::new(true),
                 tripped: AtomicBool::new(false),
@@ -64,6 +67,11 @@ impl FaultVfs {
     /// Run `hook` at the moment the first failure happens.
     pub fn on_trip(&self, hook: impl FnOnce() + Send + 'static) {
         *self.shared.hook.lock().unwrap() = Some(Box::new(hook));
+    }
+
+    /// I/O operations seen while armed.
+    pub fn ops(&self) -> u64 {
+        self.shared.ops.load(Ordering::SeqCst)
     }
 
     pub fn tripped(&self) -> bool {
