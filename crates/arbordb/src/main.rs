@@ -1,1 +1,48 @@
-fn main() {}
+//! The `arbordb` command-line tool: one binary, one subcommand per job.
+//!
+//! `arbordb bench engine` (the W6 engine benchmark, in `bench/`),
+//! `arbordb verify` and `arbordb dump` (in `tools.rs`). Each subcommand lives
+//! in its own module and this file only parses arguments and dispatches.
+
+mod bench;
+mod tools;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser, Debug)]
+#[command(name = "arbordb", version, about = "ArborDB tools")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Benchmarks (see bench/ for results and charts).
+    Bench(bench::BenchArgs),
+    /// Check every page, checksum, key range and extent list of a data directory.
+    Verify(tools::VerifyArgs),
+    /// Print tables, pages and journal records of a data directory.
+    Dump(tools::DumpArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Bench(args) => bench::run(args),
+        Command::Verify(args) => match tools::verify(args) {
+            Ok(true) => Ok(()),
+            Ok(false) => return ExitCode::FAILURE,
+            Err(e) => Err(e.into()),
+        },
+        Command::Dump(args) => tools::dump(args).map_err(Into::into),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("arbordb: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

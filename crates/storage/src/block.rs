@@ -129,25 +129,15 @@ pub fn build_block(kind: BlockKind, payload: &[u8]) -> (Vec<u8>, u32) {
 }
 
 /// Check a block's bytes against its address; returns kind and payload range.
-pub fn check_block(
-    path: &Path,
-    addr: BlockAddr,
-    buf: &[u8],
-) -> Result<(BlockKind, std::ops::Range<usize>)> {
+pub fn check_block(path: &Path, addr: BlockAddr, buf: &[u8]) -> Result<(BlockKind, std::ops::Range<usize>)> {
     let bad = |detail: String| StorageError::corruption(path, addr.offset, detail);
     if buf.len() < block_header_bytes {
-        return Err(bad(format!(
-            "block of {} bytes is shorter than its header",
-            buf.len()
-        )));
+        return Err(bad(format!("block of {} bytes is shorter than its header", buf.len())));
     }
     let stored = u32::from_le_bytes(buf[0..4].try_into().unwrap());
     let size = u32::from_le_bytes(buf[4..8].try_into().unwrap());
     if size != addr.size || size as usize != buf.len() {
-        return Err(bad(format!(
-            "block size {size} does not match the expected {}",
-            addr.size
-        )));
+        return Err(bad(format!("block size {size} does not match the expected {}", addr.size)));
     }
     let actual = crc32c::crc32c(&buf[4..]);
     if actual != stored || stored != addr.checksum {
@@ -158,12 +148,9 @@ pub fn check_block(
     }
     let payload_len = u32::from_le_bytes(buf[8..12].try_into().unwrap()) as usize;
     if block_header_bytes + payload_len > buf.len() {
-        return Err(bad(format!(
-            "payload length {payload_len} exceeds block size {size}"
-        )));
+        return Err(bad(format!("payload length {payload_len} exceeds block size {size}")));
     }
-    let kind = BlockKind::from_u8(buf[12])
-        .ok_or_else(|| bad(format!("unknown block kind {}", buf[12])))?;
+    let kind = BlockKind::from_u8(buf[12]).ok_or_else(|| bad(format!("unknown block kind {}", buf[12])))?;
     Ok((kind, block_header_bytes..block_header_bytes + payload_len))
 }
 
@@ -171,16 +158,12 @@ pub fn check_block(
 pub fn read_block_at(file: &dyn VfsFile, addr: BlockAddr) -> Result<(BlockKind, Vec<u8>)> {
     let path = file.path();
     if addr.offset == 0
-        || addr.offset % block_alloc_unit_bytes != 0
-        || addr.size as u64 % block_alloc_unit_bytes != 0
+        || !addr.offset.is_multiple_of(block_alloc_unit_bytes)
+        || !(addr.size as u64).is_multiple_of(block_alloc_unit_bytes)
         || addr.size == 0
         || addr.size as u64 > block_size_max_bytes
     {
-        return Err(StorageError::corruption(
-            path,
-            addr.offset,
-            format!("invalid block address {addr:?}"),
-        ));
+        return Err(StorageError::corruption(path, addr.offset, format!("invalid block address {addr:?}")));
     }
     let mut buf = vec![0u8; addr.size as usize];
     file.read_at(&mut buf, addr.offset).map_err(|e| match e {
@@ -206,10 +189,7 @@ pub struct ExtentList {
 
 impl ExtentList {
     pub fn new_sized() -> Self {
-        ExtentList {
-            sized: true,
-            ..Default::default()
-        }
+        ExtentList { sized: true, ..Default::default() }
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
@@ -248,10 +228,7 @@ impl ExtentList {
     pub fn insert(&mut self, mut off: u64, mut len: u64) {
         assert!(len > 0);
         if let Some((&p_off, &p_len)) = self.by_offset.range(..=off).next_back() {
-            assert!(
-                p_off + p_len <= off,
-                "extent [{off}, +{len}) overlaps [{p_off}, +{p_len})"
-            );
+            assert!(p_off + p_len <= off, "extent [{off}, +{len}) overlaps [{p_off}, +{p_len})");
             if p_off + p_len == off {
                 self.raw_remove(p_off);
                 off = p_off;
@@ -259,10 +236,7 @@ impl ExtentList {
             }
         }
         if let Some((&n_off, &n_len)) = self.by_offset.range(off + 1..).next() {
-            assert!(
-                off + len <= n_off,
-                "extent [{off}, +{len}) overlaps [{n_off}, +{n_len})"
-            );
+            assert!(off + len <= n_off, "extent [{off}, +{len}) overlaps [{n_off}, +{n_len})");
             if off + len == n_off {
                 self.raw_remove(n_off);
                 len += n_len;
@@ -312,11 +286,7 @@ impl ExtentList {
     }
 
     fn take_first_fit(&mut self, len: u64) -> Option<u64> {
-        let (e_off, _) = self
-            .by_offset
-            .iter()
-            .find(|(_, &l)| l >= len)
-            .map(|(&o, &l)| (o, l))?;
+        let (e_off, _) = self.by_offset.iter().find(|(_, &l)| l >= len).map(|(&o, &l)| (o, l))?;
         self.remove(e_off, len);
         Some(e_off)
     }
@@ -402,24 +372,12 @@ impl BlockFile {
     /// Open a file whose live blocks (besides the header) are `alloc`, as
     /// recorded by the last checkpoint. Everything else is free; the tail
     /// past the last live block is truncated.
-    pub fn open(
-        file: Arc<dyn VfsFile>,
-        policy: AllocPolicy,
-        alloc: ExtentList,
-    ) -> Result<BlockFile> {
+    pub fn open(file: Arc<dyn VfsFile>, policy: AllocPolicy, alloc: ExtentList) -> Result<BlockFile> {
         let header = block_alloc_unit_bytes;
-        let end = alloc
-            .last()
-            .map(|(o, l)| o + l)
-            .unwrap_or(header)
-            .max(header);
+        let end = alloc.last().map(|(o, l)| o + l).unwrap_or(header).max(header);
         if let Some((first, _)) = alloc.iter().next() {
             if first < header {
-                return Err(StorageError::corruption(
-                    file.path(),
-                    first,
-                    "extent list claims the file header block",
-                ));
+                return Err(StorageError::corruption(file.path(), first, "extent list claims the file header block"));
             }
         }
         let len = file.len()?;
@@ -432,18 +390,11 @@ impl BlockFile {
         }
         let mut hdr = vec![0u8; header as usize];
         file.read_at(&mut hdr, 0)?;
-        let hdr_addr = BlockAddr {
-            offset: 0,
-            size: header as u32,
-            checksum: u32::from_le_bytes(hdr[0..4].try_into().unwrap()),
-        };
+        let hdr_addr =
+            BlockAddr { offset: 0, size: header as u32, checksum: u32::from_le_bytes(hdr[0..4].try_into().unwrap()) };
         let (kind, range) = check_block(file.path(), hdr_addr, &hdr)?;
         if kind != BlockKind::FileHeader || &hdr[range] != FILE_MAGIC {
-            return Err(StorageError::corruption(
-                file.path(),
-                0,
-                "not an ArborDB data file",
-            ));
+            return Err(StorageError::corruption(file.path(), 0, "not an ArborDB data file"));
         }
         if len > end {
             file.set_len(end)?;
@@ -451,12 +402,7 @@ impl BlockFile {
         Ok(BlockFile::with_extents(file, policy, alloc, end))
     }
 
-    fn with_extents(
-        file: Arc<dyn VfsFile>,
-        policy: AllocPolicy,
-        alloc: ExtentList,
-        file_size: u64,
-    ) -> BlockFile {
+    fn with_extents(file: Arc<dyn VfsFile>, policy: AllocPolicy, alloc: ExtentList, file_size: u64) -> BlockFile {
         let header = block_alloc_unit_bytes;
         let mut avail = ExtentList::new_sized();
         let mut cursor = header;
@@ -532,21 +478,14 @@ impl BlockFile {
     pub fn write_block(&self, kind: BlockKind, payload: &[u8]) -> Result<BlockAddr> {
         let (buf, checksum) = build_block(kind, payload);
         if buf.len() as u64 > block_size_max_bytes {
-            return Err(StorageError::InvalidConfig(format!(
-                "block of {} bytes is too large",
-                buf.len()
-            )));
+            return Err(StorageError::InvalidConfig(format!("block of {} bytes is too large", buf.len())));
         }
         let offset = self.allocate(buf.len() as u64);
         self.file.write_at(&buf, offset)?;
         let mut st = self.stats.lock().unwrap();
         st.blocks_written += 1;
         st.bytes_written += buf.len() as u64;
-        Ok(BlockAddr {
-            offset,
-            size: buf.len() as u32,
-            checksum,
-        })
+        Ok(BlockAddr { offset, size: buf.len() as u32, checksum })
     }
 
     /// Read and check the block at `addr`; returns its kind and payload.
@@ -563,24 +502,15 @@ impl BlockFile {
     pub fn free(&self, addr: BlockAddr) {
         let mut ext = self.extents();
         let removed = ext.alloc.remove(addr.offset, addr.size as u64);
-        assert!(
-            removed,
-            "{}: freeing block {addr:?} that is not allocated",
-            self.path.display()
-        );
+        assert!(removed, "{}: freeing block {addr:?} that is not allocated", self.path.display());
         ext.discard.insert(addr.offset, addr.size as u64);
     }
 
     /// At the snapshot of a checkpoint: blocks freed so far are not part of it.
     pub fn checkpoint_begin(&self) {
         let mut ext = self.extents();
-        assert!(
-            ext.pending.is_empty(),
-            "a checkpoint is already in progress"
-        );
-        let Extents {
-            discard, pending, ..
-        } = &mut *ext;
+        assert!(ext.pending.is_empty(), "a checkpoint is already in progress");
+        let Extents { discard, pending, .. } = &mut *ext;
         discard.drain_into(pending);
     }
 
@@ -605,10 +535,7 @@ impl BlockFile {
         let mut payload = Vec::with_capacity(reserve as usize);
         Self::checkpoint_extents(&self.extents()).encode(&mut payload);
         let (mut buf, _) = build_block(BlockKind::ExtentList, &payload);
-        assert!(
-            buf.len() as u64 <= reserve,
-            "extent list outgrew its reservation"
-        );
+        assert!(buf.len() as u64 <= reserve, "extent list outgrew its reservation");
         buf.resize(reserve as usize, 0);
         let checksum = crc32c::crc32c(&buf[4..]);
         buf[4..8].copy_from_slice(&(reserve as u32).to_le_bytes());
@@ -617,11 +544,7 @@ impl BlockFile {
         let mut st = self.stats.lock().unwrap();
         st.blocks_written += 1;
         st.bytes_written += buf.len() as u64;
-        Ok(BlockAddr {
-            offset,
-            size: reserve as u32,
-            checksum,
-        })
+        Ok(BlockAddr { offset, size: reserve as u32, checksum })
     }
 
     /// The checkpoint is durable: what it no longer references is free.
@@ -644,9 +567,7 @@ impl BlockFile {
     /// The checkpoint failed: what it would have released stays reserved.
     pub fn checkpoint_abandoned(&self) {
         let mut ext = self.extents();
-        let Extents {
-            pending, discard, ..
-        } = &mut *ext;
+        let Extents { pending, discard, .. } = &mut *ext;
         pending.drain_into(discard);
     }
 
@@ -667,10 +588,7 @@ mod tests {
         l.insert(8192, 4096);
         assert_eq!(l.iter().collect::<Vec<_>>(), vec![(4096, 12288)]);
         assert!(l.remove(8192, 4096));
-        assert_eq!(
-            l.iter().collect::<Vec<_>>(),
-            vec![(4096, 4096), (12288, 4096)]
-        );
+        assert_eq!(l.iter().collect::<Vec<_>>(), vec![(4096, 4096), (12288, 4096)]);
         assert!(!l.remove(8192, 4096));
         assert_eq!(l.by_size.len(), 2);
     }
@@ -696,11 +614,7 @@ mod tests {
     #[test]
     fn block_roundtrip_and_corruption() {
         let (mut buf, ck) = build_block(BlockKind::Leaf, b"hello");
-        let addr = BlockAddr {
-            offset: 4096,
-            size: buf.len() as u32,
-            checksum: ck,
-        };
+        let addr = BlockAddr { offset: 4096, size: buf.len() as u32, checksum: ck };
         let p = Path::new("t");
         let (kind, r) = check_block(p, addr, &buf).unwrap();
         assert_eq!(kind, BlockKind::Leaf);

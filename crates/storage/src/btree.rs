@@ -18,8 +18,8 @@ use crate::block::{BlockAddr, BlockFile, BlockKind};
 use crate::error::{Result, StorageError};
 use crate::limits::tree_depth_max;
 use crate::page::{
-    decode_node, encode_internal, encode_leaf, internal_entry_cost, leaf_entry_cost, Body, Child,
-    Internal, Key, Leaf, Node, Value, PAGE_HEADER_BYTES,
+    decode_node, encode_internal, encode_leaf, internal_entry_cost, leaf_entry_cost, Body, Child, Internal, Key, Leaf,
+    Node, Value, PAGE_HEADER_BYTES,
 };
 use crate::stats::{bump, Counters};
 use std::ops::Bound;
@@ -48,21 +48,11 @@ fn child_index(node: &Internal, key: &[u8]) -> usize {
 
 impl Tree {
     pub fn new_empty(bf: Arc<BlockFile>, geometry: TreeGeometry, counters: Arc<Counters>) -> Tree {
-        Tree {
-            bf,
-            geometry,
-            root: RwLock::new(Arc::new(Node::empty_leaf())),
-            counters,
-        }
+        Tree { bf, geometry, root: RwLock::new(Arc::new(Node::empty_leaf())), counters }
     }
 
     /// Open the tree whose root page is at `root`.
-    pub fn open(
-        bf: Arc<BlockFile>,
-        geometry: TreeGeometry,
-        counters: Arc<Counters>,
-        root: BlockAddr,
-    ) -> Result<Tree> {
+    pub fn open(bf: Arc<BlockFile>, geometry: TreeGeometry, counters: Arc<Counters>, root: BlockAddr) -> Result<Tree> {
         let tree = Tree::new_empty(bf, geometry, counters);
         let node = tree.read_node(root)?;
         *tree.root.write().unwrap() = node;
@@ -101,9 +91,7 @@ impl Tree {
         if let Some(node) = child.node.get() {
             return Ok(node);
         }
-        let addr = child
-            .addr
-            .expect("a child slot without a node has an address");
+        let addr = child.addr.expect("a child slot without a node has an address");
         let node = self.read_node(addr)?;
         let _ = child.node.set(node);
         Ok(child.node.get().unwrap())
@@ -117,20 +105,13 @@ impl Tree {
                 if let Some(d) = big.data.get() {
                     return Ok(d.clone());
                 }
-                let addr = big
-                    .disk
-                    .addr()
-                    .expect("an unloaded overflow value has an address");
+                let addr = big.disk.addr().expect("an unloaded overflow value has an address");
                 let (kind, payload) = self.bf.read_block(addr)?;
                 if kind != BlockKind::Overflow || payload.len() != big.len as usize {
                     return Err(StorageError::corruption(
                         self.bf.path(),
                         addr.offset,
-                        format!(
-                            "expected an overflow block of {} bytes, found {kind:?} of {}",
-                            big.len,
-                            payload.len()
-                        ),
+                        format!("expected an overflow block of {} bytes, found {kind:?} of {}", big.len, payload.len()),
                     ));
                 }
                 bump(&self.counters.overflow_blocks_read, 1);
@@ -146,24 +127,16 @@ impl Tree {
         for _ in 0..tree_depth_max {
             let next = match &node.body {
                 Body::Leaf(_) => return Ok(node),
-                Body::Internal(int) => self
-                    .load_child(&int.children[child_index(int, key)])?
-                    .clone(),
+                Body::Internal(int) => self.load_child(&int.children[child_index(int, key)])?.clone(),
             };
             node = next;
         }
-        Err(StorageError::corruption(
-            self.bf.path(),
-            0,
-            "tree deeper than the depth limit",
-        ))
+        Err(StorageError::corruption(self.bf.path(), 0, "tree deeper than the depth limit"))
     }
 
     pub fn get(&self, key: &[u8]) -> Result<Option<Arc<[u8]>>> {
         let leaf = self.leaf_for(&self.snapshot(), key)?;
-        let Body::Leaf(l) = &leaf.body else {
-            unreachable!()
-        };
+        let Body::Leaf(l) = &leaf.body else { unreachable!() };
         match l.entries.binary_search_by(|(k, _)| (**k).cmp(key)) {
             Ok(i) => Ok(Some(self.value_bytes(&l.entries[i].1)?)),
             Err(_) => Ok(None),
@@ -184,17 +157,11 @@ impl Tree {
                     let value = Value::new(v, self.geometry.overflow_min);
                     if let Some((sep, right)) = self.put_rec(&mut root, key, value)? {
                         let left = std::mem::replace(&mut *root, Arc::new(Node::empty_leaf()));
-                        let bytes = PAGE_HEADER_BYTES
-                            + internal_entry_cost(&[])
-                            + internal_entry_cost(&sep);
+                        let bytes = PAGE_HEADER_BYTES + internal_entry_cost(&[]) + internal_entry_cost(&sep);
                         let keys: Vec<Key> = vec![Arc::from(&[][..]), sep];
                         let children = vec![Child::in_memory(left), Child::in_memory(right)];
                         *root = Arc::new(Node {
-                            body: Body::Internal(Internal {
-                                keys,
-                                children,
-                                bytes,
-                            }),
+                            body: Body::Internal(Internal { keys, children, bytes }),
                             disk: Default::default(),
                         });
                     }
@@ -212,9 +179,7 @@ impl Tree {
 
     fn contains_in(&self, root: &Arc<Node>, key: &[u8]) -> Result<bool> {
         let leaf = self.leaf_for(root, key)?;
-        let Body::Leaf(l) = &leaf.body else {
-            unreachable!()
-        };
+        let Body::Leaf(l) = &leaf.body else { unreachable!() };
         Ok(l.entries.binary_search_by(|(k, _)| (**k).cmp(key)).is_ok())
     }
 
@@ -241,19 +206,10 @@ impl Tree {
         } else {
             drop(loaded);
         }
-        Ok(Arc::get_mut(&mut node.children[i])
-            .unwrap()
-            .node
-            .get_mut()
-            .unwrap())
+        Ok(Arc::get_mut(&mut node.children[i]).unwrap().node.get_mut().unwrap())
     }
 
-    fn put_rec(
-        &self,
-        arc: &mut Arc<Node>,
-        key: &[u8],
-        value: Value,
-    ) -> Result<Option<(Key, Arc<Node>)>> {
+    fn put_rec(&self, arc: &mut Arc<Node>, key: &[u8], value: Value) -> Result<Option<(Key, Arc<Node>)>> {
         let geometry = self.geometry;
         let node = self.make_mut(arc);
         match &mut node.body {
@@ -328,11 +284,7 @@ impl Tree {
         if int.children.len() < 2 {
             return Ok(());
         }
-        let (l, r) = if i + 1 < int.children.len() {
-            (i, i + 1)
-        } else {
-            (i - 1, i)
-        };
+        let (l, r) = if i + 1 < int.children.len() { (i, i + 1) } else { (i - 1, i) };
         let right = self.load_child(&int.children[r])?.clone();
         let left_bytes = self.load_child(&int.children[l])?.bytes();
         let sep_cost = internal_entry_cost(&int.keys[r]);
@@ -349,19 +301,12 @@ impl Tree {
                 ll.bytes += rl.bytes - PAGE_HEADER_BYTES;
             }
             (Body::Internal(li), Body::Internal(ri)) => {
-                li.bytes += ri.bytes - PAGE_HEADER_BYTES - internal_entry_cost(&[])
-                    + internal_entry_cost(&sep);
+                li.bytes += ri.bytes - PAGE_HEADER_BYTES - internal_entry_cost(&[]) + internal_entry_cost(&sep);
                 li.keys.push(sep);
                 li.keys.extend(ri.keys[1..].iter().cloned());
                 li.children.extend(ri.children.iter().cloned());
             }
-            _ => {
-                return Err(StorageError::corruption(
-                    self.bf.path(),
-                    0,
-                    "siblings at different depths",
-                ))
-            }
+            _ => return Err(StorageError::corruption(self.bf.path(), 0, "siblings at different depths")),
         }
         right.disk.retire(&self.free());
         Ok(())
@@ -370,9 +315,7 @@ impl Tree {
     fn collapse_root(&self, root: &mut Arc<Node>) -> Result<()> {
         loop {
             let only = match &root.body {
-                Body::Internal(int) if int.children.len() == 1 => {
-                    self.load_child(&int.children[0])?.clone()
-                }
+                Body::Internal(int) if int.children.len() == 1 => self.load_child(&int.children[0])?.clone(),
                 _ => return Ok(()),
             };
             let old = std::mem::replace(root, only);
@@ -395,10 +338,7 @@ impl Tree {
                         let addr = match big.disk.addr() {
                             Some(a) => a,
                             None => {
-                                let data = big
-                                    .data
-                                    .get()
-                                    .expect("a value without a block is in memory");
+                                let data = big.data.get().expect("a value without a block is in memory");
                                 let a = self.bf.write_block(BlockKind::Overflow, data)?;
                                 bump(&self.counters.overflow_blocks_written, 1);
                                 bump(&self.counters.data_bytes_written, a.size as u64);
@@ -455,23 +395,11 @@ fn split_leaf(leaf: &mut Leaf) -> (Key, Arc<Node>) {
         }
     }
     let right_entries = leaf.entries.split_off(m.max(1));
-    let right_bytes: usize = right_entries
-        .iter()
-        .map(|(k, v)| leaf_entry_cost(k, v))
-        .sum();
+    let right_bytes: usize = right_entries.iter().map(|(k, v)| leaf_entry_cost(k, v)).sum();
     leaf.bytes -= right_bytes;
     let sep = right_entries[0].0.clone();
-    let right = Leaf {
-        entries: right_entries,
-        bytes: PAGE_HEADER_BYTES + right_bytes,
-    };
-    (
-        sep,
-        Arc::new(Node {
-            body: Body::Leaf(right),
-            disk: Default::default(),
-        }),
-    )
+    let right = Leaf { entries: right_entries, bytes: PAGE_HEADER_BYTES + right_bytes };
+    (sep, Arc::new(Node { body: Body::Leaf(right), disk: Default::default() }))
 }
 
 fn split_internal(int: &mut Internal) -> (Key, Arc<Node>) {
@@ -490,26 +418,11 @@ fn split_internal(int: &mut Internal) -> (Key, Arc<Node>) {
     let children = int.children.split_off(m);
     let sep = std::mem::replace(&mut keys[0], Arc::from(&[][..]));
     let cost = |keys: &[Key]| {
-        PAGE_HEADER_BYTES
-            + internal_entry_cost(&[])
-            + keys[1..]
-                .iter()
-                .map(|k| internal_entry_cost(k))
-                .sum::<usize>()
+        PAGE_HEADER_BYTES + internal_entry_cost(&[]) + keys[1..].iter().map(|k| internal_entry_cost(k)).sum::<usize>()
     };
     int.bytes = cost(&int.keys);
     let bytes = cost(&keys);
-    (
-        sep,
-        Arc::new(Node {
-            body: Body::Internal(Internal {
-                keys,
-                children,
-                bytes,
-            }),
-            disk: Default::default(),
-        }),
-    )
+    (sep, Arc::new(Node { body: Body::Internal(Internal { keys, children, bytes }), disk: Default::default() }))
 }
 
 /// A position-keeping reader over one version of a tree.
@@ -521,18 +434,23 @@ pub struct Cursor {
     /// Path from the root: each internal node with the index of the child taken.
     path: Vec<(Arc<Node>, usize)>,
     leaf: Option<(Arc<Node>, usize)>,
+    /// Ran off an end: `next`/`prev` return `None` until a seek, first or last.
+    exhausted: bool,
     lower: Bound<Vec<u8>>,
     upper: Bound<Vec<u8>>,
 }
 
 pub type Entry = (Key, Arc<[u8]>);
 
+// `next`/`prev` are fallible moves (they read pages), not `Iterator`s.
+#[allow(clippy::should_implement_trait)]
 impl Cursor {
     pub fn new(tree: Arc<Tree>) -> Cursor {
         Cursor {
             tree,
             path: Vec::new(),
             leaf: None,
+            exhausted: false,
             lower: Bound::Unbounded,
             upper: Bound::Unbounded,
         }
@@ -545,9 +463,21 @@ impl Cursor {
         self.reset();
     }
 
+    /// Forget the position: the next `next` starts at `first`, `prev` at `last`.
     pub fn reset(&mut self) {
         self.path.clear();
         self.leaf = None;
+        self.exhausted = false;
+    }
+
+    /// Record that a move found nothing; later moves return `None` too.
+    fn end(&mut self, found: Option<Entry>) -> Option<Entry> {
+        if found.is_none() {
+            self.path.clear();
+            self.leaf = None;
+            self.exhausted = true;
+        }
+        found
     }
 
     fn in_bounds(&self, key: &[u8]) -> bool {
@@ -568,9 +498,7 @@ impl Cursor {
         let Some((leaf, i)) = &self.leaf else {
             return Ok(None);
         };
-        let Body::Leaf(l) = &leaf.body else {
-            unreachable!()
-        };
+        let Body::Leaf(l) = &leaf.body else { unreachable!() };
         let (k, v) = &l.entries[*i];
         if !self.in_bounds(k) {
             return Ok(None);
@@ -596,11 +524,7 @@ impl Cursor {
                 }
             };
             if self.path.len() > tree_depth_max {
-                return Err(StorageError::corruption(
-                    self.tree.bf.path(),
-                    0,
-                    "tree deeper than the depth limit",
-                ));
+                return Err(StorageError::corruption(self.tree.bf.path(), 0, "tree deeper than the depth limit"));
             }
             node = next;
         }
@@ -609,14 +533,8 @@ impl Cursor {
     /// Move to the neighbouring leaf; `false` at the end of the tree.
     fn step_leaf(&mut self, back: bool) -> Result<bool> {
         while let Some((node, idx)) = self.path.pop() {
-            let Body::Internal(int) = &node.body else {
-                unreachable!()
-            };
-            let next = if back {
-                idx.checked_sub(1)
-            } else {
-                Some(idx + 1).filter(|&i| i < int.children.len())
-            };
+            let Body::Internal(int) = &node.body else { unreachable!() };
+            let next = if back { idx.checked_sub(1) } else { Some(idx + 1).filter(|&i| i < int.children.len()) };
             if let Some(n) = next {
                 let child = self.tree.load_child(&int.children[n])?.clone();
                 self.path.push((node.clone(), n));
@@ -634,9 +552,7 @@ impl Cursor {
             let Some((leaf, i)) = &self.leaf else {
                 return Ok(false);
             };
-            let Body::Leaf(l) = &leaf.body else {
-                unreachable!()
-            };
+            let Body::Leaf(l) = &leaf.body else { unreachable!() };
             if *i < l.entries.len() {
                 return Ok(true);
             }
@@ -648,6 +564,11 @@ impl Cursor {
 
     /// Position on the first entry with key >= `key` (within bounds) and return it.
     pub fn seek(&mut self, key: &[u8]) -> Result<Option<Entry>> {
+        let found = self.seek_inner(key)?;
+        Ok(self.end(found))
+    }
+
+    fn seek_inner(&mut self, key: &[u8]) -> Result<Option<Entry>> {
         self.reset();
         let mut node = self.tree.snapshot();
         loop {
@@ -674,7 +595,7 @@ impl Cursor {
 
     /// Position on `key` exactly; returns its value or `None` (and leaves the cursor unpositioned).
     pub fn seek_exact(&mut self, key: &[u8]) -> Result<Option<Arc<[u8]>>> {
-        match self.seek(key)? {
+        match self.seek_inner(key)? {
             Some((k, v)) if &*k == key => Ok(Some(v)),
             _ => {
                 self.reset();
@@ -683,7 +604,13 @@ impl Cursor {
         }
     }
 
+    /// Position on the first entry within bounds and return it.
     pub fn first(&mut self) -> Result<Option<Entry>> {
+        let found = self.first_inner()?;
+        Ok(self.end(found))
+    }
+
+    fn first_inner(&mut self) -> Result<Option<Entry>> {
         match self.lower.clone() {
             Bound::Unbounded => {
                 self.reset();
@@ -693,15 +620,28 @@ impl Cursor {
                 }
                 self.current()
             }
-            Bound::Included(l) => self.seek(&l),
-            Bound::Excluded(l) => match self.seek(&l)? {
-                Some((k, _)) if *k == *l => self.next(),
-                other => Ok(other),
-            },
+            Bound::Included(l) => self.seek_inner(&l),
+            Bound::Excluded(l) => {
+                self.seek_position(&l)?;
+                if self.current_key().as_deref() == Some(l.as_slice()) {
+                    let Some((_, i)) = &mut self.leaf else { unreachable!() };
+                    *i += 1;
+                }
+                if !self.settle(false)? {
+                    return Ok(None);
+                }
+                self.current()
+            }
         }
     }
 
+    /// Position on the last entry within bounds and return it.
     pub fn last(&mut self) -> Result<Option<Entry>> {
+        let found = self.last_inner()?;
+        Ok(self.end(found))
+    }
+
+    fn last_inner(&mut self) -> Result<Option<Entry>> {
         self.reset();
         match self.upper.clone() {
             Bound::Unbounded => {
@@ -710,8 +650,8 @@ impl Cursor {
             Bound::Included(u) | Bound::Excluded(u) => {
                 // Position after the bound, then step back.
                 self.seek_position(&u)?;
-                let inclusive_hit = matches!(self.upper, Bound::Included(_))
-                    && self.current_key().as_deref() == Some(u.as_slice());
+                let inclusive_hit =
+                    matches!(self.upper, Bound::Included(_)) && self.current_key().as_deref() == Some(u.as_slice());
                 if inclusive_hit {
                     return self.current();
                 }
@@ -726,9 +666,7 @@ impl Cursor {
 
     fn current_key(&self) -> Option<Vec<u8>> {
         let (leaf, i) = self.leaf.as_ref()?;
-        let Body::Leaf(l) = &leaf.body else {
-            unreachable!()
-        };
+        let Body::Leaf(l) = &leaf.body else { unreachable!() };
         l.entries.get(*i).map(|(k, _)| k.to_vec())
     }
 
@@ -738,7 +676,7 @@ impl Cursor {
             std::mem::replace(&mut self.lower, Bound::Unbounded),
             std::mem::replace(&mut self.upper, Bound::Unbounded),
         );
-        let r = self.seek(key);
+        let r = self.seek_inner(key);
         self.lower = lower;
         self.upper = upper;
         if self.leaf.is_none() {
@@ -767,22 +705,25 @@ impl Cursor {
 
     /// Move to the next entry and return it; an unpositioned cursor starts at `first`.
     pub fn next(&mut self) -> Result<Option<Entry>> {
-        let Some((_, i)) = &mut self.leaf else {
-            return self.first();
-        };
-        *i += 1;
-        if !self.settle(false)? {
+        if self.exhausted {
             return Ok(None);
         }
-        self.current()
+        let Some((_, i)) = &mut self.leaf else {
+            let found = self.first_inner()?;
+            return Ok(self.end(found));
+        };
+        *i += 1;
+        let found = if self.settle(false)? { self.current()? } else { None };
+        Ok(self.end(found))
     }
 
     /// Move to the previous entry and return it; an unpositioned cursor starts at `last`.
     pub fn prev(&mut self) -> Result<Option<Entry>> {
-        if self.leaf.is_none() {
-            return self.last();
+        if self.exhausted {
+            return Ok(None);
         }
-        self.prev_raw()
+        let found = if self.leaf.is_none() { self.last_inner()? } else { self.prev_raw()? };
+        Ok(self.end(found))
     }
 
     fn prev_raw(&mut self) -> Result<Option<Entry>> {

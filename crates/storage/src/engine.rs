@@ -166,11 +166,7 @@ impl TableMeta {
         let config = TableConfig::decode(&mut r)?;
         let root = BlockAddr::decode(r.bytes(16)?)?;
         let extents = BlockAddr::decode(r.bytes(16)?)?;
-        (r.remaining() == 0).then_some(TableMeta {
-            id,
-            config,
-            checkpoint: TableCheckpoint { root, extents },
-        })
+        (r.remaining() == 0).then_some(TableMeta { id, config, checkpoint: TableCheckpoint { root, extents } })
     }
 }
 
@@ -229,11 +225,7 @@ impl RootRecord {
         let f = vfs.open(&path, false)?;
         let len = f.len()?;
         if len != ROOT_BYTES as u64 {
-            return Err(StorageError::corruption(
-                &path,
-                0,
-                format!("root file is {len} bytes, expected {ROOT_BYTES}"),
-            ));
+            return Err(StorageError::corruption(&path, 0, format!("root file is {len} bytes, expected {ROOT_BYTES}")));
         }
         let mut b = vec![0u8; ROOT_BYTES];
         f.read_at(&mut b, 0)?;
@@ -311,10 +303,7 @@ impl WriteBatch {
 
     fn check_key(key: &[u8]) -> Result<()> {
         if key.len() > key_size_max_bytes {
-            return Err(StorageError::KeyTooLarge {
-                len: key.len(),
-                max: key_size_max_bytes,
-            });
+            return Err(StorageError::KeyTooLarge { len: key.len(), max: key_size_max_bytes });
         }
         Ok(())
     }
@@ -322,19 +311,14 @@ impl WriteBatch {
     pub fn put(&mut self, table: &Table, key: &[u8], value: &[u8]) -> Result<()> {
         Self::check_key(key)?;
         if value.len() > value_size_max_bytes {
-            return Err(StorageError::ValueTooLarge {
-                len: value.len(),
-                max: value_size_max_bytes,
-            });
+            return Err(StorageError::ValueTooLarge { len: value.len(), max: value_size_max_bytes });
         }
         self.ops.push((table.clone(), self.payload.len()));
         self.payload.push(OP_PUT);
         self.payload.extend_from_slice(&table.id().to_le_bytes());
-        self.payload
-            .extend_from_slice(&(key.len() as u32).to_le_bytes());
+        self.payload.extend_from_slice(&(key.len() as u32).to_le_bytes());
         self.payload.extend_from_slice(key);
-        self.payload
-            .extend_from_slice(&(value.len() as u32).to_le_bytes());
+        self.payload.extend_from_slice(&(value.len() as u32).to_le_bytes());
         self.payload.extend_from_slice(value);
         Ok(())
     }
@@ -344,8 +328,7 @@ impl WriteBatch {
         self.ops.push((table.clone(), self.payload.len()));
         self.payload.push(OP_DELETE);
         self.payload.extend_from_slice(&table.id().to_le_bytes());
-        self.payload
-            .extend_from_slice(&(key.len() as u32).to_le_bytes());
+        self.payload.extend_from_slice(&(key.len() as u32).to_le_bytes());
         self.payload.extend_from_slice(key);
         Ok(())
     }
@@ -359,23 +342,10 @@ impl WriteBatch {
 /// One decoded journal operation.
 #[derive(Debug, PartialEq, Eq)]
 pub enum JournalOp<'a> {
-    Put {
-        table: u32,
-        key: &'a [u8],
-        value: &'a [u8],
-    },
-    Delete {
-        table: u32,
-        key: &'a [u8],
-    },
-    CreateTable {
-        table: u32,
-        name: &'a str,
-        config: TableConfig,
-    },
-    DropTable {
-        table: u32,
-    },
+    Put { table: u32, key: &'a [u8], value: &'a [u8] },
+    Delete { table: u32, key: &'a [u8] },
+    CreateTable { table: u32, name: &'a str, config: TableConfig },
+    DropTable { table: u32 },
 }
 
 /// Decode the op at the reader's position.
@@ -387,27 +357,16 @@ fn decode_op<'a>(r: &mut Reader<'a>) -> Option<JournalOp<'a>> {
             let klen = r.u32()? as usize;
             let key = r.bytes(klen)?;
             let vlen = r.u32()? as usize;
-            JournalOp::Put {
-                table,
-                key,
-                value: r.bytes(vlen)?,
-            }
+            JournalOp::Put { table, key, value: r.bytes(vlen)? }
         }
         OP_DELETE => {
             let klen = r.u32()? as usize;
-            JournalOp::Delete {
-                table,
-                key: r.bytes(klen)?,
-            }
+            JournalOp::Delete { table, key: r.bytes(klen)? }
         }
         OP_CREATE => {
             let nlen = r.u16()? as usize;
             let name = std::str::from_utf8(r.bytes(nlen)?).ok()?;
-            JournalOp::CreateTable {
-                table,
-                name,
-                config: TableConfig::decode(r)?,
-            }
+            JournalOp::CreateTable { table, name, config: TableConfig::decode(r)? }
         }
         OP_DROP => JournalOp::DropTable { table },
         _ => return None,
@@ -490,34 +449,20 @@ impl Engine {
             AllocPolicy::BestFit,
             root.metadata.extents,
         )?);
-        let meta = Tree::open(
-            meta_bf,
-            meta_geometry(),
-            counters.clone(),
-            root.metadata.root,
-        )?;
+        let meta = Tree::open(meta_bf, meta_geometry(), counters.clone(), root.metadata.root)?;
         let mut catalog = Catalog {
             by_name: BTreeMap::new(),
             by_id: HashMap::new(),
             next_table_id: root.next_table_id,
             dropped_files: Vec::new(),
         };
-        let mut cursor = Cursor::new(Arc::new(Tree::open(
-            meta.bf.clone(),
-            meta_geometry(),
-            counters.clone(),
-            root.metadata.root,
-        )?));
+        let mut cursor =
+            Cursor::new(Arc::new(Tree::open(meta.bf.clone(), meta_geometry(), counters.clone(), root.metadata.root)?));
         while let Some((name, value)) = cursor.next()? {
-            let name = String::from_utf8(name.to_vec()).map_err(|_| {
-                StorageError::corruption(dir.join(METADATA_FILE), 0, "table name is not UTF-8")
-            })?;
+            let name = String::from_utf8(name.to_vec())
+                .map_err(|_| StorageError::corruption(dir.join(METADATA_FILE), 0, "table name is not UTF-8"))?;
             let m = TableMeta::decode(&value).ok_or_else(|| {
-                StorageError::corruption(
-                    dir.join(METADATA_FILE),
-                    0,
-                    format!("bad metadata entry for table {name:?}"),
-                )
+                StorageError::corruption(dir.join(METADATA_FILE), 0, format!("bad metadata entry for table {name:?}"))
             })?;
             let bf = Arc::new(Self::open_block_file(
                 &*vfs,
@@ -545,13 +490,8 @@ impl Engine {
         if let Some((path, offset)) = &summary.torn_tail {
             tracing::warn!(path = %path.display(), offset, "journal ended in a torn record; replay stopped at the last complete one");
         }
-        let journal = Journal::open(
-            vfs.clone(),
-            journal_dir,
-            summary.next_seq,
-            config.journal_file_max_bytes,
-            counters.clone(),
-        )?;
+        let journal =
+            Journal::open(vfs.clone(), journal_dir, summary.next_seq, config.journal_file_max_bytes, counters.clone())?;
         let inner = Arc::new(Inner {
             vfs,
             dir: dir.to_path_buf(),
@@ -573,15 +513,9 @@ impl Engine {
             stop: Arc::new((Mutex::new(false), Condvar::new())),
             _dir_lock: dir_lock,
         });
-        let engine = Engine {
-            inner,
-            background: Arc::new(Mutex::new(None)),
-        };
+        let engine = Engine { inner, background: Arc::new(Mutex::new(None)) };
         if summary.records_replayed > 0 {
-            tracing::info!(
-                records = summary.records_replayed,
-                "replayed journal records after the last checkpoint"
-            );
+            tracing::info!(records = summary.records_replayed, "replayed journal records after the last checkpoint");
             engine.checkpoint()?;
         }
         engine.remove_stray_files()?;
@@ -589,18 +523,11 @@ impl Engine {
         Ok(engine)
     }
 
-    fn open_block_file(
-        vfs: &dyn Vfs,
-        path: &Path,
-        policy: AllocPolicy,
-        extents: BlockAddr,
-    ) -> Result<BlockFile> {
+    fn open_block_file(vfs: &dyn Vfs, path: &Path, policy: AllocPolicy, extents: BlockAddr) -> Result<BlockFile> {
         let file = vfs.open(path, false)?;
         let alloc = match crate::block::read_block_at(&*file, extents)? {
             (crate::block::BlockKind::ExtentList, payload) => ExtentList::decode(&payload)
-                .ok_or_else(|| {
-                    StorageError::corruption(path, extents.offset, "malformed extent list")
-                })?,
+                .ok_or_else(|| StorageError::corruption(path, extents.offset, "malformed extent list"))?,
             (kind, _) => {
                 return Err(StorageError::corruption(
                     path,
@@ -610,11 +537,7 @@ impl Engine {
             }
         };
         if !alloc.contains(extents.offset, extents.size as u64) {
-            return Err(StorageError::corruption(
-                path,
-                extents.offset,
-                "extent list does not list its own block",
-            ));
+            return Err(StorageError::corruption(path, extents.offset, "extent list does not list its own block"));
         }
         BlockFile::open(file, policy, alloc)
     }
@@ -628,20 +551,13 @@ impl Engine {
                 "journal files exist but the root file is missing",
             ));
         }
-        let bf = Arc::new(BlockFile::create(
-            vfs.open(&dir.join(METADATA_FILE), true)?,
-            AllocPolicy::BestFit,
-        )?);
+        let bf = Arc::new(BlockFile::create(vfs.open(&dir.join(METADATA_FILE), true)?, AllocPolicy::BestFit)?);
         let tree = Tree::new_empty(bf.clone(), meta_geometry(), Arc::new(Counters::default()));
         let root = tree.write_dirty(&tree.snapshot())?;
         let extents = bf.write_extent_list()?;
         bf.sync()?;
-        let record = RootRecord {
-            generation: 1,
-            ckpt_seq: 0,
-            next_table_id: 1,
-            metadata: TableCheckpoint { root, extents },
-        };
+        let record =
+            RootRecord { generation: 1, ckpt_seq: 0, next_table_id: 1, metadata: TableCheckpoint { root, extents } };
         Self::write_root_file(vfs, dir, &record)
     }
 
@@ -677,27 +593,17 @@ impl Engine {
         for op in ops {
             let table_of = |catalog: &Catalog, id: u32| {
                 catalog.by_id.get(&id).cloned().ok_or_else(|| {
-                    StorageError::corruption(
-                        &path,
-                        seq,
-                        format!("journal record {seq} names unknown table {id}"),
-                    )
+                    StorageError::corruption(&path, seq, format!("journal record {seq} names unknown table {id}"))
                 })
             };
             match op {
-                JournalOp::Put { table, key, value } => table_of(catalog, table)?
-                    .0
-                    .tree
-                    .apply(std::iter::once((key, Some(value))))?,
-                JournalOp::Delete { table, key } => table_of(catalog, table)?
-                    .0
-                    .tree
-                    .apply(std::iter::once((key, None)))?,
-                JournalOp::CreateTable {
-                    table,
-                    name,
-                    config,
-                } => {
+                JournalOp::Put { table, key, value } => {
+                    table_of(catalog, table)?.0.tree.apply(std::iter::once((key, Some(value))))?
+                }
+                JournalOp::Delete { table, key } => {
+                    table_of(catalog, table)?.0.tree.apply(std::iter::once((key, None)))?
+                }
+                JournalOp::CreateTable { table, name, config } => {
                     let t = Self::new_table(vfs, dir, counters, table, name, config)?;
                     catalog.next_table_id = catalog.next_table_id.max(table + 1);
                     catalog.by_id.insert(table, t.clone());
@@ -721,10 +627,7 @@ impl Engine {
         name: &str,
         config: TableConfig,
     ) -> Result<Table> {
-        let bf = Arc::new(BlockFile::create(
-            vfs.open(&dir.join(table_file_name(id)), true)?,
-            config.alloc_policy,
-        )?);
+        let bf = Arc::new(BlockFile::create(vfs.open(&dir.join(table_file_name(id)), true)?, config.alloc_policy)?);
         Ok(Table(Arc::new(TableState {
             id,
             name: name.to_string(),
@@ -747,8 +650,7 @@ impl Engine {
         let catalog = self.inner.catalog.read().unwrap();
         let mut removed = false;
         for name in self.inner.vfs.list(&self.inner.dir)? {
-            let owned = name == METADATA_FILE
-                || catalog.by_id.keys().any(|&id| table_file_name(id) == name);
+            let owned = name == METADATA_FILE || catalog.by_id.keys().any(|&id| table_file_name(id) == name);
             if name.starts_with('t') && name.ends_with(".adb") && !owned {
                 self.inner.vfs.remove(&self.inner.dir.join(&name))?;
                 removed = true;
@@ -779,9 +681,7 @@ impl Engine {
             return Err(StorageError::Closed);
         }
         if let Some(why) = &*self.inner.poisoned.lock().unwrap() {
-            return Err(StorageError::Poisoned {
-                reason: why.clone(),
-            });
+            return Err(StorageError::Poisoned { reason: why.clone() });
         }
         Ok(())
     }
@@ -797,19 +697,14 @@ impl Engine {
     /// Wait for record `seq` as the sync mode asks; a failure poisons.
     fn make_durable(&self, seq: u64) -> Result<()> {
         let sync = self.inner.config.sync_mode == SyncMode::Fsync;
-        self.inner
-            .journal
-            .wait(seq, sync)
-            .inspect_err(|e| self.poison(format!("journal: {e}")))
+        self.inner.journal.wait(seq, sync).inspect_err(|e| self.poison(format!("journal: {e}")))
     }
 
     pub fn create_table(&self, name: &str, config: TableConfig) -> Result<Table> {
         self.check_writable()?;
         config.validate()?;
         if name.is_empty() || name.len() > table_name_max_bytes {
-            return Err(StorageError::InvalidConfig(format!(
-                "table names are 1 to {table_name_max_bytes} bytes"
-            )));
+            return Err(StorageError::InvalidConfig(format!("table names are 1 to {table_name_max_bytes} bytes")));
         }
         let (table, seq) = {
             let _gate = self.inner.gate.read().unwrap();
@@ -818,14 +713,7 @@ impl Engine {
                 return Err(StorageError::TableExists(name.to_string()));
             }
             let id = catalog.next_table_id;
-            let table = Self::new_table(
-                &*self.inner.vfs,
-                &self.inner.dir,
-                &self.inner.counters,
-                id,
-                name,
-                config,
-            )?;
+            let table = Self::new_table(&*self.inner.vfs, &self.inner.dir, &self.inner.counters, id, name, config)?;
             let mut payload = vec![OP_CREATE];
             payload.extend_from_slice(&id.to_le_bytes());
             payload.extend_from_slice(&(name.len() as u16).to_le_bytes());
@@ -846,19 +734,14 @@ impl Engine {
         let seq = {
             let _gate = self.inner.gate.read().unwrap();
             let mut catalog = self.inner.catalog.write().unwrap();
-            let table = catalog
-                .by_name
-                .get(name)
-                .cloned()
-                .ok_or_else(|| StorageError::TableNotFound(name.to_string()))?;
+            let table =
+                catalog.by_name.get(name).cloned().ok_or_else(|| StorageError::TableNotFound(name.to_string()))?;
             let _writer = table.0.writer.lock().unwrap();
             let mut payload = vec![OP_DROP];
             payload.extend_from_slice(&table.id().to_le_bytes());
             let seq = self.inner.journal.append(&payload)?;
             Self::forget_table(&mut catalog, &table);
-            catalog
-                .dropped_files
-                .push(self.inner.dir.join(table_file_name(table.id())));
+            catalog.dropped_files.push(self.inner.dir.join(table_file_name(table.id())));
             seq
         };
         self.make_durable(seq)
@@ -876,14 +759,7 @@ impl Engine {
     }
 
     pub fn table_names(&self) -> Vec<String> {
-        self.inner
-            .catalog
-            .read()
-            .unwrap()
-            .by_name
-            .keys()
-            .cloned()
-            .collect()
+        self.inner.catalog.read().unwrap().by_name.keys().cloned().collect()
     }
 
     pub fn get(&self, table: &Table, key: &[u8]) -> Result<Option<Arc<[u8]>>> {
@@ -919,11 +795,7 @@ impl Engine {
             .ops
             .iter()
             .map(|(t, at)| {
-                (
-                    t,
-                    decode_op(&mut Reader::new(&batch.payload[*at..]))
-                        .expect("batch payload is well-formed"),
-                )
+                (t, decode_op(&mut Reader::new(&batch.payload[*at..])).expect("batch payload is well-formed"))
             })
             .collect();
         for (t, op) in &ops {
@@ -958,20 +830,12 @@ impl Engine {
         let mut start = 0;
         while start < ops.len() {
             let id = ops[start].0.id();
-            let end = start
-                + ops[start..]
-                    .iter()
-                    .take_while(|(t, _)| t.id() == id)
-                    .count();
-            ops[start]
-                .0
-                 .0
-                .tree
-                .apply(ops[start..end].iter().map(|(_, op)| match op {
-                    JournalOp::Put { key, value, .. } => (*key, Some(*value)),
-                    JournalOp::Delete { key, .. } => (*key, None),
-                    _ => unreachable!("batches hold only puts and deletes"),
-                }))?;
+            let end = start + ops[start..].iter().take_while(|(t, _)| t.id() == id).count();
+            ops[start].0 .0.tree.apply(ops[start..end].iter().map(|(_, op)| match op {
+                JournalOp::Put { key, value, .. } => (*key, Some(*value)),
+                JournalOp::Delete { key, .. } => (*key, None),
+                _ => unreachable!("batches hold only puts and deletes"),
+            }))?;
             start = end;
         }
         Ok(())
@@ -986,6 +850,8 @@ impl Engine {
         // Snapshot (invariant 1).
         let (snap, dropped_files, ckpt_seq, next_table_id) = {
             let _gate = self.inner.gate.write().unwrap();
+            // Records below the snapshot end in the files before this one.
+            self.inner.journal.rotate()?;
             let mut catalog = self.inner.catalog.write().unwrap();
             let mut snap = Vec::new();
             for t in catalog.by_name.values() {
@@ -1001,12 +867,7 @@ impl Engine {
                 }
                 snap.push((t.clone(), root, clean));
             }
-            (
-                snap,
-                std::mem::take(&mut catalog.dropped_files),
-                self.inner.journal.next_seq(),
-                catalog.next_table_id,
-            )
+            (snap, std::mem::take(&mut catalog.dropped_files), self.inner.journal.next_seq(), catalog.next_table_id)
         };
         let result = self.write_checkpoint(&mut ck, &snap, ckpt_seq, next_table_id);
         match result {
@@ -1018,10 +879,7 @@ impl Engine {
                 }
                 self.inner.journal.remove_before(ckpt_seq)?;
                 let us = started.elapsed().as_micros() as u64;
-                self.inner
-                    .counters
-                    .checkpoint_last_duration_us
-                    .store(us, Ordering::Relaxed);
+                self.inner.counters.checkpoint_last_duration_us.store(us, Ordering::Relaxed);
                 bump(&self.inner.counters.checkpoint_total_duration_us, us);
                 bump(&self.inner.counters.checkpoints, 1);
                 ck.ckpt_seq = ckpt_seq;
@@ -1035,12 +893,7 @@ impl Engine {
                         t.0.tree.bf.checkpoint_abandoned();
                     }
                 }
-                self.inner
-                    .catalog
-                    .write()
-                    .unwrap()
-                    .dropped_files
-                    .extend(dropped_files);
+                self.inner.catalog.write().unwrap().dropped_files.extend(dropped_files);
                 self.poison(format!("checkpoint failed: {e}"));
                 Err(e)
             }
@@ -1058,10 +911,7 @@ impl Engine {
         let mut written = Vec::new();
         for (t, root, clean) in snap {
             let checkpoint = if *clean {
-                t.0.last_checkpoint
-                    .lock()
-                    .unwrap()
-                    .expect("a clean table has a checkpoint")
+                t.0.last_checkpoint.lock().unwrap().expect("a clean table has a checkpoint")
             } else {
                 let bf = &t.0.tree.bf;
                 let root = t.0.tree.write_dirty(root)?;
@@ -1070,14 +920,7 @@ impl Engine {
                 written.push((t.clone(), TableCheckpoint { root, extents }));
                 TableCheckpoint { root, extents }
             };
-            metas.push((
-                t.name().to_string(),
-                TableMeta {
-                    id: t.id(),
-                    config: t.config(),
-                    checkpoint,
-                },
-            ));
+            metas.push((t.name().to_string(), TableMeta { id: t.id(), config: t.config(), checkpoint }));
         }
         // The metadata table: rewrite what changed, drop what is gone.
         let meta = &self.inner.meta;
@@ -1088,12 +931,8 @@ impl Engine {
                 stale.push(name.clone());
             }
         }
-        let encoded: Vec<(String, Vec<u8>)> =
-            metas.iter().map(|(n, m)| (n.clone(), m.encode())).collect();
-        let changed: Vec<&(String, Vec<u8>)> = encoded
-            .iter()
-            .filter(|(n, v)| existing.get(n) != Some(v))
-            .collect();
+        let encoded: Vec<(String, Vec<u8>)> = metas.iter().map(|(n, m)| (n.clone(), m.encode())).collect();
+        let changed: Vec<&(String, Vec<u8>)> = encoded.iter().filter(|(n, v)| existing.get(n) != Some(v)).collect();
         meta.apply(
             changed
                 .iter()
@@ -1109,10 +948,7 @@ impl Engine {
             generation: ck.generation + 1,
             ckpt_seq,
             next_table_id,
-            metadata: TableCheckpoint {
-                root: meta_root,
-                extents: meta_extents,
-            },
+            metadata: TableCheckpoint { root: meta_root, extents: meta_extents },
         };
         if let Err(e) = Self::write_root_file(&*self.inner.vfs, &self.inner.dir, &record) {
             meta.bf.checkpoint_abandoned();
@@ -1137,10 +973,7 @@ impl Engine {
             match &node.body {
                 crate::page::Body::Leaf(l) => {
                     for (k, v) in &l.entries {
-                        out.insert(
-                            String::from_utf8_lossy(k).into_owned(),
-                            self.inner.meta.value_bytes(v)?.to_vec(),
-                        );
+                        out.insert(String::from_utf8_lossy(k).into_owned(), self.inner.meta.value_bytes(v)?.to_vec());
                     }
                 }
                 crate::page::Body::Internal(int) => {
@@ -1156,13 +989,9 @@ impl Engine {
     /// Whether a periodic checkpoint is due.
     fn checkpoint_due(&self) -> bool {
         let ck = self.inner.checkpoint.lock().unwrap();
-        let by_time = self
-            .inner
-            .config
-            .checkpoint_interval
-            .is_some_and(|d| ck.at.elapsed() >= d);
-        let by_volume = self.inner.journal.bytes_total() - ck.journal_bytes_at
-            >= self.inner.config.checkpoint_journal_bytes;
+        let by_time = self.inner.config.checkpoint_interval.is_some_and(|d| ck.at.elapsed() >= d);
+        let by_volume =
+            self.inner.journal.bytes_total() - ck.journal_bytes_at >= self.inner.config.checkpoint_journal_bytes;
         by_time || by_volume
     }
 
@@ -1235,10 +1064,7 @@ fn background_loop(weak: Weak<Inner>, stop: Arc<(Mutex<bool>, Condvar)>) {
             }
         }
         let Some(inner) = weak.upgrade() else { return };
-        let engine = Engine {
-            inner,
-            background: Arc::new(Mutex::new(None)),
-        };
+        let engine = Engine { inner, background: Arc::new(Mutex::new(None)) };
         if engine.poisoned().is_some() || engine.inner.closed.load(Ordering::Acquire) {
             continue;
         }

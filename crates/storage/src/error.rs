@@ -16,11 +16,7 @@ pub enum StorageError {
     /// A checksum, size, or structural check failed: the bytes on disk are not
     /// what the engine wrote there. Never returned as data.
     #[error("corruption in {path} at offset {offset}: {detail}")]
-    Corruption {
-        path: PathBuf,
-        offset: u64,
-        detail: String,
-    },
+    Corruption { path: PathBuf, offset: u64, detail: String },
     /// An earlier failure (corruption, failed write or fsync) makes further
     /// writes unsafe; the engine refuses them until it is reopened.
     #[error("engine is poisoned and refuses writes: {reason}")]
@@ -43,11 +39,7 @@ pub enum StorageError {
 
 impl StorageError {
     pub fn corruption(path: impl Into<PathBuf>, offset: u64, detail: impl Into<String>) -> Self {
-        StorageError::Corruption {
-            path: path.into(),
-            offset,
-            detail: detail.into(),
-        }
+        StorageError::Corruption { path: path.into(), offset, detail: detail.into() }
     }
 
     pub fn is_corruption(&self) -> bool {

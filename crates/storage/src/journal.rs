@@ -22,7 +22,7 @@ use crate::stats::{bump, Counters};
 use crate::vfs::{Vfs, VfsFile};
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 const MAGIC: &[u8; 8] = b"ARBJRNL1";
 pub const FILE_HEADER_BYTES: u64 = 24;
@@ -47,9 +47,7 @@ impl std::str::FromStr for SyncMode {
             "fsync" => Ok(SyncMode::Fsync),
             "background" => Ok(SyncMode::Background),
             "off" => Ok(SyncMode::Off),
-            other => Err(format!(
-                "unknown journal sync mode {other:?} (fsync, background, off)"
-            )),
+            other => Err(format!("unknown journal sync mode {other:?} (fsync, background, off)")),
         }
     }
 }
@@ -154,19 +152,10 @@ pub fn replay(
     from_seq: u64,
     apply: &mut dyn FnMut(u64, &[u8]) -> Result<()>,
 ) -> Result<ReplaySummary> {
-    let mut nos: Vec<u64> = if vfs.exists(dir) {
-        vfs.list(dir)?
-            .iter()
-            .filter_map(|n| parse_file_name(n))
-            .collect()
-    } else {
-        Vec::new()
-    };
+    let mut nos: Vec<u64> =
+        if vfs.exists(dir) { vfs.list(dir)?.iter().filter_map(|n| parse_file_name(n)).collect() } else { Vec::new() };
     nos.sort_unstable();
-    let mut summary = ReplaySummary {
-        next_seq: from_seq,
-        ..Default::default()
-    };
+    let mut summary = ReplaySummary { next_seq: from_seq, ..Default::default() };
     let mut expected: Option<u64> = None;
     let count = nos.len();
     for (idx, no) in nos.iter().enumerate() {
@@ -183,20 +172,14 @@ pub fn replay(
                 vfs.remove(&path)?;
                 break;
             }
-            return Err(StorageError::corruption(
-                &path,
-                0,
-                "bad journal file header",
-            ));
+            return Err(StorageError::corruption(&path, 0, "bad journal file header"));
         };
         match expected {
             None if first_seq > from_seq => {
                 return Err(StorageError::corruption(
                     &path,
                     0,
-                    format!(
-                        "journal starts at record {first_seq}, records from {from_seq} are missing"
-                    ),
+                    format!("journal starts at record {first_seq}, records from {from_seq} are missing"),
                 ));
             }
             Some(e) if e != first_seq => {
@@ -222,15 +205,12 @@ pub fn replay(
                 }
                 _ => {
                     let valid_after = is_last
-                        && (pos + 1..buf.len())
-                            .any(|p| matches!(parse_record(&buf, p), Some((s, _)) if s >= seq));
+                        && (pos + 1..buf.len()).any(|p| matches!(parse_record(&buf, p), Some((s, _)) if s >= seq));
                     if !is_last || valid_after {
                         return Err(StorageError::corruption(
                             &path,
                             pos as u64,
-                            format!(
-                                "journal record {seq} is corrupt and committed records follow it"
-                            ),
+                            format!("journal record {seq} is corrupt and committed records follow it"),
                         ));
                     }
                     file.set_len(pos as u64)?;
@@ -257,11 +237,7 @@ impl Journal {
     ) -> Result<Journal> {
         vfs.create_dir_all(&dir)?;
         let mut files = VecDeque::new();
-        let mut existing: Vec<u64> = vfs
-            .list(&dir)?
-            .iter()
-            .filter_map(|n| parse_file_name(n))
-            .collect();
+        let mut existing: Vec<u64> = vfs.list(&dir)?.iter().filter_map(|n| parse_file_name(n)).collect();
         existing.sort_unstable();
         for no in &existing {
             let f = vfs.open(&dir.join(file_name(*no)), false)?;
@@ -273,10 +249,7 @@ impl Journal {
         }
         let no = existing.last().map_or(1, |n| n + 1);
         let file = Self::create_file(&*vfs, &dir, no, next_seq)?;
-        files.push_back(JournalFile {
-            no,
-            first_seq: next_seq,
-        });
+        files.push_back(JournalFile { no, first_seq: next_seq });
         Ok(Journal {
             vfs,
             dir,
@@ -319,9 +292,7 @@ impl Journal {
         }
         let mut st = self.state.lock().unwrap();
         if let Some(why) = &st.failed {
-            return Err(StorageError::Poisoned {
-                reason: why.clone(),
-            });
+            return Err(StorageError::Poisoned { reason: why.clone() });
         }
         let seq = st.next_seq;
         st.next_seq += 1;
@@ -343,15 +314,10 @@ impl Journal {
     /// waiter at a time writes everything buffered; the others share its write.
     pub fn wait(&self, seq: u64, sync: bool) -> Result<()> {
         let mut st = self.state.lock().unwrap();
-        assert!(
-            seq < st.next_seq,
-            "waiting for record {seq} that was never appended"
-        );
+        assert!(seq < st.next_seq, "waiting for record {seq} that was never appended");
         loop {
             if let Some(why) = &st.failed {
-                return Err(StorageError::Poisoned {
-                    reason: why.clone(),
-                });
+                return Err(StorageError::Poisoned { reason: why.clone() });
             }
             let done = if sync { st.synced_seq } else { st.written_seq };
             if done > seq {
@@ -361,61 +327,89 @@ impl Journal {
                 st = self.flushed.wait(st).unwrap();
                 continue;
             }
-            st.flushing = true;
-            let buf = std::mem::take(&mut st.buf);
-            let end_seq = st.next_seq;
-            let first_seq = st.written_seq;
-            let rotate = st.file_len > FILE_HEADER_BYTES
-                && st.file_len + buf.len() as u64 > self.file_max_bytes;
-            let (mut file, mut offset) = (st.file.clone(), st.file_len);
-            let next_no = st.files.back().map_or(1, |f| f.no + 1);
-            drop(st);
-            let result = (|| -> Result<Option<Arc<dyn VfsFile>>> {
-                let mut new_file = None;
-                if rotate && !buf.is_empty() {
-                    file.sync()?;
-                    file = Self::create_file(&*self.vfs, &self.dir, next_no, first_seq)?;
-                    offset = FILE_HEADER_BYTES;
-                    new_file = Some(file.clone());
-                }
-                if !buf.is_empty() {
-                    file.write_at(&buf, offset)?;
-                }
-                if sync {
-                    file.sync()?;
-                }
-                Ok(new_file)
-            })();
-            st = self.state.lock().unwrap();
-            st.flushing = false;
-            match result {
-                Ok(new_file) => {
-                    if let Some(f) = new_file {
-                        st.file = f;
-                        st.file_len = FILE_HEADER_BYTES;
-                        st.files.push_back(JournalFile {
-                            no: next_no,
-                            first_seq,
-                        });
-                    }
-                    st.file_len += buf.len() as u64;
-                    st.bytes_total += buf.len() as u64;
-                    st.written_seq = end_seq;
-                    if sync {
-                        st.synced_seq = end_seq;
-                        bump(&self.counters.journal_syncs, 1);
-                    }
-                    bump(&self.counters.journal_bytes_written, buf.len() as u64);
-                    bump(&self.counters.journal_records, end_seq - first_seq);
-                }
-                Err(e) => {
-                    st.failed = Some(format!("journal write failed: {e}"));
-                    self.flushed.notify_all();
-                    return Err(e);
-                }
-            }
-            self.flushed.notify_all();
+            st = self.lead(st, sync, false)?;
         }
+    }
+
+    /// Write (and sync when `sync`) everything buffered, as the one flushing
+    /// thread; with `rotate_after`, then start a new file whose first record
+    /// is the next one appended. The caller checked that nobody is flushing.
+    fn lead<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, State>,
+        sync: bool,
+        rotate_after: bool,
+    ) -> Result<MutexGuard<'a, State>> {
+        assert!(!st.flushing);
+        st.flushing = true;
+        let buf = std::mem::take(&mut st.buf);
+        let end_seq = st.next_seq;
+        let first_seq = st.written_seq;
+        let rotate_before = st.file_len > FILE_HEADER_BYTES && st.file_len + buf.len() as u64 > self.file_max_bytes;
+        let (mut file, mut offset) = (st.file.clone(), st.file_len);
+        let mut next_no = st.files.back().map_or(1, |f| f.no + 1);
+        drop(st);
+        let mut new_files = Vec::new();
+        let result = (|| -> Result<()> {
+            if rotate_before && !buf.is_empty() {
+                file.sync()?;
+                file = Self::create_file(&*self.vfs, &self.dir, next_no, first_seq)?;
+                new_files.push((next_no, first_seq, file.clone()));
+                next_no += 1;
+                offset = FILE_HEADER_BYTES;
+            }
+            if !buf.is_empty() {
+                file.write_at(&buf, offset)?;
+            }
+            if sync || rotate_after {
+                file.sync()?;
+            }
+            if rotate_after {
+                let f = Self::create_file(&*self.vfs, &self.dir, next_no, end_seq)?;
+                new_files.push((next_no, end_seq, f));
+            }
+            Ok(())
+        })();
+        let mut st = self.state.lock().unwrap();
+        st.flushing = false;
+        self.flushed.notify_all();
+        if let Err(e) = result {
+            st.failed = Some(format!("journal write failed: {e}"));
+            return Err(e);
+        }
+        st.file_len = offset + buf.len() as u64;
+        for (no, first_seq, f) in new_files {
+            st.file = f;
+            st.file_len = if first_seq == end_seq { FILE_HEADER_BYTES } else { FILE_HEADER_BYTES + buf.len() as u64 };
+            st.files.push_back(JournalFile { no, first_seq });
+        }
+        st.bytes_total += buf.len() as u64;
+        st.written_seq = end_seq;
+        if sync || rotate_after {
+            st.synced_seq = end_seq;
+            bump(&self.counters.journal_syncs, 1);
+        }
+        bump(&self.counters.journal_bytes_written, buf.len() as u64);
+        bump(&self.counters.journal_records, end_seq - first_seq);
+        Ok(st)
+    }
+
+    /// Flush everything appended, then continue in a new file, so that the
+    /// files before it hold only records below the next sequence number. A
+    /// checkpoint calls this at its snapshot, so that once it is durable
+    /// every older journal file can go.
+    pub fn rotate(&self) -> Result<()> {
+        let mut st = self.state.lock().unwrap();
+        while st.flushing {
+            st = self.flushed.wait(st).unwrap();
+        }
+        if let Some(why) = &st.failed {
+            return Err(StorageError::Poisoned { reason: why.clone() });
+        }
+        if st.buf.is_empty() && st.file_len == FILE_HEADER_BYTES {
+            return Ok(());
+        }
+        self.lead(st, true, true).map(|_| ())
     }
 
     /// Write and sync everything appended so far.

@@ -43,12 +43,7 @@ struct SlotState {
 
 impl DiskSlot {
     pub fn with_addr(addr: BlockAddr) -> DiskSlot {
-        DiskSlot {
-            state: Mutex::new(SlotState {
-                addr: Some(addr),
-                retired: false,
-            }),
-        }
+        DiskSlot { state: Mutex::new(SlotState { addr: Some(addr), retired: false }) }
     }
 
     pub fn addr(&self) -> Option<BlockAddr> {
@@ -109,11 +104,7 @@ impl Value {
         if bytes.len() >= overflow_min_bytes {
             let data = OnceLock::new();
             let _ = data.set(Arc::<[u8]>::from(bytes));
-            Value::Big(Arc::new(BigValue {
-                len: bytes.len() as u32,
-                data,
-                disk: DiskSlot::default(),
-            }))
+            Value::Big(Arc::new(BigValue { len: bytes.len() as u32, data, disk: DiskSlot::default() }))
         } else {
             Value::Inline(Arc::from(bytes))
         }
@@ -163,18 +154,12 @@ pub struct Child {
 
 impl Child {
     pub fn on_disk(addr: BlockAddr) -> Arc<Child> {
-        Arc::new(Child {
-            addr: Some(addr),
-            node: OnceLock::new(),
-        })
+        Arc::new(Child { addr: Some(addr), node: OnceLock::new() })
     }
     pub fn in_memory(node: Arc<Node>) -> Arc<Child> {
         let slot = OnceLock::new();
         let _ = slot.set(node);
-        Arc::new(Child {
-            addr: None,
-            node: slot,
-        })
+        Arc::new(Child { addr: None, node: slot })
     }
 }
 
@@ -201,22 +186,13 @@ pub struct Node {
 impl Clone for Node {
     /// A copy is new content: it has no block yet.
     fn clone(&self) -> Node {
-        Node {
-            body: self.body.clone(),
-            disk: DiskSlot::default(),
-        }
+        Node { body: self.body.clone(), disk: DiskSlot::default() }
     }
 }
 
 impl Node {
     pub fn empty_leaf() -> Node {
-        Node {
-            body: Body::Leaf(Leaf {
-                entries: Vec::new(),
-                bytes: PAGE_HEADER_BYTES,
-            }),
-            disk: DiskSlot::default(),
-        }
+        Node { body: Body::Leaf(Leaf { entries: Vec::new(), bytes: PAGE_HEADER_BYTES }), disk: DiskSlot::default() }
     }
     pub fn bytes(&self) -> usize {
         match &self.body {
@@ -242,11 +218,7 @@ pub fn encode_leaf(leaf: &Leaf, overflow_addr: &dyn Fn(usize) -> BlockAddr) -> V
     out.extend_from_slice(&0u16.to_le_bytes());
     let mut prev: &[u8] = &[];
     for (i, (key, value)) in leaf.entries.iter().enumerate() {
-        let prefix = prev
-            .iter()
-            .zip(key.iter())
-            .take_while(|(a, b)| a == b)
-            .count();
+        let prefix = prev.iter().zip(key.iter()).take_while(|(a, b)| a == b).count();
         put_varint(&mut out, prefix as u64);
         put_varint(&mut out, (key.len() - prefix) as u64);
         out.extend_from_slice(&key[prefix..]);
@@ -286,15 +258,8 @@ pub fn encode_internal(node: &Internal, child_addr: &dyn Fn(usize) -> BlockAddr)
 /// One decoded cell, for the page dump tool.
 #[derive(Debug)]
 pub enum Cell {
-    Leaf {
-        prefix: usize,
-        key: Vec<u8>,
-        value: CellValue,
-    },
-    Internal {
-        key: Vec<u8>,
-        child: BlockAddr,
-    },
+    Leaf { prefix: usize, key: Vec<u8>, value: CellValue },
+    Internal { key: Vec<u8>, child: BlockAddr },
 }
 
 #[derive(Debug)]
@@ -320,10 +285,7 @@ pub fn decode_cells(kind: BlockKind, payload: &[u8]) -> Result<Vec<Cell>, String
     }
     // Every cell takes at least 3 bytes: a huge count is corruption, not a reason to allocate.
     if n > r.remaining() / 3 + 1 {
-        return Err(format!(
-            "page claims {n} entries in {} bytes",
-            payload.len()
-        ));
+        return Err(format!("page claims {n} entries in {} bytes", payload.len()));
     }
     let mut cells = Vec::with_capacity(n);
     let mut prev: Vec<u8> = Vec::new();
@@ -346,11 +308,8 @@ pub fn decode_cells(kind: BlockKind, payload: &[u8]) -> Result<Vec<Cell>, String
                     CellValue::Inline(r.bytes(len).ok_or_else(|| bad("truncated value"))?.to_vec())
                 }
                 1 => {
-                    let addr = BlockAddr::decode(
-                        r.bytes(16)
-                            .ok_or_else(|| bad("truncated overflow address"))?,
-                    )
-                    .unwrap();
+                    let addr =
+                        BlockAddr::decode(r.bytes(16).ok_or_else(|| bad("truncated overflow address"))?).unwrap();
                     let len = r.u32().ok_or_else(|| bad("truncated overflow length"))?;
                     CellValue::Overflow { addr, len }
                 }
@@ -361,9 +320,7 @@ pub fn decode_cells(kind: BlockKind, payload: &[u8]) -> Result<Vec<Cell>, String
         } else {
             let klen = r.varint().ok_or_else(|| bad("truncated key length"))? as usize;
             let key = r.bytes(klen).ok_or_else(|| bad("truncated key"))?.to_vec();
-            let child =
-                BlockAddr::decode(r.bytes(16).ok_or_else(|| bad("truncated child address"))?)
-                    .unwrap();
+            let child = BlockAddr::decode(r.bytes(16).ok_or_else(|| bad("truncated child address"))?).unwrap();
             cells.push(Cell::Internal { key, child });
         }
     }
@@ -385,21 +342,14 @@ pub fn decode_node(
     keys_decoded.fetch_add(cells.len() as u64, std::sync::atomic::Ordering::Relaxed);
     let body = match kind {
         BlockKind::Leaf => {
-            let mut leaf = Leaf {
-                entries: Vec::with_capacity(cells.len()),
-                bytes: PAGE_HEADER_BYTES,
-            };
+            let mut leaf = Leaf { entries: Vec::with_capacity(cells.len()), bytes: PAGE_HEADER_BYTES };
             for cell in cells {
-                let Cell::Leaf { key, value, .. } = cell else {
-                    unreachable!()
-                };
+                let Cell::Leaf { key, value, .. } = cell else { unreachable!() };
                 let value = match value {
                     CellValue::Inline(v) => Value::Inline(Arc::from(v)),
-                    CellValue::Overflow { addr, len } => Value::Big(Arc::new(BigValue {
-                        len,
-                        data: OnceLock::new(),
-                        disk: DiskSlot::with_addr(addr),
-                    })),
+                    CellValue::Overflow { addr, len } => {
+                        Value::Big(Arc::new(BigValue { len, data: OnceLock::new(), disk: DiskSlot::with_addr(addr) }))
+                    }
                 };
                 if let Some((prev, _)) = leaf.entries.last() {
                     if **prev >= *key {
@@ -418,9 +368,7 @@ pub fn decode_node(
                 bytes: PAGE_HEADER_BYTES,
             };
             for (i, cell) in cells.into_iter().enumerate() {
-                let Cell::Internal { key, child } = cell else {
-                    unreachable!()
-                };
+                let Cell::Internal { key, child } = cell else { unreachable!() };
                 if i == 0 && !key.is_empty() {
                     return Err("first key of an internal page is not empty".into());
                 }
@@ -437,10 +385,7 @@ pub fn decode_node(
             Body::Internal(node)
         }
     };
-    Ok(Node {
-        body,
-        disk: DiskSlot::with_addr(addr),
-    })
+    Ok(Node { body, disk: DiskSlot::with_addr(addr) })
 }
 
 #[cfg(test)]
@@ -450,10 +395,7 @@ mod tests {
 
     #[test]
     fn leaf_image_roundtrip_with_prefix_compression() {
-        let mut leaf = Leaf {
-            entries: vec![],
-            bytes: PAGE_HEADER_BYTES,
-        };
+        let mut leaf = Leaf { entries: vec![], bytes: PAGE_HEADER_BYTES };
         for k in ["apple", "applesauce", "apply", "banana"] {
             let v = Value::new(k.as_bytes(), 1 << 20);
             leaf.bytes += leaf_entry_cost(k.as_bytes(), &v);
@@ -468,11 +410,7 @@ mod tests {
             }
             _ => panic!(),
         }
-        let addr = BlockAddr {
-            offset: 4096,
-            size: 4096,
-            checksum: 0,
-        };
+        let addr = BlockAddr { offset: 4096, size: 4096, checksum: 0 };
         let n = AtomicU64::new(0);
         let node = decode_node(BlockKind::Leaf, &img, addr, &n).unwrap();
         assert_eq!(n.into_inner(), 4);
@@ -483,11 +421,7 @@ mod tests {
 
     #[test]
     fn garbage_pages_are_errors_not_panics() {
-        let addr = BlockAddr {
-            offset: 4096,
-            size: 4096,
-            checksum: 0,
-        };
+        let addr = BlockAddr { offset: 4096, size: 4096, checksum: 0 };
         let n = AtomicU64::new(0);
         for len in 0..64 {
             let junk: Vec<u8> = (0..len).map(|i| (i * 37 + 1) as u8).collect();

@@ -6,9 +6,7 @@
 //! the `arbordb verify` tool can name them.
 
 use crate::block::{read_block_at, BlockAddr, BlockKind, ExtentList};
-use crate::engine::{
-    decode_journal_payload, table_file_name, RootRecord, TableMeta, JOURNAL_DIR, METADATA_FILE,
-};
+use crate::engine::{decode_journal_payload, table_file_name, RootRecord, TableMeta, JOURNAL_DIR, METADATA_FILE};
 use crate::error::Result;
 use crate::journal;
 use crate::limits::{block_alloc_unit_bytes, tree_depth_max};
@@ -54,14 +52,11 @@ struct FileCheck<'a> {
 
 impl FileCheck<'_> {
     fn problem(&mut self, at: u64, what: String) {
-        self.report
-            .problems
-            .push(format!("{} offset {at}: {what}", self.name));
+        self.report.problems.push(format!("{} offset {at}: {what}", self.name));
     }
 
     fn read(&mut self, addr: BlockAddr, what: &str) -> Option<(BlockKind, Vec<u8>)> {
-        self.refs
-            .push((addr.offset, addr.size as u64, what.to_string()));
+        self.refs.push((addr.offset, addr.size as u64, what.to_string()));
         self.bytes += addr.size as u64;
         match read_block_at(&*self.file, addr) {
             Ok(r) => Some(r),
@@ -83,7 +78,7 @@ impl FileCheck<'_> {
         };
         self.pages += 1;
         self.report.pages += 1;
-        if self.pages % 1024 == 0 {
+        if self.pages.is_multiple_of(1024) {
             (self.progress)(Progress {
                 file: &self.name,
                 pages_checked: self.pages,
@@ -104,9 +99,7 @@ impl FileCheck<'_> {
             BlockKind::Leaf => {
                 match self.leaf_depth {
                     None => self.leaf_depth = Some(depth),
-                    Some(d) if d != depth => {
-                        self.problem(addr.offset, format!("leaf at depth {depth}, others at {d}"))
-                    }
+                    Some(d) if d != depth => self.problem(addr.offset, format!("leaf at depth {depth}, others at {d}")),
                     _ => {}
                 }
                 let mut prev: Option<Vec<u8>> = None;
@@ -115,10 +108,7 @@ impl FileCheck<'_> {
                         continue;
                     };
                     if prev.as_ref().is_some_and(|p| *p >= key) {
-                        self.problem(
-                            addr.offset,
-                            format!("leaf keys out of order at {}", printable(&key)),
-                        );
+                        self.problem(addr.offset, format!("leaf keys out of order at {}", printable(&key)));
                     }
                     if !in_range(&key) {
                         self.problem(
@@ -130,7 +120,10 @@ impl FileCheck<'_> {
                         self.report.overflow_blocks += 1;
                         if let Some((k, data)) = self.read(oa, "overflow block") {
                             if k != BlockKind::Overflow || data.len() != len as usize {
-                                self.problem(oa.offset, format!("expected an overflow block of {len} bytes, found {k:?} of {}", data.len()));
+                                self.problem(
+                                    oa.offset,
+                                    format!("expected an overflow block of {len} bytes, found {k:?} of {}", data.len()),
+                                );
                             }
                         }
                     }
@@ -141,38 +134,19 @@ impl FileCheck<'_> {
             _ => {
                 let children: Vec<(Vec<u8>, BlockAddr)> = cells
                     .into_iter()
-                    .filter_map(|c| {
-                        if let Cell::Internal { key, child } = c {
-                            Some((key, child))
-                        } else {
-                            None
-                        }
-                    })
+                    .filter_map(|c| if let Cell::Internal { key, child } = c { Some((key, child)) } else { None })
                     .collect();
                 for (i, (key, _)) in children.iter().enumerate().skip(1) {
                     if !in_range(key) {
-                        self.problem(
-                            addr.offset,
-                            format!("separator {} outside the page's range", printable(key)),
-                        );
+                        self.problem(addr.offset, format!("separator {} outside the page's range", printable(key)));
                     }
                     if key <= &children[i - 1].0 && i > 1 {
-                        self.problem(
-                            addr.offset,
-                            format!("separators out of order at {}", printable(key)),
-                        );
+                        self.problem(addr.offset, format!("separators out of order at {}", printable(key)));
                     }
                 }
                 for i in 0..children.len() {
-                    let child_lo: Vec<u8> = if i == 0 {
-                        lo.to_vec()
-                    } else {
-                        children[i].0.clone()
-                    };
-                    let child_hi: Option<Vec<u8>> = children
-                        .get(i + 1)
-                        .map(|c| c.0.clone())
-                        .or(hi.map(|h| h.to_vec()));
+                    let child_lo: Vec<u8> = if i == 0 { lo.to_vec() } else { children[i].0.clone() };
+                    let child_hi: Option<Vec<u8>> = children.get(i + 1).map(|c| c.0.clone()).or(hi.map(|h| h.to_vec()));
                     entries += self.walk(children[i].1, &child_lo, child_hi.as_deref(), depth + 1);
                 }
             }
@@ -189,18 +163,12 @@ impl FileCheck<'_> {
         let mut prev_what = String::from("file header");
         for (off, len, what) in &refs {
             if *off < prev_end {
-                self.problem(
-                    *off,
-                    format!("{what} overlaps {prev_what} (ends at {prev_end})"),
-                );
+                self.problem(*off, format!("{what} overlaps {prev_what} (ends at {prev_end})"));
             } else {
                 covered.insert(*off, *len);
             }
             if !alloc.contains(*off, *len) {
-                self.problem(
-                    *off,
-                    format!("{what} of {len} bytes is not in the allocated extent list"),
-                );
+                self.problem(*off, format!("{what} of {len} bytes is not in the allocated extent list"));
             }
             prev_end = prev_end.max(off + len);
             prev_what.clone_from(what);
@@ -208,26 +176,12 @@ impl FileCheck<'_> {
         for (off, len) in alloc.iter() {
             let mut at = off;
             while at < off + len {
-                let leaked_to = covered
-                    .iter()
-                    .find(|(o, l)| *o <= at && at < o + l)
-                    .map(|(o, l)| o + l);
+                let leaked_to = covered.iter().find(|(o, l)| *o <= at && at < o + l).map(|(o, l)| o + l);
                 match leaked_to {
                     Some(end) => at = end,
                     None => {
-                        let next = covered
-                            .iter()
-                            .map(|(o, _)| o)
-                            .find(|o| *o > at)
-                            .unwrap_or(off + len)
-                            .min(off + len);
-                        self.problem(
-                            at,
-                            format!(
-                                "leak: {} allocated bytes that nothing references",
-                                next - at
-                            ),
-                        );
+                        let next = covered.iter().map(|(o, _)| o).find(|o| *o > at).unwrap_or(off + len).min(off + len);
+                        self.problem(at, format!("leak: {} allocated bytes that nothing references", next - at));
                         at = next;
                     }
                 }
@@ -235,11 +189,7 @@ impl FileCheck<'_> {
             if off + len > self.file_bytes {
                 self.problem(
                     off,
-                    format!(
-                        "allocated extent ends at {} past the file end {}",
-                        off + len,
-                        self.file_bytes
-                    ),
+                    format!("allocated extent ends at {} past the file end {}", off + len, self.file_bytes),
                 );
             }
         }
@@ -248,13 +198,7 @@ impl FileCheck<'_> {
 
 fn printable(b: &[u8]) -> String {
     b.iter()
-        .map(|&c| {
-            if c.is_ascii_graphic() || c == b' ' {
-                (c as char).to_string()
-            } else {
-                format!("\\x{c:02x}")
-            }
-        })
+        .map(|&c| if c.is_ascii_graphic() || c == b' ' { (c as char).to_string() } else { format!("\\x{c:02x}") })
         .collect()
 }
 
@@ -297,10 +241,7 @@ fn verify_file(
             }
         },
         Some((k, _)) => {
-            fc.problem(
-                extents.offset,
-                format!("expected an extent list, found {k:?}"),
-            );
+            fc.problem(extents.offset, format!("expected an extent list, found {k:?}"));
             return None;
         }
         None => return None,
@@ -309,12 +250,7 @@ fn verify_file(
     fc.report.entries += entries;
     fc.check_extents(&alloc);
     fc.report.bytes_checked += fc.bytes;
-    (fc.progress)(Progress {
-        file: name,
-        pages_checked: fc.pages,
-        bytes_checked: fc.bytes,
-        file_bytes,
-    });
+    (fc.progress)(Progress { file: name, pages_checked: fc.pages, bytes_checked: fc.bytes, file_bytes });
     // The metadata table's entries are needed by the caller.
     if name == METADATA_FILE {
         let mut out = Vec::new();
@@ -324,12 +260,7 @@ fn verify_file(
     Some(Vec::new())
 }
 
-fn collect_leaf_entries(
-    file: &dyn VfsFile,
-    addr: BlockAddr,
-    out: &mut Vec<(Vec<u8>, Vec<u8>)>,
-    depth: usize,
-) {
+fn collect_leaf_entries(file: &dyn VfsFile, addr: BlockAddr, out: &mut Vec<(Vec<u8>, Vec<u8>)>, depth: usize) {
     if depth > tree_depth_max {
         return;
     }
@@ -341,11 +272,7 @@ fn collect_leaf_entries(
     };
     for cell in cells {
         match cell {
-            Cell::Leaf {
-                key,
-                value: CellValue::Inline(v),
-                ..
-            } => out.push((key, v)),
+            Cell::Leaf { key, value: CellValue::Inline(v), .. } => out.push((key, v)),
             Cell::Leaf { .. } => {}
             Cell::Internal { child, .. } => collect_leaf_entries(file, child, out, depth + 1),
         }
@@ -353,11 +280,7 @@ fn collect_leaf_entries(
 }
 
 /// Verify the data directory `dir`.
-pub fn verify_dir(
-    vfs: &dyn Vfs,
-    dir: &Path,
-    progress: &mut dyn FnMut(Progress),
-) -> Result<VerifyReport> {
+pub fn verify_dir(vfs: &dyn Vfs, dir: &Path, progress: &mut dyn FnMut(Progress)) -> Result<VerifyReport> {
     let mut report = VerifyReport::default();
     let root = match RootRecord::read(vfs, dir) {
         Ok(r) => r,
@@ -366,23 +289,15 @@ pub fn verify_dir(
             return Ok(report);
         }
     };
-    let Some(meta_entries) = verify_file(
-        vfs,
-        dir,
-        METADATA_FILE,
-        root.metadata.root,
-        root.metadata.extents,
-        &mut report,
-        progress,
-    ) else {
+    let Some(meta_entries) =
+        verify_file(vfs, dir, METADATA_FILE, root.metadata.root, root.metadata.extents, &mut report, progress)
+    else {
         return Ok(report);
     };
     for (name, value) in meta_entries {
         let name = String::from_utf8_lossy(&name).into_owned();
         let Some(meta) = TableMeta::decode(&value) else {
-            report
-                .problems
-                .push(format!("{METADATA_FILE}: bad entry for table {name:?}"));
+            report.problems.push(format!("{METADATA_FILE}: bad entry for table {name:?}"));
             continue;
         };
         if meta.id >= root.next_table_id {
@@ -422,15 +337,16 @@ fn verify_journal(vfs: &dyn Vfs, dir: &Path, from_seq: u64, report: &mut VerifyR
     }) {
         Ok(summary) => {
             if let Some((path, off)) = summary.torn_tail {
-                report.notes.push(format!("journal {} ends in a torn record at offset {off} (normal after a crash; recovery cuts it)", path.display()));
+                report.notes.push(format!(
+                    "journal {} ends in a torn record at offset {off} (normal after a crash; recovery cuts it)",
+                    path.display()
+                ));
             }
         }
         Err(e) => report.problems.push(format!("journal: {e}")),
     }
     for seq in bad_payloads {
-        report
-            .problems
-            .push(format!("journal record {seq} cannot be decoded"));
+        report.problems.push(format!("journal record {seq} cannot be decoded"));
     }
     report.journal_records = records;
 }

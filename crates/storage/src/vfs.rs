@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// An open file.
+#[allow(clippy::len_without_is_empty)]
 pub trait VfsFile: Send + Sync {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()>;
     fn write_at(&self, buf: &[u8], offset: u64) -> Result<()>;
@@ -36,15 +37,8 @@ pub trait Vfs: Send + Sync {
     fn lock_dir(&self, dir: &Path) -> Result<Box<dyn Send + Sync>>;
 }
 
-fn io_err<'a>(
-    op: &'static str,
-    path: &'a Path,
-) -> impl FnOnce(std::io::Error) -> StorageError + 'a {
-    move |source| StorageError::Io {
-        op,
-        path: path.to_path_buf(),
-        source,
-    }
+fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> StorageError + 'a {
+    move |source| StorageError::Io { op, path: path.to_path_buf(), source }
 }
 
 /// The real file system.
@@ -59,30 +53,20 @@ struct OsFile {
 impl VfsFile for OsFile {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
         use std::os::unix::fs::FileExt;
-        self.file
-            .read_exact_at(buf, offset)
-            .map_err(io_err("read", &self.path))
+        self.file.read_exact_at(buf, offset).map_err(io_err("read", &self.path))
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
         use std::os::unix::fs::FileExt;
-        self.file
-            .write_all_at(buf, offset)
-            .map_err(io_err("write", &self.path))
+        self.file.write_all_at(buf, offset).map_err(io_err("write", &self.path))
     }
     fn sync(&self) -> Result<()> {
         self.file.sync_data().map_err(io_err("fsync", &self.path))
     }
     fn len(&self) -> Result<u64> {
-        Ok(self
-            .file
-            .metadata()
-            .map_err(io_err("stat", &self.path))?
-            .len())
+        Ok(self.file.metadata().map_err(io_err("stat", &self.path))?.len())
     }
     fn set_len(&self, len: u64) -> Result<()> {
-        self.file
-            .set_len(len)
-            .map_err(io_err("truncate", &self.path))
+        self.file.set_len(len).map_err(io_err("truncate", &self.path))
     }
     fn path(&self) -> &Path {
         &self.path
@@ -102,10 +86,7 @@ impl Vfs for OsVfs {
             .truncate(false)
             .open(path)
             .map_err(io_err("open", path))?;
-        Ok(Arc::new(OsFile {
-            file,
-            path: path.to_path_buf(),
-        }))
+        Ok(Arc::new(OsFile { file, path: path.to_path_buf() }))
     }
     fn exists(&self, path: &Path) -> bool {
         path.exists()
@@ -130,9 +111,7 @@ impl Vfs for OsVfs {
         std::fs::create_dir_all(dir).map_err(io_err("mkdir", dir))
     }
     fn sync_dir(&self, dir: &Path) -> Result<()> {
-        File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(io_err("fsync dir", dir))
+        File::open(dir).and_then(|d| d.sync_all()).map_err(io_err("fsync dir", dir))
     }
     fn lock_dir(&self, dir: &Path) -> Result<Box<dyn Send + Sync>> {
         use std::os::unix::io::AsRawFd;
@@ -147,9 +126,7 @@ impl Vfs for OsVfs {
         // SAFETY: flock on a valid descriptor we own; no memory is touched.
         let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
         if rc != 0 {
-            return Err(StorageError::Locked {
-                path: dir.to_path_buf(),
-            });
+            return Err(StorageError::Locked { path: dir.to_path_buf() });
         }
         Ok(Box::new(DirLock { _file: file }))
     }

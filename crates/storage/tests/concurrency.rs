@@ -15,11 +15,7 @@ const READERS: usize = 3;
 const BATCHES: usize = 300;
 
 fn small() -> TableConfig {
-    TableConfig {
-        leaf_page_max_bytes: 2048,
-        internal_page_max_bytes: 1024,
-        ..TableConfig::default()
-    }
+    TableConfig { leaf_page_max_bytes: 2048, internal_page_max_bytes: 1024, ..TableConfig::default() }
 }
 
 /// Returns each writer's final rows.
@@ -41,12 +37,7 @@ fn writer(engine: Engine, w: usize, seed: u64) -> BTreeMap<Vec<u8>, Vec<u8>> {
                 rows.insert(key, v);
             }
         }
-        b.put(
-            &shared,
-            format!("a/{w}").as_bytes(),
-            &(rows.len() as u64).to_le_bytes(),
-        )
-        .unwrap();
+        b.put(&shared, format!("a/{w}").as_bytes(), &(rows.len() as u64).to_le_bytes()).unwrap();
         b.put(&own, &(n as u64).to_be_bytes(), b"x").unwrap();
         engine.write(&b).unwrap();
     }
@@ -70,11 +61,7 @@ fn reader(engine: Engine, stop: Arc<AtomicBool>) -> usize {
             }
         }
         for w in 0..WRITERS {
-            assert_eq!(
-                counts[w].unwrap_or(0),
-                seen[w],
-                "writer {w}: a scan saw a half-applied batch"
-            );
+            assert_eq!(counts[w].unwrap_or(0), seen[w], "writer {w}: a scan saw a half-applied batch");
         }
         scans += 1;
     }
@@ -125,10 +112,7 @@ fn readers_and_writers_on_shared_and_private_tables() {
         engine.stats().journal_syncs,
         engine.stats().commits
     );
-    assert!(
-        engine.stats().checkpoints > 0,
-        "checkpoints should have run during the writes"
-    );
+    assert!(engine.stats().checkpoints > 0, "checkpoints should have run during the writes");
     engine.close().unwrap();
 
     let engine = Engine::open(dir.path(), config).unwrap();

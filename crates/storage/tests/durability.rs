@@ -5,18 +5,11 @@ use std::path::{Path, PathBuf};
 use storage::{Config, Engine, OsVfs, SyncMode, TableConfig, WriteBatch};
 
 fn no_checkpoints() -> Config {
-    Config {
-        checkpoint_interval: None,
-        checkpoint_journal_bytes: u64::MAX,
-        ..Config::default()
-    }
+    Config { checkpoint_interval: None, checkpoint_journal_bytes: u64::MAX, ..Config::default() }
 }
 
 fn journal_files(dir: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir.join("journal"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir.join("journal")).unwrap().map(|e| e.unwrap().path()).collect();
     v.sort();
     v
 }
@@ -57,11 +50,7 @@ fn torn_journal_tail_ends_replay_cleanly() {
     drop(f);
     let report = storage::verify::verify_dir(&OsVfs, dir.path(), &mut |_| {}).unwrap();
     assert!(report.problems.is_empty(), "{:?}", report.problems);
-    assert!(
-        report.notes.iter().any(|n| n.contains("torn")),
-        "{:?}",
-        report.notes
-    );
+    assert!(report.notes.iter().any(|n| n.contains("torn")), "{:?}", report.notes);
     assert_eq!(count_rows(dir.path()).unwrap(), 99);
 }
 
@@ -69,26 +58,16 @@ fn torn_journal_tail_ends_replay_cleanly() {
 fn corrupt_journal_record_followed_by_valid_ones_is_corruption() {
     let dir = journal_only_db();
     let files = journal_files(dir.path());
-    let file = files
-        .iter()
-        .max_by_key(|p| std::fs::metadata(p).unwrap().len())
-        .unwrap();
+    let file = files.iter().max_by_key(|p| std::fs::metadata(p).unwrap().len()).unwrap();
     let mut bytes = std::fs::read(file).unwrap();
     let mid = bytes.len() / 2;
     bytes[mid] ^= 0x40;
     std::fs::write(file, &bytes).unwrap();
     let report = storage::verify::verify_dir(&OsVfs, dir.path(), &mut |_| {}).unwrap();
-    assert!(
-        report.problems.iter().any(|p| p.contains("journal")),
-        "{:?}",
-        report.problems
-    );
+    assert!(report.problems.iter().any(|p| p.contains("journal")), "{:?}", report.problems);
     let err = count_rows(dir.path()).unwrap_err();
     assert!(err.is_corruption(), "{err}");
-    assert!(
-        err.to_string().contains("committed records follow"),
-        "{err}"
-    );
+    assert!(err.to_string().contains("committed records follow"), "{err}");
 }
 
 fn data_file_bytes(dir: &Path) -> u64 {
@@ -120,9 +99,7 @@ fn steady_overwrites_do_not_grow_files_without_bound() {
         for k in 0..KEYS {
             // Spread over the key space so every leaf is rewritten each round.
             let key = format!("{:016}", (k * 7919) % KEYS);
-            batch
-                .put(&t, key.as_bytes(), &[(round as u8) ^ (k as u8); 100])
-                .unwrap();
+            batch.put(&t, key.as_bytes(), &[(round as u8) ^ (k as u8); 100]).unwrap();
             if batch.len() == 1000 {
                 engine.write(&batch).unwrap();
                 batch.clear();
@@ -130,10 +107,7 @@ fn steady_overwrites_do_not_grow_files_without_bound() {
         }
         let size = data_file_bytes(dir.path());
         max_seen = max_seen.max(size);
-        eprintln!(
-            "round {round}: data files {size} bytes ({:.2}x live)",
-            size as f64 / live_bytes as f64
-        );
+        eprintln!("round {round}: data files {size} bytes ({:.2}x live)", size as f64 / live_bytes as f64);
     }
     engine.checkpoint().unwrap();
     let final_size = data_file_bytes(dir.path());
@@ -141,18 +115,9 @@ fn steady_overwrites_do_not_grow_files_without_bound() {
         "max {max_seen} bytes, final {final_size} bytes, live {live_bytes} bytes, checkpoints {}",
         engine.stats().checkpoints
     );
-    assert!(
-        engine.stats().checkpoints >= ROUNDS / 2,
-        "the journal volume should have triggered checkpoints"
-    );
-    assert!(
-        max_seen <= 3 * live_bytes,
-        "data files reached {max_seen} bytes for {live_bytes} live bytes"
-    );
-    let v = engine
-        .get(&t, format!("{:016}", 5).as_bytes())
-        .unwrap()
-        .unwrap();
+    assert!(engine.stats().checkpoints >= ROUNDS / 2, "the journal volume should have triggered checkpoints");
+    assert!(max_seen <= 3 * live_bytes, "data files reached {max_seen} bytes for {live_bytes} live bytes");
+    let v = engine.get(&t, format!("{:016}", 5).as_bytes()).unwrap().unwrap();
     assert_eq!(v.len(), 100);
     engine.close().unwrap();
     let report = storage::verify::verify_dir(&OsVfs, dir.path(), &mut |_| {}).unwrap();
@@ -162,17 +127,13 @@ fn steady_overwrites_do_not_grow_files_without_bound() {
 #[test]
 fn checkpoints_reuse_decoded_keys() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = TableConfig {
-        leaf_page_max_bytes: 4096,
-        ..TableConfig::default()
-    };
+    let cfg = TableConfig { leaf_page_max_bytes: 4096, ..TableConfig::default() };
     {
         let engine = Engine::open(dir.path(), no_checkpoints()).unwrap();
         let t = engine.create_table("t", cfg).unwrap();
         let mut b = WriteBatch::new();
         for i in 0u32..20_000 {
-            b.put(&t, format!("key-{i:08}").as_bytes(), b"value")
-                .unwrap();
+            b.put(&t, format!("key-{i:08}").as_bytes(), b"value").unwrap();
         }
         engine.write(&b).unwrap();
         engine.close().unwrap();
@@ -191,8 +152,7 @@ fn checkpoints_reuse_decoded_keys() {
     // Dirty every leaf, then reconcile them all.
     let mut b = WriteBatch::new();
     for i in (0u32..20_000).step_by(50) {
-        b.put(&t, format!("key-{i:08}").as_bytes(), b"changed")
-            .unwrap();
+        b.put(&t, format!("key-{i:08}").as_bytes(), b"changed").unwrap();
     }
     engine.write(&b).unwrap();
     let before = engine.stats();
@@ -203,10 +163,7 @@ fn checkpoints_reuse_decoded_keys() {
         "{} leaves written",
         after.leaf_pages_written - before.leaf_pages_written
     );
-    assert_eq!(
-        after.keys_decoded, before.keys_decoded,
-        "a checkpoint decoded keys"
-    );
+    assert_eq!(after.keys_decoded, before.keys_decoded, "a checkpoint decoded keys");
     engine.close().unwrap();
 }
 
@@ -215,9 +172,7 @@ fn large_values_up_to_16_mib_round_trip() {
     let dir = tempfile::tempdir().unwrap();
     let engine = Engine::open(dir.path(), no_checkpoints()).unwrap();
     let t = engine.create_table("t", TableConfig::default()).unwrap();
-    let big: Vec<u8> = (0..16 * 1024 * 1024)
-        .map(|i: u32| (i % 251) as u8)
-        .collect();
+    let big: Vec<u8> = (0..16 * 1024 * 1024).map(|i: u32| (i % 251) as u8).collect();
     engine.put(&t, b"big", &big).unwrap();
     engine.put(&t, b"mid", &big[..100_000]).unwrap();
     engine.checkpoint().unwrap();
@@ -228,16 +183,33 @@ fn large_values_up_to_16_mib_round_trip() {
     assert_eq!(&*engine.get(&t, b"big").unwrap().unwrap(), &big[..]);
     assert_eq!(&*engine.get(&t, b"mid").unwrap().unwrap(), &big[..50_000]);
     let too_big = vec![0u8; storage::limits::value_size_max_bytes + 1];
-    assert!(matches!(
-        engine.put(&t, b"x", &too_big),
-        Err(storage::StorageError::ValueTooLarge { .. })
-    ));
-    assert!(matches!(
-        engine.put(&t, &[0u8; 9000], b"v"),
-        Err(storage::StorageError::KeyTooLarge { .. })
-    ));
+    assert!(matches!(engine.put(&t, b"x", &too_big), Err(storage::StorageError::ValueTooLarge { .. })));
+    assert!(matches!(engine.put(&t, &[0u8; 9000], b"v"), Err(storage::StorageError::KeyTooLarge { .. })));
     engine.close().unwrap();
     let report = storage::verify::verify_dir(&OsVfs, dir.path(), &mut |_| {}).unwrap();
     assert!(report.problems.is_empty(), "{:?}", report.problems);
     assert!(report.overflow_blocks >= 2);
+}
+
+#[test]
+fn a_checkpoint_retires_every_older_journal_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config { journal_file_max_bytes: 16 * 1024, ..no_checkpoints() };
+    let engine = Engine::open(dir.path(), config.clone()).unwrap();
+    let t = engine.create_table("t", TableConfig::default()).unwrap();
+    for i in 0u32..300 {
+        engine.put(&t, &i.to_be_bytes(), &[7u8; 200]).unwrap();
+    }
+    assert!(journal_files(dir.path()).len() > 3, "the journal should have rotated");
+    engine.checkpoint().unwrap();
+    assert_eq!(journal_files(dir.path()).len(), 1);
+    assert_eq!(engine.journal_file_count(), 1);
+    engine.put(&t, b"after", b"checkpoint").unwrap();
+    drop(t);
+    drop(engine);
+    let engine = Engine::open(dir.path(), config).unwrap();
+    let t = engine.table("t").unwrap();
+    assert_eq!(engine.get(&t, b"after").unwrap().as_deref(), Some(&b"checkpoint"[..]));
+    assert_eq!(engine.get(&t, &299u32.to_be_bytes()).unwrap().as_deref(), Some(&[7u8; 200][..]));
+    engine.close().unwrap();
 }

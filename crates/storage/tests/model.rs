@@ -11,7 +11,7 @@ enum Op {
     Put(u16, u16, u8),
     Delete(u16),
     Get(u16),
-    Scan(u16, u16, bool),
+    Scan(u16, u16, bool, bool, bool),
     Batch(Vec<(u16, Option<u16>)>),
     Checkpoint,
     Reopen,
@@ -33,7 +33,7 @@ fn op_strategy(keys: u16) -> impl Strategy<Value = Op> {
         30 => (0..keys, 0u16..700, any::<u8>()).prop_map(|(k, l, f)| Op::Put(k, l, f)),
         15 => (0..keys).prop_map(Op::Delete),
         10 => (0..keys).prop_map(Op::Get),
-        5 => (0..keys, 0..keys, any::<bool>()).prop_map(|(a, b, r)| Op::Scan(a.min(b), a.max(b), r)),
+        5 => (0..keys, 0..keys, any::<bool>(), any::<bool>(), any::<bool>()).prop_map(|(a, b, r, li, ui)| Op::Scan(a, b, r, li, ui)),
         5 => prop::collection::vec((0..keys, prop::option::of(0u16..300)), 1..40).prop_map(Op::Batch),
         2 => Just(Op::Checkpoint),
         1 => Just(Op::Reopen),
@@ -50,11 +50,7 @@ fn small_pages() -> TableConfig {
 }
 
 fn config() -> Config {
-    Config {
-        sync_mode: SyncMode::Off,
-        checkpoint_interval: None,
-        ..Default::default()
-    }
+    Config { sync_mode: SyncMode::Off, checkpoint_interval: None, ..Default::default() }
 }
 
 fn check_scan(
@@ -65,32 +61,36 @@ fn check_scan(
     hi: &[u8],
     reverse: bool,
 ) {
+    check_bounded_scan(engine, t, model, Bound::Included(lo.to_vec()), Bound::Excluded(hi.to_vec()), reverse)
+}
+
+fn check_bounded_scan(
+    engine: &Engine,
+    t: &storage::Table,
+    model: &BTreeMap<Vec<u8>, Vec<u8>>,
+    lo: Bound<Vec<u8>>,
+    hi: Bound<Vec<u8>>,
+    reverse: bool,
+) {
     let mut c = engine.cursor(t).unwrap();
-    c.set_bounds(Bound::Included(lo.to_vec()), Bound::Excluded(hi.to_vec()));
+    c.set_bounds(lo.clone(), hi.clone());
     let mut got = Vec::new();
     loop {
-        let e = if reverse {
-            c.prev().unwrap()
-        } else {
-            c.next().unwrap()
-        };
+        let e = if reverse { c.prev().unwrap() } else { c.next().unwrap() };
         match e {
             Some((k, v)) => got.push((k.to_vec(), v.to_vec())),
             None => break,
         }
     }
     let mut want: Vec<_> = model
-        .range(lo.to_vec()..hi.to_vec())
+        .iter()
+        .filter(|(k, _)| std::ops::RangeBounds::contains(&(lo.clone(), hi.clone()), *k))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     if reverse {
         want.reverse();
     }
-    assert_eq!(
-        got.len(),
-        want.len(),
-        "scan [{lo:?}, {hi:?}) reverse={reverse}"
-    );
+    assert_eq!(got.len(), want.len(), "scan {lo:?}..{hi:?} reverse={reverse}");
     assert!(got == want, "scan contents differ");
 }
 
@@ -113,9 +113,11 @@ fn run(ops: Vec<Op>) {
                 let got = engine.get(&t, &key(k)).unwrap().map(|v| v.to_vec());
                 assert_eq!(got, model.get(&key(k)).cloned());
             }
-            Op::Scan(a, b, r) => {
+            Op::Scan(a, b, r, li, ui) => {
                 let (lo, hi) = (key(a).min(key(b)), key(a).max(key(b)));
-                check_scan(&engine, &t, &model, &lo, &hi, r)
+                let lo = if li { Bound::Included(lo) } else { Bound::Excluded(lo) };
+                let hi = if ui { Bound::Included(hi) } else { Bound::Excluded(hi) };
+                check_bounded_scan(&engine, &t, &model, lo, hi, r)
             }
             Op::Batch(items) => {
                 let mut batch = storage::WriteBatch::new();
@@ -175,4 +177,35 @@ fn many_keys_split_and_merge_back() {
     ops.extend((0..3000).filter(|k| k % 10 == 0).map(Op::Delete));
     ops.push(Op::Checkpoint);
     run(ops);
+}
+
+#[test]
+fn cursor_stays_at_the_end_until_repositioned() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(dir.path(), config()).unwrap();
+    let t = engine.create_table("t", small_pages()).unwrap();
+    for k in 0..500u16 {
+        engine.put(&t, &k.to_be_bytes(), b"v").unwrap();
+    }
+    let mut c = engine.cursor(&t).unwrap();
+    assert_eq!(&*c.seek(&498u16.to_be_bytes()).unwrap().unwrap().0, &498u16.to_be_bytes());
+    assert!(c.next().unwrap().is_some());
+    assert!(c.next().unwrap().is_none());
+    assert!(c.next().unwrap().is_none(), "a finished cursor started over");
+    assert!(c.prev().unwrap().is_none());
+    assert!(c.seek(&600u16.to_be_bytes()).unwrap().is_none());
+    assert!(c.next().unwrap().is_none(), "a seek past the end started over");
+    assert_eq!(&*c.last().unwrap().unwrap().0, &499u16.to_be_bytes());
+    assert_eq!(&*c.prev().unwrap().unwrap().0, &498u16.to_be_bytes());
+    c.reset();
+    assert_eq!(&*c.next().unwrap().unwrap().0, &0u16.to_be_bytes());
+    c.set_bounds(Bound::Excluded(10u16.to_be_bytes().to_vec()), Bound::Included(12u16.to_be_bytes().to_vec()));
+    let keys: Vec<_> = std::iter::from_fn(|| c.next().unwrap()).map(|(k, _)| k.to_vec()).collect();
+    assert_eq!(keys, vec![11u16.to_be_bytes().to_vec(), 12u16.to_be_bytes().to_vec()]);
+    let back: Vec<_> = {
+        c.reset();
+        std::iter::from_fn(|| c.prev().unwrap()).map(|(k, _)| k.to_vec()).collect()
+    };
+    assert_eq!(back, vec![12u16.to_be_bytes().to_vec(), 11u16.to_be_bytes().to_vec()]);
+    engine.close().unwrap();
 }

@@ -25,8 +25,7 @@ impl Shared {
             return Ok(());
         }
         self.ops.fetch_add(1, Ordering::SeqCst);
-        if self.tripped.load(Ordering::SeqCst) || self.countdown.fetch_sub(1, Ordering::SeqCst) <= 1
-        {
+        if self.tripped.load(Ordering::SeqCst) || self.countdown.fetch_sub(1, Ordering::SeqCst) <= 1 {
             if !self.tripped.swap(true, Ordering::SeqCst) {
                 if let Some(hook) = self.hook.lock().unwrap().take() {
                     hook();
@@ -117,10 +116,7 @@ impl VfsFile for FaultFile {
 impl Vfs for FaultVfs {
     fn open(&self, path: &Path, create: bool) -> Result<Arc<dyn VfsFile>> {
         self.shared.tick("open", path)?;
-        Ok(Arc::new(FaultFile {
-            inner: self.inner.open(path, create)?,
-            shared: self.shared.clone(),
-        }))
+        Ok(Arc::new(FaultFile { inner: self.inner.open(path, create)?, shared: self.shared.clone() }))
     }
     fn exists(&self, path: &Path) -> bool {
         self.inner.exists(path)

@@ -81,10 +81,7 @@ impl VfsFile for MemFile {
             return Err(StorageError::Io {
                 op: "read",
                 path: self.path.clone(),
-                source: std::io::Error::new(
-                    std::io::ErrorKind::UnexpectedEof,
-                    "read past end of file",
-                ),
+                source: std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "read past end of file"),
             });
         }
         buf.copy_from_slice(&data[offset as usize..end]);
@@ -94,10 +91,7 @@ impl VfsFile for MemFile {
         let mut st = self.state.lock().unwrap();
         st.io_count += 1;
         let f = st.files.get_mut(&self.id).unwrap();
-        let p = Pending::Write {
-            offset,
-            bytes: buf.to_vec(),
-        };
+        let p = Pending::Write { offset, bytes: buf.to_vec() };
         apply(&mut f.live, &p);
         f.pending.push(p);
         Ok(())
@@ -146,31 +140,16 @@ impl MemVfs {
                         continue;
                     }
                     match p {
-                        Pending::Write { offset, bytes }
-                            if bytes.len() > SECTOR_BYTES && rng.gen_bool(0.5) =>
-                        {
+                        Pending::Write { offset, bytes } if bytes.len() > SECTOR_BYTES && rng.gen_bool(0.5) => {
                             let sectors = bytes.len().div_ceil(SECTOR_BYTES);
                             let keep = rng.gen_range(1..sectors) * SECTOR_BYTES;
-                            apply(
-                                &mut image,
-                                &Pending::Write {
-                                    offset: *offset,
-                                    bytes: bytes[..keep].to_vec(),
-                                },
-                            );
+                            apply(&mut image, &Pending::Write { offset: *offset, bytes: bytes[..keep].to_vec() });
                         }
                         other => apply(&mut image, other),
                     }
                 }
             }
-            files.insert(
-                id,
-                FileData {
-                    live: image.clone(),
-                    durable: image,
-                    pending: Vec::new(),
-                },
-            );
+            files.insert(id, FileData { live: image.clone(), durable: image, pending: Vec::new() });
         }
         let names = st.durable_names.clone();
         MemVfs {
@@ -196,20 +175,12 @@ impl MemVfs {
     /// Live size of a file.
     pub fn file_len(&self, path: &Path) -> Option<u64> {
         let st = self.state.lock().unwrap();
-        st.live_names
-            .get(path)
-            .map(|id| st.files[id].live.len() as u64)
+        st.live_names.get(path).map(|id| st.files[id].live.len() as u64)
     }
 
     /// Every file path, live view.
     pub fn paths(&self) -> Vec<PathBuf> {
-        self.state
-            .lock()
-            .unwrap()
-            .live_names
-            .keys()
-            .cloned()
-            .collect()
+        self.state.lock().unwrap().live_names.keys().cloned().collect()
     }
 
     /// Writes issued so far.
@@ -232,11 +203,7 @@ impl Vfs for MemVfs {
             }
             None => return Err(not_found(path)),
         };
-        Ok(Arc::new(MemFile {
-            state: self.state.clone(),
-            id,
-            path: path.to_path_buf(),
-        }))
+        Ok(Arc::new(MemFile { state: self.state.clone(), id, path: path.to_path_buf() }))
     }
     fn exists(&self, path: &Path) -> bool {
         let st = self.state.lock().unwrap();
@@ -244,10 +211,7 @@ impl Vfs for MemVfs {
     }
     fn remove(&self, path: &Path) -> Result<()> {
         let mut st = self.state.lock().unwrap();
-        st.live_names
-            .remove(path)
-            .map(|_| ())
-            .ok_or_else(|| not_found(path))
+        st.live_names.remove(path).map(|_| ()).ok_or_else(|| not_found(path))
     }
     fn rename(&self, from: &Path, to: &Path) -> Result<()> {
         let mut st = self.state.lock().unwrap();
@@ -270,12 +234,8 @@ impl Vfs for MemVfs {
     fn sync_dir(&self, dir: &Path) -> Result<()> {
         let mut st = self.state.lock().unwrap();
         st.durable_names.retain(|p, _| p.parent() != Some(dir));
-        let live: Vec<(PathBuf, u64)> = st
-            .live_names
-            .iter()
-            .filter(|(p, _)| p.parent() == Some(dir))
-            .map(|(p, &i)| (p.clone(), i))
-            .collect();
+        let live: Vec<(PathBuf, u64)> =
+            st.live_names.iter().filter(|(p, _)| p.parent() == Some(dir)).map(|(p, &i)| (p.clone(), i)).collect();
         st.durable_names.extend(live);
         Ok(())
     }

@@ -26,11 +26,7 @@ pub fn batch_ops(seed: u64, n: u64) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
             ops.push((k, None));
         } else {
             // Mostly small values, sometimes one that needs an overflow block.
-            let len = if rng.gen_bool(0.02) {
-                rng.gen_range(9000..40000)
-            } else {
-                rng.gen_range(0..300)
-            };
+            let len = if rng.gen_bool(0.02) { rng.gen_range(9000..40000) } else { rng.gen_range(0..300) };
             let mut v = vec![(n % 251) as u8; len];
             v.extend_from_slice(&n.to_le_bytes());
             ops.push((k, Some(v)));
@@ -68,10 +64,7 @@ pub fn commit(engine: &Engine, table: &Table, seed: u64, n: u64) -> storage::Res
 
 /// How many batches the table holds, by its `last` key.
 pub fn batches_in(engine: &Engine, table: &Table) -> storage::Result<u64> {
-    Ok(engine
-        .get(table, LAST_KEY)?
-        .map(|v| u64::from_le_bytes(v[..8].try_into().unwrap()))
-        .unwrap_or(0))
+    Ok(engine.get(table, LAST_KEY)?.map(|v| u64::from_le_bytes(v[..8].try_into().unwrap())).unwrap_or(0))
 }
 
 /// The table's whole contents.
@@ -89,16 +82,9 @@ pub fn first_difference(got: &Model, want: &Model) -> Option<String> {
     for (k, v) in want {
         match got.get(k) {
             None => return Some(format!("missing key {}", String::from_utf8_lossy(k))),
-            Some(g) if g != v => {
-                return Some(format!(
-                    "key {} has a different value",
-                    String::from_utf8_lossy(k)
-                ))
-            }
+            Some(g) if g != v => return Some(format!("key {} has a different value", String::from_utf8_lossy(k))),
             _ => {}
         }
     }
-    got.keys()
-        .find(|k| !want.contains_key(*k))
-        .map(|k| format!("unexpected key {}", String::from_utf8_lossy(k)))
+    got.keys().find(|k| !want.contains_key(*k)).map(|k| format!("unexpected key {}", String::from_utf8_lossy(k)))
 }

@@ -5,6 +5,7 @@
 //!   unsynced writes (as if power was cut), and
 //! - the live image: everything written before the failure (as if the
 //!   process saw the error and was restarted).
+//!
 //! Both must verify, reopen, and hold exactly the acknowledged batches (plus
 //! at most the one in flight), nothing half-applied.
 //!
@@ -42,10 +43,7 @@ fn run_until_failure(vfs: Arc<dyn Vfs>, dir: &Path, seed: u64) -> u64 {
     let Ok(engine) = Engine::open_with_vfs(vfs, dir, config()) else {
         return 0;
     };
-    let table = match engine
-        .table("t")
-        .or_else(|_| engine.create_table("t", table_config()))
-    {
+    let table = match engine.table("t").or_else(|_| engine.create_table("t", table_config())) {
         Ok(t) => t,
         Err(_) => return 0,
     };
@@ -53,10 +51,7 @@ fn run_until_failure(vfs: Arc<dyn Vfs>, dir: &Path, seed: u64) -> u64 {
     for n in 0..BATCHES_MAX {
         if workload::commit(&engine, &table, seed, n).is_err() {
             // Reported, and nothing after it may succeed.
-            assert!(
-                workload::commit(&engine, &table, seed, n + 1).is_err(),
-                "a commit succeeded after an I/O failure"
-            );
+            assert!(workload::commit(&engine, &table, seed, n + 1).is_err(), "a commit succeeded after an I/O failure");
             break;
         }
         acked = n + 1;
@@ -70,17 +65,13 @@ fn run_until_failure(vfs: Arc<dyn Vfs>, dir: &Path, seed: u64) -> u64 {
 fn check_image(image: &MemVfs, dir: &Path, seed: u64, acked: u64, what: &str) {
     if image.exists(&dir.join(storage::engine::ROOT_FILE)) {
         let report = storage::verify::verify_dir(image, dir, &mut |_| {}).unwrap();
-        assert!(
-            report.problems.is_empty(),
-            "{what}: verify: {:?}",
-            report.problems
-        );
+        assert!(report.problems.is_empty(), "{what}: verify: {:?}", report.problems);
     } else {
         // The crash came before the directory was first initialized.
         assert_eq!(acked, 0, "{what}: no root file after acknowledged commits");
     }
-    let engine = Engine::open_with_vfs(Arc::new(image.clone()), dir, config())
-        .unwrap_or_else(|e| panic!("{what}: reopen: {e}"));
+    let engine =
+        Engine::open_with_vfs(Arc::new(image.clone()), dir, config()).unwrap_or_else(|e| panic!("{what}: reopen: {e}"));
     let present = match engine.table("t") {
         Ok(table) => {
             let present = workload::batches_in(&engine, &table).unwrap();
@@ -96,50 +87,29 @@ fn check_image(image: &MemVfs, dir: &Path, seed: u64, acked: u64, what: &str) {
         }
         Err(_) => 0,
     };
-    assert!(
-        present >= acked,
-        "{what}: {acked} batches acknowledged, {present} survived"
-    );
-    assert!(
-        present <= acked + 1,
-        "{what}: {present} batches present but only {acked} acknowledged and one in flight"
-    );
+    assert!(present >= acked, "{what}: {acked} batches acknowledged, {present} survived");
+    assert!(present <= acked + 1, "{what}: {present} batches present but only {acked} acknowledged and one in flight");
     engine.close().unwrap();
     let report = storage::verify::verify_dir(image, dir, &mut |_| {}).unwrap();
-    assert!(
-        report.problems.is_empty(),
-        "{what}: verify after reopen: {:?}",
-        report.problems
-    );
+    assert!(report.problems.is_empty(), "{what}: verify after reopen: {:?}", report.problems);
 }
 
 #[test]
 fn every_failure_point_leaves_a_recoverable_image() {
-    let points: u64 = std::env::var("ARBORDB_FAULT_POINTS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(400);
-    let seed: u64 = std::env::var("ARBORDB_FAULT_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(rand::random);
-    eprintln!("fault injection: {points} failure points out of a run's I/Os, seed {seed} (ARBORDB_FAULT_SEED={seed} replays)");
+    let points: u64 = std::env::var("ARBORDB_FAULT_POINTS").ok().and_then(|v| v.parse().ok()).unwrap_or(400);
+    let seed: u64 = std::env::var("ARBORDB_FAULT_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(rand::random);
+    eprintln!(
+        "fault injection: {points} failure points out of a run's I/Os, seed {seed} (ARBORDB_FAULT_SEED={seed} replays)"
+    );
     let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
     let dir = Path::new("/db");
     let dry = FaultVfs::new(Arc::new(MemVfs::new()), u64::MAX);
-    assert_eq!(
-        run_until_failure(Arc::new(dry.clone()), dir, seed),
-        BATCHES_MAX
-    );
+    assert_eq!(run_until_failure(Arc::new(dry.clone()), dir, seed), BATCHES_MAX);
     let total = dry.ops();
     let mut tripped = 0;
     for i in 0..points {
         // Dense over the first I/Os (open, first commits), then spread out.
-        let fail_at = if i < 150 {
-            i + 1
-        } else {
-            rng.gen_range(150..total + 50)
-        };
+        let fail_at = if i < 150 { i + 1 } else { rng.gen_range(150..total + 50) };
         let mem = MemVfs::new();
         let fault = FaultVfs::new(Arc::new(mem.clone()), fail_at);
         let crash_image: Arc<Mutex<Option<MemVfs>>> = Arc::default();
@@ -159,10 +129,7 @@ fn every_failure_point_leaves_a_recoverable_image() {
         check_image(&mem, dir, seed, acked, &format!("{what}, live image"));
     }
     eprintln!("fault injection: {tripped} of {points} runs failed mid-workload and recovered");
-    assert!(
-        tripped > points / 2,
-        "only {tripped} of {points} runs hit their failure point"
-    );
+    assert!(tripped > points / 2, "only {tripped} of {points} runs hit their failure point");
 }
 
 #[test]
@@ -193,10 +160,7 @@ fn a_flipped_bit_is_corruption_never_data() {
             Ok(e) => e,
             Err(e) => {
                 assert!(e.is_corruption(), "flip at {off}: open failed with {e}");
-                assert!(
-                    !report.problems.is_empty(),
-                    "flip at {off}: open saw corruption but verify did not"
-                );
+                assert!(!report.problems.is_empty(), "flip at {off}: open saw corruption but verify did not");
                 detected += 1;
                 continue;
             }
@@ -208,23 +172,16 @@ fn a_flipped_bit_is_corruption_never_data() {
         }
         match workload::contents(&engine, &table) {
             Ok(got) => {
+                assert!(workload::first_difference(&got, &model).is_none(), "flip at {off}: wrong data served");
                 assert!(
-                    workload::first_difference(&got, &model).is_none(),
-                    "flip at {off}: wrong data served"
-                );
-                assert!(
-                    report.problems.is_empty()
-                        || report.problems.iter().all(|p| p.contains("leak")),
+                    report.problems.is_empty() || report.problems.iter().all(|p| p.contains("leak")),
                     "flip at {off}: verify {:?} but reads were fine",
                     report.problems
                 );
             }
             Err(e) => {
                 assert!(e.is_corruption(), "flip at {off}: {e}");
-                assert!(
-                    !report.problems.is_empty(),
-                    "flip at {off}: a read saw corruption but verify did not"
-                );
+                assert!(!report.problems.is_empty(), "flip at {off}: a read saw corruption but verify did not");
                 detected += 1;
             }
         }

@@ -14,14 +14,8 @@ use testkit::workload::{self, Model};
 
 #[test]
 fn kill_9_loses_no_acknowledged_commit() {
-    let cycles: usize = std::env::var("ARBORDB_CRASH_CYCLES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(100);
-    let seed: u64 = std::env::var("ARBORDB_CRASH_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(rand::random);
+    let cycles: usize = std::env::var("ARBORDB_CRASH_CYCLES").ok().and_then(|v| v.parse().ok()).unwrap_or(100);
+    let seed: u64 = std::env::var("ARBORDB_CRASH_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(rand::random);
     eprintln!("kill -9 test: {cycles} cycles, seed {seed} (ARBORDB_CRASH_SEED={seed} replays the kill timings)");
     let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
     let dir = tempfile::tempdir().unwrap();
@@ -59,29 +53,22 @@ fn kill_9_loses_no_acknowledged_commit() {
         }
 
         let report = storage::verify::verify_dir(&OsVfs, dir.path(), &mut |_| {}).unwrap();
-        assert!(
-            report.problems.is_empty(),
-            "cycle {cycle} (seed {seed}): verify after kill: {:?}",
-            report.problems
-        );
+        assert!(report.problems.is_empty(), "cycle {cycle} (seed {seed}): verify after kill: {:?}", report.problems);
 
         let engine = Engine::open(dir.path(), Config::default()).unwrap();
         let Ok(table) = engine.table("crash") else {
-            assert!(
-                max_acked.is_none(),
-                "cycle {cycle}: table lost after acknowledged commits"
-            );
+            assert!(max_acked.is_none(), "cycle {cycle}: table lost after acknowledged commits");
             engine.close().unwrap();
             continue;
         };
         let present = workload::batches_in(&engine, &table).unwrap();
         if let Some(a) = max_acked {
-            assert!(present > a, "cycle {cycle} (seed {seed}): batch {a} was acknowledged but only {present} batches survived");
+            assert!(
+                present > a,
+                "cycle {cycle} (seed {seed}): batch {a} was acknowledged but only {present} batches survived"
+            );
         }
-        assert!(
-            present >= model_batches,
-            "cycle {cycle}: batches went backwards"
-        );
+        assert!(present >= model_batches, "cycle {cycle}: batches went backwards");
         while model_batches < present {
             workload::apply_to_model(&mut model, seed, model_batches);
             model_batches += 1;
@@ -92,9 +79,6 @@ fn kill_9_loses_no_acknowledged_commit() {
         }
         engine.close().unwrap();
     }
-    assert!(
-        max_acked.is_some_and(|a| a > 0),
-        "the writer never got a commit acknowledged"
-    );
+    assert!(max_acked.is_some_and(|a| a > 0), "the writer never got a commit acknowledged");
     eprintln!("kill -9 test: {model_batches} batches committed across {cycles} kills");
 }

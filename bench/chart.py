@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""Draw a grouped bar chart of ops/s per workload per engine from the JSON
+written by `arbordb bench engine`.
+
+One group of bars per (workload, threads, batch) row, one bar per engine,
+log-scale y axis (batch-1 writes and batched writes differ by orders of
+magnitude). Each bar is labelled with the engine's ops/s.
+
+Usage: python3 bench/chart.py RESULTS.json [OUT.png]
+(default OUT: RESULTS with .png in place of .json)
+
+Without matplotlib it prints how to install it and exits 0, so it never
+breaks a script that runs the benchmark.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+
+def groups_of(results):
+    """(workload, threads, batch) in first-seen order, and ops/s per engine."""
+    order, engines, ops = [], [], {}
+    for r in results:
+        key = (r["workload"], r["threads"], r["batch_ops_per_commit"])
+        if key not in order:
+            order.append(key)
+        if r["engine"] not in engines:
+            engines.append(r["engine"])
+        ops[(key, r["engine"])] = r["ops_per_sec"]
+    return order, engines, ops
+
+
+def label(key):
+    workload, threads, batch = key
+    batch = "read" if batch is None else f"b{batch}"
+    return f"{workload}\nt{threads} {batch}"
+
+
+def main():
+    if len(sys.argv) not in (2, 3):
+        print(__doc__.strip(), file=sys.stderr)
+        return 2
+    src = Path(sys.argv[1])
+    out = Path(sys.argv[2]) if len(sys.argv) == 3 else src.with_suffix(".png")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("chart.py: matplotlib is not installed; no chart drawn "
+              "(pip install matplotlib, then run this again)")
+        return 0
+
+    doc = json.loads(src.read_text())
+    order, engines, ops = groups_of(doc["results"])
+    width = 0.8 / max(len(engines), 1)
+    fig, ax = plt.subplots(figsize=(max(8, 1.1 * len(order)), 5.5))
+    for i, engine in enumerate(engines):
+        xs = [g + (i - (len(engines) - 1) / 2) * width for g in range(len(order))]
+        ys = [ops.get((key, engine), 0) for key in order]
+        bars = ax.bar(xs, ys, width, label=engine)
+        for bar, y in zip(bars, ys):
+            if y > 0:
+                ax.annotate(f"{y:,.0f}", (bar.get_x() + bar.get_width() / 2, y),
+                            ha="center", va="bottom", fontsize=6, rotation=90,
+                            xytext=(0, 2), textcoords="offset points")
+    ax.set_yscale("log")
+    ax.set_ylabel("ops/s (log scale)")
+    ax.set_xticks(range(len(order)))
+    ax.set_xticklabels([label(k) for k in order], fontsize=7)
+    config = doc.get("config", {})
+    machine = doc.get("machine", {})
+    ax.set_title(
+        f"ArborDB engine bench (W6): {config.get('num', '?'):,} keys, "
+        f"{config.get('durability', '?')}, {machine.get('cpus', '?')} CPUs, "
+        f"commit {str(doc.get('commit'))[:12]}",
+        fontsize=9)
+    ax.legend()
+    ax.grid(axis="y", which="both", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out, dpi=130)
+    print(f"chart written to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

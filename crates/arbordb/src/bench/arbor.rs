@@ -1,0 +1,87 @@
+//! [`BenchEngine`] for ArborDB's own storage engine (`storage` crate).
+//!
+//! Opened with `SyncMode::Fsync`, so `Engine::write` returns once the
+//! journal record of the batch is fsynced. All data goes into one table
+//! with the default `TableConfig`. `settle` writes a checkpoint, which moves
+//! the journaled changes into the table file and trims the journal.
+
+use super::{BenchEngine, BenchResult, OpenOptions};
+use std::path::Path;
+use storage::{Config, Engine, SyncMode, Table, TableConfig, WriteBatch};
+
+const TABLE_NAME: &str = "bench";
+
+pub struct ArborEngine {
+    engine: Engine,
+    table: Table,
+}
+
+impl ArborEngine {
+    pub fn open(dir: &Path, opts: &OpenOptions) -> BenchResult<ArborEngine> {
+        let config = Config {
+            sync_mode: SyncMode::Fsync,
+            checkpoint_interval: opts.arbordb_checkpoint_interval,
+            ..Config::default()
+        };
+        let engine = Engine::open(dir, config)?;
+        let table = match engine.table(TABLE_NAME) {
+            Ok(t) => t,
+            Err(_) => engine.create_table(TABLE_NAME, TableConfig::default())?,
+        };
+        Ok(ArborEngine { engine, table })
+    }
+}
+
+impl BenchEngine for ArborEngine {
+    fn write_batch(&self, puts: &[(&[u8], &[u8])]) -> BenchResult<()> {
+        let mut batch = WriteBatch::new();
+        for (k, v) in puts {
+            batch.put(&self.table, k, v)?;
+        }
+        self.engine.write(&batch)?;
+        Ok(())
+    }
+
+    fn get(&self, key: &[u8], out: &mut Vec<u8>) -> BenchResult<bool> {
+        out.clear();
+        match self.engine.get(&self.table, key)? {
+            Some(v) => {
+                out.extend_from_slice(&v);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    fn scan(&self, start: &[u8], entries_max: u64, visit: &mut dyn FnMut(&[u8], &[u8])) -> BenchResult<u64> {
+        if entries_max == 0 {
+            return Ok(0);
+        }
+        let mut cursor = self.engine.cursor(&self.table)?;
+        let mut entry = cursor.seek(start)?;
+        let mut visited = 0;
+        // Stop at the first `None`: a cursor that ran off the end starts
+        // over at the first key on the next `next()`.
+        while let Some((k, v)) = entry {
+            visit(&k, &v);
+            visited += 1;
+            if visited == entries_max {
+                break;
+            }
+            entry = cursor.next()?;
+        }
+        Ok(visited)
+    }
+
+    fn settle(&self) -> BenchResult<()> {
+        self.engine.checkpoint()?;
+        Ok(())
+    }
+
+    fn close(self: Box<Self>) -> BenchResult<()> {
+        let ArborEngine { engine, table } = *self;
+        drop(table);
+        engine.close()?;
+        Ok(())
+    }
+}

@@ -1,0 +1,157 @@
+//! Measurements around a phase and facts about the machine: the process I/O
+//! counters of `/proc/self/io`, the size of a data directory, the file
+//! system under it, kernel, CPUs, git commit, timestamps.
+//!
+//! `write_bytes` counts bytes this process caused to be sent to storage
+//! (charged when a page is dirtied, so a page rewritten after each fsync
+//! counts each time); `wchar` counts bytes passed to write calls. Both are
+//! process-wide, which is right only because phases run one at a time.
+
+use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+#[derive(Copy, Clone, Debug, Default)]
+pub struct IoCounters {
+    pub write_bytes: u64,
+    pub wchar: u64,
+}
+
+impl IoCounters {
+    /// `None` where `/proc/self/io` is missing (not Linux, or no task I/O accounting).
+    pub fn read() -> Option<IoCounters> {
+        let text = std::fs::read_to_string("/proc/self/io").ok()?;
+        let field =
+            |name: &str| text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(": ")?.trim().parse().ok());
+        Some(IoCounters { write_bytes: field("write_bytes")?, wchar: field("wchar")? })
+    }
+}
+
+/// Bytes written between two readings.
+#[derive(Copy, Clone, Debug, Default)]
+pub struct IoDelta {
+    pub write_bytes: u64,
+    pub wchar: u64,
+}
+
+impl IoDelta {
+    pub fn between(before: Option<IoCounters>, after: Option<IoCounters>) -> Option<IoDelta> {
+        let (b, a) = (before?, after?);
+        Some(IoDelta {
+            write_bytes: a.write_bytes.saturating_sub(b.write_bytes),
+            wchar: a.wchar.saturating_sub(b.wchar),
+        })
+    }
+}
+
+/// Apparent and allocated size of everything under a data directory.
+#[derive(Copy, Clone, Debug, Default)]
+pub struct DirSize {
+    pub bytes: u64,
+    pub allocated_bytes: u64,
+    /// Apparent bytes under ArborDB's `journal/` subdirectory (0 for the
+    /// peers): the active journal file keeps records a checkpoint already
+    /// covers until it rotates, so this part is not live data.
+    pub journal_bytes: u64,
+}
+
+pub fn dir_size(dir: &Path) -> std::io::Result<DirSize> {
+    let mut total = tree_size(dir)?;
+    let journal = dir.join(storage::engine::JOURNAL_DIR);
+    if journal.is_dir() {
+        total.journal_bytes = tree_size(&journal)?.bytes;
+    }
+    Ok(total)
+}
+
+fn tree_size(dir: &Path) -> std::io::Result<DirSize> {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = DirSize::default();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let meta = entry.metadata()?;
+        if meta.is_dir() {
+            let sub = tree_size(&entry.path())?;
+            total.bytes += sub.bytes;
+            total.allocated_bytes += sub.allocated_bytes;
+        } else {
+            total.bytes += meta.len();
+            total.allocated_bytes += meta.blocks() * 512;
+        }
+    }
+    Ok(total)
+}
+
+/// The file system type of the mount holding `path` (longest mount prefix).
+pub fn fs_type(path: &Path) -> Option<String> {
+    let path = path.canonicalize().ok()?;
+    let mounts = std::fs::read_to_string("/proc/self/mounts").ok()?;
+    mounts
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (_dev, mount, fs) = (f.next()?, f.next()?, f.next()?);
+            path.starts_with(mount).then(|| (mount.len(), fs.to_string()))
+        })
+        .max_by_key(|(len, _)| *len)
+        .map(|(_, fs)| fs)
+}
+
+pub fn kernel() -> String {
+    std::fs::read_to_string("/proc/version")
+        .map(|s| s.trim().to_string())
+        .or_else(|_| command_output("uname", &["-a"]).ok_or(()))
+        .unwrap_or_else(|_| "unknown".to_string())
+}
+
+pub fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+pub fn memory_total_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib: u64 =
+        text.lines().find_map(|l| l.strip_prefix("MemTotal:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// `git rev-parse HEAD`, with `-dirty` when the work tree has changes.
+pub fn git_commit() -> Option<String> {
+    let head = command_output("git", &["rev-parse", "HEAD"])?;
+    let dirty =
+        command_output("git", &["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
+    Some(if dirty { format!("{head}-dirty") } else { head })
+}
+
+fn command_output(cmd: &str, args: &[&str]) -> Option<String> {
+    let out = std::process::Command::new(cmd).args(args).output().ok()?;
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// UTC now as (year, month, day, hour, minute, second).
+fn utc_now() -> (i64, u32, u32, u64, u64, u64) {
+    let secs = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day, rem / 3600, rem / 60 % 60, rem % 60)
+}
+
+/// `20250101T120000Z`, for file names.
+pub fn utc_timestamp_compact() -> String {
+    let (y, mo, d, h, mi, s) = utc_now();
+    format!("{y:04}{mo:02}{d:02}T{h:02}{mi:02}{s:02}Z")
+}
+
+/// `2025-01-01T12:00:00Z`.
+pub fn utc_timestamp_iso() -> String {
+    let (y, mo, d, h, mi, s) = utc_now();
+    format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}Z")
+}
