@@ -121,31 +121,37 @@ impl Tree {
         }
     }
 
-    /// Descend from `root` to the leaf holding `key`.
-    fn leaf_for(&self, root: &Arc<Node>, key: &[u8]) -> Result<Arc<Node>> {
-        let mut node = root.clone();
+    /// Descend from `root` to the leaf holding `key`. `indexed` uses (and
+    /// builds) each node's search index: right for readers of versions that
+    /// no longer change, wasteful for nodes the writer is about to change.
+    fn leaf_for<'a>(&self, root: &'a Arc<Node>, key: &[u8], indexed: bool) -> Result<&'a Node> {
+        let mut node: &'a Node = root;
         for _ in 0..tree_depth_max {
-            let next = match &node.body {
+            node = match &node.body {
                 Body::Leaf(_) => return Ok(node),
-                Body::Internal(int) => self.load_child(&int.children[child_index(int, key)])?.clone(),
+                Body::Internal(int) => {
+                    let i = if indexed { node.search(key) } else { child_index(int, key) };
+                    self.load_child(&int.children[i])?
+                }
             };
-            node = next;
         }
         Err(StorageError::corruption(self.bf.path(), 0, "tree deeper than the depth limit"))
     }
 
     pub fn get(&self, key: &[u8]) -> Result<Option<Arc<[u8]>>> {
-        let leaf = self.leaf_for(&self.snapshot(), key)?;
+        let root = self.snapshot();
+        let leaf = self.leaf_for(&root, key, true)?;
         let Body::Leaf(l) = &leaf.body else { unreachable!() };
-        match l.entries.binary_search_by(|(k, _)| (**k).cmp(key)) {
-            Ok(i) => Ok(Some(self.value_bytes(&l.entries[i].1)?)),
-            Err(_) => Ok(None),
+        let i = leaf.search(key);
+        match l.entries.get(i) {
+            Some((k, v)) if **k == *key => Ok(Some(self.value_bytes(v)?)),
+            _ => Ok(None),
         }
     }
 
     /// Load the pages a write of `key` will touch, before the write lock.
     pub fn prefetch(&self, key: &[u8]) -> Result<()> {
-        self.leaf_for(&self.snapshot(), key).map(|_| ())
+        self.leaf_for(&self.snapshot(), key, false).map(|_| ())
     }
 
     /// Apply puts (`Some`) and deletes (`None`) in order, as one writer.
@@ -160,10 +166,7 @@ impl Tree {
                         let bytes = PAGE_HEADER_BYTES + internal_entry_cost(&[]) + internal_entry_cost(&sep);
                         let keys: Vec<Key> = vec![Arc::from(&[][..]), sep];
                         let children = vec![Child::in_memory(left), Child::in_memory(right)];
-                        *root = Arc::new(Node {
-                            body: Body::Internal(Internal { keys, children, bytes }),
-                            disk: Default::default(),
-                        });
+                        *root = Arc::new(Node::new(Body::Internal(Internal { keys, children, bytes })));
                     }
                 }
                 None => {
@@ -178,7 +181,7 @@ impl Tree {
     }
 
     fn contains_in(&self, root: &Arc<Node>, key: &[u8]) -> Result<bool> {
-        let leaf = self.leaf_for(root, key)?;
+        let leaf = self.leaf_for(root, key, false)?;
         let Body::Leaf(l) = &leaf.body else { unreachable!() };
         Ok(l.entries.binary_search_by(|(k, _)| (**k).cmp(key)).is_ok())
     }
@@ -194,6 +197,7 @@ impl Tree {
         }
         let node = Arc::get_mut(arc).unwrap();
         node.disk.dirty(&free);
+        node.search.take();
         node
     }
 
@@ -399,7 +403,7 @@ fn split_leaf(leaf: &mut Leaf) -> (Key, Arc<Node>) {
     leaf.bytes -= right_bytes;
     let sep = right_entries[0].0.clone();
     let right = Leaf { entries: right_entries, bytes: PAGE_HEADER_BYTES + right_bytes };
-    (sep, Arc::new(Node { body: Body::Leaf(right), disk: Default::default() }))
+    (sep, Arc::new(Node::new(Body::Leaf(right))))
 }
 
 fn split_internal(int: &mut Internal) -> (Key, Arc<Node>) {
@@ -422,7 +426,7 @@ fn split_internal(int: &mut Internal) -> (Key, Arc<Node>) {
     };
     int.bytes = cost(&int.keys);
     let bytes = cost(&keys);
-    (sep, Arc::new(Node { body: Body::Internal(Internal { keys, children, bytes }), disk: Default::default() }))
+    (sep, Arc::new(Node::new(Body::Internal(Internal { keys, children, bytes }))))
 }
 
 /// A position-keeping reader over one version of a tree.
@@ -574,12 +578,13 @@ impl Cursor {
         loop {
             let next = match &node.body {
                 Body::Leaf(l) => {
-                    let i = l.entries.partition_point(|(k, _)| &**k < key);
+                    let _ = l;
+                    let i = node.search(key);
                     self.leaf = Some((node.clone(), i));
                     break;
                 }
                 Body::Internal(int) => {
-                    let idx = child_index(int, key);
+                    let idx = node.search(key);
                     let child = self.tree.load_child(&int.children[idx])?.clone();
                     self.path.push((node.clone(), idx));
                     child

@@ -181,19 +181,100 @@ pub enum Body {
 pub struct Node {
     pub body: Body,
     pub disk: DiskSlot,
+    /// Built on the first read search of an unchanging node; reset whenever
+    /// the writer changes the node.
+    pub search: OnceLock<SearchIndex>,
 }
 
 impl Clone for Node {
     /// A copy is new content: it has no block yet.
     fn clone(&self) -> Node {
-        Node { body: self.body.clone(), disk: DiskSlot::default() }
+        Node::new(self.body.clone())
+    }
+}
+
+/// Binary search over keys held behind pointers costs a cache miss per
+/// probe. This index keeps, for each key, the 8 bytes that follow the
+/// prefix shared by the node's first and last key, as a big-endian `u64`,
+/// in one array: probes touch that array and the key bytes only to break
+/// ties.
+#[derive(Debug)]
+pub struct SearchIndex {
+    prefix: Box<[u8]>,
+    hints: Box<[u64]>,
+}
+
+fn hint_of(key: &[u8], at: usize) -> u64 {
+    let mut b = [0u8; 8];
+    let tail = key.get(at..).unwrap_or(&[]);
+    let n = tail.len().min(8);
+    b[..n].copy_from_slice(&tail[..n]);
+    u64::from_be_bytes(b)
+}
+
+impl SearchIndex {
+    /// Index `n` sorted keys given by `key(i)`.
+    pub fn build<'a>(n: usize, key: impl Fn(usize) -> &'a [u8]) -> SearchIndex {
+        if n == 0 {
+            return SearchIndex { prefix: Box::new([]), hints: Box::new([]) };
+        }
+        let (first, last) = (key(0), key(n - 1));
+        let p = first.iter().zip(last).take_while(|(a, b)| a == b).count();
+        SearchIndex { prefix: first[..p].into(), hints: (0..n).map(|i| hint_of(key(i), p)).collect() }
+    }
+
+    /// Index of the first key `>= probe` (or `> probe` when `strict`).
+    pub fn search<'a>(&self, key: impl Fn(usize) -> &'a [u8], probe: &[u8], strict: bool) -> usize {
+        let n = self.hints.len();
+        let p = self.prefix.len();
+        if !probe.starts_with(&self.prefix) {
+            // Every key starts with the prefix: the probe sorts before or after all.
+            return if probe < &self.prefix[..] { 0 } else { n };
+        }
+        let h = hint_of(probe, p);
+        let lo = self.hints.partition_point(|&x| x < h);
+        let hi = lo + self.hints[lo..].partition_point(|&x| x == h);
+        // Equal hints: settle by the keys themselves (usually zero or one probe).
+        let (mut a, mut b) = (lo, hi);
+        while a < b {
+            let m = a + (b - a) / 2;
+            let before = if strict { key(m) <= probe } else { key(m) < probe };
+            if before {
+                a = m + 1;
+            } else {
+                b = m;
+            }
+        }
+        a
     }
 }
 
 impl Node {
-    pub fn empty_leaf() -> Node {
-        Node { body: Body::Leaf(Leaf { entries: Vec::new(), bytes: PAGE_HEADER_BYTES }), disk: DiskSlot::default() }
+    pub fn new(body: Body) -> Node {
+        Node { body, disk: DiskSlot::default(), search: OnceLock::new() }
     }
+
+    pub fn empty_leaf() -> Node {
+        Node::new(Body::Leaf(Leaf { entries: Vec::new(), bytes: PAGE_HEADER_BYTES }))
+    }
+
+    /// Leaf: index of the first entry with key >= `key`.
+    /// Internal: index of the child whose range holds `key`.
+    /// For read paths on nodes that no longer change (see `search`).
+    pub fn search(&self, key: &[u8]) -> usize {
+        match &self.body {
+            Body::Leaf(l) => {
+                let index = self.search.get_or_init(|| SearchIndex::build(l.entries.len(), |i| &l.entries[i].0));
+                index.search(|i| &l.entries[i].0, key, false)
+            }
+            Body::Internal(int) => {
+                let keys = &int.keys[1..];
+                let index = self.search.get_or_init(|| SearchIndex::build(keys.len(), |i| &keys[i]));
+                index.search(|i| &keys[i], key, true)
+            }
+        }
+    }
+
     pub fn bytes(&self) -> usize {
         match &self.body {
             Body::Leaf(l) => l.bytes,
@@ -385,7 +466,7 @@ pub fn decode_node(
             Body::Internal(node)
         }
     };
-    Ok(Node { body, disk: DiskSlot::with_addr(addr) })
+    Ok(Node { body, disk: DiskSlot::with_addr(addr), search: OnceLock::new() })
 }
 
 #[cfg(test)]
@@ -417,6 +498,31 @@ mod tests {
         let Body::Leaf(l) = node.body else { panic!() };
         assert_eq!(&*l.entries[3].0, b"banana");
         assert!(l.bytes <= leaf.bytes);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn search_index_agrees_with_binary_search(
+            mut keys in proptest::collection::vec(proptest::collection::vec(proptest::prop_oneof![proptest::strategy::Just(0u8), proptest::strategy::Just(b'a'), 0u8..4], 0..14), 0..60),
+            probes in proptest::collection::vec(proptest::collection::vec(0u8..4, 0..14), 1..20),
+            prefix in proptest::collection::vec(0u8..3, 0..4),
+        ) {
+            for k in keys.iter_mut() {
+                k.splice(0..0, prefix.iter().copied());
+            }
+            keys.sort();
+            keys.dedup();
+            let index = SearchIndex::build(keys.len(), |i| &keys[i]);
+            for mut probe in probes.into_iter().chain(keys.iter().cloned()) {
+                if probe.len() % 2 == 0 {
+                    probe.splice(0..0, prefix.iter().copied());
+                }
+                let ge = keys.partition_point(|k| *k < probe);
+                let gt = keys.partition_point(|k| *k <= probe);
+                proptest::prop_assert_eq!(index.search(|i| &keys[i], &probe, false), ge);
+                proptest::prop_assert_eq!(index.search(|i| &keys[i], &probe, true), gt);
+            }
+        }
     }
 
     #[test]
