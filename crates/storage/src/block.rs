@@ -86,9 +86,13 @@ impl BlockKind {
 /// How free space is chosen for a new block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum AllocPolicy {
+    /// The smallest free extent that fits (less fragmentation).
     #[default]
     BestFit,
+    /// The free extent at the lowest offset that fits (keeps the file's tail free to truncate).
     FirstFit,
+    /// Always at the end of the file, never into holes: for bulk loads that
+    /// want sequential writes. The file only shrinks when its tail is free.
     Append,
 }
 

@@ -1,7 +1,8 @@
 //! A file system wrapper that fails on purpose: once its countdown of I/O
 //! operations reaches zero, that operation and every later one fails (the
 //! way a dying disk does), and an optional hook runs at that instant (tests
-//! use it to take a crash image at exactly that point).
+//! use it to take a crash image at exactly that point). It can also hold
+//! every fsync until released, to show what does and does not wait for one.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -12,6 +13,9 @@ use storage::vfs::{Vfs, VfsFile};
 type Hook = Box<dyn FnOnce() + Send>;
 
 struct Shared {
+    /// While set, `sync` calls block (to show who waits for an fsync).
+    syncs_paused: Mutex<bool>,
+    syncs_resumed: std::sync::Condvar,
     ops: AtomicU64,
     countdown: AtomicU64,
     armed: AtomicBool,
@@ -54,6 +58,8 @@ impl FaultVfs {
         FaultVfs {
             inner,
             shared: Arc::new(Shared {
+                syncs_paused: Mutex::new(false),
+                syncs_resumed: std::sync::Condvar::new(),
                 ops: AtomicU64::new(0),
                 countdown: AtomicU64::new(n),
                 armed: AtomicBool::new(true),
@@ -77,6 +83,16 @@ impl FaultVfs {
         self.shared.tripped.load(Ordering::SeqCst)
     }
 
+    /// Make every `sync` (file fsync) block until `resume_syncs`.
+    pub fn pause_syncs(&self) {
+        *self.shared.syncs_paused.lock().unwrap() = true;
+    }
+
+    pub fn resume_syncs(&self) {
+        *self.shared.syncs_paused.lock().unwrap() = false;
+        self.shared.syncs_resumed.notify_all();
+    }
+
     /// Stop failing.
     pub fn disarm(&self) {
         self.shared.armed.store(false, Ordering::SeqCst);
@@ -98,6 +114,11 @@ impl VfsFile for FaultFile {
         self.inner.write_at(buf, offset)
     }
     fn sync(&self) -> Result<()> {
+        let mut paused = self.shared.syncs_paused.lock().unwrap();
+        while *paused {
+            paused = self.shared.syncs_resumed.wait(paused).unwrap();
+        }
+        drop(paused);
         self.shared.tick("fsync", self.inner.path())?;
         self.inner.sync()
     }
