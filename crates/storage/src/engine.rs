@@ -234,6 +234,8 @@ impl RootRecord {
 }
 
 pub(crate) struct TableState {
+    /// The engine instance this table belongs to (handles are not portable).
+    engine_id: u64,
     pub id: u32,
     pub name: String,
     pub config: TableConfig,
@@ -260,8 +262,8 @@ impl Table {
     pub fn config(&self) -> TableConfig {
         self.0.config
     }
-    fn check(&self) -> Result<()> {
-        if self.0.dropped.load(Ordering::Acquire) {
+    fn check(&self, engine_id: u64) -> Result<()> {
+        if self.0.dropped.load(Ordering::Acquire) || self.0.engine_id != engine_id {
             return Err(StorageError::TableNotFound(self.0.name.clone()));
         }
         Ok(())
@@ -384,6 +386,7 @@ pub fn decode_journal_payload(payload: &[u8]) -> Option<Vec<JournalOp<'_>>> {
 }
 
 struct Catalog {
+    engine_id: u64,
     by_name: BTreeMap<String, Table>,
     by_id: HashMap<u32, Table>,
     next_table_id: u32,
@@ -399,7 +402,11 @@ struct CheckpointState {
     at: Instant,
 }
 
+/// Tells engine instances apart, so a table handle is only used with its own engine.
+static ENGINE_IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
 struct Inner {
+    id: u64,
     vfs: Arc<dyn Vfs>,
     dir: PathBuf,
     config: Config,
@@ -438,6 +445,7 @@ impl Engine {
         vfs.create_dir_all(dir)?;
         let dir_lock = vfs.lock_dir(dir)?;
         let counters = Arc::new(Counters::default());
+        let engine_id = ENGINE_IDS.fetch_add(1, Ordering::Relaxed);
         let root_path = dir.join(ROOT_FILE);
         if !vfs.exists(&root_path) {
             Self::initialize(&*vfs, dir)?;
@@ -451,6 +459,7 @@ impl Engine {
         )?);
         let meta = Tree::open(meta_bf, meta_geometry(), counters.clone(), root.metadata.root)?;
         let mut catalog = Catalog {
+            engine_id,
             by_name: BTreeMap::new(),
             by_id: HashMap::new(),
             next_table_id: root.next_table_id,
@@ -472,6 +481,7 @@ impl Engine {
             )?);
             let tree = Tree::open(bf, m.config.geometry(), counters.clone(), m.checkpoint.root)?;
             let table = Table(Arc::new(TableState {
+                engine_id,
                 id: m.id,
                 name: name.clone(),
                 config: m.config,
@@ -493,6 +503,7 @@ impl Engine {
         let journal =
             Journal::open(vfs.clone(), journal_dir, summary.next_seq, config.journal_file_max_bytes, counters.clone())?;
         let inner = Arc::new(Inner {
+            id: engine_id,
             vfs,
             dir: dir.to_path_buf(),
             config,
@@ -604,7 +615,7 @@ impl Engine {
                     table_of(catalog, table)?.0.tree.apply(std::iter::once((key, None)))?
                 }
                 JournalOp::CreateTable { table, name, config } => {
-                    let t = Self::new_table(vfs, dir, counters, table, name, config)?;
+                    let t = Self::new_table(vfs, dir, counters, catalog.engine_id, table, name, config)?;
                     catalog.next_table_id = catalog.next_table_id.max(table + 1);
                     catalog.by_id.insert(table, t.clone());
                     catalog.by_name.insert(name.to_string(), t);
@@ -623,12 +634,14 @@ impl Engine {
         vfs: &dyn Vfs,
         dir: &Path,
         counters: &Arc<Counters>,
+        engine_id: u64,
         id: u32,
         name: &str,
         config: TableConfig,
     ) -> Result<Table> {
         let bf = Arc::new(BlockFile::create(vfs.open(&dir.join(table_file_name(id)), true)?, config.alloc_policy)?);
         Ok(Table(Arc::new(TableState {
+            engine_id,
             id,
             name: name.to_string(),
             config,
@@ -713,7 +726,15 @@ impl Engine {
                 return Err(StorageError::TableExists(name.to_string()));
             }
             let id = catalog.next_table_id;
-            let table = Self::new_table(&*self.inner.vfs, &self.inner.dir, &self.inner.counters, id, name, config)?;
+            let table = Self::new_table(
+                &*self.inner.vfs,
+                &self.inner.dir,
+                &self.inner.counters,
+                catalog.engine_id,
+                id,
+                name,
+                config,
+            )?;
             let mut payload = vec![OP_CREATE];
             payload.extend_from_slice(&id.to_le_bytes());
             payload.extend_from_slice(&(name.len() as u16).to_le_bytes());
@@ -763,12 +784,12 @@ impl Engine {
     }
 
     pub fn get(&self, table: &Table, key: &[u8]) -> Result<Option<Arc<[u8]>>> {
-        table.check()?;
+        table.check(self.inner.id)?;
         table.0.tree.get(key)
     }
 
     pub fn cursor(&self, table: &Table) -> Result<Cursor> {
-        table.check()?;
+        table.check(self.inner.id)?;
         Ok(Cursor::new(table.0.tree.clone()))
     }
 
@@ -799,7 +820,7 @@ impl Engine {
             })
             .collect();
         for (t, op) in &ops {
-            t.check()?;
+            t.check(self.inner.id)?;
             if let JournalOp::Put { key, .. } | JournalOp::Delete { key, .. } = op {
                 t.0.tree.prefetch(key)?;
             }
@@ -811,7 +832,7 @@ impl Engine {
             let _gate = self.inner.gate.read().unwrap();
             let _writers: Vec<_> = tables.iter().map(|t| t.0.writer.lock().unwrap()).collect();
             for t in &tables {
-                t.check()?;
+                t.check(self.inner.id)?;
             }
             let seq = self.inner.journal.append(&batch.payload)?;
             if let Err(e) = self.apply_ops(&ops) {

@@ -213,3 +213,18 @@ fn a_checkpoint_retires_every_older_journal_file() {
     assert_eq!(engine.get(&t, &299u32.to_be_bytes()).unwrap().as_deref(), Some(&[7u8; 200][..]));
     engine.close().unwrap();
 }
+
+#[test]
+fn a_table_handle_only_works_with_its_own_engine() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let ea = Engine::open(a.path(), no_checkpoints()).unwrap();
+    let eb = Engine::open(b.path(), no_checkpoints()).unwrap();
+    let ta = ea.create_table("t", TableConfig::default()).unwrap();
+    eb.create_table("t", TableConfig::default()).unwrap();
+    assert!(matches!(eb.put(&ta, b"k", b"v"), Err(storage::StorageError::TableNotFound(_))));
+    assert!(matches!(eb.get(&ta, b"k"), Err(storage::StorageError::TableNotFound(_))));
+    ea.drop_table("t").unwrap();
+    assert!(matches!(ea.put(&ta, b"k", b"v"), Err(storage::StorageError::TableNotFound(_))));
+    ea.close().unwrap();
+    eb.close().unwrap();
+}
