@@ -150,8 +150,27 @@ impl Tree {
     }
 
     /// Load the pages a write of `key` will touch, before the write lock.
+    /// Also loads an overflow value the write will replace (see `retire_value`).
     pub fn prefetch(&self, key: &[u8]) -> Result<()> {
-        self.leaf_for(&self.snapshot(), key, false).map(|_| ())
+        let root = self.snapshot();
+        let leaf = self.leaf_for(&root, key, false)?;
+        let Body::Leaf(l) = &leaf.body else { unreachable!() };
+        if let Ok(i) = l.entries.binary_search_by(|(k, _)| (**k).cmp(key)) {
+            self.value_bytes(&l.entries[i].1)?;
+        }
+        Ok(())
+    }
+
+    /// The live tree drops `value`. Older versions share the same value
+    /// object; its bytes must be in memory before its overflow block is
+    /// freed, or a reader of an older version could read a reused block
+    /// (page invariant 2, for values).
+    fn retire_value(&self, value: &Value) -> Result<()> {
+        if let Value::Big(_) = value {
+            self.value_bytes(value)?;
+        }
+        value.retire(&self.free());
+        Ok(())
     }
 
     /// Apply puts (`Some`) and deletes (`None`) in order, as one writer.
@@ -223,7 +242,7 @@ impl Tree {
                     Ok(i) => {
                         let old = std::mem::replace(&mut leaf.entries[i].1, value);
                         leaf.bytes = leaf.bytes + cost - leaf_entry_cost(key, &old);
-                        old.retire(&self.free());
+                        self.retire_value(&old)?;
                     }
                     Err(i) => {
                         leaf.entries.insert(i, (Arc::from(key), value));
@@ -258,7 +277,7 @@ impl Tree {
                 if let Ok(i) = leaf.entries.binary_search_by(|(k, _)| (**k).cmp(key)) {
                     let (k, v) = leaf.entries.remove(i);
                     leaf.bytes -= leaf_entry_cost(&k, &v);
-                    v.retire(&self.free());
+                    self.retire_value(&v)?;
                 }
                 Ok(())
             }
@@ -288,10 +307,26 @@ impl Tree {
         if int.children.len() < 2 {
             return Ok(());
         }
+        if child.entries() == 0 {
+            // An empty leaf goes, whatever its siblings hold. Its range
+            // joins a neighbour's: removing child 0 makes child 1 the first,
+            // whose lower bound is then the parent's.
+            let gone = int.children.remove(i);
+            let sep = int.keys.remove(if i == 0 { 1 } else { i });
+            int.bytes -= internal_entry_cost(&sep);
+            if i == 0 {
+                int.keys[0] = Arc::from(&[][..]);
+            }
+            if let Some(node) = gone.node.get() {
+                node.disk.retire(&self.free());
+            }
+            return Ok(());
+        }
         let (l, r) = if i + 1 < int.children.len() { (i, i + 1) } else { (i - 1, i) };
         let right = self.load_child(&int.children[r])?.clone();
         let left_bytes = self.load_child(&int.children[l])?.bytes();
-        let sep_cost = internal_entry_cost(&int.keys[r]);
+        // Merged internal nodes take the separator as a key; leaves do not.
+        let sep_cost = if matches!(right.body, Body::Internal(_)) { internal_entry_cost(&int.keys[r]) } else { 0 };
         if left_bytes + right.bytes() - PAGE_HEADER_BYTES + sep_cost > max {
             return Ok(());
         }
@@ -573,8 +608,21 @@ impl Cursor {
     }
 
     fn seek_inner(&mut self, key: &[u8]) -> Result<Option<Entry>> {
+        let below_lower = match &self.lower {
+            Bound::Unbounded => false,
+            Bound::Included(l) => key < l.as_slice(),
+            Bound::Excluded(l) => key <= l.as_slice(),
+        };
+        if below_lower {
+            return self.first_inner();
+        }
+        self.seek_in(self.tree.snapshot(), key)
+    }
+
+    /// `seek_inner` in the given version of the tree.
+    fn seek_in(&mut self, root: Arc<Node>, key: &[u8]) -> Result<Option<Entry>> {
         self.reset();
-        let mut node = self.tree.snapshot();
+        let mut node = root;
         loop {
             let next = match &node.body {
                 Body::Leaf(l) => {
@@ -681,12 +729,15 @@ impl Cursor {
             std::mem::replace(&mut self.lower, Bound::Unbounded),
             std::mem::replace(&mut self.upper, Bound::Unbounded),
         );
-        let r = self.seek_inner(key);
+        // One version for the whole move: a second snapshot could hold
+        // keys the first did not.
+        let root = self.tree.snapshot();
+        let r = self.seek_in(root.clone(), key);
         self.lower = lower;
         self.upper = upper;
         if self.leaf.is_none() {
             // Past the end: stand just after the last entry.
-            self.descend_edge(self.tree.snapshot(), true)?;
+            self.descend_edge(root, true)?;
             if let Some((leaf, i)) = &mut self.leaf {
                 *i = leaf.entries();
             }

@@ -427,7 +427,7 @@ struct Inner {
 #[derive(Clone)]
 pub struct Engine {
     inner: Arc<Inner>,
-    background: Arc<Mutex<Option<std::thread::JoinHandle<()>>>>,
+    background: Arc<Mutex<Vec<std::thread::JoinHandle<()>>>>,
 }
 
 fn meta_geometry() -> TreeGeometry {
@@ -524,7 +524,7 @@ impl Engine {
             stop: Arc::new((Mutex::new(false), Condvar::new())),
             _dir_lock: dir_lock,
         });
-        let engine = Engine { inner, background: Arc::new(Mutex::new(None)) };
+        let engine = Engine { inner, background: Arc::default() };
         if summary.records_replayed > 0 {
             tracing::info!(records = summary.records_replayed, "replayed journal records after the last checkpoint");
             engine.checkpoint()?;
@@ -675,14 +675,23 @@ impl Engine {
         Ok(())
     }
 
+    /// The checkpoint thread, and in `Background` sync mode a separate
+    /// flusher so that a long checkpoint never delays the 100 ms fsync.
     fn start_background(&self) {
-        let weak: Weak<Inner> = Arc::downgrade(&self.inner);
-        let stop = self.inner.stop.clone();
-        let handle = std::thread::Builder::new()
-            .name("arbordb-background".into())
-            .spawn(move || background_loop(weak, stop))
-            .expect("spawn background thread");
-        *self.background.lock().unwrap() = Some(handle);
+        let mut jobs: Vec<(&str, fn(&Engine))> = vec![("arbordb-checkpoint", checkpoint_if_due)];
+        if self.inner.config.sync_mode == SyncMode::Background {
+            jobs.push(("arbordb-flush", flush_journal));
+        }
+        let mut handles = self.background.lock().unwrap();
+        for (name, job) in jobs {
+            let weak: Weak<Inner> = Arc::downgrade(&self.inner);
+            let stop = self.inner.stop.clone();
+            let handle = std::thread::Builder::new()
+                .name(name.into())
+                .spawn(move || background_loop(weak, stop, job))
+                .expect("spawn background thread");
+            handles.push(handle);
+        }
     }
 
     pub fn dir(&self) -> &Path {
@@ -1053,7 +1062,7 @@ impl Engine {
             *lock.lock().unwrap() = true;
             cv.notify_all();
         }
-        if let Some(h) = self.background.lock().unwrap().take() {
+        for h in std::mem::take(&mut *self.background.lock().unwrap()) {
             let _ = h.join();
         }
     }
@@ -1070,7 +1079,8 @@ impl Drop for Inner {
     }
 }
 
-fn background_loop(weak: Weak<Inner>, stop: Arc<(Mutex<bool>, Condvar)>) {
+/// Run `job` every tick until the engine stops or its last handle is gone.
+fn background_loop(weak: Weak<Inner>, stop: Arc<(Mutex<bool>, Condvar)>, job: fn(&Engine)) {
     let tick = Duration::from_millis(journal_background_flush_ms);
     loop {
         {
@@ -1085,21 +1095,26 @@ fn background_loop(weak: Weak<Inner>, stop: Arc<(Mutex<bool>, Condvar)>) {
             }
         }
         let Some(inner) = weak.upgrade() else { return };
-        let engine = Engine { inner, background: Arc::new(Mutex::new(None)) };
+        let engine = Engine { inner, background: Arc::default() };
         if engine.poisoned().is_some() || engine.inner.closed.load(Ordering::Acquire) {
             continue;
         }
-        if engine.inner.config.sync_mode == SyncMode::Background {
-            if let Err(e) = engine.inner.journal.sync_all() {
-                engine.poison(format!("background journal flush: {e}"));
-            }
-        }
-        if engine.checkpoint_due() {
-            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| engine.checkpoint())) {
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => tracing::error!(error = %e, "periodic checkpoint failed"),
-                Err(_) => engine.poison("a periodic checkpoint panicked".into()),
-            }
+        job(&engine);
+    }
+}
+
+fn flush_journal(engine: &Engine) {
+    if let Err(e) = engine.inner.journal.sync_all() {
+        engine.poison(format!("background journal flush: {e}"));
+    }
+}
+
+fn checkpoint_if_due(engine: &Engine) {
+    if engine.checkpoint_due() {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| engine.checkpoint())) {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::error!(error = %e, "periodic checkpoint failed"),
+            Err(_) => engine.poison("a periodic checkpoint panicked".into()),
         }
     }
 }

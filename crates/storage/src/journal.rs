@@ -3,16 +3,21 @@
 //!
 //! File `journal/NNNNNNNNNN.jnl`: a 24-byte header
 //! `[magic "ARBJRNL1"][first_seq u64][crc32c u32 of the first 16 bytes][0u32]`
-//! then records `[len u32][crc32c u32][seq u64][payload; len]`, the CRC over
-//! `seq` and payload.
+//! then records `[len u32][crc32c u32][seq u64][durable_before u64][payload; len]`,
+//! the CRC over everything after itself. `durable_before` says that every
+//! record below it was fsynced before this one was appended.
 //!
 //! Invariants:
 //! 1. Record sequence numbers are contiguous across files; a file's header
 //!    names the sequence number of its first record.
 //! 2. A file is synced before the next one is created, so only the last
 //!    file can end in a torn record.
-//! 3. Replay stops cleanly at a torn tail (a bad record with no valid record
-//!    after it) and fails loudly on a bad record followed by a valid one.
+//! 3. Replay stops cleanly at a torn tail and fails loudly on corruption. A
+//!    bad record is corruption when it sits in a file that is not the last
+//!    (invariant 2) or when a valid record after it proves it had been
+//!    fsynced (its `durable_before` is above the bad record's number);
+//!    otherwise it and what follows were never synced: a torn tail, which
+//!    unsynced writes reaching the disk out of order can also produce.
 //! 4. Once a write or fsync fails the journal refuses everything after it.
 
 use crate::codec::Reader;
@@ -26,7 +31,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 const MAGIC: &[u8; 8] = b"ARBJRNL1";
 pub const FILE_HEADER_BYTES: u64 = 24;
-pub const RECORD_HEADER_BYTES: usize = 16;
+pub const RECORD_HEADER_BYTES: usize = 24;
 
 /// When a commit is made durable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -81,27 +86,42 @@ fn parse_file_header(h: &[u8]) -> Option<u64> {
 }
 
 /// Append the bytes of one record to `out`.
-pub fn encode_record(out: &mut Vec<u8>, seq: u64, payload: &[u8]) {
+pub fn encode_record(out: &mut Vec<u8>, seq: u64, durable_before: u64, payload: &[u8]) {
+    debug_assert!(durable_before <= seq);
     let mut crc = crc32c::crc32c(&seq.to_le_bytes());
+    crc = crc32c::crc32c_append(crc, &durable_before.to_le_bytes());
     crc = crc32c::crc32c_append(crc, payload);
     out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
     out.extend_from_slice(&crc.to_le_bytes());
     out.extend_from_slice(&seq.to_le_bytes());
+    out.extend_from_slice(&durable_before.to_le_bytes());
     out.extend_from_slice(payload);
 }
 
-/// Parse the record at `pos`; `None` if it is not a valid record.
-pub fn parse_record(buf: &[u8], pos: usize) -> Option<(u64, &[u8])> {
+/// A record as read back.
+pub struct Record<'a> {
+    pub seq: u64,
+    pub durable_before: u64,
+    pub payload: &'a [u8],
+}
+
+/// Parse the record at `pos` if it is valid and its number is at least
+/// `seq_min`. The cheap header checks come before the CRC, so scanning a
+/// damaged file offset by offset stays fast.
+pub fn parse_record(buf: &[u8], pos: usize, seq_min: u64) -> Option<Record<'_>> {
     let mut r = Reader::new(buf.get(pos..)?);
     let len = r.u32()? as usize;
     let crc = r.u32()?;
     let seq = r.u64()?;
-    if len as u64 > journal_record_max_bytes {
+    let durable_before = r.u64()?;
+    if len as u64 > journal_record_max_bytes || seq < seq_min || durable_before > seq {
         return None;
     }
     let payload = r.bytes(len)?;
-    let actual = crc32c::crc32c_append(crc32c::crc32c(&seq.to_le_bytes()), payload);
-    (actual == crc).then_some((seq, payload))
+    let mut actual = crc32c::crc32c(&seq.to_le_bytes());
+    actual = crc32c::crc32c_append(actual, &durable_before.to_le_bytes());
+    actual = crc32c::crc32c_append(actual, payload);
+    (actual == crc).then_some(Record { seq, durable_before, payload })
 }
 
 struct JournalFile {
@@ -144,8 +164,8 @@ pub struct ReplaySummary {
 }
 
 /// Read every record with `seq >= from_seq` in order and hand it to `apply`.
-/// Cuts a torn tail off the last file; a bad record followed by a good one
-/// is corruption.
+/// Files wholly before `from_seq` are not read (they are removed). Cuts a
+/// torn tail off the last file; corruption is an error (invariant 3).
 pub fn replay(
     vfs: &dyn Vfs,
     dir: &Path,
@@ -155,6 +175,23 @@ pub fn replay(
     let mut nos: Vec<u64> =
         if vfs.exists(dir) { vfs.list(dir)?.iter().filter_map(|n| parse_file_name(n)).collect() } else { Vec::new() };
     nos.sort_unstable();
+    // Headers first: the replay starts at the last file that begins at or
+    // before the checkpoint; the ones before it are garbage.
+    let mut firsts = Vec::with_capacity(nos.len());
+    for no in &nos {
+        let file = vfs.open(&dir.join(file_name(*no)), false)?;
+        let mut h = vec![0u8; (FILE_HEADER_BYTES.min(file.len()?)) as usize];
+        file.read_at(&mut h, 0)?;
+        firsts.push(parse_file_header(&h));
+    }
+    if let Some(start) = firsts.iter().rposition(|f| f.is_some_and(|s| s <= from_seq)) {
+        for no in nos.drain(..start) {
+            vfs.remove(&dir.join(file_name(no)))?;
+        }
+        if start > 0 {
+            vfs.sync_dir(dir)?;
+        }
+    }
     let mut summary = ReplaySummary { next_seq: from_seq, ..Default::default() };
     let mut expected: Option<u64> = None;
     let count = nos.len();
@@ -166,7 +203,7 @@ pub fn replay(
         let mut buf = vec![0u8; len as usize];
         file.read_at(&mut buf, 0)?;
         let Some(first_seq) = parse_file_header(&buf) else {
-            let any_record = (0..buf.len()).any(|p| parse_record(&buf, p).is_some());
+            let any_record = (0..buf.len()).any(|p| parse_record(&buf, p, 0).is_some());
             if is_last && !any_record {
                 // Created, but its header never became durable before the crash.
                 vfs.remove(&path)?;
@@ -194,19 +231,19 @@ pub fn replay(
         let mut seq = first_seq;
         let mut pos = FILE_HEADER_BYTES as usize;
         while pos < buf.len() {
-            match parse_record(&buf, pos) {
-                Some((s, payload)) if s == seq => {
-                    if s >= from_seq {
-                        apply(s, payload)?;
+            match parse_record(&buf, pos, seq) {
+                Some(rec) if rec.seq == seq => {
+                    if seq >= from_seq {
+                        apply(seq, rec.payload)?;
                         summary.records_replayed += 1;
                     }
                     seq += 1;
-                    pos += RECORD_HEADER_BYTES + payload.len();
+                    pos += RECORD_HEADER_BYTES + rec.payload.len();
                 }
                 _ => {
-                    let valid_after = is_last
-                        && (pos + 1..buf.len()).any(|p| matches!(parse_record(&buf, p), Some((s, _)) if s >= seq));
-                    if !is_last || valid_after {
+                    let synced_later = (pos + 1..buf.len())
+                        .any(|p| parse_record(&buf, p, seq + 1).is_some_and(|r| r.durable_before > seq));
+                    if !is_last || synced_later {
                         return Err(StorageError::corruption(
                             &path,
                             pos as u64,
@@ -236,6 +273,9 @@ impl Journal {
         counters: Arc<Counters>,
     ) -> Result<Journal> {
         vfs.create_dir_all(&dir)?;
+        if let Some(parent) = dir.parent() {
+            vfs.sync_dir(parent)?;
+        }
         let mut files = VecDeque::new();
         let mut existing: Vec<u64> = vfs.list(&dir)?.iter().filter_map(|n| parse_file_name(n)).collect();
         existing.sort_unstable();
@@ -246,6 +286,11 @@ impl Journal {
             let first_seq = parse_file_header(&h)
                 .ok_or_else(|| StorageError::corruption(f.path(), 0, "bad journal file header"))?;
             files.push_back(JournalFile { no: *no, first_seq });
+            if Some(no) == existing.last() {
+                // Replay may have read records that only the page cache held:
+                // make them durable before a newer file exists (invariant 2).
+                f.sync()?;
+            }
         }
         let no = existing.last().map_or(1, |n| n + 1);
         let file = Self::create_file(&*vfs, &dir, no, next_seq)?;
@@ -296,7 +341,8 @@ impl Journal {
         }
         let seq = st.next_seq;
         st.next_seq += 1;
-        encode_record(&mut st.buf, seq, payload);
+        let durable_before = st.synced_seq;
+        encode_record(&mut st.buf, seq, durable_before, payload);
         Ok(seq)
     }
 
