@@ -678,7 +678,7 @@ impl Engine {
     /// The checkpoint thread, and in `Background` sync mode a separate
     /// flusher so that a long checkpoint never delays the 100 ms fsync.
     fn start_background(&self) {
-        let mut jobs: Vec<(&str, fn(&Engine))> = vec![("arbordb-checkpoint", checkpoint_if_due)];
+        let mut jobs: Vec<(&str, BackgroundJob)> = vec![("arbordb-checkpoint", checkpoint_if_due)];
         if self.inner.config.sync_mode == SyncMode::Background {
             jobs.push(("arbordb-flush", flush_journal));
         }
@@ -1079,8 +1079,10 @@ impl Drop for Inner {
     }
 }
 
+type BackgroundJob = fn(&Engine);
+
 /// Run `job` every tick until the engine stops or its last handle is gone.
-fn background_loop(weak: Weak<Inner>, stop: Arc<(Mutex<bool>, Condvar)>, job: fn(&Engine)) {
+fn background_loop(weak: Weak<Inner>, stop: Arc<(Mutex<bool>, Condvar)>, job: BackgroundJob) {
     let tick = Duration::from_millis(journal_background_flush_ms);
     loop {
         {
