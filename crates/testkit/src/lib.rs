@@ -5,6 +5,7 @@
 //! kill -9 test).
 
 pub mod fault;
+pub mod history;
 pub mod mem;
 pub mod workload;
 
