@@ -137,6 +137,8 @@ struct State {
     written_seq: u64,
     /// Every record below this is durable.
     synced_seq: u64,
+    /// An fsync is in flight that will make every record below this durable.
+    syncing_to: Option<u64>,
     flushing: bool,
     file: Arc<dyn VfsFile>,
     file_len: u64,
@@ -304,6 +306,7 @@ impl Journal {
                 next_seq,
                 written_seq: next_seq,
                 synced_seq: next_seq,
+                syncing_to: None,
                 flushing: false,
                 file,
                 file_len: FILE_HEADER_BYTES,
@@ -369,7 +372,9 @@ impl Journal {
             if done > seq {
                 return Ok(());
             }
-            if st.flushing {
+            // A write waits for the writer only; an fsync also waits for the
+            // fsync in flight, so that followers gather behind it (group commit).
+            if st.flushing || (sync && st.syncing_to.is_some()) {
                 st = self.flushed.wait(st).unwrap();
                 continue;
             }
@@ -407,10 +412,8 @@ impl Journal {
             if !buf.is_empty() {
                 file.write_at(&buf, offset)?;
             }
-            if sync || rotate_after {
-                file.sync()?;
-            }
             if rotate_after {
+                file.sync()?;
                 let f = Self::create_file(&*self.vfs, &self.dir, next_no, end_seq)?;
                 new_files.push((next_no, end_seq, f));
             }
@@ -431,12 +434,29 @@ impl Journal {
         }
         st.bytes_total += buf.len() as u64;
         st.written_seq = end_seq;
-        if sync || rotate_after {
+        if rotate_after {
             st.synced_seq = end_seq;
             bump(&self.counters.journal_syncs, 1);
         }
         bump(&self.counters.journal_bytes_written, buf.len() as u64);
         bump(&self.counters.journal_records, end_seq - first_seq);
+        if sync && !rotate_after {
+            // The fsync runs without `flushing`: commits that only need
+            // their record written (background and off modes) go on.
+            assert!(st.syncing_to.is_none(), "one fsync at a time");
+            st.syncing_to = Some(end_seq);
+            drop(st);
+            let synced = file.sync();
+            st = self.state.lock().unwrap();
+            st.syncing_to = None;
+            self.flushed.notify_all();
+            if let Err(e) = synced {
+                st.failed = Some(format!("journal fsync failed: {e}"));
+                return Err(e);
+            }
+            st.synced_seq = st.synced_seq.max(end_seq);
+            bump(&self.counters.journal_syncs, 1);
+        }
         Ok(st)
     }
 

@@ -40,29 +40,48 @@ fn readers_do_not_wait_for_a_journal_fsync() {
     engine.close().unwrap();
 }
 
+/// Fsync mode: a commit waits for its fsync. Background and off modes: a
+/// commit never waits for one, even while an fsync hangs; background mode
+/// fsyncs within a tick, off mode never does.
 #[test]
-fn sync_modes_decide_who_fsyncs() {
+fn sync_modes_decide_who_waits_for_fsync() {
     for mode in [SyncMode::Fsync, SyncMode::Background, SyncMode::Off] {
-        let dir = tempfile::tempdir().unwrap();
-        let engine = Engine::open(dir.path(), quiet(mode)).unwrap();
+        let mem = MemVfs::new();
+        let fault = FaultVfs::new(Arc::new(mem.clone()), u64::MAX);
+        let dir = Path::new("/db");
+        let engine = Engine::open_with_vfs(Arc::new(fault.clone()), dir, quiet(mode)).unwrap();
         let t = engine.create_table("t", TableConfig::default()).unwrap();
-        let before = engine.stats().journal_syncs;
-        for i in 0u32..20 {
-            engine.put(&t, &i.to_be_bytes(), b"v").unwrap();
-        }
-        let after_commits = engine.stats().journal_syncs - before;
-        std::thread::sleep(Duration::from_millis(350));
-        let after_wait = engine.stats().journal_syncs - before;
+        engine.put(&t, b"first", b"v").unwrap();
+        // Let a background flush start and hang inside its fsync.
+        fault.pause_syncs();
+        std::thread::sleep(Duration::from_millis(250));
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let writer = {
+            let (engine, t) = (engine.clone(), t.clone());
+            std::thread::spawn(move || {
+                for i in 0u32..20 {
+                    engine.put(&t, &i.to_be_bytes(), b"v").unwrap();
+                }
+                done_tx.send(()).unwrap();
+            })
+        };
+        let finished = done_rx.recv_timeout(Duration::from_secs(5)).is_ok();
         match mode {
-            SyncMode::Fsync => assert!((1..=20).contains(&after_commits), "{after_commits}"),
-            SyncMode::Background => {
-                assert_eq!(after_commits, 0, "background mode fsynced at commit");
-                assert!(after_wait >= 1, "the background flush never ran");
-            }
-            SyncMode::Off => assert_eq!(after_wait, 0, "off mode fsynced the journal"),
+            SyncMode::Fsync => assert!(!finished, "fsync mode: commits returned while fsync hung"),
+            _ => assert!(finished, "{mode:?}: commits waited for a hung fsync"),
+        }
+        let before = engine.stats().journal_syncs;
+        fault.resume_syncs();
+        writer.join().unwrap();
+        std::thread::sleep(Duration::from_millis(350));
+        let syncs = engine.stats().journal_syncs - before;
+        match mode {
+            SyncMode::Fsync => assert!((1..=21).contains(&syncs), "{syncs}"),
+            SyncMode::Background => assert!(syncs >= 1, "the background flush never ran"),
+            SyncMode::Off => assert_eq!(syncs, 0, "off mode fsynced the journal"),
         }
         engine.close().unwrap();
-        let engine = Engine::open(dir.path(), quiet(mode)).unwrap();
+        let engine = Engine::open_with_vfs(Arc::new(mem.crash(1, false)), dir, quiet(mode)).unwrap();
         let t = engine.table("t").unwrap();
         assert_eq!(engine.get(&t, &19u32.to_be_bytes()).unwrap().as_deref(), Some(&b"v"[..]), "{mode:?}");
         engine.close().unwrap();
