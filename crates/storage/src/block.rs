@@ -208,10 +208,6 @@ impl ExtentList {
         self.by_offset.is_empty()
     }
 
-    pub fn total_bytes(&self) -> u64 {
-        self.by_offset.values().sum()
-    }
-
     fn raw_insert(&mut self, off: u64, len: u64) {
         self.by_offset.insert(off, len);
         if self.sized {
@@ -272,14 +268,6 @@ impl ExtentList {
             Some((&e_off, &e_len)) => e_off + e_len >= off + len,
             None => false,
         }
-    }
-
-    /// Whether any byte of `[off, off+len)` is in the list.
-    pub fn overlaps(&self, off: u64, len: u64) -> bool {
-        if let Some((&e_off, &e_len)) = self.by_offset.range(..off + len).next_back() {
-            return e_off + e_len > off;
-        }
-        false
     }
 
     fn take_best_fit(&mut self, len: u64) -> Option<u64> {
@@ -343,22 +331,12 @@ pub struct Extents {
     pub file_size: u64,
 }
 
-/// I/O counters of one block file.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct BlockIoStats {
-    pub blocks_read: u64,
-    pub blocks_written: u64,
-    pub bytes_read: u64,
-    pub bytes_written: u64,
-}
-
 /// One data file: its blocks and their extent lists.
 pub struct BlockFile {
     file: Arc<dyn VfsFile>,
     path: PathBuf,
     policy: AllocPolicy,
     extents: Mutex<Extents>,
-    stats: Mutex<BlockIoStats>,
 }
 
 const FILE_MAGIC: &[u8; 8] = b"ARBORDB1";
@@ -432,7 +410,6 @@ impl BlockFile {
                 pending: ExtentList::default(),
                 file_size,
             }),
-            stats: Mutex::new(BlockIoStats::default()),
         }
     }
 
@@ -446,10 +423,6 @@ impl BlockFile {
 
     pub fn extents(&self) -> MutexGuard<'_, Extents> {
         self.extents.lock().unwrap()
-    }
-
-    pub fn io_stats(&self) -> BlockIoStats {
-        *self.stats.lock().unwrap()
     }
 
     fn allocate(&self, size: u64) -> u64 {
@@ -486,19 +459,12 @@ impl BlockFile {
         }
         let offset = self.allocate(buf.len() as u64);
         self.file.write_at(&buf, offset)?;
-        let mut st = self.stats.lock().unwrap();
-        st.blocks_written += 1;
-        st.bytes_written += buf.len() as u64;
         Ok(BlockAddr { offset, size: buf.len() as u32, checksum })
     }
 
     /// Read and check the block at `addr`; returns its kind and payload.
     pub fn read_block(&self, addr: BlockAddr) -> Result<(BlockKind, Vec<u8>)> {
-        let r = read_block_at(&*self.file, addr)?;
-        let mut st = self.stats.lock().unwrap();
-        st.blocks_read += 1;
-        st.bytes_read += addr.size as u64;
-        Ok(r)
+        read_block_at(&*self.file, addr)
     }
 
     /// The live tree stopped referencing `addr`. It stays unavailable until a
@@ -545,9 +511,6 @@ impl BlockFile {
         buf[4..8].copy_from_slice(&(reserve as u32).to_le_bytes());
         buf[0..4].copy_from_slice(&checksum.to_le_bytes());
         self.file.write_at(&buf, offset)?;
-        let mut st = self.stats.lock().unwrap();
-        st.blocks_written += 1;
-        st.bytes_written += buf.len() as u64;
         Ok(BlockAddr { offset, size: reserve as u32, checksum })
     }
 

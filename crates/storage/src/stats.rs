@@ -19,12 +19,6 @@ macro_rules! counters {
             }
         }
 
-        impl Stats {
-            /// `(name, value)` pairs, for printing and JSON.
-            pub fn pairs(&self) -> Vec<(&'static str, u64)> {
-                vec![$((stringify!($name), self.$name),)*]
-            }
-        }
     };
 }
 
