@@ -625,8 +625,7 @@ impl Cursor {
         let mut node = root;
         loop {
             let next = match &node.body {
-                Body::Leaf(l) => {
-                    let _ = l;
+                Body::Leaf(_) => {
                     let i = node.search(key);
                     self.leaf = Some((node.clone(), i));
                     break;

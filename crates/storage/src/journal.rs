@@ -513,8 +513,4 @@ impl Journal {
     pub fn file_count(&self) -> usize {
         self.state.lock().unwrap().files.len()
     }
-
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
 }
