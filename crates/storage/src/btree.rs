@@ -139,8 +139,12 @@ impl Tree {
     }
 
     pub fn get(&self, key: &[u8]) -> Result<Option<Arc<[u8]>>> {
-        let root = self.snapshot();
-        let leaf = self.leaf_for(&root, key, true)?;
+        self.get_in(&self.snapshot(), key)
+    }
+
+    /// `get` in a given version of the tree.
+    pub fn get_in(&self, root: &Arc<Node>, key: &[u8]) -> Result<Option<Arc<[u8]>>> {
+        let leaf = self.leaf_for(root, key, true)?;
         let Body::Leaf(l) = &leaf.body else { unreachable!() };
         let i = leaf.search(key);
         match l.entries.get(i) {
@@ -468,8 +472,14 @@ fn split_internal(int: &mut Internal) -> (Key, Arc<Node>) {
 ///
 /// `seek` takes the newest version of the tree; `next` and `prev` stay on
 /// the version the cursor holds, so a scan sees one consistent state.
+/// Where a cursor takes the tree version it walks: the engine hands out
+/// published versions, transactions their snapshot's version.
+pub type RootSource = Arc<dyn Fn() -> Arc<Node> + Send + Sync>;
+
 pub struct Cursor {
     tree: Arc<Tree>,
+    /// `None`: the tree's newest version.
+    roots: Option<RootSource>,
     /// Path from the root: each internal node with the index of the child taken.
     path: Vec<(Arc<Node>, usize)>,
     leaf: Option<(Arc<Node>, usize)>,
@@ -485,13 +495,26 @@ pub type Entry = (Key, Arc<[u8]>);
 #[allow(clippy::should_implement_trait)]
 impl Cursor {
     pub fn new(tree: Arc<Tree>) -> Cursor {
+        Cursor::with_roots(tree, None)
+    }
+
+    /// A cursor whose seeks take their version from `roots`.
+    pub fn with_roots(tree: Arc<Tree>, roots: Option<RootSource>) -> Cursor {
         Cursor {
             tree,
+            roots,
             path: Vec::new(),
             leaf: None,
             exhausted: false,
             lower: Bound::Unbounded,
             upper: Bound::Unbounded,
+        }
+    }
+
+    fn root(&self) -> Arc<Node> {
+        match &self.roots {
+            Some(f) => f(),
+            None => self.tree.snapshot(),
         }
     }
 
@@ -616,7 +639,7 @@ impl Cursor {
         if below_lower {
             return self.first_inner();
         }
-        self.seek_in(self.tree.snapshot(), key)
+        self.seek_in(self.root(), key)
     }
 
     /// `seek_inner` in the given version of the tree.
@@ -666,7 +689,7 @@ impl Cursor {
         match self.lower.clone() {
             Bound::Unbounded => {
                 self.reset();
-                self.descend_edge(self.tree.snapshot(), false)?;
+                self.descend_edge(self.root(), false)?;
                 if !self.settle(false)? {
                     return Ok(None);
                 }
@@ -697,7 +720,7 @@ impl Cursor {
         self.reset();
         match self.upper.clone() {
             Bound::Unbounded => {
-                self.descend_edge(self.tree.snapshot(), true)?;
+                self.descend_edge(self.root(), true)?;
             }
             Bound::Included(u) | Bound::Excluded(u) => {
                 // Position after the bound, then step back.
@@ -730,7 +753,7 @@ impl Cursor {
         );
         // One version for the whole move: a second snapshot could hold
         // keys the first did not.
-        let root = self.tree.snapshot();
+        let root = self.root();
         let r = self.seek_in(root.clone(), key);
         self.lower = lower;
         self.upper = upper;

@@ -27,6 +27,7 @@ use crate::error::{Result, StorageError};
 use crate::journal::{self, Journal, SyncMode};
 use crate::limits::*;
 use crate::stats::{bump, Counters, Stats};
+use crate::txn::{self, CommitRequest, KeyVersions, RootSet, TxnManager};
 use crate::vfs::{OsVfs, Vfs};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -242,6 +243,8 @@ pub(crate) struct TableState {
     pub tree: Arc<Tree>,
     /// Serializes the writers of this table (invariant 2).
     writer: Mutex<()>,
+    /// Recent writers of each key, for first-updater-wins and SSI.
+    pub(crate) versions: Mutex<KeyVersions>,
     dropped: AtomicBool,
     /// The table's last checkpoint, if it has one.
     last_checkpoint: Mutex<Option<TableCheckpoint>>,
@@ -310,11 +313,27 @@ impl WriteBatch {
         Ok(())
     }
 
-    pub fn put(&mut self, table: &Table, key: &[u8], value: &[u8]) -> Result<()> {
+    /// The size limits a put (`Some`) or delete of `key` must keep.
+    pub(crate) fn check_sizes(key: &[u8], value: Option<&[u8]>) -> Result<()> {
         Self::check_key(key)?;
-        if value.len() > value_size_max_bytes {
-            return Err(StorageError::ValueTooLarge { len: value.len(), max: value_size_max_bytes });
+        match value {
+            Some(v) if v.len() > value_size_max_bytes => {
+                Err(StorageError::ValueTooLarge { len: v.len(), max: value_size_max_bytes })
+            }
+            _ => Ok(()),
         }
+    }
+
+    /// Each op's table and key, in order.
+    pub(crate) fn keys(&self) -> impl Iterator<Item = (&Table, &[u8])> {
+        self.ops.iter().map(|(t, at)| match decode_op(&mut Reader::new(&self.payload[*at..])) {
+            Some(JournalOp::Put { key, .. } | JournalOp::Delete { key, .. }) => (t, key),
+            _ => unreachable!("batches hold only well-formed puts and deletes"),
+        })
+    }
+
+    pub fn put(&mut self, table: &Table, key: &[u8], value: &[u8]) -> Result<()> {
+        Self::check_sizes(key, Some(value))?;
         self.ops.push((table.clone(), self.payload.len()));
         self.payload.push(OP_PUT);
         self.payload.extend_from_slice(&table.id().to_le_bytes());
@@ -414,6 +433,8 @@ struct Inner {
     /// Commits hold it shared; a checkpoint's snapshot holds it exclusive (invariant 1).
     gate: RwLock<()>,
     journal: Journal,
+    /// Published versions, active transactions, SSI state.
+    txns: Arc<TxnManager>,
     meta: Tree,
     checkpoint: Mutex<CheckpointState>,
     counters: Arc<Counters>,
@@ -487,6 +508,7 @@ impl Engine {
                 config: m.config,
                 tree: Arc::new(tree),
                 writer: Mutex::new(()),
+                versions: Mutex::default(),
                 dropped: AtomicBool::new(false),
                 last_checkpoint: Mutex::new(Some(m.checkpoint)),
             }));
@@ -502,6 +524,8 @@ impl Engine {
         }
         let journal =
             Journal::open(vfs.clone(), journal_dir, summary.next_seq, config.journal_file_max_bytes, counters.clone())?;
+        let roots = catalog.by_id.iter().map(|(id, t)| (*id, t.0.tree.snapshot())).collect();
+        let txns = Arc::new(TxnManager::new(RootSet { ts: summary.next_seq.saturating_sub(1), roots }));
         let inner = Arc::new(Inner {
             id: engine_id,
             vfs,
@@ -518,6 +542,7 @@ impl Engine {
                 at: Instant::now(),
             }),
             journal,
+            txns,
             counters,
             poisoned: Mutex::new(None),
             closed: AtomicBool::new(false),
@@ -647,6 +672,7 @@ impl Engine {
             config,
             tree: Arc::new(Tree::new_empty(bf, config.geometry(), counters.clone())),
             writer: Mutex::new(()),
+            versions: Mutex::default(),
             dropped: AtomicBool::new(false),
             last_checkpoint: Mutex::new(None),
         })))
@@ -749,7 +775,12 @@ impl Engine {
             payload.extend_from_slice(&(name.len() as u16).to_le_bytes());
             payload.extend_from_slice(name.as_bytes());
             config.encode(&mut payload);
-            let seq = self.inner.journal.append(&payload)?;
+            let seq = {
+                let _publish = self.inner.txns.publish.lock().unwrap();
+                let seq = self.inner.journal.append(&payload)?;
+                self.inner.txns.publish(seq, [(id, Some(table.0.tree.snapshot()))]);
+                seq
+            };
             catalog.next_table_id += 1;
             catalog.by_id.insert(id, table.clone());
             catalog.by_name.insert(name.to_string(), table.clone());
@@ -769,7 +800,12 @@ impl Engine {
             let _writer = table.0.writer.lock().unwrap();
             let mut payload = vec![OP_DROP];
             payload.extend_from_slice(&table.id().to_le_bytes());
-            let seq = self.inner.journal.append(&payload)?;
+            let seq = {
+                let _publish = self.inner.txns.publish.lock().unwrap();
+                let seq = self.inner.journal.append(&payload)?;
+                self.inner.txns.publish(seq, [(table.id(), None)]);
+                seq
+            };
             Self::forget_table(&mut catalog, &table);
             catalog.dropped_files.push(self.inner.dir.join(table_file_name(table.id())));
             seq
@@ -792,14 +828,43 @@ impl Engine {
         self.inner.catalog.read().unwrap().by_name.keys().cloned().collect()
     }
 
+    /// Read the newest committed value of `key`.
     pub fn get(&self, table: &Table, key: &[u8]) -> Result<Option<Arc<[u8]>>> {
         table.check(self.inner.id)?;
-        table.0.tree.get(key)
+        match self.inner.txns.published().roots.get(&table.id()) {
+            Some(root) => table.0.tree.get_in(root, key),
+            None => Err(StorageError::TableNotFound(table.name().to_string())),
+        }
     }
 
+    /// A cursor outside any transaction: each seek, `first` and `last` takes
+    /// the newest committed version; `next` and `prev` stay on it.
     pub fn cursor(&self, table: &Table) -> Result<Cursor> {
         table.check(self.inner.id)?;
-        Ok(Cursor::new(table.0.tree.clone()))
+        let (txns, id) = (self.inner.txns.clone(), table.id());
+        let source: crate::btree::RootSource = Arc::new(move || {
+            txns.published().roots.get(&id).cloned().unwrap_or_else(|| Arc::new(crate::page::Node::empty_leaf()))
+        });
+        Ok(Cursor::with_roots(table.0.tree.clone(), Some(source)))
+    }
+
+    pub(crate) fn txns(&self) -> &TxnManager {
+        &self.inner.txns
+    }
+
+    pub(crate) fn counters(&self) -> &Counters {
+        &self.inner.counters
+    }
+
+    pub(crate) fn check_open(&self) -> Result<()> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(StorageError::Closed);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn check_table(&self, t: &Table) -> Result<()> {
+        t.check(self.inner.id)
     }
 
     pub fn put(&self, table: &Table, key: &[u8], value: &[u8]) -> Result<u64> {
@@ -814,12 +879,69 @@ impl Engine {
         self.write(&b)
     }
 
-    /// Commit a batch atomically; returns its journal sequence number. With
-    /// `SyncMode::Fsync` the batch is durable when this returns.
+    /// Commit a batch atomically as its own transaction; returns its commit
+    /// timestamp (journal sequence number). With `SyncMode::Fsync` the batch
+    /// is durable when this returns. Fails with `WriteConflict`, changing
+    /// nothing, when an open transaction has written one of its keys.
     pub fn write(&self, batch: &WriteBatch) -> Result<u64> {
         self.check_writable()?;
         if batch.is_empty() {
             return Ok(self.inner.journal.next_seq().saturating_sub(1));
+        }
+        let r = self.commit_batch_with(batch, |_| {
+            // Under the writer locks nothing can commit to these tables
+            // before us, so a snapshot taken now sees every earlier commit.
+            let me = txn::begin_plain(self);
+            match txn::claim_batch(batch, &me) {
+                Ok(()) => Ok(me),
+                Err(e) => {
+                    txn::finish(self, &me, None);
+                    bump(&self.inner.counters.write_conflicts, 1);
+                    Err(e)
+                }
+            }
+        });
+        if r.is_ok() {
+            bump(&self.inner.counters.commits, 1);
+        }
+        r
+    }
+
+    /// Commit a transaction's write set (its keys already claimed).
+    pub(crate) fn commit_batch(&self, req: CommitRequest) -> Result<u64> {
+        self.check_writable()?;
+        let me = req.me.clone();
+        let r = self.commit_batch_with(req.batch, |engine| {
+            if req.tracked {
+                let mut ssi = engine.inner.txns.ssi.lock().unwrap();
+                let event = engine.inner.txns.next_event();
+                if let Err(f) = ssi.prepare(me.id, event) {
+                    bump(&engine.inner.counters.serialization_failures, 1);
+                    return Err(StorageError::SerializationFailure { txn: me.id, other: f.other, detail: f.detail });
+                }
+            }
+            Ok(me.clone())
+        });
+        if r.is_ok() {
+            bump(&self.inner.counters.commits, 1);
+        }
+        r
+    }
+
+    /// The commit path: under the gate and the tables' writer locks, `start`
+    /// yields the committing transaction; its writes are applied to the
+    /// trees, then journaled and published at one timestamp, then its claims
+    /// become commits. Waits for durability after the locks are gone.
+    fn commit_batch_with(
+        &self,
+        batch: &WriteBatch,
+        start: impl FnOnce(&Engine) -> Result<Arc<txn::TxnShared>>,
+    ) -> Result<u64> {
+        if batch.payload.len() as u64 > journal_record_max_bytes {
+            return Err(StorageError::InvalidConfig(format!(
+                "a transaction of {} bytes exceeds the journal record limit of {journal_record_max_bytes} bytes",
+                batch.payload.len()
+            )));
         }
         let ops: Vec<(&Table, JournalOp)> = batch
             .ops
@@ -837,21 +959,38 @@ impl Engine {
         let mut tables: Vec<&Table> = ops.iter().map(|(t, _)| *t).collect();
         tables.sort_by_key(|t| t.id());
         tables.dedup_by_key(|t| t.id());
-        let seq = {
+        let (seq, me) = {
             let _gate = self.inner.gate.read().unwrap();
             let _writers: Vec<_> = tables.iter().map(|t| t.0.writer.lock().unwrap()).collect();
             for t in &tables {
                 t.check(self.inner.id)?;
             }
-            let seq = self.inner.journal.append(&batch.payload)?;
+            let me = start(self)?;
             if let Err(e) = self.apply_ops(&ops) {
-                self.poison(format!("a journaled batch failed to apply: {e}"));
+                txn::finish(self, &me, None);
+                self.poison(format!("a commit failed to apply: {e}"));
                 return Err(e);
             }
-            seq
+            let seq = {
+                let _publish = self.inner.txns.publish.lock().unwrap();
+                let seq = match self.inner.journal.append(&batch.payload) {
+                    Ok(seq) => seq,
+                    Err(e) => {
+                        txn::finish(self, &me, None);
+                        self.poison(format!("a commit failed to journal after it was applied: {e}"));
+                        return Err(e);
+                    }
+                };
+                txn::mark_committed(&me, seq);
+                self.inner.txns.publish(seq, tables.iter().map(|t| (t.id(), Some(t.0.tree.snapshot()))));
+                seq
+            };
+            self.inner.txns.ssi.lock().unwrap().committed(me.id, Some(seq));
+            txn::stamp_batch(self, batch);
+            (seq, me)
         };
+        txn::finish(self, &me, Some(seq));
         self.make_durable(seq)?;
-        bump(&self.inner.counters.commits, 1);
         Ok(seq)
     }
 

@@ -35,6 +35,27 @@ pub enum StorageError {
     Locked { path: PathBuf },
     #[error("engine is closed")]
     Closed,
+    /// First updater wins: `key` has a version this transaction cannot see
+    /// (uncommitted by transaction `holder`, or committed after our
+    /// snapshot). Nothing was written; retry the transaction.
+    #[error("WriteConflict: key {} in table {table:?} was written by concurrent transaction {holder}", crate::error::show_key(key))]
+    WriteConflict { table: String, key: Vec<u8>, holder: u64 },
+    /// Serializable isolation: committing (or continuing) `txn` could make
+    /// the history non-serializable. The transaction is rolled back; retry it.
+    #[error("serialization failure: transaction {txn} conflicts with transaction {other}: {detail}")]
+    SerializationFailure { txn: u64, other: u64, detail: String },
+    #[error("transaction {txn} is read-only")]
+    ReadOnlyTransaction { txn: u64 },
+}
+
+/// A key for messages: printable ASCII as is, anything else in hex.
+pub fn show_key(key: &[u8]) -> String {
+    if !key.is_empty() && key.iter().all(|b| b.is_ascii_graphic() || *b == b' ') {
+        format!("{:?}", String::from_utf8_lossy(key))
+    } else {
+        let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
+        format!("0x{hex}")
+    }
 }
 
 impl StorageError {
@@ -44,5 +65,10 @@ impl StorageError {
 
     pub fn is_corruption(&self) -> bool {
         matches!(self, StorageError::Corruption { .. })
+    }
+
+    /// A conflict the caller resolves by retrying the whole transaction.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, StorageError::WriteConflict { .. } | StorageError::SerializationFailure { .. })
     }
 }

@@ -13,7 +13,9 @@ pub mod error;
 pub mod journal;
 pub mod limits;
 pub mod page;
+pub mod ssi;
 pub mod stats;
+pub mod txn;
 pub mod verify;
 pub mod vfs;
 
@@ -23,4 +25,5 @@ pub use engine::{Config, Engine, Table, TableConfig, WriteBatch};
 pub use error::{Result, StorageError};
 pub use journal::SyncMode;
 pub use stats::Stats;
+pub use txn::{Isolation, Txn, TxnCursor, TxnOptions};
 pub use vfs::{OsVfs, Vfs, VfsFile};

@@ -41,6 +41,14 @@ pub const table_name_max_bytes: usize = 1024;
 /// Deepest tree the engine will descend before calling it corrupt.
 pub const tree_depth_max: usize = 64;
 
+/// SIREAD marks (keys and ranges) one transaction keeps in one table before
+/// they are coarsened into a single whole-table mark.
+pub const ssi_marks_per_table_max: usize = 1024;
+/// SIREAD marks kept in all; past this the largest holder is coarsened.
+pub const ssi_marks_max: usize = 200_000;
+/// Key-version entries a table keeps before a garbage-collection pass.
+pub const key_versions_gc_min: usize = 4096;
+
 const _: () = assert!(block_header_bytes as u64 <= block_alloc_unit_bytes);
 const _: () = assert!((value_size_max_bytes as u64) < block_size_max_bytes);
 const _: () = assert!(key_size_max_bytes < page_max_bytes as usize);

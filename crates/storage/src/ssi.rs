@@ -1,0 +1,517 @@
+//! Serializable snapshot isolation (Cahill, Röhm, Fekete 2008, with the
+//! refinements of PostgreSQL's implementation, Ports and Grittner 2012).
+//!
+//! Serializable transactions run on snapshot isolation and additionally
+//! leave SIREAD marks on what they read: single keys, key ranges a cursor
+//! covered, or, once a transaction holds too many marks in a table, the
+//! whole table. An rw-antidependency `R -> W` ("R read a version that W
+//! overwrote") between two concurrent transactions is found by whichever
+//! side comes second:
+//! - the reader, when it sees that a key it reads (or one in a range it
+//!   scanned) has a newer version it cannot see (`TxnManager` looks these up
+//!   in the table's key versions and calls [`SsiState::on_read`]);
+//! - the writer, when the key it writes is covered by another transaction's
+//!   mark ([`SsiState::on_write`]).
+//!
+//! Every cycle in the dependency graph of an SI history contains a
+//! *dangerous structure* `A -> P -> B` of two consecutive rw edges where `B`
+//! commits first (A may be B). We abort the pivot `P`, or `A` when `P` has
+//! already committed. For a read-only `A` the structure is dangerous only
+//! when `B` committed before `A`'s snapshot. Checks run when an edge is added
+//! and when a transaction prepares to commit; a victim other than the
+//! transaction at hand is *doomed* and fails at its next operation.
+//!
+//! A read-only transaction that begins while no serializable read-write
+//! transaction is active has a safe snapshot: it is never tracked.
+//!
+//! Finished transactions and their marks stay while a transaction that was
+//! concurrent with them is still active (or still points at them).
+//!
+//! Everything here sits behind one mutex held by the transaction manager.
+
+use crate::limits::*;
+use std::collections::{HashMap, HashSet};
+use std::ops::Bound;
+
+pub type TxnId = u64;
+
+/// Why a transaction must fail: the other transaction involved and what
+/// was read or written.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    pub other: TxnId,
+    pub detail: String,
+}
+
+#[derive(Debug)]
+struct Node {
+    read_ts: u64,
+    read_only: bool,
+    /// Commit order (an event number, comparable with begin ids), set when
+    /// the transaction prepares to commit.
+    commit: Option<u64>,
+    /// Journal timestamp of the commit, once published.
+    commit_ts: Option<u64>,
+    finished: bool,
+    /// rw edges into (readers of what we overwrote) and out of us (writers
+    /// of what we read), with what caused each.
+    ins: Vec<(TxnId, String)>,
+    outs: Vec<(TxnId, String)>,
+    doomed: Option<Failure>,
+    /// Tables where this transaction has marks.
+    marked: HashSet<u32>,
+}
+
+type Range = (Bound<Vec<u8>>, Bound<Vec<u8>>);
+
+#[derive(Default)]
+struct TableMarks {
+    points: HashMap<Vec<u8>, Vec<TxnId>>,
+    ranges: Vec<(Range, TxnId)>,
+    whole: HashSet<TxnId>,
+    /// Point and range marks per transaction, to coarsen.
+    counts: HashMap<TxnId, usize>,
+}
+
+impl TableMarks {
+    fn drop_txn(&mut self, id: TxnId, keep_whole: bool) {
+        if self.counts.remove(&id).is_some() {
+            self.points.retain(|_, ids| {
+                ids.retain(|x| *x != id);
+                !ids.is_empty()
+            });
+            self.ranges.retain(|(_, x)| *x != id);
+        }
+        if !keep_whole {
+            self.whole.remove(&id);
+        }
+    }
+
+    fn readers_of<'a>(&'a self, key: &'a [u8]) -> impl Iterator<Item = (TxnId, &'static str)> + 'a {
+        let points = self.points.get(key).into_iter().flatten().map(|id| (*id, "read"));
+        let ranges = self.ranges.iter().filter(|(r, _)| covers(r, key)).map(|(_, id)| (*id, "scanned a range holding"));
+        let whole = self.whole.iter().map(|id| (*id, "scanned the whole table (coarsened marks), holding"));
+        points.chain(ranges).chain(whole)
+    }
+}
+
+fn covers(r: &Range, key: &[u8]) -> bool {
+    covers_bounds(&r.0, &r.1, key)
+}
+
+/// Is `key` within the bounds?
+pub fn covers_bounds(lower: &Bound<Vec<u8>>, upper: &Bound<Vec<u8>>, key: &[u8]) -> bool {
+    let lo = match lower {
+        Bound::Unbounded => true,
+        Bound::Included(l) => key >= l.as_slice(),
+        Bound::Excluded(l) => key > l.as_slice(),
+    };
+    let hi = match upper {
+        Bound::Unbounded => true,
+        Bound::Included(h) => key <= h.as_slice(),
+        Bound::Excluded(h) => key < h.as_slice(),
+    };
+    lo && hi
+}
+
+/// What a mark covers, for `on_read`.
+pub enum Mark<'a> {
+    Key(&'a [u8]),
+    Range(Range),
+}
+
+#[derive(Default)]
+pub struct SsiState {
+    nodes: HashMap<TxnId, Node>,
+    marks: HashMap<u32, TableMarks>,
+    total_marks: usize,
+    /// Serializable read-write transactions now active.
+    active_rw: usize,
+    pub marks_coarsened: u64,
+}
+
+impl SsiState {
+    /// Register a serializable transaction. Returns `false` for a read-only
+    /// transaction with a safe snapshot, which is not tracked at all.
+    pub fn begin(&mut self, id: TxnId, read_ts: u64, read_only: bool) -> bool {
+        if read_only && self.active_rw == 0 {
+            return false;
+        }
+        if !read_only {
+            self.active_rw += 1;
+        }
+        let node = Node {
+            read_ts,
+            read_only,
+            commit: None,
+            commit_ts: None,
+            finished: false,
+            ins: Vec::new(),
+            outs: Vec::new(),
+            doomed: None,
+            marked: HashSet::new(),
+        };
+        self.nodes.insert(id, node);
+        true
+    }
+
+    pub fn tracked(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn doomed(&self, id: TxnId) -> Option<Failure> {
+        self.nodes.get(&id).and_then(|n| n.doomed.clone())
+    }
+
+    /// `me` read `what` in `table` and saw none of the versions `writers`
+    /// wrote (uncommitted, or committed after its snapshot): add the marks
+    /// and the edges `me -> writer`.
+    pub fn on_read(
+        &mut self,
+        me: TxnId,
+        table: u32,
+        table_name: &str,
+        what: Mark,
+        writers: &[(TxnId, Vec<u8>)],
+    ) -> Result<(), Failure> {
+        self.check_doomed(me)?;
+        for (w, key) in writers {
+            if *w != me {
+                let why = format!("{me} read key {} in table {table_name:?}; {w} wrote it", crate::error::show_key(key));
+                self.add_edge(me, *w, me, why)?;
+            }
+        }
+        self.add_mark(me, table, what);
+        Ok(())
+    }
+
+    /// `me` writes `key` in `table`: every concurrent transaction with a mark
+    /// covering it gets the edge `reader -> me`.
+    pub fn on_write(&mut self, me: TxnId, table: u32, table_name: &str, key: &[u8]) -> Result<(), Failure> {
+        self.check_doomed(me)?;
+        let Some(marks) = self.marks.get(&table) else { return Ok(()) };
+        let readers: Vec<(TxnId, &str)> = marks.readers_of(key).filter(|(r, _)| *r != me).collect();
+        for (r, how) in readers {
+            // Concurrent: the reader is active, or committed after we began.
+            let concurrent = match self.nodes.get(&r) {
+                Some(n) => n.commit.is_none_or(|c| c > me) && !(n.finished && n.commit.is_none()),
+                None => false,
+            };
+            if concurrent {
+                let why = format!("{r} {how} key {} in table {table_name:?}; {me} wrote it", crate::error::show_key(key));
+                self.add_edge(r, me, me, why)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn check_doomed(&self, me: TxnId) -> Result<(), Failure> {
+        match self.nodes.get(&me).and_then(|n| n.doomed.clone()) {
+            Some(f) => Err(f),
+            None => Ok(()),
+        }
+    }
+
+    fn add_mark(&mut self, me: TxnId, table: u32, what: Mark) {
+        let marks = self.marks.entry(table).or_default();
+        if marks.whole.contains(&me) {
+            return;
+        }
+        match what {
+            Mark::Key(k) => {
+                let ids = marks.points.entry(k.to_vec()).or_default();
+                if ids.contains(&me) {
+                    return;
+                }
+                ids.push(me);
+            }
+            Mark::Range(r) => marks.ranges.push((r, me)),
+        }
+        let n = marks.counts.entry(me).or_default();
+        *n += 1;
+        self.total_marks += 1;
+        if let Some(node) = self.nodes.get_mut(&me) {
+            node.marked.insert(table);
+        }
+        if *n > ssi_marks_per_table_max {
+            self.coarsen(me, table);
+        }
+        while self.total_marks > ssi_marks_max {
+            let biggest = self
+                .marks
+                .iter()
+                .flat_map(|(t, m)| m.counts.iter().map(move |(id, n)| (*n, *id, *t)))
+                .max()
+                .map(|(_, id, t)| (id, t));
+            match biggest {
+                Some((id, t)) => self.coarsen(id, t),
+                None => break,
+            }
+        }
+    }
+
+    /// Replace `id`'s key and range marks in `table` by one whole-table mark.
+    fn coarsen(&mut self, id: TxnId, table: u32) {
+        let Some(marks) = self.marks.get_mut(&table) else { return };
+        let n = marks.counts.get(&id).copied().unwrap_or(0);
+        marks.drop_txn(id, true);
+        marks.whole.insert(id);
+        self.total_marks -= n;
+        self.marks_coarsened += 1;
+    }
+
+    fn add_edge(&mut self, r: TxnId, w: TxnId, me: TxnId, why: String) -> Result<(), Failure> {
+        let (Some(rn), Some(wn)) = (self.nodes.get(&r), self.nodes.get(&w)) else { return Ok(()) };
+        if rn.outs.iter().any(|(x, _)| *x == w) {
+            return Ok(());
+        }
+        // An aborted transaction's edges do not count.
+        if (rn.finished && rn.commit.is_none()) || (wn.finished && wn.commit.is_none()) {
+            return Ok(());
+        }
+        self.nodes.get_mut(&r).unwrap().outs.push((w, why.clone()));
+        self.nodes.get_mut(&w).unwrap().ins.push((r, why));
+        // W as the pivot: r -> w -> b.
+        let outs: Vec<TxnId> = self.nodes[&w].outs.iter().map(|(b, _)| *b).collect();
+        for b in outs {
+            if self.dangerous(r, w, b) {
+                self.resolve(r, w, b, me)?;
+            }
+        }
+        // R as the pivot: a -> r -> w.
+        let ins: Vec<TxnId> = self.nodes[&r].ins.iter().map(|(a, _)| *a).collect();
+        for a in ins {
+            if self.dangerous(a, r, w) {
+                self.resolve(a, r, w, me)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Is `a -> p -> b` a dangerous structure: `b` committed before `p` and
+    /// before (or as) `a`, and, for a read-only `a`, before `a`'s snapshot?
+    fn dangerous(&self, a: TxnId, p: TxnId, b: TxnId) -> bool {
+        let (Some(an), Some(pn), Some(bn)) = (self.nodes.get(&a), self.nodes.get(&p), self.nodes.get(&b)) else {
+            return false;
+        };
+        let Some(bc) = bn.commit else { return false };
+        if pn.commit.is_some_and(|pc| bc >= pc) {
+            return false;
+        }
+        if a != b {
+            if an.commit.is_some_and(|ac| bc >= ac) {
+                return false;
+            }
+            if an.read_only && !bn.commit_ts.is_some_and(|ts| ts <= an.read_ts) {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Abort the pivot, or `a` if the pivot has committed: now if it is
+    /// `me`, else by dooming it.
+    fn resolve(&mut self, a: TxnId, p: TxnId, b: TxnId, me: TxnId) -> Result<(), Failure> {
+        let victim = if self.nodes[&p].commit.is_none() { p } else { a };
+        if self.nodes[&victim].commit.is_some() {
+            return Ok(()); // cannot happen: `me` takes part and has not committed
+        }
+        let why_in = self.nodes[&p].ins.iter().find(|(x, _)| *x == a).map(|(_, w)| w.clone()).unwrap_or_default();
+        let why_out = self.nodes[&p].outs.iter().find(|(x, _)| *x == b).map(|(_, w)| w.clone()).unwrap_or_default();
+        let other = if victim == p { b } else { p };
+        let failure = Failure {
+            other,
+            detail: format!(
+                "dangerous structure {a} -rw-> {p} -rw-> {b} ({why_in}; {why_out}); {b} committed first, {victim} aborts"
+            ),
+        };
+        let node = self.nodes.get_mut(&victim).unwrap();
+        if node.doomed.is_none() {
+            node.doomed = Some(failure.clone());
+        }
+        if victim == me {
+            return Err(failure);
+        }
+        Ok(())
+    }
+
+    /// `me` is about to commit: fail if it is doomed or the pivot of a
+    /// dangerous structure; otherwise take commit position `event` and doom
+    /// the pivots for which `me` is the first committer.
+    pub fn prepare(&mut self, me: TxnId, event: u64) -> Result<(), Failure> {
+        self.check_doomed(me)?;
+        let Some(node) = self.nodes.get(&me) else { return Ok(()) };
+        let ins: Vec<TxnId> = node.ins.iter().map(|(a, _)| *a).collect();
+        let outs: Vec<TxnId> = node.outs.iter().map(|(b, _)| *b).collect();
+        for &a in &ins {
+            for &b in &outs {
+                if self.dangerous(a, me, b) {
+                    self.resolve(a, me, b, me)?;
+                }
+            }
+        }
+        self.nodes.get_mut(&me).unwrap().commit = Some(event);
+        for &p in &ins {
+            if self.nodes.get(&p).is_none_or(|n| n.commit.is_some()) {
+                continue;
+            }
+            let p_ins: Vec<TxnId> = self.nodes[&p].ins.iter().map(|(a, _)| *a).collect();
+            for a in p_ins {
+                if self.dangerous(a, p, me) {
+                    self.resolve(a, p, me, me)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The commit of `me` is published at journal timestamp `ts` (`None`
+    /// for a read-only transaction).
+    pub fn committed(&mut self, me: TxnId, ts: Option<u64>) {
+        if let Some(n) = self.nodes.get_mut(&me) {
+            n.commit_ts = ts;
+            n.finished = true;
+            if !n.read_only {
+                self.active_rw -= 1;
+            }
+        }
+    }
+
+    /// `me` rolled back: forget it, its edges and its marks.
+    pub fn aborted(&mut self, me: TxnId) {
+        let Some(n) = self.nodes.remove(&me) else { return };
+        if !n.read_only {
+            self.active_rw -= 1;
+        }
+        for (x, _) in n.ins.iter().chain(n.outs.iter()) {
+            if let Some(xn) = self.nodes.get_mut(x) {
+                xn.ins.retain(|(y, _)| *y != me);
+                xn.outs.retain(|(y, _)| *y != me);
+            }
+        }
+        self.drop_marks(me, &n.marked);
+    }
+
+    fn drop_marks(&mut self, id: TxnId, tables: &HashSet<u32>) {
+        for t in tables {
+            if let Some(m) = self.marks.get_mut(t) {
+                self.total_marks -= m.counts.get(&id).copied().unwrap_or(0);
+                m.drop_txn(id, false);
+            }
+        }
+    }
+
+    /// Forget finished transactions that committed before every active
+    /// transaction began (`oldest_begin`), unless a transaction that stays
+    /// still points at them.
+    pub fn cleanup(&mut self, oldest_begin: u64) {
+        let mut gone: HashSet<TxnId> = self
+            .nodes
+            .iter()
+            .filter(|(_, n)| n.finished && n.commit.is_some_and(|c| c < oldest_begin))
+            .map(|(id, _)| *id)
+            .collect();
+        loop {
+            let kept: Vec<TxnId> = gone
+                .iter()
+                .copied()
+                .filter(|id| {
+                    let n = &self.nodes[id];
+                    n.ins.iter().chain(n.outs.iter()).any(|(x, _)| self.nodes.contains_key(x) && !gone.contains(x))
+                })
+                .collect();
+            if kept.is_empty() {
+                break;
+            }
+            for id in kept {
+                gone.remove(&id);
+            }
+        }
+        for id in gone {
+            let n = self.nodes.remove(&id).unwrap();
+            self.drop_marks(id, &n.marked);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(k: &str) -> Mark<'_> {
+        Mark::Key(k.as_bytes())
+    }
+
+    #[test]
+    fn write_skew_aborts_the_second_committer() {
+        let mut s = SsiState::default();
+        assert!(s.begin(1, 10, false));
+        assert!(s.begin(2, 10, false));
+        // Both read x and y; 1 writes x, 2 writes y.
+        for t in [1, 2] {
+            s.on_read(t, 0, "t", key("x"), &[]).unwrap();
+            s.on_read(t, 0, "t", key("y"), &[]).unwrap();
+        }
+        s.on_write(1, 0, "t", b"x").unwrap(); // 2 -> 1
+        s.on_write(2, 0, "t", b"y").unwrap(); // 1 -> 2
+        s.prepare(1, 3).unwrap();
+        s.committed(1, Some(11));
+        let f = s.prepare(2, 4).unwrap_err();
+        assert_eq!(f.other, 1);
+        assert!(f.detail.contains("dangerous structure"), "{}", f.detail);
+    }
+
+    #[test]
+    fn a_single_rw_edge_is_harmless() {
+        let mut s = SsiState::default();
+        s.begin(1, 10, false);
+        s.begin(2, 10, false);
+        s.on_read(1, 0, "t", key("x"), &[]).unwrap();
+        s.on_write(2, 0, "t", b"x").unwrap();
+        s.prepare(2, 3).unwrap();
+        s.committed(2, Some(11));
+        s.prepare(1, 4).unwrap();
+        s.committed(1, None);
+    }
+
+    #[test]
+    fn marks_coarsen_to_the_whole_table() {
+        let mut s = SsiState::default();
+        s.begin(1, 10, false);
+        s.begin(2, 10, false);
+        for i in 0..=ssi_marks_per_table_max {
+            s.on_read(1, 0, "t", Mark::Key(format!("k{i}").as_bytes()), &[]).unwrap();
+        }
+        assert_eq!(s.marks_coarsened, 1);
+        assert_eq!(s.total_marks, 0);
+        // A write anywhere in the table now meets 1's mark.
+        s.on_write(2, 0, "t", b"unrelated").unwrap();
+        assert!(s.nodes[&2].ins.iter().any(|(r, _)| *r == 1));
+    }
+
+    #[test]
+    fn read_only_with_no_writers_active_is_untracked() {
+        let mut s = SsiState::default();
+        assert!(!s.begin(1, 10, true));
+        assert!(s.begin(2, 10, false));
+        assert!(s.begin(3, 10, true));
+    }
+
+    #[test]
+    fn cleanup_keeps_what_active_transactions_point_at() {
+        let mut s = SsiState::default();
+        s.begin(1, 10, false);
+        s.begin(2, 10, false);
+        s.on_read(2, 0, "t", key("x"), &[]).unwrap();
+        s.on_write(1, 0, "t", b"x").unwrap(); // 2 -> 1
+        s.prepare(1, 3).unwrap();
+        s.committed(1, Some(11));
+        s.cleanup(5); // 1 committed at event 3, before the oldest begin 5, but 2 points at it
+        assert!(s.nodes.contains_key(&1));
+        s.prepare(2, 6).unwrap();
+        s.committed(2, None);
+        s.cleanup(7);
+        assert!(s.nodes.is_empty());
+        assert_eq!(s.total_marks, 0);
+    }
+}

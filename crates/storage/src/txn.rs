@@ -1,0 +1,837 @@
+//! Transactions: snapshot isolation, first updater wins, and opt-in
+//! serializable isolation (see `ssi.rs`).
+//!
+//! How it fits the copy-on-write trees:
+//! - Committed data lives in the trees. A commit applies its writes to its
+//!   tables' trees under their writer locks, then, under the publish lock,
+//!   appends its journal record (whose sequence number is its commit
+//!   timestamp) and publishes a new [`RootSet`]: every table's root at that
+//!   timestamp. Publication is in timestamp order and atomic across tables.
+//! - A snapshot is one `Arc<RootSet>`: `begin` clones it, reads walk those
+//!   roots without locks. Readers never block writers and writers never
+//!   block readers. A version lives as long as a snapshot holds its root;
+//!   dropping the last holder frees it (this is the garbage collection of
+//!   versions in the trees).
+//! - Uncommitted writes stay in the transaction's write set until commit.
+//!   So that conflicts show at once (first updater wins), a write first
+//!   *claims* its key in the table's [`KeyVersions`]: an intent naming the
+//!   writer, and the timestamps of recent commits to the key. A claim fails
+//!   with `WriteConflict` when another transaction's intent is there, or a
+//!   commit newer than the claimant's snapshot. Entries whose commits every
+//!   open snapshot sees are garbage-collected.
+
+use crate::btree::{Cursor, Entry, RootSource};
+use crate::engine::{Engine, Table, WriteBatch};
+use crate::error::{Result, StorageError};
+use crate::page::{Key, Node};
+use crate::ssi::{Failure, Mark, SsiState};
+use crate::stats::bump;
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+const ACTIVE: u64 = 0;
+const ABORTED: u64 = u64::MAX;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Isolation {
+    /// Snapshot isolation: reads see one snapshot, first updater wins.
+    #[default]
+    Snapshot,
+    /// Serializable snapshot isolation: SI plus rw-conflict tracking; a
+    /// commit that could break serializability fails instead.
+    Serializable,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TxnOptions {
+    pub isolation: Isolation,
+    /// Writes fail; a serializable read-only transaction that starts while
+    /// no serializable writer is active needs no tracking at all.
+    pub read_only: bool,
+}
+
+impl TxnOptions {
+    pub fn serializable() -> TxnOptions {
+        TxnOptions { isolation: Isolation::Serializable, read_only: false }
+    }
+}
+
+/// The part of a transaction other transactions can see.
+#[derive(Debug)]
+pub(crate) struct TxnShared {
+    /// Also its begin position in the event order SSI compares commits with.
+    pub id: u64,
+    pub read_ts: u64,
+    /// `ACTIVE`, `ABORTED`, or the commit timestamp.
+    state: AtomicU64,
+}
+
+enum State {
+    Active,
+    Committed(u64),
+    Aborted,
+}
+
+impl TxnShared {
+    fn state(&self) -> State {
+        match self.state.load(Ordering::Acquire) {
+            ACTIVE => State::Active,
+            ABORTED => State::Aborted,
+            ts => State::Committed(ts),
+        }
+    }
+}
+
+/// Every table's root as of one commit timestamp.
+pub(crate) struct RootSet {
+    pub ts: u64,
+    pub roots: HashMap<u32, Arc<Node>>,
+}
+
+#[derive(Default)]
+struct KeyVersion {
+    intent: Option<Arc<TxnShared>>,
+    /// (commit timestamp, transaction id), oldest first; only commits some
+    /// open snapshot may not see.
+    commits: Vec<(u64, u64)>,
+}
+
+impl KeyVersion {
+    /// Turn an intent whose owner finished into what it means.
+    fn settle(&mut self) {
+        if let Some(w) = &self.intent {
+            match w.state() {
+                State::Active => {}
+                State::Committed(ts) => {
+                    let id = w.id;
+                    self.intent = None;
+                    if !self.commits.contains(&(ts, id)) {
+                        self.commits.push((ts, id));
+                    }
+                }
+                State::Aborted => self.intent = None,
+            }
+        }
+    }
+
+    /// Writers of versions `me` cannot see.
+    fn unseen(&self, me: &TxnShared, out: &mut Vec<u64>) {
+        if let Some(w) = &self.intent {
+            match w.state() {
+                State::Active => out.push(w.id),
+                State::Committed(ts) if ts > me.read_ts => out.push(w.id),
+                _ => {}
+            }
+        }
+        out.extend(self.commits.iter().filter(|(ts, _)| *ts > me.read_ts).map(|(_, id)| *id));
+    }
+}
+
+/// Per table: recent writers of each key (see the module comment).
+#[derive(Default)]
+pub(crate) struct KeyVersions {
+    map: BTreeMap<Vec<u8>, KeyVersion>,
+    gc_at: usize,
+}
+
+impl KeyVersions {
+    /// First updater wins: claim `key` for `me`, or name who holds it.
+    fn claim(&mut self, key: &[u8], me: &Arc<TxnShared>) -> std::result::Result<(), u64> {
+        let e = self.map.entry(key.to_vec()).or_default();
+        if e.intent.as_ref().is_some_and(|w| w.id == me.id) {
+            return Ok(());
+        }
+        e.settle();
+        if let Some(w) = &e.intent {
+            return Err(w.id);
+        }
+        if let Some(&(ts, id)) = e.commits.last() {
+            if ts > me.read_ts {
+                return Err(id);
+            }
+        }
+        e.intent = Some(me.clone());
+        Ok(())
+    }
+
+    fn release(&mut self, key: &[u8], me: u64) {
+        if let Some(e) = self.map.get_mut(key) {
+            if e.intent.as_ref().is_some_and(|w| w.id == me) {
+                e.intent = None;
+                if e.commits.is_empty() {
+                    self.map.remove(key);
+                }
+            }
+        }
+    }
+
+    fn stamp(&mut self, key: &[u8]) {
+        if let Some(e) = self.map.get_mut(key) {
+            e.settle();
+        }
+    }
+
+    fn unseen(&self, key: &[u8], me: &TxnShared) -> Vec<(u64, Vec<u8>)> {
+        let mut ids = Vec::new();
+        if let Some(e) = self.map.get(key) {
+            e.unseen(me, &mut ids);
+        }
+        ids.into_iter().map(|id| (id, key.to_vec())).collect()
+    }
+
+    fn unseen_in(&self, range: &(Bound<Vec<u8>>, Bound<Vec<u8>>), me: &TxnShared) -> Vec<(u64, Vec<u8>)> {
+        let mut out = Vec::new();
+        let bounds = (range.0.as_ref().map(|k| k.as_slice()), range.1.as_ref().map(|k| k.as_slice()));
+        if bound_order_ok(&bounds) {
+            for (k, e) in self.map.range::<[u8], _>(bounds) {
+                let mut ids = Vec::new();
+                e.unseen(me, &mut ids);
+                out.extend(ids.into_iter().map(|id| (id, k.clone())));
+            }
+        }
+        out
+    }
+
+    /// Forget commits at or below `horizon` (every open snapshot sees them).
+    fn gc(&mut self, horizon: u64) {
+        self.map.retain(|_, e| {
+            e.settle();
+            e.commits.retain(|(ts, _)| *ts > horizon);
+            e.intent.is_some() || !e.commits.is_empty()
+        });
+        self.gc_at = (self.map.len() * 2).max(crate::limits::key_versions_gc_min);
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+}
+
+/// `BTreeMap::range` panics on an empty or inverted range; such a range holds nothing.
+fn bound_order_ok(b: &(Bound<&[u8]>, Bound<&[u8]>)) -> bool {
+    match (b.0, b.1) {
+        (Bound::Included(l), Bound::Included(h)) => l <= h,
+        (Bound::Included(l) | Bound::Excluded(l), Bound::Included(h) | Bound::Excluded(h)) => l < h,
+        _ => true,
+    }
+}
+
+#[derive(Default)]
+struct ActiveSet {
+    /// Active transactions: id -> snapshot timestamp.
+    by_id: BTreeMap<u64, u64>,
+    /// Snapshot timestamp -> how many active transactions hold it.
+    read_ts: BTreeMap<u64, usize>,
+}
+
+/// Publication, the set of active transactions, and SSI state.
+pub(crate) struct TxnManager {
+    published: RwLock<Arc<RootSet>>,
+    /// Held while a commit appends its record and publishes, so timestamps
+    /// and publication share one order.
+    pub publish: Mutex<()>,
+    active: Mutex<ActiveSet>,
+    /// Begin ids and SSI commit positions come from one counter.
+    events: AtomicU64,
+    pub ssi: Mutex<SsiState>,
+}
+
+impl TxnManager {
+    pub fn new(roots: RootSet) -> TxnManager {
+        TxnManager {
+            published: RwLock::new(Arc::new(roots)),
+            publish: Mutex::new(()),
+            active: Mutex::default(),
+            events: AtomicU64::new(0),
+            ssi: Mutex::default(),
+        }
+    }
+
+    pub fn published(&self) -> Arc<RootSet> {
+        self.published.read().unwrap().clone()
+    }
+
+    /// Publish the roots of `changed` tables (`None`: dropped) at `ts`.
+    /// The caller holds `publish`.
+    pub fn publish(&self, ts: u64, changed: impl IntoIterator<Item = (u32, Option<Arc<Node>>)>) {
+        let mut cur = self.published.write().unwrap();
+        let mut roots = cur.roots.clone();
+        for (id, root) in changed {
+            match root {
+                Some(r) => roots.insert(id, r),
+                None => roots.remove(&id),
+            };
+        }
+        *cur = Arc::new(RootSet { ts, roots });
+    }
+
+    pub fn next_event(&self) -> u64 {
+        self.events.fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    fn begin(&self) -> (Arc<TxnShared>, Arc<RootSet>) {
+        let mut active = self.active.lock().unwrap();
+        let snapshot = self.published();
+        let id = self.next_event();
+        active.by_id.insert(id, snapshot.ts);
+        *active.read_ts.entry(snapshot.ts).or_default() += 1;
+        (Arc::new(TxnShared { id, read_ts: snapshot.ts, state: AtomicU64::new(ACTIVE) }), snapshot)
+    }
+
+    fn end(&self, me: &TxnShared) {
+        let mut active = self.active.lock().unwrap();
+        if active.by_id.remove(&me.id).is_some() {
+            let n = active.read_ts.get_mut(&me.read_ts).expect("active snapshot is counted");
+            *n -= 1;
+            if *n == 0 {
+                active.read_ts.remove(&me.read_ts);
+            }
+        }
+    }
+
+    /// Every open snapshot sees commits at or below this timestamp, and so
+    /// will every snapshot taken later.
+    fn horizon(&self) -> u64 {
+        let active = self.active.lock().unwrap();
+        active.read_ts.keys().next().copied().unwrap_or_else(|| self.published().ts)
+    }
+
+    /// Begin id of the oldest active transaction (or the next id).
+    fn oldest_begin(&self) -> u64 {
+        let active = self.active.lock().unwrap();
+        active.by_id.keys().next().copied().unwrap_or_else(|| self.events.load(Ordering::Acquire) + 1)
+    }
+
+    #[allow(dead_code)]
+    pub fn active_count(&self) -> usize {
+        self.active.lock().unwrap().by_id.len()
+    }
+}
+
+/// What the engine needs from a transaction to commit it.
+pub(crate) struct CommitRequest<'a> {
+    pub me: &'a Arc<TxnShared>,
+    pub batch: &'a WriteBatch,
+    /// Serializable: prepare in the SSI state before publishing.
+    pub tracked: bool,
+}
+
+/// Claim every key of `batch` for `me`; on a conflict release what was
+/// claimed and fail. Used by plain batches, which claim at commit.
+pub(crate) fn claim_batch(batch: &WriteBatch, me: &Arc<TxnShared>) -> Result<()> {
+    let keys: Vec<(&Table, &[u8])> = batch.keys().collect();
+    for (i, (t, key)) in keys.iter().enumerate() {
+        let claimed = t.0.versions.lock().unwrap().claim(key, me);
+        if let Err(holder) = claimed {
+            for (t, key) in &keys[..i] {
+                t.0.versions.lock().unwrap().release(key, me.id);
+            }
+            return Err(StorageError::WriteConflict { table: t.name().to_string(), key: key.to_vec(), holder });
+        }
+    }
+    Ok(())
+}
+
+/// After publication: turn `me`'s intents into commits, collecting garbage
+/// in tables whose key versions have grown.
+pub(crate) fn stamp_batch(engine: &Engine, batch: &WriteBatch) {
+    let mut grown = Vec::new();
+    for (t, key) in batch.keys() {
+        let mut v = t.0.versions.lock().unwrap();
+        v.stamp(key);
+        if v.len() > v.gc_at.max(crate::limits::key_versions_gc_min) {
+            grown.push(t.clone());
+        }
+    }
+    if !grown.is_empty() {
+        let horizon = engine.txns().horizon();
+        for t in grown {
+            t.0.versions.lock().unwrap().gc(horizon);
+        }
+    }
+}
+
+pub(crate) fn begin_plain(engine: &Engine) -> Arc<TxnShared> {
+    engine.txns().begin().0
+}
+
+pub(crate) fn finish(engine: &Engine, me: &TxnShared, committed_ts: Option<u64>) {
+    if let Some(ts) = committed_ts {
+        me.state.store(ts, Ordering::Release);
+    } else if me.state.load(Ordering::Acquire) == ACTIVE {
+        me.state.store(ABORTED, Ordering::Release);
+    }
+    engine.txns().end(me);
+}
+
+/// Set the commit timestamp; the caller holds the publish lock.
+pub(crate) fn mark_committed(me: &TxnShared, ts: u64) {
+    me.state.store(ts, Ordering::Release);
+}
+
+type Range = (Bound<Vec<u8>>, Bound<Vec<u8>>);
+
+struct Local {
+    /// (table id, key) -> new value, `None` for a delete.
+    writes: BTreeMap<(u32, Vec<u8>), Option<Vec<u8>>>,
+    tables: HashMap<u32, Table>,
+    /// Ranges cursors covered, not yet marked (serializable only).
+    scanned: Vec<(Table, Range)>,
+}
+
+/// A transaction. Reads see its snapshot plus its own writes; `commit`
+/// makes the writes visible at once; dropping it uncommitted rolls back.
+///
+/// After a `WriteConflict` the transaction stays usable (the failed write
+/// did nothing); after a `SerializationFailure` every later operation
+/// fails too and only a rollback is left.
+pub struct Txn {
+    engine: Engine,
+    me: Arc<TxnShared>,
+    snapshot: Arc<RootSet>,
+    opts: TxnOptions,
+    tracked: bool,
+    local: Mutex<Local>,
+    finished: bool,
+}
+
+impl Engine {
+    /// Begin a transaction on a snapshot of everything committed so far.
+    pub fn begin(&self, opts: TxnOptions) -> Result<Txn> {
+        self.check_open()?;
+        let (me, snapshot) = self.txns().begin();
+        let tracked = opts.isolation == Isolation::Serializable
+            && self.txns().ssi.lock().unwrap().begin(me.id, me.read_ts, opts.read_only);
+        Ok(Txn {
+            engine: self.clone(),
+            me,
+            snapshot,
+            opts,
+            tracked,
+            local: Mutex::new(Local { writes: BTreeMap::new(), tables: HashMap::new(), scanned: Vec::new() }),
+            finished: false,
+        })
+    }
+}
+
+impl Txn {
+    pub fn id(&self) -> u64 {
+        self.me.id
+    }
+
+    /// The snapshot: every commit with a timestamp at or below it is visible.
+    pub fn read_ts(&self) -> u64 {
+        self.me.read_ts
+    }
+
+    pub fn options(&self) -> TxnOptions {
+        self.opts
+    }
+
+    fn failure(&self, f: Failure) -> StorageError {
+        bump(&self.engine.counters().serialization_failures, 1);
+        StorageError::SerializationFailure { txn: self.me.id, other: f.other, detail: f.detail }
+    }
+
+    fn root(&self, t: &Table) -> Option<Arc<Node>> {
+        self.snapshot.roots.get(&t.id()).cloned()
+    }
+
+    /// Mark the ranges cursors covered since the last call.
+    fn flush_scans(&self) -> Result<()> {
+        if !self.tracked {
+            return Ok(());
+        }
+        let scanned = std::mem::take(&mut self.local.lock().unwrap().scanned);
+        for (t, range) in scanned {
+            let mut ssi = self.engine.txns().ssi.lock().unwrap();
+            let writers = t.0.versions.lock().unwrap().unseen_in(&range, &self.me);
+            ssi.on_read(self.me.id, t.id(), t.name(), Mark::Range(range), &writers).map_err(|f| self.failure(f))?;
+        }
+        Ok(())
+    }
+
+    pub fn get(&self, t: &Table, key: &[u8]) -> Result<Option<Arc<[u8]>>> {
+        self.engine.check_table(t)?;
+        self.flush_scans()?;
+        if let Some(v) = self.local.lock().unwrap().writes.get(&(t.id(), key.to_vec())) {
+            return Ok(v.as_deref().map(Arc::from));
+        }
+        let value = match self.root(t) {
+            Some(root) => t.0.tree.get_in(&root, key)?,
+            None => None,
+        };
+        if self.tracked {
+            let mut ssi = self.engine.txns().ssi.lock().unwrap();
+            let writers = t.0.versions.lock().unwrap().unseen(key, &self.me);
+            ssi.on_read(self.me.id, t.id(), t.name(), Mark::Key(key), &writers).map_err(|f| self.failure(f))?;
+        }
+        Ok(value)
+    }
+
+    pub fn put(&self, t: &Table, key: &[u8], value: &[u8]) -> Result<()> {
+        self.write(t, key, Some(value))
+    }
+
+    pub fn delete(&self, t: &Table, key: &[u8]) -> Result<()> {
+        self.write(t, key, None)
+    }
+
+    fn write(&self, t: &Table, key: &[u8], value: Option<&[u8]>) -> Result<()> {
+        self.engine.check_table(t)?;
+        if self.opts.read_only {
+            return Err(StorageError::ReadOnlyTransaction { txn: self.me.id });
+        }
+        WriteBatch::check_sizes(key, value)?;
+        self.flush_scans()?;
+        let mut local = self.local.lock().unwrap();
+        let slot = (t.id(), key.to_vec());
+        if !local.writes.contains_key(&slot) {
+            let conflict = |holder| {
+                bump(&self.engine.counters().write_conflicts, 1);
+                StorageError::WriteConflict { table: t.name().to_string(), key: key.to_vec(), holder }
+            };
+            if self.tracked {
+                let mut ssi = self.engine.txns().ssi.lock().unwrap();
+                if let Some(f) = ssi.doomed(self.me.id) {
+                    return Err(self.failure(f));
+                }
+                t.0.versions.lock().unwrap().claim(key, &self.me).map_err(conflict)?;
+                // Claimed: the key is in the write set even if SSI fails, so rollback releases it.
+                local.writes.insert(slot.clone(), None);
+                ssi.on_write(self.me.id, t.id(), t.name(), key).map_err(|f| self.failure(f))?;
+            } else {
+                t.0.versions.lock().unwrap().claim(key, &self.me).map_err(conflict)?;
+            }
+            local.tables.entry(t.id()).or_insert_with(|| t.clone());
+        }
+        local.writes.insert(slot, value.map(<[u8]>::to_vec));
+        Ok(())
+    }
+
+    /// A cursor over `t` as this transaction sees it.
+    pub fn cursor(&self, t: &Table) -> Result<TxnCursor<'_>> {
+        self.engine.check_table(t)?;
+        let root = self.root(t).unwrap_or_else(|| Arc::new(Node::empty_leaf()));
+        let source: RootSource = Arc::new(move || root.clone());
+        Ok(TxnCursor {
+            txn: self,
+            table: t.clone(),
+            tree: Cursor::with_roots(t.0.tree.clone(), Some(source)),
+            lower: Bound::Unbounded,
+            upper: Bound::Unbounded,
+            pos: None,
+            front: None,
+            covered: None,
+        })
+    }
+
+    /// Make every write visible at once, durable as the journal mode says.
+    /// Returns the commit timestamp (the snapshot's for a transaction
+    /// that wrote nothing).
+    pub fn commit(mut self) -> Result<u64> {
+        let r = self.commit_inner();
+        if r.is_err() {
+            self.rollback_inner();
+        }
+        r
+    }
+
+    fn commit_inner(&mut self) -> Result<u64> {
+        self.flush_scans()?;
+        let local = std::mem::replace(
+            &mut *self.local.lock().unwrap(),
+            Local { writes: BTreeMap::new(), tables: HashMap::new(), scanned: Vec::new() },
+        );
+        // Keep the write set where rollback finds it if the commit fails.
+        let mut batch = WriteBatch::new();
+        for ((id, key), value) in &local.writes {
+            let t = &local.tables[id];
+            match value {
+                Some(v) => batch.put(t, key, v)?,
+                None => batch.delete(t, key)?,
+            }
+        }
+        *self.local.lock().unwrap() = local;
+        if batch.is_empty() {
+            if self.tracked {
+                let mut ssi = self.engine.txns().ssi.lock().unwrap();
+                let event = self.engine.txns().next_event();
+                ssi.prepare(self.me.id, event).map_err(|f| self.failure(f))?;
+                ssi.committed(self.me.id, None);
+            }
+            self.finished = true;
+            finish(&self.engine, &self.me, None);
+            self.after_finish();
+            bump(&self.engine.counters().txn_committed, 1);
+            return Ok(self.me.read_ts);
+        }
+        let ts = self.engine.commit_batch(CommitRequest { me: &self.me, batch: &batch, tracked: self.tracked })?;
+        self.finished = true;
+        self.after_finish();
+        bump(&self.engine.counters().txn_committed, 1);
+        Ok(ts)
+    }
+
+    /// Undo nothing (nothing was applied): release the claims, forget the
+    /// SSI state.
+    pub fn rollback(mut self) {
+        self.rollback_inner();
+    }
+
+    fn rollback_inner(&mut self) {
+        if self.finished {
+            return;
+        }
+        self.finished = true;
+        let local = std::mem::replace(
+            &mut *self.local.lock().unwrap(),
+            Local { writes: BTreeMap::new(), tables: HashMap::new(), scanned: Vec::new() },
+        );
+        finish(&self.engine, &self.me, None);
+        for (id, key) in local.writes.keys() {
+            local.tables[id].0.versions.lock().unwrap().release(key, self.me.id);
+        }
+        if self.tracked {
+            self.engine.txns().ssi.lock().unwrap().aborted(self.me.id);
+        }
+        self.after_finish();
+        bump(&self.engine.counters().txn_rolled_back, 1);
+    }
+
+    fn after_finish(&self) {
+        if self.tracked {
+            let oldest = self.engine.txns().oldest_begin();
+            self.engine.txns().ssi.lock().unwrap().cleanup(oldest);
+        }
+    }
+}
+
+impl Drop for Txn {
+    fn drop(&mut self) {
+        self.rollback_inner();
+    }
+}
+
+impl std::fmt::Debug for Txn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Txn({}, snapshot {}, {:?})", self.me.id, self.me.read_ts, self.opts.isolation)
+    }
+}
+
+/// A cursor inside a transaction: the snapshot's tree merged with the
+/// transaction's own writes (which win; a delete hides the key). Under
+/// serializable isolation the ranges it covers become SIREAD marks.
+pub struct TxnCursor<'t> {
+    txn: &'t Txn,
+    table: Table,
+    tree: Cursor,
+    lower: Bound<Vec<u8>>,
+    upper: Bound<Vec<u8>>,
+    /// Key of the last entry returned.
+    pos: Option<Key>,
+    /// The tree's next entry in direction `.0` (`true`: backwards).
+    front: Option<(bool, Option<Entry>)>,
+    /// Range covered since the last seek or change of direction.
+    covered: Option<Range>,
+}
+
+fn in_bounds(lower: &Bound<Vec<u8>>, upper: &Bound<Vec<u8>>, key: &[u8]) -> bool {
+    crate::ssi::covers_bounds(lower, upper, key)
+}
+
+// `next`/`prev` are fallible moves, not `Iterator`s.
+#[allow(clippy::should_implement_trait)]
+impl TxnCursor<'_> {
+    /// Limit every later move to keys within the bounds; resets the position.
+    pub fn set_bounds(&mut self, lower: Bound<Vec<u8>>, upper: Bound<Vec<u8>>) {
+        self.tree.set_bounds(lower.clone(), upper.clone());
+        self.lower = lower;
+        self.upper = upper;
+        self.reset();
+    }
+
+    /// Forget the position: `next` starts at the first key, `prev` at the last.
+    pub fn reset(&mut self) {
+        self.flush();
+        self.pos = None;
+        self.front = None;
+    }
+
+    fn flush(&mut self) {
+        if let Some(range) = self.covered.take() {
+            if self.txn.tracked {
+                self.txn.local.lock().unwrap().scanned.push((self.table.clone(), range));
+            }
+        }
+    }
+
+    /// Position on the first visible key >= `key` and return it.
+    pub fn seek(&mut self, key: &[u8]) -> Result<Option<(Key, Arc<[u8]>)>> {
+        self.reset();
+        self.step(false, Bound::Included(key.to_vec()))
+    }
+
+    pub fn first(&mut self) -> Result<Option<(Key, Arc<[u8]>)>> {
+        self.reset();
+        self.step(false, Bound::Unbounded)
+    }
+
+    pub fn last(&mut self) -> Result<Option<(Key, Arc<[u8]>)>> {
+        self.reset();
+        self.step(true, Bound::Unbounded)
+    }
+
+    pub fn next(&mut self) -> Result<Option<(Key, Arc<[u8]>)>> {
+        let from = self.from(false);
+        self.step(false, from)
+    }
+
+    pub fn prev(&mut self) -> Result<Option<(Key, Arc<[u8]>)>> {
+        let from = self.from(true);
+        self.step(true, from)
+    }
+
+    fn from(&mut self, back: bool) -> Bound<Vec<u8>> {
+        if self.front.as_ref().is_some_and(|(b, _)| *b != back) {
+            self.flush();
+            self.front = None;
+        }
+        match &self.pos {
+            Some(k) => Bound::Excluded(k.to_vec()),
+            None => Bound::Unbounded,
+        }
+    }
+
+    /// The tree's first entry strictly beyond (or at, for `Included`) `from`.
+    fn tree_entry(&mut self, back: bool, from: &Bound<Vec<u8>>) -> Result<Option<Entry>> {
+        if let Some((b, e)) = &self.front {
+            if *b == back {
+                return Ok(e.clone());
+            }
+        }
+        let e = match (from, back) {
+            (Bound::Unbounded, false) => self.tree.first()?,
+            (Bound::Unbounded, true) => self.tree.last()?,
+            (Bound::Included(k), false) => self.tree.seek(k)?,
+            (Bound::Excluded(k), false) => match self.tree.seek(k)? {
+                Some(e) if *e.0 == **k => self.tree.next()?,
+                other => other,
+            },
+            (Bound::Included(k) | Bound::Excluded(k), true) => {
+                let inclusive = matches!(from, Bound::Included(_));
+                match self.tree.seek(k)? {
+                    Some(e) if inclusive && *e.0 == **k => Some(e),
+                    Some(_) => self.tree.prev()?,
+                    None => self.tree.last()?,
+                }
+            }
+        };
+        Ok(e)
+    }
+
+    /// The transaction's own first write to this table beyond `from`.
+    fn own_entry(&self, back: bool, from: &Bound<Vec<u8>>) -> Option<(Vec<u8>, Option<Vec<u8>>)> {
+        let id = self.table.id();
+        let local = self.txn.local.lock().unwrap();
+        let lo = match (back, from) {
+            (false, Bound::Included(k)) => Bound::Included((id, k.clone())),
+            (false, Bound::Excluded(k)) => Bound::Excluded((id, k.clone())),
+            _ => Bound::Included((id, Vec::new())),
+        };
+        let hi = match (back, from) {
+            (true, Bound::Included(k)) => Bound::Included((id, k.clone())),
+            (true, Bound::Excluded(k)) => Bound::Excluded((id, k.clone())),
+            _ => Bound::Excluded((id + 1, Vec::new())),
+        };
+        let mut range = local.writes.range((lo, hi)).filter(|((t, k), _)| *t == id && in_bounds(&self.lower, &self.upper, k));
+        let found = if back { range.next_back() } else { range.next() };
+        found.map(|((_, k), v)| (k.clone(), v.clone()))
+    }
+
+    fn step(&mut self, back: bool, mut from: Bound<Vec<u8>>) -> Result<Option<(Key, Arc<[u8]>)>> {
+        self.txn.engine.check_table(&self.table)?;
+        let start = from.clone();
+        let found = loop {
+            let tree = self.tree_entry(back, &from)?;
+            let own = self.own_entry(back, &from);
+            let take_own = match (&tree, &own) {
+                (_, None) => false,
+                (None, Some(_)) => true,
+                (Some((tk, _)), Some((ok, _))) => {
+                    if back {
+                        ok.as_slice() >= &**tk
+                    } else {
+                        ok.as_slice() <= &**tk
+                    }
+                }
+            };
+            if !take_own {
+                let next = if tree.is_some() {
+                    if back {
+                        self.tree.prev()?
+                    } else {
+                        self.tree.next()?
+                    }
+                } else {
+                    None
+                };
+                self.front = Some((back, next));
+                break tree;
+            }
+            let (key, value) = own.unwrap();
+            // The tree entry with the same key is shadowed: step past it.
+            if tree.as_ref().is_some_and(|(tk, _)| **tk == *key) {
+                let next = if back { self.tree.prev()? } else { self.tree.next()? };
+                self.front = Some((back, next));
+            } else {
+                self.front = Some((back, tree));
+            }
+            match value {
+                Some(v) => break Some((Key::from(key), Arc::from(v))),
+                None => from = Bound::Excluded(key),
+            }
+        };
+        self.cover(back, start, found.as_ref().map(|(k, _)| k.to_vec()));
+        self.pos = found.as_ref().map(|(k, _)| k.clone());
+        if found.is_none() {
+            self.front = None;
+        }
+        Ok(found)
+    }
+
+    /// Record that the keys from `start` to `end` (or to the bound) were read.
+    fn cover(&mut self, back: bool, start: Bound<Vec<u8>>, end: Option<Vec<u8>>) {
+        if !self.txn.tracked {
+            return;
+        }
+        let (edge, limit) = if back { (&self.upper, &self.lower) } else { (&self.lower, &self.upper) };
+        let start = match start {
+            Bound::Unbounded => edge.clone(),
+            b => b,
+        };
+        let end = match end {
+            Some(k) => Bound::Included(k),
+            None => limit.clone(),
+        };
+        let (lo, hi) = if back { (end, start) } else { (start, end) };
+        self.covered = Some(match self.covered.take() {
+            None => (lo, hi),
+            Some((l, h)) => {
+                if back {
+                    (lo, h)
+                } else {
+                    (l, hi)
+                }
+            }
+        });
+    }
+}
+
+impl Drop for TxnCursor<'_> {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
