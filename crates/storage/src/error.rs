@@ -38,7 +38,10 @@ pub enum StorageError {
     /// First updater wins: `key` has a version this transaction cannot see
     /// (uncommitted by transaction `holder`, or committed after our
     /// snapshot). Nothing was written; retry the transaction.
-    #[error("WriteConflict: key {} in table {table:?} was written by concurrent transaction {holder}", crate::error::show_key(key))]
+    #[error(
+        "WriteConflict: key {} in table {table:?} was written by concurrent transaction {holder}",
+        crate::error::show_key(key)
+    )]
     WriteConflict { table: String, key: Vec<u8>, holder: u64 },
     /// Serializable isolation: committing (or continuing) `txn` could make
     /// the history non-serializable. The transaction is rolled back; retry it.

@@ -177,7 +177,8 @@ impl SsiState {
         self.check_doomed(me)?;
         for (w, key) in writers {
             if *w != me {
-                let why = format!("{me} read key {} in table {table_name:?}; {w} wrote it", crate::error::show_key(key));
+                let why =
+                    format!("{me} read key {} in table {table_name:?}; {w} wrote it", crate::error::show_key(key));
                 self.add_edge(me, *w, me, why)?;
             }
         }
@@ -198,7 +199,8 @@ impl SsiState {
                 None => false,
             };
             if concurrent {
-                let why = format!("{r} {how} key {} in table {table_name:?}; {me} wrote it", crate::error::show_key(key));
+                let why =
+                    format!("{r} {how} key {} in table {table_name:?}; {me} wrote it", crate::error::show_key(key));
                 self.add_edge(r, me, me, why)?;
             }
         }

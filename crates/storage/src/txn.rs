@@ -501,6 +501,7 @@ impl Txn {
                 t.0.versions.lock().unwrap().claim(key, &self.me).map_err(conflict)?;
                 // Claimed: the key is in the write set even if SSI fails, so rollback releases it.
                 local.writes.insert(slot.clone(), None);
+                local.tables.entry(t.id()).or_insert_with(|| t.clone());
                 ssi.on_write(self.me.id, t.id(), t.name(), key).map_err(|f| self.failure(f))?;
             } else {
                 t.0.versions.lock().unwrap().claim(key, &self.me).map_err(conflict)?;
@@ -746,7 +747,8 @@ impl TxnCursor<'_> {
             (true, Bound::Excluded(k)) => Bound::Excluded((id, k.clone())),
             _ => Bound::Excluded((id + 1, Vec::new())),
         };
-        let mut range = local.writes.range((lo, hi)).filter(|((t, k), _)| *t == id && in_bounds(&self.lower, &self.upper, k));
+        let mut range =
+            local.writes.range((lo, hi)).filter(|((t, k), _)| *t == id && in_bounds(&self.lower, &self.upper, k));
         let found = if back { range.next_back() } else { range.next() };
         found.map(|((_, k), v)| (k.clone(), v.clone()))
     }

@@ -1,0 +1,359 @@
+//! Transactions: snapshot reads, own writes, first updater wins, rollback,
+//! commit timestamps, durability across reopen, serializable anomalies.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use storage::{Config, Engine, Isolation, StorageError, SyncMode, Table, TableConfig, TxnOptions};
+
+fn open(dir: &std::path::Path) -> Engine {
+    let config = Config { sync_mode: SyncMode::Fsync, checkpoint_interval: None, ..Config::default() };
+    Engine::open(dir, config).unwrap()
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            std::fs::create_dir_all(&target).unwrap();
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), target).unwrap();
+        }
+    }
+}
+
+fn setup() -> (tempfile::TempDir, Engine, Table) {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = open(dir.path());
+    let t = engine.create_table("t", TableConfig::default()).unwrap();
+    (dir, engine, t)
+}
+
+fn si() -> TxnOptions {
+    TxnOptions::default()
+}
+
+fn ser() -> TxnOptions {
+    TxnOptions::serializable()
+}
+
+fn get(txn: &storage::Txn, t: &Table, k: &str) -> Option<String> {
+    txn.get(t, k.as_bytes()).unwrap().map(|v| String::from_utf8(v.to_vec()).unwrap())
+}
+
+#[test]
+fn a_snapshot_sees_exactly_what_committed_before_it_plus_its_own_writes() {
+    let (_d, engine, t) = setup();
+    engine.put(&t, b"a", b"1").unwrap();
+    let reader = engine.begin(si()).unwrap();
+    let writer = engine.begin(si()).unwrap();
+    writer.put(&t, b"a", b"2").unwrap();
+    writer.put(&t, b"b", b"new").unwrap();
+    // Uncommitted writes are invisible to others, visible to the writer.
+    assert_eq!(get(&reader, &t, "a").as_deref(), Some("1"));
+    assert_eq!(get(&writer, &t, "a").as_deref(), Some("2"));
+    assert_eq!(engine.get(&t, b"b").unwrap(), None);
+    let ts = writer.commit().unwrap();
+    // Committed after the reader's snapshot: still invisible to it.
+    assert_eq!(get(&reader, &t, "a").as_deref(), Some("1"));
+    assert_eq!(get(&reader, &t, "b"), None);
+    assert!(ts > reader.read_ts());
+    let later = engine.begin(si()).unwrap();
+    assert_eq!(later.read_ts(), ts);
+    assert_eq!(get(&later, &t, "a").as_deref(), Some("2"));
+    assert_eq!(get(&later, &t, "b").as_deref(), Some("new"));
+}
+
+#[test]
+fn first_updater_wins_at_once() {
+    let (_d, engine, t) = setup();
+    engine.put(&t, b"k", b"0").unwrap();
+    let t1 = engine.begin(si()).unwrap();
+    let t2 = engine.begin(si()).unwrap();
+    t1.put(&t, b"k", b"1").unwrap();
+    // Uncommitted by another transaction: conflict now, not at commit.
+    match t2.put(&t, b"k", b"2") {
+        Err(StorageError::WriteConflict { holder, key, .. }) => {
+            assert_eq!(holder, t1.id());
+            assert_eq!(key, b"k");
+        }
+        other => panic!("expected WriteConflict, got {other:?}"),
+    }
+    // The failed write changed nothing; t2 can still do other work.
+    t2.put(&t, b"other", b"x").unwrap();
+    t1.commit().unwrap();
+    // Committed after t2's snapshot: still a conflict.
+    assert!(matches!(t2.delete(&t, b"k"), Err(StorageError::WriteConflict { .. })));
+    t2.commit().unwrap();
+    assert_eq!(&*engine.get(&t, b"k").unwrap().unwrap(), b"1");
+    assert_eq!(&*engine.get(&t, b"other").unwrap().unwrap(), b"x");
+    // A plain batch meets an open transaction's claim too.
+    let t3 = engine.begin(si()).unwrap();
+    t3.put(&t, b"k", b"3").unwrap();
+    assert!(matches!(engine.put(&t, b"k", b"4"), Err(StorageError::WriteConflict { .. })));
+    t3.rollback();
+    engine.put(&t, b"k", b"4").unwrap();
+    let s = engine.stats();
+    assert_eq!(s.write_conflicts, 3);
+}
+
+#[test]
+fn rollback_and_drop_leave_no_trace() {
+    let (dir, engine, t) = setup();
+    let txn = engine.begin(si()).unwrap();
+    txn.put(&t, b"a", b"1").unwrap();
+    txn.rollback();
+    {
+        let txn = engine.begin(si()).unwrap();
+        txn.put(&t, b"b", b"1").unwrap();
+    } // dropped: rolled back
+    assert_eq!(engine.get(&t, b"a").unwrap(), None);
+    assert_eq!(engine.get(&t, b"b").unwrap(), None);
+    // The keys are free again.
+    let txn = engine.begin(si()).unwrap();
+    txn.put(&t, b"a", b"2").unwrap();
+    txn.put(&t, b"b", b"2").unwrap();
+    txn.commit().unwrap();
+    let open_txn = engine.begin(si()).unwrap();
+    open_txn.put(&t, b"c", b"uncommitted").unwrap();
+    // As if the process died with it open: a copy of the directory now.
+    let copy = tempfile::tempdir().unwrap();
+    copy_dir(dir.path(), copy.path());
+    drop(open_txn);
+    drop(engine);
+    let engine = open(copy.path());
+    let t = engine.table("t").unwrap();
+    assert_eq!(&*engine.get(&t, b"a").unwrap().unwrap(), b"2");
+    assert_eq!(engine.get(&t, b"c").unwrap(), None);
+    assert_eq!(engine.stats().txn_rolled_back, 0);
+}
+
+#[test]
+fn commit_timestamps_increase_and_survive_reopen() {
+    let (dir, engine, t) = setup();
+    let mut last = 0;
+    for i in 0..20u32 {
+        let txn = engine.begin(si()).unwrap();
+        txn.put(&t, &i.to_be_bytes(), b"v").unwrap();
+        let ts = txn.commit().unwrap();
+        assert!(ts > last);
+        last = ts;
+    }
+    engine.close().unwrap();
+    let engine = open(dir.path());
+    let txn = engine.begin(si()).unwrap();
+    assert!(txn.read_ts() >= last, "snapshot {} after reopen is behind commit {last}", txn.read_ts());
+    drop(txn);
+    let t = engine.table("t").unwrap();
+    let txn = engine.begin(si()).unwrap();
+    txn.put(&t, b"x", b"v").unwrap();
+    assert!(txn.commit().unwrap() > last);
+}
+
+#[test]
+fn a_multi_table_commit_is_atomic_to_readers() {
+    let (_d, engine, a) = setup();
+    let b = engine.create_table("b", TableConfig::default()).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (engine, a, b, stop) = (engine.clone(), a.clone(), b.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut checked = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let txn = engine.begin(si()).unwrap();
+                let x = txn.get(&a, b"n").unwrap();
+                let y = txn.get(&b, b"n").unwrap();
+                assert_eq!(x, y, "a reader saw one table of a two-table commit");
+                checked += 1;
+            }
+            checked
+        })
+    };
+    for i in 0..300u32 {
+        let txn = engine.begin(si()).unwrap();
+        txn.put(&a, b"n", &i.to_be_bytes()).unwrap();
+        txn.put(&b, b"n", &i.to_be_bytes()).unwrap();
+        txn.commit().unwrap();
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(reader.join().unwrap() > 0);
+}
+
+#[test]
+fn read_only_transactions_refuse_writes() {
+    let (_d, engine, t) = setup();
+    let txn = engine.begin(TxnOptions { read_only: true, ..si() }).unwrap();
+    assert!(matches!(txn.put(&t, b"a", b"1"), Err(StorageError::ReadOnlyTransaction { .. })));
+}
+
+/// Cursor in a transaction = snapshot merged with own writes, both directions, with bounds.
+#[test]
+fn transaction_cursors_merge_own_writes() {
+    let (_d, engine, t) = setup();
+    let mut model = BTreeMap::new();
+    for i in (0..200u32).step_by(2) {
+        let k = format!("k{i:03}");
+        engine.put(&t, k.as_bytes(), b"base").unwrap();
+        model.insert(k, "base".to_string());
+    }
+    let txn = engine.begin(si()).unwrap();
+    for i in (0..200u32).step_by(3) {
+        let k = format!("k{i:03}");
+        if i % 2 == 0 && i % 4 == 0 {
+            txn.delete(&t, k.as_bytes()).unwrap();
+            model.remove(&k);
+        } else {
+            txn.put(&t, k.as_bytes(), b"own").unwrap();
+            model.insert(k, "own".to_string());
+        }
+    }
+    // A concurrent commit the snapshot must not show.
+    engine.put(&t, b"k001x", b"later").unwrap();
+    let collect = |c: &mut storage::TxnCursor, back: bool, start: Option<&str>| {
+        let mut out = Vec::new();
+        let mut e = match (start, back) {
+            (Some(s), _) => c.seek(s.as_bytes()).unwrap(),
+            (None, false) => c.first().unwrap(),
+            (None, true) => c.last().unwrap(),
+        };
+        while let Some((k, v)) = e {
+            out.push((String::from_utf8(k.to_vec()).unwrap(), String::from_utf8(v.to_vec()).unwrap()));
+            e = if back { c.prev().unwrap() } else { c.next().unwrap() };
+        }
+        out
+    };
+    let mut c = txn.cursor(&t).unwrap();
+    let all: Vec<_> = model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    assert_eq!(collect(&mut c, false, None), all);
+    let mut rev = all.clone();
+    rev.reverse();
+    assert_eq!(collect(&mut c, true, None), rev);
+    // Bounds, seek, and turning around mid-scan.
+    c.set_bounds(Bound::Included(b"k050".to_vec()), Bound::Excluded(b"k120".to_vec()));
+    let want: Vec<_> =
+        model.range("k050".to_string().."k120".to_string()).map(|(k, v)| (k.clone(), v.clone())).collect();
+    assert_eq!(collect(&mut c, false, None), want);
+    let from_seek: Vec<_> = want.iter().filter(|(k, _)| k.as_str() >= "k077").cloned().collect();
+    assert_eq!(collect(&mut c, false, Some("k077")), from_seek);
+    let first = c.seek(b"k080").unwrap().unwrap();
+    let second = c.next().unwrap().unwrap();
+    assert_eq!(c.prev().unwrap().unwrap(), first);
+    assert_eq!(c.next().unwrap().unwrap(), second);
+}
+
+/// Write skew (two doctors on call): SI lets both commit; serializable does not.
+fn write_skew(isolation: Isolation) -> (Result<u64, StorageError>, Result<u64, StorageError>) {
+    let (_d, engine, t) = setup();
+    engine.put(&t, b"alice", b"on").unwrap();
+    engine.put(&t, b"bob", b"on").unwrap();
+    let opts = TxnOptions { isolation, read_only: false };
+    let t1 = engine.begin(opts).unwrap();
+    let t2 = engine.begin(opts).unwrap();
+    for txn in [&t1, &t2] {
+        assert_eq!(get(txn, &t, "alice").as_deref(), Some("on"));
+        assert_eq!(get(txn, &t, "bob").as_deref(), Some("on"));
+    }
+    t1.put(&t, b"alice", b"off").unwrap();
+    let w2 = t2.put(&t, b"bob", b"off");
+    let r1 = t1.commit();
+    let r2 = w2.and_then(|_| t2.commit());
+    (r1, r2)
+}
+
+#[test]
+fn write_skew_commits_under_si_and_fails_under_serializable() {
+    let (r1, r2) = write_skew(Isolation::Snapshot);
+    assert!(r1.is_ok() && r2.is_ok(), "SI allows write skew");
+    let (r1, r2) = write_skew(Isolation::Serializable);
+    assert!(r1.is_ok());
+    match r2 {
+        Err(StorageError::SerializationFailure { detail, .. }) => {
+            assert!(detail.contains("\"alice\"") || detail.contains("\"bob\""), "{detail}");
+        }
+        other => panic!("expected a serialization failure, got {other:?}"),
+    }
+}
+
+/// Fekete, O'Neil, O'Neil (2004): the read-only transaction anomaly. Batch
+/// processing T2 bumps the receipt batch, T3 reads the batch and the total,
+/// T1 adds a receipt to the old batch. Under SI the read-only T3 sees a
+/// state no serial order produces.
+fn read_only_anomaly(isolation: Isolation) -> Vec<Result<(), StorageError>> {
+    let (_d, engine, t) = setup();
+    engine.put(&t, b"batch", b"1").unwrap();
+    engine.put(&t, b"receipts1", b"0").unwrap();
+    let opts = TxnOptions { isolation, read_only: false };
+    let t1 = engine.begin(opts).unwrap(); // new receipt
+    let t2 = engine.begin(opts).unwrap(); // close the batch
+    let mut results = Vec::new();
+    // T1 reads the current batch (1); T2 reads it and bumps it.
+    let b1 = get(&t1, &t, "batch").unwrap();
+    assert_eq!(b1, "1");
+    get(&t2, &t, "batch").unwrap();
+    t2.put(&t, b"batch", b"2").unwrap();
+    results.push(t2.commit().map(|_| ()));
+    // T3 (read-only) sees batch 2 closed and reads the total of batch 1.
+    let t3 = engine.begin(TxnOptions { isolation, read_only: true }).unwrap();
+    let r3 = (|| {
+        assert_eq!(get(&t3, &t, "batch").as_deref(), Some("2"));
+        t3.get(&t, b"receipts1")?;
+        Ok(())
+    })();
+    results.push(r3.and_then(|_| t3.commit().map(|_| ())));
+    // T1 adds its receipt to batch 1 after T3 reported it.
+    let r1 = t1.get(&t, b"receipts1").and_then(|_| t1.put(&t, b"receipts1", b"100"));
+    results.push(r1.and_then(|_| t1.commit().map(|_| ())));
+    results
+}
+
+#[test]
+fn read_only_anomaly_happens_under_si_and_not_under_serializable() {
+    let si = read_only_anomaly(Isolation::Snapshot);
+    assert!(si.iter().all(|r| r.is_ok()), "{si:?}");
+    let ser = read_only_anomaly(Isolation::Serializable);
+    let failures = ser.iter().filter(|r| matches!(r, Err(StorageError::SerializationFailure { .. }))).count();
+    assert_eq!(failures, 1, "{ser:?}");
+}
+
+#[test]
+fn a_phantom_in_a_scanned_range_is_a_conflict() {
+    let (_d, engine, t) = setup();
+    engine.put(&t, b"shift/1/alice", b"x").unwrap();
+    let t1 = engine.begin(ser()).unwrap();
+    let t2 = engine.begin(ser()).unwrap();
+    // Each counts the shifts of day 1, then adds one of its own if there are fewer than 2.
+    for (txn, me) in [(&t1, "bob"), (&t2, "carol")] {
+        let mut c = txn.cursor(&t).unwrap();
+        c.set_bounds(Bound::Included(b"shift/1/".to_vec()), Bound::Excluded(b"shift/10".to_vec()));
+        let mut n = 0;
+        let mut e = c.first().unwrap();
+        while e.is_some() {
+            n += 1;
+            e = c.next().unwrap();
+        }
+        assert_eq!(n, 1);
+        drop(c);
+        txn.put(&t, format!("shift/1/{me}").as_bytes(), b"x").unwrap();
+    }
+    assert!(t1.commit().is_ok());
+    assert!(matches!(t2.commit(), Err(StorageError::SerializationFailure { .. })));
+    assert_eq!(engine.stats().serialization_failures, 1);
+}
+
+#[test]
+fn serializable_disjoint_work_commits() {
+    let (_d, engine, t) = setup();
+    for i in 0..50u32 {
+        let a = engine.begin(ser()).unwrap();
+        let b = engine.begin(ser()).unwrap();
+        let (ka, kb) = (format!("a{i}"), format!("b{i}"));
+        a.get(&t, ka.as_bytes()).unwrap();
+        b.get(&t, kb.as_bytes()).unwrap();
+        a.put(&t, ka.as_bytes(), b"1").unwrap();
+        b.put(&t, kb.as_bytes(), b"1").unwrap();
+        a.commit().unwrap();
+        b.commit().unwrap();
+    }
+    assert_eq!(engine.stats().serialization_failures, 0);
+}
