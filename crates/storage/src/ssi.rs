@@ -304,7 +304,7 @@ impl SsiState {
             if an.commit.is_some_and(|ac| bc >= ac) {
                 return false;
             }
-            if an.read_only && !bn.commit_ts.is_some_and(|ts| ts <= an.read_ts) {
+            if an.read_only && bn.commit_ts.is_none_or(|ts| ts > an.read_ts) {
                 return false;
             }
         }

@@ -4,6 +4,7 @@
 //! reachable from the product (the crash-writer binary exists only for the
 //! kill -9 test).
 
+pub mod bank;
 pub mod fault;
 pub mod history;
 pub mod mem;

@@ -1,0 +1,47 @@
+//! Child process of the transaction kill -9 test: four threads run bank
+//! transfers (see `testkit::bank`) as concurrent transactions, each printing
+//! `ack THREAD SEQ` once its commit returned (fsync on commit). The parent
+//! kills the process at a random moment.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use storage::{Config, Engine, SyncMode};
+use testkit::bank::Bank;
+
+const THREADS: u32 = 4;
+
+fn main() {
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        default_hook(info);
+        std::process::abort();
+    }));
+    let dir = std::env::args().nth(1).expect("data directory");
+    let config = Config {
+        sync_mode: SyncMode::Fsync,
+        checkpoint_journal_bytes: 256 * 1024,
+        journal_file_max_bytes: 128 * 1024,
+        ..Config::default()
+    };
+    let engine = Engine::open(dir, config).expect("open");
+    let bank = Arc::new(Bank::open(&engine).expect("bank"));
+    let out = Arc::new(Mutex::new(std::io::stdout()));
+    writeln!(out.lock().unwrap(), "ready").unwrap();
+    let threads: Vec<_> = (0..THREADS)
+        .map(|thread| {
+            let (engine, bank, out) = (engine.clone(), bank.clone(), out.clone());
+            std::thread::spawn(move || {
+                let start = bank.next_seq(&engine, thread).expect("next seq");
+                for seq in start.. {
+                    bank.transfer(&engine, thread, seq).expect("transfer");
+                    let mut o = out.lock().unwrap();
+                    writeln!(o, "ack {thread} {seq}").unwrap();
+                    o.flush().unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+}
