@@ -46,6 +46,10 @@ pub const tree_depth_max: usize = 64;
 pub const ssi_marks_per_table_max: usize = 1024;
 /// SIREAD marks kept in all; past this the largest holder is coarsened.
 pub const ssi_marks_max: usize = 200_000;
+/// SSI forgets finished transactions every this many finishes, or sooner
+/// once it tracks this many.
+pub const ssi_cleanup_every: usize = 32;
+pub const ssi_cleanup_nodes: usize = 256;
 /// Key-version entries a table keeps before a garbage-collection pass.
 pub const key_versions_gc_min: usize = 4096;
 

@@ -58,8 +58,10 @@ struct Node {
     ins: Vec<(TxnId, String)>,
     outs: Vec<(TxnId, String)>,
     doomed: Option<Failure>,
-    /// Tables where this transaction has marks.
+    /// Tables where this transaction has range or whole-table marks.
     marked: HashSet<u32>,
+    /// Its key marks, so they can be removed one by one.
+    points: Vec<(u32, Vec<u8>)>,
 }
 
 type Range = (Bound<Vec<u8>>, Bound<Vec<u8>>);
@@ -74,17 +76,25 @@ struct TableMarks {
 }
 
 impl TableMarks {
-    fn drop_txn(&mut self, id: TxnId, keep_whole: bool) {
-        if self.counts.remove(&id).is_some() {
-            self.points.retain(|_, ids| {
-                ids.retain(|x| *x != id);
-                !ids.is_empty()
-            });
+    /// Remove `id`'s key marks on `points` and its range marks (and its
+    /// whole-table mark unless `keep_whole`); returns how many went.
+    fn drop_txn<'k>(&mut self, id: TxnId, points: impl Iterator<Item = &'k [u8]>, keep_whole: bool) -> usize {
+        let n = self.counts.remove(&id).unwrap_or(0);
+        if n > 0 {
+            for key in points {
+                if let Some(ids) = self.points.get_mut(key) {
+                    ids.retain(|x| *x != id);
+                    if ids.is_empty() {
+                        self.points.remove(key);
+                    }
+                }
+            }
             self.ranges.retain(|(_, x)| *x != id);
         }
         if !keep_whole {
             self.whole.remove(&id);
         }
+        n
     }
 
     fn readers_of<'a>(&'a self, key: &'a [u8]) -> impl Iterator<Item = (TxnId, &'static str)> + 'a {
@@ -128,6 +138,7 @@ pub struct SsiState {
     /// Serializable read-write transactions now active.
     active_rw: usize,
     pub marks_coarsened: u64,
+    finished_since_cleanup: usize,
 }
 
 impl SsiState {
@@ -150,6 +161,7 @@ impl SsiState {
             outs: Vec::new(),
             doomed: None,
             marked: HashSet::new(),
+            points: Vec::new(),
         };
         self.nodes.insert(id, node);
         true
@@ -163,17 +175,20 @@ impl SsiState {
         self.nodes.get(&id).and_then(|n| n.doomed.clone())
     }
 
-    /// `me` read `what` in `table` and saw none of the versions `writers`
-    /// wrote (uncommitted, or committed after its snapshot): add the marks
-    /// and the edges `me -> writer`.
-    pub fn on_read(
-        &mut self,
-        me: TxnId,
-        table: u32,
-        table_name: &str,
-        what: Mark,
-        writers: &[(TxnId, Vec<u8>)],
-    ) -> Result<(), Failure> {
+    /// `me` reads `what` in `table`: leave the mark. The caller then looks
+    /// for versions it cannot see and reports them with [`Self::read_unseen`].
+    /// (Mark first, look second; a writer claims first, checks marks second:
+    /// whichever runs second finds the other.)
+    pub fn mark_read(&mut self, me: TxnId, table: u32, what: Mark) -> Result<(), Failure> {
+        self.check_doomed(me)?;
+        self.add_mark(me, table, what);
+        Ok(())
+    }
+
+    /// `me` read keys in `table_name` and saw none of the versions `writers`
+    /// wrote (uncommitted, or committed after its snapshot): add the edges
+    /// `me -> writer`.
+    pub fn read_unseen(&mut self, me: TxnId, table_name: &str, writers: &[(TxnId, Vec<u8>)]) -> Result<(), Failure> {
         self.check_doomed(me)?;
         for (w, key) in writers {
             if *w != me {
@@ -182,8 +197,20 @@ impl SsiState {
                 self.add_edge(me, *w, me, why)?;
             }
         }
-        self.add_mark(me, table, what);
         Ok(())
+    }
+
+    /// [`Self::mark_read`] and [`Self::read_unseen`] in one step.
+    pub fn on_read(
+        &mut self,
+        me: TxnId,
+        table: u32,
+        table_name: &str,
+        what: Mark,
+        writers: &[(TxnId, Vec<u8>)],
+    ) -> Result<(), Failure> {
+        self.mark_read(me, table, what)?;
+        self.read_unseen(me, table_name, writers)
     }
 
     /// `me` writes `key` in `table`: every concurrent transaction with a mark
@@ -219,6 +246,7 @@ impl SsiState {
         if marks.whole.contains(&me) {
             return;
         }
+        let Some(node) = self.nodes.get_mut(&me) else { return };
         match what {
             Mark::Key(k) => {
                 let ids = marks.points.entry(k.to_vec()).or_default();
@@ -226,15 +254,16 @@ impl SsiState {
                     return;
                 }
                 ids.push(me);
+                node.points.push((table, k.to_vec()));
             }
-            Mark::Range(r) => marks.ranges.push((r, me)),
+            Mark::Range(r) => {
+                marks.ranges.push((r, me));
+                node.marked.insert(table);
+            }
         }
         let n = marks.counts.entry(me).or_default();
         *n += 1;
         self.total_marks += 1;
-        if let Some(node) = self.nodes.get_mut(&me) {
-            node.marked.insert(table);
-        }
         if *n > ssi_marks_per_table_max {
             self.coarsen(me, table);
         }
@@ -254,11 +283,13 @@ impl SsiState {
 
     /// Replace `id`'s key and range marks in `table` by one whole-table mark.
     fn coarsen(&mut self, id: TxnId, table: u32) {
-        let Some(marks) = self.marks.get_mut(&table) else { return };
-        let n = marks.counts.get(&id).copied().unwrap_or(0);
-        marks.drop_txn(id, true);
+        let (Some(marks), Some(node)) = (self.marks.get_mut(&table), self.nodes.get_mut(&id)) else { return };
+        let (here, elsewhere): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut node.points).into_iter().partition(|(t, _)| *t == table);
+        node.points = elsewhere;
+        node.marked.insert(table);
+        self.total_marks -= marks.drop_txn(id, here.iter().map(|(_, k)| k.as_slice()), true);
         marks.whole.insert(id);
-        self.total_marks -= n;
         self.marks_coarsened += 1;
     }
 
@@ -391,15 +422,26 @@ impl SsiState {
                 xn.outs.retain(|(y, _)| *y != me);
             }
         }
-        self.drop_marks(me, &n.marked);
+        self.drop_marks(me, &n);
     }
 
-    fn drop_marks(&mut self, id: TxnId, tables: &HashSet<u32>) {
+    fn drop_marks(&mut self, id: TxnId, n: &Node) {
+        let mut tables: HashSet<u32> = n.marked.clone();
+        tables.extend(n.points.iter().map(|(t, _)| *t));
         for t in tables {
-            if let Some(m) = self.marks.get_mut(t) {
-                self.total_marks -= m.counts.get(&id).copied().unwrap_or(0);
-                m.drop_txn(id, false);
+            if let Some(m) = self.marks.get_mut(&t) {
+                let points = n.points.iter().filter(|(pt, _)| *pt == t).map(|(_, k)| k.as_slice());
+                self.total_marks -= m.drop_txn(id, points, false);
             }
+        }
+    }
+
+    /// A transaction finished: clean up now and then (`cleanup` walks every
+    /// tracked transaction).
+    pub fn finished(&mut self, oldest_begin: u64) {
+        self.finished_since_cleanup += 1;
+        if self.finished_since_cleanup >= ssi_cleanup_every || self.nodes.len() >= ssi_cleanup_nodes {
+            self.cleanup(oldest_begin);
         }
     }
 
@@ -407,6 +449,7 @@ impl SsiState {
     /// transaction began (`oldest_begin`), unless a transaction that stays
     /// still points at them.
     pub fn cleanup(&mut self, oldest_begin: u64) {
+        self.finished_since_cleanup = 0;
         let mut gone: HashSet<TxnId> = self
             .nodes
             .iter()
@@ -431,7 +474,7 @@ impl SsiState {
         }
         for id in gone {
             let n = self.nodes.remove(&id).unwrap();
-            self.drop_marks(id, &n.marked);
+            self.drop_marks(id, &n);
         }
     }
 }

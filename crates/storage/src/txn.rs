@@ -341,7 +341,8 @@ pub(crate) fn stamp_batch(engine: &Engine, batch: &WriteBatch) {
     for (t, key) in batch.keys() {
         let mut v = t.0.versions.lock().unwrap();
         v.stamp(key);
-        if v.len() > v.gc_at.max(crate::limits::key_versions_gc_min) {
+        if v.len() > v.gc_at.max(crate::limits::key_versions_gc_min) && !grown.iter().any(|g: &Table| g.id() == t.id())
+        {
             grown.push(t.clone());
         }
     }
@@ -446,9 +447,16 @@ impl Txn {
         }
         let scanned = std::mem::take(&mut self.local.lock().unwrap().scanned);
         for (t, range) in scanned {
-            let mut ssi = self.engine.txns().ssi.lock().unwrap();
+            // Mark, then look for unseen versions (see `SsiState::mark_read`).
+            let ssi = &self.engine.txns().ssi;
+            ssi.lock()
+                .unwrap()
+                .mark_read(self.me.id, t.id(), Mark::Range(range.clone()))
+                .map_err(|f| self.failure(f))?;
             let writers = t.0.versions.lock().unwrap().unseen_in(&range, &self.me);
-            ssi.on_read(self.me.id, t.id(), t.name(), Mark::Range(range), &writers).map_err(|f| self.failure(f))?;
+            if !writers.is_empty() {
+                ssi.lock().unwrap().read_unseen(self.me.id, t.name(), &writers).map_err(|f| self.failure(f))?;
+            }
         }
         Ok(())
     }
@@ -464,9 +472,12 @@ impl Txn {
             None => None,
         };
         if self.tracked {
-            let mut ssi = self.engine.txns().ssi.lock().unwrap();
+            let ssi = &self.engine.txns().ssi;
+            ssi.lock().unwrap().mark_read(self.me.id, t.id(), Mark::Key(key)).map_err(|f| self.failure(f))?;
             let writers = t.0.versions.lock().unwrap().unseen(key, &self.me);
-            ssi.on_read(self.me.id, t.id(), t.name(), Mark::Key(key), &writers).map_err(|f| self.failure(f))?;
+            if !writers.is_empty() {
+                ssi.lock().unwrap().read_unseen(self.me.id, t.name(), &writers).map_err(|f| self.failure(f))?;
+            }
         }
         Ok(value)
     }
@@ -494,15 +505,16 @@ impl Txn {
                 StorageError::WriteConflict { table: t.name().to_string(), key: key.to_vec(), holder }
             };
             if self.tracked {
-                let mut ssi = self.engine.txns().ssi.lock().unwrap();
-                if let Some(f) = ssi.doomed(self.me.id) {
+                let ssi = &self.engine.txns().ssi;
+                if let Some(f) = ssi.lock().unwrap().doomed(self.me.id) {
                     return Err(self.failure(f));
                 }
+                // Claim, then look for marks (see `SsiState::mark_read`).
                 t.0.versions.lock().unwrap().claim(key, &self.me).map_err(conflict)?;
                 // Claimed: the key is in the write set even if SSI fails, so rollback releases it.
                 local.writes.insert(slot.clone(), None);
                 local.tables.entry(t.id()).or_insert_with(|| t.clone());
-                ssi.on_write(self.me.id, t.id(), t.name(), key).map_err(|f| self.failure(f))?;
+                ssi.lock().unwrap().on_write(self.me.id, t.id(), t.name(), key).map_err(|f| self.failure(f))?;
             } else {
                 t.0.versions.lock().unwrap().claim(key, &self.me).map_err(conflict)?;
             }
@@ -605,7 +617,7 @@ impl Txn {
     fn after_finish(&self) {
         if self.tracked {
             let oldest = self.engine.txns().oldest_begin();
-            self.engine.txns().ssi.lock().unwrap().cleanup(oldest);
+            self.engine.txns().ssi.lock().unwrap().finished(oldest);
         }
     }
 }

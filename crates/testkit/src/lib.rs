@@ -1,8 +1,8 @@
 //! Test support for ArborDB: file systems that crash, tear and fail on
 //! purpose, and a deterministic workload with its reference model, shared
-//! by the storage engine's tests. A dev-dependency only; nothing here is
-//! reachable from the product (the crash-writer binary exists only for the
-//! kill -9 test).
+//! by the storage engine's tests. Nothing here is reachable from the
+//! server; the `arbordb` tool uses `history` to count the anomalies of a
+//! benchmark run. The crash-writer binaries exist only for the kill -9 tests.
 
 pub mod bank;
 pub mod fault;

@@ -23,6 +23,7 @@ mod lmdb_peer;
 mod measure;
 mod redb_peer;
 mod report;
+mod smallbank;
 mod workload;
 
 use clap::{Args, Subcommand, ValueEnum};
@@ -124,6 +125,8 @@ pub struct BenchArgs {
 enum BenchTarget {
     /// Raw storage engine benchmark (W6): ArborDB vs redb vs LMDB.
     Engine(EngineBenchArgs),
+    /// SmallBank (W5) at engine level: snapshot isolation vs serializable.
+    Smallbank(smallbank::SmallBankArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -166,6 +169,7 @@ pub struct EngineBenchArgs {
 pub fn run(args: BenchArgs) -> BenchResult<()> {
     match args.target {
         BenchTarget::Engine(a) => run_engine_bench(a),
+        BenchTarget::Smallbank(a) => smallbank::run(a),
     }
 }
 
