@@ -15,14 +15,16 @@
 //!    (it always fits into a sibling). A root with one child is replaced by it.
 
 use crate::block::{BlockAddr, BlockFile, BlockKind};
+use crate::cache::CacheMeter;
 use crate::error::{Result, StorageError};
 use crate::limits::tree_depth_max;
 use crate::page::{
     decode_node, encode_internal, encode_leaf, internal_entry_cost, leaf_entry_cost, Body, Child, Internal, Key, Leaf,
-    Node, Value, PAGE_HEADER_BYTES,
+    Node, NodeRef, Value, PAGE_HEADER_BYTES,
 };
 use crate::stats::{bump, Counters};
 use std::ops::Bound;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock};
 
 /// Page geometry of one table.
@@ -39,6 +41,17 @@ pub struct Tree {
     pub geometry: TreeGeometry,
     root: RwLock<Arc<Node>>,
     counters: Arc<Counters>,
+    pub meter: Arc<CacheMeter>,
+}
+
+/// What one eviction pass over a tree did.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Evicted {
+    pub clean: u64,
+    pub dirty: u64,
+    pub bytes: usize,
+    /// Leaves looked at.
+    pub visited: u64,
 }
 
 /// Index of the child of `node` whose range holds `key`.
@@ -47,13 +60,26 @@ fn child_index(node: &Internal, key: &[u8]) -> usize {
 }
 
 impl Tree {
-    pub fn new_empty(bf: Arc<BlockFile>, geometry: TreeGeometry, counters: Arc<Counters>) -> Tree {
-        Tree { bf, geometry, root: RwLock::new(Arc::new(Node::empty_leaf())), counters }
+    pub fn new_empty(
+        bf: Arc<BlockFile>,
+        geometry: TreeGeometry,
+        counters: Arc<Counters>,
+        meter: Arc<CacheMeter>,
+    ) -> Tree {
+        let root = Arc::new(Node::empty_leaf());
+        root.recharge(&meter);
+        Tree { bf, geometry, root: RwLock::new(root), counters, meter }
     }
 
     /// Open the tree whose root page is at `root`.
-    pub fn open(bf: Arc<BlockFile>, geometry: TreeGeometry, counters: Arc<Counters>, root: BlockAddr) -> Result<Tree> {
-        let tree = Tree::new_empty(bf, geometry, counters);
+    pub fn open(
+        bf: Arc<BlockFile>,
+        geometry: TreeGeometry,
+        counters: Arc<Counters>,
+        meter: Arc<CacheMeter>,
+        root: BlockAddr,
+    ) -> Result<Tree> {
+        let tree = Tree::new_empty(bf, geometry, counters, meter);
         let node = tree.read_node(root)?;
         *tree.root.write().unwrap() = node;
         Ok(tree)
@@ -83,18 +109,31 @@ impl Tree {
         }
         let node = decode_node(kind, &payload, addr, &self.counters.keys_decoded)
             .map_err(|detail| StorageError::corruption(self.bf.path(), addr.offset, detail))?;
-        Ok(Arc::new(node))
+        let node = Arc::new(node);
+        node.recharge(&self.meter);
+        Ok(node)
     }
 
-    /// The node behind a child slot, reading it on first use.
-    pub fn load_child<'a>(&self, child: &'a Child) -> Result<&'a Arc<Node>> {
-        if let Some(node) = child.node.get() {
+    /// The node behind a child slot, reading it when it is not in memory.
+    pub fn load_child<'a>(&self, child: &'a Child) -> Result<NodeRef<'a>> {
+        if let Some(node) = child.loaded() {
             return Ok(node);
         }
-        let addr = child.addr.expect("a child slot without a node has an address");
+        let addr = child.addr().expect("a child slot without a node has an address");
         let node = self.read_node(addr)?;
-        let _ = child.node.set(node);
-        Ok(child.node.get().unwrap())
+        Ok(child.install(node))
+    }
+
+    /// A new or changed node: bring its cache charge up to date.
+    fn charge(&self, node: &Arc<Node>) {
+        node.recharge(&self.meter);
+    }
+
+    /// The live tree lets go of `node`: free its block (see `DiskSlot::retire`)
+    /// and count it as pinned while anyone still holds it.
+    fn retire_node(&self, node: &Node) {
+        node.disk.retire(&self.free());
+        node.mark_retired();
     }
 
     /// The bytes of a value, reading an overflow block on first use.
@@ -124,16 +163,27 @@ impl Tree {
     /// Descend from `root` to the leaf holding `key`. `indexed` uses (and
     /// builds) each node's search index: right for readers of versions that
     /// no longer change, wasteful for nodes the writer is about to change.
-    fn leaf_for<'a>(&self, root: &'a Arc<Node>, key: &[u8], indexed: bool) -> Result<&'a Node> {
-        let mut node: &'a Node = root;
+    fn leaf_for<'a>(&self, root: &'a Arc<Node>, key: &[u8], indexed: bool) -> Result<NodeRef<'a>> {
+        let mut node = NodeRef::Borrowed(root);
         for _ in 0..tree_depth_max {
-            node = match &node.body {
-                Body::Leaf(_) => return Ok(node),
+            let next = match &node.body {
+                Body::Leaf(_) => {
+                    node.accessed.store(true, Ordering::Relaxed);
+                    return Ok(node);
+                }
                 Body::Internal(int) => {
                     let i = if indexed { node.search(key) } else { child_index(int, key) };
-                    self.load_child(&int.children[i])?
+                    match node {
+                        // Internal nodes never leave their slots: borrow through them.
+                        NodeRef::Borrowed(n) => {
+                            let Body::Internal(int) = &n.body else { unreachable!() };
+                            self.load_child(&int.children[i])?
+                        }
+                        NodeRef::Owned(_) => unreachable!("only leaves are owned, and leaves have no children"),
+                    }
                 }
             };
+            node = next;
         }
         Err(StorageError::corruption(self.bf.path(), 0, "tree deeper than the depth limit"))
     }
@@ -190,6 +240,7 @@ impl Tree {
                         let keys: Vec<Key> = vec![Arc::from(&[][..]), sep];
                         let children = vec![Child::in_memory(left), Child::in_memory(right)];
                         *root = Arc::new(Node::new(Body::Internal(Internal { keys, children, bytes })));
+                        self.charge(&root);
                     }
                 }
                 None => {
@@ -214,9 +265,10 @@ impl Tree {
     fn make_mut<'a>(&self, arc: &'a mut Arc<Node>) -> &'a mut Node {
         let free = self.free();
         if Arc::get_mut(arc).is_none() {
-            let copy = Node::clone(arc);
-            arc.disk.retire(&free);
-            *arc = Arc::new(copy);
+            let copy = Arc::new(Node::clone(arc));
+            self.charge(&copy);
+            self.retire_node(arc);
+            *arc = copy;
         }
         let node = Arc::get_mut(arc).unwrap();
         node.disk.dirty(&free);
@@ -227,16 +279,26 @@ impl Tree {
     /// The `i`th child of `node`, loaded and ready for `make_mut`: a slot
     /// shared with another tree version is replaced by a private one.
     fn child_mut<'a>(&self, node: &'a mut Internal, i: usize) -> Result<&'a mut Arc<Node>> {
-        let loaded = self.load_child(&node.children[i])?.clone();
+        let loaded: Arc<Node> = Arc::clone(&*self.load_child(&node.children[i])?);
         if Arc::get_mut(&mut node.children[i]).is_none() {
+            // The shared slot leaves the live tree loaded (page invariant 2).
             node.children[i] = Child::in_memory(loaded);
         } else {
             drop(loaded);
         }
-        Ok(Arc::get_mut(&mut node.children[i]).unwrap().node.get_mut().unwrap())
+        Ok(Arc::get_mut(&mut node.children[i]).unwrap().node_mut().expect("the child was just loaded"))
     }
 
     fn put_rec(&self, arc: &mut Arc<Node>, key: &[u8], value: Value) -> Result<Option<(Key, Arc<Node>)>> {
+        let split = self.put_rec_inner(arc, key, value);
+        self.charge(arc);
+        if let Ok(Some((_, right))) = &split {
+            self.charge(right);
+        }
+        split
+    }
+
+    fn put_rec_inner(&self, arc: &mut Arc<Node>, key: &[u8], value: Value) -> Result<Option<(Key, Arc<Node>)>> {
         let geometry = self.geometry;
         let node = self.make_mut(arc);
         match &mut node.body {
@@ -275,6 +337,12 @@ impl Tree {
     }
 
     fn delete_rec(&self, arc: &mut Arc<Node>, key: &[u8]) -> Result<()> {
+        let r = self.delete_rec_inner(arc, key);
+        self.charge(arc);
+        r
+    }
+
+    fn delete_rec_inner(&self, arc: &mut Arc<Node>, key: &[u8]) -> Result<()> {
         let node = self.make_mut(arc);
         match &mut node.body {
             Body::Leaf(leaf) => {
@@ -304,7 +372,7 @@ impl Tree {
     /// Merge child `i` of `int` with a sibling if it is underfull and they fit.
     fn rebalance(&self, int: &mut Internal, i: usize) -> Result<()> {
         let child = self.load_child(&int.children[i])?;
-        let max = self.page_max(child);
+        let max = self.page_max(&child);
         if child.entries() > 0 && child.bytes() >= max / 4 {
             return Ok(());
         }
@@ -321,9 +389,8 @@ impl Tree {
             if i == 0 {
                 int.keys[0] = Arc::from(&[][..]);
             }
-            if let Some(node) = gone.node.get() {
-                node.disk.retire(&self.free());
-            }
+            let node = gone.loaded().expect("loaded above: the writer lock keeps eviction away");
+            self.retire_node(&node);
             return Ok(());
         }
         let (l, r) = if i + 1 < int.children.len() { (i, i + 1) } else { (i - 1, i) };
@@ -351,7 +418,9 @@ impl Tree {
             }
             _ => return Err(StorageError::corruption(self.bf.path(), 0, "siblings at different depths")),
         }
-        right.disk.retire(&self.free());
+        let left: &Node = left;
+        left.recharge(&self.meter);
+        self.retire_node(&right);
         Ok(())
     }
 
@@ -362,7 +431,7 @@ impl Tree {
                 _ => return Ok(()),
             };
             let old = std::mem::replace(root, only);
-            old.disk.retire(&self.free());
+            self.retire_node(&old);
         }
     }
 
@@ -410,9 +479,9 @@ impl Tree {
             Body::Internal(int) => {
                 let mut addrs = Vec::with_capacity(int.children.len());
                 for child in &int.children {
-                    addrs.push(match child.node.get() {
-                        Some(n) => self.write_dirty(n)?,
-                        None => child.addr.expect("an unloaded child has an address"),
+                    addrs.push(match child.loaded() {
+                        Some(n) => self.write_dirty(&n)?,
+                        None => child.addr().expect("an unloaded child has an address"),
                     });
                 }
                 bump(&self.counters.internal_pages_written, 1);

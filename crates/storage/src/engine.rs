@@ -22,6 +22,7 @@
 
 use crate::block::{AllocPolicy, BlockAddr, BlockFile, ExtentList};
 use crate::btree::{Cursor, Tree, TreeGeometry};
+use crate::cache::CacheMeter;
 use crate::codec::Reader;
 use crate::error::{Result, StorageError};
 use crate::journal::{self, Journal, SyncMode};
@@ -55,6 +56,12 @@ pub struct Config {
     pub checkpoint_interval: Option<Duration>,
     /// Checkpoint after this much journal.
     pub checkpoint_journal_bytes: u64,
+    /// Memory for pages, including old versions snapshots pin. Eviction
+    /// keeps the estimate (see `page::Node::mem_bytes`) under this.
+    pub cache_size_bytes: usize,
+    /// Share of the cache (percent) old versions pinned by snapshots may
+    /// take before the oldest transaction is rolled back.
+    pub cache_pinned_max_percent: usize,
 }
 
 impl Default for Config {
@@ -64,6 +71,8 @@ impl Default for Config {
             journal_file_max_bytes: journal_file_default_bytes,
             checkpoint_interval: Some(Duration::from_secs(checkpoint_interval_default_secs)),
             checkpoint_journal_bytes: checkpoint_journal_default_bytes,
+            cache_size_bytes: cache_default_bytes,
+            cache_pinned_max_percent: cache_pinned_default_percent,
         }
     }
 }
@@ -438,6 +447,7 @@ struct Inner {
     meta: Tree,
     checkpoint: Mutex<CheckpointState>,
     counters: Arc<Counters>,
+    meter: Arc<CacheMeter>,
     poisoned: Mutex<Option<String>>,
     closed: AtomicBool,
     stop: Arc<(Mutex<bool>, Condvar)>,
@@ -463,9 +473,22 @@ impl Engine {
 
     /// Open through a given file system (tests use failing or crashing ones).
     pub fn open_with_vfs(vfs: Arc<dyn Vfs>, dir: &Path, config: Config) -> Result<Engine> {
+        if config.cache_size_bytes < cache_min_bytes {
+            return Err(StorageError::InvalidConfig(format!(
+                "cache_size_bytes {} is below the minimum of {cache_min_bytes}",
+                config.cache_size_bytes
+            )));
+        }
+        if !(1..=100).contains(&config.cache_pinned_max_percent) {
+            return Err(StorageError::InvalidConfig(format!(
+                "cache_pinned_max_percent {} is not within 1..=100",
+                config.cache_pinned_max_percent
+            )));
+        }
         vfs.create_dir_all(dir)?;
         let dir_lock = vfs.lock_dir(dir)?;
         let counters = Arc::new(Counters::default());
+        let meter = CacheMeter::new(config.cache_size_bytes);
         let engine_id = ENGINE_IDS.fetch_add(1, Ordering::Relaxed);
         let root_path = dir.join(ROOT_FILE);
         if !vfs.exists(&root_path) {
@@ -478,7 +501,7 @@ impl Engine {
             AllocPolicy::BestFit,
             root.metadata.extents,
         )?);
-        let meta = Tree::open(meta_bf, meta_geometry(), counters.clone(), root.metadata.root)?;
+        let meta = Tree::open(meta_bf, meta_geometry(), counters.clone(), meter.clone(), root.metadata.root)?;
         let mut catalog = Catalog {
             engine_id,
             by_name: BTreeMap::new(),
@@ -487,7 +510,13 @@ impl Engine {
             dropped_files: Vec::new(),
         };
         let mut cursor =
-            Cursor::new(Arc::new(Tree::open(meta.bf.clone(), meta_geometry(), counters.clone(), root.metadata.root)?));
+            Cursor::new(Arc::new(Tree::open(
+                meta.bf.clone(),
+                meta_geometry(),
+                counters.clone(),
+                CacheMeter::unbounded(),
+                root.metadata.root,
+            )?));
         while let Some((name, value)) = cursor.next()? {
             let name = String::from_utf8(name.to_vec())
                 .map_err(|_| StorageError::corruption(dir.join(METADATA_FILE), 0, "table name is not UTF-8"))?;
@@ -500,7 +529,7 @@ impl Engine {
                 m.config.alloc_policy,
                 m.checkpoint.extents,
             )?);
-            let tree = Tree::open(bf, m.config.geometry(), counters.clone(), m.checkpoint.root)?;
+            let tree = Tree::open(bf, m.config.geometry(), counters.clone(), meter.clone(), m.checkpoint.root)?;
             let table = Table(Arc::new(TableState {
                 engine_id,
                 id: m.id,
@@ -517,7 +546,7 @@ impl Engine {
         }
         let journal_dir = dir.join(JOURNAL_DIR);
         let summary = journal::replay(&*vfs, &journal_dir, root.ckpt_seq, &mut |seq, payload| {
-            Self::replay_record(&*vfs, dir, &counters, &mut catalog, seq, payload)
+            Self::replay_record(&*vfs, dir, &counters, &meter, &mut catalog, seq, payload)
         })?;
         if let Some((path, offset)) = &summary.torn_tail {
             tracing::warn!(path = %path.display(), offset, "journal ended in a torn record; replay stopped at the last complete one");
@@ -544,6 +573,7 @@ impl Engine {
             journal,
             txns,
             counters,
+            meter,
             poisoned: Mutex::new(None),
             closed: AtomicBool::new(false),
             stop: Arc::new((Mutex::new(false), Condvar::new())),
@@ -588,7 +618,7 @@ impl Engine {
             ));
         }
         let bf = Arc::new(BlockFile::create(vfs.open(&dir.join(METADATA_FILE), true)?, AllocPolicy::BestFit)?);
-        let tree = Tree::new_empty(bf.clone(), meta_geometry(), Arc::new(Counters::default()));
+        let tree = Tree::new_empty(bf.clone(), meta_geometry(), Arc::new(Counters::default()), CacheMeter::unbounded());
         let root = tree.write_dirty(&tree.snapshot())?;
         let extents = bf.write_extent_list()?;
         bf.sync()?;
@@ -614,6 +644,7 @@ impl Engine {
         vfs: &dyn Vfs,
         dir: &Path,
         counters: &Arc<Counters>,
+        meter: &Arc<CacheMeter>,
         catalog: &mut Catalog,
         seq: u64,
         payload: &[u8],
@@ -640,7 +671,7 @@ impl Engine {
                     table_of(catalog, table)?.0.tree.apply(std::iter::once((key, None)))?
                 }
                 JournalOp::CreateTable { table, name, config } => {
-                    let t = Self::new_table(vfs, dir, counters, catalog.engine_id, table, name, config)?;
+                    let t = Self::new_table(vfs, dir, counters, meter, catalog.engine_id, table, name, config)?;
                     catalog.next_table_id = catalog.next_table_id.max(table + 1);
                     catalog.by_id.insert(table, t.clone());
                     catalog.by_name.insert(name.to_string(), t);
@@ -659,6 +690,7 @@ impl Engine {
         vfs: &dyn Vfs,
         dir: &Path,
         counters: &Arc<Counters>,
+        meter: &Arc<CacheMeter>,
         engine_id: u64,
         id: u32,
         name: &str,
@@ -670,7 +702,7 @@ impl Engine {
             id,
             name: name.to_string(),
             config,
-            tree: Arc::new(Tree::new_empty(bf, config.geometry(), counters.clone())),
+            tree: Arc::new(Tree::new_empty(bf, config.geometry(), counters.clone(), meter.clone())),
             writer: Mutex::new(()),
             versions: Mutex::default(),
             dropped: AtomicBool::new(false),
@@ -765,6 +797,7 @@ impl Engine {
                 &*self.inner.vfs,
                 &self.inner.dir,
                 &self.inner.counters,
+                &self.inner.meter,
                 catalog.engine_id,
                 id,
                 name,

@@ -7,6 +7,7 @@
 
 pub mod block;
 pub mod btree;
+pub mod cache;
 pub mod codec;
 pub mod engine;
 pub mod error;

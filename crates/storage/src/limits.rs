@@ -41,6 +41,18 @@ pub const table_name_max_bytes: usize = 1024;
 /// Deepest tree the engine will descend before calling it corrupt.
 pub const tree_depth_max: usize = 64;
 
+/// Default cache size (pages and the versions snapshots pin).
+pub const cache_default_bytes: usize = 512 * 1024 * 1024;
+/// Smallest cache size accepted.
+pub const cache_min_bytes: usize = 1024 * 1024;
+/// Eviction starts when the cache is this full...
+pub const eviction_target_percent: usize = 80;
+/// ...and application threads help evict past this.
+pub const eviction_trigger_percent: usize = 95;
+/// Default share of the cache that old versions pinned by snapshots may
+/// hold before the oldest transaction is rolled back.
+pub const cache_pinned_default_percent: usize = 50;
+
 /// SIREAD marks (keys and ranges) one transaction keeps in one table before
 /// they are coarsened into a single whole-table mark.
 pub const ssi_marks_per_table_max: usize = 1024;

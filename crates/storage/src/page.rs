@@ -8,10 +8,16 @@
 //! Invariants:
 //! 1. A node whose `disk` slot holds an address has exactly that content on
 //!    disk, and so do all of its descendants (any change dirties the path).
-//! 2. A block is decoded at most once per `Child` slot, and every in-memory
-//!    version of the tree that references the block shares that slot; so a
+//! 2. Every in-memory version of the tree that references a block shares
+//!    one `Child` slot for it. Eviction may empty a slot only while the
+//!    slot is in the live tree, only of a clean leaf, and only under the
+//!    table's writer lock; the writer takes a slot out of the live tree only
+//!    with its node loaded, and such a slot is never emptied again. So a
 //!    block is only ever freed after its content is in memory for every
 //!    version that could still read it.
+//! 4. Every node in memory is charged to the cache meter for its estimated
+//!    size ([`Node::mem_bytes`]) from creation to drop; a node the live tree
+//!    no longer holds (still held by a snapshot) also counts as pinned.
 //! 3. Keys are decoded once, when a page is read, and shared (`Arc<[u8]>`)
 //!    from then on: building an image never decodes a key.
 //!
@@ -24,8 +30,10 @@
 //! (the lower bound comes from the parent).
 
 use crate::block::{BlockAddr, BlockKind};
+use crate::cache::CacheMeter;
 use crate::codec::{put_varint, varint_len, Reader};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 pub type Key = Arc<[u8]>;
 
@@ -146,20 +154,96 @@ pub struct Leaf {
 
 /// A child reference of an internal node: the block it was read from (if
 /// any) and the node once loaded. Shared between tree versions (invariant 2).
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Child {
-    pub addr: Option<BlockAddr>,
-    pub node: OnceLock<Arc<Node>>,
+    /// An internal child, once loaded: kept (internal pages stay in memory).
+    inner: OnceLock<Arc<Node>>,
+    /// The block, and a loaded leaf child, which eviction may drop.
+    slot: RwLock<LeafSlot>,
+}
+
+#[derive(Debug, Default)]
+struct LeafSlot {
+    addr: Option<BlockAddr>,
+    leaf: Option<Arc<Node>>,
+}
+
+/// A node reached through a child slot: borrowed for internal nodes (they
+/// never leave their slot), owned for leaves (eviction may empty the slot).
+pub enum NodeRef<'a> {
+    Borrowed(&'a Arc<Node>),
+    Owned(Arc<Node>),
+}
+
+impl std::ops::Deref for NodeRef<'_> {
+    type Target = Arc<Node>;
+    fn deref(&self) -> &Arc<Node> {
+        match self {
+            NodeRef::Borrowed(n) => n,
+            NodeRef::Owned(n) => n,
+        }
+    }
 }
 
 impl Child {
     pub fn on_disk(addr: BlockAddr) -> Arc<Child> {
-        Arc::new(Child { addr: Some(addr), node: OnceLock::new() })
+        Arc::new(Child { inner: OnceLock::new(), slot: RwLock::new(LeafSlot { addr: Some(addr), leaf: None }) })
     }
+
     pub fn in_memory(node: Arc<Node>) -> Arc<Child> {
-        let slot = OnceLock::new();
-        let _ = slot.set(node);
-        Arc::new(Child { addr: None, node: slot })
+        let child = Child::default();
+        child.install(node);
+        Arc::new(child)
+    }
+
+    /// The block to read when the child is not in memory.
+    pub fn addr(&self) -> Option<BlockAddr> {
+        self.slot.read().unwrap().addr
+    }
+
+    pub fn loaded(&self) -> Option<NodeRef<'_>> {
+        if let Some(n) = self.inner.get() {
+            return Some(NodeRef::Borrowed(n));
+        }
+        self.slot.read().unwrap().leaf.clone().map(NodeRef::Owned)
+    }
+
+    /// Put a freshly read (or created) node in the slot; if another reader
+    /// got there first, theirs wins.
+    pub fn install(&self, node: Arc<Node>) -> NodeRef<'_> {
+        match node.body {
+            Body::Internal(_) => {
+                let _ = self.inner.set(node);
+                NodeRef::Borrowed(self.inner.get().unwrap())
+            }
+            Body::Leaf(_) => {
+                let mut slot = self.slot.write().unwrap();
+                NodeRef::Owned(slot.leaf.get_or_insert(node).clone())
+            }
+        }
+    }
+
+    /// The loaded node, for the writer of a slot only it holds.
+    pub fn node_mut(&mut self) -> Option<&mut Arc<Node>> {
+        match self.inner.get_mut() {
+            Some(n) => Some(n),
+            None => self.slot.get_mut().unwrap().leaf.as_mut(),
+        }
+    }
+
+    /// Drop the leaf `expect` from the slot, which from now on reads it
+    /// from `addr` (its clean image). The caller holds the table's writer
+    /// lock and has checked the slot is in the live tree (invariant 2).
+    pub fn evict(&self, expect: &Arc<Node>, addr: BlockAddr) -> bool {
+        let mut slot = self.slot.write().unwrap();
+        match &slot.leaf {
+            Some(n) if Arc::ptr_eq(n, expect) => {
+                slot.leaf = None;
+                slot.addr = Some(addr);
+                true
+            }
+            _ => false,
+        }
     }
 }
 
@@ -184,6 +268,33 @@ pub struct Node {
     /// Built on the first read search of an unchanging node; reset whenever
     /// the writer changes the node.
     pub search: OnceLock<SearchIndex>,
+    /// Set by readers, cleared by eviction's clock hand (second chance).
+    pub accessed: AtomicBool,
+    pub charge: Charge,
+}
+
+/// What a node is charged to the cache meter (invariant 4).
+#[derive(Debug, Default)]
+pub struct Charge {
+    meter: OnceLock<Arc<CacheMeter>>,
+    bytes: AtomicUsize,
+    /// No longer in the live tree: counted as pinned too.
+    retired: AtomicBool,
+}
+
+impl Charge {
+    pub fn bytes(&self) -> usize {
+        self.bytes.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if let Some(m) = self.charge.meter.get() {
+            let b = self.charge.bytes.load(Ordering::Relaxed);
+            m.release(b, self.charge.retired.load(Ordering::Relaxed));
+        }
+    }
 }
 
 impl Clone for Node {
@@ -249,9 +360,54 @@ impl SearchIndex {
     }
 }
 
+/// Estimated heap bytes per leaf entry beyond its image bytes (the entry's
+/// slot, the key and value allocations' headers) and per child slot.
+const LEAF_ENTRY_OVERHEAD: usize = 80;
+const CHILD_OVERHEAD: usize = 160;
+const NODE_OVERHEAD: usize = 256;
+
 impl Node {
     pub fn new(body: Body) -> Node {
-        Node { body, disk: DiskSlot::default(), search: OnceLock::new() }
+        Node {
+            body,
+            disk: DiskSlot::default(),
+            search: OnceLock::new(),
+            accessed: AtomicBool::new(true),
+            charge: Charge::default(),
+        }
+    }
+
+    /// Estimated memory of the node (its search index included).
+    pub fn mem_bytes(&self) -> usize {
+        let index = self.search.get().map_or(0, |_| 8 * self.entries());
+        NODE_OVERHEAD
+            + index
+            + match &self.body {
+                Body::Leaf(l) => l.bytes + LEAF_ENTRY_OVERHEAD * l.entries.len(),
+                Body::Internal(i) => i.bytes + CHILD_OVERHEAD * i.children.len(),
+            }
+    }
+
+    /// Charge the node's present size to `meter` (the first time) or bring
+    /// its charge up to date.
+    pub fn recharge(&self, meter: &Arc<CacheMeter>) {
+        let meter = self.charge.meter.get_or_init(|| meter.clone());
+        let now = self.mem_bytes();
+        let was = self.charge.bytes.swap(now, Ordering::Relaxed);
+        meter.adjust(was, now, self.charge.retired.load(Ordering::Relaxed));
+    }
+
+    /// The live tree let go of this node; whoever still holds it pins it.
+    pub fn mark_retired(&self) {
+        if !self.charge.retired.swap(true, Ordering::Relaxed) {
+            if let Some(m) = self.charge.meter.get() {
+                m.pin(self.charge.bytes.load(Ordering::Relaxed));
+            }
+        }
+    }
+
+    pub fn is_retired(&self) -> bool {
+        self.charge.retired.load(Ordering::Relaxed)
     }
 
     pub fn empty_leaf() -> Node {
@@ -466,7 +622,9 @@ pub fn decode_node(
             Body::Internal(node)
         }
     };
-    Ok(Node { body, disk: DiskSlot::with_addr(addr), search: OnceLock::new() })
+    let mut node = Node::new(body);
+    node.disk = DiskSlot::with_addr(addr);
+    Ok(node)
 }
 
 #[cfg(test)]
@@ -495,7 +653,7 @@ mod tests {
         let n = AtomicU64::new(0);
         let node = decode_node(BlockKind::Leaf, &img, addr, &n).unwrap();
         assert_eq!(n.into_inner(), 4);
-        let Body::Leaf(l) = node.body else { panic!() };
+        let Body::Leaf(l) = &node.body else { panic!() };
         assert_eq!(&*l.entries[3].0, b"banana");
         assert!(l.bytes <= leaf.bytes);
     }

@@ -30,6 +30,7 @@ fn config_with(sync_mode: SyncMode) -> Config {
         checkpoint_interval: None,
         checkpoint_journal_bytes: 64 * 1024,
         journal_file_max_bytes: 48 * 1024,
+        ..Config::default()
     }
 }
 
