@@ -21,7 +21,12 @@ pub struct CacheMeter {
 
 impl CacheMeter {
     pub fn new(capacity: usize) -> Arc<CacheMeter> {
-        Arc::new(CacheMeter { capacity, bytes: AtomicIsize::new(0), pinned: AtomicIsize::new(0), peak: AtomicU64::new(0) })
+        Arc::new(CacheMeter {
+            capacity,
+            bytes: AtomicIsize::new(0),
+            pinned: AtomicIsize::new(0),
+            peak: AtomicU64::new(0),
+        })
     }
 
     /// For trees outside an engine's cache (tools, initialisation).

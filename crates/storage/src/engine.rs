@@ -509,14 +509,13 @@ impl Engine {
             next_table_id: root.next_table_id,
             dropped_files: Vec::new(),
         };
-        let mut cursor =
-            Cursor::new(Arc::new(Tree::open(
-                meta.bf.clone(),
-                meta_geometry(),
-                counters.clone(),
-                CacheMeter::unbounded(),
-                root.metadata.root,
-            )?));
+        let mut cursor = Cursor::new(Arc::new(Tree::open(
+            meta.bf.clone(),
+            meta_geometry(),
+            counters.clone(),
+            CacheMeter::unbounded(),
+            root.metadata.root,
+        )?));
         while let Some((name, value)) = cursor.next()? {
             let name = String::from_utf8(name.to_vec())
                 .map_err(|_| StorageError::corruption(dir.join(METADATA_FILE), 0, "table name is not UTF-8"))?;
@@ -921,7 +920,7 @@ impl Engine {
         if batch.is_empty() {
             return Ok(self.inner.journal.next_seq().saturating_sub(1));
         }
-        let r = self.commit_batch_with(batch, |_| {
+        let r = self.commit_batch_with(batch, false, |_| {
             // Under the writer locks nothing can commit to these tables
             // before us, so a snapshot taken now sees every earlier commit.
             let me = txn::begin_plain(self);
@@ -944,7 +943,7 @@ impl Engine {
     pub(crate) fn commit_batch(&self, req: CommitRequest) -> Result<u64> {
         self.check_writable()?;
         let me = req.me.clone();
-        let r = self.commit_batch_with(req.batch, |engine| {
+        let r = self.commit_batch_with(req.batch, req.tracked, |engine| {
             if req.tracked {
                 let mut ssi = engine.inner.txns.ssi.lock().unwrap();
                 let event = engine.inner.txns.next_event();
@@ -968,6 +967,7 @@ impl Engine {
     fn commit_batch_with(
         &self,
         batch: &WriteBatch,
+        serializable: bool,
         start: impl FnOnce(&Engine) -> Result<Arc<txn::TxnShared>>,
     ) -> Result<u64> {
         if batch.payload.len() as u64 > journal_record_max_bytes {
@@ -998,6 +998,9 @@ impl Engine {
             for t in &tables {
                 t.check(self.inner.id)?;
             }
+            // Serializable commits take their SSI commit position and
+            // become visible in one order (see `ssi.rs`).
+            let _ssi_order = serializable.then(|| self.inner.txns.ssi_commit.lock().unwrap());
             let me = start(self)?;
             if let Err(e) = self.apply_ops(&ops) {
                 txn::finish(self, &me, None);

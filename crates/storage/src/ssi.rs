@@ -220,10 +220,15 @@ impl SsiState {
         let Some(marks) = self.marks.get(&table) else { return Ok(()) };
         let readers: Vec<(TxnId, &str)> = marks.readers_of(key).filter(|(r, _)| *r != me).collect();
         for (r, how) in readers {
-            // Concurrent: the reader is active, or committed after we began.
-            let concurrent = match self.nodes.get(&r) {
-                Some(n) => n.commit.is_none_or(|c| c > me) && !(n.finished && n.commit.is_none()),
-                None => false,
+            // Concurrent: the reader is active, or its commit is not in our snapshot.
+            let concurrent = match (self.nodes.get(&r), self.nodes.get(&me)) {
+                (Some(n), Some(w)) => match (n.finished, n.commit_ts, n.commit) {
+                    (false, _, _) => true,
+                    (true, Some(ts), _) => ts > w.read_ts,
+                    (true, None, Some(c)) => c > me, // read-only: finished at its commit event
+                    (true, None, None) => false,     // aborted
+                },
+                _ => false,
             };
             if concurrent {
                 let why =
@@ -438,22 +443,31 @@ impl SsiState {
 
     /// A transaction finished: clean up now and then (`cleanup` walks every
     /// tracked transaction).
-    pub fn finished(&mut self, oldest_begin: u64) {
+    pub fn finished(&mut self, oldest_begin: u64, oldest_read_ts: u64) {
         self.finished_since_cleanup += 1;
         if self.finished_since_cleanup >= ssi_cleanup_every || self.nodes.len() >= ssi_cleanup_nodes {
-            self.cleanup(oldest_begin);
+            self.cleanup(oldest_begin, oldest_read_ts);
         }
     }
 
-    /// Forget finished transactions that committed before every active
-    /// transaction began (`oldest_begin`), unless a transaction that stays
-    /// still points at them.
-    pub fn cleanup(&mut self, oldest_begin: u64) {
+    /// Forget finished transactions no active transaction is concurrent
+    /// with: every open snapshot (the oldest is `oldest_read_ts`) sees a
+    /// writer's commit; a read-only one finished before the oldest active
+    /// transaction began (`oldest_begin`). Keep those a transaction that
+    /// stays still points at.
+    pub fn cleanup(&mut self, oldest_begin: u64, oldest_read_ts: u64) {
         self.finished_since_cleanup = 0;
         let mut gone: HashSet<TxnId> = self
             .nodes
             .iter()
-            .filter(|(_, n)| n.finished && n.commit.is_some_and(|c| c < oldest_begin))
+            .filter(|(_, n)| {
+                n.finished
+                    && match (n.commit_ts, n.commit) {
+                        (Some(ts), _) => ts <= oldest_read_ts,
+                        (None, Some(c)) => c < oldest_begin,
+                        (None, None) => false,
+                    }
+            })
             .map(|(id, _)| *id)
             .collect();
         loop {
@@ -551,11 +565,11 @@ mod tests {
         s.on_write(1, 0, "t", b"x").unwrap(); // 2 -> 1
         s.prepare(1, 3).unwrap();
         s.committed(1, Some(11));
-        s.cleanup(5); // 1 committed at event 3, before the oldest begin 5, but 2 points at it
+        s.cleanup(5, 11); // every snapshot sees 1's commit, but 2 points at it
         assert!(s.nodes.contains_key(&1));
         s.prepare(2, 6).unwrap();
         s.committed(2, None);
-        s.cleanup(7);
+        s.cleanup(7, 11);
         assert!(s.nodes.is_empty());
         assert_eq!(s.total_marks, 0);
     }

@@ -236,6 +236,9 @@ pub(crate) struct TxnManager {
     /// Begin ids and SSI commit positions come from one counter.
     events: AtomicU64,
     pub ssi: Mutex<SsiState>,
+    /// Held by a serializable commit from its SSI prepare until it is
+    /// published, so SSI commit order is visibility order.
+    pub ssi_commit: Mutex<()>,
 }
 
 impl TxnManager {
@@ -246,6 +249,7 @@ impl TxnManager {
             active: Mutex::default(),
             events: AtomicU64::new(0),
             ssi: Mutex::default(),
+            ssi_commit: Mutex::default(),
         }
     }
 
@@ -298,10 +302,13 @@ impl TxnManager {
         active.read_ts.keys().next().copied().unwrap_or_else(|| self.published().ts)
     }
 
-    /// Begin id of the oldest active transaction (or the next id).
-    fn oldest_begin(&self) -> u64 {
+    /// Begin id and snapshot of the oldest active transaction (or what the
+    /// next one would get).
+    fn oldest(&self) -> (u64, u64) {
         let active = self.active.lock().unwrap();
-        active.by_id.keys().next().copied().unwrap_or_else(|| self.events.load(Ordering::Acquire) + 1)
+        let begin = active.by_id.keys().next().copied().unwrap_or_else(|| self.events.load(Ordering::Acquire) + 1);
+        let read_ts = active.read_ts.keys().next().copied().unwrap_or_else(|| self.published().ts);
+        (begin, read_ts)
     }
 
     #[allow(dead_code)]
@@ -616,8 +623,8 @@ impl Txn {
 
     fn after_finish(&self) {
         if self.tracked {
-            let oldest = self.engine.txns().oldest_begin();
-            self.engine.txns().ssi.lock().unwrap().finished(oldest);
+            let (begin, read_ts) = self.engine.txns().oldest();
+            self.engine.txns().ssi.lock().unwrap().finished(begin, read_ts);
         }
     }
 }

@@ -68,13 +68,18 @@ impl Running {
         Running { txn, rec, wrote: false }
     }
 
-    fn op(&mut self, t: &Table, space: &Space, rng: &mut StdRng) -> Step {
+    /// One random operation on one of `tables`; history keys are the
+    /// table's index then the key name.
+    fn op(&mut self, tables: &[Table], space: &Space, rng: &mut StdRng) -> Step {
         let pick = rng.gen_range(0..100);
+        let ti = rng.gen_range(0..tables.len());
+        let t = &tables[ti];
+        let tag = |name: &[u8]| [&[b'0' + ti as u8][..], name].concat();
         let name = space.name(rng.gen_range(0..space.keys));
         let r: Result<(), StorageError> = (|| {
             if pick < 35 {
                 let v = self.txn.get(t, &space.full(&name))?;
-                self.rec = self.rec.clone().read(&name, v.map(|v| writer_of(&v)));
+                self.rec = self.rec.clone().read(&tag(&name), v.map(|v| writer_of(&v)));
             } else if pick < 50 {
                 let a = rng.gen_range(0..space.keys);
                 let b = rng.gen_range(a..=space.keys);
@@ -84,21 +89,21 @@ impl Running {
                 let mut seen = Vec::new();
                 let mut e = c.first()?;
                 while let Some((k, v)) = e {
-                    seen.push((k[space.prefix.len()..].to_vec(), writer_of(&v)));
+                    seen.push((tag(&k[space.prefix.len()..]), writer_of(&v)));
                     e = c.next()?;
                 }
                 drop(c);
                 let observed: Vec<(&[u8], u64)> = seen.iter().map(|(k, w)| (k.as_slice(), *w)).collect();
-                self.rec = self.rec.clone().scan(&lo[..]..&hi[..], &observed);
+                self.rec = self.rec.clone().scan(&tag(&lo)[..]..&tag(&hi)[..], &observed);
             } else if pick < 88 {
                 let mut value = self.txn.id().to_le_bytes().to_vec();
                 value.extend_from_slice(&[7; 24]);
                 self.txn.put(t, &space.full(&name), &value)?;
-                self.rec = self.rec.clone().put(&name);
+                self.rec = self.rec.clone().put(&tag(&name));
                 self.wrote = true;
             } else {
                 self.txn.delete(t, &space.full(&name))?;
-                self.rec = self.rec.clone().delete(&name);
+                self.rec = self.rec.clone().delete(&tag(&name));
                 self.wrote = true;
             }
             Ok(())
@@ -154,7 +159,7 @@ fn interleaved(engine: &Engine, t: &Table, space: &Space, isolation: Isolation, 
                 let commit = rng.gen_range(0..10) != 0;
                 done.push(run.finish(commit));
             }
-            Some((mut run, left)) => match run.op(t, space, &mut rng) {
+            Some((mut run, left)) => match run.op(std::slice::from_ref(t), space, &mut rng) {
                 Step::Continue => open[slot] = Some((run, left - 1)),
                 Step::Aborted => done.push(run.finish(false)),
             },
@@ -225,11 +230,17 @@ fn serializable_histories_have_acyclic_dependency_graphs() {
 }
 
 /// Real threads: 4 threads run random transactions over one shared key
-/// space; the whole history is checked at the end.
+/// space in two tables (so commits to different tables race); the whole
+/// history is checked at the end. `ARBORDB_TXN_THREADED` sets the
+/// transactions per thread (default 400).
 fn threaded(isolation: Isolation) -> History {
     let dir = tempfile::tempdir().unwrap();
     let engine = engine(dir.path());
-    let t = engine.create_table("t", TableConfig::default()).unwrap();
+    let t = [
+        engine.create_table("t", TableConfig::default()).unwrap(),
+        engine.create_table("u", TableConfig::default()).unwrap(),
+    ];
+    let per_thread: usize = std::env::var("ARBORDB_TXN_THREADED").ok().and_then(|v| v.parse().ok()).unwrap_or(400);
     let history = Arc::new(Mutex::new(Vec::new()));
     let threads: Vec<_> = (0..4u64)
         .map(|i| {
@@ -237,7 +248,7 @@ fn threaded(isolation: Isolation) -> History {
             std::thread::spawn(move || {
                 let mut rng = StdRng::seed_from_u64(1000 + i);
                 let space = Space { prefix: b"shared/".to_vec(), keys: 12 };
-                for _ in 0..400 {
+                for _ in 0..per_thread {
                     let mut run = Running::begin(&engine, isolation);
                     let mut aborted = false;
                     for _ in 0..rng.gen_range(1..6) {
