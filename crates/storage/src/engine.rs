@@ -413,6 +413,15 @@ pub fn decode_journal_payload(payload: &[u8]) -> Option<Vec<JournalOp<'_>>> {
     Some(ops)
 }
 
+/// What creating a table's tree needs.
+#[derive(Clone, Copy)]
+struct TableEnv<'a> {
+    vfs: &'a dyn Vfs,
+    dir: &'a Path,
+    counters: &'a Arc<Counters>,
+    meter: &'a Arc<CacheMeter>,
+}
+
 struct Catalog {
     engine_id: u64,
     by_name: BTreeMap<String, Table>,
@@ -545,7 +554,12 @@ impl Engine {
         }
         let journal_dir = dir.join(JOURNAL_DIR);
         let summary = journal::replay(&*vfs, &journal_dir, root.ckpt_seq, &mut |seq, payload| {
-            Self::replay_record(&*vfs, dir, &counters, &meter, &mut catalog, seq, payload)
+            Self::replay_record(
+                &TableEnv { vfs: &*vfs, dir, counters: &counters, meter: &meter },
+                &mut catalog,
+                seq,
+                payload,
+            )
         })?;
         if let Some((path, offset)) = &summary.torn_tail {
             tracing::warn!(path = %path.display(), offset, "journal ended in a torn record; replay stopped at the last complete one");
@@ -639,15 +653,8 @@ impl Engine {
         vfs.sync_dir(dir)
     }
 
-    fn replay_record(
-        vfs: &dyn Vfs,
-        dir: &Path,
-        counters: &Arc<Counters>,
-        meter: &Arc<CacheMeter>,
-        catalog: &mut Catalog,
-        seq: u64,
-        payload: &[u8],
-    ) -> Result<()> {
+    fn replay_record(env: &TableEnv, catalog: &mut Catalog, seq: u64, payload: &[u8]) -> Result<()> {
+        let dir = env.dir;
         let path = dir.join(JOURNAL_DIR);
         let ops = decode_journal_payload(payload).ok_or_else(|| {
             StorageError::corruption(
@@ -670,7 +677,7 @@ impl Engine {
                     table_of(catalog, table)?.0.tree.apply(std::iter::once((key, None)))?
                 }
                 JournalOp::CreateTable { table, name, config } => {
-                    let t = Self::new_table(vfs, dir, counters, meter, catalog.engine_id, table, name, config)?;
+                    let t = Self::new_table(env, catalog.engine_id, table, name, config)?;
                     catalog.next_table_id = catalog.next_table_id.max(table + 1);
                     catalog.by_id.insert(table, t.clone());
                     catalog.by_name.insert(name.to_string(), t);
@@ -685,16 +692,8 @@ impl Engine {
         Ok(())
     }
 
-    fn new_table(
-        vfs: &dyn Vfs,
-        dir: &Path,
-        counters: &Arc<Counters>,
-        meter: &Arc<CacheMeter>,
-        engine_id: u64,
-        id: u32,
-        name: &str,
-        config: TableConfig,
-    ) -> Result<Table> {
+    fn new_table(env: &TableEnv, engine_id: u64, id: u32, name: &str, config: TableConfig) -> Result<Table> {
+        let TableEnv { vfs, dir, counters, meter } = *env;
         let bf = Arc::new(BlockFile::create(vfs.open(&dir.join(table_file_name(id)), true)?, config.alloc_policy)?);
         Ok(Table(Arc::new(TableState {
             engine_id,
@@ -792,16 +791,13 @@ impl Engine {
                 return Err(StorageError::TableExists(name.to_string()));
             }
             let id = catalog.next_table_id;
-            let table = Self::new_table(
-                &*self.inner.vfs,
-                &self.inner.dir,
-                &self.inner.counters,
-                &self.inner.meter,
-                catalog.engine_id,
-                id,
-                name,
-                config,
-            )?;
+            let env = TableEnv {
+                vfs: &*self.inner.vfs,
+                dir: &self.inner.dir,
+                counters: &self.inner.counters,
+                meter: &self.inner.meter,
+            };
+            let table = Self::new_table(&env, catalog.engine_id, id, name, config)?;
             let mut payload = vec![OP_CREATE];
             payload.extend_from_slice(&id.to_le_bytes());
             payload.extend_from_slice(&(name.len() as u16).to_le_bytes());
