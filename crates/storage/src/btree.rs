@@ -47,7 +47,9 @@ pub struct Tree {
 /// What one eviction pass over a tree did.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Evicted {
-    pub clean: u64,
+    /// Leaves dropped from memory...
+    pub pages: u64,
+    /// ...of which were reconciled (written) first.
     pub dirty: u64,
     pub bytes: usize,
     /// Leaves looked at.
@@ -111,6 +113,7 @@ impl Tree {
             .map_err(|detail| StorageError::corruption(self.bf.path(), addr.offset, detail))?;
         let node = Arc::new(node);
         node.recharge(&self.meter);
+        self.meter.help_if_over();
         Ok(node)
     }
 
@@ -205,14 +208,16 @@ impl Tree {
 
     /// Load the pages a write of `key` will touch, before the write lock.
     /// Also loads an overflow value the write will replace (see `retire_value`).
-    pub fn prefetch(&self, key: &[u8]) -> Result<()> {
+    /// Returns the leaf's identity and charged bytes, so a caller can
+    /// estimate what a batch will hold in memory.
+    pub fn prefetch(&self, key: &[u8]) -> Result<(usize, usize)> {
         let root = self.snapshot();
         let leaf = self.leaf_for(&root, key, false)?;
         let Body::Leaf(l) = &leaf.body else { unreachable!() };
         if let Ok(i) = l.entries.binary_search_by(|(k, _)| (**k).cmp(key)) {
             self.value_bytes(&l.entries[i].1)?;
         }
-        Ok(())
+        Ok((Arc::as_ptr(&leaf) as usize, leaf.charge.bytes()))
     }
 
     /// The live tree drops `value`. Older versions share the same value
@@ -433,6 +438,97 @@ impl Tree {
             let old = std::mem::replace(root, only);
             self.retire_node(&old);
         }
+    }
+
+    /// Bytes of the live tree's pages in memory: (clean, dirty).
+    pub fn live_bytes(&self) -> (usize, usize) {
+        fn walk(node: &Node, acc: &mut (usize, usize)) {
+            if node.disk.addr().is_some() {
+                acc.0 += node.charge.bytes();
+            } else {
+                acc.1 += node.charge.bytes();
+            }
+            if let Body::Internal(int) = &node.body {
+                for c in &int.children {
+                    if let Some(n) = c.loaded() {
+                        walk(&n, acc);
+                    }
+                }
+            }
+        }
+        let mut acc = (0, 0);
+        walk(&self.snapshot(), &mut acc);
+        acc
+    }
+
+    /// Evict leaves of the live tree until about `budget` bytes are gone,
+    /// clock style: walking from `hand` (a key; empty = the start), a leaf
+    /// read since the hand last passed gets a second chance; a clean one
+    /// leaves its slot; a dirty one is reconciled first (its image written
+    /// copy-on-write, reusing its decoded keys) when `dirty` allows. The
+    /// caller holds the table's writer lock (page invariant 2). On return
+    /// `hand` is where to resume (empty after a full turn). Internal pages
+    /// are never evicted.
+    pub fn evict(&self, budget: usize, dirty: bool, hand: &mut Vec<u8>) -> Result<Evicted> {
+        let root = self.snapshot();
+        let mut done = Evicted::default();
+        let finished = self.evict_in(&root, budget, dirty, hand, true, &mut done)?;
+        if finished {
+            hand.clear();
+        }
+        Ok(done)
+    }
+
+    /// `true` when the walk covered the whole subtree.
+    fn evict_in(
+        &self,
+        node: &Arc<Node>,
+        budget: usize,
+        dirty: bool,
+        hand: &mut Vec<u8>,
+        from_hand: bool,
+        done: &mut Evicted,
+    ) -> Result<bool> {
+        let Body::Internal(int) = &node.body else { return Ok(true) };
+        let start = if from_hand { child_index(int, hand) } else { 0 };
+        for i in start..int.children.len() {
+            if done.bytes >= budget {
+                *hand = int.keys[i].to_vec();
+                return Ok(false);
+            }
+            let child = &int.children[i];
+            let Some(n) = child.loaded() else { continue };
+            match &n.body {
+                Body::Internal(_) => {
+                    if !self.evict_in(&n, budget, dirty, hand, from_hand && i == start, done)? {
+                        return Ok(false);
+                    }
+                }
+                Body::Leaf(_) => {
+                    done.visited += 1;
+                    if n.accessed.swap(false, Ordering::Relaxed) {
+                        continue;
+                    }
+                    let addr = match n.disk.addr() {
+                        Some(a) => a,
+                        None if dirty => {
+                            let a = self.write_dirty(&n)?;
+                            done.dirty += 1;
+                            bump(&self.counters.pages_evicted_dirty, 1);
+                            a
+                        }
+                        None => continue,
+                    };
+                    let bytes = n.charge.bytes();
+                    if child.evict(&n, addr) {
+                        done.bytes += bytes;
+                        done.pages += 1;
+                        bump(&self.counters.pages_evicted, 1);
+                    }
+                }
+            }
+        }
+        Ok(true)
     }
 
     /// Write every dirty page of `root` (a snapshot) copy-on-write; returns

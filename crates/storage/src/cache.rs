@@ -9,14 +9,24 @@
 //! oldest transaction is rolled back.
 
 use std::sync::atomic::{AtomicIsize, AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
-#[derive(Debug)]
+type Helper = Box<dyn Fn() + Send + Sync>;
+
 pub struct CacheMeter {
     capacity: usize,
     bytes: AtomicIsize,
     pinned: AtomicIsize,
     peak: AtomicU64,
+    /// What a thread that loads a page past the trigger runs (the engine's
+    /// eviction), so that readers help too, not only writers.
+    helper: OnceLock<Helper>,
+}
+
+impl std::fmt::Debug for CacheMeter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CacheMeter({} of {} bytes, {} pinned)", self.bytes(), self.capacity, self.pinned())
+    }
 }
 
 impl CacheMeter {
@@ -26,6 +36,7 @@ impl CacheMeter {
             bytes: AtomicIsize::new(0),
             pinned: AtomicIsize::new(0),
             peak: AtomicU64::new(0),
+            helper: OnceLock::new(),
         })
     }
 
@@ -59,6 +70,19 @@ impl CacheMeter {
     /// Application threads help evict above this.
     pub fn trigger(&self) -> usize {
         self.capacity / 100 * crate::limits::eviction_trigger_percent
+    }
+
+    pub fn set_helper(&self, helper: Helper) {
+        let _ = self.helper.set(helper);
+    }
+
+    /// Past the trigger: run the helper (evict) before going on.
+    pub fn help_if_over(&self) {
+        if self.bytes() > self.trigger() {
+            if let Some(h) = self.helper.get() {
+                h();
+            }
+        }
     }
 
     pub fn adjust(&self, was: usize, now: usize, retired: bool) {

@@ -254,6 +254,10 @@ pub(crate) struct TableState {
     writer: Mutex<()>,
     /// Recent writers of each key, for first-updater-wins and SSI.
     pub(crate) versions: Mutex<KeyVersions>,
+    /// A checkpoint took this table in its snapshot and has not written
+    /// its extent list yet: eviction must not write pages meanwhile (a
+    /// block the checkpoint does not reference would leak in it).
+    checkpointing: AtomicBool,
     dropped: AtomicBool,
     /// The table's last checkpoint, if it has one.
     last_checkpoint: Mutex<Option<TableCheckpoint>>,
@@ -431,6 +435,13 @@ struct Catalog {
     dropped_files: Vec<PathBuf>,
 }
 
+/// Where eviction's clock hand stands: the next table, and a key per table.
+#[derive(Default)]
+struct EvictionState {
+    next_table: usize,
+    hands: HashMap<u32, Vec<u8>>,
+}
+
 struct CheckpointState {
     generation: u64,
     meta_extents: BlockAddr,
@@ -457,6 +468,7 @@ struct Inner {
     checkpoint: Mutex<CheckpointState>,
     counters: Arc<Counters>,
     meter: Arc<CacheMeter>,
+    eviction: Mutex<EvictionState>,
     poisoned: Mutex<Option<String>>,
     closed: AtomicBool,
     stop: Arc<(Mutex<bool>, Condvar)>,
@@ -546,6 +558,7 @@ impl Engine {
                 tree: Arc::new(tree),
                 writer: Mutex::new(()),
                 versions: Mutex::default(),
+                checkpointing: AtomicBool::new(false),
                 dropped: AtomicBool::new(false),
                 last_checkpoint: Mutex::new(Some(m.checkpoint)),
             }));
@@ -587,12 +600,19 @@ impl Engine {
             txns,
             counters,
             meter,
+            eviction: Mutex::default(),
             poisoned: Mutex::new(None),
             closed: AtomicBool::new(false),
             stop: Arc::new((Mutex::new(false), Condvar::new())),
             _dir_lock: dir_lock,
         });
         let engine = Engine { inner, background: Arc::default() };
+        let weak = Arc::downgrade(&engine.inner);
+        engine.inner.meter.set_helper(Box::new(move || {
+            if let Some(inner) = weak.upgrade() {
+                Engine { inner, background: Arc::default() }.help_evict();
+            }
+        }));
         if summary.records_replayed > 0 {
             tracing::info!(records = summary.records_replayed, "replayed journal records after the last checkpoint");
             engine.checkpoint()?;
@@ -703,6 +723,7 @@ impl Engine {
             tree: Arc::new(Tree::new_empty(bf, config.geometry(), counters.clone(), meter.clone())),
             writer: Mutex::new(()),
             versions: Mutex::default(),
+            checkpointing: AtomicBool::new(false),
             dropped: AtomicBool::new(false),
             last_checkpoint: Mutex::new(None),
         })))
@@ -734,17 +755,21 @@ impl Engine {
     /// The checkpoint thread, and in `Background` sync mode a separate
     /// flusher so that a long checkpoint never delays the 100 ms fsync.
     fn start_background(&self) {
-        let mut jobs: Vec<(&str, BackgroundJob)> = vec![("arbordb-checkpoint", checkpoint_if_due)];
+        let slow = Duration::from_millis(journal_background_flush_ms);
+        let mut jobs: Vec<(&str, BackgroundJob, Duration)> = vec![
+            ("arbordb-checkpoint", checkpoint_if_due, slow),
+            ("arbordb-evict", evict_if_over, Duration::from_millis(eviction_tick_ms)),
+        ];
         if self.inner.config.sync_mode == SyncMode::Background {
-            jobs.push(("arbordb-flush", flush_journal));
+            jobs.push(("arbordb-flush", flush_journal, slow));
         }
         let mut handles = self.background.lock().unwrap();
-        for (name, job) in jobs {
+        for (name, job, tick) in jobs {
             let weak: Weak<Inner> = Arc::downgrade(&self.inner);
             let stop = self.inner.stop.clone();
             let handle = std::thread::Builder::new()
                 .name(name.into())
-                .spawn(move || background_loop(weak, stop, job))
+                .spawn(move || background_loop(weak, stop, job, tick))
                 .expect("spawn background thread");
             handles.push(handle);
         }
@@ -859,6 +884,7 @@ impl Engine {
     /// Read the newest committed value of `key`.
     pub fn get(&self, table: &Table, key: &[u8]) -> Result<Option<Arc<[u8]>>> {
         table.check(self.inner.id)?;
+        self.help_evict();
         match self.inner.txns.published().roots.get(&table.id()) {
             Some(root) => table.0.tree.get_in(root, key),
             None => Err(StorageError::TableNotFound(table.name().to_string())),
@@ -966,6 +992,7 @@ impl Engine {
         serializable: bool,
         start: impl FnOnce(&Engine) -> Result<Arc<txn::TxnShared>>,
     ) -> Result<u64> {
+        self.help_evict();
         if batch.payload.len() as u64 > journal_record_max_bytes {
             return Err(StorageError::InvalidConfig(format!(
                 "a transaction of {} bytes exceeds the journal record limit of {journal_record_max_bytes} bytes",
@@ -979,11 +1006,23 @@ impl Engine {
                 (t, decode_op(&mut Reader::new(&batch.payload[*at..])).expect("batch payload is well-formed"))
             })
             .collect();
+        // Load the pages the batch changes, and refuse a batch whose pages
+        // (each held twice while a snapshot holds the old copy) would take
+        // more than the pinned share of the cache.
+        let mut leaves = std::collections::HashSet::new();
+        let mut need = 0usize;
         for (t, op) in &ops {
             t.check(self.inner.id)?;
             if let JournalOp::Put { key, .. } | JournalOp::Delete { key, .. } = op {
-                t.0.tree.prefetch(key)?;
+                let (leaf, bytes) = t.0.tree.prefetch(key)?;
+                if leaves.insert(leaf) {
+                    need += 2 * bytes;
+                }
             }
+        }
+        let limit = self.inner.meter.capacity() / 100 * self.inner.config.cache_pinned_max_percent;
+        if need > limit {
+            return Err(StorageError::TransactionTooLarge { bytes: need, limit });
         }
         let mut tables: Vec<&Table> = ops.iter().map(|(t, _)| *t).collect();
         tables.sort_by_key(|t| t.id());
@@ -1065,6 +1104,7 @@ impl Engine {
                         t.0.tree.bf.free(c.extents);
                     }
                     t.0.tree.bf.checkpoint_begin();
+                    t.0.checkpointing.store(true, Ordering::Release);
                 }
                 snap.push((t.clone(), root, clean));
             }
@@ -1092,6 +1132,7 @@ impl Engine {
                 for (t, _, clean) in &snap {
                     if !clean {
                         t.0.tree.bf.checkpoint_abandoned();
+                        t.0.checkpointing.store(false, Ordering::Release);
                     }
                 }
                 self.inner.catalog.write().unwrap().dropped_files.extend(dropped_files);
@@ -1117,6 +1158,7 @@ impl Engine {
                 let bf = &t.0.tree.bf;
                 let root = t.0.tree.write_dirty(root)?;
                 let extents = bf.write_extent_list()?;
+                t.0.checkpointing.store(false, Ordering::Release);
                 bf.sync()?;
                 written.push((t.clone(), TableCheckpoint { root, extents }));
                 TableCheckpoint { root, extents }
@@ -1196,8 +1238,92 @@ impl Engine {
         by_time || by_volume
     }
 
+    /// Counters, plus the cache gauges of this moment (clean and dirty
+    /// bytes come from a walk over the pages in memory).
     pub fn stats(&self) -> Stats {
-        self.inner.counters.snapshot()
+        let c = &self.inner.counters;
+        let m = &self.inner.meter;
+        let (mut clean, mut dirty) = (0u64, 0u64);
+        let tables: Vec<Table> = self.inner.catalog.read().unwrap().by_id.values().cloned().collect();
+        for t in tables {
+            let (cl, di) = t.0.tree.live_bytes();
+            clean += cl as u64;
+            dirty += di as u64;
+        }
+        c.cache_capacity_bytes.store(m.capacity() as u64, Ordering::Relaxed);
+        c.cache_bytes.store(m.bytes() as u64, Ordering::Relaxed);
+        c.cache_peak_bytes.store(m.peak() as u64, Ordering::Relaxed);
+        c.cache_pinned_bytes.store(m.pinned() as u64, Ordering::Relaxed);
+        c.cache_clean_bytes.store(clean, Ordering::Relaxed);
+        c.cache_dirty_bytes.store(dirty, Ordering::Relaxed);
+        c.snapshot()
+    }
+
+    /// The cache meter (bytes in memory, pinned, peak).
+    pub fn cache(&self) -> &CacheMeter {
+        &self.inner.meter
+    }
+
+    /// One eviction pass: tables in turn, each from its clock hand, until
+    /// about `budget` bytes are gone or every table was visited once.
+    /// Tables whose writer is busy are skipped; a table a checkpoint is
+    /// writing gives up clean pages only. Returns the bytes evicted.
+    pub fn evict(&self, budget: usize) -> Result<usize> {
+        let mut st = self.inner.eviction.lock().unwrap();
+        let tables: Vec<Table> = self.inner.catalog.read().unwrap().by_id.values().cloned().collect();
+        let Ok(_gate) = self.inner.gate.try_read() else { return Ok(0) };
+        let mut freed = 0;
+        for k in 0..tables.len() {
+            if freed >= budget {
+                break;
+            }
+            let t = &tables[(st.next_table + k) % tables.len()];
+            let Ok(_writer) = t.0.writer.try_lock() else { continue };
+            let dirty = !t.0.checkpointing.load(Ordering::Acquire) && self.poisoned().is_none();
+            let hand = st.hands.entry(t.id()).or_default();
+            let done = t.0.tree.evict(budget - freed, dirty, hand).inspect_err(|e| {
+                self.poison(format!("eviction failed to write a page: {e}"));
+            })?;
+            freed += done.bytes;
+            if !hand.is_empty() {
+                // This table still has candidates: start here next time.
+                st.next_table = (st.next_table + k) % tables.len();
+            } else {
+                st.next_table = (st.next_table + k + 1) % tables.len().max(1);
+            }
+        }
+        bump(&self.inner.counters.eviction_passes, 1);
+        Ok(freed)
+    }
+
+    /// Past the trigger, an application thread evicts before going on.
+    pub(crate) fn help_evict(&self) {
+        let m = &self.inner.meter;
+        let bytes = m.bytes();
+        if bytes > m.trigger() {
+            bump(&self.inner.counters.eviction_app_thread_passes, 1);
+            let _ = self.evict(bytes - m.target());
+        }
+    }
+
+    /// Background eviction: bring the cache under the target, and roll back
+    /// the oldest transaction if snapshots pin more than their share.
+    fn evict_to_target(&self) {
+        let m = &self.inner.meter;
+        for _ in 0..64 {
+            let bytes = m.bytes();
+            if bytes <= m.target() {
+                break;
+            }
+            match self.evict(bytes - m.target() + m.capacity() / 20) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+        let limit = m.capacity() / 100 * self.inner.config.cache_pinned_max_percent;
+        if m.pinned() > limit && self.inner.txns.doom_oldest(m.pinned(), limit) {
+            bump(&self.inner.counters.txn_cache_aborts, 1);
+        }
     }
 
     /// Number of journal files on disk.
@@ -1253,8 +1379,7 @@ impl Drop for Inner {
 type BackgroundJob = fn(&Engine);
 
 /// Run `job` every tick until the engine stops or its last handle is gone.
-fn background_loop(weak: Weak<Inner>, stop: Arc<(Mutex<bool>, Condvar)>, job: BackgroundJob) {
-    let tick = Duration::from_millis(journal_background_flush_ms);
+fn background_loop(weak: Weak<Inner>, stop: Arc<(Mutex<bool>, Condvar)>, job: BackgroundJob, tick: Duration) {
     loop {
         {
             let (lock, cv) = &*stop;
@@ -1274,6 +1399,10 @@ fn background_loop(weak: Weak<Inner>, stop: Arc<(Mutex<bool>, Condvar)>, job: Ba
         }
         job(&engine);
     }
+}
+
+fn evict_if_over(engine: &Engine) {
+    engine.evict_to_target();
 }
 
 fn flush_journal(engine: &Engine) {

@@ -47,6 +47,19 @@ pub enum StorageError {
     /// the history non-serializable. The transaction is rolled back; retry it.
     #[error("serialization failure: transaction {txn} conflicts with transaction {other}: {detail}")]
     SerializationFailure { txn: u64, other: u64, detail: String },
+    /// The cache could not hold the old versions open snapshots pin; the
+    /// oldest transaction is rolled back so the rest can go on.
+    #[error(
+        "transaction {txn} rolled back under cache pressure: snapshots pin {pinned} bytes of old versions, over \
+         the limit of {limit} bytes; use shorter transactions or a larger cache"
+    )]
+    CachePressure { txn: u64, pinned: usize, limit: usize },
+    /// A transaction changes more pages than the cache can hold for it.
+    #[error(
+        "transaction too large for the cache: the pages it changes need about {bytes} bytes, over the limit of \
+         {limit} bytes; split it into smaller transactions or use a larger cache"
+    )]
+    TransactionTooLarge { bytes: usize, limit: usize },
     #[error("transaction {txn} is read-only")]
     ReadOnlyTransaction { txn: u64 },
 }

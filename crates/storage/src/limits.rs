@@ -43,12 +43,14 @@ pub const tree_depth_max: usize = 64;
 
 /// Default cache size (pages and the versions snapshots pin).
 pub const cache_default_bytes: usize = 512 * 1024 * 1024;
-/// Smallest cache size accepted.
-pub const cache_min_bytes: usize = 1024 * 1024;
+/// Smallest cache size accepted (tiny caches let tests evict constantly).
+pub const cache_min_bytes: usize = 64 * 1024;
 /// Eviction starts when the cache is this full...
 pub const eviction_target_percent: usize = 80;
 /// ...and application threads help evict past this.
 pub const eviction_trigger_percent: usize = 95;
+/// How often the background evictor looks at the cache.
+pub const eviction_tick_ms: u64 = 10;
 /// Default share of the cache that old versions pinned by snapshots may
 /// hold before the oldest transaction is rolled back.
 pub const cache_pinned_default_percent: usize = 50;

@@ -29,7 +29,7 @@ use crate::stats::bump;
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 
 const ACTIVE: u64 = 0;
 const ABORTED: u64 = u64::MAX;
@@ -66,6 +66,8 @@ pub(crate) struct TxnShared {
     pub read_ts: u64,
     /// `ACTIVE`, `ABORTED`, or the commit timestamp.
     state: AtomicU64,
+    /// Set when the cache rolls the transaction back: (pinned, limit) bytes.
+    cache_doomed: OnceLock<(usize, usize)>,
 }
 
 enum State {
@@ -220,8 +222,8 @@ fn bound_order_ok(b: &(Bound<&[u8]>, Bound<&[u8]>)) -> bool {
 
 #[derive(Default)]
 struct ActiveSet {
-    /// Active transactions: id -> snapshot timestamp.
-    by_id: BTreeMap<u64, u64>,
+    /// Active transactions: id -> snapshot timestamp and handle.
+    by_id: BTreeMap<u64, (u64, Weak<TxnShared>)>,
     /// Snapshot timestamp -> how many active transactions hold it.
     read_ts: BTreeMap<u64, usize>,
 }
@@ -279,9 +281,15 @@ impl TxnManager {
         let mut active = self.active.lock().unwrap();
         let snapshot = self.published();
         let id = self.next_event();
-        active.by_id.insert(id, snapshot.ts);
+        let me = Arc::new(TxnShared {
+            id,
+            read_ts: snapshot.ts,
+            state: AtomicU64::new(ACTIVE),
+            cache_doomed: OnceLock::new(),
+        });
+        active.by_id.insert(id, (snapshot.ts, Arc::downgrade(&me)));
         *active.read_ts.entry(snapshot.ts).or_default() += 1;
-        (Arc::new(TxnShared { id, read_ts: snapshot.ts, state: AtomicU64::new(ACTIVE) }), snapshot)
+        (me, snapshot)
     }
 
     fn end(&self, me: &TxnShared) {
@@ -311,9 +319,13 @@ impl TxnManager {
         (begin, read_ts)
     }
 
-    #[allow(dead_code)]
-    pub fn active_count(&self) -> usize {
-        self.active.lock().unwrap().by_id.len()
+    /// Old versions pin more of the cache than allowed: roll back the
+    /// oldest transaction (it fails at its next operation), unless it is
+    /// already on its way out. Returns whether one was doomed.
+    pub fn doom_oldest(&self, pinned: usize, limit: usize) -> bool {
+        let active = self.active.lock().unwrap();
+        let Some(me) = active.by_id.values().next().and_then(|(_, w)| w.upgrade()) else { return false };
+        me.cache_doomed.set((pinned, limit)).is_ok()
     }
 }
 
@@ -438,6 +450,14 @@ impl Txn {
         self.opts
     }
 
+    /// Fail if the cache rolled this transaction back.
+    fn check_cache(&self) -> Result<()> {
+        match self.me.cache_doomed.get() {
+            Some(&(pinned, limit)) => Err(StorageError::CachePressure { txn: self.me.id, pinned, limit }),
+            None => Ok(()),
+        }
+    }
+
     fn failure(&self, f: Failure) -> StorageError {
         bump(&self.engine.counters().serialization_failures, 1);
         StorageError::SerializationFailure { txn: self.me.id, other: f.other, detail: f.detail }
@@ -470,6 +490,8 @@ impl Txn {
 
     pub fn get(&self, t: &Table, key: &[u8]) -> Result<Option<Arc<[u8]>>> {
         self.engine.check_table(t)?;
+        self.check_cache()?;
+        self.engine.help_evict();
         self.flush_scans()?;
         if let Some(v) = self.local.lock().unwrap().writes.get(&(t.id(), key.to_vec())) {
             return Ok(v.as_deref().map(Arc::from));
@@ -499,6 +521,7 @@ impl Txn {
 
     fn write(&self, t: &Table, key: &[u8], value: Option<&[u8]>) -> Result<()> {
         self.engine.check_table(t)?;
+        self.check_cache()?;
         if self.opts.read_only {
             return Err(StorageError::ReadOnlyTransaction { txn: self.me.id });
         }
@@ -560,6 +583,7 @@ impl Txn {
     }
 
     fn commit_inner(&mut self) -> Result<u64> {
+        self.check_cache()?;
         self.flush_scans()?;
         let local = std::mem::replace(
             &mut *self.local.lock().unwrap(),
@@ -774,6 +798,7 @@ impl TxnCursor<'_> {
 
     fn step(&mut self, back: bool, mut from: Bound<Vec<u8>>) -> Result<Option<(Key, Arc<[u8]>)>> {
         self.txn.engine.check_table(&self.table)?;
+        self.txn.check_cache()?;
         let start = from.clone();
         let found = loop {
             let tree = self.tree_entry(back, &from)?;

@@ -20,6 +20,9 @@ use testkit::{FaultVfs, MemVfs};
 
 const BATCHES_MAX: u64 = 300;
 
+/// Pages evicted over all runs: the crash images are taken with eviction at work.
+static EVICTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 fn config() -> Config {
     config_with(SyncMode::Fsync)
 }
@@ -30,6 +33,9 @@ fn config_with(sync_mode: SyncMode) -> Config {
         checkpoint_interval: None,
         checkpoint_journal_bytes: 64 * 1024,
         journal_file_max_bytes: 48 * 1024,
+        // Smaller than the data, so eviction writes and drops pages throughout.
+        cache_size_bytes: 256 * 1024,
+        cache_pinned_max_percent: 100,
         ..Config::default()
     }
 }
@@ -64,6 +70,7 @@ fn run_until_failure(vfs: Arc<dyn Vfs>, dir: &Path, seed: u64, mode: SyncMode) -
             break;
         }
     }
+    EVICTED.fetch_add(engine.stats().pages_evicted, std::sync::atomic::Ordering::Relaxed);
     acked
 }
 
@@ -148,7 +155,9 @@ fn failure_points(points: u64, mode: SyncMode) {
         check_image(&image, dir, seed, acked, durable, &format!("{what}, crash image"));
         check_image(&mem, dir, seed, acked, durable, &format!("{what}, live image"));
     }
-    eprintln!("fault injection: {tripped} of {points} runs failed mid-workload and recovered");
+    let evicted = EVICTED.load(std::sync::atomic::Ordering::Relaxed);
+    eprintln!("fault injection: {tripped} of {points} runs failed mid-workload and recovered; {evicted} pages evicted");
+    assert!(evicted > 0, "the cache never evicted: the crash images do not cover eviction");
     assert!(tripped > points / 2, "only {tripped} of {points} runs hit their failure point");
 }
 

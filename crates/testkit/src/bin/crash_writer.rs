@@ -22,6 +22,9 @@ fn main() {
         // Small, so kills also land inside checkpoints and journal rotations.
         checkpoint_journal_bytes: 256 * 1024,
         journal_file_max_bytes: 128 * 1024,
+        // Smaller than the data, so eviction writes and drops pages throughout.
+        cache_size_bytes: 256 * 1024,
+        cache_pinned_max_percent: 100,
         ..Config::default()
     };
     let engine = Engine::open(dir, config).expect("open");
