@@ -36,7 +36,6 @@ fn config_with(sync_mode: SyncMode) -> Config {
         // Smaller than the data, so eviction writes and drops pages throughout.
         cache_size_bytes: 256 * 1024,
         cache_pinned_max_percent: 100,
-        ..Config::default()
     }
 }
 
