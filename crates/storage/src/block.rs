@@ -328,6 +328,12 @@ pub struct Extents {
     pub avail: ExtentList,
     pub discard: ExtentList,
     pub pending: ExtentList,
+    /// Allocated while no checkpoint was in progress, since the last one
+    /// began: no checkpoint names these, so freeing one makes it available
+    /// at once (pages eviction writes and the writer soon replaces).
+    pub fresh: ExtentList,
+    /// Between `checkpoint_begin` and `checkpoint_durable`/`_abandoned`.
+    pub in_checkpoint: bool,
     pub file_size: u64,
 }
 
@@ -408,6 +414,8 @@ impl BlockFile {
                 avail,
                 discard: ExtentList::default(),
                 pending: ExtentList::default(),
+                fresh: ExtentList::default(),
+                in_checkpoint: false,
                 file_size,
             }),
         }
@@ -448,6 +456,9 @@ impl BlockFile {
             }
         };
         ext.alloc.insert(off, size);
+        if !ext.in_checkpoint {
+            ext.fresh.insert(off, size);
+        }
         off
     }
 
@@ -473,15 +484,22 @@ impl BlockFile {
         let mut ext = self.extents();
         let removed = ext.alloc.remove(addr.offset, addr.size as u64);
         assert!(removed, "{}: freeing block {addr:?} that is not allocated", self.path.display());
-        ext.discard.insert(addr.offset, addr.size as u64);
+        let (off, len) = (addr.offset, addr.size as u64);
+        if !ext.in_checkpoint && ext.fresh.remove(off, len) {
+            ext.avail.insert(off, len);
+        } else {
+            ext.discard.insert(off, len);
+        }
     }
 
     /// At the snapshot of a checkpoint: blocks freed so far are not part of it.
     pub fn checkpoint_begin(&self) {
         let mut ext = self.extents();
-        assert!(ext.pending.is_empty(), "a checkpoint is already in progress");
+        assert!(ext.pending.is_empty() && !ext.in_checkpoint, "a checkpoint is already in progress");
         let Extents { discard, pending, .. } = &mut *ext;
         discard.drain_into(pending);
+        ext.fresh = ExtentList::default();
+        ext.in_checkpoint = true;
     }
 
     /// Blocks a checkpoint references: the allocated ones plus those freed
@@ -519,6 +537,7 @@ impl BlockFile {
         let mut ext = self.extents();
         let Extents { pending, avail, .. } = &mut *ext;
         pending.drain_into(avail);
+        ext.in_checkpoint = false;
         // Give back a free tail to the file system.
         if let Some((off, len)) = ext.avail.last() {
             if off + len == ext.file_size {
@@ -536,6 +555,7 @@ impl BlockFile {
         let mut ext = self.extents();
         let Extents { pending, discard, .. } = &mut *ext;
         pending.drain_into(discard);
+        ext.in_checkpoint = false;
     }
 
     pub fn sync(&self) -> Result<()> {
