@@ -23,6 +23,7 @@ use crate::page::{
     Node, NodeRef, Value, PAGE_HEADER_BYTES,
 };
 use crate::stats::{bump, Counters};
+use bytes::Bytes;
 use std::ops::Bound;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock};
@@ -109,7 +110,7 @@ impl Tree {
                 ))
             }
         }
-        let node = decode_node(kind, &payload, addr, &self.counters.keys_decoded)
+        let node = decode_node(kind, &Bytes::from(payload), addr, &self.counters.keys_decoded)
             .map_err(|detail| StorageError::corruption(self.bf.path(), addr.offset, detail))?;
         let node = Arc::new(node);
         node.recharge(&self.meter);
@@ -140,7 +141,7 @@ impl Tree {
     }
 
     /// The bytes of a value, reading an overflow block on first use.
-    pub fn value_bytes(&self, value: &Value) -> Result<Arc<[u8]>> {
+    pub fn value_bytes(&self, value: &Value) -> Result<Bytes> {
         match value {
             Value::Inline(b) => Ok(b.clone()),
             Value::Big(big) => {
@@ -157,7 +158,7 @@ impl Tree {
                     ));
                 }
                 bump(&self.counters.overflow_blocks_read, 1);
-                let _ = big.data.set(Arc::from(payload));
+                let _ = big.data.set(Bytes::from(payload));
                 Ok(big.data.get().unwrap().clone())
             }
         }
@@ -191,12 +192,12 @@ impl Tree {
         Err(StorageError::corruption(self.bf.path(), 0, "tree deeper than the depth limit"))
     }
 
-    pub fn get(&self, key: &[u8]) -> Result<Option<Arc<[u8]>>> {
+    pub fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
         self.get_in(&self.snapshot(), key)
     }
 
     /// `get` in a given version of the tree.
-    pub fn get_in(&self, root: &Arc<Node>, key: &[u8]) -> Result<Option<Arc<[u8]>>> {
+    pub fn get_in(&self, root: &Arc<Node>, key: &[u8]) -> Result<Option<Bytes>> {
         let leaf = self.leaf_for(root, key, true)?;
         let Body::Leaf(l) = &leaf.body else { unreachable!() };
         let i = leaf.search(key);
@@ -242,7 +243,7 @@ impl Tree {
                     if let Some((sep, right)) = self.put_rec(&mut root, key, value)? {
                         let left = std::mem::replace(&mut *root, Arc::new(Node::empty_leaf()));
                         let bytes = PAGE_HEADER_BYTES + internal_entry_cost(&[]) + internal_entry_cost(&sep);
-                        let keys: Vec<Key> = vec![Arc::from(&[][..]), sep];
+                        let keys: Vec<Key> = vec![Bytes::new(), sep];
                         let children = vec![Child::in_memory(left), Child::in_memory(right)];
                         *root = Arc::new(Node::new(Body::Internal(Internal { keys, children, bytes })));
                         self.charge(&root);
@@ -316,7 +317,7 @@ impl Tree {
                         self.retire_value(&old)?;
                     }
                     Err(i) => {
-                        leaf.entries.insert(i, (Arc::from(key), value));
+                        leaf.entries.insert(i, (Bytes::copy_from_slice(key), value));
                         leaf.bytes += cost;
                     }
                 }
@@ -392,7 +393,7 @@ impl Tree {
             let sep = int.keys.remove(if i == 0 { 1 } else { i });
             int.bytes -= internal_entry_cost(&sep);
             if i == 0 {
-                int.keys[0] = Arc::from(&[][..]);
+                int.keys[0] = Bytes::new();
             }
             let node = gone.loaded().expect("loaded above: the writer lock keeps eviction away");
             self.retire_node(&node);
@@ -624,7 +625,7 @@ fn split_internal(int: &mut Internal) -> (Key, Arc<Node>) {
     }
     let mut keys = int.keys.split_off(m);
     let children = int.children.split_off(m);
-    let sep = std::mem::replace(&mut keys[0], Arc::from(&[][..]));
+    let sep = std::mem::replace(&mut keys[0], Bytes::new());
     let cost = |keys: &[Key]| {
         PAGE_HEADER_BYTES + internal_entry_cost(&[]) + keys[1..].iter().map(|k| internal_entry_cost(k)).sum::<usize>()
     };
@@ -654,7 +655,7 @@ pub struct Cursor {
     upper: Bound<Vec<u8>>,
 }
 
-pub type Entry = (Key, Arc<[u8]>);
+pub type Entry = (Key, Bytes);
 
 // `next`/`prev` are fallible moves (they read pages), not `Iterator`s.
 #[allow(clippy::should_implement_trait)]
@@ -834,7 +835,7 @@ impl Cursor {
     }
 
     /// Position on `key` exactly; returns its value or `None` (and leaves the cursor unpositioned).
-    pub fn seek_exact(&mut self, key: &[u8]) -> Result<Option<Arc<[u8]>>> {
+    pub fn seek_exact(&mut self, key: &[u8]) -> Result<Option<Bytes>> {
         match self.seek_inner(key)? {
             Some((k, v)) if &*k == key => Ok(Some(v)),
             _ => {

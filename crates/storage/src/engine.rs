@@ -30,6 +30,7 @@ use crate::limits::*;
 use crate::stats::{bump, Counters, Stats};
 use crate::txn::{self, CommitRequest, KeyVersions, RootSet, TxnManager};
 use crate::vfs::{OsVfs, Vfs};
+use bytes::Bytes;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -882,7 +883,7 @@ impl Engine {
     }
 
     /// Read the newest committed value of `key`.
-    pub fn get(&self, table: &Table, key: &[u8]) -> Result<Option<Arc<[u8]>>> {
+    pub fn get(&self, table: &Table, key: &[u8]) -> Result<Option<Bytes>> {
         table.check(self.inner.id)?;
         self.help_evict();
         match self.inner.txns.published().roots.get(&table.id()) {

@@ -22,6 +22,7 @@ pub mod vfs;
 
 pub use block::{AllocPolicy, BlockAddr};
 pub use btree::Cursor;
+pub use bytes::Bytes;
 pub use engine::{Config, Engine, Table, TableConfig, WriteBatch};
 pub use error::{Result, StorageError};
 pub use journal::SyncMode;

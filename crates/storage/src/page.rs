@@ -18,7 +18,7 @@
 //! 4. Every node in memory is charged to the cache meter for its estimated
 //!    size ([`Node::mem_bytes`]) from creation to drop; a node the live tree
 //!    no longer holds (still held by a snapshot) also counts as pinned.
-//! 3. Keys are decoded once, when a page is read, and shared (`Arc<[u8]>`)
+//! 3. Keys are decoded once, when a page is read, and shared (`Bytes`)
 //!    from then on: building an image never decodes a key.
 //!
 //! Leaf image payload: `[type u8 = 1][flags u8][entries u32][0u16]` then per
@@ -32,10 +32,14 @@
 use crate::block::{BlockAddr, BlockKind};
 use crate::cache::CacheMeter;
 use crate::codec::{put_varint, varint_len, Reader};
+use bytes::Bytes;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
-pub type Key = Arc<[u8]>;
+/// Keys and values are `Bytes`: a page read from disk keeps its image as
+/// one buffer that its values are slices of, and its decoded keys in one
+/// more buffer, instead of an allocation per key and per value.
+pub type Key = Bytes;
 
 /// Which block (if any) holds a node's or value's current content.
 #[derive(Debug, Default)]
@@ -97,13 +101,13 @@ impl DiskSlot {
 #[derive(Debug)]
 pub struct BigValue {
     pub len: u32,
-    pub data: OnceLock<Arc<[u8]>>,
+    pub data: OnceLock<Bytes>,
     pub disk: DiskSlot,
 }
 
 #[derive(Clone, Debug)]
 pub enum Value {
-    Inline(Arc<[u8]>),
+    Inline(Bytes),
     Big(Arc<BigValue>),
 }
 
@@ -111,10 +115,10 @@ impl Value {
     pub fn new(bytes: &[u8], overflow_min_bytes: usize) -> Value {
         if bytes.len() >= overflow_min_bytes {
             let data = OnceLock::new();
-            let _ = data.set(Arc::<[u8]>::from(bytes));
+            let _ = data.set(Bytes::copy_from_slice(bytes));
             Value::Big(Arc::new(BigValue { len: bytes.len() as u32, data, disk: DiskSlot::default() }))
         } else {
-            Value::Inline(Arc::from(bytes))
+            Value::Inline(Bytes::copy_from_slice(bytes))
         }
     }
 
@@ -383,7 +387,10 @@ impl Node {
         NODE_OVERHEAD
             + index
             + match &self.body {
-                Body::Leaf(l) => l.bytes + LEAF_ENTRY_OVERHEAD * l.entries.len(),
+                // A leaf read from disk holds its image (its values are
+                // slices of it) and its keys again in one buffer; a changed
+                // leaf may still hold the old image: count the bytes twice.
+                Body::Leaf(l) => 2 * l.bytes + LEAF_ENTRY_OVERHEAD * l.entries.len(),
                 Body::Internal(i) => i.bytes + CHILD_OVERHEAD * i.children.len(),
             }
     }
@@ -505,8 +512,25 @@ pub enum CellValue {
     Overflow { addr: BlockAddr, len: u32 },
 }
 
-/// Decode a page payload into cells; `Err` says what is malformed.
-pub fn decode_cells(kind: BlockKind, payload: &[u8]) -> Result<Vec<Cell>, String> {
+/// One cell as the decoder sees it: borrowed from the payload, the key from
+/// the decoder's buffer (prefix decompression builds it there).
+pub enum CellRef<'a> {
+    Leaf { prefix: usize, key: &'a [u8], value: CellValueRef<'a> },
+    Internal { key: &'a [u8], child: BlockAddr },
+}
+
+pub enum CellValueRef<'a> {
+    Inline(&'a [u8]),
+    Overflow { addr: BlockAddr, len: u32 },
+}
+
+/// Decode a page payload, handing each cell to `visit`; `Err` says what is
+/// malformed. Returns the number of cells.
+pub fn visit_cells(
+    kind: BlockKind,
+    payload: &[u8],
+    visit: &mut dyn FnMut(usize, CellRef) -> Result<(), String>,
+) -> Result<usize, String> {
     let mut r = Reader::new(payload);
     let ptype = r.u8().ok_or("truncated page header")?;
     let _flags = r.u8().ok_or("truncated page header")?;
@@ -524,46 +548,64 @@ pub fn decode_cells(kind: BlockKind, payload: &[u8]) -> Result<Vec<Cell>, String
     if n > r.remaining() / 3 + 1 {
         return Err(format!("page claims {n} entries in {} bytes", payload.len()));
     }
-    let mut cells = Vec::with_capacity(n);
-    let mut prev: Vec<u8> = Vec::new();
+    let mut key: Vec<u8> = Vec::new();
     for i in 0..n {
         let at = r.pos();
         let bad = |what: &str| format!("cell {i} at payload offset {at}: {what}");
         if ptype == PAGE_TYPE_LEAF {
             let prefix = r.varint().ok_or_else(|| bad("truncated prefix"))? as usize;
             let slen = r.varint().ok_or_else(|| bad("truncated key length"))? as usize;
-            if prefix > prev.len() {
+            if prefix > key.len() {
                 return Err(bad("prefix longer than the previous key"));
             }
             let suffix = r.bytes(slen).ok_or_else(|| bad("truncated key"))?;
-            let mut key = prev[..prefix].to_vec();
+            key.truncate(prefix);
             key.extend_from_slice(suffix);
             let vtype = r.u8().ok_or_else(|| bad("truncated value type"))?;
             let value = match vtype {
                 0 => {
                     let len = r.varint().ok_or_else(|| bad("truncated value length"))? as usize;
-                    CellValue::Inline(r.bytes(len).ok_or_else(|| bad("truncated value"))?.to_vec())
+                    CellValueRef::Inline(r.bytes(len).ok_or_else(|| bad("truncated value"))?)
                 }
                 1 => {
                     let addr =
                         BlockAddr::decode(r.bytes(16).ok_or_else(|| bad("truncated overflow address"))?).unwrap();
                     let len = r.u32().ok_or_else(|| bad("truncated overflow length"))?;
-                    CellValue::Overflow { addr, len }
+                    CellValueRef::Overflow { addr, len }
                 }
                 t => return Err(bad(&format!("unknown value type {t}"))),
             };
-            prev.clone_from(&key);
-            cells.push(Cell::Leaf { prefix, key, value });
+            visit(i, CellRef::Leaf { prefix, key: &key, value })?;
         } else {
             let klen = r.varint().ok_or_else(|| bad("truncated key length"))? as usize;
-            let key = r.bytes(klen).ok_or_else(|| bad("truncated key"))?.to_vec();
+            let k = r.bytes(klen).ok_or_else(|| bad("truncated key"))?;
             let child = BlockAddr::decode(r.bytes(16).ok_or_else(|| bad("truncated child address"))?).unwrap();
-            cells.push(Cell::Internal { key, child });
+            visit(i, CellRef::Internal { key: k, child })?;
         }
     }
     if r.remaining() != 0 {
         return Err(format!("{} trailing bytes after {n} cells", r.remaining()));
     }
+    Ok(n)
+}
+
+/// Decode a page payload into owned cells (for tools); `Err` says what is malformed.
+pub fn decode_cells(kind: BlockKind, payload: &[u8]) -> Result<Vec<Cell>, String> {
+    let mut cells = Vec::new();
+    visit_cells(kind, payload, &mut |_, cell| {
+        cells.push(match cell {
+            CellRef::Leaf { prefix, key, value } => Cell::Leaf {
+                prefix,
+                key: key.to_vec(),
+                value: match value {
+                    CellValueRef::Inline(v) => CellValue::Inline(v.to_vec()),
+                    CellValueRef::Overflow { addr, len } => CellValue::Overflow { addr, len },
+                },
+            },
+            CellRef::Internal { key, child } => Cell::Internal { key: key.to_vec(), child },
+        });
+        Ok(())
+    })?;
     Ok(cells)
 }
 
@@ -571,51 +613,65 @@ pub fn decode_cells(kind: BlockKind, payload: &[u8]) -> Result<Vec<Cell>, String
 /// `keys_decoded` counts keys materialized (invariant 3 is checked against it).
 pub fn decode_node(
     kind: BlockKind,
-    payload: &[u8],
+    payload: &Bytes,
     addr: BlockAddr,
     keys_decoded: &std::sync::atomic::AtomicU64,
 ) -> Result<Node, String> {
-    let cells = decode_cells(kind, payload)?;
-    keys_decoded.fetch_add(cells.len() as u64, std::sync::atomic::Ordering::Relaxed);
+    // The entry count from the header, capped by what the payload can hold.
+    let count = payload.get(2..6).map_or(0, |b| u32::from_le_bytes(b.try_into().unwrap()) as usize);
+    let count = count.min(payload.len() / 3);
     let body = match kind {
         BlockKind::Leaf => {
-            let mut leaf = Leaf { entries: Vec::with_capacity(cells.len()), bytes: PAGE_HEADER_BYTES };
-            for cell in cells {
-                let Cell::Leaf { key, value, .. } = cell else { unreachable!() };
+            // Keys go to one buffer (`arena`), values stay slices of the image.
+            let mut arena: Vec<u8> = Vec::with_capacity(payload.len() / 2);
+            let mut cells: Vec<(usize, usize, Value)> = Vec::with_capacity(count);
+            let mut bytes = PAGE_HEADER_BYTES;
+            let n = visit_cells(kind, payload, &mut |_, cell| {
+                let CellRef::Leaf { key, value, .. } = cell else { unreachable!() };
                 let value = match value {
-                    CellValue::Inline(v) => Value::Inline(Arc::from(v)),
-                    CellValue::Overflow { addr, len } => {
+                    CellValueRef::Inline(v) => Value::Inline(payload.slice_ref(v)),
+                    CellValueRef::Overflow { addr, len } => {
                         Value::Big(Arc::new(BigValue { len, data: OnceLock::new(), disk: DiskSlot::with_addr(addr) }))
                     }
                 };
-                if let Some((prev, _)) = leaf.entries.last() {
-                    if **prev >= *key {
+                if let Some((start, end, _)) = cells.last() {
+                    if arena[*start..*end] >= *key {
                         return Err("keys out of order in leaf".into());
                     }
                 }
-                leaf.bytes += leaf_entry_cost(&key, &value);
-                leaf.entries.push((Arc::from(key), value));
-            }
+                bytes += leaf_entry_cost(key, &value);
+                let start = arena.len();
+                arena.extend_from_slice(key);
+                cells.push((start, arena.len(), value));
+                Ok(())
+            })?;
+            arena.shrink_to_fit();
+            let arena = Bytes::from(arena);
+            let entries = cells.into_iter().map(|(start, end, v)| (arena.slice(start..end), v)).collect();
+            let leaf = Leaf { entries, bytes };
+            keys_decoded.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
             Body::Leaf(leaf)
         }
         _ => {
             let mut node = Internal {
-                keys: Vec::with_capacity(cells.len()),
-                children: Vec::with_capacity(cells.len()),
+                keys: Vec::with_capacity(count),
+                children: Vec::with_capacity(count),
                 bytes: PAGE_HEADER_BYTES,
             };
-            for (i, cell) in cells.into_iter().enumerate() {
-                let Cell::Internal { key, child } = cell else { unreachable!() };
+            let n = visit_cells(kind, payload, &mut |i, cell| {
+                let CellRef::Internal { key, child } = cell else { unreachable!() };
                 if i == 0 && !key.is_empty() {
                     return Err("first key of an internal page is not empty".into());
                 }
                 if i > 0 && **node.keys.last().unwrap() >= *key {
                     return Err("keys out of order in internal page".into());
                 }
-                node.bytes += internal_entry_cost(&key);
-                node.keys.push(Arc::from(key));
+                node.bytes += internal_entry_cost(key);
+                node.keys.push(payload.slice_ref(key));
                 node.children.push(Child::on_disk(child));
-            }
+                Ok(())
+            })?;
+            keys_decoded.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
             if node.children.is_empty() {
                 return Err("internal page without children".into());
             }
@@ -638,7 +694,7 @@ mod tests {
         for k in ["apple", "applesauce", "apply", "banana"] {
             let v = Value::new(k.as_bytes(), 1 << 20);
             leaf.bytes += leaf_entry_cost(k.as_bytes(), &v);
-            leaf.entries.push((Arc::from(k.as_bytes()), v));
+            leaf.entries.push((Bytes::copy_from_slice(k.as_bytes()), v));
         }
         let img = encode_leaf(&leaf, &|_| unreachable!());
         let cells = decode_cells(BlockKind::Leaf, &img).unwrap();
@@ -651,7 +707,7 @@ mod tests {
         }
         let addr = BlockAddr { offset: 4096, size: 4096, checksum: 0 };
         let n = AtomicU64::new(0);
-        let node = decode_node(BlockKind::Leaf, &img, addr, &n).unwrap();
+        let node = decode_node(BlockKind::Leaf, &Bytes::from(img.clone()), addr, &n).unwrap();
         assert_eq!(n.into_inner(), 4);
         let Body::Leaf(l) = &node.body else { panic!() };
         assert_eq!(&*l.entries[3].0, b"banana");
@@ -689,8 +745,8 @@ mod tests {
         let n = AtomicU64::new(0);
         for len in 0..64 {
             let junk: Vec<u8> = (0..len).map(|i| (i * 37 + 1) as u8).collect();
-            let _ = decode_node(BlockKind::Leaf, &junk, addr, &n);
-            let _ = decode_node(BlockKind::Internal, &junk, addr, &n);
+            let _ = decode_node(BlockKind::Leaf, &Bytes::from(junk.clone()), addr, &n);
+            let _ = decode_node(BlockKind::Internal, &Bytes::from(junk.clone()), addr, &n);
         }
         let mut img = vec![PAGE_TYPE_LEAF, 0];
         img.extend_from_slice(&u32::MAX.to_le_bytes());

@@ -26,6 +26,7 @@ use crate::error::{Result, StorageError};
 use crate::page::{Key, Node};
 use crate::ssi::{Failure, Mark, SsiState};
 use crate::stats::bump;
+use bytes::Bytes;
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -488,13 +489,13 @@ impl Txn {
         Ok(())
     }
 
-    pub fn get(&self, t: &Table, key: &[u8]) -> Result<Option<Arc<[u8]>>> {
+    pub fn get(&self, t: &Table, key: &[u8]) -> Result<Option<Bytes>> {
         self.engine.check_table(t)?;
         self.check_cache()?;
         self.engine.help_evict();
         self.flush_scans()?;
         if let Some(v) = self.local.lock().unwrap().writes.get(&(t.id(), key.to_vec())) {
-            return Ok(v.as_deref().map(Arc::from));
+            return Ok(v.as_deref().map(Bytes::copy_from_slice));
         }
         let value = match self.root(t) {
             Some(root) => t.0.tree.get_in(&root, key)?,
@@ -713,27 +714,27 @@ impl TxnCursor<'_> {
     }
 
     /// Position on the first visible key >= `key` and return it.
-    pub fn seek(&mut self, key: &[u8]) -> Result<Option<(Key, Arc<[u8]>)>> {
+    pub fn seek(&mut self, key: &[u8]) -> Result<Option<(Key, Bytes)>> {
         self.reset();
         self.step(false, Bound::Included(key.to_vec()))
     }
 
-    pub fn first(&mut self) -> Result<Option<(Key, Arc<[u8]>)>> {
+    pub fn first(&mut self) -> Result<Option<(Key, Bytes)>> {
         self.reset();
         self.step(false, Bound::Unbounded)
     }
 
-    pub fn last(&mut self) -> Result<Option<(Key, Arc<[u8]>)>> {
+    pub fn last(&mut self) -> Result<Option<(Key, Bytes)>> {
         self.reset();
         self.step(true, Bound::Unbounded)
     }
 
-    pub fn next(&mut self) -> Result<Option<(Key, Arc<[u8]>)>> {
+    pub fn next(&mut self) -> Result<Option<(Key, Bytes)>> {
         let from = self.from(false);
         self.step(false, from)
     }
 
-    pub fn prev(&mut self) -> Result<Option<(Key, Arc<[u8]>)>> {
+    pub fn prev(&mut self) -> Result<Option<(Key, Bytes)>> {
         let from = self.from(true);
         self.step(true, from)
     }
@@ -796,7 +797,7 @@ impl TxnCursor<'_> {
         found.map(|((_, k), v)| (k.clone(), v.clone()))
     }
 
-    fn step(&mut self, back: bool, mut from: Bound<Vec<u8>>) -> Result<Option<(Key, Arc<[u8]>)>> {
+    fn step(&mut self, back: bool, mut from: Bound<Vec<u8>>) -> Result<Option<(Key, Bytes)>> {
         self.txn.engine.check_table(&self.table)?;
         self.txn.check_cache()?;
         let start = from.clone();
@@ -836,7 +837,7 @@ impl TxnCursor<'_> {
                 self.front = Some((back, tree));
             }
             match value {
-                Some(v) => break Some((Key::from(key), Arc::from(v))),
+                Some(v) => break Some((Key::from(key), Bytes::from(v))),
                 None => from = Bound::Excluded(key),
             }
         };

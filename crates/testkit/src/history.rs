@@ -1009,7 +1009,9 @@ mod tests {
                         own.insert(key.as_slice());
                         vec![]
                     }
-                    Op::Scan { range, .. } => chains.keys().filter(|k| range.contains(k)).map(Vec::as_slice).collect(),
+                    Op::Scan { range, .. } => {
+                        chains.keys().filter(|k| range.start <= **k && **k < range.end).map(Vec::as_slice).collect()
+                    }
                 };
                 let far = Timestamp(u64::MAX);
                 let differs = |k: &&[u8]| state_at(&applied, k, far) != state_at(chains, k, txn.snapshot);

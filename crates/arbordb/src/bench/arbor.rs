@@ -21,6 +21,7 @@ impl ArborEngine {
         let config = Config {
             sync_mode: SyncMode::Fsync,
             checkpoint_interval: opts.arbordb_checkpoint_interval,
+            cache_size_bytes: opts.cache_bytes.unwrap_or(Config::default().cache_size_bytes),
             ..Config::default()
         };
         let engine = Engine::open(dir, config)?;

@@ -155,3 +155,10 @@ pub fn utc_timestamp_iso() -> String {
     let (y, mo, d, h, mi, s) = utc_now();
     format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}Z")
 }
+
+/// This process's resident set size (VmRSS), if /proc says.
+pub fn rss_bytes() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kib: u64 = s.lines().find(|l| l.starts_with("VmRSS:"))?.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}

@@ -62,6 +62,9 @@ pub trait BenchEngine: Send + Sync {
 pub struct OpenOptions {
     /// ArborDB's checkpoint timer; `None` turns it off.
     pub arbordb_checkpoint_interval: Option<Duration>,
+    /// Cache size for ArborDB and redb; `None`: each engine's default.
+    /// (LMDB reads through the OS page cache and has no such knob.)
+    pub cache_bytes: Option<usize>,
     pub lmdb_map_size_bytes: usize,
 }
 
@@ -161,6 +164,10 @@ pub struct EngineBenchArgs {
     /// ArborDB checkpoint timer in seconds; 0 turns it off.
     #[arg(long, default_value_t = 60)]
     arbordb_checkpoint_secs: u64,
+    /// Cache size in MiB for ArborDB and redb (default: their defaults,
+    /// 512 MiB and 1 GiB). LMDB has no cache of its own.
+    #[arg(long)]
+    cache_mib: Option<usize>,
     /// Seed of every random choice (key order, values).
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -212,6 +219,7 @@ fn run_engine_bench(mut args: EngineBenchArgs) -> BenchResult<()> {
             s => Some(Duration::from_secs(s)),
         },
         lmdb_map_size_bytes: 8 << 30,
+        cache_bytes: args.cache_mib.map(|m| m << 20),
     };
     let parent = args.dir.clone().unwrap_or_else(std::env::temp_dir);
     std::fs::create_dir_all(&parent)?;

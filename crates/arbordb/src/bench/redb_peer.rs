@@ -17,8 +17,12 @@ pub struct RedbEngine {
 }
 
 impl RedbEngine {
-    pub fn open(dir: &Path, _opts: &OpenOptions) -> BenchResult<RedbEngine> {
-        let db = Database::create(dir.join("redb.db"))?;
+    pub fn open(dir: &Path, opts: &OpenOptions) -> BenchResult<RedbEngine> {
+        let mut builder = redb::Builder::new();
+        if let Some(bytes) = opts.cache_bytes {
+            builder.set_cache_size(bytes);
+        }
+        let db = builder.create(dir.join("redb.db"))?;
         // Create the table up front so reads never see it missing.
         let mut txn = db.begin_write()?;
         txn.set_durability(Durability::Immediate);

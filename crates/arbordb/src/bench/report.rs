@@ -41,6 +41,8 @@ pub struct Row {
     pub data_dir_allocated_bytes: Option<u64>,
     /// The part of `data_dir_bytes` in ArborDB's journal directory.
     pub data_dir_journal_bytes: Option<u64>,
+    /// Resident set of the benchmark process when the phase ended.
+    pub rss_after_bytes: Option<u64>,
 }
 
 fn per_op(bytes: u64, ops: u64) -> f64 {
@@ -82,6 +84,7 @@ impl Row {
             data_dir_bytes: dir.map(|d| d.bytes),
             data_dir_allocated_bytes: dir.map(|d| d.allocated_bytes),
             data_dir_journal_bytes: dir.map(|d| d.journal_bytes),
+            rss_after_bytes: measure::rss_bytes(),
         }
     }
 
@@ -113,6 +116,9 @@ impl Row {
         }
         if let Some(j) = self.data_dir_journal_bytes.filter(|&j| j > 0) {
             line += &format!(" (journal {:.1} MiB)", mib(j));
+        }
+        if let Some(r) = self.rss_after_bytes {
+            line += &format!(", RSS {:.0} MiB", mib(r));
         }
         line
     }
@@ -199,6 +205,7 @@ pub fn document(
             "durability": DURABILITY,
             "durability_detail": durability_detail,
             "arbordb_checkpoint_interval_secs": opts.arbordb_checkpoint_interval.map(|d| d.as_secs()),
+            "cache_bytes_arbordb_and_redb": opts.cache_bytes,
             "notes": [
                 "Write phases do min(num, num_sync * batch) puts; keys_in_db is what the fill wrote.",
                 "fillseq runs on a fresh database; fillrandom on a second fresh one, followed by overwrite and the read phases on that database.",
