@@ -65,9 +65,9 @@ fn a_data_set_ten_times_the_cache() {
     load(&engine, &t, keys);
     let mut versions = vec![0u32; keys as usize];
     let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
-    for round in 0..100 {
+    for round in 0..200 {
         let mut b = WriteBatch::new();
-        for _ in 0..100 {
+        for _ in 0..50 {
             let i = rng.gen_range(0..keys);
             versions[i as usize] += 1;
             b.put(&t, &key(i), &value(i, versions[i as usize])).unwrap();
