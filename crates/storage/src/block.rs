@@ -479,7 +479,8 @@ impl BlockFile {
     }
 
     /// The live tree stopped referencing `addr`. It stays unavailable until a
-    /// checkpoint that no longer references it is durable (invariant 1).
+    /// checkpoint that no longer references it is durable (invariant 1),
+    /// unless no checkpoint can name it (`Extents::fresh`): then at once.
     pub fn free(&self, addr: BlockAddr) {
         let mut ext = self.extents();
         let removed = ext.alloc.remove(addr.offset, addr.size as u64);

@@ -1159,6 +1159,7 @@ impl Engine {
                 let bf = &t.0.tree.bf;
                 let root = t.0.tree.write_dirty(root)?;
                 let extents = bf.write_extent_list()?;
+                bump(&self.inner.counters.extent_list_bytes_written, extents.size as u64);
                 t.0.checkpointing.store(false, Ordering::Release);
                 bf.sync()?;
                 written.push((t.clone(), TableCheckpoint { root, extents }));
@@ -1185,8 +1186,14 @@ impl Engine {
         )?;
         meta.bf.free(ck.meta_extents);
         meta.bf.checkpoint_begin();
+        // Bytes of the metadata table count apart from table data.
+        let table_bytes = self.inner.counters.data_bytes_written.load(Ordering::Relaxed);
         let meta_root = meta.write_dirty(&meta.snapshot())?;
+        let meta_bytes = self.inner.counters.data_bytes_written.load(Ordering::Relaxed) - table_bytes;
+        self.inner.counters.data_bytes_written.fetch_sub(meta_bytes, Ordering::Relaxed);
+        bump(&self.inner.counters.metadata_bytes_written, meta_bytes);
         let meta_extents = meta.bf.write_extent_list()?;
+        bump(&self.inner.counters.extent_list_bytes_written, meta_extents.size as u64);
         meta.bf.sync()?;
         let record = RootRecord {
             generation: ck.generation + 1,
@@ -1194,6 +1201,7 @@ impl Engine {
             next_table_id,
             metadata: TableCheckpoint { root: meta_root, extents: meta_extents },
         };
+        bump(&self.inner.counters.root_file_bytes_written, ROOT_BYTES as u64);
         if let Err(e) = Self::write_root_file(&*self.inner.vfs, &self.inner.dir, &record) {
             meta.bf.checkpoint_abandoned();
             return Err(e);
@@ -1244,13 +1252,16 @@ impl Engine {
     pub fn stats(&self) -> Stats {
         let c = &self.inner.counters;
         let m = &self.inner.meter;
-        let (mut clean, mut dirty) = (0u64, 0u64);
+        let (mut clean, mut dirty, mut versions) = (0u64, 0u64, 0u64);
         let tables: Vec<Table> = self.inner.catalog.read().unwrap().by_id.values().cloned().collect();
         for t in tables {
             let (cl, di) = t.0.tree.live_bytes();
             clean += cl as u64;
             dirty += di as u64;
+            versions += t.0.versions.lock().unwrap().len() as u64;
         }
+        c.key_versions.store(versions, Ordering::Relaxed);
+        c.ssi_tracked_txns.store(self.inner.txns.ssi.lock().unwrap().tracked() as u64, Ordering::Relaxed);
         c.cache_capacity_bytes.store(m.capacity() as u64, Ordering::Relaxed);
         c.cache_bytes.store(m.bytes() as u64, Ordering::Relaxed);
         c.cache_peak_bytes.store(m.peak() as u64, Ordering::Relaxed);

@@ -4,14 +4,14 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 macro_rules! counters {
-    ($($name:ident),* $(,)?) => {
+    ($($(#[$doc:meta])* $name:ident),* $(,)?) => {
         /// Live counters.
         #[derive(Debug, Default)]
-        pub struct Counters { $(pub $name: AtomicU64,)* }
+        pub struct Counters { $($(#[$doc])* pub $name: AtomicU64,)* }
 
         /// A point-in-time copy of [`Counters`].
         #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-        pub struct Stats { $(pub $name: u64,)* }
+        pub struct Stats { $($(#[$doc])* pub $name: u64,)* }
 
         impl Counters {
             pub fn snapshot(&self) -> Stats {
@@ -30,8 +30,16 @@ counters!(
     leaf_pages_written,
     internal_pages_written,
     overflow_blocks_written,
+    /// Table files (pages and overflow blocks), the metadata table, extent
+    /// lists and root files: bytes written per file kind (journal below).
     data_bytes_written,
+    /// The metadata table's pages.
+    metadata_bytes_written,
+    extent_list_bytes_written,
+    root_file_bytes_written,
+    /// Journaled commits (batches and transactions that wrote).
     commits,
+    /// Transactions (`Txn`) committed, read-only ones included.
     txn_committed,
     txn_rolled_back,
     write_conflicts,
@@ -40,17 +48,31 @@ counters!(
     journal_bytes_written,
     journal_syncs,
     checkpoints,
+    /// Leaves eviction dropped from memory...
     pages_evicted,
+    /// ...of which it reconciled (wrote) first.
     pages_evicted_dirty,
     eviction_passes,
+    /// Eviction passes run by application threads past the trigger.
     eviction_app_thread_passes,
+    /// Transactions rolled back because snapshots pinned too much.
     txn_cache_aborts,
+    /// Gauges from here to `cache_clean_bytes`, filled in by `Engine::stats`:
+    /// the configured cache size...
     cache_capacity_bytes,
+    /// ...the estimated bytes of every page in memory...
     cache_bytes,
+    /// ...the highest `cache_bytes` seen...
     cache_peak_bytes,
+    /// ...the part only snapshots hold (old versions)...
     cache_pinned_bytes,
+    /// ...and of the live trees' pages, the dirty and the clean bytes.
     cache_dirty_bytes,
     cache_clean_bytes,
+    /// Gauges too: keys with recent commits or claims kept for conflict
+    /// checks, and serializable transactions SSI still tracks.
+    key_versions,
+    ssi_tracked_txns,
     checkpoint_last_duration_us,
     checkpoint_total_duration_us,
 );

@@ -5,6 +5,7 @@
 //! benchmark run. The crash-writer binaries exist only for the kill -9 tests.
 
 pub mod bank;
+pub mod crash;
 pub mod fault;
 pub mod history;
 pub mod mem;

@@ -6,10 +6,10 @@
 //! `ARBORDB_CRASH_CYCLES` sets the number of cycles (default 100).
 
 use rand::{Rng, SeedableRng};
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 use storage::{Config, Engine, OsVfs};
+use testkit::crash;
 use testkit::workload::{self, Model};
 
 #[test]
@@ -23,32 +23,11 @@ fn kill_9_loses_no_acknowledged_commit() {
     let mut model_batches = 0u64;
     let mut max_acked: Option<u64> = None;
     for cycle in 0..cycles {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_crash_writer"))
-            .arg(dir.path())
-            .arg(seed.to_string())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let reader = std::thread::spawn(move || {
-            let mut acked: Option<u64> = None;
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if let Some(n) = line.strip_prefix("ack ") {
-                    acked = Some(n.parse().unwrap());
-                }
-            }
-            acked
-        });
-        std::thread::sleep(Duration::from_millis(rng.gen_range(5..120)));
-        if let Some(status) = child.try_wait().unwrap() {
-            panic!("cycle {cycle} (seed {seed}): the writer exited on its own: {status}");
-        }
-        // SAFETY: kill(2) on our own child's pid.
-        unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
-        child.wait().unwrap();
-        if let Some(a) = reader.join().unwrap() {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_crash_writer"));
+        child.arg(dir.path()).arg(seed.to_string());
+        let run = Duration::from_millis(rng.gen_range(5..120));
+        let acks = crash::run_then_kill(child, run, &format!("cycle {cycle} (seed {seed})"));
+        if let Some(a) = acks.iter().map(|n| n.parse::<u64>().unwrap()).max() {
             max_acked = Some(max_acked.map_or(a, |m| m.max(a)));
         }
 

@@ -8,11 +8,11 @@
 
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 use storage::{Config, Engine, OsVfs};
 use testkit::bank::{ledger_key, Bank};
+use testkit::crash;
 
 #[test]
 fn kill_9_during_concurrent_transactions_loses_nothing_acknowledged() {
@@ -25,32 +25,12 @@ fn kill_9_during_concurrent_transactions_loses_nothing_acknowledged() {
     let mut acked: BTreeMap<u32, u64> = BTreeMap::new();
     let mut entries = 0;
     for cycle in 0..cycles {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_txn_crash_writer"))
-            .arg(dir.path())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let reader = std::thread::spawn(move || {
-            let mut acks = Vec::new();
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if let Some(rest) = line.strip_prefix("ack ") {
-                    let mut it = rest.split(' ').map(|x| x.parse::<u64>().unwrap());
-                    acks.push((it.next().unwrap() as u32, it.next().unwrap()));
-                }
-            }
-            acks
-        });
-        std::thread::sleep(Duration::from_millis(rng.gen_range(20..150)));
-        if let Some(status) = child.try_wait().unwrap() {
-            panic!("cycle {cycle}: the writer exited on its own: {status}");
-        }
-        // SAFETY: kill(2) on our own child's pid.
-        unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
-        child.wait().unwrap();
-        for (thread, seq) in reader.join().unwrap() {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_txn_crash_writer"));
+        child.arg(dir.path());
+        let run = Duration::from_millis(rng.gen_range(20..150));
+        for ack in crash::run_then_kill(child, run, &format!("cycle {cycle}")) {
+            let mut it = ack.split(' ').map(|x| x.parse::<u64>().unwrap());
+            let (thread, seq) = (it.next().unwrap() as u32, it.next().unwrap());
             let a = acked.entry(thread).or_insert(seq);
             *a = (*a).max(seq);
         }

@@ -48,11 +48,11 @@ pub struct SmallBankArgs {
     #[arg(long, default_value_t = 4)]
     threads: usize,
     /// Seconds per run.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 8)]
     seconds: u64,
     /// Runs per isolation level and sync mode; rounds alternate which level
     /// goes first, and the ratio uses the summed commits and seconds.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 3)]
     rounds: u32,
     /// Sync modes to run, comma separated.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "fsync,off")]

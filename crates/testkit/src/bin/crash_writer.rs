@@ -4,29 +4,15 @@
 //! kills it at a random moment.
 
 use std::io::Write;
-use storage::{Config, Engine, SyncMode, TableConfig};
+use storage::{Engine, TableConfig};
 use testkit::workload;
 
 fn main() {
-    // Any panic, on any thread, must end the process so the parent sees it.
-    let default_hook = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        default_hook(info);
-        std::process::abort();
-    }));
+    testkit::crash::abort_on_panic();
     let args: Vec<String> = std::env::args().collect();
     let dir = &args[1];
     let seed: u64 = args[2].parse().unwrap();
-    let config = Config {
-        sync_mode: SyncMode::Fsync,
-        // Small, so kills also land inside checkpoints and journal rotations.
-        checkpoint_journal_bytes: 256 * 1024,
-        journal_file_max_bytes: 128 * 1024,
-        // Smaller than the data, so eviction writes and drops pages throughout.
-        cache_size_bytes: 256 * 1024,
-        cache_pinned_max_percent: 100,
-        ..Config::default()
-    };
+    let config = testkit::crash::writer_config();
     let engine = Engine::open(dir, config).expect("open");
     let table = match engine.table("crash") {
         Ok(t) => t,

@@ -5,27 +5,15 @@
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
-use storage::{Config, Engine, SyncMode};
+use storage::Engine;
 use testkit::bank::Bank;
 
 const THREADS: u32 = 4;
 
 fn main() {
-    let default_hook = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        default_hook(info);
-        std::process::abort();
-    }));
+    testkit::crash::abort_on_panic();
     let dir = std::env::args().nth(1).expect("data directory");
-    let config = Config {
-        sync_mode: SyncMode::Fsync,
-        checkpoint_journal_bytes: 256 * 1024,
-        journal_file_max_bytes: 128 * 1024,
-        // Smaller than the data, so eviction writes and drops pages throughout.
-        cache_size_bytes: 256 * 1024,
-        cache_pinned_max_percent: 100,
-        ..Config::default()
-    };
+    let config = testkit::crash::writer_config();
     let engine = Engine::open(dir, config).expect("open");
     let bank = Arc::new(Bank::open(&engine).expect("bank"));
     let out = Arc::new(Mutex::new(std::io::stdout()));
