@@ -27,4 +27,11 @@ cargo run --release --quiet -p arbordb -- bench engine --num 5000 --num-sync 200
 python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert r['results'], 'no results'; print('bench smoke:', len(r['results']), 'rows')" "$out/smoke.json"
 rm -rf "$out"
 
+echo "== SmallBank smoke run (SI and serializable; fails on an SI violation or a serializable anomaly)"
+out=$(mktemp -d)
+cargo run --release --quiet -p arbordb -- bench smallbank --customers 500 --hotspot 20 --seconds 1 --rounds 1 \
+  --dir "$out" --out "$out/smallbank.json" >/dev/null
+python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert len(r['runs']) == 4; print('smallbank smoke:', [round(x, 2) for x in r['serializable_over_si_throughput'].values()])" "$out/smallbank.json"
+rm -rf "$out"
+
 echo "== all tests passed"
