@@ -312,7 +312,7 @@ impl Tree {
                 let cost = leaf_entry_cost(key, &value);
                 match leaf.entries.binary_search_by(|(k, _)| (**k).cmp(key)) {
                     Ok(i) => {
-                        let old = std::mem::replace(&mut leaf.entries[i].1, value);
+                        let old = std::mem::replace(&mut leaf.entries.get_mut(i).1, value);
                         leaf.bytes = leaf.bytes + cost - leaf_entry_cost(key, &old);
                         self.retire_value(&old)?;
                     }
@@ -413,7 +413,7 @@ impl Tree {
         let left = self.make_mut(self.child_mut(int, l)?);
         match (&mut left.body, &right.body) {
             (Body::Leaf(ll), Body::Leaf(rl)) => {
-                ll.entries.extend(rl.entries.iter().cloned());
+                ll.entries.append_shared(&rl.entries);
                 ll.bytes += rl.bytes - PAGE_HEADER_BYTES;
             }
             (Body::Internal(li), Body::Internal(ri)) => {

@@ -10,6 +10,7 @@ pub mod btree;
 pub mod cache;
 pub mod codec;
 pub mod engine;
+pub mod entries;
 pub mod error;
 pub mod journal;
 pub mod limits;

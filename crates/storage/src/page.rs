@@ -32,6 +32,7 @@
 use crate::block::{BlockAddr, BlockKind};
 use crate::cache::CacheMeter;
 use crate::codec::{put_varint, varint_len, Reader};
+use crate::entries::Entries;
 use bytes::Bytes;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
@@ -151,7 +152,7 @@ pub fn internal_entry_cost(key: &[u8]) -> usize {
 
 #[derive(Debug, Default, Clone)]
 pub struct Leaf {
-    pub entries: Vec<(Key, Value)>,
+    pub entries: Entries,
     /// Upper bound of the image size (prefix compression only shrinks it).
     pub bytes: usize,
 }
@@ -418,7 +419,7 @@ impl Node {
     }
 
     pub fn empty_leaf() -> Node {
-        Node::new(Body::Leaf(Leaf { entries: Vec::new(), bytes: PAGE_HEADER_BYTES }))
+        Node::new(Body::Leaf(Leaf { entries: Entries::new(), bytes: PAGE_HEADER_BYTES }))
     }
 
     /// Leaf: index of the first entry with key >= `key`.
@@ -690,7 +691,7 @@ mod tests {
 
     #[test]
     fn leaf_image_roundtrip_with_prefix_compression() {
-        let mut leaf = Leaf { entries: vec![], bytes: PAGE_HEADER_BYTES };
+        let mut leaf = Leaf { entries: Entries::new(), bytes: PAGE_HEADER_BYTES };
         for k in ["apple", "applesauce", "apply", "banana"] {
             let v = Value::new(k.as_bytes(), 1 << 20);
             leaf.bytes += leaf_entry_cost(k.as_bytes(), &v);
