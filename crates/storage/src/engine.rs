@@ -886,8 +886,8 @@ impl Engine {
     pub fn get(&self, table: &Table, key: &[u8]) -> Result<Option<Bytes>> {
         table.check(self.inner.id)?;
         self.help_evict();
-        match self.inner.txns.published().roots.get(&table.id()) {
-            Some(root) => table.0.tree.get_in(root, key),
+        match self.inner.txns.published_root(table.id()) {
+            Some(root) => table.0.tree.get_in(&root, key),
             None => Err(StorageError::TableNotFound(table.name().to_string())),
         }
     }
@@ -897,9 +897,8 @@ impl Engine {
     pub fn cursor(&self, table: &Table) -> Result<Cursor> {
         table.check(self.inner.id)?;
         let (txns, id) = (self.inner.txns.clone(), table.id());
-        let source: crate::btree::RootSource = Arc::new(move || {
-            txns.published().roots.get(&id).cloned().unwrap_or_else(|| Arc::new(crate::page::Node::empty_leaf()))
-        });
+        let source: crate::btree::RootSource =
+            Arc::new(move || txns.published_root(id).unwrap_or_else(|| Arc::new(crate::page::Node::empty_leaf())));
         Ok(Cursor::with_roots(table.0.tree.clone(), Some(source)))
     }
 

@@ -20,11 +20,14 @@ pub struct Entries {
     /// `starts[c]` is the index of chunk `c`'s first entry; the last
     /// element is the length.
     starts: Vec<usize>,
+    /// Every chunk but the last holds exactly `CHUNK` entries (as after a
+    /// page is read): index lookups are a division.
+    uniform: bool,
 }
 
 impl Default for Entries {
     fn default() -> Self {
-        Entries { chunks: Vec::new(), starts: vec![0] }
+        Entries { chunks: Vec::new(), starts: vec![0], uniform: true }
     }
 }
 
@@ -49,10 +52,17 @@ impl Entries {
             at += c.len();
             self.starts.push(at);
         }
+        let n = self.chunks.len();
+        self.uniform = n == 0 || self.chunks[..n - 1].iter().all(|c| c.len() == CHUNK);
     }
 
     /// Chunk holding index `i` (`i < len`), and the offset in it.
     fn locate(&self, i: usize) -> (usize, usize) {
+        if self.uniform {
+            // The last chunk may hold more than `CHUNK`.
+            let c = (i / CHUNK).min(self.chunks.len() - 1);
+            return (c, i - c * CHUNK);
+        }
         let c = self.starts.partition_point(|&s| s <= i) - 1;
         (c, i - self.starts[c])
     }
@@ -166,7 +176,7 @@ impl FromIterator<Entry> for Entries {
         if !cur.is_empty() {
             chunks.push(Arc::new(cur));
         }
-        let mut e = Entries { chunks, starts: Vec::new() };
+        let mut e = Entries { chunks, starts: Vec::new(), uniform: true };
         e.reindex();
         e
     }
@@ -190,12 +200,32 @@ mod tests {
         (Bytes::copy_from_slice(&k.to_be_bytes()), Value::Inline(Bytes::new()))
     }
 
+    #[test]
+    fn appending_past_a_full_chunk_keeps_every_index() {
+        let mut e: Entries = (0..CHUNK as u16).map(entry).collect();
+        for k in CHUNK as u16..200 {
+            e.push(entry(k));
+            for i in 0..=k as usize {
+                assert_eq!(&e[i].0[..], &(i as u16).to_be_bytes()[..], "index {i} after {k} pushes");
+            }
+        }
+        let mut f: Entries = (0..(3 * CHUNK) as u16).map(entry).collect();
+        f.push(entry(1000));
+        f.insert(5, entry(999));
+        assert_eq!(f.len(), 3 * CHUNK + 2);
+        assert_eq!(&f[3 * CHUNK + 1].0[..], &1000u16.to_be_bytes()[..]);
+    }
+
     proptest! {
         /// Against a plain `Vec`: inserts, removes, splits, appends, searches.
         #[test]
-        fn behaves_like_a_vec(ops in proptest::collection::vec((0u8..5, any::<u16>()), 1..400)) {
-            let mut model: Vec<u16> = Vec::new();
-            let mut e = Entries::new();
+        fn behaves_like_a_vec(
+            start in 0u16..200,
+            ops in proptest::collection::vec((0u8..6, any::<u16>()), 1..400),
+        ) {
+            // Start from a collected (uniform) run, as after a page read.
+            let mut model: Vec<u16> = (0..start).map(|k| k * 10).collect();
+            let mut e: Entries = model.iter().map(|&k| entry(k)).collect();
             for (op, k) in ops {
                 match op {
                     0 | 1 => {
@@ -219,6 +249,13 @@ mod tests {
                         e.append_shared(&right);
                         model.extend(tail);
                         prop_assert_eq!(clone.len(), at);
+                    }
+                    4 | 5 => {
+                        let k = model.last().map_or(0, |l| l.saturating_add(1 + k % 7));
+                        if model.last() != Some(&k) {
+                            model.push(k);
+                            e.push(entry(k));
+                        }
                     }
                     _ => {}
                 }

@@ -260,6 +260,12 @@ impl TxnManager {
         self.published.read().unwrap().clone()
     }
 
+    /// The newest published root of one table (cheaper than the whole set:
+    /// one reference count, not the set's shared one).
+    pub fn published_root(&self, table: u32) -> Option<Arc<Node>> {
+        self.published.read().unwrap().roots.get(&table).cloned()
+    }
+
     /// Publish the roots of `changed` tables (`None`: dropped) at `ts`.
     /// The caller holds `publish`.
     pub fn publish(&self, ts: u64, changed: impl IntoIterator<Item = (u32, Option<Arc<Node>>)>) {
