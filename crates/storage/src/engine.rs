@@ -1056,7 +1056,9 @@ impl Engine {
                 self.inner.txns.publish(seq, tables.iter().map(|t| (t.id(), Some(t.0.tree.snapshot()))));
                 seq
             };
-            self.inner.txns.ssi.lock().unwrap().committed(me.id, Some(seq));
+            if serializable {
+                self.inner.txns.ssi.lock().unwrap().committed(me.id, Some(seq));
+            }
             txn::stamp_batch(self, batch);
             (seq, me)
         };

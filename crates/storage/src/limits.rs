@@ -60,10 +60,8 @@ pub const cache_pinned_default_percent: usize = 50;
 pub const ssi_marks_per_table_max: usize = 1024;
 /// SIREAD marks kept in all; past this the largest holder is coarsened.
 pub const ssi_marks_max: usize = 200_000;
-/// SSI forgets finished transactions every this many finishes, or sooner
-/// once it tracks this many.
-pub const ssi_cleanup_every: usize = 32;
-pub const ssi_cleanup_nodes: usize = 256;
+/// SSI forgets finished transactions every this many finishes.
+pub const ssi_cleanup_every: u64 = 32;
 /// Key-version entries a table keeps before a garbage-collection pass.
 pub const key_versions_gc_min: usize = 4096;
 

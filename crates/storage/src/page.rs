@@ -34,7 +34,7 @@ use crate::cache::CacheMeter;
 use crate::codec::{put_varint, varint_len, Reader};
 use crate::entries::Entries;
 use bytes::Bytes;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 /// Keys and values are `Bytes`: a page read from disk keeps its image as
@@ -275,6 +275,8 @@ pub struct Node {
     pub search: OnceLock<SearchIndex>,
     /// Set by readers, cleared by eviction's clock hand (second chance).
     pub accessed: AtomicBool,
+    /// Read searches so far; the search index is built after a few.
+    searches: AtomicU32,
     pub charge: Charge,
 }
 
@@ -370,6 +372,8 @@ impl SearchIndex {
 const LEAF_ENTRY_OVERHEAD: usize = 80;
 const CHILD_OVERHEAD: usize = 160;
 const NODE_OVERHEAD: usize = 256;
+/// Read searches a node answers by plain binary search before it gets an index.
+const SEARCHES_BEFORE_INDEX: u32 = 4;
 
 impl Node {
     pub fn new(body: Body) -> Node {
@@ -378,6 +382,7 @@ impl Node {
             disk: DiskSlot::default(),
             search: OnceLock::new(),
             accessed: AtomicBool::new(true),
+            searches: AtomicU32::new(0),
             charge: Charge::default(),
         }
     }
@@ -426,6 +431,17 @@ impl Node {
     /// Internal: index of the child whose range holds `key`.
     /// For read paths on nodes that no longer change (see `search`).
     pub fn search(&self, key: &[u8]) -> usize {
+        // A node copied by a commit is often replaced by the next one before
+        // it is read much: build the index only once a node has been
+        // searched a few times.
+        let indexed =
+            self.search.get().is_some() || self.searches.fetch_add(1, Ordering::Relaxed) >= SEARCHES_BEFORE_INDEX;
+        if !indexed {
+            return match &self.body {
+                Body::Leaf(l) => l.entries.binary_search_by(|(k, _)| (**k).cmp(key)).unwrap_or_else(|i| i),
+                Body::Internal(int) => int.keys[1..].partition_point(|k| &**k <= key),
+            };
+        }
         match &self.body {
             Body::Leaf(l) => {
                 let index = self.search.get_or_init(|| SearchIndex::build(l.entries.len(), |i| &l.entries[i].0));

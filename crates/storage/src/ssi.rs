@@ -138,7 +138,6 @@ pub struct SsiState {
     /// Serializable read-write transactions now active.
     active_rw: usize,
     pub marks_coarsened: u64,
-    finished_since_cleanup: usize,
 }
 
 impl SsiState {
@@ -441,22 +440,12 @@ impl SsiState {
         }
     }
 
-    /// A transaction finished: clean up now and then (`cleanup` walks every
-    /// tracked transaction).
-    pub fn finished(&mut self, oldest_begin: u64, oldest_read_ts: u64) {
-        self.finished_since_cleanup += 1;
-        if self.finished_since_cleanup >= ssi_cleanup_every || self.nodes.len() >= ssi_cleanup_nodes {
-            self.cleanup(oldest_begin, oldest_read_ts);
-        }
-    }
-
     /// Forget finished transactions no active transaction is concurrent
     /// with: every open snapshot (the oldest is `oldest_read_ts`) sees a
     /// writer's commit; a read-only one finished before the oldest active
     /// transaction began (`oldest_begin`). Keep those a transaction that
     /// stays still points at.
     pub fn cleanup(&mut self, oldest_begin: u64, oldest_read_ts: u64) {
-        self.finished_since_cleanup = 0;
         let mut gone: HashSet<TxnId> = self
             .nodes
             .iter()

@@ -242,6 +242,8 @@ pub(crate) struct TxnManager {
     /// Held by a serializable commit from its SSI prepare until it is
     /// published, so SSI commit order is visibility order.
     pub ssi_commit: Mutex<()>,
+    /// Serializable transactions finished, to pace SSI cleanup.
+    finishes: AtomicU64,
 }
 
 impl TxnManager {
@@ -253,6 +255,7 @@ impl TxnManager {
             events: AtomicU64::new(0),
             ssi: Mutex::default(),
             ssi_commit: Mutex::default(),
+            finishes: AtomicU64::new(0),
         }
     }
 
@@ -508,11 +511,13 @@ impl Txn {
             None => None,
         };
         if self.tracked {
-            let ssi = &self.engine.txns().ssi;
-            ssi.lock().unwrap().mark_read(self.me.id, t.id(), Mark::Key(key)).map_err(|f| self.failure(f))?;
+            // Mark, then look (see `SsiState::mark_read`), under one hold of
+            // the SSI lock; a writer never holds the two locks together.
+            let mut ssi = self.engine.txns().ssi.lock().unwrap();
+            ssi.mark_read(self.me.id, t.id(), Mark::Key(key)).map_err(|f| self.failure(f))?;
             let writers = t.0.versions.lock().unwrap().unseen(key, &self.me);
             if !writers.is_empty() {
-                ssi.lock().unwrap().read_unseen(self.me.id, t.name(), &writers).map_err(|f| self.failure(f))?;
+                ssi.read_unseen(self.me.id, t.name(), &writers).map_err(|f| self.failure(f))?;
             }
         }
         Ok(value)
@@ -543,10 +548,8 @@ impl Txn {
             };
             if self.tracked {
                 let ssi = &self.engine.txns().ssi;
-                if let Some(f) = ssi.lock().unwrap().doomed(self.me.id) {
-                    return Err(self.failure(f));
-                }
-                // Claim, then look for marks (see `SsiState::mark_read`).
+                // Claim, then look for marks (see `SsiState::mark_read`);
+                // `on_write` also fails a doomed transaction.
                 t.0.versions.lock().unwrap().claim(key, &self.me).map_err(conflict)?;
                 // Claimed: the key is in the write set even if SSI fails, so rollback releases it.
                 local.writes.insert(slot.clone(), None);
@@ -653,9 +656,13 @@ impl Txn {
     }
 
     fn after_finish(&self) {
-        if self.tracked {
+        // SSI cleanup walks every tracked transaction: now and then only.
+        if self.tracked
+            && (self.engine.txns().finishes.fetch_add(1, Ordering::Relaxed) + 1)
+                .is_multiple_of(crate::limits::ssi_cleanup_every)
+        {
             let (begin, read_ts) = self.engine.txns().oldest();
-            self.engine.txns().ssi.lock().unwrap().finished(begin, read_ts);
+            self.engine.txns().ssi.lock().unwrap().cleanup(begin, read_ts);
         }
     }
 }
