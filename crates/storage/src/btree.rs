@@ -192,11 +192,7 @@ impl Tree {
         Err(StorageError::corruption(self.bf.path(), 0, "tree deeper than the depth limit"))
     }
 
-    pub fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
-        self.get_in(&self.snapshot(), key)
-    }
-
-    /// `get` in a given version of the tree.
+    /// Look `key` up in a given version of the tree.
     pub fn get_in(&self, root: &Arc<Node>, key: &[u8]) -> Result<Option<Bytes>> {
         let leaf = self.leaf_for(root, key, true)?;
         let Body::Leaf(l) = &leaf.body else { unreachable!() };

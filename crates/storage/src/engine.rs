@@ -759,7 +759,7 @@ impl Engine {
         let slow = Duration::from_millis(journal_background_flush_ms);
         let mut jobs: Vec<(&str, BackgroundJob, Duration)> = vec![
             ("arbordb-checkpoint", checkpoint_if_due, slow),
-            ("arbordb-evict", evict_if_over, Duration::from_millis(eviction_tick_ms)),
+            ("arbordb-evict", Engine::evict_to_target, Duration::from_millis(eviction_tick_ms)),
         ];
         if self.inner.config.sync_mode == SyncMode::Background {
             jobs.push(("arbordb-flush", flush_journal, slow));
@@ -798,6 +798,27 @@ impl Engine {
         }
     }
 
+    /// Append a journal record and publish the tables it changed at its
+    /// sequence number, as one step in the publish order (`committed` runs
+    /// in between, for a transaction to take its commit timestamp).
+    fn journal_and_publish(
+        &self,
+        payload: &[u8],
+        committed: impl FnOnce(u64),
+        changed: impl IntoIterator<Item = (u32, Option<Arc<crate::page::Node>>)>,
+    ) -> Result<u64> {
+        let _publish = self.inner.txns.publish.lock().unwrap();
+        let seq = self.inner.journal.append(payload)?;
+        committed(seq);
+        self.inner.txns.publish(seq, changed);
+        Ok(seq)
+    }
+
+    /// Bytes old versions may pin, and a write set may need, in the cache.
+    fn pinned_limit(&self) -> usize {
+        self.inner.meter.capacity() / 100 * self.inner.config.cache_pinned_max_percent
+    }
+
     /// Wait for record `seq` as the sync mode asks; a failure poisons.
     fn make_durable(&self, seq: u64) -> Result<()> {
         let sync = self.inner.config.sync_mode == SyncMode::Fsync;
@@ -829,12 +850,7 @@ impl Engine {
             payload.extend_from_slice(&(name.len() as u16).to_le_bytes());
             payload.extend_from_slice(name.as_bytes());
             config.encode(&mut payload);
-            let seq = {
-                let _publish = self.inner.txns.publish.lock().unwrap();
-                let seq = self.inner.journal.append(&payload)?;
-                self.inner.txns.publish(seq, [(id, Some(table.0.tree.snapshot()))]);
-                seq
-            };
+            let seq = self.journal_and_publish(&payload, |_| {}, [(id, Some(table.0.tree.snapshot()))])?;
             catalog.next_table_id += 1;
             catalog.by_id.insert(id, table.clone());
             catalog.by_name.insert(name.to_string(), table.clone());
@@ -854,12 +870,7 @@ impl Engine {
             let _writer = table.0.writer.lock().unwrap();
             let mut payload = vec![OP_DROP];
             payload.extend_from_slice(&table.id().to_le_bytes());
-            let seq = {
-                let _publish = self.inner.txns.publish.lock().unwrap();
-                let seq = self.inner.journal.append(&payload)?;
-                self.inner.txns.publish(seq, [(table.id(), None)]);
-                seq
-            };
+            let seq = self.journal_and_publish(&payload, |_| {}, [(table.id(), None)])?;
             Self::forget_table(&mut catalog, &table);
             catalog.dropped_files.push(self.inner.dir.join(table_file_name(table.id())));
             seq
@@ -885,7 +896,6 @@ impl Engine {
     /// Read the newest committed value of `key`.
     pub fn get(&self, table: &Table, key: &[u8]) -> Result<Option<Bytes>> {
         table.check(self.inner.id)?;
-        self.help_evict();
         match self.inner.txns.published_root(table.id()) {
             Some(root) => table.0.tree.get_in(&root, key),
             None => Err(StorageError::TableNotFound(table.name().to_string())),
@@ -942,7 +952,7 @@ impl Engine {
         if batch.is_empty() {
             return Ok(self.inner.journal.next_seq().saturating_sub(1));
         }
-        let r = self.commit_batch_with(batch, false, |_| {
+        self.commit_batch_with(batch, false, |_| {
             // Under the writer locks nothing can commit to these tables
             // before us, so a snapshot taken now sees every earlier commit.
             let me = txn::begin_plain(self);
@@ -954,32 +964,19 @@ impl Engine {
                     Err(e)
                 }
             }
-        });
-        if r.is_ok() {
-            bump(&self.inner.counters.commits, 1);
-        }
-        r
+        })
     }
 
     /// Commit a transaction's write set (its keys already claimed).
     pub(crate) fn commit_batch(&self, req: CommitRequest) -> Result<u64> {
         self.check_writable()?;
         let me = req.me.clone();
-        let r = self.commit_batch_with(req.batch, req.tracked, |engine| {
+        self.commit_batch_with(req.batch, req.tracked, |engine| {
             if req.tracked {
-                let mut ssi = engine.inner.txns.ssi.lock().unwrap();
-                let event = engine.inner.txns.next_event();
-                if let Err(f) = ssi.prepare(me.id, event) {
-                    bump(&engine.inner.counters.serialization_failures, 1);
-                    return Err(StorageError::SerializationFailure { txn: me.id, other: f.other, detail: f.detail });
-                }
+                txn::ssi_prepare(engine, &me)?;
             }
             Ok(me.clone())
-        });
-        if r.is_ok() {
-            bump(&self.inner.counters.commits, 1);
-        }
-        r
+        })
     }
 
     /// The commit path: under the gate and the tables' writer locks, `start`
@@ -1020,7 +1017,7 @@ impl Engine {
                 }
             }
         }
-        let limit = self.inner.meter.capacity() / 100 * self.inner.config.cache_pinned_max_percent;
+        let limit = self.pinned_limit();
         if need > limit {
             return Err(StorageError::TransactionTooLarge { bytes: need, limit });
         }
@@ -1042,19 +1039,18 @@ impl Engine {
                 self.poison(format!("a commit failed to apply: {e}"));
                 return Err(e);
             }
-            let seq = {
-                let _publish = self.inner.txns.publish.lock().unwrap();
-                let seq = match self.inner.journal.append(&batch.payload) {
-                    Ok(seq) => seq,
-                    Err(e) => {
-                        txn::finish(self, &me, None);
-                        self.poison(format!("a commit failed to journal after it was applied: {e}"));
-                        return Err(e);
-                    }
-                };
-                txn::mark_committed(&me, seq);
-                self.inner.txns.publish(seq, tables.iter().map(|t| (t.id(), Some(t.0.tree.snapshot()))));
-                seq
+            let published = self.journal_and_publish(
+                &batch.payload,
+                |seq| txn::mark_committed(&me, seq),
+                tables.iter().map(|t| (t.id(), Some(t.0.tree.snapshot()))),
+            );
+            let seq = match published {
+                Ok(seq) => seq,
+                Err(e) => {
+                    txn::finish(self, &me, None);
+                    self.poison(format!("a commit failed to journal after it was applied: {e}"));
+                    return Err(e);
+                }
             };
             if serializable {
                 self.inner.txns.ssi.lock().unwrap().committed(me.id, Some(seq));
@@ -1064,6 +1060,7 @@ impl Engine {
         };
         txn::finish(self, &me, Some(seq));
         self.make_durable(seq)?;
+        bump(&self.inner.counters.commits, 1);
         Ok(seq)
     }
 
@@ -1333,7 +1330,7 @@ impl Engine {
                 Ok(_) => {}
             }
         }
-        let limit = m.capacity() / 100 * self.inner.config.cache_pinned_max_percent;
+        let limit = self.pinned_limit();
         if m.pinned() > limit && self.inner.txns.doom_oldest(m.pinned(), limit) {
             bump(&self.inner.counters.txn_cache_aborts, 1);
         }
@@ -1412,10 +1409,6 @@ fn background_loop(weak: Weak<Inner>, stop: Arc<(Mutex<bool>, Condvar)>, job: Ba
         }
         job(&engine);
     }
-}
-
-fn evict_if_over(engine: &Engine) {
-    engine.evict_to_target();
 }
 
 fn flush_journal(engine: &Engine) {

@@ -170,10 +170,6 @@ impl SsiState {
         self.nodes.len()
     }
 
-    pub fn doomed(&self, id: TxnId) -> Option<Failure> {
-        self.nodes.get(&id).and_then(|n| n.doomed.clone())
-    }
-
     /// `me` reads `what` in `table`: leave the mark. The caller then looks
     /// for versions it cannot see and reports them with [`Self::read_unseen`].
     /// (Mark first, look second; a writer claims first, checks marks second:
@@ -197,19 +193,6 @@ impl SsiState {
             }
         }
         Ok(())
-    }
-
-    /// [`Self::mark_read`] and [`Self::read_unseen`] in one step.
-    pub fn on_read(
-        &mut self,
-        me: TxnId,
-        table: u32,
-        table_name: &str,
-        what: Mark,
-        writers: &[(TxnId, Vec<u8>)],
-    ) -> Result<(), Failure> {
-        self.mark_read(me, table, what)?;
-        self.read_unseen(me, table_name, writers)
     }
 
     /// `me` writes `key` in `table`: every concurrent transaction with a mark
@@ -488,6 +471,21 @@ mod tests {
 
     fn key(k: &str) -> Mark<'_> {
         Mark::Key(k.as_bytes())
+    }
+
+    impl SsiState {
+        /// `mark_read` and `read_unseen` in one step, as `Txn::get` does.
+        fn on_read(
+            &mut self,
+            me: TxnId,
+            table: u32,
+            table_name: &str,
+            what: Mark,
+            writers: &[(TxnId, Vec<u8>)],
+        ) -> Result<(), Failure> {
+            self.mark_read(me, table, what)?;
+            self.read_unseen(me, table_name, writers)
+        }
     }
 
     #[test]

@@ -313,15 +313,9 @@ impl TxnManager {
         }
     }
 
-    /// Every open snapshot sees commits at or below this timestamp, and so
-    /// will every snapshot taken later.
-    fn horizon(&self) -> u64 {
-        let active = self.active.lock().unwrap();
-        active.read_ts.keys().next().copied().unwrap_or_else(|| self.published().ts)
-    }
-
     /// Begin id and snapshot of the oldest active transaction (or what the
-    /// next one would get).
+    /// next one would get). Every open snapshot sees commits at or below
+    /// that snapshot, and so will every snapshot taken later.
     fn oldest(&self) -> (u64, u64) {
         let active = self.active.lock().unwrap();
         let begin = active.by_id.keys().next().copied().unwrap_or_else(|| self.events.load(Ordering::Acquire) + 1);
@@ -376,11 +370,23 @@ pub(crate) fn stamp_batch(engine: &Engine, batch: &WriteBatch) {
         }
     }
     if !grown.is_empty() {
-        let horizon = engine.txns().horizon();
+        let horizon = engine.txns().oldest().1;
         for t in grown {
             t.0.versions.lock().unwrap().gc(horizon);
         }
     }
+}
+
+fn serialization_failure(engine: &Engine, me: &TxnShared, f: Failure) -> StorageError {
+    bump(&engine.counters().serialization_failures, 1);
+    StorageError::SerializationFailure { txn: me.id, other: f.other, detail: f.detail }
+}
+
+/// SSI prepare: fail, or take a commit position (see `SsiState::prepare`).
+pub(crate) fn ssi_prepare(engine: &Engine, me: &TxnShared) -> Result<()> {
+    let mut ssi = engine.txns().ssi.lock().unwrap();
+    let event = engine.txns().next_event();
+    ssi.prepare(me.id, event).map_err(|f| serialization_failure(engine, me, f))
 }
 
 pub(crate) fn begin_plain(engine: &Engine) -> Arc<TxnShared> {
@@ -403,6 +409,7 @@ pub(crate) fn mark_committed(me: &TxnShared, ts: u64) {
 
 type Range = (Bound<Vec<u8>>, Bound<Vec<u8>>);
 
+#[derive(Default)]
 struct Local {
     /// (table id, key) -> new value, `None` for a delete.
     writes: BTreeMap<(u32, Vec<u8>), Option<Vec<u8>>>,
@@ -434,15 +441,7 @@ impl Engine {
         let (me, snapshot) = self.txns().begin();
         let tracked = opts.isolation == Isolation::Serializable
             && self.txns().ssi.lock().unwrap().begin(me.id, me.read_ts, opts.read_only);
-        Ok(Txn {
-            engine: self.clone(),
-            me,
-            snapshot,
-            opts,
-            tracked,
-            local: Mutex::new(Local { writes: BTreeMap::new(), tables: HashMap::new(), scanned: Vec::new() }),
-            finished: false,
-        })
+        Ok(Txn { engine: self.clone(), me, snapshot, opts, tracked, local: Mutex::default(), finished: false })
     }
 }
 
@@ -469,8 +468,7 @@ impl Txn {
     }
 
     fn failure(&self, f: Failure) -> StorageError {
-        bump(&self.engine.counters().serialization_failures, 1);
-        StorageError::SerializationFailure { txn: self.me.id, other: f.other, detail: f.detail }
+        serialization_failure(&self.engine, &self.me, f)
     }
 
     fn root(&self, t: &Table) -> Option<Arc<Node>> {
@@ -501,7 +499,6 @@ impl Txn {
     pub fn get(&self, t: &Table, key: &[u8]) -> Result<Option<Bytes>> {
         self.engine.check_table(t)?;
         self.check_cache()?;
-        self.engine.help_evict();
         self.flush_scans()?;
         if let Some(v) = self.local.lock().unwrap().writes.get(&(t.id(), key.to_vec())) {
             return Ok(v.as_deref().map(Bytes::copy_from_slice));
@@ -595,26 +592,22 @@ impl Txn {
     fn commit_inner(&mut self) -> Result<u64> {
         self.check_cache()?;
         self.flush_scans()?;
-        let local = std::mem::replace(
-            &mut *self.local.lock().unwrap(),
-            Local { writes: BTreeMap::new(), tables: HashMap::new(), scanned: Vec::new() },
-        );
-        // Keep the write set where rollback finds it if the commit fails.
+        // The write set stays where rollback finds it if the commit fails.
         let mut batch = WriteBatch::new();
-        for ((id, key), value) in &local.writes {
-            let t = &local.tables[id];
-            match value {
-                Some(v) => batch.put(t, key, v)?,
-                None => batch.delete(t, key)?,
+        {
+            let local = self.local.lock().unwrap();
+            for ((id, key), value) in &local.writes {
+                let t = &local.tables[id];
+                match value {
+                    Some(v) => batch.put(t, key, v)?,
+                    None => batch.delete(t, key)?,
+                }
             }
         }
-        *self.local.lock().unwrap() = local;
         if batch.is_empty() {
             if self.tracked {
-                let mut ssi = self.engine.txns().ssi.lock().unwrap();
-                let event = self.engine.txns().next_event();
-                ssi.prepare(self.me.id, event).map_err(|f| self.failure(f))?;
-                ssi.committed(self.me.id, None);
+                ssi_prepare(&self.engine, &self.me)?;
+                self.engine.txns().ssi.lock().unwrap().committed(self.me.id, None);
             }
             self.finished = true;
             finish(&self.engine, &self.me, None);
@@ -640,10 +633,7 @@ impl Txn {
             return;
         }
         self.finished = true;
-        let local = std::mem::replace(
-            &mut *self.local.lock().unwrap(),
-            Local { writes: BTreeMap::new(), tables: HashMap::new(), scanned: Vec::new() },
-        );
+        let local = std::mem::take(&mut *self.local.lock().unwrap());
         finish(&self.engine, &self.me, None);
         for (id, key) in local.writes.keys() {
             local.tables[id].0.versions.lock().unwrap().release(key, self.me.id);
