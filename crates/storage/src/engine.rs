@@ -1030,9 +1030,6 @@ impl Engine {
             for t in &tables {
                 t.check(self.inner.id)?;
             }
-            // Serializable commits take their SSI commit position and
-            // become visible in one order (see `ssi.rs`).
-            let _ssi_order = serializable.then(|| self.inner.txns.ssi_commit.lock().unwrap());
             let me = start(self)?;
             if let Err(e) = self.apply_ops(&ops) {
                 txn::finish(self, &me, None);
@@ -1053,7 +1050,9 @@ impl Engine {
                 }
             };
             if serializable {
-                self.inner.txns.ssi.lock().unwrap().committed(me.id, Some(seq));
+                // The event comes after publication (see `SsiState::dangerous`).
+                let event = self.inner.txns.next_event();
+                self.inner.txns.ssi.lock().unwrap().committed(me.id, Some(seq), event);
             }
             txn::stamp_batch(self, batch);
             (seq, me)

@@ -47,8 +47,12 @@ pub struct Failure {
 struct Node {
     read_ts: u64,
     read_only: bool,
-    /// Commit order (an event number, comparable with begin ids), set when
-    /// the transaction prepares to commit.
+    /// Event number (comparable with begin ids) taken when the transaction
+    /// prepares to commit, before its writes become visible.
+    prepared: Option<u64>,
+    /// Event number taken once its writes are visible (for a read-only
+    /// transaction, its prepare event). A commit's visibility falls between
+    /// the two, which is all the ordering SSI needs (see [`SsiState::dangerous`]).
     commit: Option<u64>,
     /// Journal timestamp of the commit, once published.
     commit_ts: Option<u64>,
@@ -153,6 +157,7 @@ impl SsiState {
         let node = Node {
             read_ts,
             read_only,
+            prepared: None,
             commit: None,
             commit_ts: None,
             finished: false,
@@ -286,7 +291,7 @@ impl SsiState {
             return Ok(());
         }
         // An aborted transaction's edges do not count.
-        if (rn.finished && rn.commit.is_none()) || (wn.finished && wn.commit.is_none()) {
+        if (rn.finished && rn.prepared.is_none()) || (wn.finished && wn.prepared.is_none()) {
             return Ok(());
         }
         self.nodes.get_mut(&r).unwrap().outs.push((w, why.clone()));
@@ -310,16 +315,23 @@ impl SsiState {
 
     /// Is `a -> p -> b` a dangerous structure: `b` committed before `p` and
     /// before (or as) `a`, and, for a read-only `a`, before `a`'s snapshot?
+    ///
+    /// Commits prepare and become visible without a lock spanning the two,
+    /// so the test is conservative, as in PostgreSQL: `b` counts from its
+    /// prepare event (the earliest it can be visible), `p` and `a` from
+    /// their commit event (taken after they are visible; none yet: they
+    /// may still commit later). A `b` visible before `p` always has
+    /// `b.prepared < b visible < p visible < p.commit`.
     fn dangerous(&self, a: TxnId, p: TxnId, b: TxnId) -> bool {
         let (Some(an), Some(pn), Some(bn)) = (self.nodes.get(&a), self.nodes.get(&p), self.nodes.get(&b)) else {
             return false;
         };
-        let Some(bc) = bn.commit else { return false };
-        if pn.commit.is_some_and(|pc| bc >= pc) {
+        let Some(bp) = bn.prepared else { return false };
+        if pn.commit.is_some_and(|pc| pc < bp) {
             return false;
         }
         if a != b {
-            if an.commit.is_some_and(|ac| bc >= ac) {
+            if an.commit.is_some_and(|ac| ac < bp) {
                 return false;
             }
             if an.read_only && bn.commit_ts.is_none_or(|ts| ts > an.read_ts) {
@@ -329,12 +341,23 @@ impl SsiState {
         true
     }
 
-    /// Abort the pivot, or `a` if the pivot has committed: now if it is
-    /// `me`, else by dooming it.
+    /// Abort the pivot, or `a` if the pivot has prepared (it can no longer
+    /// fail), or else `b`: now if the victim is `me`, else by dooming it.
+    /// Every structure found involves `me`, which has not prepared (a new
+    /// edge comes from an active transaction's read or write) or is
+    /// preparing as `b`; so a victim always exists.
     fn resolve(&mut self, a: TxnId, p: TxnId, b: TxnId, me: TxnId) -> Result<(), Failure> {
-        let victim = if self.nodes[&p].commit.is_none() { p } else { a };
-        if self.nodes[&victim].commit.is_some() {
-            return Ok(()); // cannot happen: `me` takes part and has not committed
+        let open = |x: TxnId| self.nodes[&x].prepared.is_none() || x == me;
+        let victim = if open(p) {
+            p
+        } else if open(a) {
+            a
+        } else {
+            b
+        };
+        if !open(victim) {
+            debug_assert!(false, "no transaction of {a} -> {p} -> {b} can abort");
+            return Ok(());
         }
         let why_in = self.nodes[&p].ins.iter().find(|(x, _)| *x == a).map(|(_, w)| w.clone()).unwrap_or_default();
         let why_out = self.nodes[&p].outs.iter().find(|(x, _)| *x == b).map(|(_, w)| w.clone()).unwrap_or_default();
@@ -356,8 +379,9 @@ impl SsiState {
     }
 
     /// `me` is about to commit: fail if it is doomed or the pivot of a
-    /// dangerous structure; otherwise take commit position `event` and doom
-    /// the pivots for which `me` is the first committer.
+    /// dangerous structure; otherwise mark it prepared at `event` (from
+    /// then on it cannot fail) and doom the pivots for which `me` is the
+    /// first committer, failing instead when such a pivot has prepared.
     pub fn prepare(&mut self, me: TxnId, event: u64) -> Result<(), Failure> {
         self.check_doomed(me)?;
         let Some(node) = self.nodes.get(&me) else { return Ok(()) };
@@ -370,26 +394,30 @@ impl SsiState {
                 }
             }
         }
-        self.nodes.get_mut(&me).unwrap().commit = Some(event);
+        self.nodes.get_mut(&me).unwrap().prepared = Some(event);
         for &p in &ins {
-            if self.nodes.get(&p).is_none_or(|n| n.commit.is_some()) {
-                continue;
-            }
-            let p_ins: Vec<TxnId> = self.nodes[&p].ins.iter().map(|(a, _)| *a).collect();
+            let p_ins: Vec<TxnId> = match self.nodes.get(&p) {
+                Some(n) if n.commit.is_none() => n.ins.iter().map(|(a, _)| *a).collect(),
+                _ => continue,
+            };
             for a in p_ins {
                 if self.dangerous(a, p, me) {
-                    self.resolve(a, p, me, me)?;
+                    if let Err(f) = self.resolve(a, p, me, me) {
+                        self.nodes.get_mut(&me).unwrap().prepared = None;
+                        return Err(f);
+                    }
                 }
             }
         }
         Ok(())
     }
 
-    /// The commit of `me` is published at journal timestamp `ts` (`None`
-    /// for a read-only transaction).
-    pub fn committed(&mut self, me: TxnId, ts: Option<u64>) {
+    /// The commit of `me` is visible at journal timestamp `ts` (`None` for
+    /// a read-only transaction); `event` was taken after it became visible.
+    pub fn committed(&mut self, me: TxnId, ts: Option<u64>, event: u64) {
         if let Some(n) = self.nodes.get_mut(&me) {
             n.commit_ts = ts;
+            n.commit = Some(if ts.is_some() { event } else { n.prepared.unwrap_or(event) });
             n.finished = true;
             if !n.read_only {
                 self.active_rw -= 1;
@@ -501,10 +529,71 @@ mod tests {
         s.on_write(1, 0, "t", b"x").unwrap(); // 2 -> 1
         s.on_write(2, 0, "t", b"y").unwrap(); // 1 -> 2
         s.prepare(1, 3).unwrap();
-        s.committed(1, Some(11));
-        let f = s.prepare(2, 4).unwrap_err();
+        s.committed(1, Some(11), 5);
+        let f = s.prepare(2, 6).unwrap_err();
         assert_eq!(f.other, 1);
         assert!(f.detail.contains("dangerous structure"), "{}", f.detail);
+    }
+
+    #[test]
+    fn write_skew_fails_the_second_to_prepare_before_either_is_visible() {
+        let mut s = SsiState::default();
+        s.begin(1, 10, false);
+        s.begin(2, 10, false);
+        for t in [1, 2] {
+            s.on_read(t, 0, "t", key("x"), &[]).unwrap();
+            s.on_read(t, 0, "t", key("y"), &[]).unwrap();
+        }
+        s.on_write(1, 0, "t", b"x").unwrap();
+        s.on_write(2, 0, "t", b"y").unwrap();
+        s.prepare(1, 3).unwrap();
+        // 1 is prepared, not yet visible: it may become visible first.
+        let f = s.prepare(2, 4).unwrap_err();
+        assert_eq!(f.other, 1, "{}", f.detail);
+        assert_eq!(s.nodes[&2].prepared, None);
+    }
+
+    /// 1 -> 2 -> 3 (1 read x, 2 wrote it; 2 read y, 3 wrote it).
+    fn chain() -> SsiState {
+        let mut s = SsiState::default();
+        for t in 1..=3 {
+            s.begin(t, 10, false);
+        }
+        s.on_read(1, 0, "t", key("x"), &[]).unwrap();
+        s.on_write(2, 0, "t", b"x").unwrap();
+        s.on_read(2, 0, "t", key("y"), &[]).unwrap();
+        s.on_write(3, 0, "t", b"y").unwrap();
+        s
+    }
+
+    #[test]
+    fn a_prepared_pivot_is_spared_and_the_reader_doomed() {
+        let mut s = chain();
+        s.prepare(2, 4).unwrap();
+        s.prepare(3, 5).unwrap(); // 3 may be visible before 2: 1 -> 2 -> 3 is dangerous
+        assert!(s.nodes[&2].doomed.is_none());
+        let f = s.prepare(1, 6).unwrap_err();
+        assert!(f.detail.contains("1 -rw-> 2 -rw-> 3"), "{}", f.detail);
+    }
+
+    #[test]
+    fn with_pivot_and_reader_prepared_the_first_committer_fails() {
+        let mut s = chain();
+        s.prepare(1, 4).unwrap();
+        s.prepare(2, 5).unwrap();
+        let f = s.prepare(3, 6).unwrap_err();
+        assert_eq!(f.other, 2, "{}", f.detail);
+        assert_eq!(s.nodes[&3].prepared, None);
+    }
+
+    #[test]
+    fn a_pivot_visible_before_the_first_committer_prepares_is_safe() {
+        let mut s = chain();
+        s.prepare(2, 4).unwrap();
+        s.committed(2, Some(11), 5);
+        s.prepare(3, 6).unwrap();
+        s.committed(3, Some(12), 7);
+        s.prepare(1, 8).unwrap();
     }
 
     #[test]
@@ -515,9 +604,9 @@ mod tests {
         s.on_read(1, 0, "t", key("x"), &[]).unwrap();
         s.on_write(2, 0, "t", b"x").unwrap();
         s.prepare(2, 3).unwrap();
-        s.committed(2, Some(11));
-        s.prepare(1, 4).unwrap();
-        s.committed(1, None);
+        s.committed(2, Some(11), 5);
+        s.prepare(1, 6).unwrap();
+        s.committed(1, None, 7);
     }
 
     #[test]
@@ -551,11 +640,11 @@ mod tests {
         s.on_read(2, 0, "t", key("x"), &[]).unwrap();
         s.on_write(1, 0, "t", b"x").unwrap(); // 2 -> 1
         s.prepare(1, 3).unwrap();
-        s.committed(1, Some(11));
+        s.committed(1, Some(11), 5);
         s.cleanup(5, 11); // every snapshot sees 1's commit, but 2 points at it
         assert!(s.nodes.contains_key(&1));
         s.prepare(2, 6).unwrap();
-        s.committed(2, None);
+        s.committed(2, None, 7);
         s.cleanup(7, 11);
         assert!(s.nodes.is_empty());
         assert_eq!(s.total_marks, 0);

@@ -102,21 +102,26 @@ struct KeyVersion {
 }
 
 impl KeyVersion {
-    /// Turn an intent whose owner finished into what it means.
-    fn settle(&mut self) {
+    /// Turn an intent whose owner finished into what it means; returns
+    /// whether a commit was recorded.
+    fn settle(&mut self) -> bool {
         if let Some(w) = &self.intent {
             match w.state() {
                 State::Active => {}
                 State::Committed(ts) => {
                     let id = w.id;
                     self.intent = None;
-                    if !self.commits.contains(&(ts, id)) {
+                    // Commits to one key come in timestamp order: the next
+                    // writer claims only after this one settled.
+                    if self.commits.last() != Some(&(ts, id)) {
                         self.commits.push((ts, id));
+                        return true;
                     }
                 }
                 State::Aborted => self.intent = None,
             }
         }
+        false
     }
 
     /// Writers of versions `me` cannot see.
@@ -128,7 +133,7 @@ impl KeyVersion {
                 _ => {}
             }
         }
-        out.extend(self.commits.iter().filter(|(ts, _)| *ts > me.read_ts).map(|(_, id)| *id));
+        out.extend(self.commits.iter().rev().take_while(|(ts, _)| *ts > me.read_ts).map(|(_, id)| *id));
     }
 }
 
@@ -136,6 +141,9 @@ impl KeyVersion {
 #[derive(Default)]
 pub(crate) struct KeyVersions {
     map: BTreeMap<Vec<u8>, KeyVersion>,
+    /// Commits recorded since the last collection: hot keys gather commits
+    /// without adding entries, and these count towards the next one too.
+    recorded: usize,
     gc_at: usize,
 }
 
@@ -146,7 +154,7 @@ impl KeyVersions {
         if e.intent.as_ref().is_some_and(|w| w.id == me.id) {
             return Ok(());
         }
-        e.settle();
+        self.recorded += usize::from(e.settle());
         if let Some(w) = &e.intent {
             return Err(w.id);
         }
@@ -172,7 +180,7 @@ impl KeyVersions {
 
     fn stamp(&mut self, key: &[u8]) {
         if let Some(e) = self.map.get_mut(key) {
-            e.settle();
+            self.recorded += usize::from(e.settle());
         }
     }
 
@@ -204,7 +212,13 @@ impl KeyVersions {
             e.commits.retain(|(ts, _)| *ts > horizon);
             e.intent.is_some() || !e.commits.is_empty()
         });
+        self.recorded = 0;
         self.gc_at = (self.map.len() * 2).max(crate::limits::key_versions_gc_min);
+    }
+
+    /// Due for a collection?
+    fn grown(&self) -> bool {
+        self.map.len() + self.recorded > self.gc_at.max(crate::limits::key_versions_gc_min)
     }
 
     pub fn len(&self) -> usize {
@@ -239,9 +253,6 @@ pub(crate) struct TxnManager {
     /// Begin ids and SSI commit positions come from one counter.
     events: AtomicU64,
     pub ssi: Mutex<SsiState>,
-    /// Held by a serializable commit from its SSI prepare until it is
-    /// published, so SSI commit order is visibility order.
-    pub ssi_commit: Mutex<()>,
     /// Serializable transactions finished, to pace SSI cleanup.
     finishes: AtomicU64,
 }
@@ -254,7 +265,6 @@ impl TxnManager {
             active: Mutex::default(),
             events: AtomicU64::new(0),
             ssi: Mutex::default(),
-            ssi_commit: Mutex::default(),
             finishes: AtomicU64::new(0),
         }
     }
@@ -364,8 +374,7 @@ pub(crate) fn stamp_batch(engine: &Engine, batch: &WriteBatch) {
     for (t, key) in batch.keys() {
         let mut v = t.0.versions.lock().unwrap();
         v.stamp(key);
-        if v.len() > v.gc_at.max(crate::limits::key_versions_gc_min) && !grown.iter().any(|g: &Table| g.id() == t.id())
-        {
+        if v.grown() && !grown.iter().any(|g: &Table| g.id() == t.id()) {
             grown.push(t.clone());
         }
     }
@@ -607,7 +616,7 @@ impl Txn {
         if batch.is_empty() {
             if self.tracked {
                 ssi_prepare(&self.engine, &self.me)?;
-                self.engine.txns().ssi.lock().unwrap().committed(self.me.id, None);
+                self.engine.txns().ssi.lock().unwrap().committed(self.me.id, None, 0);
             }
             self.finished = true;
             finish(&self.engine, &self.me, None);

@@ -162,3 +162,14 @@ pub fn rss_bytes() -> Option<u64> {
     let kib: u64 = s.lines().find(|l| l.starts_with("VmRSS:"))?.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
 }
+
+/// CPU time (user + system) this process has used so far, from
+/// /proc/self/stat (in USER_HZ ticks, 100 per second on Linux).
+pub fn cpu_seconds() -> Option<f64> {
+    let s = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which may hold spaces) start at field 3.
+    let rest = &s[s.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    Some(ticks as f64 / 100.0)
+}
