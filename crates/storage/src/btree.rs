@@ -203,13 +203,15 @@ impl Tree {
         }
     }
 
-    /// Load the pages a write of `key` will touch, before the write lock.
+    /// Load the pages a write of `key` will touch, before the write lock,
+    /// through `root`: a recent version (the published one, so loading
+    /// shares no lock with the writer applying a commit). Versions share
+    /// their unchanged pages, the live tree's included.
     /// Also loads an overflow value the write will replace (see `retire_value`).
     /// Returns the leaf's identity and charged bytes, so a caller can
     /// estimate what a batch will hold in memory.
-    pub fn prefetch(&self, key: &[u8]) -> Result<(usize, usize)> {
-        let root = self.snapshot();
-        let leaf = self.leaf_for(&root, key, false)?;
+    pub fn prefetch(&self, root: &Arc<Node>, key: &[u8]) -> Result<(usize, usize)> {
+        let leaf = self.leaf_for(root, key, false)?;
         let Body::Leaf(l) = &leaf.body else { unreachable!() };
         if let Ok(i) = l.entries.binary_search_by(|(k, _)| (**k).cmp(key)) {
             self.value_bytes(&l.entries[i].1)?;

@@ -255,6 +255,8 @@ pub(crate) struct TableState {
     writer: Mutex<()>,
     /// Recent writers of each key, for first-updater-wins and SSI.
     pub(crate) versions: Mutex<KeyVersions>,
+    /// SSI range and whole-table marks on this table (see `ssi.rs`).
+    pub(crate) scan_marks: Arc<std::sync::atomic::AtomicUsize>,
     /// A checkpoint took this table in its snapshot and has not written
     /// its extent list yet: eviction must not write pages meanwhile (a
     /// block the checkpoint does not reference would leak in it).
@@ -559,6 +561,7 @@ impl Engine {
                 tree: Arc::new(tree),
                 writer: Mutex::new(()),
                 versions: Mutex::default(),
+                scan_marks: Arc::default(),
                 checkpointing: AtomicBool::new(false),
                 dropped: AtomicBool::new(false),
                 last_checkpoint: Mutex::new(Some(m.checkpoint)),
@@ -724,6 +727,7 @@ impl Engine {
             tree: Arc::new(Tree::new_empty(bf, config.geometry(), counters.clone(), meter.clone())),
             writer: Mutex::new(()),
             versions: Mutex::default(),
+            scan_marks: Arc::default(),
             checkpointing: AtomicBool::new(false),
             dropped: AtomicBool::new(false),
             last_checkpoint: Mutex::new(None),
@@ -971,8 +975,9 @@ impl Engine {
     pub(crate) fn commit_batch(&self, req: CommitRequest) -> Result<u64> {
         self.check_writable()?;
         let me = req.me.clone();
-        self.commit_batch_with(req.batch, req.tracked, |engine| {
-            if req.tracked {
+        let tracked = req.me.ssi.tracked;
+        self.commit_batch_with(req.batch, tracked, |engine| {
+            if tracked {
                 txn::ssi_prepare(engine, &me)?;
             }
             Ok(me.clone())
@@ -986,7 +991,7 @@ impl Engine {
     fn commit_batch_with(
         &self,
         batch: &WriteBatch,
-        serializable: bool,
+        tracked: bool,
         start: impl FnOnce(&Engine) -> Result<Arc<txn::TxnShared>>,
     ) -> Result<u64> {
         self.help_evict();
@@ -1008,10 +1013,15 @@ impl Engine {
         // more than the pinned share of the cache.
         let mut leaves = std::collections::HashSet::new();
         let mut need = 0usize;
+        let published = self.inner.txns.published();
         for (t, op) in &ops {
             t.check(self.inner.id)?;
             if let JournalOp::Put { key, .. } | JournalOp::Delete { key, .. } = op {
-                let (leaf, bytes) = t.0.tree.prefetch(key)?;
+                let root = match published.roots.get(&t.id()) {
+                    Some(root) => root.clone(),
+                    None => t.0.tree.snapshot(),
+                };
+                let (leaf, bytes) = t.0.tree.prefetch(&root, key)?;
                 if leaves.insert(leaf) {
                     need += 2 * bytes;
                 }
@@ -1049,10 +1059,9 @@ impl Engine {
                     return Err(e);
                 }
             };
-            if serializable {
+            if tracked {
                 // The event comes after publication (see `SsiState::dangerous`).
-                let event = self.inner.txns.next_event();
-                self.inner.txns.ssi.lock().unwrap().committed(me.id, Some(seq), event);
+                me.ssi.committed(self.inner.txns.next_event());
             }
             txn::stamp_batch(self, batch);
             (seq, me)
@@ -1259,6 +1268,7 @@ impl Engine {
         }
         c.key_versions.store(versions, Ordering::Relaxed);
         c.ssi_tracked_txns.store(self.inner.txns.ssi.lock().unwrap().tracked() as u64, Ordering::Relaxed);
+        c.ssi_read_marks.store(self.inner.txns.read_marks.load(Ordering::Relaxed) as u64, Ordering::Relaxed);
         c.cache_capacity_bytes.store(m.capacity() as u64, Ordering::Relaxed);
         c.cache_bytes.store(m.bytes() as u64, Ordering::Relaxed);
         c.cache_peak_bytes.store(m.peak() as u64, Ordering::Relaxed);

@@ -69,10 +69,12 @@ counters!(
     /// ...and of the live trees' pages, the dirty and the clean bytes.
     cache_dirty_bytes,
     cache_clean_bytes,
-    /// Gauges too: keys with recent commits or claims kept for conflict
-    /// checks, and serializable transactions SSI still tracks.
+    /// Gauges too: keys with recent commits, claims or SSI key marks kept
+    /// for conflict checks, serializable transactions in SSI's conflict
+    /// graph, and SSI key marks held.
     key_versions,
     ssi_tracked_txns,
+    ssi_read_marks,
     checkpoint_last_duration_us,
     checkpoint_total_duration_us,
 );

@@ -24,12 +24,12 @@ use crate::btree::{Cursor, Entry, RootSource};
 use crate::engine::{Engine, Table, WriteBatch};
 use crate::error::{Result, StorageError};
 use crate::page::{Key, Node};
-use crate::ssi::{Failure, Mark, SsiState};
+use crate::ssi::{Failure, Horizon, SsiFlags, SsiState, TableRef};
 use crate::stats::bump;
 use bytes::Bytes;
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 
 const ACTIVE: u64 = 0;
@@ -69,6 +69,7 @@ pub(crate) struct TxnShared {
     state: AtomicU64,
     /// Set when the cache rolls the transaction back: (pinned, limit) bytes.
     cache_doomed: OnceLock<(usize, usize)>,
+    pub ssi: SsiFlags,
 }
 
 enum State {
@@ -85,6 +86,30 @@ impl TxnShared {
             ts => State::Committed(ts),
         }
     }
+
+    /// The commit timestamp, set (before publication) once it commits.
+    pub fn commit_ts(&self) -> Option<u64> {
+        match self.state() {
+            State::Committed(ts) => Some(ts),
+            _ => None,
+        }
+    }
+
+    #[cfg(test)]
+    pub fn for_test(id: u64, read_ts: u64, read_only: bool) -> Arc<TxnShared> {
+        Arc::new(TxnShared {
+            id,
+            read_ts,
+            state: AtomicU64::new(ACTIVE),
+            cache_doomed: OnceLock::new(),
+            ssi: SsiFlags::tracked(read_only),
+        })
+    }
+
+    #[cfg(test)]
+    pub fn set_committed_for_test(&self, ts: u64) {
+        self.state.store(ts, Ordering::Release);
+    }
 }
 
 /// Every table's root as of one commit timestamp.
@@ -96,9 +121,11 @@ pub(crate) struct RootSet {
 #[derive(Default)]
 struct KeyVersion {
     intent: Option<Arc<TxnShared>>,
-    /// (commit timestamp, transaction id), oldest first; only commits some
-    /// open snapshot may not see.
-    commits: Vec<(u64, u64)>,
+    /// (commit timestamp, writer), oldest first; only commits some open
+    /// snapshot may not see.
+    commits: Vec<(u64, Arc<TxnShared>)>,
+    /// Serializable transactions that read the key (SIREAD key marks).
+    readers: Vec<Arc<TxnShared>>,
 }
 
 impl KeyVersion {
@@ -109,12 +136,11 @@ impl KeyVersion {
             match w.state() {
                 State::Active => {}
                 State::Committed(ts) => {
-                    let id = w.id;
-                    self.intent = None;
+                    let w = self.intent.take().expect("checked above");
                     // Commits to one key come in timestamp order: the next
                     // writer claims only after this one settled.
-                    if self.commits.last() != Some(&(ts, id)) {
-                        self.commits.push((ts, id));
+                    if self.commits.last().is_none_or(|(t, c)| (*t, c.id) != (ts, w.id)) {
+                        self.commits.push((ts, w));
                         return true;
                     }
                 }
@@ -125,24 +151,38 @@ impl KeyVersion {
     }
 
     /// Writers of versions `me` cannot see.
-    fn unseen(&self, me: &TxnShared, out: &mut Vec<u64>) {
+    fn unseen(&self, me: &TxnShared, out: &mut Vec<Arc<TxnShared>>) {
         if let Some(w) = &self.intent {
             match w.state() {
-                State::Active => out.push(w.id),
-                State::Committed(ts) if ts > me.read_ts => out.push(w.id),
+                State::Active => out.push(w.clone()),
+                State::Committed(ts) if ts > me.read_ts => out.push(w.clone()),
                 _ => {}
             }
         }
-        out.extend(self.commits.iter().rev().take_while(|(ts, _)| *ts > me.read_ts).map(|(_, id)| *id));
+        out.extend(self.commits.iter().rev().take_while(|(ts, _)| *ts > me.read_ts).map(|(_, w)| w.clone()));
+    }
+
+    /// Drop marks of readers no writer can be concurrent with any more;
+    /// returns how many went.
+    fn prune_readers(&mut self, h: Horizon) -> usize {
+        let before = self.readers.len();
+        self.readers.retain(|r| !r.ssi_stale(h));
+        before - self.readers.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.intent.is_none() && self.commits.is_empty() && self.readers.is_empty()
     }
 }
 
-/// Per table: recent writers of each key (see the module comment).
+/// Per table: recent writers and SSI readers of each key (see the module
+/// comment and `ssi.rs`).
 #[derive(Default)]
 pub(crate) struct KeyVersions {
     map: BTreeMap<Vec<u8>, KeyVersion>,
-    /// Commits recorded since the last collection: hot keys gather commits
-    /// without adding entries, and these count towards the next one too.
+    /// Commits and marks recorded since the last collection: hot keys
+    /// gather them without adding entries, and these count towards the
+    /// next one too.
     recorded: usize,
     gc_at: usize,
 }
@@ -158,20 +198,66 @@ impl KeyVersions {
         if let Some(w) = &e.intent {
             return Err(w.id);
         }
-        if let Some(&(ts, id)) = e.commits.last() {
-            if ts > me.read_ts {
-                return Err(id);
+        if let Some((ts, w)) = e.commits.last() {
+            if *ts > me.read_ts {
+                return Err(w.id);
             }
         }
         e.intent = Some(me.clone());
         Ok(())
     }
 
+    /// Serializable readers of `key` concurrent with `me`, its writer.
+    fn concurrent_readers(&self, key: &[u8], me: &TxnShared) -> Vec<Arc<TxnShared>> {
+        match self.map.get(key) {
+            Some(e) => e.readers.iter().filter(|r| r.id != me.id && r.ssi_concurrent_with(me)).cloned().collect(),
+            None => Vec::new(),
+        }
+    }
+
+    /// A serializable read of `key` by `me`: leave its mark (if `mark`;
+    /// `marks` counts marks held by all tables) and return the writers of
+    /// versions it cannot see. Mark first, look second, in one lock hold.
+    fn read(
+        &mut self,
+        key: &[u8],
+        me: &Arc<TxnShared>,
+        mark: bool,
+        h: Horizon,
+        marks: &AtomicUsize,
+    ) -> (bool, Vec<Arc<TxnShared>>) {
+        let mut out = Vec::new();
+        let mut marked = false;
+        if mark {
+            let e = match self.map.get_mut(key) {
+                Some(e) => e,
+                None => self.map.entry(key.to_vec()).or_default(),
+            };
+            // A transaction re-reading a key usually does so soon after.
+            if !e.readers.iter().rev().take(8).any(|r| r.id == me.id) {
+                if e.readers.len() >= 8 && e.readers.len().is_power_of_two() {
+                    marks.fetch_sub(e.prune_readers(h), Ordering::Relaxed);
+                }
+                e.readers.push(me.clone());
+                marks.fetch_add(1, Ordering::Relaxed);
+                self.recorded += 1;
+                marked = true;
+            }
+            e.unseen(me, &mut out);
+            if self.grown() {
+                self.gc(h, marks);
+            }
+        } else if let Some(e) = self.map.get(key) {
+            e.unseen(me, &mut out);
+        }
+        (marked, out)
+    }
+
     fn release(&mut self, key: &[u8], me: u64) {
         if let Some(e) = self.map.get_mut(key) {
             if e.intent.as_ref().is_some_and(|w| w.id == me) {
                 e.intent = None;
-                if e.commits.is_empty() {
+                if e.is_empty() {
                     self.map.remove(key);
                 }
             }
@@ -184,34 +270,30 @@ impl KeyVersions {
         }
     }
 
-    fn unseen(&self, key: &[u8], me: &TxnShared) -> Vec<(u64, Vec<u8>)> {
-        let mut ids = Vec::new();
-        if let Some(e) = self.map.get(key) {
-            e.unseen(me, &mut ids);
-        }
-        ids.into_iter().map(|id| (id, key.to_vec())).collect()
-    }
-
-    fn unseen_in(&self, range: &(Bound<Vec<u8>>, Bound<Vec<u8>>), me: &TxnShared) -> Vec<(u64, Vec<u8>)> {
+    fn unseen_in(&self, range: &(Bound<Vec<u8>>, Bound<Vec<u8>>), me: &TxnShared) -> Vec<(Arc<TxnShared>, Vec<u8>)> {
         let mut out = Vec::new();
         let bounds = (range.0.as_ref().map(|k| k.as_slice()), range.1.as_ref().map(|k| k.as_slice()));
         if bound_order_ok(&bounds) {
             for (k, e) in self.map.range::<[u8], _>(bounds) {
-                let mut ids = Vec::new();
-                e.unseen(me, &mut ids);
-                out.extend(ids.into_iter().map(|id| (id, k.clone())));
+                let mut ws = Vec::new();
+                e.unseen(me, &mut ws);
+                out.extend(ws.into_iter().map(|w| (w, k.clone())));
             }
         }
         out
     }
 
-    /// Forget commits at or below `horizon` (every open snapshot sees them).
-    fn gc(&mut self, horizon: u64) {
+    /// Forget commits every open snapshot sees and marks no writer can
+    /// need (see [`TxnShared::ssi_stale`]).
+    fn gc(&mut self, h: Horizon, marks: &AtomicUsize) {
+        let mut pruned = 0;
         self.map.retain(|_, e| {
             e.settle();
-            e.commits.retain(|(ts, _)| *ts > horizon);
-            e.intent.is_some() || !e.commits.is_empty()
+            e.commits.retain(|(ts, _)| *ts > h.read_ts);
+            pruned += e.prune_readers(h);
+            !e.is_empty()
         });
+        marks.fetch_sub(pruned, Ordering::Relaxed);
         self.recorded = 0;
         self.gc_at = (self.map.len() * 2).max(crate::limits::key_versions_gc_min);
     }
@@ -241,6 +323,8 @@ struct ActiveSet {
     by_id: BTreeMap<u64, (u64, Weak<TxnShared>)>,
     /// Snapshot timestamp -> how many active transactions hold it.
     read_ts: BTreeMap<u64, usize>,
+    /// Serializable read-write transactions now active.
+    serializable_writers: usize,
 }
 
 /// Publication, the set of active transactions, and SSI state.
@@ -250,9 +334,14 @@ pub(crate) struct TxnManager {
     /// and publication share one order.
     pub publish: Mutex<()>,
     active: Mutex<ActiveSet>,
+    /// The active set's horizon, refreshed whenever a transaction ends.
+    horizon_read_ts: AtomicU64,
+    horizon_begin: AtomicU64,
     /// Begin ids and SSI commit positions come from one counter.
     events: AtomicU64,
     pub ssi: Mutex<SsiState>,
+    /// SSI key marks held in all tables' key versions.
+    pub read_marks: AtomicUsize,
     /// Serializable transactions finished, to pace SSI cleanup.
     finishes: AtomicU64,
 }
@@ -263,8 +352,11 @@ impl TxnManager {
             published: RwLock::new(Arc::new(roots)),
             publish: Mutex::new(()),
             active: Mutex::default(),
+            horizon_read_ts: AtomicU64::new(0),
+            horizon_begin: AtomicU64::new(0),
             events: AtomicU64::new(0),
             ssi: Mutex::default(),
+            read_marks: AtomicUsize::new(0),
             finishes: AtomicU64::new(0),
         }
     }
@@ -297,15 +389,28 @@ impl TxnManager {
         self.events.fetch_add(1, Ordering::AcqRel) + 1
     }
 
-    fn begin(&self) -> (Arc<TxnShared>, Arc<RootSet>) {
+    /// Register a transaction on the newest snapshot. A serializable
+    /// read-only transaction is tracked unless no serializable writer is
+    /// active; deciding that under the lock that orders snapshots makes the
+    /// safe-snapshot rule exact.
+    fn begin(&self, opts: TxnOptions) -> (Arc<TxnShared>, Arc<RootSet>) {
         let mut active = self.active.lock().unwrap();
         let snapshot = self.published();
         let id = self.next_event();
+        let ssi = match (opts.isolation, opts.read_only) {
+            (Isolation::Snapshot, _) => SsiFlags::default(),
+            (Isolation::Serializable, true) if active.serializable_writers == 0 => SsiFlags::default(),
+            (Isolation::Serializable, read_only) => {
+                active.serializable_writers += usize::from(!read_only);
+                SsiFlags::tracked(read_only)
+            }
+        };
         let me = Arc::new(TxnShared {
             id,
             read_ts: snapshot.ts,
             state: AtomicU64::new(ACTIVE),
             cache_doomed: OnceLock::new(),
+            ssi,
         });
         active.by_id.insert(id, (snapshot.ts, Arc::downgrade(&me)));
         *active.read_ts.entry(snapshot.ts).or_default() += 1;
@@ -320,17 +425,30 @@ impl TxnManager {
             if *n == 0 {
                 active.read_ts.remove(&me.read_ts);
             }
+            if me.ssi.tracked && !me.ssi.read_only {
+                active.serializable_writers -= 1;
+            }
+            let (begin, read_ts) = self.oldest(&active);
+            self.horizon_read_ts.store(read_ts, Ordering::Release);
+            self.horizon_begin.store(begin, Ordering::Release);
         }
     }
 
     /// Begin id and snapshot of the oldest active transaction (or what the
     /// next one would get). Every open snapshot sees commits at or below
     /// that snapshot, and so will every snapshot taken later.
-    fn oldest(&self) -> (u64, u64) {
-        let active = self.active.lock().unwrap();
+    fn oldest(&self, active: &ActiveSet) -> (u64, u64) {
         let begin = active.by_id.keys().next().copied().unwrap_or_else(|| self.events.load(Ordering::Acquire) + 1);
         let read_ts = active.read_ts.keys().next().copied().unwrap_or_else(|| self.published().ts);
         (begin, read_ts)
+    }
+
+    /// The horizon as of the last transaction end: at or below the true one.
+    pub fn horizon(&self) -> Horizon {
+        Horizon {
+            read_ts: self.horizon_read_ts.load(Ordering::Acquire),
+            begin: self.horizon_begin.load(Ordering::Acquire),
+        }
     }
 
     /// Old versions pin more of the cache than allowed: roll back the
@@ -347,8 +465,6 @@ impl TxnManager {
 pub(crate) struct CommitRequest<'a> {
     pub me: &'a Arc<TxnShared>,
     pub batch: &'a WriteBatch,
-    /// Serializable: prepare in the SSI state before publishing.
-    pub tracked: bool,
 }
 
 /// Claim every key of `batch` for `me`; on a conflict release what was
@@ -370,18 +486,12 @@ pub(crate) fn claim_batch(batch: &WriteBatch, me: &Arc<TxnShared>) -> Result<()>
 /// After publication: turn `me`'s intents into commits, collecting garbage
 /// in tables whose key versions have grown.
 pub(crate) fn stamp_batch(engine: &Engine, batch: &WriteBatch) {
-    let mut grown = Vec::new();
+    let txns = engine.txns();
     for (t, key) in batch.keys() {
         let mut v = t.0.versions.lock().unwrap();
         v.stamp(key);
-        if v.grown() && !grown.iter().any(|g: &Table| g.id() == t.id()) {
-            grown.push(t.clone());
-        }
-    }
-    if !grown.is_empty() {
-        let horizon = engine.txns().oldest().1;
-        for t in grown {
-            t.0.versions.lock().unwrap().gc(horizon);
+        if v.grown() {
+            v.gc(txns.horizon(), &txns.read_marks);
         }
     }
 }
@@ -395,11 +505,11 @@ fn serialization_failure(engine: &Engine, me: &TxnShared, f: Failure) -> Storage
 pub(crate) fn ssi_prepare(engine: &Engine, me: &TxnShared) -> Result<()> {
     let mut ssi = engine.txns().ssi.lock().unwrap();
     let event = engine.txns().next_event();
-    ssi.prepare(me.id, event).map_err(|f| serialization_failure(engine, me, f))
+    ssi.prepare(me, event).map_err(|f| serialization_failure(engine, me, f))
 }
 
 pub(crate) fn begin_plain(engine: &Engine) -> Arc<TxnShared> {
-    engine.txns().begin().0
+    engine.txns().begin(TxnOptions::default()).0
 }
 
 pub(crate) fn finish(engine: &Engine, me: &TxnShared, committed_ts: Option<u64>) {
@@ -425,6 +535,10 @@ struct Local {
     tables: HashMap<u32, Table>,
     /// Ranges cursors covered, not yet marked (serializable only).
     scanned: Vec<(Table, Range)>,
+    /// Key marks left per table, and tables where a whole-table mark
+    /// replaced them (serializable only).
+    read_marks: HashMap<u32, usize>,
+    coarse: std::collections::HashSet<u32>,
 }
 
 /// A transaction. Reads see its snapshot plus its own writes; `commit`
@@ -438,6 +552,7 @@ pub struct Txn {
     me: Arc<TxnShared>,
     snapshot: Arc<RootSet>,
     opts: TxnOptions,
+    /// Serializable and not on a safe snapshot (see `ssi.rs`).
     tracked: bool,
     local: Mutex<Local>,
     finished: bool,
@@ -447,10 +562,15 @@ impl Engine {
     /// Begin a transaction on a snapshot of everything committed so far.
     pub fn begin(&self, opts: TxnOptions) -> Result<Txn> {
         self.check_open()?;
-        let (me, snapshot) = self.txns().begin();
-        let tracked = opts.isolation == Isolation::Serializable
-            && self.txns().ssi.lock().unwrap().begin(me.id, me.read_ts, opts.read_only);
+        let (me, snapshot) = self.txns().begin(opts);
+        let tracked = me.ssi.tracked;
         Ok(Txn { engine: self.clone(), me, snapshot, opts, tracked, local: Mutex::default(), finished: false })
+    }
+}
+
+impl Table {
+    fn ssi_ref(&self) -> TableRef<'_> {
+        TableRef { id: self.id(), name: self.name(), held: &self.0.scan_marks }
     }
 }
 
@@ -468,10 +588,13 @@ impl Txn {
         self.opts
     }
 
-    /// Fail if the cache rolled this transaction back.
+    /// Fail if the cache rolled this transaction back, or SSI doomed it.
     fn check_cache(&self) -> Result<()> {
-        match self.me.cache_doomed.get() {
-            Some(&(pinned, limit)) => Err(StorageError::CachePressure { txn: self.me.id, pinned, limit }),
+        if let Some(&(pinned, limit)) = self.me.cache_doomed.get() {
+            return Err(StorageError::CachePressure { txn: self.me.id, pinned, limit });
+        }
+        match self.me.ssi.doomed() {
+            Some(f) => Err(self.failure(f.clone())),
             None => Ok(()),
         }
     }
@@ -491,15 +614,12 @@ impl Txn {
         }
         let scanned = std::mem::take(&mut self.local.lock().unwrap().scanned);
         for (t, range) in scanned {
-            // Mark, then look for unseen versions (see `SsiState::mark_read`).
+            // Mark, then look for unseen versions (see `ssi.rs`).
             let ssi = &self.engine.txns().ssi;
-            ssi.lock()
-                .unwrap()
-                .mark_read(self.me.id, t.id(), Mark::Range(range.clone()))
-                .map_err(|f| self.failure(f))?;
+            ssi.lock().unwrap().mark_range(&self.me, t.ssi_ref(), range.clone()).map_err(|f| self.failure(f))?;
             let writers = t.0.versions.lock().unwrap().unseen_in(&range, &self.me);
             if !writers.is_empty() {
-                ssi.lock().unwrap().read_unseen(self.me.id, t.name(), &writers).map_err(|f| self.failure(f))?;
+                ssi.lock().unwrap().read_unseen(&self.me, t.name(), &writers).map_err(|f| self.failure(f))?;
             }
         }
         Ok(())
@@ -509,24 +629,49 @@ impl Txn {
         self.engine.check_table(t)?;
         self.check_cache()?;
         self.flush_scans()?;
-        if let Some(v) = self.local.lock().unwrap().writes.get(&(t.id(), key.to_vec())) {
-            return Ok(v.as_deref().map(Bytes::copy_from_slice));
-        }
+        let coarse = {
+            let local = self.local.lock().unwrap();
+            if let Some(v) = local.writes.get(&(t.id(), key.to_vec())) {
+                return Ok(v.as_deref().map(Bytes::copy_from_slice));
+            }
+            local.coarse.contains(&t.id())
+        };
         let value = match self.root(t) {
             Some(root) => t.0.tree.get_in(&root, key)?,
             None => None,
         };
         if self.tracked {
-            // Mark, then look (see `SsiState::mark_read`), under one hold of
-            // the SSI lock; a writer never holds the two locks together.
-            let mut ssi = self.engine.txns().ssi.lock().unwrap();
-            ssi.mark_read(self.me.id, t.id(), Mark::Key(key)).map_err(|f| self.failure(f))?;
-            let writers = t.0.versions.lock().unwrap().unseen(key, &self.me);
-            if !writers.is_empty() {
-                ssi.read_unseen(self.me.id, t.name(), &writers).map_err(|f| self.failure(f))?;
-            }
+            self.mark_key(t, key, !coarse)?;
         }
         Ok(value)
+    }
+
+    /// SSI for a read of `key`: leave a key mark (unless a whole-table mark
+    /// covers the table) and look for versions the snapshot cannot see,
+    /// in one hold of the table's key-versions lock.
+    fn mark_key(&self, t: &Table, key: &[u8], mark: bool) -> Result<()> {
+        let txns = self.engine.txns();
+        let (marked, writers) =
+            t.0.versions.lock().unwrap().read(key, &self.me, mark, txns.horizon(), &txns.read_marks);
+        if marked {
+            let mut local = self.local.lock().unwrap();
+            let n = local.read_marks.entry(t.id()).or_default();
+            *n += 1;
+            if *n > crate::limits::ssi_marks_per_table_max
+                || txns.read_marks.load(Ordering::Relaxed) > crate::limits::ssi_marks_max
+            {
+                // Too many: one whole-table mark covers this table from now on.
+                local.coarse.insert(t.id());
+                drop(local);
+                txns.ssi.lock().unwrap().mark_table(&self.me, t.ssi_ref()).map_err(|f| self.failure(f))?;
+            }
+        }
+        let writers: Vec<_> = writers.into_iter().filter(|w| w.ssi.tracked && w.id != self.me.id).collect();
+        if !writers.is_empty() {
+            let writers: Vec<_> = writers.into_iter().map(|w| (w, key.to_vec())).collect();
+            txns.ssi.lock().unwrap().read_unseen(&self.me, t.name(), &writers).map_err(|f| self.failure(f))?;
+        }
+        Ok(())
     }
 
     pub fn put(&self, t: &Table, key: &[u8], value: &[u8]) -> Result<()> {
@@ -553,14 +698,19 @@ impl Txn {
                 StorageError::WriteConflict { table: t.name().to_string(), key: key.to_vec(), holder }
             };
             if self.tracked {
-                let ssi = &self.engine.txns().ssi;
-                // Claim, then look for marks (see `SsiState::mark_read`);
-                // `on_write` also fails a doomed transaction.
-                t.0.versions.lock().unwrap().claim(key, &self.me).map_err(conflict)?;
+                // Claim, then look for marks (see `ssi.rs`).
+                let readers = {
+                    let mut v = t.0.versions.lock().unwrap();
+                    v.claim(key, &self.me).map_err(conflict)?;
+                    v.concurrent_readers(key, &self.me)
+                };
                 // Claimed: the key is in the write set even if SSI fails, so rollback releases it.
                 local.writes.insert(slot.clone(), None);
                 local.tables.entry(t.id()).or_insert_with(|| t.clone());
-                ssi.lock().unwrap().on_write(self.me.id, t.id(), t.name(), key).map_err(|f| self.failure(f))?;
+                if !readers.is_empty() || t.0.scan_marks.load(Ordering::SeqCst) > 0 {
+                    let mut ssi = self.engine.txns().ssi.lock().unwrap();
+                    ssi.on_write(&self.me, t.ssi_ref(), key, &readers).map_err(|f| self.failure(f))?;
+                }
             } else {
                 t.0.versions.lock().unwrap().claim(key, &self.me).map_err(conflict)?;
             }
@@ -616,7 +766,7 @@ impl Txn {
         if batch.is_empty() {
             if self.tracked {
                 ssi_prepare(&self.engine, &self.me)?;
-                self.engine.txns().ssi.lock().unwrap().committed(self.me.id, None, 0);
+                self.me.ssi.committed_read_only();
             }
             self.finished = true;
             finish(&self.engine, &self.me, None);
@@ -624,7 +774,7 @@ impl Txn {
             bump(&self.engine.counters().txn_committed, 1);
             return Ok(self.me.read_ts);
         }
-        let ts = self.engine.commit_batch(CommitRequest { me: &self.me, batch: &batch, tracked: self.tracked })?;
+        let ts = self.engine.commit_batch(CommitRequest { me: &self.me, batch: &batch })?;
         self.finished = true;
         self.after_finish();
         bump(&self.engine.counters().txn_committed, 1);
@@ -647,7 +797,7 @@ impl Txn {
         for (id, key) in local.writes.keys() {
             local.tables[id].0.versions.lock().unwrap().release(key, self.me.id);
         }
-        if self.tracked {
+        if self.tracked && self.me.ssi.abort() {
             self.engine.txns().ssi.lock().unwrap().aborted(self.me.id);
         }
         self.after_finish();
@@ -660,8 +810,8 @@ impl Txn {
             && (self.engine.txns().finishes.fetch_add(1, Ordering::Relaxed) + 1)
                 .is_multiple_of(crate::limits::ssi_cleanup_every)
         {
-            let (begin, read_ts) = self.engine.txns().oldest();
-            self.engine.txns().ssi.lock().unwrap().cleanup(begin, read_ts);
+            let h = self.engine.txns().horizon();
+            self.engine.txns().ssi.lock().unwrap().cleanup(h);
         }
     }
 }

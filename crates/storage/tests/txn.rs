@@ -358,6 +358,62 @@ fn serializable_disjoint_work_commits() {
     assert_eq!(engine.stats().serialization_failures, 0);
 }
 
+/// Past 1,024 key marks in a table, a transaction's reads there become one
+/// whole-table mark: a write anywhere in the table then conflicts with it.
+/// Here that turns a harmless single edge into a cycle (a false positive
+/// the bound on marks costs, as in PostgreSQL's lock promotion).
+#[test]
+fn many_key_marks_coarsen_to_a_whole_table_mark() {
+    let (_d, engine, t) = setup();
+    let t1 = engine.begin(ser()).unwrap();
+    let t2 = engine.begin(ser()).unwrap();
+    for i in 0..1100u32 {
+        t1.get(&t, format!("k{i:05}").as_bytes()).unwrap();
+    }
+    get(&t2, &t, "y");
+    t2.put(&t, b"unread", b"1").unwrap(); // t1 -> t2 only through the whole-table mark
+    t1.put(&t, b"y", b"1").unwrap(); // t2 -> t1
+    t2.commit().unwrap();
+    match t1.commit() {
+        Err(StorageError::SerializationFailure { detail, .. }) => {
+            assert!(detail.contains("whole table"), "{detail}")
+        }
+        other => panic!("expected a serialization failure, got {other:?}"),
+    }
+    // Below the bound, the same shape commits.
+    let t1 = engine.begin(ser()).unwrap();
+    let t2 = engine.begin(ser()).unwrap();
+    for i in 0..100u32 {
+        t1.get(&t, format!("k{i:05}").as_bytes()).unwrap();
+    }
+    get(&t2, &t, "y2");
+    t2.put(&t, b"unread2", b"1").unwrap();
+    t1.put(&t, b"y2", b"1").unwrap();
+    t2.commit().unwrap();
+    t1.commit().unwrap();
+}
+
+/// SIREAD marks outlive their transaction only while a concurrent one can
+/// need them: after many serializable transactions, the marks and graph
+/// nodes held stay bounded, not one per read.
+#[test]
+fn ssi_marks_and_nodes_are_collected() {
+    let (_d, engine, t) = setup();
+    for i in 0..20_000u32 {
+        let a = engine.begin(ser()).unwrap();
+        let b = engine.begin(ser()).unwrap();
+        a.get(&t, format!("r{i}").as_bytes()).unwrap();
+        b.get(&t, format!("w{i}").as_bytes()).unwrap();
+        a.put(&t, format!("w{i}").as_bytes(), b"1").unwrap(); // b -> a
+        a.commit().unwrap();
+        b.commit().unwrap();
+    }
+    let s = engine.stats();
+    assert!(s.ssi_read_marks < 12_000, "read marks pile up: {s:?}");
+    assert!(s.ssi_tracked_txns < 100, "graph nodes pile up: {s:?}");
+    assert!(s.key_versions < 20_000, "key versions pile up: {s:?}");
+}
+
 /// Old versions live exactly as long as a snapshot can see them: pinned
 /// bytes go back to zero when the snapshot ends, and the per-key commit
 /// records are collected once no snapshot predates them.
