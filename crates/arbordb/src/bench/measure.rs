@@ -173,3 +173,11 @@ pub fn cpu_seconds() -> Option<f64> {
     let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
     Some(ticks as f64 / 100.0)
 }
+
+/// The machine's CPU time so far from /proc/stat, in ticks: (all, stolen by
+/// the hypervisor). Steal shows how much a VM's neighbours took.
+pub fn machine_ticks() -> Option<(u64, u64)> {
+    let s = std::fs::read_to_string("/proc/stat").ok()?;
+    let f: Vec<u64> = s.lines().next()?.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
+    Some((f.iter().take(8).sum(), *f.get(7)?))
+}

@@ -289,6 +289,7 @@ fn run_mode(
     let ro_seq = Arc::new(AtomicU64::new(1));
     let results = Arc::new(Mutex::new((Counts::default(), vec![setup])));
     let cpu_before = measure::cpu_seconds();
+    let machine_before = measure::machine_ticks();
     let started = Instant::now();
     let workers: Vec<_> = (0..a.threads)
         .map(|i| {
@@ -350,10 +351,13 @@ fn run_mode(
         w.join().map_err(|_| "a smallbank worker panicked")?;
     }
     let elapsed = started.elapsed().as_secs_f64();
-    // Share of the machine's CPUs the run kept busy (waiting shows as less).
-    let cpu_busy = cpu_before
-        .zip(measure::cpu_seconds())
-        .map(|(before, after)| (after - before) / elapsed / measure::cpus() as f64);
+    // CPU the run used, and the share of the machine's CPUs it kept busy
+    // (waiting, and time the hypervisor stole, show as less).
+    let cpu_seconds = cpu_before.zip(measure::cpu_seconds()).map(|(before, after)| after - before);
+    let cpu_busy = cpu_seconds.map(|c| c / elapsed / measure::cpus() as f64);
+    let steal = machine_before
+        .zip(measure::machine_ticks())
+        .map(|((all0, st0), (all1, st1))| (st1 - st0) as f64 / (all1 - all0).max(1) as f64);
     let stats = engine.stats();
     engine.close()?;
     let (counts, txns) = std::mem::take(&mut *results.lock().unwrap());
@@ -375,6 +379,9 @@ fn run_mode(
         "sync": format!("{sync:?}"),
         "seconds": elapsed,
         "cpu_busy": cpu_busy,
+        "cpu_seconds": cpu_seconds,
+        "commits_per_cpu_second": cpu_seconds.map(|c| committed as f64 / c),
+        "steal_share": steal,
         "committed": committed,
         "committed_per_sec": committed as f64 / elapsed,
         "attempts": attempts,
@@ -416,9 +423,10 @@ pub fn run(a: SmallBankArgs) -> BenchResult<()> {
     );
     let mut runs = Vec::new();
     let mut ratios = serde_json::Map::new();
+    let mut cpu_ratios = serde_json::Map::new();
     for &sync in &a.sync {
-        // (commits, seconds) per level over all rounds.
-        let mut sums = [(0.0, 0.0); 2];
+        // (commits, seconds, CPU seconds) per level over all rounds.
+        let mut sums = [(0.0, 0.0, 0.0); 2];
         for round in 0..a.rounds {
             let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
             for i in order {
@@ -429,6 +437,7 @@ pub fn run(a: SmallBankArgs) -> BenchResult<()> {
                 let mut r = run_mode(&a, &parent, isolation, sync)?;
                 sums[i].0 += r["committed"].as_f64().unwrap_or(0.0);
                 sums[i].1 += r["seconds"].as_f64().unwrap_or(1.0);
+                sums[i].2 += r["cpu_seconds"].as_f64().unwrap_or(f64::NAN);
                 r["round"] = json!(round);
                 runs.push(r);
             }
@@ -436,6 +445,10 @@ pub fn run(a: SmallBankArgs) -> BenchResult<()> {
         if a.isolation.len() == 2 {
             let ratio = (sums[1].0 / sums[1].1) / (sums[0].0 / sums[0].1);
             ratios.insert(format!("{sync:?}"), json!(ratio));
+            // The same per CPU second: what SSI costs in work, whatever the
+            // machine's neighbours and lock waits did to wall-clock time.
+            let cpu_ratio = (sums[1].0 / sums[1].2) / (sums[0].0 / sums[0].2);
+            cpu_ratios.insert(format!("{sync:?}"), json!(cpu_ratio));
         }
     }
     let doc = json!({
@@ -450,27 +463,34 @@ pub fn run(a: SmallBankArgs) -> BenchResult<()> {
         },
         "runs": runs,
         "serializable_over_si_throughput": ratios,
+        "serializable_over_si_commits_per_cpu_second": cpu_ratios,
     });
     super::report::write_json(&out, &doc)?;
     println!(
-        "{:<13} {:<6} {:>12} {:>9} {:>9} {:>9} {:>9} {:>10}",
-        "isolation", "sync", "commits/s", "ww-abort", "ser-abort", "app-rb", "cpu-busy", "anomalies"
+        "{:<13} {:<6} {:>12} {:>12} {:>9} {:>9} {:>9} {:>9} {:>7} {:>10}",
+        "isolation", "sync", "commits/s", "per cpu-s", "ww-abort", "ser-abort", "app-rb", "cpu-busy", "steal", "anomalies"
     );
     for r in doc["runs"].as_array().unwrap() {
         println!(
-            "{:<13} {:<6} {:>12.0} {:>8.2}% {:>8.2}% {:>8.2}% {:>8.0}% {:>10}",
+            "{:<13} {:<6} {:>12.0} {:>12.0} {:>8.2}% {:>8.2}% {:>8.2}% {:>8.0}% {:>6.1}% {:>10}",
             r["isolation"].as_str().unwrap(),
             r["sync"].as_str().unwrap(),
             r["committed_per_sec"].as_f64().unwrap(),
+            r["commits_per_cpu_second"].as_f64().unwrap_or(f64::NAN),
             100.0 * r["abort_rate_write_conflict"].as_f64().unwrap(),
             100.0 * r["abort_rate_serialization_failure"].as_f64().unwrap(),
             100.0 * r["rollback_rate_application"].as_f64().unwrap(),
             100.0 * r["cpu_busy"].as_f64().unwrap_or(f64::NAN),
+            100.0 * r["steal_share"].as_f64().unwrap_or(f64::NAN),
             r["anomalies"],
         );
     }
     for (sync, ratio) in &ratios {
-        println!("serializable / SI throughput ({sync}): {:.3}", ratio.as_f64().unwrap());
+        println!(
+            "serializable / SI throughput ({sync}): {:.3}; per CPU second: {:.3}",
+            ratio.as_f64().unwrap(),
+            cpu_ratios[sync].as_f64().unwrap_or(f64::NAN)
+        );
     }
     println!("\nJSON written to {}", out.display());
     for r in doc["runs"].as_array().unwrap() {
