@@ -124,8 +124,9 @@ struct KeyVersion {
     /// (commit timestamp, writer), oldest first; only commits some open
     /// snapshot may not see.
     commits: Vec<(u64, Arc<TxnShared>)>,
-    /// Serializable transactions that read the key (SIREAD key marks).
-    readers: Vec<Arc<TxnShared>>,
+    /// Serializable transactions that read the key (SIREAD key marks),
+    /// with their ids inline so the duplicate check follows no pointer.
+    readers: Vec<(u64, Arc<TxnShared>)>,
 }
 
 impl KeyVersion {
@@ -166,7 +167,7 @@ impl KeyVersion {
     /// returns how many went.
     fn prune_readers(&mut self, h: Horizon) -> usize {
         let before = self.readers.len();
-        self.readers.retain(|r| !r.ssi_stale(h));
+        self.readers.retain(|(_, r)| !r.ssi_stale(h));
         before - self.readers.len()
     }
 
@@ -210,7 +211,12 @@ impl KeyVersions {
     /// Serializable readers of `key` concurrent with `me`, its writer.
     fn concurrent_readers(&self, key: &[u8], me: &TxnShared) -> Vec<Arc<TxnShared>> {
         match self.map.get(key) {
-            Some(e) => e.readers.iter().filter(|r| r.id != me.id && r.ssi_concurrent_with(me)).cloned().collect(),
+            Some(e) => e
+                .readers
+                .iter()
+                .filter(|(id, r)| *id != me.id && r.ssi_concurrent_with(me))
+                .map(|(_, r)| r.clone())
+                .collect(),
             None => Vec::new(),
         }
     }
@@ -234,11 +240,11 @@ impl KeyVersions {
                 None => self.map.entry(key.to_vec()).or_default(),
             };
             // A transaction re-reading a key usually does so soon after.
-            if !e.readers.iter().rev().take(8).any(|r| r.id == me.id) {
+            if !e.readers.iter().rev().take(8).any(|(id, _)| *id == me.id) {
                 if e.readers.len() >= 8 && e.readers.len().is_power_of_two() {
                     marks.fetch_sub(e.prune_readers(h), Ordering::Relaxed);
                 }
-                e.readers.push(me.clone());
+                e.readers.push((me.id, me.clone()));
                 marks.fetch_add(1, Ordering::Relaxed);
                 self.recorded += 1;
                 marked = true;

@@ -468,7 +468,16 @@ pub fn run(a: SmallBankArgs) -> BenchResult<()> {
     super::report::write_json(&out, &doc)?;
     println!(
         "{:<13} {:<6} {:>12} {:>12} {:>9} {:>9} {:>9} {:>9} {:>7} {:>10}",
-        "isolation", "sync", "commits/s", "per cpu-s", "ww-abort", "ser-abort", "app-rb", "cpu-busy", "steal", "anomalies"
+        "isolation",
+        "sync",
+        "commits/s",
+        "per cpu-s",
+        "ww-abort",
+        "ser-abort",
+        "app-rb",
+        "cpu-busy",
+        "steal",
+        "anomalies"
     );
     for r in doc["runs"].as_array().unwrap() {
         println!(
