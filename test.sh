@@ -21,6 +21,11 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 echo "== unit, model, crash, fault and concurrency tests"
 cargo test --workspace --quiet
 
+echo "== driver tests: the real server through pymongo (tests/python)"
+python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore pymongo pytest
+cargo build --release --quiet -p arbordb
+python3 -m pytest -q tests/python
+
 echo "== engine benchmark smoke run (tiny scale; the real run is in README)"
 out=$(mktemp -d)
 cargo run --release --quiet -p arbordb -- bench engine --num 5000 --num-sync 200 --dir "$out" --out "$out/smoke.json" >/dev/null

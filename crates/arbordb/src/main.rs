@@ -1,10 +1,12 @@
 //! The `arbordb` command-line tool: one binary, one subcommand per job.
 //!
-//! `arbordb bench engine` (the W6 engine benchmark, in `bench/`),
+//! `arbordb serve` (the server, `serve.rs`), `arbordb bench engine` (the W6
+//! engine benchmark, in `bench/`),
 //! `arbordb verify` and `arbordb dump` (in `tools.rs`). Each subcommand lives
 //! in its own module and this file only parses arguments and dispatches.
 
 mod bench;
+mod serve;
 mod tools;
 
 use clap::{Parser, Subcommand};
@@ -19,6 +21,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Run the MongoDB-compatible server.
+    Serve(serve::ServeArgs),
     /// Benchmarks (see bench/ for results and charts).
     Bench(bench::BenchArgs),
     /// Check every page, checksum, key range and extent list of a data directory.
@@ -30,6 +34,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Serve(args) => serve::run(args).map_err(|e| e.to_string().into()),
         Command::Bench(args) => bench::run(args),
         Command::Verify(args) => match tools::verify(args) {
             Ok(true) => Ok(()),

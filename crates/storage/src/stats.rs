@@ -19,6 +19,13 @@ macro_rules! counters {
             }
         }
 
+        impl Stats {
+            /// Every counter with its name, in declaration order.
+            pub fn fields(&self) -> Vec<(&'static str, u64)> {
+                vec![$((stringify!($name), self.$name),)*]
+            }
+        }
+
     };
 }
 

@@ -1,0 +1,280 @@
+//! Command dispatch, and the handshake and administration commands drivers
+//! and mongosh send before any data: `hello` / `isMaster`, `ping`,
+//! `buildInfo`, `getParameter`, `serverStatus`, `hostInfo`, ...
+//!
+//! `hello` answers as the primary of a one-member replica set, so drivers
+//! turn on sessions, retryable writes and transactions; every host name it
+//! gives is the address the client reached us at.
+
+use crate::error::CommandError;
+use crate::limits::*;
+use crate::server::{Conn, Shared};
+use crate::wire::OpMsg;
+use bson::{doc, oid::ObjectId, spec::BinarySubtype, Binary, Bson, DateTime, Document, Timestamp};
+use std::sync::atomic::Ordering;
+
+/// The replica set name `hello` reports.
+pub const SET_NAME: &str = "arbordb";
+/// The MongoDB version we answer as (drivers and mongosh gate features on it).
+pub const VERSION: &str = "8.0.0";
+
+type CommandResult = Result<Document, CommandError>;
+
+/// Commands we answer, with a line of help each (for `listCommands`).
+const COMMANDS: &[(&str, &str)] = &[
+    ("hello", "the handshake: topology and limits"),
+    ("isMaster", "the legacy handshake"),
+    ("ping", "answers ok"),
+    ("buildInfo", "version and build"),
+    ("getParameter", "server parameters"),
+    ("setParameter", "change a server parameter"),
+    ("serverStatus", "counters and storage engine statistics"),
+    ("hostInfo", "the machine"),
+    ("whatsmyuri", "the client's address"),
+    ("getCmdLineOpts", "the server's options"),
+    ("connectionStatus", "authentication state"),
+    ("listCommands", "this list"),
+    ("endSessions", "ends sessions"),
+    ("killAllSessions", "ends every session"),
+    ("shutdown", "checkpoint and stop the server"),
+];
+
+/// Run the command in an OP_MSG body (its first key names it).
+pub fn run(shared: &Shared, conn: &Conn, msg: &OpMsg) -> Document {
+    shared.opcounters.command.fetch_add(1, Ordering::Relaxed);
+    let result = match msg.body.keys().next() {
+        None => Err(CommandError::failed_to_parse("Empty command object")),
+        Some(name) => dispatch(shared, conn, name, &msg.body),
+    };
+    let mut reply = result.unwrap_or_else(|e| e.to_document());
+    add_cluster_time(&mut reply);
+    reply
+}
+
+/// Answer a legacy OP_QUERY: only the handshake is allowed, as in MongoDB 6+.
+pub fn run_query(shared: &Shared, conn: &Conn, query: &Document) -> Document {
+    // Drivers may wrap the command as {$query: {...}, $readPreference: ...}.
+    let cmd = match query.get_document("$query") {
+        Ok(inner) => inner,
+        Err(_) => query,
+    };
+    let name = cmd.keys().next().map(String::as_str).unwrap_or("");
+    let mut reply = match name {
+        "hello" | "isMaster" | "ismaster" => hello(shared, conn, name != "hello"),
+        _ => Err(CommandError::unsupported_op_query_command(format!(
+            "Unsupported OP_QUERY command: {name}. The client driver may require an upgrade. For more details see \
+             https://dochub.mongodb.org/core/legacy-opcode-removal"
+        ))),
+    }
+    .unwrap_or_else(|e| e.to_document());
+    add_cluster_time(&mut reply);
+    reply
+}
+
+fn dispatch(shared: &Shared, conn: &Conn, name: &str, cmd: &Document) -> CommandResult {
+    match name {
+        "hello" => hello(shared, conn, false),
+        "isMaster" | "ismaster" => hello(shared, conn, true),
+        "ping" => Ok(ok()),
+        "buildInfo" | "buildinfo" => Ok(build_info()),
+        "getParameter" => get_parameter(cmd),
+        "setParameter" => set_parameter(cmd),
+        "serverStatus" => Ok(server_status(shared)),
+        "hostInfo" => Ok(host_info()),
+        "whatsmyuri" => Ok(doc! { "you": conn.peer.to_string(), "ok": 1.0 }),
+        "getCmdLineOpts" => {
+            Ok(doc! { "argv": shared.options.argv.clone(), "parsed": shared.options.parsed.clone(), "ok": 1.0 })
+        }
+        "connectionStatus" => Ok(doc! {
+            "authInfo": { "authenticatedUsers": [], "authenticatedUserRoles": [] },
+            "ok": 1.0,
+        }),
+        "listCommands" => Ok(list_commands()),
+        "endSessions" | "killAllSessions" | "killSessions" => Ok(ok()),
+        "shutdown" => {
+            shared.request_shutdown();
+            Ok(ok())
+        }
+        _ => Err(CommandError::command_not_found(format!("no such command: '{name}'"))),
+    }
+}
+
+fn ok() -> Document {
+    doc! { "ok": 1.0 }
+}
+
+/// The commit clock drivers gossip. Signed with a zero key, as an
+/// unauthenticated mongod does.
+fn cluster_time() -> Timestamp {
+    let now = DateTime::now().timestamp_millis() / 1000;
+    Timestamp { time: now as u32, increment: 1 }
+}
+
+fn add_cluster_time(reply: &mut Document) {
+    let ts = cluster_time();
+    reply.insert(
+        "$clusterTime",
+        doc! {
+            "clusterTime": ts,
+            "signature": { "hash": Binary { subtype: BinarySubtype::Generic, bytes: vec![0; 20] }, "keyId": 0i64 },
+        },
+    );
+    reply.insert("operationTime", ts);
+}
+
+fn hello(shared: &Shared, conn: &Conn, legacy: bool) -> CommandResult {
+    let me = conn.local.to_string();
+    let ts = cluster_time();
+    let now = DateTime::now();
+    let mut d = doc! {
+        "topologyVersion": { "processId": shared.process_id, "counter": 0i64 },
+        "hosts": [me.clone()],
+        "setName": SET_NAME,
+        "setVersion": 1,
+    };
+    d.insert(if legacy { "ismaster" } else { "isWritablePrimary" }, true);
+    d.extend(doc! {
+        "secondary": false,
+        "primary": me.clone(),
+        "me": me,
+        "electionId": ObjectId::from_bytes([0x7f, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 1]),
+        "lastWrite": {
+            "opTime": { "ts": ts, "t": 1i64 },
+            "lastWriteDate": now,
+            "majorityOpTime": { "ts": ts, "t": 1i64 },
+            "majorityWriteDate": now,
+        },
+        "maxBsonObjectSize": bson_object_size_max_bytes as i32,
+        "maxMessageSizeBytes": message_size_max_bytes as i32,
+        "maxWriteBatchSize": write_batch_size_max as i32,
+        "localTime": now,
+        "logicalSessionTimeoutMinutes": session_timeout_minutes,
+        "connectionId": conn.id as i32,
+        "minWireVersion": 0,
+        "maxWireVersion": wire_version_max,
+        "readOnly": false,
+        "ok": 1.0,
+    });
+    Ok(d)
+}
+
+fn build_info() -> Document {
+    doc! {
+        "version": VERSION,
+        "gitVersion": "arbordb",
+        "versionArray": [8, 0, 0, 0],
+        "arbordbVersion": env!("CARGO_PKG_VERSION"),
+        "bits": 64,
+        "debug": cfg!(debug_assertions),
+        "maxBsonObjectSize": bson_object_size_max_bytes as i32,
+        "storageEngines": ["arbordb"],
+        "javascriptEngine": "none",
+        "modules": [],
+        "openssl": { "running": "disabled" },
+        "ok": 1.0,
+    }
+}
+
+/// Parameters `getParameter` knows, with their values.
+fn parameters() -> Document {
+    doc! {
+        "featureCompatibilityVersion": { "version": "8.0" },
+        "maxBSONDepth": bson_depth_max as i32,
+        "logicalSessionTimeoutMinutes": session_timeout_minutes,
+        "transactionLifetimeLimitSeconds": 60,
+    }
+}
+
+fn get_parameter(cmd: &Document) -> CommandResult {
+    let all = parameters();
+    let want = cmd.get("getParameter").cloned().unwrap_or(Bson::Null);
+    // {getParameter: "*"} or {getParameter: {allParameters: true}}: everything.
+    let everything =
+        want.as_str() == Some("*") || want.as_document().is_some_and(|d| d.get_bool("allParameters").unwrap_or(false));
+    let mut out = Document::new();
+    if everything {
+        out.extend(all);
+    } else {
+        for (k, _) in cmd.iter().skip(1).filter(|(k, _)| !k.starts_with('$') && *k != "lsid" && *k != "comment") {
+            match all.get(k) {
+                Some(v) => {
+                    out.insert(k, v.clone());
+                }
+                None => return Err(CommandError::invalid_options("no option found to get")),
+            }
+        }
+        if out.is_empty() {
+            return Err(CommandError::invalid_options("no option found to get"));
+        }
+    }
+    out.insert("ok", 1.0);
+    Ok(out)
+}
+
+fn set_parameter(cmd: &Document) -> CommandResult {
+    let names: Vec<&String> = cmd.keys().skip(1).filter(|k| !k.starts_with('$') && *k != "lsid").collect();
+    match names.first() {
+        None => Err(CommandError::no_such_key("no option found to set, use help:true to see options ")),
+        Some(name) => Err(CommandError::unknown_parameter(format!("attempted to set unrecognized parameter [{name}]"))),
+    }
+}
+
+fn server_status(shared: &Shared) -> Document {
+    let s = shared.engine.stats();
+    let c = &shared.opcounters;
+    let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed) as i64;
+    doc! {
+        "host": hostname(),
+        "version": VERSION,
+        "process": "arbordb",
+        "pid": std::process::id() as i64,
+        "uptime": shared.started.elapsed().as_secs_f64().floor(),
+        "uptimeMillis": shared.started.elapsed().as_millis() as i64,
+        "localTime": DateTime::now(),
+        "connections": {
+            "current": load(&shared.connections_current) as i32,
+            "available": 1_000_000 - load(&shared.connections_current) as i32,
+            "totalCreated": load(&shared.connections_total),
+        },
+        "opcounters": {
+            "insert": load(&c.insert), "query": load(&c.query), "update": load(&c.update),
+            "delete": load(&c.delete), "getmore": load(&c.getmore), "command": load(&c.command),
+        },
+        "metrics": { "operation": { "writeConflicts": s.write_conflicts as i64 } },
+        "storageEngine": { "name": "arbordb", "supportsCommittedReads": true, "persistent": true },
+        "arbordb": stats_document(&s),
+        "ok": 1.0,
+    }
+}
+
+/// Every engine counter, by its name.
+fn stats_document(s: &storage::Stats) -> Document {
+    s.fields().into_iter().map(|(k, v)| (k.to_string(), Bson::Int64(v as i64))).collect()
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default()
+}
+
+fn host_info() -> Document {
+    let mem_mb = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| s.lines().next().and_then(|l| l.split_whitespace().nth(1)).and_then(|k| k.parse::<i64>().ok()))
+        .map(|kib| kib / 1024)
+        .unwrap_or(0);
+    let cores = std::thread::available_parallelism().map(|n| n.get() as i32).unwrap_or(1);
+    doc! {
+        "system": { "currentTime": DateTime::now(), "hostname": hostname(), "cpuAddrSize": 64, "memSizeMB": mem_mb, "numCores": cores, "cpuArch": std::env::consts::ARCH },
+        "os": { "type": std::env::consts::OS },
+        "extra": {},
+        "ok": 1.0,
+    }
+}
+
+fn list_commands() -> Document {
+    let mut cmds = Document::new();
+    for (name, help) in COMMANDS {
+        cmds.insert(*name, doc! { "help": *help, "adminOnly": false });
+    }
+    doc! { "commands": cmds, "ok": 1.0 }
+}

@@ -1,0 +1,20 @@
+//! The server's limits, MongoDB's where a driver can see them (`hello`
+//! reports the first three).
+#![allow(non_upper_case_globals)]
+
+/// Largest BSON document a client may send or store.
+pub const bson_object_size_max_bytes: usize = 16 * 1024 * 1024;
+/// Largest wire message (a batch of documents plus framing).
+pub const message_size_max_bytes: usize = 48_000_000;
+/// Most write operations in one insert, update or delete command.
+pub const write_batch_size_max: usize = 100_000;
+/// Deepest nesting of objects and arrays MongoDB accepts in a document.
+pub const bson_depth_max: usize = 100;
+/// The wire header: length, request id, response to, op code.
+pub const header_bytes: usize = 16;
+/// MongoDB 8.0's wire version, so drivers enable everything 8.0 offers.
+pub const wire_version_max: i32 = 25;
+/// Minutes an idle session lives (drivers turn sessions on when set).
+pub const session_timeout_minutes: i32 = 30;
+
+const _: () = assert!(bson_object_size_max_bytes < message_size_max_bytes);

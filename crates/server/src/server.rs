@@ -1,0 +1,227 @@
+//! The network server: listeners, one task per connection reading framed
+//! messages and writing replies, and a clean shutdown (SIGINT, SIGTERM or
+//! the `shutdown` command) that stops accepting and closes the engine with
+//! a checkpoint.
+//!
+//! Invariants:
+//! 1. A connection reads exactly the bytes its header announces (bounded by
+//!    `message_size_max_bytes`) before parsing; bad input ends in an error
+//!    reply or a closed connection, never in a panic of the server.
+//! 2. The engine is closed once, after every listener stopped accepting.
+
+use crate::commands;
+use crate::limits::*;
+use crate::wire::{self, Header, Request, WireError};
+use bson::{doc, oid::ObjectId, Document};
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+use storage::Engine;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+/// How the server was started (reported by `getCmdLineOpts`).
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    pub bind: Vec<IpAddr>,
+    pub port: u16,
+    pub dbpath: PathBuf,
+    pub argv: Vec<String>,
+    pub parsed: Document,
+}
+
+#[derive(Default)]
+pub struct Opcounters {
+    pub insert: AtomicU64,
+    pub query: AtomicU64,
+    pub update: AtomicU64,
+    pub delete: AtomicU64,
+    pub getmore: AtomicU64,
+    pub command: AtomicU64,
+}
+
+/// What every connection shares.
+pub struct Shared {
+    pub engine: Engine,
+    pub options: ServerOptions,
+    pub started: Instant,
+    pub process_id: ObjectId,
+    pub connections_current: AtomicU64,
+    pub connections_total: AtomicU64,
+    pub opcounters: Opcounters,
+    next_request_id: AtomicI32,
+    shutdown: watch::Sender<bool>,
+}
+
+impl Shared {
+    pub fn request_shutdown(&self) {
+        self.shutdown.send_replace(true);
+    }
+
+    fn request_id(&self) -> i32 {
+        self.next_request_id.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+/// One client connection.
+pub struct Conn {
+    pub id: u64,
+    pub peer: SocketAddr,
+    /// The address the client reached us at: what `hello` names as us.
+    pub local: SocketAddr,
+}
+
+/// A bound server, not yet serving.
+pub struct Server {
+    shared: Arc<Shared>,
+    listeners: Vec<TcpListener>,
+}
+
+impl Server {
+    /// Bind every address of `options.bind` on `options.port`.
+    pub async fn bind(engine: Engine, options: ServerOptions) -> std::io::Result<Server> {
+        let mut listeners = Vec::new();
+        for ip in &options.bind {
+            listeners.push(TcpListener::bind(SocketAddr::new(*ip, options.port)).await?);
+        }
+        let (tx, _) = watch::channel(false);
+        let shared = Arc::new(Shared {
+            engine,
+            options,
+            started: Instant::now(),
+            process_id: ObjectId::new(),
+            connections_current: AtomicU64::new(0),
+            connections_total: AtomicU64::new(0),
+            opcounters: Opcounters::default(),
+            next_request_id: AtomicI32::new(1),
+            shutdown: tx,
+        });
+        Ok(Server { shared, listeners })
+    }
+
+    pub fn local_addrs(&self) -> Vec<SocketAddr> {
+        self.listeners.iter().filter_map(|l| l.local_addr().ok()).collect()
+    }
+
+    /// Serve until SIGINT, SIGTERM or the `shutdown` command; then close
+    /// the engine (a checkpoint).
+    pub async fn run(self) -> storage::Result<()> {
+        let mut stop = self.shared.shutdown.subscribe();
+        for listener in self.listeners {
+            let shared = self.shared.clone();
+            let mut stop = shared.shutdown.subscribe();
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        accepted = listener.accept() => match accepted {
+                            Ok((stream, peer)) => {
+                                tokio::spawn(connection(shared.clone(), stream, peer));
+                            }
+                            Err(e) => tracing::warn!(error = %e, "accept failed"),
+                        },
+                        _ = stop.changed() => break,
+                    }
+                }
+            });
+        }
+        let signals = async {
+            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                .expect("SIGTERM handler installs");
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => "SIGINT",
+                _ = term.recv() => "SIGTERM",
+            }
+        };
+        let why = tokio::select! {
+            sig = signals => sig,
+            _ = stop.wait_for(|s| *s) => "shutdown command",
+        };
+        tracing::info!(reason = why, "shutting down");
+        self.shared.request_shutdown();
+        let engine = self.shared.engine.clone();
+        tokio::task::spawn_blocking(move || engine.close()).await.expect("close does not panic")?;
+        tracing::info!("engine closed with a checkpoint; exiting");
+        Ok(())
+    }
+}
+
+async fn connection(shared: Arc<Shared>, mut stream: TcpStream, peer: SocketAddr) {
+    let id = shared.connections_total.fetch_add(1, Ordering::Relaxed) + 1;
+    shared.connections_current.fetch_add(1, Ordering::Relaxed);
+    let local = stream.local_addr().unwrap_or(peer);
+    let conn = Conn { id, peer, local };
+    let _ = stream.set_nodelay(true);
+    tracing::debug!(conn = id, %peer, "connection accepted");
+    let result = serve_connection(&shared, &conn, &mut stream).await;
+    if let Err(e) = result {
+        tracing::info!(conn = id, %peer, error = %e, "connection closed");
+    }
+    shared.connections_current.fetch_sub(1, Ordering::Relaxed);
+}
+
+#[derive(Debug, thiserror::Error)]
+enum ConnError {
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Wire(#[from] WireError),
+}
+
+async fn serve_connection(shared: &Shared, conn: &Conn, stream: &mut TcpStream) -> Result<(), ConnError> {
+    let mut stop = shared.shutdown.subscribe();
+    loop {
+        let mut head = [0u8; header_bytes];
+        tokio::select! {
+            read = stream.read_exact(&mut head) => match read {
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+                Err(e) => return Err(e.into()),
+            },
+            _ = stop.wait_for(|s| *s) => return Ok(()),
+        }
+        let header = Header::parse(&head)?;
+        let mut body = vec![0u8; header.length - header_bytes];
+        stream.read_exact(&mut body).await?;
+        let reply = match wire::parse(&header, &body) {
+            Ok(Request::Msg(msg)) => {
+                let reply = commands::run(shared, conn, &msg);
+                if msg.flags & wire::MORE_TO_COME != 0 {
+                    continue;
+                }
+                wire::encode_msg(shared.request_id(), header.request_id, &reply)
+            }
+            Ok(Request::Query(q)) => {
+                let reply = commands::run_query(shared, conn, &q.query);
+                wire::encode_reply(shared.request_id(), header.request_id, &reply)
+            }
+            // A well-framed OP_MSG whose document is bad gets an error reply,
+            // as mongod does; anything else ends the connection.
+            Err(e @ (WireError::InvalidBson(_) | WireError::DocumentTooLarge(_))) if header.op_code == wire::OP_MSG => {
+                let err = match &e {
+                    WireError::DocumentTooLarge(_) => crate::error::CommandError {
+                        code: 10334,
+                        code_name: "BSONObjectTooLarge",
+                        errmsg: e.to_string(),
+                        labels: Vec::new(),
+                    },
+                    _ => crate::error::CommandError::invalid_bson(e.to_string()),
+                };
+                wire::encode_msg(shared.request_id(), header.request_id, &err.to_document())
+            }
+            Err(e) => return Err(e.into()),
+        };
+        stream.write_all(&reply).await?;
+    }
+}
+
+/// `getCmdLineOpts`' `parsed` for the options we take.
+pub fn parsed_options(bind: &[IpAddr], port: u16, dbpath: &std::path::Path) -> Document {
+    let ips: Vec<String> = bind.iter().map(|ip| ip.to_string()).collect();
+    doc! {
+        "net": { "bindIp": ips.join(","), "port": i32::from(port) },
+        "storage": { "dbPath": dbpath.display().to_string() },
+    }
+}
