@@ -22,7 +22,7 @@ echo "== unit, model, crash, fault and concurrency tests"
 cargo test --workspace --quiet
 
 echo "== driver tests: the real server through pymongo (tests/python)"
-python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore pymongo pytest
+python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore pymongo pytest python-snappy zstandard
 cargo build --release --quiet -p arbordb
 python3 -m pytest -q tests/python
 

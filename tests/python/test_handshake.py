@@ -218,3 +218,34 @@ def test_shutdown_command_stops_the_server_cleanly(datadir):
     with again.client() as c2:
         assert c2.admin.command("ping")["ok"] == 1.0
     assert again.stop(signal.SIGINT) == 0
+
+
+# --- compression -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["snappy", "zlib", "zstd"])
+def test_compressed_messages_round_trip(server, name):
+    with server.client(compressors=name) as c:
+        assert c.admin.command("ping")["ok"] == 1.0
+        status = c.admin.command("serverStatus")
+    used = status["network"]["compression"][name]
+    assert used["decompressor"]["bytesIn"] > 0 and used["decompressor"]["bytesOut"] > 0
+    assert used["compressor"]["bytesIn"] > 0 and used["compressor"]["bytesOut"] > 0
+
+
+def test_hello_negotiates_compressors_in_the_clients_order(client):
+    h = client.admin.command("hello", compression=["lz4", "zstd", "zlib"])
+    assert h["compression"] == ["zstd", "zlib"]
+
+
+def test_a_compressed_frame_with_a_lying_size_closes_the_connection(server):
+    import zlib
+
+    inner = struct.pack("<I", 0) + b"\x00" + bson.encode({"ping": 1, "$db": "admin"})
+    packed = zlib.compress(inner)
+    body = struct.pack("<iiB", OP_MSG, len(inner) + 7, 2) + packed
+    with connect(server) as s:
+        s.sendall(frame(2012, body))
+        assert closed(s)
+    with server.client() as c:
+        assert c.admin.command("ping")["ok"] == 1.0

@@ -60,7 +60,7 @@ pub fn run_query(shared: &Shared, conn: &Conn, query: &Document) -> Document {
     };
     let name = cmd.keys().next().map(String::as_str).unwrap_or("");
     let mut reply = match name {
-        "hello" | "isMaster" | "ismaster" => hello(shared, conn, name != "hello"),
+        "hello" | "isMaster" | "ismaster" => hello(shared, conn, name != "hello").map(|d| with_compression(d, cmd)),
         _ => Err(CommandError::unsupported_op_query_command(format!(
             "Unsupported OP_QUERY command: {name}. The client driver may require an upgrade. For more details see \
              https://dochub.mongodb.org/core/legacy-opcode-removal"
@@ -73,8 +73,8 @@ pub fn run_query(shared: &Shared, conn: &Conn, query: &Document) -> Document {
 
 fn dispatch(shared: &Shared, conn: &Conn, name: &str, cmd: &Document) -> CommandResult {
     match name {
-        "hello" => hello(shared, conn, false),
-        "isMaster" | "ismaster" => hello(shared, conn, true),
+        "hello" => hello(shared, conn, false).map(|d| with_compression(d, cmd)),
+        "isMaster" | "ismaster" => hello(shared, conn, true).map(|d| with_compression(d, cmd)),
         "ping" => Ok(ok()),
         "buildInfo" | "buildinfo" => Ok(build_info()),
         "getParameter" => get_parameter(cmd),
@@ -156,6 +156,19 @@ fn hello(shared: &Shared, conn: &Conn, legacy: bool) -> CommandResult {
         "ok": 1.0,
     });
     Ok(d)
+}
+
+/// Answer the client's `compression` list with the compressors we share.
+fn with_compression(mut reply: Document, cmd: &Document) -> Document {
+    if let Ok(asked) = cmd.get_array("compression") {
+        let names: Vec<String> = asked.iter().filter_map(|b| b.as_str().map(str::to_string)).collect();
+        let ok = reply.remove("ok");
+        reply.insert("compression", crate::compression::negotiate(&names));
+        if let Some(ok) = ok {
+            reply.insert("ok", ok);
+        }
+    }
+    reply
 }
 
 fn build_info() -> Document {
@@ -240,10 +253,33 @@ fn server_status(shared: &Shared) -> Document {
             "insert": load(&c.insert), "query": load(&c.query), "update": load(&c.update),
             "delete": load(&c.delete), "getmore": load(&c.getmore), "command": load(&c.command),
         },
+        "network": network(shared),
         "metrics": { "operation": { "writeConflicts": s.write_conflicts as i64 } },
         "storageEngine": { "name": "arbordb", "supportsCommittedReads": true, "persistent": true },
         "arbordb": stats_document(&s),
         "ok": 1.0,
+    }
+}
+
+fn network(shared: &Shared) -> Document {
+    let n = &shared.network;
+    let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed) as i64;
+    let mut compression = Document::new();
+    for (name, id) in [("snappy", 1), ("zlib", 2), ("zstd", 3)] {
+        let c = &n.compression[id];
+        compression.insert(
+            name,
+            doc! {
+                "compressor": { "bytesIn": load(&c[2]), "bytesOut": load(&c[3]) },
+                "decompressor": { "bytesIn": load(&c[0]), "bytesOut": load(&c[1]) },
+            },
+        );
+    }
+    doc! {
+        "bytesIn": load(&n.bytes_in),
+        "bytesOut": load(&n.bytes_out),
+        "numRequests": load(&n.requests),
+        "compression": compression,
     }
 }
 

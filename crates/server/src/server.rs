@@ -10,6 +10,7 @@
 //! 2. The engine is closed once, after every listener stopped accepting.
 
 use crate::commands;
+use crate::compression;
 use crate::limits::*;
 use crate::wire::{self, Header, Request, WireError};
 use bson::{doc, oid::ObjectId, Document};
@@ -43,6 +44,17 @@ pub struct Opcounters {
     pub command: AtomicU64,
 }
 
+/// Network counters (`serverStatus.network`), with per-compressor bytes:
+/// index = compressor id; [decompressor in, decompressor out, compressor
+/// in, compressor out].
+#[derive(Default)]
+pub struct NetworkCounters {
+    pub bytes_in: AtomicU64,
+    pub bytes_out: AtomicU64,
+    pub requests: AtomicU64,
+    pub compression: [[AtomicU64; 4]; 4],
+}
+
 /// What every connection shares.
 pub struct Shared {
     pub engine: Engine,
@@ -52,6 +64,7 @@ pub struct Shared {
     pub connections_current: AtomicU64,
     pub connections_total: AtomicU64,
     pub opcounters: Opcounters,
+    pub network: NetworkCounters,
     next_request_id: AtomicI32,
     shutdown: watch::Sender<bool>,
 }
@@ -96,6 +109,7 @@ impl Server {
             connections_current: AtomicU64::new(0),
             connections_total: AtomicU64::new(0),
             opcounters: Opcounters::default(),
+            network: NetworkCounters::default(),
             next_request_id: AtomicI32::new(1),
             shutdown: tx,
         });
@@ -182,9 +196,22 @@ async fn serve_connection(shared: &Shared, conn: &Conn, stream: &mut TcpStream) 
             },
             _ = stop.wait_for(|s| *s) => return Ok(()),
         }
-        let header = Header::parse(&head)?;
+        let mut header = Header::parse(&head)?;
         let mut body = vec![0u8; header.length - header_bytes];
         stream.read_exact(&mut body).await?;
+        let net = &shared.network;
+        net.bytes_in.fetch_add(header.length as u64, Ordering::Relaxed);
+        net.requests.fetch_add(1, Ordering::Relaxed);
+        let mut compressor = None;
+        if header.op_code == wire::OP_COMPRESSED {
+            let (op, inner, c) = compression::decompress(&body)?;
+            let counters = &net.compression[c.id() as usize];
+            counters[0].fetch_add(body.len() as u64, Ordering::Relaxed);
+            counters[1].fetch_add(inner.len() as u64, Ordering::Relaxed);
+            header = Header { length: header_bytes + inner.len(), op_code: op, ..header };
+            body = inner;
+            compressor = Some(c);
+        }
         let reply = match wire::parse(&header, &body) {
             Ok(Request::Msg(msg)) => {
                 let reply = commands::run(shared, conn, &msg);
@@ -213,6 +240,17 @@ async fn serve_connection(shared: &Shared, conn: &Conn, stream: &mut TcpStream) 
             }
             Err(e) => return Err(e.into()),
         };
+        let reply = match compressor {
+            Some(c) => {
+                let packed = compression::compress(&reply, c);
+                let counters = &net.compression[c.id() as usize];
+                counters[2].fetch_add(reply.len() as u64, Ordering::Relaxed);
+                counters[3].fetch_add(packed.len() as u64, Ordering::Relaxed);
+                packed
+            }
+            None => reply,
+        };
+        net.bytes_out.fetch_add(reply.len() as u64, Ordering::Relaxed);
         stream.write_all(&reply).await?;
     }
 }

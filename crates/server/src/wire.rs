@@ -45,6 +45,8 @@ pub enum WireError {
     DocumentTooLarge(usize),
     #[error("OP_MSG sequence identifier is not a valid C string")]
     BadIdentifier,
+    #[error("OP_COMPRESSED: {0}")]
+    Compression(String),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
