@@ -9,14 +9,15 @@ use storage::{Config, Engine, SyncMode};
 
 #[derive(Args, Debug)]
 pub struct ServeArgs {
-    /// Data directory (created if missing).
-    #[arg(long, default_value = "arbordb-data")]
-    dbpath: PathBuf,
-    #[arg(long, default_value_t = 27017)]
-    port: u16,
-    /// Comma-separated addresses to listen on.
-    #[arg(long = "bind_ip", default_value = "127.0.0.1", value_delimiter = ',')]
-    bind_ip: Vec<IpAddr>,
+    /// Data directory, created if missing [default: arbordb-data].
+    #[arg(long)]
+    dbpath: Option<PathBuf>,
+    /// [default: 27017]
+    #[arg(long)]
+    port: Option<u16>,
+    /// Comma-separated addresses to listen on [default: 127.0.0.1].
+    #[arg(long = "bind_ip", value_delimiter = ',')]
+    bind_ip: Option<Vec<IpAddr>>,
     /// Write the log here instead of stderr.
     #[arg(long)]
     logpath: Option<PathBuf>,
@@ -24,31 +25,112 @@ pub struct ServeArgs {
     #[arg(long)]
     cache_mib: Option<usize>,
     /// Journal sync: fsync (each acknowledged commit is durable), background
-    /// (fsync every 100 ms), off (at checkpoints only).
-    #[arg(long, default_value = "fsync")]
-    journal_sync: SyncMode,
+    /// (fsync every 100 ms), off (at checkpoints only) [default: fsync].
+    #[arg(long)]
+    journal_sync: Option<SyncMode>,
+    /// A YAML file in mongod.conf's shape: net.port, net.bindIp,
+    /// storage.dbPath, systemLog.path (with destination: file), and ours,
+    /// storage.arbordb.cacheSizeMiB and storage.arbordb.journalSync.
+    /// Flags given on the command line win.
+    #[arg(long, short = 'f')]
+    config: Option<PathBuf>,
+}
+
+/// Options from `--config`, each `None` when the file does not set it.
+#[derive(Debug, Default, PartialEq)]
+struct FileOptions {
+    dbpath: Option<PathBuf>,
+    port: Option<u16>,
+    bind_ip: Option<Vec<IpAddr>>,
+    logpath: Option<PathBuf>,
+    cache_mib: Option<usize>,
+    journal_sync: Option<SyncMode>,
+}
+
+/// Parse a mongod.conf-shaped YAML text; unknown options are errors, as
+/// in mongod.
+fn parse_config(text: &str) -> Result<FileOptions, String> {
+    use yaml_rust2::{Yaml, YamlLoader};
+    let docs = YamlLoader::load_from_str(text).map_err(|e| format!("config file: {e}"))?;
+    let mut flat = Vec::new();
+    fn walk(prefix: &str, y: &Yaml, out: &mut Vec<(String, Yaml)>) {
+        match y {
+            Yaml::Hash(h) => {
+                for (k, v) in h {
+                    let key = match k.as_str() {
+                        Some(k) if prefix.is_empty() => k.to_string(),
+                        Some(k) => format!("{prefix}.{k}"),
+                        None => format!("{prefix}.?"),
+                    };
+                    walk(&key, v, out);
+                }
+            }
+            other => out.push((prefix.to_string(), other.clone())),
+        }
+    }
+    for d in &docs {
+        walk("", d, &mut flat);
+    }
+    let mut o = FileOptions::default();
+    let mut log_to_file = None;
+    for (key, v) in flat {
+        let text = || match &v {
+            Yaml::String(s) => Ok(s.clone()),
+            Yaml::Integer(i) => Ok(i.to_string()),
+            Yaml::Real(r) => Ok(r.clone()),
+            Yaml::Boolean(b) => Ok(b.to_string()),
+            _ => Err(format!("config file: {key} must be a scalar")),
+        };
+        let bad = |e: &dyn std::fmt::Display| format!("config file: bad value for {key}: {e}");
+        match key.as_str() {
+            "" => {}
+            "net.port" => o.port = Some(text()?.parse().map_err(|e| bad(&e))?),
+            "net.bindIp" => {
+                let ips: Result<Vec<IpAddr>, _> = text()?.split(',').map(|s| s.trim().parse()).collect();
+                o.bind_ip = Some(ips.map_err(|e| bad(&e))?);
+            }
+            "storage.dbPath" => o.dbpath = Some(PathBuf::from(text()?)),
+            "storage.arbordb.cacheSizeMiB" => o.cache_mib = Some(text()?.parse().map_err(|e| bad(&e))?),
+            "storage.arbordb.journalSync" => o.journal_sync = Some(text()?.parse().map_err(|e: String| bad(&e))?),
+            "systemLog.path" => o.logpath = Some(PathBuf::from(text()?)),
+            "systemLog.destination" => log_to_file = Some(text()? == "file"),
+            other => return Err(format!("config file: Unrecognized option: {other}")),
+        }
+    }
+    if log_to_file == Some(false) {
+        o.logpath = None;
+    }
+    Ok(o)
 }
 
 pub fn run(a: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
-    init_logging(a.logpath.as_deref())?;
-    std::fs::create_dir_all(&a.dbpath)?;
-    let mut config = Config { sync_mode: a.journal_sync, ..Config::default() };
-    if let Some(mib) = a.cache_mib {
+    let file = match &a.config {
+        Some(p) => parse_config(&std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?)?,
+        None => FileOptions::default(),
+    };
+    let dbpath = a.dbpath.or(file.dbpath).unwrap_or_else(|| PathBuf::from("arbordb-data"));
+    let port = a.port.or(file.port).unwrap_or(27017);
+    let bind_ip = a.bind_ip.or(file.bind_ip).unwrap_or_else(|| vec![IpAddr::from([127, 0, 0, 1])]);
+    init_logging(a.logpath.or(file.logpath).as_deref())?;
+    std::fs::create_dir_all(&dbpath)?;
+    let mut config =
+        Config { sync_mode: a.journal_sync.or(file.journal_sync).unwrap_or_default(), ..Config::default() };
+    if let Some(mib) = a.cache_mib.or(file.cache_mib) {
         config.cache_size_bytes = mib << 20;
     }
-    let engine = Engine::open(&a.dbpath, config)?;
+    let engine = Engine::open(&dbpath, config)?;
     let options = server::ServerOptions {
-        bind: a.bind_ip.clone(),
-        port: a.port,
-        dbpath: a.dbpath.clone(),
+        bind: bind_ip.clone(),
+        port,
+        dbpath: dbpath.clone(),
         argv: std::env::args().collect(),
-        parsed: server::parsed_options(&a.bind_ip, a.port, &a.dbpath),
+        parsed: server::parsed_options(&bind_ip, port, &dbpath),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("arbordb-net").build()?;
     runtime.block_on(async move {
         let server = server::Server::bind(engine, options).await?;
         for addr in server.local_addrs() {
-            tracing::info!(%addr, dbpath = %a.dbpath.display(), "waiting for connections");
+            tracing::info!(%addr, dbpath = %dbpath.display(), "waiting for connections");
         }
         server.run().await?;
         Ok::<(), Box<dyn std::error::Error>>(())
@@ -71,4 +153,32 @@ fn init_logging(logpath: Option<&std::path::Path>) -> std::io::Result<()> {
         None => builder.with_writer(std::io::stderr).init(),
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mongod_conf_shaped_file_parses() {
+        let o = parse_config(
+            "net:\n  port: 28017\n  bindIp: 127.0.0.1,::1\nstorage:\n  dbPath: /tmp/x\n  arbordb:\n    \
+             cacheSizeMiB: 64\n    journalSync: off\nsystemLog:\n  destination: file\n  path: /tmp/x.log\n",
+        )
+        .unwrap();
+        assert_eq!(o.port, Some(28017));
+        assert_eq!(o.bind_ip.as_ref().map(Vec::len), Some(2));
+        assert_eq!(o.dbpath, Some(PathBuf::from("/tmp/x")));
+        assert_eq!((o.cache_mib, o.journal_sync), (Some(64), Some(SyncMode::Off)));
+        assert_eq!(o.logpath, Some(PathBuf::from("/tmp/x.log")));
+    }
+
+    #[test]
+    fn unknown_options_and_bad_values_are_errors() {
+        assert!(parse_config("net:\n  portt: 1\n").unwrap_err().contains("Unrecognized option: net.portt"));
+        assert!(parse_config("net:\n  port: 99999\n").unwrap_err().contains("bad value for net.port"));
+        assert!(parse_config("net:\n  bindIp: nowhere\n").is_err());
+        assert!(parse_config("net: [unclosed").is_err());
+        assert_eq!(parse_config("").unwrap(), FileOptions::default());
+    }
 }
