@@ -1,5 +1,9 @@
 //! Documents over storage: BSON comparison order, KeyString encoding, the
 //! catalog, record stores, index key generation and maintenance.
 //!
-//! Empty for now: the work starts with the server issue. Depends only on
+//! So far: MongoDB's value order (`compare.rs`) and the order-preserving
+//! key encoding that agrees with it (`keystring.rs`). Depends only on
 //! `storage` (arrows point down; see ARCHITECTURE.md).
+
+pub mod compare;
+pub mod keystring;
