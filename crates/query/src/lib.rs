@@ -1,4 +1,7 @@
-//! Filter matching, update operators, projection, planning, execution,
-//! explain and aggregation. Performs no I/O of its own.
-//!
-//! Empty for now: the work starts with the server issue.
+//! The query language over documents: filters (`matcher.rs`), and later
+//! update operators, projection, the planner, executor stages, explain and
+//! aggregation. Performs no I/O of its own.
+
+pub mod matcher;
+
+pub use matcher::{Filter, FilterError};
