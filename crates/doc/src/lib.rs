@@ -1,9 +1,11 @@
 //! Documents over storage: BSON comparison order, KeyString encoding, the
 //! catalog, record stores, index key generation and maintenance.
 //!
-//! So far: MongoDB's value order (`compare.rs`) and the order-preserving
-//! key encoding that agrees with it (`keystring.rs`). Depends only on
+//! So far: MongoDB's value order (`compare.rs`), the order-preserving key
+//! encoding that agrees with it (`keystring.rs`), and the catalog with
+//! record stores and `_id` indexes (`catalog.rs`). Depends only on
 //! `storage` (arrows point down; see ARCHITECTURE.md).
 
+pub mod catalog;
 pub mod compare;
 pub mod keystring;

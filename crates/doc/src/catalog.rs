@@ -1,0 +1,354 @@
+//! The catalog of collections, and each collection's record store and
+//! `_id` index, as storage tables:
+//! - `_catalog`: key = namespace (`db.coll`), value = the collection's
+//!   metadata as BSON (`ns`, `options`, `indexes`);
+//! - `c/<ns>`: key = record id (u64 big-endian, so numeric order), value =
+//!   the document's BSON bytes;
+//! - `i/<ns>/_id_`: key = KeyString of `_id`, value = record id.
+//!
+//! Invariants:
+//! 1. A collection exists iff its catalog entry does; tables without an
+//!    entry (a crash between creating them and writing the entry) are
+//!    dropped at open.
+//! 2. A document and its `_id` index entry are written in one storage
+//!    transaction; a duplicate `_id` fails it with nothing written.
+//! 3. Record ids only grow within a collection.
+
+use crate::keystring::{self, KeyError};
+use bson::{doc, oid::ObjectId, Bson, Document};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use storage::{Engine, StorageError, Table, TableConfig, TxnOptions};
+
+const CATALOG: &str = "_catalog";
+
+#[derive(Debug, thiserror::Error)]
+pub enum DocError {
+    #[error("E11000 duplicate key error collection: {ns} index: _id_ dup key: {{ _id: {key} }}")]
+    DuplicateKey { ns: String, key: Bson },
+    #[error("Collection {0} already exists.")]
+    NamespaceExists(String),
+    #[error("{0}")]
+    InvalidNamespace(String),
+    #[error(transparent)]
+    Key(#[from] KeyError),
+    #[error("stored document is corrupt: {0}")]
+    Corrupt(String),
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+/// A database and collection name, checked as MongoDB checks them.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Namespace {
+    pub db: String,
+    pub coll: String,
+}
+
+impl Namespace {
+    pub fn new(db: &str, coll: &str) -> Result<Namespace, DocError> {
+        check_db_name(db)?;
+        if coll.is_empty() {
+            return Err(DocError::InvalidNamespace(format!("Invalid namespace specified '{db}.'")));
+        }
+        if coll.contains('\0') || coll.contains('$') {
+            return Err(DocError::InvalidNamespace(format!("Invalid collection name: {coll}")));
+        }
+        if db.len() + 1 + coll.len() > 255 {
+            return Err(DocError::InvalidNamespace(format!("Fully qualified namespace is too long. Namespace: {db}.{coll} Max: 255")));
+        }
+        Ok(Namespace { db: db.to_string(), coll: coll.to_string() })
+    }
+
+    fn parse(full: &str) -> Option<Namespace> {
+        let (db, coll) = full.split_once('.')?;
+        Namespace::new(db, coll).ok()
+    }
+}
+
+impl std::fmt::Display for Namespace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.db, self.coll)
+    }
+}
+
+pub fn check_db_name(db: &str) -> Result<(), DocError> {
+    if db.is_empty() || db.len() >= 64 || db.chars().any(|c| "/\\. \"$\0".contains(c)) {
+        return Err(DocError::InvalidNamespace(format!("Invalid database name: '{db}'")));
+    }
+    Ok(())
+}
+
+/// One collection: its record store and `_id` index.
+pub struct Collection {
+    pub ns: Namespace,
+    pub options: Document,
+    records: Table,
+    id_index: Table,
+    next_record: AtomicU64,
+}
+
+/// Every collection, loaded at open.
+pub struct Catalog {
+    engine: Engine,
+    meta: Table,
+    collections: RwLock<BTreeMap<Namespace, Arc<Collection>>>,
+}
+
+fn records_table(ns: &Namespace) -> String {
+    format!("c/{ns}")
+}
+
+fn id_table(ns: &Namespace) -> String {
+    format!("i/{ns}/_id_")
+}
+
+impl Catalog {
+    pub fn open(engine: Engine) -> Result<Catalog, DocError> {
+        let meta = match engine.table(CATALOG) {
+            Ok(t) => t,
+            Err(StorageError::TableNotFound(_)) => engine.create_table(CATALOG, TableConfig::default())?,
+            Err(e) => return Err(e.into()),
+        };
+        let mut collections = BTreeMap::new();
+        let mut cursor = engine.cursor(&meta)?;
+        let mut entry = cursor.first()?;
+        while let Some((key, value)) = entry {
+            let full = String::from_utf8_lossy(&key).into_owned();
+            let ns = Namespace::parse(&full).ok_or_else(|| DocError::Corrupt(format!("catalog key {full:?}")))?;
+            let meta_doc = Document::from_reader(&value[..]).map_err(|e| DocError::Corrupt(e.to_string()))?;
+            let options = meta_doc.get_document("options").cloned().unwrap_or_default();
+            let c = Collection::load(&engine, ns.clone(), options)?;
+            collections.insert(ns, Arc::new(c));
+            entry = cursor.next()?;
+        }
+        // Invariant 1: tables nobody's entry names are leftovers.
+        let named: Vec<String> =
+            collections.keys().flat_map(|ns| [records_table(ns), id_table(ns)]).collect();
+        for t in engine.table_names() {
+            if (t.starts_with("c/") || t.starts_with("i/")) && !named.contains(&t) {
+                engine.drop_table(&t)?;
+            }
+        }
+        Ok(Catalog { engine, meta, collections: RwLock::new(collections) })
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    pub fn get(&self, ns: &Namespace) -> Option<Arc<Collection>> {
+        self.collections.read().unwrap().get(ns).cloned()
+    }
+
+    /// Create a collection; fails if it exists.
+    pub fn create(&self, ns: &Namespace, options: Document) -> Result<Arc<Collection>, DocError> {
+        let mut all = self.collections.write().unwrap();
+        if all.contains_key(ns) {
+            return Err(DocError::NamespaceExists(ns.to_string()));
+        }
+        for name in [records_table(ns), id_table(ns)] {
+            if self.engine.table(&name).is_ok() {
+                self.engine.drop_table(&name)?;
+            }
+            self.engine.create_table(&name, TableConfig::default())?;
+        }
+        let entry = doc! {
+            "ns": ns.to_string(),
+            "options": options.clone(),
+            "indexes": [{ "v": 2, "key": { "_id": 1 }, "name": "_id_" }],
+        };
+        self.engine.put(&self.meta, ns.to_string().as_bytes(), &bson::to_vec(&entry).expect("BSON encodes"))?;
+        let c = Arc::new(Collection::load(&self.engine, ns.clone(), options)?);
+        all.insert(ns.clone(), c.clone());
+        Ok(c)
+    }
+
+    /// The collection, created (with default options) if missing, as an
+    /// insert does.
+    pub fn get_or_create(&self, ns: &Namespace) -> Result<Arc<Collection>, DocError> {
+        if let Some(c) = self.get(ns) {
+            return Ok(c);
+        }
+        match self.create(ns, Document::new()) {
+            Err(DocError::NamespaceExists(_)) => Ok(self.get(ns).expect("exists")),
+            other => other,
+        }
+    }
+
+    /// Drop a collection; returns whether it existed.
+    pub fn drop(&self, ns: &Namespace) -> Result<bool, DocError> {
+        let mut all = self.collections.write().unwrap();
+        if all.remove(ns).is_none() {
+            return Ok(false);
+        }
+        self.engine.delete(&self.meta, ns.to_string().as_bytes())?;
+        for name in [records_table(ns), id_table(ns)] {
+            self.engine.drop_table(&name)?;
+        }
+        Ok(true)
+    }
+
+    /// The collections of `db`, by name.
+    pub fn list(&self, db: &str) -> Vec<Arc<Collection>> {
+        self.collections.read().unwrap().values().filter(|c| c.ns.db == db).cloned().collect()
+    }
+
+    /// Databases that hold at least one collection.
+    pub fn databases(&self) -> Vec<String> {
+        let mut dbs: Vec<String> = self.collections.read().unwrap().keys().map(|ns| ns.db.clone()).collect();
+        dbs.dedup();
+        dbs
+    }
+}
+
+/// One inserted document's outcome.
+pub type InsertResult = Result<(), DocError>;
+
+impl Collection {
+    fn load(engine: &Engine, ns: Namespace, options: Document) -> Result<Collection, DocError> {
+        let records = engine.table(&records_table(&ns))?;
+        let id_index = engine.table(&id_table(&ns))?;
+        let next = match engine.cursor(&records)?.last()? {
+            Some((k, _)) => u64::from_be_bytes(k[..8].try_into().map_err(|_| DocError::Corrupt("record id".into()))?) + 1,
+            None => 1,
+        };
+        Ok(Collection { ns, options, records, id_index, next_record: AtomicU64::new(next) })
+    }
+
+    /// Insert one document (an `_id` is added first if missing), in one
+    /// transaction with its `_id` index entry (invariant 2). Returns the
+    /// document as stored.
+    pub fn insert(&self, engine: &Engine, doc: &Document) -> Result<Document, DocError> {
+        let doc = with_id_first(doc);
+        let id = doc.get("_id").expect("with_id_first adds one").clone();
+        let key = keystring::encode(&id)?;
+        let bytes = bson::to_vec(&doc).expect("BSON encodes");
+        loop {
+            let txn = engine.begin(TxnOptions::default())?;
+            if txn.get(&self.id_index, &key)?.is_some() {
+                return Err(DocError::DuplicateKey { ns: self.ns.to_string(), key: id });
+            }
+            let rid = self.next_record.fetch_add(1, Ordering::Relaxed);
+            let attempt = txn
+                .put(&self.records, &rid.to_be_bytes(), &bytes)
+                .and_then(|_| txn.put(&self.id_index, &key, &rid.to_be_bytes()))
+                .and_then(|_| txn.commit());
+            match attempt {
+                Ok(_) => return Ok(doc),
+                // Another insert of the same _id is in flight: look again.
+                Err(e) if e.is_retryable() => std::thread::yield_now(),
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// The document with this `_id`, if any.
+    pub fn find_by_id(&self, engine: &Engine, id: &Bson) -> Result<Option<Document>, DocError> {
+        let key = match keystring::encode(id) {
+            Ok(k) => k,
+            Err(_) => return Ok(None),
+        };
+        let Some(rid) = engine.get(&self.id_index, &key)? else { return Ok(None) };
+        match engine.get(&self.records, &rid)? {
+            Some(bytes) => Ok(Some(decode(&bytes)?)),
+            None => Err(DocError::Corrupt(format!("_id index names a missing record in {}", self.ns))),
+        }
+    }
+
+    /// Up to `max` documents with record ids above `after`, in record-id
+    /// order, each with its record id; `max` = 0 means all.
+    pub fn scan(&self, engine: &Engine, after: u64, max: usize) -> Result<Vec<(u64, Document)>, DocError> {
+        let mut out = Vec::new();
+        let mut c = engine.cursor(&self.records)?;
+        let mut e = c.seek(&(after + 1).to_be_bytes())?;
+        while let Some((k, v)) = e {
+            let rid = u64::from_be_bytes(k[..8].try_into().map_err(|_| DocError::Corrupt("record id".into()))?);
+            out.push((rid, decode(&v)?));
+            if max != 0 && out.len() >= max {
+                break;
+            }
+            e = c.next()?;
+        }
+        Ok(out)
+    }
+
+    /// Documents and their total BSON bytes (for `collStats`/`dbStats`).
+    pub fn count_and_size(&self, engine: &Engine) -> Result<(u64, u64), DocError> {
+        let mut c = engine.cursor(&self.records)?;
+        let (mut n, mut bytes) = (0u64, 0u64);
+        let mut e = c.first()?;
+        while let Some((_, v)) = e {
+            n += 1;
+            bytes += v.len() as u64;
+            e = c.next()?;
+        }
+        Ok((n, bytes))
+    }
+}
+
+fn decode(bytes: &[u8]) -> Result<Document, DocError> {
+    Document::from_reader(bytes).map_err(|e| DocError::Corrupt(e.to_string()))
+}
+
+/// `doc` with `_id` as its first field: a new ObjectId if it has none.
+fn with_id_first(doc: &Document) -> Document {
+    let mut out = Document::new();
+    out.insert("_id", doc.get("_id").cloned().unwrap_or_else(|| Bson::ObjectId(ObjectId::new())));
+    for (k, v) in doc {
+        if k != "_id" {
+            out.insert(k.clone(), v.clone());
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn engine(dir: &std::path::Path) -> Engine {
+        Engine::open(dir, storage::Config::default()).unwrap()
+    }
+
+    #[test]
+    fn collections_survive_reopen_and_ids_are_unique() {
+        let dir = tempfile::tempdir().unwrap();
+        let ns = Namespace::new("test", "people").unwrap();
+        {
+            let e = engine(dir.path());
+            let cat = Catalog::open(e.clone()).unwrap();
+            let c = cat.get_or_create(&ns).unwrap();
+            let stored = c.insert(&e, &doc! { "name": "ann", "_id": 1 }).unwrap();
+            assert_eq!(stored.keys().next().map(String::as_str), Some("_id"), "_id moves first");
+            c.insert(&e, &doc! { "name": "bob" }).unwrap();
+            match c.insert(&e, &doc! { "_id": 1.0, "name": "dup" }) {
+                Err(DocError::DuplicateKey { key, .. }) => assert_eq!(key, Bson::Double(1.0)),
+                other => panic!("expected a duplicate key, got {other:?}"),
+            }
+            assert!(matches!(cat.create(&ns, Document::new()), Err(DocError::NamespaceExists(_))));
+            e.close().unwrap();
+        }
+        let e = engine(dir.path());
+        let cat = Catalog::open(e.clone()).unwrap();
+        let c = cat.get(&ns).expect("the collection is still there");
+        let all = c.scan(&e, 0, 0).unwrap();
+        assert_eq!(all.len(), 2);
+        assert_eq!(c.find_by_id(&e, &Bson::Int64(1)).unwrap().unwrap().get_str("name").unwrap(), "ann");
+        c.insert(&e, &doc! { "_id": 3 }).unwrap();
+        assert!(c.scan(&e, 0, 0).unwrap().windows(2).all(|w| w[0].0 < w[1].0), "record ids grow");
+        assert_eq!(cat.databases(), vec!["test".to_string()]);
+        assert!(cat.drop(&ns).unwrap());
+        assert!(cat.get(&ns).is_none() && !e.table_names().iter().any(|t| t.starts_with("c/")));
+    }
+
+    #[test]
+    fn names_are_checked() {
+        assert!(Namespace::new("", "c").is_err());
+        assert!(Namespace::new("a.b", "c").is_err());
+        assert!(Namespace::new("a", "").is_err());
+        assert!(Namespace::new("a", "c$d").is_err());
+        assert!(Namespace::new("a", "b.c").is_ok());
+    }
+}
