@@ -26,7 +26,7 @@ const CATALOG: &str = "_catalog";
 #[derive(Debug, thiserror::Error)]
 pub enum DocError {
     #[error("E11000 duplicate key error collection: {ns} index: _id_ dup key: {{ _id: {key} }}")]
-    DuplicateKey { ns: String, key: Bson },
+    DuplicateKey { ns: String, key: Box<Bson> },
     #[error("Collection {0} already exists.")]
     NamespaceExists(String),
     #[error("{0}")]
@@ -56,7 +56,9 @@ impl Namespace {
             return Err(DocError::InvalidNamespace(format!("Invalid collection name: {coll}")));
         }
         if db.len() + 1 + coll.len() > 255 {
-            return Err(DocError::InvalidNamespace(format!("Fully qualified namespace is too long. Namespace: {db}.{coll} Max: 255")));
+            return Err(DocError::InvalidNamespace(format!(
+                "Fully qualified namespace is too long. Namespace: {db}.{coll} Max: 255"
+            )));
         }
         Ok(Namespace { db: db.to_string(), coll: coll.to_string() })
     }
@@ -124,8 +126,7 @@ impl Catalog {
             entry = cursor.next()?;
         }
         // Invariant 1: tables nobody's entry names are leftovers.
-        let named: Vec<String> =
-            collections.keys().flat_map(|ns| [records_table(ns), id_table(ns)]).collect();
+        let named: Vec<String> = collections.keys().flat_map(|ns| [records_table(ns), id_table(ns)]).collect();
         for t in engine.table_names() {
             if (t.starts_with("c/") || t.starts_with("i/")) && !named.contains(&t) {
                 engine.drop_table(&t)?;
@@ -211,7 +212,9 @@ impl Collection {
         let records = engine.table(&records_table(&ns))?;
         let id_index = engine.table(&id_table(&ns))?;
         let next = match engine.cursor(&records)?.last()? {
-            Some((k, _)) => u64::from_be_bytes(k[..8].try_into().map_err(|_| DocError::Corrupt("record id".into()))?) + 1,
+            Some((k, _)) => {
+                u64::from_be_bytes(k[..8].try_into().map_err(|_| DocError::Corrupt("record id".into()))?) + 1
+            }
             None => 1,
         };
         Ok(Collection { ns, options, records, id_index, next_record: AtomicU64::new(next) })
@@ -228,7 +231,7 @@ impl Collection {
         loop {
             let txn = engine.begin(TxnOptions::default())?;
             if txn.get(&self.id_index, &key)?.is_some() {
-                return Err(DocError::DuplicateKey { ns: self.ns.to_string(), key: id });
+                return Err(DocError::DuplicateKey { ns: self.ns.to_string(), key: Box::new(id) });
             }
             let rid = self.next_record.fetch_add(1, Ordering::Relaxed);
             let attempt = txn
@@ -324,7 +327,7 @@ mod tests {
             assert_eq!(stored.keys().next().map(String::as_str), Some("_id"), "_id moves first");
             c.insert(&e, &doc! { "name": "bob" }).unwrap();
             match c.insert(&e, &doc! { "_id": 1.0, "name": "dup" }) {
-                Err(DocError::DuplicateKey { key, .. }) => assert_eq!(key, Bson::Double(1.0)),
+                Err(DocError::DuplicateKey { key, .. }) => assert_eq!(*key, Bson::Double(1.0)),
                 other => panic!("expected a duplicate key, got {other:?}"),
             }
             assert!(matches!(cat.create(&ns, Document::new()), Err(DocError::NamespaceExists(_))));

@@ -37,6 +37,16 @@ const COMMANDS: &[(&str, &str)] = &[
     ("endSessions", "ends sessions"),
     ("killAllSessions", "ends every session"),
     ("shutdown", "checkpoint and stop the server"),
+    ("insert", "insert documents"),
+    ("find", "query a collection"),
+    ("getMore", "the next batch of a cursor"),
+    ("killCursors", "close cursors"),
+    ("count", "count matching documents"),
+    ("create", "create a collection"),
+    ("drop", "drop a collection"),
+    ("dropDatabase", "drop a database"),
+    ("listCollections", "the collections of a database"),
+    ("listDatabases", "the databases"),
 ];
 
 /// Run the command in an OP_MSG body (its first key names it).
@@ -44,7 +54,7 @@ pub fn run(shared: &Shared, conn: &Conn, msg: &OpMsg) -> Document {
     shared.opcounters.command.fetch_add(1, Ordering::Relaxed);
     let result = match msg.body.keys().next() {
         None => Err(CommandError::failed_to_parse("Empty command object")),
-        Some(name) => dispatch(shared, conn, name, &msg.body),
+        Some(name) => dispatch(shared, conn, name, msg),
     };
     let mut reply = result.unwrap_or_else(|e| e.to_document());
     add_cluster_time(&mut reply);
@@ -71,7 +81,8 @@ pub fn run_query(shared: &Shared, conn: &Conn, query: &Document) -> Document {
     reply
 }
 
-fn dispatch(shared: &Shared, conn: &Conn, name: &str, cmd: &Document) -> CommandResult {
+fn dispatch(shared: &Shared, conn: &Conn, name: &str, msg: &OpMsg) -> CommandResult {
+    let cmd = &msg.body;
     match name {
         "hello" => hello(shared, conn, false).map(|d| with_compression(d, cmd)),
         "isMaster" | "ismaster" => hello(shared, conn, true).map(|d| with_compression(d, cmd)),
@@ -91,6 +102,16 @@ fn dispatch(shared: &Shared, conn: &Conn, name: &str, cmd: &Document) -> Command
         }),
         "listCommands" => Ok(list_commands()),
         "endSessions" | "killAllSessions" | "killSessions" => Ok(ok()),
+        "insert" => crate::crud::insert(shared, msg),
+        "find" => crate::crud::find(shared, cmd),
+        "getMore" => crate::crud::get_more(shared, cmd),
+        "killCursors" => crate::crud::kill_cursors(shared, cmd),
+        "count" => crate::crud::count(shared, cmd),
+        "create" => crate::crud::create(shared, cmd),
+        "drop" => crate::crud::drop(shared, cmd),
+        "dropDatabase" => crate::crud::drop_database(shared, cmd),
+        "listCollections" => crate::crud::list_collections(shared, cmd),
+        "listDatabases" => crate::crud::list_databases(shared, cmd),
         "shutdown" => {
             shared.request_shutdown();
             Ok(ok())

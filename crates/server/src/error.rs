@@ -11,6 +11,8 @@ pub struct CommandError {
     pub code_name: &'static str,
     pub errmsg: String,
     pub labels: Vec<&'static str>,
+    /// More fields for the reply (e.g. `keyPattern` and `keyValue`).
+    pub extra: Option<Box<Document>>,
 }
 
 macro_rules! codes {
@@ -18,7 +20,7 @@ macro_rules! codes {
         impl CommandError {
             $(
                 pub fn $fn_name(errmsg: impl Into<String>) -> CommandError {
-                    CommandError { code: $code, code_name: $name, errmsg: errmsg.into(), labels: Vec::new() }
+                    CommandError { code: $code, code_name: $name, errmsg: errmsg.into(), labels: Vec::new(), extra: None }
                 }
             )*
         }
@@ -30,7 +32,14 @@ codes! {
     bad_value => 2, "BadValue";
     no_such_key => 4, "NoSuchKey";
     failed_to_parse => 9, "FailedToParse";
+    unauthorized => 13, "Unauthorized";
     type_mismatch => 14, "TypeMismatch";
+    invalid_length => 16, "InvalidLength";
+    cursor_not_found => 43, "CursorNotFound";
+    namespace_exists => 48, "NamespaceExists";
+    not_implemented => 238, "NotImplemented";
+    bson_object_too_large => 10334, "BSONObjectTooLarge";
+    duplicate_key => 11000, "DuplicateKey";
     invalid_bson => 22, "InvalidBSON";
     invalid_namespace => 73, "InvalidNamespace";
     command_not_found => 59, "CommandNotFound";
@@ -44,6 +53,9 @@ impl CommandError {
     /// The reply document.
     pub fn to_document(&self) -> Document {
         let mut d = doc! { "ok": 0.0, "errmsg": &self.errmsg, "code": self.code, "codeName": self.code_name };
+        if let Some(extra) = &self.extra {
+            d.extend((**extra).clone());
+        }
         if !self.labels.is_empty() {
             d.insert("errorLabels", self.labels.clone());
         }

@@ -7,6 +7,7 @@
 
 pub mod commands;
 pub mod compression;
+pub mod crud;
 pub mod error;
 pub mod limits;
 pub mod server;

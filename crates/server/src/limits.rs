@@ -14,6 +14,8 @@ pub const bson_depth_max: usize = 100;
 pub const header_bytes: usize = 16;
 /// MongoDB 8.0's wire version, so drivers enable everything 8.0 offers.
 pub const wire_version_max: i32 = 25;
+/// Seconds an idle cursor lives.
+pub const cursor_idle_timeout_secs: u64 = 600;
 /// Minutes an idle session lives (drivers turn sessions on when set).
 pub const session_timeout_minutes: i32 = 30;
 

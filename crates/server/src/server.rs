@@ -58,6 +58,8 @@ pub struct NetworkCounters {
 /// What every connection shares.
 pub struct Shared {
     pub engine: Engine,
+    pub catalog: doc::catalog::Catalog,
+    pub cursors: crate::crud::Cursors,
     pub options: ServerOptions,
     pub started: Instant,
     pub process_id: ObjectId,
@@ -80,6 +82,7 @@ impl Shared {
 }
 
 /// One client connection.
+#[derive(Debug, Clone)]
 pub struct Conn {
     pub id: u64,
     pub peer: SocketAddr,
@@ -101,8 +104,12 @@ impl Server {
             listeners.push(TcpListener::bind(SocketAddr::new(*ip, options.port)).await?);
         }
         let (tx, _) = watch::channel(false);
+        let catalog = doc::catalog::Catalog::open(engine.clone())
+            .map_err(|e| std::io::Error::other(format!("opening the catalog: {e}")))?;
         let shared = Arc::new(Shared {
             engine,
+            catalog,
+            cursors: Default::default(),
             options,
             started: Instant::now(),
             process_id: ObjectId::new(),
@@ -184,7 +191,7 @@ enum ConnError {
     Wire(#[from] WireError),
 }
 
-async fn serve_connection(shared: &Shared, conn: &Conn, stream: &mut TcpStream) -> Result<(), ConnError> {
+async fn serve_connection(shared: &Arc<Shared>, conn: &Conn, stream: &mut TcpStream) -> Result<(), ConnError> {
     let mut stop = shared.shutdown.subscribe();
     loop {
         let mut head = [0u8; header_bytes];
@@ -214,8 +221,14 @@ async fn serve_connection(shared: &Shared, conn: &Conn, stream: &mut TcpStream) 
         }
         let reply = match wire::parse(&header, &body) {
             Ok(Request::Msg(msg)) => {
-                let reply = commands::run(shared, conn, &msg);
-                if msg.flags & wire::MORE_TO_COME != 0 {
+                // Commands may wait on the engine (fsync): off the async workers.
+                let (s, c) = (shared.clone(), conn.clone());
+                let more_to_come = msg.flags & wire::MORE_TO_COME != 0;
+                let reply =
+                    tokio::task::spawn_blocking(move || commands::run(&s, &c, &msg)).await.unwrap_or_else(|_| {
+                        crate::error::CommandError::internal_error("the command panicked").to_document()
+                    });
+                if more_to_come {
                     continue;
                 }
                 wire::encode_msg(shared.request_id(), header.request_id, &reply)
@@ -228,12 +241,7 @@ async fn serve_connection(shared: &Shared, conn: &Conn, stream: &mut TcpStream) 
             // as mongod does; anything else ends the connection.
             Err(e @ (WireError::InvalidBson(_) | WireError::DocumentTooLarge(_))) if header.op_code == wire::OP_MSG => {
                 let err = match &e {
-                    WireError::DocumentTooLarge(_) => crate::error::CommandError {
-                        code: 10334,
-                        code_name: "BSONObjectTooLarge",
-                        errmsg: e.to_string(),
-                        labels: Vec::new(),
-                    },
+                    WireError::DocumentTooLarge(_) => crate::error::CommandError::bson_object_too_large(e.to_string()),
                     _ => crate::error::CommandError::invalid_bson(e.to_string()),
                 };
                 wire::encode_msg(shared.request_id(), header.request_id, &err.to_document())
