@@ -30,8 +30,14 @@ impl Shared {
         }
         self.ops.fetch_add(1, Ordering::SeqCst);
         if self.tripped.load(Ordering::SeqCst) || self.countdown.fetch_sub(1, Ordering::SeqCst) <= 1 {
+            // The flag flips under the hook's lock and the hook runs before
+            // it is released, so `tripped()` (which takes the lock) never
+            // sees a trip whose hook has not finished. (Regression: a
+            // background thread tripped, and the test read the crash image
+            // its hook had not written yet.)
+            let mut hook = self.hook.lock().unwrap();
             if !self.tripped.swap(true, Ordering::SeqCst) {
-                if let Some(hook) = self.hook.lock().unwrap().take() {
+                if let Some(hook) = hook.take() {
                     hook();
                 }
             }
@@ -79,7 +85,9 @@ impl FaultVfs {
         self.shared.ops.load(Ordering::SeqCst)
     }
 
+    /// Has the failure happened (and its hook finished)?
     pub fn tripped(&self) -> bool {
+        let _hook_done = self.shared.hook.lock().unwrap();
         self.shared.tripped.load(Ordering::SeqCst)
     }
 
@@ -163,5 +171,34 @@ impl Vfs for FaultVfs {
     }
     fn lock_dir(&self, dir: &Path) -> Result<Box<dyn Send + Sync>> {
         self.inner.lock_dir(dir)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mem::MemVfs;
+    use std::sync::atomic::AtomicBool;
+
+    /// Regression: `tripped()` turned true while another thread was still
+    /// running the trip hook, so a test read a crash image not yet taken.
+    #[test]
+    fn tripped_waits_for_the_hook_of_another_thread() {
+        for _ in 0..20 {
+            let fault = FaultVfs::new(Arc::new(MemVfs::new()), 1);
+            let done = Arc::new(AtomicBool::new(false));
+            let d = done.clone();
+            fault.on_trip(move || {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+                d.store(true, Ordering::SeqCst);
+            });
+            let f = fault.clone();
+            let t = std::thread::spawn(move || f.remove(Path::new("/x")));
+            while !fault.tripped() {
+                std::hint::spin_loop();
+            }
+            assert!(done.load(Ordering::SeqCst), "tripped() before the hook finished");
+            assert!(t.join().unwrap().is_err());
+        }
     }
 }
