@@ -135,3 +135,40 @@ def test_acknowledged_inserts_survive_kill_9(datadir):
     with s.client() as c:
         assert sorted(d["_id"] for d in c.test.durable.find()) == list(range(200))
     assert s.stop() == 0
+
+
+def test_delete(client):
+    c = client.test.deletes
+    c.insert_many([{"_id": i, "g": i % 3} for i in range(30)])
+    assert c.delete_one({"g": 1}).deleted_count == 1
+    assert c.delete_many({"g": 1}).deleted_count == 9
+    assert c.delete_one({"_id": 0}).deleted_count == 1
+    assert c.delete_one({"_id": 0}).deleted_count == 0
+    assert c.delete_many({"nothing": 1}).deleted_count == 0
+    assert sorted(d["_id"] for d in c.find()) == [i for i in range(1, 30) if i % 3 != 1]
+    # The _id index entry went with the document.
+    c.insert_one({"_id": 0, "back": True})
+    assert c.find_one({"_id": 0}) == {"_id": 0, "back": True}
+    with pytest.raises(OperationFailure) as e:
+        client.test.command("delete", "deletes", deletes=[{"q": {}, "limit": 2}])
+    assert "limit field in delete objects must be 0 or 1" in str(e.value)
+    assert client.test.deletes_missing.delete_many({}).deleted_count == 0
+    assert c.delete_many({}).deleted_count == 20
+    assert c.find_one() is None
+
+
+def test_deletes_survive_kill_9(datadir):
+    s = Server(datadir / "db")
+    with s.client() as c:
+        c.test.d.insert_many([{"_id": i} for i in range(50)])
+        assert c.test.d.delete_many({"_id": {"$lt": 25}}).deleted_count == 25
+    s.stop(signal.SIGKILL)
+    s = Server(datadir / "db")
+    with s.client() as c:
+        assert sorted(d["_id"] for d in c.test.d.find()) == list(range(25, 50))
+    assert s.stop() == 0
+
+
+def test_a_bad_delete_query_is_a_write_error(client):
+    r = client.test.command("delete", "x", deletes=[{"q": {"a": {"$frob": 1}}, "limit": 0}])
+    assert r["n"] == 0 and r["writeErrors"][0]["code"] == 2

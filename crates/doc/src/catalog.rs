@@ -247,17 +247,46 @@ impl Collection {
         }
     }
 
-    /// The document with this `_id`, if any.
-    pub fn find_by_id(&self, engine: &Engine, id: &Bson) -> Result<Option<Document>, DocError> {
+    /// Delete the document at record id `rid` if it is still `doc`'s
+    /// version, with its `_id` index entry, in one transaction. Returns
+    /// whether it deleted (false: someone else changed or removed it).
+    pub fn delete(&self, engine: &Engine, rid: u64, doc: &Document) -> Result<bool, DocError> {
+        let key = keystring::encode(doc.get("_id").ok_or_else(|| DocError::Corrupt("a document without _id".into()))?)?;
+        loop {
+            let txn = engine.begin(TxnOptions::default())?;
+            match txn.get(&self.records, &rid.to_be_bytes())? {
+                Some(bytes) if decode(&bytes)? == *doc => {}
+                _ => return Ok(false),
+            }
+            let attempt = txn
+                .delete(&self.records, &rid.to_be_bytes())
+                .and_then(|_| txn.delete(&self.id_index, &key))
+                .and_then(|_| txn.commit());
+            match attempt {
+                Ok(_) => return Ok(true),
+                Err(e) if e.is_retryable() => std::thread::yield_now(),
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// The document with this `_id` and its record id, if any.
+    pub fn find_rid_by_id(&self, engine: &Engine, id: &Bson) -> Result<Option<(u64, Document)>, DocError> {
         let key = match keystring::encode(id) {
             Ok(k) => k,
             Err(_) => return Ok(None),
         };
         let Some(rid) = engine.get(&self.id_index, &key)? else { return Ok(None) };
-        match engine.get(&self.records, &rid)? {
-            Some(bytes) => Ok(Some(decode(&bytes)?)),
+        let rid = u64::from_be_bytes(rid[..8].try_into().map_err(|_| DocError::Corrupt("record id".into()))?);
+        match engine.get(&self.records, &rid.to_be_bytes())? {
+            Some(bytes) => Ok(Some((rid, decode(&bytes)?))),
             None => Err(DocError::Corrupt(format!("_id index names a missing record in {}", self.ns))),
         }
+    }
+
+    /// The document with this `_id`, if any.
+    pub fn find_by_id(&self, engine: &Engine, id: &Bson) -> Result<Option<Document>, DocError> {
+        Ok(self.find_rid_by_id(engine, id)?.map(|(_, d)| d))
     }
 
     /// Up to `max` documents with record ids above `after`, in record-id

@@ -1,6 +1,6 @@
 //! Collections and documents: `create`, `drop`, `dropDatabase`,
-//! `listCollections`, `listDatabases`, `insert`, `find`, `getMore`,
-//! `killCursors`, `count`.
+//! `listCollections`, `listDatabases`, `insert`, `delete`, `find`,
+//! `getMore`, `killCursors`, `count`.
 //!
 //! Find cursors keep their position (the last record id returned), not a
 //! snapshot: a `getMore` sees later commits, as a MongoDB cursor with read
@@ -216,53 +216,31 @@ pub fn list_databases(shared: &Shared, cmd: &Document) -> CommandResult {
 pub fn insert(shared: &Shared, msg: &OpMsg) -> CommandResult {
     let cmd = &msg.body;
     let ns = namespace(cmd, "insert")?;
-    let docs: Vec<Document> = match (cmd.get("documents"), msg.sequences.iter().find(|(id, _)| id == "documents")) {
-        (Some(Bson::Array(items)), None) => items
-            .iter()
-            .map(|d| match d {
-                Bson::Document(d) => Ok(d.clone()),
-                other => Err(CommandError::type_mismatch(format!(
-                    "BSON field 'insert.documents.0' is the wrong type '{}', expected type 'object'",
-                    type_name(other)
-                ))),
-            })
-            .collect::<Result<_, _>>()?,
-        (None, Some((_, seq))) => seq.clone(),
-        (Some(_), Some(_)) => {
-            return Err(CommandError::bad_value("documents given both in the body and as a sequence"))
-        }
-        (Some(other), None) => {
-            return Err(CommandError::type_mismatch(format!(
-                "BSON field 'insert.documents' is the wrong type '{}', expected type 'array'",
-                type_name(other)
-            )))
-        }
-        (None, None) => {
-            return Err(CommandError::failed_to_parse("BSON field 'insert.documents' is missing but a required field"))
-        }
-    };
-    if docs.is_empty() || docs.len() > write_batch_size_max {
-        return Err(CommandError::invalid_length(format!(
-            "Write batch sizes must be between 1 and {write_batch_size_max}. Got {} operations.",
-            docs.len()
-        )));
-    }
+    let docs = statements(msg, "insert", "documents")?;
     let ordered = cmd.get_bool("ordered").unwrap_or(true);
     let coll = shared.catalog.get_or_create(&ns)?;
     let engine = shared.catalog.engine();
-    let mut n = 0;
+    Ok(write_reply(&docs, ordered, |d| {
+        match d.get("_id") {
+            Some(Bson::Array(_)) => return Err(CommandError::bad_value("can't use an array for _id")),
+            Some(Bson::RegularExpression(_)) => return Err(CommandError::bad_value("can't use a regex for _id")),
+            _ => {}
+        }
+        coll.insert(engine, d)?;
+        shared.opcounters.insert.fetch_add(1, Ordering::Relaxed);
+        Ok(1)
+    }))
+}
+
+/// Run each statement of a write command, adding up what each did (`n`)
+/// and reporting failures as `writeErrors` by index; an ordered command
+/// stops at its first failure.
+fn write_reply<T>(items: &[T], ordered: bool, mut run: impl FnMut(&T) -> Result<i64, CommandError>) -> Document {
+    let mut n = 0i64;
     let mut errors = Vec::new();
-    for (i, d) in docs.iter().enumerate() {
-        let result = match d.get("_id") {
-            Some(Bson::Array(_)) => Err(CommandError::bad_value("can't use an array for _id")),
-            Some(Bson::RegularExpression(_)) => Err(CommandError::bad_value("can't use a regex for _id")),
-            _ => coll.insert(engine, d).map_err(CommandError::from),
-        };
-        match result {
-            Ok(_) => {
-                n += 1;
-                shared.opcounters.insert.fetch_add(1, Ordering::Relaxed);
-            }
+    for (i, item) in items.iter().enumerate() {
+        match run(item) {
+            Ok(k) => n += k,
             Err(e) => {
                 let mut we = doc! { "index": i as i32, "code": e.code, "errmsg": &e.errmsg };
                 if let Some(extra) = &e.extra {
@@ -280,7 +258,103 @@ pub fn insert(shared: &Shared, msg: &OpMsg) -> CommandResult {
         reply.insert("writeErrors", errors);
     }
     reply.insert("ok", 1.0);
-    Ok(reply)
+    reply
+}
+
+/// The statements of a write command: the body's array or the document
+/// sequence of the same name.
+fn statements(msg: &OpMsg, cmd_name: &str, field: &str) -> Result<Vec<Document>, CommandError> {
+    let cmd = &msg.body;
+    let docs: Vec<Document> = match (cmd.get(field), msg.sequences.iter().find(|(id, _)| id == field)) {
+        (Some(Bson::Array(items)), None) => items
+            .iter()
+            .enumerate()
+            .map(|(i, d)| match d {
+                Bson::Document(d) => Ok(d.clone()),
+                other => Err(CommandError::type_mismatch(format!(
+                    "BSON field '{cmd_name}.{field}.{i}' is the wrong type '{}', expected type 'object'",
+                    type_name(other)
+                ))),
+            })
+            .collect::<Result<_, _>>()?,
+        (None, Some((_, seq))) => seq.clone(),
+        (Some(_), Some(_)) => {
+            return Err(CommandError::bad_value(format!("{field} given both in the body and as a sequence")))
+        }
+        (Some(other), None) => {
+            return Err(CommandError::type_mismatch(format!(
+                "BSON field '{cmd_name}.{field}' is the wrong type '{}', expected type 'array'",
+                type_name(other)
+            )))
+        }
+        (None, None) => {
+            return Err(CommandError::failed_to_parse(format!(
+                "BSON field '{cmd_name}.{field}' is missing but a required field"
+            )))
+        }
+    };
+    if docs.is_empty() || docs.len() > write_batch_size_max {
+        return Err(CommandError::invalid_length(format!(
+            "Write batch sizes must be between 1 and {write_batch_size_max}. Got {} operations.",
+            docs.len()
+        )));
+    }
+    Ok(docs)
+}
+
+pub fn delete(shared: &Shared, msg: &OpMsg) -> CommandResult {
+    let cmd = &msg.body;
+    let ns = namespace(cmd, "delete")?;
+    let specs = statements(msg, "delete", "deletes")?;
+    // The shape of every statement is checked before any runs, as
+    // MongoDB's command parser does; query errors are per statement.
+    for spec in &specs {
+        if !spec.contains_key("q") {
+            return Err(CommandError::failed_to_parse("BSON field 'delete.deletes.q' is missing but a required field"));
+        }
+        let limit = count_option(spec, "limit")?.unwrap_or(0);
+        if limit != 0 && limit != 1 {
+            return Err(CommandError::failed_to_parse(format!(
+                "The limit field in delete objects must be 0 or 1. Got {limit}"
+            )));
+        }
+    }
+    let ordered = cmd.get_bool("ordered").unwrap_or(true);
+    Ok(write_reply(&specs, ordered, |spec| {
+        shared.opcounters.delete.fetch_add(1, Ordering::Relaxed);
+        delete_one_spec(shared, &ns, spec)
+    }))
+}
+
+/// One `{q, limit}` statement: delete the first match (limit 1) or all.
+fn delete_one_spec(shared: &Shared, ns: &Namespace, spec: &Document) -> Result<i64, CommandError> {
+    let (filter_doc, filter) = filter_of(spec, "q")?;
+    let limit = count_option(spec, "limit")?.unwrap_or(0);
+    let Some(coll) = shared.catalog.get(ns) else { return Ok(0) };
+    let engine = shared.catalog.engine();
+    if let Some(id) = Filter::id_equality(&filter_doc) {
+        return Ok(match coll.find_rid_by_id(engine, id)? {
+            Some((rid, d)) => i64::from(coll.delete(engine, rid, &d)?),
+            None => 0,
+        });
+    }
+    let mut deleted = 0;
+    let mut after = 0;
+    loop {
+        let chunk = coll.scan(engine, after, 256)?;
+        if chunk.is_empty() {
+            return Ok(deleted);
+        }
+        for (rid, d) in chunk {
+            after = rid;
+            if filter.matches(&d) && coll.delete(engine, rid, &d)? {
+                deleted += 1;
+                if limit == 1 {
+                    return Ok(deleted);
+                }
+            }
+        }
+    }
 }
 
 /// Scan `ns` from `cursor.after`, returning up to `batch` matches.
