@@ -172,3 +172,26 @@ def test_deletes_survive_kill_9(datadir):
 def test_a_bad_delete_query_is_a_write_error(client):
     r = client.test.command("delete", "x", deletes=[{"q": {"a": {"$frob": 1}}, "limit": 0}])
     assert r["n"] == 0 and r["writeErrors"][0]["code"] == 2
+
+
+def test_count_documents_and_estimated_count(client):
+    c = client.test.agg
+    c.insert_many([{"team": "x" if i % 4 == 0 else "y", "v": i} for i in range(40)])
+    assert c.count_documents({}) == 40
+    assert c.count_documents({"team": "x"}) == 10
+    assert c.count_documents({"team": "y"}, skip=5, limit=10) == 10
+    assert c.count_documents({"nothing": 1}) == 0
+    assert c.estimated_document_count() == 40
+    assert client.test.never.count_documents({}) == 0
+
+
+def test_aggregate_group(client):
+    c = client.test.grouped
+    c.insert_many([{"team": t, "v": v} for t, v in [("a", 1), ("a", 2), ("b", 5), ("b", 7.5), ("c", None)]])
+    out = {d["_id"]: d for d in c.aggregate([{"$group": {"_id": "$team", "sum": {"$sum": "$v"}, "n": {"$sum": 1},
+                                                         "max": {"$max": "$v"}, "vals": {"$push": "$v"}}}])}
+    assert out["a"] == {"_id": "a", "sum": 3, "n": 2, "max": 2, "vals": [1, 2]}
+    assert out["b"]["sum"] == 12.5 and out["c"]["max"] is None
+    with pytest.raises(OperationFailure) as e:
+        list(c.aggregate([{"$frob": {}}]))
+    assert e.value.code == 40324

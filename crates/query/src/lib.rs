@@ -3,5 +3,7 @@
 //! aggregation. Performs no I/O of its own.
 
 pub mod matcher;
+pub mod pipeline;
 
 pub use matcher::{Filter, FilterError};
+pub use pipeline::Pipeline;

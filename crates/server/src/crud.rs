@@ -375,7 +375,7 @@ fn fill(shared: &Shared, c: &mut CursorState, batch: usize) -> Result<(Vec<Bson>
         for (rid, d) in chunk {
             c.after = rid;
             if c.filter.matches(&d) {
-                bytes += d.len() * 16;
+                bytes += encoded_len(&d);
                 out.push(Bson::Document(d));
                 if let Some(r) = &mut c.remaining {
                     *r -= 1;
@@ -443,6 +443,11 @@ pub fn find(shared: &Shared, cmd: &Document) -> CommandResult {
         if first == 0 && !single { (Vec::new(), false) } else { fill(shared, &mut state, first.max(1))? };
     let id = if done || single { 0 } else { register(shared, state) };
     Ok(cursor_reply(&ns, id, "firstBatch", batch))
+}
+
+/// A document's BSON size.
+fn encoded_len(d: &Document) -> usize {
+    bson::to_vec(d).map(|v| v.len()).unwrap_or(0)
 }
 
 fn register(shared: &Shared, state: CursorState) -> i64 {
@@ -528,6 +533,33 @@ pub fn kill_cursors(shared: &Shared, cmd: &Document) -> CommandResult {
     Ok(doc! {
         "cursorsKilled": killed, "cursorsNotFound": not_found, "cursorsAlive": [], "cursorsUnknown": [], "ok": 1.0,
     })
+}
+
+pub fn aggregate(shared: &Shared, cmd: &Document) -> CommandResult {
+    let ns = match cmd.get("aggregate") {
+        Some(Bson::String(_)) => namespace(cmd, "aggregate")?,
+        _ => return Err(CommandError::not_implemented("aggregate without a collection is not supported yet")),
+    };
+    let stages = cmd
+        .get_array("pipeline")
+        .map_err(|_| CommandError::type_mismatch("'pipeline' option must be specified as an array"))?;
+    if cmd.get_document("cursor").is_err() {
+        return Err(CommandError::failed_to_parse(
+            "The 'cursor' option is required, except for aggregate with the explain argument",
+        ));
+    }
+    let pipeline = query::Pipeline::parse(stages)
+        .map_err(|e| CommandError { code: e.code, ..CommandError::bad_value(e.message) })?;
+    let mut input = Vec::new();
+    if let Some(coll) = shared.catalog.get(&ns) {
+        input = coll.scan(shared.catalog.engine(), 0, 0)?.into_iter().map(|(_, d)| d).collect();
+    }
+    let out: Vec<Bson> = pipeline.run(input.into_iter()).into_iter().map(Bson::Document).collect();
+    let bytes: usize = out.iter().map(|d| d.as_document().map_or(0, encoded_len)).sum();
+    if bytes > bson_object_size_max_bytes {
+        return Err(CommandError::not_implemented("aggregate results over 16 MiB need cursors, not built yet"));
+    }
+    Ok(cursor_reply(&ns, 0, "firstBatch", out))
 }
 
 pub fn count(shared: &Shared, cmd: &Document) -> CommandResult {

@@ -1,0 +1,374 @@
+//! Aggregation pipelines, a first subset: `$match`, `$skip`, `$limit`,
+//! `$count`, and `$group` with `$sum $avg $min $max $first $last $push`
+//! over field paths (`"$a.b"`) and constants. Enough for the drivers'
+//! `countDocuments` and everyday grouping; other stages are refused as
+//! unknown, with MongoDB's message.
+//!
+//! Runs over documents handed in by the caller (no I/O of its own).
+
+use crate::matcher::{Filter, FilterError};
+use bson::{Bson, Document};
+use doc::compare::{compare, number, Number};
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+
+fn err(code: i32, message: impl Into<String>) -> FilterError {
+    FilterError { code, message: message.into() }
+}
+
+#[derive(Debug, Clone)]
+enum Operand {
+    Path(String),
+    Const(Bson),
+}
+
+impl Operand {
+    fn parse(v: &Bson) -> Result<Operand, FilterError> {
+        match v {
+            Bson::String(s) if s.starts_with("$$") => Err(err(2, format!("variables are not supported yet: {s}"))),
+            Bson::String(s) if s.starts_with('$') => Ok(Operand::Path(s[1..].to_string())),
+            Bson::Document(d) if d.keys().next().is_some_and(|k| k.starts_with('$')) => {
+                Err(err(168, format!("Unrecognized expression '{}'", d.keys().next().unwrap())))
+            }
+            other => Ok(Operand::Const(other.clone())),
+        }
+    }
+
+    /// The value for `doc` (`None`: missing).
+    fn eval(&self, doc: &Document) -> Option<Bson> {
+        match self {
+            Operand::Const(v) => Some(v.clone()),
+            Operand::Path(p) => path_value(&Bson::Document(doc.clone()), p),
+        }
+    }
+}
+
+/// An aggregation field path: through documents; through an array, the
+/// array of each element's value.
+fn path_value(v: &Bson, path: &str) -> Option<Bson> {
+    let (head, rest) = match path.split_once('.') {
+        Some((h, r)) => (h, Some(r)),
+        None => (path, None),
+    };
+    let next = match v {
+        Bson::Document(d) => d.get(head)?.clone(),
+        Bson::Array(items) => {
+            let vals: Vec<Bson> = items.iter().filter_map(|i| path_value(i, path)).collect();
+            return Some(Bson::Array(vals));
+        }
+        _ => return None,
+    };
+    match rest {
+        None => Some(next),
+        Some(r) => path_value(&next, r),
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum AccKind {
+    Sum,
+    Avg,
+    Min,
+    Max,
+    First,
+    Last,
+    Push,
+}
+
+#[derive(Debug, Clone)]
+enum Stage {
+    Match(Filter),
+    Skip(usize),
+    Limit(usize),
+    Count(String),
+    Group { id: Operand, fields: Vec<(String, AccKind, Operand)> },
+}
+
+/// A parsed pipeline.
+#[derive(Debug, Clone)]
+pub struct Pipeline {
+    stages: Vec<Stage>,
+}
+
+fn positive(stage: &str, v: &Bson) -> Result<usize, FilterError> {
+    let n = match number(v) {
+        Some(Number::Int(i)) => i as f64,
+        Some(Number::Float(f)) => f,
+        None => return Err(err(15972, format!("Argument to {stage} stage must be a number"))),
+    };
+    if n.fract() != 0.0 || n < 0.0 || (stage == "$limit" && n == 0.0) {
+        return Err(err(
+            15958,
+            format!("the {} must be {}", &stage[1..], if stage == "$limit" { "positive" } else { "non-negative" }),
+        ));
+    }
+    Ok(n as usize)
+}
+
+impl Pipeline {
+    pub fn parse(stages: &[Bson]) -> Result<Pipeline, FilterError> {
+        let mut out = Vec::new();
+        for s in stages {
+            let Bson::Document(d) = s else {
+                return Err(err(14, "Each element of the 'pipeline' array must be an object"));
+            };
+            if d.len() != 1 {
+                return Err(err(40323, "A pipeline stage specification object must contain exactly one field."));
+            }
+            let (name, arg) = d.iter().next().unwrap();
+            out.push(match name.as_str() {
+                "$match" => match arg {
+                    Bson::Document(f) => Stage::Match(Filter::parse(f)?),
+                    _ => return Err(err(15959, "the match filter must be an expression in an object")),
+                },
+                "$skip" => Stage::Skip(positive("$skip", arg)?),
+                "$limit" => Stage::Limit(positive("$limit", arg)?),
+                "$count" => match arg {
+                    Bson::String(n) if !n.is_empty() && !n.starts_with('$') && !n.contains('.') => {
+                        Stage::Count(n.clone())
+                    }
+                    _ => return Err(err(40156, "the count field must be a non-empty string")),
+                },
+                "$group" => parse_group(arg)?,
+                other => return Err(err(40324, format!("Unrecognized pipeline stage name: '{other}'"))),
+            });
+        }
+        Ok(Pipeline { stages: out })
+    }
+
+    /// Run the pipeline over `input`.
+    pub fn run(&self, input: impl Iterator<Item = Document>) -> Vec<Document> {
+        let mut docs: Box<dyn Iterator<Item = Document>> = Box::new(input);
+        for stage in &self.stages {
+            docs = match stage.clone() {
+                Stage::Match(f) => Box::new(docs.filter(move |d| f.matches(d))),
+                Stage::Skip(n) => Box::new(docs.skip(n)),
+                Stage::Limit(n) => Box::new(docs.take(n)),
+                Stage::Count(name) => {
+                    let n = docs.count();
+                    let out = if n == 0 { vec![] } else { vec![bson::doc! { name: n as i32 }] };
+                    Box::new(out.into_iter())
+                }
+                Stage::Group { id, fields } => Box::new(group(docs, &id, &fields).into_iter()),
+            };
+        }
+        docs.collect()
+    }
+}
+
+fn parse_group(arg: &Bson) -> Result<Stage, FilterError> {
+    let Bson::Document(spec) = arg else {
+        return Err(err(15947, "a group's fields must be specified in an object"));
+    };
+    let id = match spec.get("_id") {
+        Some(v) => Operand::parse(v)?,
+        None => return Err(err(15955, "a group specification must include an _id")),
+    };
+    let mut fields = Vec::new();
+    for (name, acc) in spec.iter().filter(|(k, _)| *k != "_id") {
+        let Bson::Document(acc) = acc else {
+            return Err(err(40234, format!("The field '{name}' must be an accumulator object")));
+        };
+        if acc.len() != 1 {
+            return Err(err(40238, format!("The field '{name}' must specify one accumulator")));
+        }
+        let (op, operand) = acc.iter().next().unwrap();
+        let kind = match op.as_str() {
+            "$sum" => AccKind::Sum,
+            "$avg" => AccKind::Avg,
+            "$min" => AccKind::Min,
+            "$max" => AccKind::Max,
+            "$first" => AccKind::First,
+            "$last" => AccKind::Last,
+            "$push" => AccKind::Push,
+            other => return Err(err(15952, format!("unknown group operator '{other}'"))),
+        };
+        fields.push((name.clone(), kind, Operand::parse(operand)?));
+    }
+    Ok(Stage::Group { id, fields })
+}
+
+/// One group's running accumulators.
+#[derive(Debug, Clone)]
+enum Acc {
+    Sum { int: i64, float: f64, is_float: bool },
+    Avg { total: f64, n: u64 },
+    Pick(Option<Bson>),
+    Push(Vec<Bson>),
+}
+
+fn group(docs: impl Iterator<Item = Document>, id: &Operand, fields: &[(String, AccKind, Operand)]) -> Vec<Document> {
+    // Keyed by KeyString so 1 and 1.0 share a group, as in MongoDB.
+    let mut groups: BTreeMap<Vec<u8>, (Bson, Vec<Acc>)> = BTreeMap::new();
+    for d in docs {
+        let key = id.eval(&d).unwrap_or(Bson::Null);
+        let k = doc::keystring::encode(&key).unwrap_or_else(|_| key.to_string().into_bytes());
+        let entry = groups.entry(k).or_insert_with(|| {
+            let accs = fields
+                .iter()
+                .map(|(_, kind, _)| match kind {
+                    AccKind::Sum => Acc::Sum { int: 0, float: 0.0, is_float: false },
+                    AccKind::Avg => Acc::Avg { total: 0.0, n: 0 },
+                    AccKind::Push => Acc::Push(Vec::new()),
+                    _ => Acc::Pick(None),
+                })
+                .collect();
+            (key.clone(), accs)
+        });
+        for ((_, kind, operand), acc) in fields.iter().zip(entry.1.iter_mut()) {
+            accumulate(*kind, acc, operand.eval(&d));
+        }
+    }
+    groups
+        .into_values()
+        .map(|(key, accs)| {
+            let mut out = Document::new();
+            out.insert("_id", key);
+            for ((name, _, _), acc) in fields.iter().zip(accs) {
+                out.insert(name.clone(), finish(acc));
+            }
+            out
+        })
+        .collect()
+}
+
+fn accumulate(kind: AccKind, acc: &mut Acc, v: Option<Bson>) {
+    match (kind, acc) {
+        (AccKind::Sum, Acc::Sum { int, float, is_float }) => match v.as_ref().and_then(number) {
+            Some(Number::Int(i)) if !*is_float => match int.checked_add(i) {
+                Some(s) => *int = s,
+                None => {
+                    *is_float = true;
+                    *float = *int as f64 + i as f64;
+                }
+            },
+            Some(Number::Int(i)) => *float += i as f64,
+            Some(Number::Float(f)) => {
+                if !*is_float {
+                    *is_float = true;
+                    *float = *int as f64;
+                }
+                *float += f;
+            }
+            None => {}
+        },
+        (AccKind::Avg, Acc::Avg { total, n }) => match v.as_ref().and_then(number) {
+            Some(Number::Int(i)) => {
+                *total += i as f64;
+                *n += 1;
+            }
+            Some(Number::Float(f)) => {
+                *total += f;
+                *n += 1;
+            }
+            None => {}
+        },
+        (AccKind::Min | AccKind::Max, Acc::Pick(cur)) => {
+            let Some(v) = v.filter(|v| !matches!(v, Bson::Null | Bson::Undefined)) else { return };
+            let better = match cur {
+                None => true,
+                Some(c) => {
+                    let o = compare(&v, c);
+                    if matches!(kind, AccKind::Min) {
+                        o == Ordering::Less
+                    } else {
+                        o == Ordering::Greater
+                    }
+                }
+            };
+            if better {
+                *cur = Some(v);
+            }
+        }
+        (AccKind::First, Acc::Pick(cur)) => {
+            if cur.is_none() {
+                *cur = Some(v.unwrap_or(Bson::Null));
+            }
+        }
+        (AccKind::Last, Acc::Pick(cur)) => *cur = Some(v.unwrap_or(Bson::Null)),
+        (AccKind::Push, Acc::Push(items)) => {
+            if let Some(v) = v {
+                items.push(v);
+            }
+        }
+        _ => unreachable!("accumulator state matches its kind"),
+    }
+}
+
+fn finish(acc: Acc) -> Bson {
+    match acc {
+        Acc::Sum { int, is_float: false, .. } => match i32::try_from(int) {
+            Ok(i) => Bson::Int32(i),
+            Err(_) => Bson::Int64(int),
+        },
+        Acc::Sum { float, .. } => Bson::Double(float),
+        Acc::Avg { n: 0, .. } => Bson::Null,
+        Acc::Avg { total, n } => Bson::Double(total / n as f64),
+        Acc::Pick(v) => v.unwrap_or(Bson::Null),
+        Acc::Push(items) => Bson::Array(items),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bson::{bson, doc};
+
+    fn run(pipeline: Bson, docs: Vec<Document>) -> Vec<Document> {
+        let Bson::Array(stages) = pipeline else { panic!() };
+        Pipeline::parse(&stages).unwrap().run(docs.into_iter())
+    }
+
+    fn people() -> Vec<Document> {
+        vec![
+            doc! { "name": "a", "team": "x", "age": 30 },
+            doc! { "name": "b", "team": "y", "age": 20.5 },
+            doc! { "name": "c", "team": "x", "age": 40 },
+            doc! { "name": "d", "team": "y" },
+        ]
+    }
+
+    #[test]
+    fn count_documents_shape() {
+        let p = bson!([{ "$match": { "team": "x" } }, { "$group": { "_id": 1, "n": { "$sum": 1 } } }]);
+        assert_eq!(run(p, people()), vec![doc! { "_id": 1, "n": 2 }]);
+        let p = bson!([{ "$skip": 1 }, { "$limit": 2 }, { "$count": "n" }]);
+        assert_eq!(run(p, people()), vec![doc! { "n": 2 }]);
+        assert_eq!(run(bson!([{ "$match": { "none": 1 } }, { "$count": "n" }]), people()), vec![]);
+    }
+
+    #[test]
+    fn group_accumulators() {
+        let p = bson!([{ "$group": {
+            "_id": "$team",
+            "total": { "$sum": "$age" }, "avg": { "$avg": "$age" },
+            "min": { "$min": "$age" }, "max": { "$max": "$age" },
+            "first": { "$first": "$name" }, "last": { "$last": "$name" }, "names": { "$push": "$name" },
+        } }]);
+        let out = run(p, people());
+        assert_eq!(
+            out[0],
+            doc! { "_id": "x", "total": 70, "avg": 35.0, "min": 30, "max": 40, "first": "a", "last": "c", "names": ["a", "c"] }
+        );
+        assert_eq!(out[1].get("total"), Some(&Bson::Double(20.5)));
+        assert_eq!(out[1].get("avg"), Some(&Bson::Double(20.5)), "missing values are skipped");
+    }
+
+    #[test]
+    fn numbers_that_compare_equal_share_a_group() {
+        let p = bson!([{ "$group": { "_id": "$k", "n": { "$sum": 1 } } }]);
+        let out = run(p, vec![doc! { "k": 1 }, doc! { "k": 1.0 }, doc! { "k": 2i64 }]);
+        assert_eq!(out.len(), 2);
+    }
+
+    #[test]
+    fn bad_pipelines_are_refused() {
+        let parse = |p: Bson| Pipeline::parse(p.as_array().unwrap()).unwrap_err();
+        assert_eq!(parse(bson!([{ "$frob": {} }])).message, "Unrecognized pipeline stage name: '$frob'");
+        assert_eq!(parse(bson!([{ "$limit": 0 }])).message, "the limit must be positive");
+        assert_eq!(parse(bson!([{ "$skip": -1 }])).code, 15958);
+        assert_eq!(parse(bson!([{ "$group": { "n": { "$sum": 1 } } }])).code, 15955);
+        assert_eq!(parse(bson!([{ "$group": { "_id": 1, "n": { "$frob": 1 } } }])).code, 15952);
+        assert_eq!(parse(bson!([{ "$match": {}, "$skip": 1 }])).code, 40323);
+    }
+}
