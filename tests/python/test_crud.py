@@ -195,3 +195,15 @@ def test_aggregate_group(client):
     with pytest.raises(OperationFailure) as e:
         list(c.aggregate([{"$frob": {}}]))
     assert e.value.code == 40324
+
+
+def test_type_size_all_mod_operators(client):
+    c = client.test.ops
+    c.insert_many([{"_id": 1, "a": [1, 2, 3]}, {"_id": 2, "a": "x"}, {"_id": 3, "a": [2, "y"]}, {"_id": 4, "a": 7}])
+    assert [d["_id"] for d in c.find({"a": {"$type": "string"}})] == [2, 3]
+    assert [d["_id"] for d in c.find({"a": {"$size": 2}})] == [3]
+    assert [d["_id"] for d in c.find({"a": {"$all": [2, 3]}})] == [1]
+    assert [d["_id"] for d in c.find({"a": {"$mod": [3, 1]}})] == [1, 4]
+    with pytest.raises(OperationFailure) as e:
+        c.find_one({"a": {"$type": "frob"}})
+    assert e.value.code == 2 and "Unknown type name alias: frob" in str(e.value)

@@ -3,7 +3,7 @@
 //! rules for dotted paths.
 //!
 //! So far: implicit equality, `$eq $ne $gt $gte $lt $lte $in $nin $exists
-//! $and $or $nor $not $comment`. Other operators are refused as unknown
+//! $type $size $all $mod $and $or $nor $not $comment`. Other operators are refused as unknown
 //! (with MongoDB's code and message) until they are built.
 //!
 //! Array rules: a path step into an array looks into each element (and a
@@ -47,6 +47,10 @@ enum Expr {
     Compare(String, Cmp, Bson),
     In(String, Vec<Bson>),
     Exists(String, bool),
+    /// Canonical BSON type numbers (or "number") any reached value has.
+    Type(String, Vec<i32>),
+    Size(String, usize),
+    Mod(String, i64, i64),
     True,
 }
 
@@ -153,6 +157,53 @@ fn parse_operator(path: &str, op: &str, arg: &Bson) -> Result<Expr, FilterError>
             }
         }
         "$exists" => Expr::Exists(p, truthy(arg)),
+        "$type" => {
+            let items = match arg {
+                Bson::Array(items) => items.clone(),
+                other => vec![other.clone()],
+            };
+            Expr::Type(p, items.iter().map(type_code).collect::<Result<_, _>>()?)
+        }
+        "$size" => match doc::compare::number(arg) {
+            Some(doc::compare::Number::Int(n)) if n >= 0 => Expr::Size(p, n as usize),
+            Some(doc::compare::Number::Float(f)) if f >= 0.0 && f.fract() == 0.0 => Expr::Size(p, f as usize),
+            Some(doc::compare::Number::Int(_) | doc::compare::Number::Float(_)) => {
+                return Err(bad_value("$size may not be negative or fractional"))
+            }
+            None => return Err(bad_value("$size needs a number")),
+        },
+        "$all" => {
+            let Bson::Array(items) = arg else {
+                return Err(bad_value("$all needs an array"));
+            };
+            if items.is_empty() {
+                // Matches nothing, as in MongoDB.
+                return Ok(Expr::Not(Box::new(Expr::True)));
+            }
+            Expr::And(items.iter().map(|v| Expr::Compare(p.clone(), Cmp::Eq, v.clone())).collect())
+        }
+        "$mod" => {
+            let Bson::Array(items) = arg else {
+                return Err(bad_value("malformed mod, needs to be an array"));
+            };
+            if items.len() != 2 {
+                return Err(bad_value(if items.len() < 2 {
+                    "malformed mod, not enough elements"
+                } else {
+                    "malformed mod, too many elements"
+                }));
+            }
+            let int = |v: &Bson, what: &str| match doc::compare::number(v) {
+                Some(doc::compare::Number::Int(i)) => Ok(i),
+                Some(doc::compare::Number::Float(f)) if f.is_finite() => Ok(f.trunc() as i64),
+                _ => Err(bad_value(format!("malformed mod, {what} not a number"))),
+            };
+            let divisor = int(&items[0], "divisor")?;
+            if divisor == 0 {
+                return Err(bad_value("divisor cannot be 0"));
+            }
+            Expr::Mod(p, divisor, int(&items[1], "remainder")?)
+        }
         "$not" => match arg {
             Bson::Document(d) if is_operator_document(arg).is_some() => {
                 Expr::Not(Box::new(parse_condition(path, &Bson::Document(d.clone()))?))
@@ -162,6 +213,78 @@ fn parse_operator(path: &str, op: &str, arg: &Bson) -> Result<Expr, FilterError>
         },
         other => return Err(bad_value(format!("unknown operator: {other}"))),
     })
+}
+
+/// A `$type` argument as a BSON type number; "number" is -2 here.
+fn type_code(v: &Bson) -> Result<i32, FilterError> {
+    const NAMES: &[(&str, i32)] = &[
+        ("double", 1),
+        ("string", 2),
+        ("object", 3),
+        ("array", 4),
+        ("binData", 5),
+        ("undefined", 6),
+        ("objectId", 7),
+        ("bool", 8),
+        ("date", 9),
+        ("null", 10),
+        ("regex", 11),
+        ("dbPointer", 12),
+        ("javascript", 13),
+        ("symbol", 14),
+        ("javascriptWithScope", 15),
+        ("int", 16),
+        ("timestamp", 17),
+        ("long", 18),
+        ("decimal", 19),
+        ("minKey", -1),
+        ("maxKey", 127),
+        ("number", -2),
+    ];
+    match v {
+        Bson::String(s) => NAMES
+            .iter()
+            .find(|(n, _)| n == s)
+            .map(|(_, c)| *c)
+            .ok_or_else(|| bad_value(format!("Unknown type name alias: {s}"))),
+        other => match doc::compare::number(other) {
+            Some(doc::compare::Number::Int(i)) if NAMES.iter().any(|(_, c)| i64::from(*c) == i && *c != -2) => {
+                Ok(i as i32)
+            }
+            Some(doc::compare::Number::Float(f)) if NAMES.iter().any(|(_, c)| f64::from(*c) == f && *c != -2) => {
+                Ok(f as i32)
+            }
+            Some(_) => Err(bad_value(format!("Invalid numerical type code: {other}"))),
+            None => Err(bad_value("type must be represented as a number or a string")),
+        },
+    }
+}
+
+fn has_type(v: &Bson, codes: &[i32]) -> bool {
+    let code = match v {
+        Bson::Double(_) => 1,
+        Bson::String(_) => 2,
+        Bson::Document(_) => 3,
+        Bson::Array(_) => 4,
+        Bson::Binary(_) => 5,
+        Bson::Undefined => 6,
+        Bson::ObjectId(_) => 7,
+        Bson::Boolean(_) => 8,
+        Bson::DateTime(_) => 9,
+        Bson::Null => 10,
+        Bson::RegularExpression(_) => 11,
+        Bson::DbPointer(_) => 12,
+        Bson::JavaScriptCode(_) => 13,
+        Bson::Symbol(_) => 14,
+        Bson::JavaScriptCodeWithScope(_) => 15,
+        Bson::Int32(_) => 16,
+        Bson::Timestamp(_) => 17,
+        Bson::Int64(_) => 18,
+        Bson::Decimal128(_) => 19,
+        Bson::MinKey => -1,
+        Bson::MaxKey => 127,
+    };
+    codes.iter().any(|c| *c == code || (*c == -2 && matches!(code, 1 | 16 | 18 | 19)))
 }
 
 /// MongoDB's truthiness for `$exists` arguments.
@@ -193,6 +316,37 @@ fn eval(e: &Expr, doc: &Document) -> bool {
             found || (missing && matches!(target, Bson::Null) && matches!(cmp, Cmp::Eq | Cmp::Gte | Cmp::Lte))
         }
         Expr::In(path, items) => items.iter().any(|t| eval(&Expr::Compare(path.clone(), Cmp::Eq, t.clone()), doc)),
+        Expr::Type(path, codes) => {
+            let mut found = false;
+            walk(doc, path, &mut |v| {
+                if let Some(v) = v {
+                    found |= has_type(v, codes)
+                        || matches!(v, Bson::Array(items) if items.iter().any(|i| has_type(i, codes)));
+                }
+            });
+            found
+        }
+        Expr::Size(path, n) => {
+            let mut found = false;
+            walk(doc, path, &mut |v| found |= matches!(v, Some(Bson::Array(items)) if items.len() == *n));
+            found
+        }
+        Expr::Mod(path, divisor, remainder) => {
+            let mut found = false;
+            let check = |v: &Bson| match doc::compare::number(v) {
+                Some(doc::compare::Number::Int(i)) => i.wrapping_rem(*divisor) == *remainder,
+                Some(doc::compare::Number::Float(f)) if f.is_finite() => {
+                    (f.trunc() as i64).wrapping_rem(*divisor) == *remainder
+                }
+                _ => false,
+            };
+            walk(doc, path, &mut |v| match v {
+                Some(Bson::Array(items)) => found |= items.iter().any(check),
+                Some(v) => found |= check(v),
+                None => {}
+            });
+            found
+        }
         Expr::Exists(path, want) => {
             let mut exists = false;
             walk(doc, path, &mut |v| exists |= v.is_some());
@@ -329,6 +483,36 @@ mod tests {
         assert!(m(doc! { "a": { "$exists": true } }, doc! { "a": null }));
         assert!(m(doc! { "a": { "$exists": false } }, doc! { "b": 1 }));
         assert!(m(doc! { "$comment": "hi", "a": 1 }, doc! { "a": 1 }));
+    }
+
+    #[test]
+    fn type_size_all_mod() {
+        assert!(m(doc! { "a": { "$type": "string" } }, doc! { "a": "x" }));
+        assert!(m(doc! { "a": { "$type": 2 } }, doc! { "a": ["x", 1] }), "array elements count");
+        assert!(m(doc! { "a": { "$type": "array" } }, doc! { "a": [] }));
+        assert!(m(doc! { "a": { "$type": "number" } }, doc! { "a": 1i64 }));
+        assert!(m(doc! { "a": { "$type": ["bool", "null"] } }, doc! { "a": null }));
+        assert!(!m(doc! { "a": { "$type": "null" } }, doc! { "b": 1 }), "missing is no type");
+        assert!(m(doc! { "a": { "$size": 2 } }, doc! { "a": [1, [2, 3]] }));
+        assert!(!m(doc! { "a": { "$size": 1 } }, doc! { "a": 1 }));
+        assert!(m(doc! { "a": { "$all": [1, 3] } }, doc! { "a": [3, 2, 1] }));
+        assert!(!m(doc! { "a": { "$all": [1, 4] } }, doc! { "a": [3, 2, 1] }));
+        assert!(!m(doc! { "a": { "$all": [] } }, doc! { "a": [1] }));
+        assert!(m(doc! { "a": { "$mod": [4, 1] } }, doc! { "a": 9 }));
+        assert!(m(doc! { "a": { "$mod": [4, 1] } }, doc! { "a": [8, 5.5] }), "doubles truncate");
+        assert!(m(doc! { "a": { "$mod": [4, -1] } }, doc! { "a": -5 }), "remainder keeps the sign");
+        for bad in [
+            doc! { "a": { "$type": "frob" } },
+            doc! { "a": { "$type": 99 } },
+            doc! { "a": { "$size": -1 } },
+            doc! { "a": { "$size": "x" } },
+            doc! { "a": { "$all": 1 } },
+            doc! { "a": { "$mod": [0, 1] } },
+            doc! { "a": { "$mod": [1] } },
+            doc! { "a": { "$mod": [1, 2, 3] } },
+        ] {
+            assert!(Filter::parse(&bad).is_err(), "{bad:?} was accepted");
+        }
     }
 
     #[test]
