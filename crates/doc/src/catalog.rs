@@ -212,9 +212,7 @@ impl Collection {
         let records = engine.table(&records_table(&ns))?;
         let id_index = engine.table(&id_table(&ns))?;
         let next = match engine.cursor(&records)?.last()? {
-            Some((k, _)) => {
-                u64::from_be_bytes(k[..8].try_into().map_err(|_| DocError::Corrupt("record id".into()))?) + 1
-            }
+            Some((k, _)) => record_id(&k)? + 1,
             None => 1,
         };
         Ok(Collection { ns, options, records, id_index, next_record: AtomicU64::new(next) })
@@ -277,7 +275,7 @@ impl Collection {
             Err(_) => return Ok(None),
         };
         let Some(rid) = engine.get(&self.id_index, &key)? else { return Ok(None) };
-        let rid = u64::from_be_bytes(rid[..8].try_into().map_err(|_| DocError::Corrupt("record id".into()))?);
+        let rid = record_id(&rid)?;
         match engine.get(&self.records, &rid.to_be_bytes())? {
             Some(bytes) => Ok(Some((rid, decode(&bytes)?))),
             None => Err(DocError::Corrupt(format!("_id index names a missing record in {}", self.ns))),
@@ -296,7 +294,7 @@ impl Collection {
         let mut c = engine.cursor(&self.records)?;
         let mut e = c.seek(&(after + 1).to_be_bytes())?;
         while let Some((k, v)) = e {
-            let rid = u64::from_be_bytes(k[..8].try_into().map_err(|_| DocError::Corrupt("record id".into()))?);
+            let rid = record_id(&k)?;
             out.push((rid, decode(&v)?));
             if max != 0 && out.len() >= max {
                 break;
@@ -318,6 +316,14 @@ impl Collection {
         }
         Ok((n, bytes))
     }
+}
+
+/// A record id stored as 8 big-endian bytes (a record key or an `_id`
+/// index value).
+fn record_id(bytes: &[u8]) -> Result<u64, DocError> {
+    let b: [u8; 8] =
+        bytes.try_into().map_err(|_| DocError::Corrupt(format!("a record id of {} bytes", bytes.len())))?;
+    Ok(u64::from_be_bytes(b))
 }
 
 fn decode(bytes: &[u8]) -> Result<Document, DocError> {

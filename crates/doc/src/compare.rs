@@ -101,7 +101,7 @@ pub fn compare(a: &Bson, b: &Bson) -> Ordering {
         (Bson::Document(x), Bson::Document(y)) => compare_documents(x, y),
         (Bson::Array(x), Bson::Array(y)) => {
             for (l, r) in x.iter().zip(y) {
-                let o = compare_elements(l, r);
+                let o = compare(l, r);
                 if o != Ordering::Equal {
                     return o;
                 }
@@ -132,11 +132,6 @@ pub fn compare(a: &Bson, b: &Bson) -> Ordering {
         // MinKey, undefined, null, MaxKey: one value each.
         _ => Ordering::Equal,
     }
-}
-
-/// Elements compare by canonical type first, then by value.
-fn compare_elements(a: &Bson, b: &Bson) -> Ordering {
-    compare(a, b)
 }
 
 /// Objects: element by element, each by type, then field name, then value.

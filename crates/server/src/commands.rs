@@ -258,7 +258,7 @@ fn set_parameter(cmd: &Document) -> CommandResult {
 }
 
 fn server_status(shared: &Shared) -> Document {
-    let s = shared.engine.stats();
+    let s = shared.catalog.engine().stats();
     let c = &shared.opcounters;
     let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed) as i64;
     doc! {

@@ -57,7 +57,6 @@ pub struct NetworkCounters {
 
 /// What every connection shares.
 pub struct Shared {
-    pub engine: Engine,
     pub catalog: doc::catalog::Catalog,
     pub cursors: crate::crud::Cursors,
     pub options: ServerOptions,
@@ -107,7 +106,6 @@ impl Server {
         let catalog = doc::catalog::Catalog::open(engine.clone())
             .map_err(|e| std::io::Error::other(format!("opening the catalog: {e}")))?;
         let shared = Arc::new(Shared {
-            engine,
             catalog,
             cursors: Default::default(),
             options,
@@ -162,7 +160,7 @@ impl Server {
         };
         tracing::info!(reason = why, "shutting down");
         self.shared.request_shutdown();
-        let engine = self.shared.engine.clone();
+        let engine = self.shared.catalog.engine().clone();
         tokio::task::spawn_blocking(move || engine.close()).await.expect("close does not panic")?;
         tracing::info!("engine closed with a checkpoint; exiting");
         Ok(())

@@ -956,7 +956,7 @@ impl Engine {
         if batch.is_empty() {
             return Ok(self.inner.journal.next_seq().saturating_sub(1));
         }
-        self.commit_batch_with(batch, false, |_| {
+        self.commit_batch_with(batch, |_| {
             // Under the writer locks nothing can commit to these tables
             // before us, so a snapshot taken now sees every earlier commit.
             let me = txn::begin_plain(self);
@@ -975,9 +975,8 @@ impl Engine {
     pub(crate) fn commit_batch(&self, req: CommitRequest) -> Result<u64> {
         self.check_writable()?;
         let me = req.me.clone();
-        let tracked = req.me.ssi.tracked;
-        self.commit_batch_with(req.batch, tracked, |engine| {
-            if tracked {
+        self.commit_batch_with(req.batch, |engine| {
+            if me.ssi.tracked {
                 txn::ssi_prepare(engine, &me)?;
             }
             Ok(me.clone())
@@ -991,7 +990,6 @@ impl Engine {
     fn commit_batch_with(
         &self,
         batch: &WriteBatch,
-        tracked: bool,
         start: impl FnOnce(&Engine) -> Result<Arc<txn::TxnShared>>,
     ) -> Result<u64> {
         self.help_evict();
@@ -1059,7 +1057,7 @@ impl Engine {
                     return Err(e);
                 }
             };
-            if tracked {
+            if me.ssi.tracked {
                 // The event comes after publication (see `SsiState::dangerous`).
                 me.ssi.committed(self.inner.txns.next_event());
             }

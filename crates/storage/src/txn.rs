@@ -624,7 +624,7 @@ impl Txn {
             let ssi = &self.engine.txns().ssi;
             ssi.lock().unwrap().mark_range(&self.me, t.ssi_ref(), range.clone()).map_err(|f| self.failure(f))?;
             let writers = t.0.versions.lock().unwrap().unseen_in(&range, &self.me);
-            if !writers.is_empty() {
+            if writers.iter().any(|(w, _)| self.edge_to(w)) {
                 ssi.lock().unwrap().read_unseen(&self.me, t.name(), &writers).map_err(|f| self.failure(f))?;
             }
         }
@@ -672,12 +672,17 @@ impl Txn {
                 txns.ssi.lock().unwrap().mark_table(&self.me, t.ssi_ref()).map_err(|f| self.failure(f))?;
             }
         }
-        let writers: Vec<_> = writers.into_iter().filter(|w| w.ssi.tracked && w.id != self.me.id).collect();
-        if !writers.is_empty() {
+        if writers.iter().any(|w| self.edge_to(w)) {
             let writers: Vec<_> = writers.into_iter().map(|w| (w, key.to_vec())).collect();
             txns.ssi.lock().unwrap().read_unseen(&self.me, t.name(), &writers).map_err(|f| self.failure(f))?;
         }
         Ok(())
+    }
+
+    /// Would reading past `writer`'s version give an rw edge? (Only
+    /// serializable writers other than this transaction count.)
+    fn edge_to(&self, writer: &TxnShared) -> bool {
+        writer.ssi.tracked && writer.id != self.me.id
     }
 
     pub fn put(&self, t: &Table, key: &[u8], value: &[u8]) -> Result<()> {
