@@ -8,4 +8,5 @@
 
 pub mod catalog;
 pub mod compare;
+pub mod format;
 pub mod keystring;

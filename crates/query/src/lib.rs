@@ -4,6 +4,7 @@
 
 pub mod matcher;
 pub mod pipeline;
+pub mod regex;
 
 pub use matcher::{Filter, FilterError};
 pub use pipeline::Pipeline;

@@ -13,8 +13,10 @@
 //! values of the same canonical type ("type bracketing"); `null` equality
 //! also matches a missing field.
 
+use crate::regex::Regex;
 use bson::{Bson, Document};
-use doc::compare::{canonical_type, compare};
+use doc::compare::{canonical_type, compare, number, Number};
+use doc::format;
 use std::cmp::Ordering;
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -25,7 +27,7 @@ pub struct FilterError {
     pub message: String,
 }
 
-fn bad_value(message: impl Into<String>) -> FilterError {
+pub(crate) fn bad_value(message: impl Into<String>) -> FilterError {
     FilterError { code: 2, message: message.into() }
 }
 
@@ -51,7 +53,19 @@ enum Expr {
     Type(String, Vec<i32>),
     Size(String, usize),
     Mod(String, i64, i64),
+    Regex(String, Box<Regex>),
+    Bits(String, BitTest, Vec<u64>),
+    ElemMatch(String, Box<ElemCond>),
     True,
+}
+
+/// Which of the `$bits*` operators.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BitTest {
+    AllSet,
+    AnySet,
+    AllClear,
+    AnyClear,
 }
 
 /// A parsed filter, ready to match documents.
@@ -66,7 +80,21 @@ impl Filter {
     }
 
     pub fn matches(&self, doc: &Document) -> bool {
-        eval(&self.root, doc)
+        eval(&self.root, doc, &mut None)
+    }
+
+    /// Whether `doc` matches, and the array position the positional `$`
+    /// operator of an update or projection uses.
+    pub fn matches_at(&self, doc: &Document) -> (bool, Option<usize>) {
+        let mut pos = None;
+        let ok = eval(&self.root, doc, &mut pos);
+        (ok, pos)
+    }
+
+    /// A condition on single values (`{$gt: 5}`, `5`, or `{a: 1}` for
+    /// document elements), as `$pull` and `$elemMatch` use.
+    pub fn parse_element(cond: &Bson) -> Result<ElementFilter, FilterError> {
+        parse_elem_cond(cond).map(ElementFilter)
     }
 
     /// The `_id` value when the filter is exactly `{_id: <scalar>}`: a
@@ -108,11 +136,58 @@ fn parse_document(filter: &Document) -> Result<Expr, FilterError> {
                 }
             }
             "$comment" => Expr::True,
+            // mongod answers this when server-side JavaScript is off, as it
+            // always is here.
+            "$where" => return Err(bad_value("no globalScriptEngine in $where parsing")),
+            "$expr" => {
+                return Err(FilterError {
+                    code: 238,
+                    message: "$expr is not supported yet: aggregation expressions come with the aggregation issue"
+                        .into(),
+                })
+            }
             k if k.starts_with('$') => return Err(bad_value(format!("unknown top level operator: {k}"))),
             path => parse_condition(path, value)?,
         });
     }
     Ok(if all.len() == 1 { all.pop().unwrap() } else { Expr::And(all) })
+}
+
+/// A condition on one value; see [`Filter::parse_element`].
+#[derive(Debug, Clone)]
+pub struct ElementFilter(ElemCond);
+
+impl ElementFilter {
+    pub fn matches(&self, v: &Bson) -> bool {
+        elem_matches(&self.0, v)
+    }
+}
+
+/// The two shapes of `$elemMatch` (and `$pull`) conditions.
+#[derive(Debug, Clone)]
+enum ElemCond {
+    /// `{b: 1, c: {$gt: 2}}`: a filter on document elements.
+    Object(Box<Expr>),
+    /// `{$gte: 80, $lt: 85}`: a condition on the element.
+    Value(Box<Expr>),
+    /// A plain value: elements equal to it (arrays compared whole).
+    Equal(Bson),
+}
+
+fn parse_elem_cond(cond: &Bson) -> Result<ElemCond, FilterError> {
+    match cond {
+        Bson::Document(d) if is_value_condition(d) => Ok(ElemCond::Value(Box::new(parse_condition("", cond)?))),
+        Bson::Document(d) => Ok(ElemCond::Object(Box::new(parse_document(d)?))),
+        Bson::RegularExpression(_) => Ok(ElemCond::Value(Box::new(parse_condition("", cond)?))),
+        v => Ok(ElemCond::Equal(v.clone())),
+    }
+}
+
+/// `{$gt: 1, $lt: 5}` is a condition on the value itself; a document with
+/// field names or top-level logical operators is a filter on documents.
+fn is_value_condition(d: &Document) -> bool {
+    d.keys().next().is_some_and(|k| k.starts_with('$'))
+        && !d.keys().any(|k| matches!(k.as_str(), "$and" | "$or" | "$nor" | "$where" | "$expr" | "$comment"))
 }
 
 fn is_operator_document(v: &Bson) -> Option<&Document> {
@@ -124,11 +199,19 @@ fn is_operator_document(v: &Bson) -> Option<&Document> {
 
 fn parse_condition(path: &str, value: &Bson) -> Result<Expr, FilterError> {
     let Some(ops) = is_operator_document(value) else {
+        if let Bson::RegularExpression(r) = value {
+            return Ok(Expr::Regex(path.to_string(), Box::new(Regex::from_bson(r)?)));
+        }
         return Ok(Expr::Compare(path.to_string(), Cmp::Eq, value.clone()));
     };
     let mut all = Vec::new();
     for (op, arg) in ops {
-        all.push(parse_operator(path, op, arg)?);
+        match op.as_str() {
+            "$regex" => all.push(Expr::Regex(path.to_string(), Box::new(regex_operator(arg, ops.get("$options"))?))),
+            "$options" if !ops.contains_key("$regex") => return Err(bad_value("$options needs a $regex")),
+            "$options" => {}
+            _ => all.push(parse_operator(path, op, arg)?),
+        }
     }
     Ok(if all.len() == 1 { all.pop().unwrap() } else { Expr::And(all) })
 }
@@ -149,6 +232,11 @@ fn parse_operator(path: &str, op: &str, arg: &Bson) -> Result<Expr, FilterError>
             if items.iter().any(|v| is_operator_document(v).is_some()) {
                 return Err(bad_value("cannot nest $ under $in"));
             }
+            for item in items {
+                if let Bson::RegularExpression(r) = item {
+                    Regex::from_bson(r)?;
+                }
+            }
             let e = Expr::In(p, items.clone());
             if op == "$in" {
                 e
@@ -164,10 +252,10 @@ fn parse_operator(path: &str, op: &str, arg: &Bson) -> Result<Expr, FilterError>
             };
             Expr::Type(p, items.iter().map(type_code).collect::<Result<_, _>>()?)
         }
-        "$size" => match doc::compare::number(arg) {
-            Some(doc::compare::Number::Int(n)) if n >= 0 => Expr::Size(p, n as usize),
-            Some(doc::compare::Number::Float(f)) if f >= 0.0 && f.fract() == 0.0 => Expr::Size(p, f as usize),
-            Some(doc::compare::Number::Int(_) | doc::compare::Number::Float(_)) => {
+        "$size" => match number(arg) {
+            Some(Number::Int(n)) if n >= 0 => Expr::Size(p, n as usize),
+            Some(Number::Float(f)) if f >= 0.0 && f.fract() == 0.0 => Expr::Size(p, f as usize),
+            Some(Number::Int(_) | Number::Float(_)) => {
                 return Err(bad_value("$size may not be negative or fractional"))
             }
             None => return Err(bad_value("$size needs a number")),
@@ -193,9 +281,9 @@ fn parse_operator(path: &str, op: &str, arg: &Bson) -> Result<Expr, FilterError>
                     "malformed mod, too many elements"
                 }));
             }
-            let int = |v: &Bson, what: &str| match doc::compare::number(v) {
-                Some(doc::compare::Number::Int(i)) => Ok(i),
-                Some(doc::compare::Number::Float(f)) if f.is_finite() => Ok(f.trunc() as i64),
+            let int = |v: &Bson, what: &str| match number(v) {
+                Some(Number::Int(i)) => Ok(i),
+                Some(Number::Float(f)) if f.is_finite() => Ok(f.trunc() as i64),
                 _ => Err(bad_value(format!("malformed mod, {what} not a number"))),
             };
             let divisor = int(&items[0], "divisor")?;
@@ -204,7 +292,21 @@ fn parse_operator(path: &str, op: &str, arg: &Bson) -> Result<Expr, FilterError>
             }
             Expr::Mod(p, divisor, int(&items[1], "remainder")?)
         }
+        "$elemMatch" => match arg {
+            Bson::Document(_) => Expr::ElemMatch(p, Box::new(parse_elem_cond(arg)?)),
+            _ => return Err(bad_value("$elemMatch needs an Object")),
+        },
+        "$bitsAllSet" | "$bitsAnySet" | "$bitsAllClear" | "$bitsAnyClear" => {
+            let test = match op {
+                "$bitsAllSet" => BitTest::AllSet,
+                "$bitsAnySet" => BitTest::AnySet,
+                "$bitsAllClear" => BitTest::AllClear,
+                _ => BitTest::AnyClear,
+            };
+            Expr::Bits(p, test, bit_mask(op, arg)?)
+        }
         "$not" => match arg {
+            Bson::RegularExpression(r) => Expr::Not(Box::new(Expr::Regex(p, Box::new(Regex::from_bson(r)?)))),
             Bson::Document(d) if is_operator_document(arg).is_some() => {
                 Expr::Not(Box::new(parse_condition(path, &Bson::Document(d.clone()))?))
             }
@@ -247,13 +349,9 @@ fn type_code(v: &Bson) -> Result<i32, FilterError> {
             .find(|(n, _)| n == s)
             .map(|(_, c)| *c)
             .ok_or_else(|| bad_value(format!("Unknown type name alias: {s}"))),
-        other => match doc::compare::number(other) {
-            Some(doc::compare::Number::Int(i)) if NAMES.iter().any(|(_, c)| i64::from(*c) == i && *c != -2) => {
-                Ok(i as i32)
-            }
-            Some(doc::compare::Number::Float(f)) if NAMES.iter().any(|(_, c)| f64::from(*c) == f && *c != -2) => {
-                Ok(f as i32)
-            }
+        other => match number(other) {
+            Some(Number::Int(i)) if NAMES.iter().any(|(_, c)| i64::from(*c) == i && *c != -2) => Ok(i as i32),
+            Some(Number::Float(f)) if NAMES.iter().any(|(_, c)| f64::from(*c) == f && *c != -2) => Ok(f as i32),
             Some(_) => Err(bad_value(format!("Invalid numerical type code: {other}"))),
             None => Err(bad_value("type must be represented as a number or a string")),
         },
@@ -287,6 +385,126 @@ fn has_type(v: &Bson, codes: &[i32]) -> bool {
     codes.iter().any(|c| *c == code || (*c == -2 && matches!(code, 1 | 16 | 18 | 19)))
 }
 
+/// A `$bits*` argument as a little-endian mask of 64-bit words: a
+/// non-negative integer, an array of bit positions, or binary data.
+fn bit_mask(op: &str, arg: &Bson) -> Result<Vec<u64>, FilterError> {
+    let mut mask = Vec::new();
+    let mut set = |bit: u64| {
+        let word = (bit / 64) as usize;
+        if mask.len() <= word {
+            mask.resize(word + 1, 0);
+        }
+        mask[word] |= 1 << (bit % 64);
+    };
+    match arg {
+        Bson::Binary(b) => {
+            for (i, byte) in b.bytes.iter().enumerate() {
+                for j in 0..8 {
+                    if byte & (1 << j) != 0 {
+                        set(i as u64 * 8 + j);
+                    }
+                }
+            }
+        }
+        Bson::Array(items) => {
+            for item in items {
+                match number(item) {
+                    Some(Number::Int(i)) if i >= 0 => set(i as u64),
+                    Some(Number::Float(f)) if f >= 0.0 && f.fract() == 0.0 && f < 1e15 => set(f as u64),
+                    Some(_) => {
+                        return Err(bad_value(format!("bit positions must be >= 0 but got: {}", format::element(item))))
+                    }
+                    None => {
+                        return Err(bad_value(format!(
+                            "bit positions must be an integer but got: {}",
+                            format::element(item)
+                        )))
+                    }
+                }
+            }
+        }
+        other => match number(other) {
+            Some(Number::Int(i)) if i >= 0 => mask.push(i as u64),
+            Some(Number::Float(f)) if f >= 0.0 && f.fract() == 0.0 && f <= i64::MAX as f64 => mask.push(f as u64),
+            Some(Number::Int(_)) | Some(Number::Float(_)) => {
+                return Err(bad_value(format!(
+                    "{op} cannot take a negative or non-integral number: {}",
+                    format::element(other)
+                )))
+            }
+            None => {
+                return Err(bad_value(format!(
+                    "{op} takes an Array, a number, or a BinData but received: {}",
+                    format::element(other)
+                )))
+            }
+        },
+    }
+    Ok(mask)
+}
+
+/// Does value `v` pass a `$bits*` test? Numbers must be integral (a
+/// negative number is in two's complement, its sign bit extended); binary
+/// data is little-endian.
+fn bits_match(v: &Bson, test: BitTest, mask: &[u64]) -> bool {
+    let word_of: Box<dyn Fn(usize) -> u64> = match v {
+        Bson::Binary(b) => {
+            let bytes = b.bytes.clone();
+            Box::new(move |w| (0..8).map(|j| u64::from(*bytes.get(w * 8 + j).unwrap_or(&0)) << (8 * j)).sum())
+        }
+        other => {
+            let n = match number(other) {
+                Some(Number::Int(i)) => i,
+                Some(Number::Float(f)) if f.fract() == 0.0 && f >= i64::MIN as f64 && f < i64::MAX as f64 => f as i64,
+                _ => return false,
+            };
+            Box::new(move |w| {
+                if w == 0 {
+                    n as u64
+                } else if n < 0 {
+                    u64::MAX
+                } else {
+                    0
+                }
+            })
+        }
+    };
+    let mut all = true;
+    let mut any = false;
+    for (w, m) in mask.iter().enumerate() {
+        if *m == 0 {
+            continue;
+        }
+        let bits = match test {
+            BitTest::AllSet | BitTest::AnySet => word_of(w),
+            BitTest::AllClear | BitTest::AnyClear => !word_of(w),
+        };
+        all &= bits & m == *m;
+        any |= bits & m != 0;
+    }
+    match test {
+        BitTest::AllSet | BitTest::AllClear => all,
+        BitTest::AnySet | BitTest::AnyClear => any,
+    }
+}
+
+/// `$regex` with its optional `$options`.
+fn regex_operator(arg: &Bson, options: Option<&Bson>) -> Result<Regex, FilterError> {
+    let extra = match options {
+        None => "",
+        Some(Bson::String(o)) => o.as_str(),
+        Some(_) => return Err(bad_value("$options has to be a string")),
+    };
+    match arg {
+        Bson::String(pattern) => Regex::new(pattern, extra),
+        Bson::RegularExpression(r) if !extra.is_empty() && !r.options.is_empty() => {
+            Err(FilterError { code: 51075, message: "options set in both $regex and $options".into() })
+        }
+        Bson::RegularExpression(r) => Regex::new(&r.pattern, if extra.is_empty() { &r.options } else { extra }),
+        _ => Err(bad_value("$regex has to be a string")),
+    }
+}
+
 /// MongoDB's truthiness for `$exists` arguments.
 fn truthy(v: &Bson) -> bool {
     match v {
@@ -299,75 +517,127 @@ fn truthy(v: &Bson) -> bool {
     }
 }
 
-fn eval(e: &Expr, doc: &Document) -> bool {
+/// Evaluate `e` on `doc`. `pos` receives the array position MongoDB's
+/// positional `$` operator uses: the index, in the first array a matching
+/// path crossed, of the element that matched.
+fn eval(e: &Expr, doc: &Document, pos: &mut Option<usize>) -> bool {
     match e {
         Expr::True => true,
-        Expr::And(subs) => subs.iter().all(|s| eval(s, doc)),
-        Expr::Or(subs) => subs.iter().any(|s| eval(s, doc)),
-        Expr::Nor(subs) => !subs.iter().any(|s| eval(s, doc)),
-        Expr::Not(sub) => !eval(sub, doc),
+        Expr::And(subs) => subs.iter().all(|s| eval(s, doc, pos)),
+        Expr::Or(subs) => subs.iter().any(|s| eval(s, doc, pos)),
+        Expr::Nor(subs) => !subs.iter().any(|s| eval(s, doc, &mut None)),
+        Expr::Not(sub) => !eval(sub, doc, &mut None),
         Expr::Compare(path, cmp, target) => {
-            let mut found = false;
             let mut missing = false;
-            walk(doc, path, &mut |v| match v {
-                Some(v) => found |= compares(v, *cmp, target),
-                None => missing = true,
-            });
+            let found = any_value(doc, path, pos, &mut missing, &mut |v| compare_one(v, *cmp, target));
             found || (missing && matches!(target, Bson::Null) && matches!(cmp, Cmp::Eq | Cmp::Gte | Cmp::Lte))
         }
-        Expr::In(path, items) => items.iter().any(|t| eval(&Expr::Compare(path.clone(), Cmp::Eq, t.clone()), doc)),
-        Expr::Type(path, codes) => {
-            let mut found = false;
-            walk(doc, path, &mut |v| {
-                if let Some(v) = v {
-                    found |= has_type(v, codes)
-                        || matches!(v, Bson::Array(items) if items.iter().any(|i| has_type(i, codes)));
-                }
-            });
-            found
-        }
+        Expr::In(path, items) => items.iter().any(|t| match t {
+            Bson::RegularExpression(r) => match Regex::from_bson(r) {
+                Ok(re) => eval(&Expr::Regex(path.clone(), Box::new(re)), doc, pos),
+                Err(_) => false,
+            },
+            t => eval(&Expr::Compare(path.clone(), Cmp::Eq, t.clone()), doc, pos),
+        }),
+        Expr::Regex(path, re) => any_value(doc, path, pos, &mut false, &mut |v| re.matches(v)),
+        Expr::Type(path, codes) => any_value(doc, path, pos, &mut false, &mut |v| has_type(v, codes)),
         Expr::Size(path, n) => {
             let mut found = false;
-            walk(doc, path, &mut |v| found |= matches!(v, Some(Bson::Array(items)) if items.len() == *n));
-            found
-        }
-        Expr::Mod(path, divisor, remainder) => {
-            let mut found = false;
-            let check = |v: &Bson| match doc::compare::number(v) {
-                Some(doc::compare::Number::Int(i)) => i.wrapping_rem(*divisor) == *remainder,
-                Some(doc::compare::Number::Float(f)) if f.is_finite() => {
-                    (f.trunc() as i64).wrapping_rem(*divisor) == *remainder
+            walk(doc, path, None, &mut |v, at| {
+                if !found && matches!(v, Some(Bson::Array(items)) if items.len() == *n) {
+                    found = true;
+                    *pos = pos.or(at);
                 }
-                _ => false,
-            };
-            walk(doc, path, &mut |v| match v {
-                Some(Bson::Array(items)) => found |= items.iter().any(check),
-                Some(v) => found |= check(v),
-                None => {}
             });
             found
         }
+        Expr::Mod(path, divisor, remainder) => any_value(doc, path, pos, &mut false, &mut |v| match number(v) {
+            Some(Number::Int(i)) => i.wrapping_rem(*divisor) == *remainder,
+            Some(Number::Float(f)) if f.is_finite() => (f.trunc() as i64).wrapping_rem(*divisor) == *remainder,
+            _ => false,
+        }),
+        Expr::Bits(path, test, mask) => any_value(doc, path, pos, &mut false, &mut |v| bits_match(v, *test, mask)),
         Expr::Exists(path, want) => {
             let mut exists = false;
-            walk(doc, path, &mut |v| exists |= v.is_some());
+            walk(doc, path, None, &mut |v, _| exists |= v.is_some());
             exists == *want
+        }
+        Expr::ElemMatch(path, cond) => {
+            let mut found = false;
+            walk(doc, path, None, &mut |v, at| {
+                if found {
+                    return;
+                }
+                if let Some(Bson::Array(items)) = v {
+                    if let Some(i) = items.iter().position(|item| elem_matches(cond, item)) {
+                        found = true;
+                        *pos = pos.or(at).or(Some(i));
+                    }
+                }
+            });
+            found
         }
     }
 }
 
-/// Does `v` (a value the path reached) satisfy `cmp target`? An array also
-/// offers each of its elements.
-fn compares(v: &Bson, cmp: Cmp, target: &Bson) -> bool {
-    if compare_one(v, cmp, target) {
-        return true;
+/// Does one array element satisfy an `$elemMatch`?
+fn elem_matches(cond: &ElemCond, item: &Bson) -> bool {
+    match cond {
+        ElemCond::Object(e) => matches!(item, Bson::Document(d) if eval(e, d, &mut None)),
+        ElemCond::Value(e) => eval(e, &wrap(item), &mut None),
+        ElemCond::Equal(v) => compare(v, item) == Ordering::Equal && canonical_type(v) == canonical_type(item),
     }
-    match v {
-        Bson::Array(items) => items.iter().any(|item| compare_one(item, cmp, target)),
-        _ => false,
-    }
+}
+
+/// A value as the one field of a document, so a value condition (built on
+/// the empty path) can be evaluated on it.
+fn wrap(v: &Bson) -> Document {
+    let mut d = Document::new();
+    d.insert("", v.clone());
+    d
+}
+
+/// Does any value `path` reaches satisfy `test`? A value that is an array
+/// at the end of the path offers itself and each of its elements. Records
+/// the match position in `pos`, and sets `missing` when a step found
+/// nothing.
+fn any_value(
+    doc: &Document,
+    path: &str,
+    pos: &mut Option<usize>,
+    missing: &mut bool,
+    test: &mut dyn FnMut(&Bson) -> bool,
+) -> bool {
+    let mut found = false;
+    walk(doc, path, None, &mut |v, at| {
+        if found {
+            return;
+        }
+        match v {
+            None => *missing = true,
+            Some(v) => {
+                if test(v) {
+                    found = true;
+                    *pos = pos.or(at);
+                } else if let Bson::Array(items) = v {
+                    if let Some(i) = items.iter().position(&mut *test) {
+                        found = true;
+                        *pos = pos.or(at).or(Some(i));
+                    }
+                }
+            }
+        }
+    });
+    found
 }
 
 fn compare_one(v: &Bson, cmp: Cmp, target: &Bson) -> bool {
+    // A regular expression as an equality target matches strings.
+    if let (Bson::RegularExpression(r), Cmp::Eq) = (target, cmp) {
+        if let Ok(re) = Regex::from_bson(r) {
+            return re.matches(v);
+        }
+    }
     // Type bracketing: only same-type values compare, MinKey and MaxKey
     // bracket everything.
     let bracketed = canonical_type(v) == canonical_type(target) || matches!(target, Bson::MinKey | Bson::MaxKey);
@@ -385,22 +655,28 @@ fn compare_one(v: &Bson, cmp: Cmp, target: &Bson) -> bool {
 }
 
 /// Call `f` with every value `path` reaches in `doc` (`None` where a step
-/// finds nothing), following MongoDB's array rules.
-fn walk(doc: &Document, path: &str, f: &mut dyn FnMut(Option<&Bson>)) {
+/// finds nothing), following MongoDB's array rules, and with the index in
+/// the first array crossed on the way (`at`).
+pub(crate) fn walk(doc: &Document, path: &str, at: Option<usize>, f: &mut dyn FnMut(Option<&Bson>, Option<usize>)) {
     let (head, rest) = match path.split_once('.') {
         Some((h, r)) => (h, Some(r)),
         None => (path, None),
     };
-    walk_value(doc.get(head), rest, f);
+    walk_value(doc.get(head), rest, at, f);
 }
 
-fn walk_value(v: Option<&Bson>, rest: Option<&str>, f: &mut dyn FnMut(Option<&Bson>)) {
+fn walk_value(
+    v: Option<&Bson>,
+    rest: Option<&str>,
+    at: Option<usize>,
+    f: &mut dyn FnMut(Option<&Bson>, Option<usize>),
+) {
     let Some(rest) = rest else {
-        f(v);
+        f(v, at);
         return;
     };
     match v {
-        Some(Bson::Document(d)) => walk(d, rest, f),
+        Some(Bson::Document(d)) => walk(d, rest, at, f),
         Some(Bson::Array(items)) => {
             let (head, tail) = match rest.split_once('.') {
                 Some((h, t)) => (h, Some(t)),
@@ -409,22 +685,22 @@ fn walk_value(v: Option<&Bson>, rest: Option<&str>, f: &mut dyn FnMut(Option<&Bs
             // A numeric step may index the array...
             if let Ok(i) = head.parse::<usize>() {
                 if let Some(item) = items.get(i) {
-                    walk_value(Some(item), tail, f);
+                    walk_value(Some(item), tail, at, f);
                 }
             }
             // ...and the path also applies to each embedded document.
             let mut any = false;
-            for item in items {
+            for (i, item) in items.iter().enumerate() {
                 if let Bson::Document(d) = item {
                     any = true;
-                    walk(d, rest, f);
+                    walk(d, rest, at.or(Some(i)), f);
                 }
             }
             if !any && head.parse::<usize>().is_err() {
-                f(None);
+                f(None, at);
             }
         }
-        _ => f(None),
+        _ => f(None, at),
     }
 }
 
@@ -524,6 +800,51 @@ mod tests {
         assert!(Filter::parse(&doc! { "$or": [] }).is_err());
         assert!(Filter::parse(&doc! { "$or": 1 }).is_err());
         assert!(Filter::parse(&doc! { "a": { "$in": 1 } }).is_err());
+    }
+
+    #[test]
+    fn regex_elem_match_and_bits() {
+        assert!(m(doc! { "a": { "$regex": "^x", "$options": "i" } }, doc! { "a": ["y", "Xz"] }));
+        assert!(m(doc! { "a": bson::Regex { pattern: "b$".into(), options: String::new() } }, doc! { "a": "ab" }));
+        assert!(m(
+            doc! { "a": { "$in": [bson::Regex { pattern: "^q".into(), options: String::new() }, 5] } },
+            doc! { "a": "qq" }
+        ));
+        assert!(m(
+            doc! { "a": { "$not": bson::Regex { pattern: "^q".into(), options: String::new() } } },
+            doc! { "a": "x" }
+        ));
+        assert_eq!(Filter::parse(&doc! { "a": { "$options": "i" } }).unwrap_err().message, "$options needs a $regex");
+        assert!(m(
+            doc! { "a": { "$elemMatch": { "b": 1, "c": { "$gt": 1 } } } },
+            doc! { "a": [{ "b": 1, "c": 1 }, { "b": 1, "c": 2 }] }
+        ));
+        assert!(!m(
+            doc! { "a": { "$elemMatch": { "b": 1, "c": { "$gt": 1 } } } },
+            doc! { "a": [{ "b": 1, "c": 1 }, { "b": 2, "c": 2 }] }
+        ));
+        assert!(m(doc! { "a": { "$elemMatch": { "$gte": 80, "$lt": 85 } } }, doc! { "a": [79, 82, 90] }));
+        assert!(!m(doc! { "a": { "$elemMatch": { "$gte": 80, "$lt": 85 } } }, doc! { "a": [79, 90] }));
+        assert!(!m(doc! { "a": { "$elemMatch": { "$gte": 80 } } }, doc! { "a": 82 }), "only arrays");
+        assert!(m(doc! { "a": { "$bitsAllSet": [1, 5] } }, doc! { "a": 34 }));
+        assert!(!m(doc! { "a": { "$bitsAllSet": [1, 5] } }, doc! { "a": 32 }));
+        assert!(m(doc! { "a": { "$bitsAnySet": 3 } }, doc! { "a": 2 }));
+        assert!(m(doc! { "a": { "$bitsAllClear": 5 } }, doc! { "a": 2.0 }));
+        assert!(!m(doc! { "a": { "$bitsAllClear": 5 } }, doc! { "a": 2.5 }), "fractions never match");
+        assert!(m(doc! { "a": { "$bitsAnyClear": [63] } }, doc! { "a": 1 }));
+        assert!(!m(doc! { "a": { "$bitsAnyClear": [63] } }, doc! { "a": -1 }), "sign extends");
+        assert!(Filter::parse(&doc! { "a": { "$bitsAllSet": -1 } }).is_err());
+        let e = Filter::parse(&doc! { "$where": "true" }).unwrap_err();
+        assert_eq!((e.code, e.message.as_str()), (2, "no globalScriptEngine in $where parsing"));
+    }
+
+    #[test]
+    fn positions_for_the_positional_operator() {
+        let at = |f: Document, d: Document| Filter::parse(&f).unwrap().matches_at(&d);
+        assert_eq!(at(doc! { "a": 85 }, doc! { "a": [80, 85, 90] }), (true, Some(1)));
+        assert_eq!(at(doc! { "a.b": 2 }, doc! { "a": [{ "b": 1 }, { "b": 2 }] }), (true, Some(1)));
+        assert_eq!(at(doc! { "a": { "$elemMatch": { "$gt": 5 } } }, doc! { "a": [1, 7] }), (true, Some(1)));
+        assert_eq!(at(doc! { "x": 1 }, doc! { "x": 1 }), (true, None));
     }
 
     #[test]
