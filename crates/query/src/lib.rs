@@ -5,6 +5,8 @@
 pub mod matcher;
 pub mod pipeline;
 pub mod regex;
+pub mod update;
 
 pub use matcher::{Filter, FilterError};
 pub use pipeline::Pipeline;
+pub use update::Update;
