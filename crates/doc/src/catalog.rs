@@ -252,8 +252,9 @@ impl Collection {
         let key = keystring::encode(doc.get("_id").ok_or_else(|| DocError::Corrupt("a document without _id".into()))?)?;
         loop {
             let txn = engine.begin(TxnOptions::default())?;
+            let expected = bson::to_vec(doc).expect("BSON encodes");
             match txn.get(&self.records, &rid.to_be_bytes())? {
-                Some(bytes) if decode(&bytes)? == *doc => {}
+                Some(bytes) if *bytes == *expected => {}
                 _ => return Ok(false),
             }
             let attempt = txn
@@ -266,6 +267,32 @@ impl Collection {
                 Err(e) => return Err(e.into()),
             }
         }
+    }
+
+    /// Replace the document at record id `rid` by `new` if it is still
+    /// `old` (byte for byte). Returns whether it replaced (false: someone
+    /// else changed or removed it). `_id` must be unchanged, so the `_id`
+    /// index entry stays.
+    pub fn replace(&self, engine: &Engine, rid: u64, old: &Document, new: &Document) -> Result<bool, DocError> {
+        let expected = bson::to_vec(old).expect("BSON encodes");
+        let bytes = bson::to_vec(new).expect("BSON encodes");
+        loop {
+            let txn = engine.begin(TxnOptions::default())?;
+            match txn.get(&self.records, &rid.to_be_bytes())? {
+                Some(current) if *current == *expected => {}
+                _ => return Ok(false),
+            }
+            match txn.put(&self.records, &rid.to_be_bytes(), &bytes).and_then(|_| txn.commit()) {
+                Ok(_) => return Ok(true),
+                Err(e) if e.is_retryable() => std::thread::yield_now(),
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// The document at record id `rid`, if any.
+    pub fn get(&self, engine: &Engine, rid: u64) -> Result<Option<Document>, DocError> {
+        engine.get(&self.records, &rid.to_be_bytes())?.map(|b| decode(&b)).transpose()
     }
 
     /// The document with this `_id` and its record id, if any.

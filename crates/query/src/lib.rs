@@ -4,9 +4,13 @@
 
 pub mod matcher;
 pub mod pipeline;
+pub mod projection;
 pub mod regex;
+pub mod sort;
 pub mod update;
 
 pub use matcher::{Filter, FilterError};
 pub use pipeline::Pipeline;
+pub use projection::Projection;
+pub use sort::Sort;
 pub use update::Update;

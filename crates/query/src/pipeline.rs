@@ -45,7 +45,7 @@ impl Operand {
 
 /// An aggregation field path: through documents; through an array, the
 /// array of each element's value.
-fn path_value(v: &Bson, path: &str) -> Option<Bson> {
+pub(crate) fn path_value(v: &Bson, path: &str) -> Option<Bson> {
     let (head, rest) = match path.split_once('.') {
         Some((h, r)) => (h, Some(r)),
         None => (path, None),

@@ -23,6 +23,16 @@ macro_rules! codes {
                     CommandError { code: $code, code_name: $name, errmsg: errmsg.into(), labels: Vec::new(), extra: None }
                 }
             )*
+
+            /// An error with MongoDB's name for `code` (codes this table
+            /// does not know are "UnknownError").
+            pub fn with_code(code: i32, errmsg: impl Into<String>) -> CommandError {
+                let code_name = match code {
+                    $($code => $name,)*
+                    _ => "UnknownError",
+                };
+                CommandError { code, code_name, errmsg: errmsg.into(), labels: Vec::new(), extra: None }
+            }
         }
     };
 }
@@ -47,6 +57,35 @@ codes! {
     shutdown_in_progress => 91, "ShutdownInProgress";
     unsupported_op_query_command => 352, "UnsupportedOpQueryCommand";
     unknown_parameter => 40415, "Location40415";
+    path_not_viable => 28, "PathNotViable";
+    conflicting_update_operators => 40, "ConflictingUpdateOperators";
+    max_time_ms_expired => 50, "MaxTimeMSExpired";
+    dollar_prefixed_field_name => 52, "DollarPrefixedFieldName";
+    not_single_value_field => 54, "NotSingleValueField";
+    empty_field_name => 56, "EmptyFieldName";
+    immutable_field => 66, "ImmutableField";
+    namespace_not_found => 26, "NamespaceNotFound";
+    illegal_operation => 20, "IllegalOperation";
+    query_exceeded_memory_limit => 292, "QueryExceededMemoryLimitNoDiskUseAllowed";
+    document_too_large_after_update => 17419, "Location17419";
+    invalid_id_field => 53, "InvalidIdField";
+    regex_options_twice => 51075, "Location51075";
+    regex_invalid => 51091, "Location51091";
+    regex_bad_option => 51108, "Location51108";
+    projection_inclusion_in_exclusion => 31253, "Location31253";
+    projection_exclusion_in_inclusion => 31254, "Location31254";
+    projection_path_collision => 31249, "Location31249";
+    projection_positional_mismatch => 51246, "Location51246";
+    projection_bad_value => 31308, "Location31308";
+    bad_sort => 15974, "Location15974";
+    bad_sort_value => 15975, "Location15975";
+    invalid_distinct_key => 40352, "Location40352";
+}
+
+impl From<query::FilterError> for CommandError {
+    fn from(e: query::FilterError) -> CommandError {
+        CommandError::with_code(e.code, e.message)
+    }
 }
 
 impl CommandError {

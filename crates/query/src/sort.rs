@@ -1,0 +1,157 @@
+//! Sorting documents as MongoDB does: by each field's sort key, which for
+//! an array is its smallest element ascending and its largest descending;
+//! a missing field sorts as null, and an empty array before null.
+
+use crate::matcher::walk;
+use crate::FilterError;
+use bson::{Bson, Document};
+use doc::compare::compare;
+use doc::format;
+use std::cmp::Ordering;
+
+/// A parsed sort specification (`{a: 1, "b.c": -1}`).
+#[derive(Debug, Clone, Default)]
+pub struct Sort {
+    /// Each path and whether it is descending.
+    fields: Vec<(String, bool)>,
+}
+
+impl Sort {
+    pub fn parse(spec: &Document) -> Result<Sort, FilterError> {
+        let mut fields = Vec::new();
+        for (path, dir) in spec {
+            if path.is_empty() || path.split('.').any(str::is_empty) {
+                return Err(FilterError {
+                    code: 2,
+                    message: "FieldPath field names may not be empty strings.".to_string(),
+                });
+            }
+            let desc = match dir {
+                Bson::Int32(1) | Bson::Int64(1) => false,
+                Bson::Int32(-1) | Bson::Int64(-1) => true,
+                Bson::Double(d) if *d == 1.0 => false,
+                Bson::Double(d) if *d == -1.0 => true,
+                Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_) => {
+                    return Err(FilterError {
+                        code: 15975,
+                        message: "$sort key ordering must be 1 (for ascending) or -1 (for descending)".into(),
+                    })
+                }
+                Bson::Document(d) if d.contains_key("$meta") => {
+                    return Err(FilterError {
+                        code: 238,
+                        message: "$meta sort keys are not supported yet: text search is not built".into(),
+                    })
+                }
+                other => {
+                    return Err(FilterError {
+                        code: 15974,
+                        message: format!("Illegal key in $sort specification: {}", format::field(path, other)),
+                    })
+                }
+            };
+            fields.push((path.clone(), desc));
+        }
+        Ok(Sort { fields })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.fields.is_empty()
+    }
+
+    /// The order of two documents.
+    pub fn compare(&self, a: &Document, b: &Document) -> Ordering {
+        for (path, desc) in &self.fields {
+            let o = compare_keys(&sort_key(a, path, *desc), &sort_key(b, path, *desc));
+            let o = if *desc { o.reverse() } else { o };
+            if o != Ordering::Equal {
+                return o;
+            }
+        }
+        Ordering::Equal
+    }
+
+    /// Sort `docs` in place (stable, so equal keys keep their order).
+    pub fn sort(&self, docs: &mut [Document]) {
+        docs.sort_by(|a, b| self.compare(a, b));
+    }
+}
+
+/// A field's sort key: `None` stands for an empty array, which sorts
+/// before every value.
+fn sort_key(d: &Document, path: &str, desc: bool) -> Option<Bson> {
+    let mut best: Option<Option<Bson>> = None;
+    let mut offer = |k: Option<Bson>| {
+        let better = match &best {
+            None => true,
+            Some(cur) => {
+                let o = compare_keys(&k, cur);
+                if desc {
+                    o == Ordering::Greater
+                } else {
+                    o == Ordering::Less
+                }
+            }
+        };
+        if better {
+            best = Some(k);
+        }
+    };
+    walk(d, path, None, &mut |v, _| match v {
+        None => offer(Some(Bson::Null)),
+        Some(Bson::Array(items)) if items.is_empty() => offer(None),
+        Some(Bson::Array(items)) => items.iter().for_each(|i| offer(Some(i.clone()))),
+        Some(v) => offer(Some(v.clone())),
+    });
+    best.unwrap_or(Some(Bson::Null))
+}
+
+fn compare_keys(a: &Option<Bson>, b: &Option<Bson>) -> Ordering {
+    match (a, b) {
+        (None, None) => Ordering::Equal,
+        (None, Some(_)) => Ordering::Less,
+        (Some(_), None) => Ordering::Greater,
+        (Some(x), Some(y)) => compare(x, y),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bson::doc;
+
+    fn sorted(spec: Document, docs: Vec<Document>) -> Vec<i32> {
+        let mut docs = docs;
+        Sort::parse(&spec).unwrap().sort(&mut docs);
+        docs.iter().map(|d| d.get_i32("_id").unwrap()).collect()
+    }
+
+    #[test]
+    fn arrays_sort_by_smallest_ascending_and_largest_descending() {
+        let docs = vec![
+            doc! { "_id": 1, "a": [1, 9] },
+            doc! { "_id": 2, "a": 5 },
+            doc! { "_id": 3 },
+            doc! { "_id": 4, "a": [] },
+            doc! { "_id": 5, "a": "x" },
+        ];
+        assert_eq!(sorted(doc! { "a": 1 }, docs.clone()), vec![4, 3, 1, 2, 5]);
+        assert_eq!(sorted(doc! { "a": -1 }, docs), vec![5, 1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn compound_and_dotted() {
+        let docs = vec![
+            doc! { "_id": 1, "a": 1, "b": { "c": 2 } },
+            doc! { "_id": 2, "a": 1, "b": { "c": 1 } },
+            doc! { "_id": 3, "a": 0, "b": { "c": 9 } },
+        ];
+        assert_eq!(sorted(doc! { "a": -1, "b.c": 1 }, docs), vec![2, 1, 3]);
+    }
+
+    #[test]
+    fn bad_specs() {
+        assert_eq!(Sort::parse(&doc! { "a": 2 }).unwrap_err().code, 15975);
+        assert_eq!(Sort::parse(&doc! { "a": "x" }).unwrap_err().code, 15974);
+    }
+}
