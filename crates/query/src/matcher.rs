@@ -654,6 +654,16 @@ fn compare_one(v: &Bson, cmp: Cmp, target: &Bson) -> bool {
     }
 }
 
+/// The values `path` reaches in `doc`, as `distinct` counts them: an
+/// array at the end of the path gives its elements; missing gives nothing.
+pub fn values_at(doc: &Document, path: &str, f: &mut dyn FnMut(&Bson)) {
+    walk(doc, path, None, &mut |v, _| match v {
+        Some(Bson::Array(items)) => items.iter().for_each(&mut *f),
+        Some(v) => f(v),
+        None => {}
+    });
+}
+
 /// Call `f` with every value `path` reaches in `doc` (`None` where a step
 /// finds nothing), following MongoDB's array rules, and with the index in
 /// the first array crossed on the way (`at`).

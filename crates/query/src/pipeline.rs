@@ -7,6 +7,7 @@
 //! Runs over documents handed in by the caller (no I/O of its own).
 
 use crate::matcher::{Filter, FilterError};
+use crate::{Projection, Sort};
 use bson::{Bson, Document};
 use doc::compare::{compare, number, Number};
 use std::cmp::Ordering;
@@ -81,7 +82,13 @@ enum Stage {
     Skip(usize),
     Limit(usize),
     Count(String),
-    Group { id: Operand, fields: Vec<(String, AccKind, Operand)> },
+    Group {
+        id: Operand,
+        fields: Vec<(String, AccKind, Operand)>,
+    },
+    Sort(Sort),
+    /// `$project` and `$unset` (never positional, so applying cannot fail).
+    Project(Box<Projection>),
 }
 
 /// A parsed pipeline.
@@ -130,6 +137,43 @@ impl Pipeline {
                     _ => return Err(err(40156, "the count field must be a non-empty string")),
                 },
                 "$group" => parse_group(arg)?,
+                "$sort" => match arg {
+                    Bson::Document(spec) if !spec.is_empty() => Stage::Sort(Sort::parse(spec)?),
+                    Bson::Document(_) => return Err(err(15976, "$sort stage must have at least one sort key")),
+                    _ => return Err(err(15973, "the $sort key specification must be an object")),
+                },
+                "$project" => match arg {
+                    Bson::Document(spec) if !spec.is_empty() => {
+                        let p = Projection::parse(spec)?;
+                        if p.is_positional() {
+                            return Err(err(31324, "Cannot use positional projection in aggregation projection"));
+                        }
+                        Stage::Project(Box::new(p))
+                    }
+                    Bson::Document(_) => return Err(err(51272, "$project requires at least one output field")),
+                    _ => return Err(err(15969, "$project specification must be an object")),
+                },
+                "$unset" => {
+                    let fields = match arg {
+                        Bson::String(f) => vec![f.clone()],
+                        Bson::Array(items)
+                            if !items.is_empty() && items.iter().all(|i| matches!(i, Bson::String(_))) =>
+                        {
+                            items.iter().filter_map(|i| i.as_str().map(str::to_string)).collect()
+                        }
+                        _ => {
+                            return Err(err(
+                                31002,
+                                "$unset specification must be a string or an array containing only string values",
+                            ))
+                        }
+                    };
+                    let mut spec = Document::new();
+                    for f in fields {
+                        spec.insert(f, 0);
+                    }
+                    Stage::Project(Box::new(Projection::parse(&spec)?))
+                }
                 other => return Err(err(40324, format!("Unrecognized pipeline stage name: '{other}'"))),
             });
         }
@@ -150,6 +194,12 @@ impl Pipeline {
                     Box::new(out.into_iter())
                 }
                 Stage::Group { id, fields } => Box::new(group(docs, &id, &fields).into_iter()),
+                Stage::Sort(sort) => {
+                    let mut all: Vec<Document> = docs.collect();
+                    sort.sort(&mut all);
+                    Box::new(all.into_iter())
+                }
+                Stage::Project(p) => Box::new(docs.map(move |d| p.apply(&d, None).unwrap_or_default())),
             };
         }
         docs.collect()

@@ -10,6 +10,8 @@ pub mod compression;
 pub mod crud;
 pub mod error;
 pub mod limits;
+pub mod modify;
+pub mod read;
 pub mod server;
 pub mod wire;
 

@@ -58,7 +58,7 @@ pub struct NetworkCounters {
 /// What every connection shares.
 pub struct Shared {
     pub catalog: doc::catalog::Catalog,
-    pub cursors: crate::crud::Cursors,
+    pub cursors: crate::read::Cursors,
     pub options: ServerOptions,
     pub started: Instant,
     pub process_id: ObjectId,

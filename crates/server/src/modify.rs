@@ -1,0 +1,312 @@
+//! Updates: the `update` command (multi, upsert, replacement, arrayFilters)
+//! and `findAndModify`.
+//!
+//! A document is updated by compare-and-swap on its stored bytes
+//! ([`Collection::replace`]): if another writer changed it between the
+//! read and the write, it is read again, matched again and the update
+//! applied again, so no concurrent update is lost. Record ids do not change
+//! on update, so a multi-update scan never meets a document twice.
+
+use crate::crud::{filter_of, namespace, statements, type_name, write_reply, CommandResult, Outcome};
+use crate::error::CommandError;
+use crate::limits::*;
+use crate::read::{check_collation, check_hint, encoded_len, Deadline, ScanIter};
+use crate::server::Shared;
+use crate::wire::OpMsg;
+use bson::{doc, Bson, Document};
+use doc::catalog::{Collection, Namespace};
+use query::{Filter, Projection, Sort, Update};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// One parsed update statement.
+struct Statement {
+    query: Document,
+    filter: Filter,
+    update: Update,
+    multi: bool,
+    upsert: bool,
+}
+
+fn parse_update_field(v: Option<&Bson>, array_filters: &[Document], cmd: &str) -> Result<Update, CommandError> {
+    match v {
+        Some(Bson::Document(u)) => Ok(Update::parse(u, array_filters)?),
+        Some(Bson::Array(_)) => Err(CommandError::not_implemented(
+            "pipeline-style updates are not supported yet: they come with the aggregation issue",
+        )),
+        Some(other) => Err(CommandError::type_mismatch(format!(
+            "Update argument must be either an object or an array, not {}",
+            type_name(other)
+        ))),
+        None => Err(CommandError::failed_to_parse(format!("BSON field '{cmd}' is missing but a required field"))),
+    }
+}
+
+fn array_filters(spec: &Document) -> Result<Vec<Document>, CommandError> {
+    match spec.get("arrayFilters") {
+        None | Some(Bson::Null) => Ok(Vec::new()),
+        Some(Bson::Array(items)) => items
+            .iter()
+            .map(|f| match f {
+                Bson::Document(d) => Ok(d.clone()),
+                other => Err(CommandError::type_mismatch(format!(
+                    "Each array filter must be an object, not {}",
+                    type_name(other)
+                ))),
+            })
+            .collect(),
+        Some(other) => Err(CommandError::type_mismatch(format!(
+            "BSON field 'arrayFilters' is the wrong type '{}', expected type 'array'",
+            type_name(other)
+        ))),
+    }
+}
+
+fn parse_statement(spec: &Document) -> Result<Statement, CommandError> {
+    let (query, filter) = filter_of(spec, "q")?;
+    let update = parse_update_field(spec.get("u"), &array_filters(spec)?, "update.updates.u")?;
+    let multi = spec.get_bool("multi").unwrap_or(false);
+    if multi && update.is_replacement() {
+        return Err(CommandError::failed_to_parse("multi update is not supported for replacement-style update"));
+    }
+    check_hint(spec)?;
+    check_collation(spec)?;
+    Ok(Statement { query, filter, update, multi, upsert: spec.get_bool("upsert").unwrap_or(false) })
+}
+
+/// The update result must still be a storable document.
+fn check_size(d: &Document) -> Result<(), CommandError> {
+    if encoded_len(d) > bson_object_size_max_bytes {
+        return Err(CommandError::document_too_large_after_update(format!(
+            "Resulting document after update is larger than {bson_object_size_max_bytes}"
+        )));
+    }
+    Ok(())
+}
+
+/// Update the document at `rid` (last seen as `doc`, matched at `pos`):
+/// returns the document before and after, or `None` if it no longer
+/// exists or matches.
+fn update_document(
+    shared: &Shared,
+    coll: &Collection,
+    rid: u64,
+    mut doc: Document,
+    mut pos: Option<usize>,
+    filter: &Filter,
+    update: &Update,
+) -> Result<Option<(Document, Document, bool)>, CommandError> {
+    let engine = shared.catalog.engine();
+    loop {
+        let new = update.apply(&doc, pos, false)?;
+        check_size(&new)?;
+        if bson::to_vec(&new).ok() == bson::to_vec(&doc).ok() {
+            return Ok(Some((doc, new, false)));
+        }
+        if coll.replace(engine, rid, &doc, &new)? {
+            return Ok(Some((doc, new, true)));
+        }
+        // Someone else changed it: read it again and match again.
+        let Some(current) = coll.get(engine, rid)? else { return Ok(None) };
+        let (ok, p) = filter.matches_at(&current);
+        if !ok {
+            return Ok(None);
+        }
+        doc = current;
+        pos = p;
+    }
+}
+
+/// Insert an upsert's document; returns it (with its `_id`).
+fn upsert(shared: &Shared, ns: &Namespace, query: &Document, update: &Update) -> Result<Document, CommandError> {
+    let new = update.upsert_document(query)?;
+    match new.get("_id") {
+        Some(Bson::Array(_)) => return Err(CommandError::with_code(53, "can't use an array for _id")),
+        Some(Bson::RegularExpression(_)) => return Err(CommandError::with_code(53, "can't use a regex for _id")),
+        _ => {}
+    }
+    check_size(&new)?;
+    let coll = shared.catalog.get_or_create(ns)?;
+    Ok(coll.insert(shared.catalog.engine(), &new)?)
+}
+
+fn run_statement(shared: &Shared, ns: &Namespace, st: &Statement) -> Result<Outcome, CommandError> {
+    let mut out = Outcome::default();
+    if let Some(coll) = shared.catalog.get(ns) {
+        let candidates: Box<dyn Iterator<Item = (u64, Document)>> = match Filter::id_equality(&st.query) {
+            Some(id) => Box::new(coll.find_rid_by_id(shared.catalog.engine(), id)?.into_iter()),
+            None => Box::new(ScanIter::new(shared, ns)),
+        };
+        for (rid, d) in candidates {
+            let (ok, pos) = st.filter.matches_at(&d);
+            if !ok {
+                continue;
+            }
+            if let Some((_, _, changed)) = update_document(shared, &coll, rid, d, pos, &st.filter, &st.update)? {
+                out.n += 1;
+                out.modified += i64::from(changed);
+                if !st.multi {
+                    break;
+                }
+            }
+        }
+    }
+    if out.n == 0 && st.upsert {
+        let new = upsert(shared, ns, &st.query, &st.update)?;
+        out.n = 1;
+        out.upserted = new.get("_id").cloned();
+    }
+    Ok(out)
+}
+
+pub fn update(shared: &Shared, msg: &OpMsg) -> CommandResult {
+    let cmd = &msg.body;
+    let ns = namespace(cmd, "update")?;
+    let specs = statements(msg, "update", "updates")?;
+    for spec in &specs {
+        for field in ["q", "u"] {
+            if !spec.contains_key(field) {
+                return Err(CommandError::failed_to_parse(format!(
+                    "BSON field 'update.updates.{field}' is missing but a required field"
+                )));
+            }
+        }
+    }
+    let ordered = cmd.get_bool("ordered").unwrap_or(true);
+    Ok(write_reply(&specs, ordered, true, |spec| {
+        shared.opcounters.update.fetch_add(1, Ordering::Relaxed);
+        run_statement(shared, &ns, &parse_statement(spec)?)
+    }))
+}
+
+/// The first match in sort order (or record order without a sort).
+fn first_match(
+    shared: &Shared,
+    coll: &Arc<Collection>,
+    ns: &Namespace,
+    query: &Document,
+    filter: &Filter,
+    sort: &Sort,
+    deadline: &Deadline,
+) -> Result<Option<(u64, Document, Option<usize>)>, CommandError> {
+    if let Some(id) = Filter::id_equality(query) {
+        return Ok(coll.find_rid_by_id(shared.catalog.engine(), id)?.map(|(rid, d)| (rid, d, None)));
+    }
+    let mut best: Option<(u64, Document, Option<usize>)> = None;
+    let mut scan = ScanIter::new(shared, ns);
+    for (rid, d) in scan.by_ref() {
+        deadline.check()?;
+        let (ok, pos) = filter.matches_at(&d);
+        if !ok {
+            continue;
+        }
+        if sort.is_empty() {
+            return Ok(Some((rid, d, pos)));
+        }
+        if best.as_ref().is_none_or(|(_, b, _)| sort.compare(&d, b).is_lt()) {
+            best = Some((rid, d, pos));
+        }
+    }
+    if let Some(e) = scan.error {
+        return Err(e.into());
+    }
+    Ok(best)
+}
+
+pub fn find_and_modify(shared: &Shared, cmd: &Document) -> CommandResult {
+    let deadline = Deadline::of(cmd)?;
+    let name = cmd.keys().next().cloned().unwrap_or_default();
+    let ns = namespace(cmd, &name)?;
+    let (query, filter) = filter_of(cmd, "query")?;
+    let sort = Sort::parse(&match cmd.get("sort") {
+        None | Some(Bson::Null) => Document::new(),
+        Some(Bson::Document(d)) => d.clone(),
+        Some(other) => {
+            return Err(CommandError::type_mismatch(format!(
+                "BSON field 'findAndModify.sort' is the wrong type '{}', expected type 'object'",
+                type_name(other)
+            )))
+        }
+    })?;
+    let fields = match cmd.get("fields") {
+        Some(Bson::Document(f)) if !f.is_empty() => Some(Projection::parse(f)?),
+        None | Some(Bson::Null) | Some(Bson::Document(_)) => None,
+        Some(other) => {
+            return Err(CommandError::type_mismatch(format!(
+                "BSON field 'findAndModify.fields' is the wrong type '{}', expected type 'object'",
+                type_name(other)
+            )))
+        }
+    };
+    let remove = cmd.get_bool("remove").unwrap_or(false);
+    let return_new = cmd.get_bool("new").unwrap_or(false);
+    let upsert_wanted = cmd.get_bool("upsert").unwrap_or(false);
+    let has_update = cmd.get("update").is_some_and(|u| !matches!(u, Bson::Null));
+    if remove && has_update {
+        return Err(CommandError::failed_to_parse("Cannot specify both an update and remove=true"));
+    }
+    if !remove && !has_update {
+        return Err(CommandError::failed_to_parse("Either an update or remove=true must be specified"));
+    }
+    if remove && upsert_wanted {
+        return Err(CommandError::failed_to_parse("Cannot specify both upsert=true and remove=true "));
+    }
+    if remove && return_new {
+        return Err(CommandError::failed_to_parse(
+            "Cannot specify both new=true and remove=true; 'remove' always returns the deleted document",
+        ));
+    }
+    let update = if has_update {
+        Some(parse_update_field(cmd.get("update"), &array_filters(cmd)?, "findAndModify.update")?)
+    } else {
+        None
+    };
+    check_hint(cmd)?;
+    check_collation(cmd)?;
+    let project = |d: &Document, pos: Option<usize>| -> Result<Bson, CommandError> {
+        Ok(Bson::Document(match &fields {
+            Some(p) => p.apply(d, pos)?,
+            None => d.clone(),
+        }))
+    };
+    let engine = shared.catalog.engine();
+    if let Some(coll) = shared.catalog.get(&ns) {
+        // Retried when the chosen document changes before it is written.
+        while let Some((rid, d, pos)) = first_match(shared, &coll, &ns, &query, &filter, &sort, &deadline)? {
+            match &update {
+                None => {
+                    shared.opcounters.delete.fetch_add(1, Ordering::Relaxed);
+                    if coll.delete(engine, rid, &d)? {
+                        return Ok(doc! { "lastErrorObject": { "n": 1 }, "value": project(&d, pos)?, "ok": 1.0 });
+                    }
+                }
+                Some(u) => {
+                    shared.opcounters.update.fetch_add(1, Ordering::Relaxed);
+                    if let Some((old, new, _)) = update_document(shared, &coll, rid, d, pos, &filter, u)? {
+                        let value = if return_new { project(&new, pos)? } else { project(&old, pos)? };
+                        return Ok(doc! {
+                            "lastErrorObject": { "n": 1, "updatedExisting": true },
+                            "value": value,
+                            "ok": 1.0,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    match &update {
+        Some(u) if upsert_wanted => {
+            shared.opcounters.update.fetch_add(1, Ordering::Relaxed);
+            let new = upsert(shared, &ns, &query, u)?;
+            let id = new.get("_id").cloned().unwrap_or(Bson::Null);
+            let value = if return_new { project(&new, None)? } else { Bson::Null };
+            Ok(doc! {
+                "lastErrorObject": { "n": 1, "updatedExisting": false, "upserted": id },
+                "value": value,
+                "ok": 1.0,
+            })
+        }
+        Some(_) => Ok(doc! { "lastErrorObject": { "n": 0, "updatedExisting": false }, "value": Bson::Null, "ok": 1.0 }),
+        None => Ok(doc! { "lastErrorObject": { "n": 0 }, "value": Bson::Null, "ok": 1.0 }),
+    }
+}

@@ -1,0 +1,612 @@
+//! Reads: `find`, `getMore`, `killCursors`, `count`, `distinct`,
+//! `aggregate`.
+//!
+//! An unsorted find cursor keeps its position (the last record id it
+//! examined), not a snapshot: a `getMore` sees later commits, as a MongoDB
+//! cursor with read concern "local" may. A sorted find or an aggregate
+//! holds its results. Idle cursors are dropped after 10 minutes.
+
+use crate::crud::{count_option, filter_of, namespace, type_name, CommandResult};
+use crate::error::CommandError;
+use crate::limits::*;
+use crate::server::Shared;
+use bson::{doc, Bson, Document};
+use doc::catalog::{Collection, DocError, Namespace};
+use doc::compare::compare;
+use query::{Filter, Projection, Sort};
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Default size of a first batch (MongoDB's).
+const FIRST_BATCH_DEFAULT: usize = 101;
+
+/// Memory a blocking sort may use (MongoDB's
+/// `internalQueryMaxBlockingSortMemoryUsageBytes`).
+pub(crate) const SORT_MEMORY_LIMIT_BYTES: usize = 100 * 1024 * 1024;
+
+/// Documents read per storage scan call.
+const SCAN_CHUNK: usize = 256;
+
+/// A matching document: its record id, and the array position the filter
+/// matched at (for positional projections).
+pub(crate) struct Hit {
+    pub rid: u64,
+    pub doc: Document,
+    pub pos: Option<usize>,
+}
+
+enum Source {
+    /// Scanning the collection in record-id order.
+    Scan { filter: Filter, after: u64, pending: VecDeque<(u64, Document)> },
+    /// Results computed up front (a sort, a point lookup, a pipeline).
+    Buffer(std::vec::IntoIter<Hit>),
+}
+
+/// A cursor between batches.
+pub(crate) struct CursorState {
+    ns: Namespace,
+    source: Source,
+    projection: Option<Projection>,
+    /// `showRecordId`: add `$recordId` to each document.
+    record_id: bool,
+    /// Documents still allowed by `limit` (`None`: no limit).
+    remaining: Option<usize>,
+    last_used: Instant,
+}
+
+#[derive(Default)]
+pub struct Cursors {
+    open: Mutex<HashMap<i64, CursorState>>,
+}
+
+impl Cursors {
+    fn reap(open: &mut HashMap<i64, CursorState>) {
+        open.retain(|_, c| c.last_used.elapsed() < Duration::from_secs(cursor_idle_timeout_secs));
+    }
+}
+
+/// A command's `maxTimeMS` deadline.
+pub(crate) struct Deadline(Option<Instant>);
+
+impl Deadline {
+    pub fn of(cmd: &Document) -> Result<Deadline, CommandError> {
+        let ms = match cmd.get("maxTimeMS") {
+            None | Some(Bson::Null) => return Ok(Deadline(None)),
+            Some(Bson::Int32(i)) => i64::from(*i),
+            Some(Bson::Int64(i)) => *i,
+            Some(Bson::Double(d)) if d.fract() == 0.0 => *d as i64,
+            Some(other) => {
+                return Err(CommandError::bad_value(format!("maxTimeMS must be a number, not {}", type_name(other))))
+            }
+        };
+        if !(0..=i64::from(i32::MAX)).contains(&ms) {
+            return Err(CommandError::bad_value(format!("{ms} value for maxTimeMS is out of range [0, 2147483647]")));
+        }
+        Ok(Deadline((ms > 0).then(|| Instant::now() + Duration::from_millis(ms as u64))))
+    }
+
+    pub fn check(&self) -> Result<(), CommandError> {
+        match self.0 {
+            Some(t) if Instant::now() >= t => Err(CommandError::max_time_ms_expired("operation exceeded time limit")),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The collection's documents in record-id order, read in chunks; a
+/// storage error ends the iteration and is kept in `error`.
+pub(crate) struct ScanIter<'a> {
+    shared: &'a Shared,
+    coll: Option<Arc<Collection>>,
+    after: u64,
+    pending: VecDeque<(u64, Document)>,
+    pub error: Option<DocError>,
+}
+
+impl<'a> ScanIter<'a> {
+    pub fn new(shared: &'a Shared, ns: &Namespace) -> ScanIter<'a> {
+        ScanIter { shared, coll: shared.catalog.get(ns), after: 0, pending: VecDeque::new(), error: None }
+    }
+}
+
+impl Iterator for ScanIter<'_> {
+    type Item = (u64, Document);
+
+    fn next(&mut self) -> Option<(u64, Document)> {
+        if self.pending.is_empty() {
+            let coll = self.coll.as_ref()?;
+            match coll.scan(self.shared.catalog.engine(), self.after, SCAN_CHUNK) {
+                Ok(chunk) => self.pending.extend(chunk),
+                Err(e) => {
+                    self.error = Some(e);
+                    return None;
+                }
+            }
+        }
+        let (rid, d) = self.pending.pop_front()?;
+        self.after = rid;
+        Some((rid, d))
+    }
+}
+
+/// The next match of a cursor's source.
+fn next_hit(shared: &Shared, c: &mut CursorState) -> Result<Option<Hit>, CommandError> {
+    match &mut c.source {
+        Source::Buffer(items) => Ok(items.next()),
+        Source::Scan { filter, after, pending } => loop {
+            if pending.is_empty() {
+                let Some(coll) = shared.catalog.get(&c.ns) else { return Ok(None) };
+                pending.extend(coll.scan(shared.catalog.engine(), *after, SCAN_CHUNK)?);
+                if pending.is_empty() {
+                    return Ok(None);
+                }
+            }
+            let (rid, d) = pending.pop_front().expect("refilled above");
+            *after = rid;
+            let (ok, pos) = filter.matches_at(&d);
+            if ok {
+                return Ok(Some(Hit { rid, doc: d, pos }));
+            }
+        },
+    }
+}
+
+/// A hit as the client sees it: projected, with `$recordId` if asked.
+fn render(c: &CursorState, hit: Hit) -> Result<Document, CommandError> {
+    let mut d = match &c.projection {
+        Some(p) => p.apply(&hit.doc, hit.pos)?,
+        None => hit.doc,
+    };
+    if c.record_id {
+        d.insert("$recordId", hit.rid as i64);
+    }
+    Ok(d)
+}
+
+/// Up to `batch` documents from the cursor; `true` when it is exhausted.
+fn fill(
+    shared: &Shared,
+    c: &mut CursorState,
+    batch: usize,
+    deadline: &Deadline,
+) -> Result<(Vec<Bson>, bool), CommandError> {
+    let want = match c.remaining {
+        Some(r) => batch.min(r),
+        None => batch,
+    };
+    let mut out = Vec::new();
+    let mut bytes = 0usize;
+    while out.len() < want {
+        deadline.check()?;
+        let Some(hit) = next_hit(shared, c)? else { return Ok((out, true)) };
+        let d = render(c, hit)?;
+        bytes += encoded_len(&d);
+        out.push(Bson::Document(d));
+        if let Some(r) = &mut c.remaining {
+            *r -= 1;
+            if *r == 0 {
+                return Ok((out, true));
+            }
+        }
+        // A batch stays well under the 48 MB message limit.
+        if bytes >= bson_object_size_max_bytes {
+            break;
+        }
+    }
+    let exhausted = matches!(&c.source, Source::Buffer(items) if items.len() == 0);
+    Ok((out, exhausted))
+}
+
+/// A document's BSON size.
+pub(crate) fn encoded_len(d: &Document) -> usize {
+    bson::to_vec(d).map(|v| v.len()).unwrap_or(0)
+}
+
+fn register(shared: &Shared, state: CursorState) -> i64 {
+    let mut open = shared.cursors.open.lock().unwrap();
+    Cursors::reap(&mut open);
+    loop {
+        let id = (rand_u64() >> 1) as i64;
+        if id != 0 && !open.contains_key(&id) {
+            open.insert(id, state);
+            return id;
+        }
+    }
+}
+
+/// A random number: each `RandomState` is keyed afresh.
+fn rand_u64() -> u64 {
+    use std::hash::BuildHasher;
+    std::collections::hash_map::RandomState::new().hash_one(0u8)
+}
+
+fn cursor_reply(ns: &Namespace, id: i64, key: &str, batch: Vec<Bson>) -> Document {
+    doc! { "cursor": { key: batch, "id": id, "ns": ns.to_string() }, "ok": 1.0 }
+}
+
+/// Reply with a first batch, keeping a cursor open for the rest.
+fn first_batch(
+    shared: &Shared,
+    mut state: CursorState,
+    batch_size: Option<usize>,
+    single: bool,
+    deadline: &Deadline,
+) -> CommandResult {
+    let ns = state.ns.clone();
+    let first = batch_size.unwrap_or(FIRST_BATCH_DEFAULT);
+    let (batch, done) =
+        if first == 0 && !single { (Vec::new(), false) } else { fill(shared, &mut state, first.max(1), deadline)? };
+    let id = if done || single { 0 } else { register(shared, state) };
+    Ok(cursor_reply(&ns, id, "firstBatch", batch))
+}
+
+/// A sort's matches, sorted, with `skip` and `limit` applied. Keeps only
+/// the best `skip + limit` while scanning when there is a limit; refuses
+/// to hold more than the sort memory limit unless `allow_disk_use`.
+fn sorted_hits(
+    hits: &mut dyn Iterator<Item = Result<Hit, CommandError>>,
+    sort: &Sort,
+    skip: usize,
+    limit: Option<usize>,
+    allow_disk_use: bool,
+    deadline: &Deadline,
+) -> Result<Vec<Hit>, CommandError> {
+    let keep = limit.map(|l| l.saturating_add(skip));
+    let mut buf: Vec<Hit> = Vec::new();
+    let mut bytes = 0usize;
+    let by_sort = |a: &Hit, b: &Hit| sort.compare(&a.doc, &b.doc);
+    for hit in hits {
+        deadline.check()?;
+        let hit = hit?;
+        bytes += encoded_len(&hit.doc);
+        buf.push(hit);
+        if let Some(k) = keep {
+            if buf.len() >= 2 * k.max(512) {
+                buf.sort_by(by_sort);
+                buf.truncate(k);
+                bytes = buf.iter().map(|h| encoded_len(&h.doc)).sum();
+            }
+        }
+        if bytes > SORT_MEMORY_LIMIT_BYTES && !allow_disk_use {
+            return Err(CommandError::query_exceeded_memory_limit(format!(
+                "Executor error during find command :: caused by :: Sort exceeded memory limit of {SORT_MEMORY_LIMIT_BYTES} bytes, but did not opt in to external sorting."
+            )));
+        }
+    }
+    buf.sort_by(by_sort);
+    let mut out: Vec<Hit> = buf.into_iter().skip(skip).collect();
+    if let Some(l) = limit {
+        out.truncate(l);
+    }
+    Ok(out)
+}
+
+/// The hits of `filter` over a whole collection.
+fn scan_hits<'a>(
+    shared: &'a Shared,
+    ns: &Namespace,
+    filter: &'a Filter,
+) -> impl Iterator<Item = Result<Hit, CommandError>> + 'a {
+    let mut scan = ScanIter::new(shared, ns);
+    let mut failed = false;
+    std::iter::from_fn(move || {
+        if failed {
+            return None;
+        }
+        for (rid, d) in scan.by_ref() {
+            let (ok, pos) = filter.matches_at(&d);
+            if ok {
+                return Some(Ok(Hit { rid, doc: d, pos }));
+            }
+        }
+        failed = true;
+        scan.error.take().map(|e| Err(e.into()))
+    })
+}
+
+fn document_option(cmd: &Document, name: &str) -> Result<Option<Document>, CommandError> {
+    match cmd.get(name) {
+        None | Some(Bson::Null) => Ok(None),
+        Some(Bson::Document(d)) => Ok(Some(d.clone())),
+        Some(other) => Err(CommandError::type_mismatch(format!(
+            "BSON field 'find.{name}' is the wrong type '{}', expected type 'object'",
+            type_name(other)
+        ))),
+    }
+}
+
+/// `hint`: only the `_id` index and `$natural` exist until secondary
+/// indexes are built.
+pub(crate) fn check_hint(cmd: &Document) -> Result<(), CommandError> {
+    let ok = match cmd.get("hint") {
+        None | Some(Bson::Null) => true,
+        Some(Bson::String(name)) => name == "_id_",
+        Some(Bson::Document(d)) => {
+            d.is_empty() || *d == doc! { "_id": 1 } || d.keys().next().is_some_and(|k| k == "$natural")
+        }
+        Some(_) => false,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(CommandError::bad_value(
+            "error processing query: planner returned error :: caused by :: hint provided does not correspond to an existing index",
+        ))
+    }
+}
+
+/// `collation`: only the simple (binary) collation until collations are
+/// built.
+pub(crate) fn check_collation(cmd: &Document) -> Result<(), CommandError> {
+    match cmd.get("collation") {
+        None | Some(Bson::Null) => Ok(()),
+        Some(Bson::Document(d)) if d.is_empty() || d.get_str("locale") == Ok("simple") => Ok(()),
+        Some(_) => Err(CommandError::not_implemented("collations other than 'simple' are not supported yet")),
+    }
+}
+
+pub fn find(shared: &Shared, cmd: &Document) -> CommandResult {
+    shared.opcounters.query.fetch_add(1, Ordering::Relaxed);
+    let deadline = Deadline::of(cmd)?;
+    let ns = namespace(cmd, "find")?;
+    let (filter_doc, filter) = filter_of(cmd, "filter")?;
+    let sort = Sort::parse(&document_option(cmd, "sort")?.unwrap_or_default())?;
+    let projection = match document_option(cmd, "projection")? {
+        Some(p) if !p.is_empty() => Some(Projection::parse(&p)?),
+        _ => None,
+    };
+    for unsupported in ["min", "max"] {
+        if cmd.get_document(unsupported).is_ok_and(|d| !d.is_empty()) {
+            return Err(CommandError::not_implemented(format!(
+                "find with {unsupported} needs secondary indexes, not built yet"
+            )));
+        }
+    }
+    if cmd.get_bool("returnKey") == Ok(true) {
+        return Err(CommandError::not_implemented("returnKey needs secondary indexes, not built yet"));
+    }
+    if cmd.get_bool("tailable") == Ok(true) {
+        return Err(CommandError::bad_value(format!(
+            "error processing query: ns={ns} tailable cursor requested on non capped collection"
+        )));
+    }
+    check_hint(cmd)?;
+    check_collation(cmd)?;
+    let skip = count_option(cmd, "skip")?.unwrap_or(0);
+    let limit = count_option(cmd, "limit")?.unwrap_or(0);
+    let batch_size = count_option(cmd, "batchSize")?;
+    if skip < 0 {
+        return Err(CommandError::bad_value("skip value must be non-negative"));
+    }
+    if limit < 0 {
+        return Err(CommandError::bad_value("limit value must be non-negative"));
+    }
+    if batch_size.is_some_and(|b| b < 0) {
+        return Err(CommandError::bad_value("batchSize value must be non-negative"));
+    }
+    let (skip, limit) = (skip as usize, (limit > 0).then_some(limit as usize));
+    let single = cmd.get_bool("singleBatch").unwrap_or(false);
+    let allow_disk_use = cmd.get_bool("allowDiskUse").unwrap_or(false);
+    let mut state = CursorState {
+        ns: ns.clone(),
+        source: Source::Buffer(Vec::new().into_iter()),
+        projection,
+        record_id: cmd.get_bool("showRecordId").unwrap_or(false),
+        remaining: None,
+        last_used: Instant::now(),
+    };
+    // A point lookup when the filter is exactly {_id: value}.
+    if let (Some(id), Some(coll)) = (Filter::id_equality(&filter_doc), shared.catalog.get(&ns)) {
+        let found = coll.find_rid_by_id(shared.catalog.engine(), id)?;
+        let hits: Vec<Hit> = found.into_iter().skip(skip).map(|(rid, doc)| Hit { rid, doc, pos: None }).collect();
+        state.source = Source::Buffer(hits.into_iter());
+        state.remaining = limit;
+    } else if !sort.is_empty() {
+        let hits = sorted_hits(&mut scan_hits(shared, &ns, &filter), &sort, skip, limit, allow_disk_use, &deadline)?;
+        state.source = Source::Buffer(hits.into_iter());
+    } else {
+        state.source = Source::Scan { filter, after: 0, pending: VecDeque::new() };
+        for _ in 0..skip {
+            deadline.check()?;
+            if next_hit(shared, &mut state)?.is_none() {
+                break;
+            }
+        }
+        state.remaining = limit;
+    }
+    first_batch(shared, state, batch_size.map(|b| b as usize), single, &deadline)
+}
+
+pub fn get_more(shared: &Shared, cmd: &Document) -> CommandResult {
+    shared.opcounters.getmore.fetch_add(1, Ordering::Relaxed);
+    let id = match cmd.get("getMore") {
+        Some(Bson::Int64(i)) => *i,
+        Some(other) => {
+            return Err(CommandError::type_mismatch(format!(
+                "BSON field 'getMore.getMore' is the wrong type '{}', expected type 'long'",
+                type_name(other)
+            )))
+        }
+        None => return Err(CommandError::failed_to_parse("getMore needs a cursor id")),
+    };
+    let ns = namespace(cmd, "collection")?;
+    let batch_size = count_option(cmd, "batchSize")?.filter(|b| *b > 0).map(|b| b as usize).unwrap_or(usize::MAX);
+    let mut state = {
+        let mut open = shared.cursors.open.lock().unwrap();
+        Cursors::reap(&mut open);
+        match open.remove(&id) {
+            Some(s) if s.ns == ns => s,
+            Some(s) => {
+                let msg = format!(
+                    "Requested getMore on namespace '{ns}', but cursor belongs to a different namespace {}",
+                    s.ns
+                );
+                open.insert(id, s);
+                return Err(CommandError::unauthorized(msg));
+            }
+            None => return Err(CommandError::cursor_not_found(format!("cursor id {id} not found"))),
+        }
+    };
+    let (batch, done) = fill(shared, &mut state, batch_size, &Deadline(None))?;
+    let id = if done {
+        0
+    } else {
+        state.last_used = Instant::now();
+        shared.cursors.open.lock().unwrap().insert(id, state);
+        id
+    };
+    Ok(cursor_reply(&ns, id, "nextBatch", batch))
+}
+
+pub fn kill_cursors(shared: &Shared, cmd: &Document) -> CommandResult {
+    namespace(cmd, "killCursors")?;
+    let ids =
+        cmd.get_array("cursors").map_err(|_| CommandError::failed_to_parse("killCursors needs a cursors array"))?;
+    let (mut killed, mut not_found) = (Vec::new(), Vec::new());
+    let mut open = shared.cursors.open.lock().unwrap();
+    for id in ids {
+        let Bson::Int64(id) = id else {
+            return Err(CommandError::type_mismatch("cursor ids must be longs"));
+        };
+        if open.remove(id).is_some() {
+            killed.push(*id);
+        } else {
+            not_found.push(*id);
+        }
+    }
+    Ok(doc! {
+        "cursorsKilled": killed, "cursorsNotFound": not_found, "cursorsAlive": [], "cursorsUnknown": [], "ok": 1.0,
+    })
+}
+
+pub fn aggregate(shared: &Shared, cmd: &Document) -> CommandResult {
+    let deadline = Deadline::of(cmd)?;
+    let ns = match cmd.get("aggregate") {
+        Some(Bson::String(_)) => namespace(cmd, "aggregate")?,
+        _ => return Err(CommandError::not_implemented("aggregate without a collection is not supported yet")),
+    };
+    let stages = cmd
+        .get_array("pipeline")
+        .map_err(|_| CommandError::type_mismatch("'pipeline' option must be specified as an array"))?;
+    let Ok(cursor) = cmd.get_document("cursor") else {
+        return Err(CommandError::failed_to_parse(
+            "The 'cursor' option is required, except for aggregate with the explain argument",
+        ));
+    };
+    let batch_size = count_option(cursor, "batchSize")?;
+    if batch_size.is_some_and(|b| b < 0) {
+        return Err(CommandError::bad_value("batchSize value must be non-negative"));
+    }
+    check_hint(cmd)?;
+    check_collation(cmd)?;
+    let pipeline = query::Pipeline::parse(stages)?;
+    let mut scan = ScanIter::new(shared, &ns);
+    let out = pipeline.run(scan.by_ref().map(|(_, d)| d));
+    if let Some(e) = scan.error {
+        return Err(e.into());
+    }
+    deadline.check()?;
+    let hits: Vec<Hit> = out.into_iter().map(|doc| Hit { rid: 0, doc, pos: None }).collect();
+    let state = CursorState {
+        ns,
+        source: Source::Buffer(hits.into_iter()),
+        projection: None,
+        record_id: false,
+        remaining: None,
+        last_used: Instant::now(),
+    };
+    first_batch(shared, state, batch_size.map(|b| b as usize), false, &deadline)
+}
+
+pub fn count(shared: &Shared, cmd: &Document) -> CommandResult {
+    let deadline = Deadline::of(cmd)?;
+    let ns = namespace(cmd, "count")?;
+    let (_, filter) = filter_of(cmd, "query")?;
+    check_hint(cmd)?;
+    check_collation(cmd)?;
+    let skip = count_option(cmd, "skip")?.unwrap_or(0);
+    if skip < 0 {
+        return Err(CommandError::bad_value("skip value is negative in count query"));
+    }
+    let limit = count_option(cmd, "limit")?.unwrap_or(0).unsigned_abs() as usize;
+    let mut n = 0usize;
+    for hit in scan_hits(shared, &ns, &filter) {
+        hit?;
+        deadline.check()?;
+        n += 1;
+    }
+    let mut n = n.saturating_sub(skip as usize);
+    if limit > 0 {
+        n = n.min(limit);
+    }
+    Ok(doc! { "n": n as i64, "ok": 1.0 })
+}
+
+pub fn distinct(shared: &Shared, cmd: &Document) -> CommandResult {
+    let deadline = Deadline::of(cmd)?;
+    let ns = namespace(cmd, "distinct")?;
+    let key = match cmd.get("key") {
+        Some(Bson::String(k)) => k.clone(),
+        Some(other) => {
+            return Err(CommandError::type_mismatch(format!(
+                "BSON field 'distinct.key' is the wrong type '{}', expected type 'string'",
+                type_name(other)
+            )))
+        }
+        None => return Err(CommandError::failed_to_parse("BSON field 'distinct.key' is missing but a required field")),
+    };
+    if key.is_empty() {
+        return Err(CommandError::invalid_distinct_key("FieldPath cannot be constructed with empty string"));
+    }
+    if key.split('.').any(str::is_empty) {
+        return Err(CommandError::with_code(15998, "FieldPath field names may not be empty strings."));
+    }
+    if key.starts_with('$') {
+        return Err(CommandError::with_code(16410, "FieldPath field names may not start with '$'."));
+    }
+    let (_, filter) = filter_of(cmd, "query")?;
+    check_hint(cmd)?;
+    check_collation(cmd)?;
+    // Values equal by MongoDB's comparison (1 and 1.0) count once.
+    let mut values: BTreeSet<Ordered> = BTreeSet::new();
+    for hit in scan_hits(shared, &ns, &filter) {
+        let hit = hit?;
+        deadline.check()?;
+        query::matcher::values_at(&hit.doc, &key, &mut |v| {
+            if !values.contains(&Ordered(v.clone())) {
+                values.insert(Ordered(v.clone()));
+            }
+        });
+    }
+    let values: Vec<Bson> = values.into_iter().map(|o| o.0).collect();
+    let reply = doc! { "values": values, "ok": 1.0 };
+    if encoded_len(&reply) > bson_object_size_max_bytes {
+        return Err(CommandError::with_code(17217, "distinct too big, 16mb cap"));
+    }
+    Ok(reply)
+}
+
+/// A value ordered by MongoDB's comparison.
+struct Ordered(Bson);
+
+impl PartialEq for Ordered {
+    fn eq(&self, other: &Self) -> bool {
+        compare(&self.0, &other.0).is_eq()
+    }
+}
+
+impl Eq for Ordered {}
+
+impl PartialOrd for Ordered {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Ordered {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        compare(&self.0, &other.0)
+    }
+}
