@@ -1,10 +1,15 @@
 //! The catalog of collections, and each collection's record store and
 //! `_id` index, as storage tables:
 //! - `_catalog`: key = namespace (`db.coll`), value = the collection's
-//!   metadata as BSON (`ns`, `options`, `indexes`);
-//! - `c/<ns>`: key = record id (u64 big-endian, so numeric order), value =
-//!   the document's BSON bytes;
-//! - `i/<ns>/_id_`: key = KeyString of `_id`, value = record id.
+//!   metadata as BSON (`ns`, `options`, `records` = its record table's
+//!   name, `indexes` with each index's `table`);
+//! - `c/<ident>`: key = record id (u64 big-endian, so numeric order),
+//!   value = the document's BSON bytes;
+//! - `i/<ident>/_id_`: key = KeyString of `_id`, value = record id.
+//!
+//! The ident is a number given at creation, so renaming a collection
+//! rewrites only its catalog entry. (Entries written before idents existed
+//! have no table names and use `c/<ns>` and `i/<ns>/_id_`.)
 //!
 //! Invariants:
 //! 1. A collection exists iff its catalog entry does; tables without an
@@ -25,10 +30,15 @@ const CATALOG: &str = "_catalog";
 
 #[derive(Debug, thiserror::Error)]
 pub enum DocError {
-    #[error("E11000 duplicate key error collection: {ns} index: _id_ dup key: {{ _id: {key} }}")]
+    #[error(
+        "E11000 duplicate key error collection: {ns} index: _id_ dup key: {{ _id: {} }}",
+        crate::format::value(key)
+    )]
     DuplicateKey { ns: String, key: Box<Bson> },
     #[error("Collection {0} already exists.")]
     NamespaceExists(String),
+    #[error("Source collection {0} does not exist")]
+    NamespaceNotFound(String),
     #[error("{0}")]
     InvalidNamespace(String),
     #[error(transparent)]
@@ -96,14 +106,29 @@ pub struct Catalog {
     engine: Engine,
     meta: Table,
     collections: RwLock<BTreeMap<Namespace, Arc<Collection>>>,
+    /// The next collection ident.
+    next_ident: AtomicU64,
 }
 
-fn records_table(ns: &Namespace) -> String {
-    format!("c/{ns}")
+/// The table names of a catalog entry.
+fn entry_tables(ns: &Namespace, entry: &Document) -> (String, String) {
+    let records = entry.get_str("records").map(str::to_string).unwrap_or_else(|_| format!("c/{ns}"));
+    let id_index = entry
+        .get_array("indexes")
+        .ok()
+        .and_then(|ix| ix.iter().filter_map(Bson::as_document).find(|i| i.get_str("name") == Ok("_id_")))
+        .and_then(|i| i.get_str("table").ok().map(str::to_string))
+        .unwrap_or_else(|| format!("i/{ns}/_id_"));
+    (records, id_index)
 }
 
-fn id_table(ns: &Namespace) -> String {
-    format!("i/{ns}/_id_")
+fn catalog_entry(ns: &Namespace, options: &Document, records: &str, id_index: &str) -> Document {
+    doc! {
+        "ns": ns.to_string(),
+        "options": options.clone(),
+        "records": records,
+        "indexes": [{ "v": 2, "key": { "_id": 1 }, "name": "_id_", "table": id_index }],
+    }
 }
 
 impl Catalog {
@@ -121,18 +146,24 @@ impl Catalog {
             let ns = Namespace::parse(&full).ok_or_else(|| DocError::Corrupt(format!("catalog key {full:?}")))?;
             let meta_doc = Document::from_reader(&value[..]).map_err(|e| DocError::Corrupt(e.to_string()))?;
             let options = meta_doc.get_document("options").cloned().unwrap_or_default();
-            let c = Collection::load(&engine, ns.clone(), options)?;
+            let (records, id_index) = entry_tables(&ns, &meta_doc);
+            let c = Collection::load(&engine, ns.clone(), options, &records, &id_index)?;
             collections.insert(ns, Arc::new(c));
             entry = cursor.next()?;
         }
         // Invariant 1: tables nobody's entry names are leftovers.
-        let named: Vec<String> = collections.keys().flat_map(|ns| [records_table(ns), id_table(ns)]).collect();
+        let named: Vec<String> =
+            collections.values().flat_map(|c| [c.records.name().to_string(), c.id_index.name().to_string()]).collect();
+        let mut next_ident = 1;
         for t in engine.table_names() {
+            if let Some(ident) = t.strip_prefix("c/").and_then(|i| i.parse::<u64>().ok()) {
+                next_ident = next_ident.max(ident + 1);
+            }
             if (t.starts_with("c/") || t.starts_with("i/")) && !named.contains(&t) {
                 engine.drop_table(&t)?;
             }
         }
-        Ok(Catalog { engine, meta, collections: RwLock::new(collections) })
+        Ok(Catalog { engine, meta, collections: RwLock::new(collections), next_ident: AtomicU64::new(next_ident) })
     }
 
     pub fn engine(&self) -> &Engine {
@@ -149,19 +180,17 @@ impl Catalog {
         if all.contains_key(ns) {
             return Err(DocError::NamespaceExists(ns.to_string()));
         }
-        for name in [records_table(ns), id_table(ns)] {
-            if self.engine.table(&name).is_ok() {
-                self.engine.drop_table(&name)?;
+        let ident = self.next_ident.fetch_add(1, Ordering::Relaxed);
+        let (records, id_index) = (format!("c/{ident}"), format!("i/{ident}/_id_"));
+        for name in [&records, &id_index] {
+            if self.engine.table(name).is_ok() {
+                self.engine.drop_table(name)?;
             }
-            self.engine.create_table(&name, TableConfig::default())?;
+            self.engine.create_table(name, TableConfig::default())?;
         }
-        let entry = doc! {
-            "ns": ns.to_string(),
-            "options": options.clone(),
-            "indexes": [{ "v": 2, "key": { "_id": 1 }, "name": "_id_" }],
-        };
+        let entry = catalog_entry(ns, &options, &records, &id_index);
         self.engine.put(&self.meta, ns.to_string().as_bytes(), &bson::to_vec(&entry).expect("BSON encodes"))?;
-        let c = Arc::new(Collection::load(&self.engine, ns.clone(), options)?);
+        let c = Arc::new(Collection::load(&self.engine, ns.clone(), options, &records, &id_index)?);
         all.insert(ns.clone(), c.clone());
         Ok(c)
     }
@@ -181,14 +210,52 @@ impl Catalog {
     /// Drop a collection; returns whether it existed.
     pub fn drop(&self, ns: &Namespace) -> Result<bool, DocError> {
         let mut all = self.collections.write().unwrap();
-        if all.remove(ns).is_none() {
-            return Ok(false);
-        }
+        let Some(c) = all.remove(ns) else { return Ok(false) };
         self.engine.delete(&self.meta, ns.to_string().as_bytes())?;
-        for name in [records_table(ns), id_table(ns)] {
-            self.engine.drop_table(&name)?;
+        for name in [c.records.name(), c.id_index.name()] {
+            self.engine.drop_table(name)?;
         }
         Ok(true)
+    }
+
+    /// Rename a collection (across databases too): only its catalog entry
+    /// changes, in one transaction. An existing target is dropped first
+    /// when `drop_target`, else refused.
+    pub fn rename(&self, from: &Namespace, to: &Namespace, drop_target: bool) -> Result<(), DocError> {
+        if !self.collections.read().unwrap().contains_key(from) {
+            return Err(DocError::NamespaceNotFound(from.to_string()));
+        }
+        if self.get(to).is_some() {
+            if !drop_target {
+                return Err(DocError::NamespaceExists(to.to_string()));
+            }
+            self.drop(to)?;
+        }
+        let mut all = self.collections.write().unwrap();
+        let Some(c) = all.get(from).cloned() else { return Err(DocError::NamespaceNotFound(from.to_string())) };
+        if all.contains_key(to) {
+            return Err(DocError::NamespaceExists(to.to_string()));
+        }
+        let (records, id_index) = (c.records.name().to_string(), c.id_index.name().to_string());
+        let entry = catalog_entry(to, &c.options, &records, &id_index);
+        loop {
+            let txn = self.engine.begin(TxnOptions::default())?;
+            let attempt = txn
+                .delete(&self.meta, from.to_string().as_bytes())
+                .and_then(|_| {
+                    txn.put(&self.meta, to.to_string().as_bytes(), &bson::to_vec(&entry).expect("BSON encodes"))
+                })
+                .and_then(|_| txn.commit());
+            match attempt {
+                Ok(_) => break,
+                Err(e) if e.is_retryable() => std::thread::yield_now(),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        all.remove(from);
+        let moved = Collection::load(&self.engine, to.clone(), c.options.clone(), &records, &id_index)?;
+        all.insert(to.clone(), Arc::new(moved));
+        Ok(())
     }
 
     /// The collections of `db`, by name.
@@ -204,13 +271,35 @@ impl Catalog {
     }
 }
 
+/// When a write is acknowledged.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Ack {
+    /// Once its journal record is fsynced (the default; `j: true`).
+    #[default]
+    Journaled,
+    /// Once its journal record is written, before the fsync (`j: false`).
+    Written,
+}
+
+impl Ack {
+    fn txn_options(self) -> TxnOptions {
+        TxnOptions { skip_journal_sync: self == Ack::Written, ..TxnOptions::default() }
+    }
+}
+
 /// One inserted document's outcome.
 pub type InsertResult = Result<(), DocError>;
 
 impl Collection {
-    fn load(engine: &Engine, ns: Namespace, options: Document) -> Result<Collection, DocError> {
-        let records = engine.table(&records_table(&ns))?;
-        let id_index = engine.table(&id_table(&ns))?;
+    fn load(
+        engine: &Engine,
+        ns: Namespace,
+        options: Document,
+        records: &str,
+        id_index: &str,
+    ) -> Result<Collection, DocError> {
+        let records = engine.table(records)?;
+        let id_index = engine.table(id_index)?;
         let next = match engine.cursor(&records)?.last()? {
             Some((k, _)) => record_id(&k)? + 1,
             None => 1,
@@ -221,13 +310,13 @@ impl Collection {
     /// Insert one document (an `_id` is added first if missing), in one
     /// transaction with its `_id` index entry (invariant 2). Returns the
     /// document as stored.
-    pub fn insert(&self, engine: &Engine, doc: &Document) -> Result<Document, DocError> {
+    pub fn insert(&self, engine: &Engine, doc: &Document, ack: Ack) -> Result<Document, DocError> {
         let doc = with_id_first(doc);
         let id = doc.get("_id").expect("with_id_first adds one").clone();
         let key = keystring::encode(&id)?;
         let bytes = bson::to_vec(&doc).expect("BSON encodes");
         loop {
-            let txn = engine.begin(TxnOptions::default())?;
+            let txn = engine.begin(ack.txn_options())?;
             if txn.get(&self.id_index, &key)?.is_some() {
                 return Err(DocError::DuplicateKey { ns: self.ns.to_string(), key: Box::new(id) });
             }
@@ -248,10 +337,10 @@ impl Collection {
     /// Delete the document at record id `rid` if it is still `doc`'s
     /// version, with its `_id` index entry, in one transaction. Returns
     /// whether it deleted (false: someone else changed or removed it).
-    pub fn delete(&self, engine: &Engine, rid: u64, doc: &Document) -> Result<bool, DocError> {
+    pub fn delete(&self, engine: &Engine, rid: u64, doc: &Document, ack: Ack) -> Result<bool, DocError> {
         let key = keystring::encode(doc.get("_id").ok_or_else(|| DocError::Corrupt("a document without _id".into()))?)?;
         loop {
-            let txn = engine.begin(TxnOptions::default())?;
+            let txn = engine.begin(ack.txn_options())?;
             let expected = bson::to_vec(doc).expect("BSON encodes");
             match txn.get(&self.records, &rid.to_be_bytes())? {
                 Some(bytes) if *bytes == *expected => {}
@@ -273,11 +362,18 @@ impl Collection {
     /// `old` (byte for byte). Returns whether it replaced (false: someone
     /// else changed or removed it). `_id` must be unchanged, so the `_id`
     /// index entry stays.
-    pub fn replace(&self, engine: &Engine, rid: u64, old: &Document, new: &Document) -> Result<bool, DocError> {
+    pub fn replace(
+        &self,
+        engine: &Engine,
+        rid: u64,
+        old: &Document,
+        new: &Document,
+        ack: Ack,
+    ) -> Result<bool, DocError> {
         let expected = bson::to_vec(old).expect("BSON encodes");
         let bytes = bson::to_vec(new).expect("BSON encodes");
         loop {
-            let txn = engine.begin(TxnOptions::default())?;
+            let txn = engine.begin(ack.txn_options())?;
             match txn.get(&self.records, &rid.to_be_bytes())? {
                 Some(current) if *current == *expected => {}
                 _ => return Ok(false),
@@ -329,6 +425,15 @@ impl Collection {
             e = c.next()?;
         }
         Ok(out)
+    }
+
+    /// Bytes on disk of the record store and of the `_id` index (their
+    /// table files).
+    pub fn storage_sizes(&self, engine: &Engine) -> (u64, u64) {
+        let size = |t: &Table| {
+            std::fs::metadata(engine.dir().join(storage::engine::table_file_name(t.id()))).map(|m| m.len()).unwrap_or(0)
+        };
+        (size(&self.records), size(&self.id_index))
     }
 
     /// Documents and their total BSON bytes (for `collStats`/`dbStats`).
@@ -385,10 +490,10 @@ mod tests {
             let e = engine(dir.path());
             let cat = Catalog::open(e.clone()).unwrap();
             let c = cat.get_or_create(&ns).unwrap();
-            let stored = c.insert(&e, &doc! { "name": "ann", "_id": 1 }).unwrap();
+            let stored = c.insert(&e, &doc! { "name": "ann", "_id": 1 }, Ack::Journaled).unwrap();
             assert_eq!(stored.keys().next().map(String::as_str), Some("_id"), "_id moves first");
-            c.insert(&e, &doc! { "name": "bob" }).unwrap();
-            match c.insert(&e, &doc! { "_id": 1.0, "name": "dup" }) {
+            c.insert(&e, &doc! { "name": "bob" }, Ack::Journaled).unwrap();
+            match c.insert(&e, &doc! { "_id": 1.0, "name": "dup" }, Ack::Journaled) {
                 Err(DocError::DuplicateKey { key, .. }) => assert_eq!(*key, Bson::Double(1.0)),
                 other => panic!("expected a duplicate key, got {other:?}"),
             }
@@ -401,7 +506,7 @@ mod tests {
         let all = c.scan(&e, 0, 0).unwrap();
         assert_eq!(all.len(), 2);
         assert_eq!(c.find_by_id(&e, &Bson::Int64(1)).unwrap().unwrap().get_str("name").unwrap(), "ann");
-        c.insert(&e, &doc! { "_id": 3 }).unwrap();
+        c.insert(&e, &doc! { "_id": 3 }, Ack::Journaled).unwrap();
         assert!(c.scan(&e, 0, 0).unwrap().windows(2).all(|w| w[0].0 < w[1].0), "record ids grow");
         assert_eq!(cat.databases(), vec!["test".to_string()]);
         assert!(cat.drop(&ns).unwrap());

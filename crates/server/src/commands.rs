@@ -44,6 +44,9 @@ const COMMANDS: &[(&str, &str)] = &[
     ("killCursors", "close cursors"),
     ("count", "count matching documents"),
     ("distinct", "the distinct values of a field"),
+    ("renameCollection", "rename a collection"),
+    ("collStats", "a collection's sizes"),
+    ("dbStats", "a database's sizes"),
     ("update", "update documents"),
     ("findAndModify", "update or remove one document and return it"),
     ("aggregate", "run a pipeline ($match, $skip, $limit, $count, $group, $sort, $project, $unset)"),
@@ -114,6 +117,9 @@ fn dispatch(shared: &Shared, conn: &Conn, name: &str, msg: &OpMsg) -> CommandRes
         "killCursors" => crate::read::kill_cursors(shared, cmd),
         "count" => crate::read::count(shared, cmd),
         "distinct" => crate::read::distinct(shared, cmd),
+        "renameCollection" => crate::crud::rename_collection(shared, cmd),
+        "collStats" => crate::crud::coll_stats(shared, cmd),
+        "dbStats" | "dbstats" => crate::crud::db_stats(shared, cmd),
         "update" => crate::modify::update(shared, msg),
         "findAndModify" | "findandmodify" => crate::modify::find_and_modify(shared, cmd),
         "aggregate" => crate::read::aggregate(shared, cmd),
@@ -319,7 +325,7 @@ fn stats_document(s: &storage::Stats) -> Document {
     s.fields().into_iter().map(|(k, v)| (k.to_string(), Bson::Int64(v as i64))).collect()
 }
 
-fn hostname() -> String {
+pub(crate) fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default()
 }
 

@@ -7,7 +7,7 @@ use crate::limits::*;
 use crate::server::Shared;
 use crate::wire::OpMsg;
 use bson::{doc, Bson, Document};
-use doc::catalog::{check_db_name, DocError, Namespace};
+use doc::catalog::{check_db_name, Ack, DocError, Namespace};
 use query::Filter;
 use std::sync::atomic::Ordering;
 
@@ -23,10 +23,41 @@ impl From<DocError> for CommandError {
                 err
             }
             DocError::NamespaceExists(_) => CommandError::namespace_exists(e.to_string()),
+            DocError::NamespaceNotFound(_) => CommandError::namespace_not_found(e.to_string()),
             DocError::InvalidNamespace(m) => CommandError::invalid_namespace(m),
             DocError::Key(k) => CommandError::bad_value(k.to_string()),
             DocError::Corrupt(_) | DocError::Storage(_) => CommandError::internal_error(e.to_string()),
         }
+    }
+}
+
+/// The acknowledgement a write command's `writeConcern` asks for: after
+/// the journal fsync (the default, `j: true`), or after the journal write
+/// (`j: false`).
+pub(crate) fn ack_of(cmd: &Document) -> Result<Ack, CommandError> {
+    let Some(wc) = cmd.get("writeConcern") else { return Ok(Ack::Journaled) };
+    let wc = match wc {
+        Bson::Document(wc) => wc,
+        Bson::Null => return Ok(Ack::Journaled),
+        other => {
+            return Err(CommandError::type_mismatch(format!(
+                "BSON field 'writeConcern' is the wrong type '{}', expected type 'object'",
+                type_name(other)
+            )))
+        }
+    };
+    match wc.get("j") {
+        None | Some(Bson::Null) | Some(Bson::Boolean(true)) => Ok(Ack::Journaled),
+        Some(Bson::Boolean(false)) if wc.get_bool("fsync") == Ok(true) => Ok(Ack::Journaled),
+        Some(Bson::Boolean(false)) => Ok(Ack::Written),
+        Some(other @ (Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_))) => {
+            let zero = matches!(other, Bson::Int32(0) | Bson::Int64(0)) || other.as_f64() == Some(0.0);
+            Ok(if zero { Ack::Written } else { Ack::Journaled })
+        }
+        Some(other) => Err(CommandError::failed_to_parse(format!(
+            "j must be numeric or a boolean value, found: {}",
+            type_name(other)
+        ))),
     }
 }
 
@@ -181,11 +212,134 @@ pub fn list_databases(shared: &Shared, cmd: &Document) -> CommandResult {
     Ok(reply)
 }
 
+pub fn rename_collection(shared: &Shared, cmd: &Document) -> CommandResult {
+    if db_of(cmd)? != "admin" {
+        return Err(CommandError::unauthorized("renameCollection may only be run against the admin database."));
+    }
+    let full = |field: &str| -> Result<Namespace, CommandError> {
+        match cmd.get(field) {
+            Some(Bson::String(s)) => match s.split_once('.') {
+                Some((db, coll)) => Ok(Namespace::new(db, coll)?),
+                None => Err(CommandError::invalid_namespace(format!("Invalid namespace specified '{s}'"))),
+            },
+            other => Err(CommandError::type_mismatch(format!(
+                "BSON field 'renameCollection.{field}' is the wrong type '{}', expected type 'string'",
+                other.map(type_name).unwrap_or("missing")
+            ))),
+        }
+    };
+    let (from, to) = (full("renameCollection")?, full("to")?);
+    if from == to {
+        return Err(CommandError::illegal_operation("Can't rename a collection to itself"));
+    }
+    shared.catalog.rename(&from, &to, cmd.get_bool("dropTarget").unwrap_or(false)).map_err(|e| match e {
+        DocError::NamespaceExists(_) => CommandError::namespace_exists("target namespace exists"),
+        other => other.into(),
+    })?;
+    Ok(doc! { "ok": 1.0 })
+}
+
+/// A `scale` option (bytes per unit of the size fields).
+fn scale_of(cmd: &Document) -> Result<i64, CommandError> {
+    match count_option(cmd, "scale")? {
+        None => Ok(1),
+        Some(s) if s >= 1 => Ok(s),
+        Some(_) => Err(CommandError::bad_value("Scale factor must be a positive number")),
+    }
+}
+
+/// Sizes of one collection: (count, data bytes, storage bytes, `_id`
+/// index bytes).
+fn collection_sizes(shared: &Shared, ns: &Namespace) -> Result<(i64, i64, i64, i64), CommandError> {
+    let Some(c) = shared.catalog.get(ns) else { return Ok((0, 0, 0, 0)) };
+    let engine = shared.catalog.engine();
+    let (count, size) = c.count_and_size(engine)?;
+    let (storage, index) = c.storage_sizes(engine);
+    Ok((count as i64, size as i64, storage as i64, index as i64))
+}
+
+/// The storage statistics of a collection, as `collStats` and
+/// `$collStats: {storageStats: {}}` report them.
+pub(crate) fn storage_stats(shared: &Shared, ns: &Namespace, scale: i64) -> Result<Document, CommandError> {
+    let (count, size, storage, index) = collection_sizes(shared, ns)?;
+    Ok(doc! {
+        "size": size / scale,
+        "count": count,
+        "avgObjSize": if count > 0 { size / count } else { 0 },
+        "storageSize": storage / scale,
+        "freeStorageSize": 0i64,
+        "capped": false,
+        "nindexes": 1,
+        "indexBuilds": [],
+        "totalIndexSize": index / scale,
+        "totalSize": (storage + index) / scale,
+        "indexSizes": { "_id_": index / scale },
+        "scaleFactor": scale,
+    })
+}
+
+pub fn coll_stats(shared: &Shared, cmd: &Document) -> CommandResult {
+    let ns = namespace(cmd, "collStats")?;
+    if shared.catalog.get(&ns).is_none() {
+        return Err(CommandError::namespace_not_found(format!("Collection [{ns}] not found.")));
+    }
+    let mut reply = doc! { "ns": ns.to_string() };
+    reply.extend(storage_stats(shared, &ns, scale_of(cmd)?)?);
+    reply.insert("ok", 1.0);
+    Ok(reply)
+}
+
+pub fn db_stats(shared: &Shared, cmd: &Document) -> CommandResult {
+    let db = db_of(cmd)?;
+    let scale = scale_of(cmd)?;
+    let (mut objects, mut data, mut storage, mut index) = (0i64, 0i64, 0i64, 0i64);
+    let collections = shared.catalog.list(db);
+    for c in &collections {
+        let (n, d, s, i) = collection_sizes(shared, &c.ns)?;
+        objects += n;
+        data += d;
+        storage += s;
+        index += i;
+    }
+    let (fs_used, fs_total) = filesystem_sizes(shared.catalog.engine().dir());
+    Ok(doc! {
+        "db": db,
+        "collections": collections.len() as i64,
+        "views": 0i64,
+        "objects": objects,
+        "avgObjSize": if objects > 0 { data as f64 / objects as f64 } else { 0.0 },
+        "dataSize": data as f64 / scale as f64,
+        "storageSize": storage as f64 / scale as f64,
+        "indexes": collections.len() as i64,
+        "indexSize": index as f64 / scale as f64,
+        "totalSize": (storage + index) as f64 / scale as f64,
+        "scaleFactor": scale,
+        "fsUsedSize": fs_used as f64 / scale as f64,
+        "fsTotalSize": fs_total as f64 / scale as f64,
+        "ok": 1.0,
+    })
+}
+
+/// Used and total bytes of the filesystem holding `dir`.
+fn filesystem_sizes(dir: &std::path::Path) -> (u64, u64) {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else { return (0, 0) };
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is a valid C string and `st` a writable statvfs.
+    if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
+        return (0, 0);
+    }
+    let block = st.f_frsize as u64;
+    let total = st.f_blocks as u64 * block;
+    (total - st.f_bfree as u64 * block, total)
+}
+
 pub fn insert(shared: &Shared, msg: &OpMsg) -> CommandResult {
     let cmd = &msg.body;
     let ns = namespace(cmd, "insert")?;
     let docs = statements(msg, "insert", "documents")?;
     let ordered = cmd.get_bool("ordered").unwrap_or(true);
+    let ack = ack_of(cmd)?;
     let coll = shared.catalog.get_or_create(&ns)?;
     let engine = shared.catalog.engine();
     Ok(write_reply(&docs, ordered, false, |d| {
@@ -194,7 +348,7 @@ pub fn insert(shared: &Shared, msg: &OpMsg) -> CommandResult {
             Some(Bson::RegularExpression(_)) => return Err(CommandError::bad_value("can't use a regex for _id")),
             _ => {}
         }
-        coll.insert(engine, d)?;
+        coll.insert(engine, d, ack)?;
         shared.opcounters.insert.fetch_add(1, Ordering::Relaxed);
         Ok(Outcome { n: 1, ..Outcome::default() })
     }))
@@ -317,21 +471,22 @@ pub fn delete(shared: &Shared, msg: &OpMsg) -> CommandResult {
         }
     }
     let ordered = cmd.get_bool("ordered").unwrap_or(true);
+    let ack = ack_of(cmd)?;
     Ok(write_reply(&specs, ordered, false, |spec| {
         shared.opcounters.delete.fetch_add(1, Ordering::Relaxed);
-        Ok(Outcome { n: delete_one_spec(shared, &ns, spec)?, ..Outcome::default() })
+        Ok(Outcome { n: delete_one_spec(shared, &ns, spec, ack)?, ..Outcome::default() })
     }))
 }
 
 /// One `{q, limit}` statement: delete the first match (limit 1) or all.
-fn delete_one_spec(shared: &Shared, ns: &Namespace, spec: &Document) -> Result<i64, CommandError> {
+fn delete_one_spec(shared: &Shared, ns: &Namespace, spec: &Document, ack: Ack) -> Result<i64, CommandError> {
     let (filter_doc, filter) = filter_of(spec, "q")?;
     let limit = count_option(spec, "limit")?.unwrap_or(0);
     let Some(coll) = shared.catalog.get(ns) else { return Ok(0) };
     let engine = shared.catalog.engine();
     if let Some(id) = Filter::id_equality(&filter_doc) {
         return Ok(match coll.find_rid_by_id(engine, id)? {
-            Some((rid, d)) => i64::from(coll.delete(engine, rid, &d)?),
+            Some((rid, d)) => i64::from(coll.delete(engine, rid, &d, ack)?),
             None => 0,
         });
     }
@@ -344,7 +499,7 @@ fn delete_one_spec(shared: &Shared, ns: &Namespace, spec: &Document) -> Result<i
         }
         for (rid, d) in chunk {
             after = rid;
-            if filter.matches(&d) && coll.delete(engine, rid, &d)? {
+            if filter.matches(&d) && coll.delete(engine, rid, &d, ack)? {
                 deleted += 1;
                 if limit == 1 {
                     return Ok(deleted);

@@ -7,14 +7,14 @@
 //! applied again, so no concurrent update is lost. Record ids do not change
 //! on update, so a multi-update scan never meets a document twice.
 
-use crate::crud::{filter_of, namespace, statements, type_name, write_reply, CommandResult, Outcome};
+use crate::crud::{ack_of, filter_of, namespace, statements, type_name, write_reply, CommandResult, Outcome};
 use crate::error::CommandError;
 use crate::limits::*;
 use crate::read::{check_collation, check_hint, encoded_len, Deadline, ScanIter};
 use crate::server::Shared;
 use crate::wire::OpMsg;
 use bson::{doc, Bson, Document};
-use doc::catalog::{Collection, Namespace};
+use doc::catalog::{Ack, Collection, Namespace};
 use query::{Filter, Projection, Sort, Update};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -84,6 +84,15 @@ fn check_size(d: &Document) -> Result<(), CommandError> {
     Ok(())
 }
 
+/// What an update does: to documents matching `filter`, apply `update`,
+/// acknowledged as `ack` asks.
+#[derive(Clone, Copy)]
+struct Change<'a> {
+    filter: &'a Filter,
+    update: &'a Update,
+    ack: Ack,
+}
+
 /// Update the document at `rid` (last seen as `doc`, matched at `pos`):
 /// returns the document before and after, or `None` if it no longer
 /// exists or matches.
@@ -91,11 +100,10 @@ fn update_document(
     shared: &Shared,
     coll: &Collection,
     rid: u64,
-    mut doc: Document,
-    mut pos: Option<usize>,
-    filter: &Filter,
-    update: &Update,
+    (mut doc, mut pos): (Document, Option<usize>),
+    change: &Change,
 ) -> Result<Option<(Document, Document, bool)>, CommandError> {
+    let Change { filter, update, ack } = *change;
     let engine = shared.catalog.engine();
     loop {
         let new = update.apply(&doc, pos, false)?;
@@ -103,7 +111,7 @@ fn update_document(
         if bson::to_vec(&new).ok() == bson::to_vec(&doc).ok() {
             return Ok(Some((doc, new, false)));
         }
-        if coll.replace(engine, rid, &doc, &new)? {
+        if coll.replace(engine, rid, &doc, &new, ack)? {
             return Ok(Some((doc, new, true)));
         }
         // Someone else changed it: read it again and match again.
@@ -118,7 +126,13 @@ fn update_document(
 }
 
 /// Insert an upsert's document; returns it (with its `_id`).
-fn upsert(shared: &Shared, ns: &Namespace, query: &Document, update: &Update) -> Result<Document, CommandError> {
+fn upsert(
+    shared: &Shared,
+    ns: &Namespace,
+    query: &Document,
+    update: &Update,
+    ack: Ack,
+) -> Result<Document, CommandError> {
     let new = update.upsert_document(query)?;
     match new.get("_id") {
         Some(Bson::Array(_)) => return Err(CommandError::with_code(53, "can't use an array for _id")),
@@ -127,11 +141,12 @@ fn upsert(shared: &Shared, ns: &Namespace, query: &Document, update: &Update) ->
     }
     check_size(&new)?;
     let coll = shared.catalog.get_or_create(ns)?;
-    Ok(coll.insert(shared.catalog.engine(), &new)?)
+    Ok(coll.insert(shared.catalog.engine(), &new, ack)?)
 }
 
-fn run_statement(shared: &Shared, ns: &Namespace, st: &Statement) -> Result<Outcome, CommandError> {
+fn run_statement(shared: &Shared, ns: &Namespace, st: &Statement, ack: Ack) -> Result<Outcome, CommandError> {
     let mut out = Outcome::default();
+    let change = Change { filter: &st.filter, update: &st.update, ack };
     if let Some(coll) = shared.catalog.get(ns) {
         let candidates: Box<dyn Iterator<Item = (u64, Document)>> = match Filter::id_equality(&st.query) {
             Some(id) => Box::new(coll.find_rid_by_id(shared.catalog.engine(), id)?.into_iter()),
@@ -142,7 +157,7 @@ fn run_statement(shared: &Shared, ns: &Namespace, st: &Statement) -> Result<Outc
             if !ok {
                 continue;
             }
-            if let Some((_, _, changed)) = update_document(shared, &coll, rid, d, pos, &st.filter, &st.update)? {
+            if let Some((_, _, changed)) = update_document(shared, &coll, rid, (d, pos), &change)? {
                 out.n += 1;
                 out.modified += i64::from(changed);
                 if !st.multi {
@@ -152,7 +167,7 @@ fn run_statement(shared: &Shared, ns: &Namespace, st: &Statement) -> Result<Outc
         }
     }
     if out.n == 0 && st.upsert {
-        let new = upsert(shared, ns, &st.query, &st.update)?;
+        let new = upsert(shared, ns, &st.query, &st.update, ack)?;
         out.n = 1;
         out.upserted = new.get("_id").cloned();
     }
@@ -173,9 +188,10 @@ pub fn update(shared: &Shared, msg: &OpMsg) -> CommandResult {
         }
     }
     let ordered = cmd.get_bool("ordered").unwrap_or(true);
+    let ack = ack_of(cmd)?;
     Ok(write_reply(&specs, ordered, true, |spec| {
         shared.opcounters.update.fetch_add(1, Ordering::Relaxed);
-        run_statement(shared, &ns, &parse_statement(spec)?)
+        run_statement(shared, &ns, &parse_statement(spec)?, ack)
     }))
 }
 
@@ -263,6 +279,7 @@ pub fn find_and_modify(shared: &Shared, cmd: &Document) -> CommandResult {
     };
     check_hint(cmd)?;
     check_collation(cmd)?;
+    let ack = ack_of(cmd)?;
     let project = |d: &Document, pos: Option<usize>| -> Result<Bson, CommandError> {
         Ok(Bson::Document(match &fields {
             Some(p) => p.apply(d, pos)?,
@@ -276,13 +293,15 @@ pub fn find_and_modify(shared: &Shared, cmd: &Document) -> CommandResult {
             match &update {
                 None => {
                     shared.opcounters.delete.fetch_add(1, Ordering::Relaxed);
-                    if coll.delete(engine, rid, &d)? {
+                    if coll.delete(engine, rid, &d, ack)? {
                         return Ok(doc! { "lastErrorObject": { "n": 1 }, "value": project(&d, pos)?, "ok": 1.0 });
                     }
                 }
                 Some(u) => {
                     shared.opcounters.update.fetch_add(1, Ordering::Relaxed);
-                    if let Some((old, new, _)) = update_document(shared, &coll, rid, d, pos, &filter, u)? {
+                    if let Some((old, new, _)) =
+                        update_document(shared, &coll, rid, (d, pos), &Change { filter: &filter, update: u, ack })?
+                    {
                         let value = if return_new { project(&new, pos)? } else { project(&old, pos)? };
                         return Ok(doc! {
                             "lastErrorObject": { "n": 1, "updatedExisting": true },
@@ -297,7 +316,7 @@ pub fn find_and_modify(shared: &Shared, cmd: &Document) -> CommandResult {
     match &update {
         Some(u) if upsert_wanted => {
             shared.opcounters.update.fetch_add(1, Ordering::Relaxed);
-            let new = upsert(shared, &ns, &query, u)?;
+            let new = upsert(shared, &ns, &query, u, ack)?;
             let id = new.get("_id").cloned().unwrap_or(Bson::Null);
             let value = if return_new { project(&new, None)? } else { Bson::Null };
             Ok(doc! {

@@ -501,12 +501,24 @@ pub fn aggregate(shared: &Shared, cmd: &Document) -> CommandResult {
     }
     check_hint(cmd)?;
     check_collation(cmd)?;
+    let (stats, stages) = match stages.first() {
+        Some(Bson::Document(d)) if d.contains_key("$collStats") => {
+            (Some(coll_stats_stage(shared, &ns, d)?), &stages[1..])
+        }
+        _ => (None, &stages[..]),
+    };
     let pipeline = query::Pipeline::parse(stages)?;
-    let mut scan = ScanIter::new(shared, &ns);
-    let out = pipeline.run(scan.by_ref().map(|(_, d)| d));
-    if let Some(e) = scan.error {
-        return Err(e.into());
-    }
+    let out = match stats {
+        Some(d) => pipeline.run(std::iter::once(d)),
+        None => {
+            let mut scan = ScanIter::new(shared, &ns);
+            let out = pipeline.run(scan.by_ref().map(|(_, d)| d));
+            if let Some(e) = scan.error {
+                return Err(e.into());
+            }
+            out
+        }
+    };
     deadline.check()?;
     let hits: Vec<Hit> = out.into_iter().map(|doc| Hit { rid: 0, doc, pos: None }).collect();
     let state = CursorState {
@@ -518,6 +530,46 @@ pub fn aggregate(shared: &Shared, cmd: &Document) -> CommandResult {
         last_used: Instant::now(),
     };
     first_batch(shared, state, batch_size.map(|b| b as usize), false, &deadline)
+}
+
+/// The one document `$collStats` produces (`storageStats` and `count`).
+fn coll_stats_stage(shared: &Shared, ns: &Namespace, stage: &Document) -> Result<Document, CommandError> {
+    let Ok(spec) = stage.get_document("$collStats") else {
+        return Err(CommandError::failed_to_parse("$collStats must take a nested object but found: $collStats"));
+    };
+    let mut out = doc! {
+        "ns": ns.to_string(),
+        "host": crate::commands::hostname(),
+        "localTime": bson::DateTime::now(),
+    };
+    for (k, v) in spec {
+        match k.as_str() {
+            "storageStats" => {
+                let scale = match v {
+                    Bson::Document(o) => count_option(o, "scale")?.unwrap_or(1).max(1),
+                    _ => 1,
+                };
+                out.insert("storageStats", crate::crud::storage_stats(shared, ns, scale)?);
+            }
+            "count" => {
+                let n = match shared.catalog.get(ns) {
+                    Some(c) => c.count_and_size(shared.catalog.engine())?.0 as i64,
+                    None => 0,
+                };
+                out.insert("count", n);
+            }
+            "latencyStats" | "queryExecStats" => {
+                return Err(CommandError::not_implemented(format!("$collStats {k} is not supported yet")))
+            }
+            other => {
+                return Err(CommandError::with_code(
+                    40415,
+                    format!("BSON field '$collStats.{other}' is an unknown field."),
+                ))
+            }
+        }
+    }
+    Ok(out)
 }
 
 pub fn count(shared: &Shared, cmd: &Document) -> CommandResult {

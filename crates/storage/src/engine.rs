@@ -823,9 +823,10 @@ impl Engine {
         self.inner.meter.capacity() / 100 * self.inner.config.cache_pinned_max_percent
     }
 
-    /// Wait for record `seq` as the sync mode asks; a failure poisons.
-    fn make_durable(&self, seq: u64) -> Result<()> {
-        let sync = self.inner.config.sync_mode == SyncMode::Fsync;
+    /// Wait for record `seq` as the sync mode asks (`want_sync: false`
+    /// waits only for the write); a failure poisons.
+    fn make_durable(&self, seq: u64, want_sync: bool) -> Result<()> {
+        let sync = want_sync && self.inner.config.sync_mode == SyncMode::Fsync;
         self.inner.journal.wait(seq, sync).inspect_err(|e| self.poison(format!("journal: {e}")))
     }
 
@@ -860,7 +861,7 @@ impl Engine {
             catalog.by_name.insert(name.to_string(), table.clone());
             (table, seq)
         };
-        self.make_durable(seq)?;
+        self.make_durable(seq, true)?;
         Ok(table)
     }
 
@@ -879,7 +880,7 @@ impl Engine {
             catalog.dropped_files.push(self.inner.dir.join(table_file_name(table.id())));
             seq
         };
-        self.make_durable(seq)
+        self.make_durable(seq, true)
     }
 
     pub fn table(&self, name: &str) -> Result<Table> {
@@ -956,7 +957,7 @@ impl Engine {
         if batch.is_empty() {
             return Ok(self.inner.journal.next_seq().saturating_sub(1));
         }
-        self.commit_batch_with(batch, |_| {
+        self.commit_batch_with(batch, true, |_| {
             // Under the writer locks nothing can commit to these tables
             // before us, so a snapshot taken now sees every earlier commit.
             let me = txn::begin_plain(self);
@@ -975,7 +976,7 @@ impl Engine {
     pub(crate) fn commit_batch(&self, req: CommitRequest) -> Result<u64> {
         self.check_writable()?;
         let me = req.me.clone();
-        self.commit_batch_with(req.batch, |engine| {
+        self.commit_batch_with(req.batch, req.sync, |engine| {
             if me.ssi.tracked {
                 txn::ssi_prepare(engine, &me)?;
             }
@@ -990,6 +991,7 @@ impl Engine {
     fn commit_batch_with(
         &self,
         batch: &WriteBatch,
+        sync: bool,
         start: impl FnOnce(&Engine) -> Result<Arc<txn::TxnShared>>,
     ) -> Result<u64> {
         self.help_evict();
@@ -1065,7 +1067,7 @@ impl Engine {
             (seq, me)
         };
         txn::finish(self, &me, Some(seq));
-        self.make_durable(seq)?;
+        self.make_durable(seq, sync)?;
         bump(&self.inner.counters.commits, 1);
         Ok(seq)
     }

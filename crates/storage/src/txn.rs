@@ -51,11 +51,15 @@ pub struct TxnOptions {
     /// Writes fail; a serializable read-only transaction that starts while
     /// no serializable writer is active needs no tracking at all.
     pub read_only: bool,
+    /// Acknowledge the commit once its journal record is written, before
+    /// the fsync (MongoDB's `writeConcern: {j: false}`); a crash may lose
+    /// it. Only matters with `SyncMode::Fsync`.
+    pub skip_journal_sync: bool,
 }
 
 impl TxnOptions {
     pub fn serializable() -> TxnOptions {
-        TxnOptions { isolation: Isolation::Serializable, read_only: false }
+        TxnOptions { isolation: Isolation::Serializable, ..TxnOptions::default() }
     }
 }
 
@@ -471,6 +475,8 @@ impl TxnManager {
 pub(crate) struct CommitRequest<'a> {
     pub me: &'a Arc<TxnShared>,
     pub batch: &'a WriteBatch,
+    /// Wait for the journal fsync (unless the engine never syncs).
+    pub sync: bool,
 }
 
 /// Claim every key of `batch` for `me`; on a conflict release what was
@@ -785,7 +791,11 @@ impl Txn {
             bump(&self.engine.counters().txn_committed, 1);
             return Ok(self.me.read_ts);
         }
-        let ts = self.engine.commit_batch(CommitRequest { me: &self.me, batch: &batch })?;
+        let ts = self.engine.commit_batch(CommitRequest {
+            me: &self.me,
+            batch: &batch,
+            sync: !self.opts.skip_journal_sync,
+        })?;
         self.finished = true;
         self.after_finish();
         bump(&self.engine.counters().txn_committed, 1);

@@ -247,7 +247,7 @@ fn write_skew(isolation: Isolation) -> (Result<u64, StorageError>, Result<u64, S
     let (_d, engine, t) = setup();
     engine.put(&t, b"alice", b"on").unwrap();
     engine.put(&t, b"bob", b"on").unwrap();
-    let opts = TxnOptions { isolation, read_only: false };
+    let opts = TxnOptions { isolation, read_only: false, ..TxnOptions::default() };
     let t1 = engine.begin(opts).unwrap();
     let t2 = engine.begin(opts).unwrap();
     for txn in [&t1, &t2] {
@@ -283,7 +283,7 @@ fn read_only_anomaly(isolation: Isolation) -> Vec<Result<(), StorageError>> {
     let (_d, engine, t) = setup();
     engine.put(&t, b"batch", b"1").unwrap();
     engine.put(&t, b"receipts1", b"0").unwrap();
-    let opts = TxnOptions { isolation, read_only: false };
+    let opts = TxnOptions { isolation, read_only: false, ..TxnOptions::default() };
     let t1 = engine.begin(opts).unwrap(); // new receipt
     let t2 = engine.begin(opts).unwrap(); // close the batch
     let mut results = Vec::new();
@@ -294,7 +294,7 @@ fn read_only_anomaly(isolation: Isolation) -> Vec<Result<(), StorageError>> {
     t2.put(&t, b"batch", b"2").unwrap();
     results.push(t2.commit().map(|_| ()));
     // T3 (read-only) sees batch 2 closed and reads the total of batch 1.
-    let t3 = engine.begin(TxnOptions { isolation, read_only: true }).unwrap();
+    let t3 = engine.begin(TxnOptions { isolation, read_only: true, ..TxnOptions::default() }).unwrap();
     let r3 = (|| {
         assert_eq!(get(&t3, &t, "batch").as_deref(), Some("2"));
         t3.get(&t, b"receipts1")?;

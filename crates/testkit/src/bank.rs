@@ -90,7 +90,7 @@ impl Bank {
         let amount = rng.gen_range(1..50i64);
         let isolation = if seq.is_multiple_of(2) { Isolation::Snapshot } else { Isolation::Serializable };
         loop {
-            let txn = engine.begin(TxnOptions { isolation, read_only: false })?;
+            let txn = engine.begin(TxnOptions { isolation, read_only: false, ..TxnOptions::default() })?;
             let r = (|| {
                 for (side, delta) in [(from, -amount), (to, amount)] {
                     let t = &self.tables[side.0];

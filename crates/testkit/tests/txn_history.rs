@@ -63,7 +63,7 @@ static READ_ONLY_COMMITS: AtomicU64 = AtomicU64::new(1);
 
 impl Running {
     fn begin(engine: &Engine, isolation: Isolation) -> Running {
-        let txn = engine.begin(TxnOptions { isolation, read_only: false }).unwrap();
+        let txn = engine.begin(TxnOptions { isolation, read_only: false, ..TxnOptions::default() }).unwrap();
         let rec = history::Txn::aborted(txn.id(), txn.read_ts() * SCALE);
         Running { txn, rec, wrote: false }
     }

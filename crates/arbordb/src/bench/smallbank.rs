@@ -306,7 +306,7 @@ fn run_mode(
                         rng.gen_range(0..customers)
                     }
                 };
-                let opts = TxnOptions { isolation, read_only: false };
+                let opts = TxnOptions { isolation, read_only: false, ..TxnOptions::default() };
                 let mut counts = Counts::default();
                 let mut recs = Vec::new();
                 while !stop.load(Ordering::Relaxed) {
