@@ -36,6 +36,52 @@ pub struct DumpArgs {
     /// Bytes of each key and value to show (0 = all).
     #[arg(long, default_value_t = 64)]
     pub width: usize,
+    /// With --table: decode the document layer's keys and values (record
+    /// ids, documents and catalog entries as Extended JSON, `_id` index
+    /// entries as key bytes and record id), as bsondump would.
+    #[arg(long, requires = "table")]
+    pub bson: bool,
+}
+
+/// How `--bson` reads a table's cells, by the table's name (see
+/// `doc::catalog`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Layout {
+    /// Raw bytes.
+    Raw,
+    /// `_catalog`: namespace -> BSON entry.
+    Catalog,
+    /// `c/...`: record id -> BSON document.
+    Records,
+    /// `i/...`: KeyString -> record id.
+    Index,
+}
+
+impl Layout {
+    fn of(table: &str, bson: bool) -> Layout {
+        match table {
+            _ if !bson => Layout::Raw,
+            "_catalog" => Layout::Catalog,
+            t if t.starts_with("c/") => Layout::Records,
+            t if t.starts_with("i/") => Layout::Index,
+            _ => Layout::Raw,
+        }
+    }
+}
+
+/// A document as one line of relaxed Extended JSON, or why it is not one.
+fn ext_json(bytes: &[u8]) -> String {
+    match bson::Document::from_reader(bytes) {
+        Ok(d) => bson::Bson::Document(d).into_relaxed_extjson().to_string(),
+        Err(e) => format!("<not BSON: {e}>"),
+    }
+}
+
+fn record_id(bytes: &[u8]) -> String {
+    match <[u8; 8]>::try_from(bytes) {
+        Ok(b) => format!("recordId {}", u64::from_be_bytes(b)),
+        Err(_) => format!("<not a record id: {} bytes>", bytes.len()),
+    }
 }
 
 fn fmt_bytes(n: u64) -> String {
@@ -105,6 +151,7 @@ fn show(b: &[u8], width: usize) -> String {
 struct DumpCtx<'a> {
     out: &'a mut dyn Write,
     width: usize,
+    layout: Layout,
 }
 
 fn read_block(file: &dyn VfsFile, addr: BlockAddr) -> Result<(BlockKind, Vec<u8>), String> {
@@ -142,6 +189,26 @@ fn dump_page(
     let mut children = Vec::new();
     for (i, cell) in cells.iter().enumerate() {
         let line = match cell {
+            Cell::Leaf { prefix, key, value } if ctx.layout != Layout::Raw => {
+                let bytes = match value {
+                    CellValue::Inline(v) => v.clone(),
+                    CellValue::Overflow { addr, .. } => read_block(file, *addr)?.1,
+                };
+                let json = |b: &[u8]| {
+                    let j = ext_json(b);
+                    // --width bytes of raw output are about 16 characters of JSON.
+                    match j.char_indices().nth(16 * w) {
+                        Some((cut, _)) if w > 0 => format!("{} ... ({} bytes)", &j[..cut], b.len()),
+                        _ => j,
+                    }
+                };
+                let (k, v) = match ctx.layout {
+                    Layout::Catalog => (format!("{:?}", String::from_utf8_lossy(key)), json(&bytes)),
+                    Layout::Records => (record_id(key), json(&bytes)),
+                    _ => (format!("KeyString {}", show(key, 0)), record_id(&bytes)),
+                };
+                format!("{ind}  [{i}] key prefix={prefix} {k}\n{ind}      {v}")
+            }
             Cell::Leaf { prefix, key, value } => {
                 let v = match value {
                     CellValue::Inline(v) => format!("value inline {} bytes {}", v.len(), show(v, w)),
@@ -235,7 +302,8 @@ pub fn dump(args: DumpArgs) -> Result<(), String> {
     let root = RootRecord::read(&vfs, dir).map_err(|e| e.to_string())?;
     let stdout = std::io::stdout();
     let mut lock = stdout.lock();
-    let mut ctx = DumpCtx { out: &mut lock, width: args.width };
+    let layout = Layout::of(args.table.as_deref().unwrap_or(""), args.bson);
+    let mut ctx = DumpCtx { out: &mut lock, width: args.width, layout };
     let tables = tables(&vfs, dir, &root)?;
     if let Some(name) = &args.table {
         let (file_name, meta_root) = if name == "_metadata" {

@@ -100,3 +100,35 @@ fn dump_shows_journal_records_after_the_checkpoint() {
     assert!(out.contains("create table=1 name=\"j\""), "{out}");
     assert!(out.contains("put table=1 key=68656c6c6f \"hello\""), "{out}");
 }
+
+#[test]
+fn dump_bson_decodes_documents_catalog_entries_and_id_entries() {
+    use bson::doc;
+    use doc::catalog::{Ack, Catalog, Namespace};
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(dir.path(), Config::default()).unwrap();
+    let catalog = Catalog::open(engine).unwrap();
+    let coll = catalog.create(&Namespace::new("shop", "items").unwrap(), doc! {}).unwrap();
+    coll.insert(catalog.engine(), &doc! { "_id": 7, "name": "lamp", "tags": ["a", "b"] }, Ack::Journaled).unwrap();
+    coll.insert(catalog.engine(), &doc! { "_id": 8, "big": "y".repeat(20_000) }, Ack::Journaled).unwrap();
+    catalog.engine().checkpoint().unwrap();
+    drop(coll);
+    drop(catalog);
+    let d = dir.path().to_str().unwrap();
+    let o = arbordb(&["dump", "--dbpath", d, "--table", "_catalog", "--bson"]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(out.contains(r#""shop.items""#) && out.contains(r#""records":"c/1""#), "{out}");
+    let o = arbordb(&["dump", "--dbpath", d, "--table", "c/1", "--bson", "--width", "0"]);
+    let out = text(&o);
+    assert!(out.contains("recordId 1") && out.contains(r#"{"_id":7,"name":"lamp","tags":["a","b"]}"#), "{out}");
+    assert!(
+        out.contains(&format!(r#"{{"_id":8,"big":"{}"}}"#, "y".repeat(20_000))),
+        "an overflow value is decoded too"
+    );
+    let o = arbordb(&["dump", "--dbpath", d, "--table", "i/1/_id_", "--bson"]);
+    let out = text(&o);
+    assert!(out.contains("KeyString") && out.contains("recordId 2"), "{out}");
+    let o = arbordb(&["dump", "--dbpath", d, "--bson"]);
+    assert!(!o.status.success(), "--bson needs --table");
+}
