@@ -76,8 +76,63 @@ def server(datadir):
     assert code == 0, f"server exit code {code}: {s.log.read_text()[-2000:]}"
 
 
+@pytest.fixture(scope="module")
+def module_server():
+    """One server shared by every test of a module (the spec suites)."""
+    with tempfile.TemporaryDirectory(prefix="arbordb-test-") as d:
+        s = Server(Path(d) / "db")
+        yield s
+        code = s.stop()
+        assert code == 0, f"server exit code {code}: {s.log.read_text()[-2000:]}"
+
+
 @pytest.fixture
 def client(server):
     c = server.client()
     yield c
     c.close()
+
+
+# Outcome names of the per-file summary, from pytest's stats categories.
+_SUMMARY_COLUMNS = {"passed": "pass", "failed": "fail", "error": "fail", "skipped": "skip",
+                    "xfailed": "xfail", "xpassed": "XPASS"}
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Per-file pass/fail/skip counts of the spec suites.
+
+    A test takes part by recording the property `spec_summary` = (suite, file)
+    (the spec tests do, with record_property). Failures win over other
+    outcomes of the same test (e.g. a failed call and a teardown error).
+    """
+    outcome, group = {}, {}
+    for category, column in _SUMMARY_COLUMNS.items():
+        for report in terminalreporter.stats.get(category, []):
+            props = dict(getattr(report, "user_properties", ()))
+            if "spec_summary" not in props:
+                continue
+            group[report.nodeid] = props["spec_summary"]
+            if outcome.get(report.nodeid) != "fail":
+                outcome[report.nodeid] = column
+    if not outcome:
+        return
+    columns = ["pass", "fail", "skip", "xfail", "XPASS"]
+    suites = {}
+    for nodeid, (suite, file) in group.items():
+        counts = suites.setdefault(suite, {}).setdefault(file, dict.fromkeys(columns, 0))
+        counts[outcome[nodeid]] += 1
+    for suite, files in sorted(suites.items()):
+        terminalreporter.write_sep("=", f"spec summary: {suite}")
+        width = max(len(f) for f in files)
+        terminalreporter.write_line(f"{'file':<{width}} " + " ".join(f"{c:>6}" for c in columns))
+        total = dict.fromkeys(columns, 0)
+        for file, counts in sorted(files.items()):
+            terminalreporter.write_line(f"{file:<{width}} " + " ".join(f"{counts[c]:>6}" for c in columns))
+            for c in columns:
+                total[c] += counts[c]
+        terminalreporter.write_line(f"{'TOTAL':<{width}} " + " ".join(f"{total[c]:>6}" for c in columns))
+    unexpected = sorted(n for n, o in outcome.items() if o == "XPASS")
+    if unexpected:
+        terminalreporter.write_sep("=", "unexpected passes: remove them from spec_expected_failures.txt")
+        for nodeid in unexpected:
+            terminalreporter.write_line(nodeid)

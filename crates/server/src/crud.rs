@@ -61,6 +61,41 @@ pub(crate) fn ack_of(cmd: &Document) -> Result<Ack, CommandError> {
     }
 }
 
+/// Fields every command may carry (sessions, transactions, read and
+/// write concerns, the stable API, driver metadata).
+const GENERIC_FIELDS: &[&str] = &[
+    "lsid",
+    "txnNumber",
+    "autocommit",
+    "startTransaction",
+    "stmtId",
+    "readConcern",
+    "writeConcern",
+    "comment",
+    "maxTimeMS",
+    "apiVersion",
+    "apiStrict",
+    "apiDeprecationErrors",
+    "bypassDocumentValidation",
+    "mayBypassWriteBlocking",
+    "let",
+];
+
+/// Refuse fields a command (or one of its statements, `path`
+/// "update.updates") does not know, as MongoDB's command parser does.
+pub(crate) fn check_fields(doc: &Document, path: &str, known: &[&str], statement: bool) -> Result<(), CommandError> {
+    for (i, k) in doc.keys().enumerate() {
+        if (!statement && i == 0) || known.contains(&k.as_str()) {
+            continue;
+        }
+        if !statement && (k.starts_with('$') || GENERIC_FIELDS.contains(&k.as_str())) {
+            continue;
+        }
+        return Err(CommandError::unknown_parameter(format!("BSON field '{path}.{k}' is an unknown field.")));
+    }
+    Ok(())
+}
+
 pub(crate) fn db_of(cmd: &Document) -> Result<&str, CommandError> {
     let db = cmd.get_str("$db").map_err(|_| CommandError::failed_to_parse("the command needs a $db string"))?;
     check_db_name(db).map_err(CommandError::from)?;
@@ -338,6 +373,7 @@ pub fn insert(shared: &Shared, msg: &OpMsg) -> CommandResult {
     let cmd = &msg.body;
     let ns = namespace(cmd, "insert")?;
     let docs = statements(msg, "insert", "documents")?;
+    check_fields(cmd, "insert", &["documents", "ordered"], false)?;
     let ordered = cmd.get_bool("ordered").unwrap_or(true);
     let ack = ack_of(cmd)?;
     let coll = shared.catalog.get_or_create(&ns)?;
@@ -459,7 +495,11 @@ pub fn delete(shared: &Shared, msg: &OpMsg) -> CommandResult {
     let specs = statements(msg, "delete", "deletes")?;
     // The shape of every statement is checked before any runs, as
     // MongoDB's command parser does; query errors are per statement.
+    check_fields(cmd, "delete", &["deletes", "ordered"], false)?;
     for spec in &specs {
+        check_fields(spec, "delete.deletes", &["q", "limit", "collation", "hint"], true)?;
+        crate::read::check_collation(spec)?;
+        crate::read::check_hint(spec)?;
         if !spec.contains_key("q") {
             return Err(CommandError::failed_to_parse("BSON field 'delete.deletes.q' is missing but a required field"));
         }

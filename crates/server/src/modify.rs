@@ -7,7 +7,9 @@
 //! applied again, so no concurrent update is lost. Record ids do not change
 //! on update, so a multi-update scan never meets a document twice.
 
-use crate::crud::{ack_of, filter_of, namespace, statements, type_name, write_reply, CommandResult, Outcome};
+use crate::crud::{
+    ack_of, check_fields, filter_of, namespace, statements, type_name, write_reply, CommandResult, Outcome,
+};
 use crate::error::CommandError;
 use crate::limits::*;
 use crate::read::{check_collation, check_hint, encoded_len, Deadline, ScanIter};
@@ -26,6 +28,8 @@ struct Statement {
     update: Update,
     multi: bool,
     upsert: bool,
+    /// Which document a single update picks (MongoDB 8.0's `sort`).
+    sort: Sort,
 }
 
 fn parse_update_field(v: Option<&Bson>, array_filters: &[Document], cmd: &str) -> Result<Update, CommandError> {
@@ -71,7 +75,20 @@ fn parse_statement(spec: &Document) -> Result<Statement, CommandError> {
     }
     check_hint(spec)?;
     check_collation(spec)?;
-    Ok(Statement { query, filter, update, multi, upsert: spec.get_bool("upsert").unwrap_or(false) })
+    let sort = match spec.get("sort") {
+        None | Some(Bson::Null) => Sort::default(),
+        Some(Bson::Document(s)) if multi && !s.is_empty() => {
+            return Err(CommandError::failed_to_parse("Cannot specify sort with multi=true"))
+        }
+        Some(Bson::Document(s)) => Sort::parse(s)?,
+        Some(other) => {
+            return Err(CommandError::type_mismatch(format!(
+                "BSON field 'update.updates.sort' is the wrong type '{}', expected type 'object'",
+                type_name(other)
+            )))
+        }
+    };
+    Ok(Statement { query, filter, update, multi, upsert: spec.get_bool("upsert").unwrap_or(false), sort })
 }
 
 /// The update result must still be a storable document.
@@ -147,7 +164,17 @@ fn upsert(
 fn run_statement(shared: &Shared, ns: &Namespace, st: &Statement, ack: Ack) -> Result<Outcome, CommandError> {
     let mut out = Outcome::default();
     let change = Change { filter: &st.filter, update: &st.update, ack };
-    if let Some(coll) = shared.catalog.get(ns) {
+    if let Some(coll) = shared.catalog.get(ns).filter(|_| !st.sort.is_empty()) {
+        // A sorted single update: the first match in sort order.
+        let none = Deadline::none();
+        while let Some((rid, d, pos)) = first_match(shared, &coll, ns, &st.query, &st.filter, &st.sort, &none)? {
+            if let Some((_, _, changed)) = update_document(shared, &coll, rid, (d, pos), &change)? {
+                out.n = 1;
+                out.modified = i64::from(changed);
+                break;
+            }
+        }
+    } else if let Some(coll) = shared.catalog.get(ns) {
         let candidates: Box<dyn Iterator<Item = (u64, Document)>> = match Filter::id_equality(&st.query) {
             Some(id) => Box::new(coll.find_rid_by_id(shared.catalog.engine(), id)?.into_iter()),
             None => Box::new(ScanIter::new(shared, ns)),
@@ -178,7 +205,14 @@ pub fn update(shared: &Shared, msg: &OpMsg) -> CommandResult {
     let cmd = &msg.body;
     let ns = namespace(cmd, "update")?;
     let specs = statements(msg, "update", "updates")?;
+    check_fields(cmd, "update", &["updates", "ordered"], false)?;
     for spec in &specs {
+        check_fields(
+            spec,
+            "update.updates",
+            &["q", "u", "c", "upsert", "multi", "arrayFilters", "collation", "hint", "sort", "upsertSupplied"],
+            true,
+        )?;
         for field in ["q", "u"] {
             if !spec.contains_key(field) {
                 return Err(CommandError::failed_to_parse(format!(
@@ -233,6 +267,12 @@ pub fn find_and_modify(shared: &Shared, cmd: &Document) -> CommandResult {
     let deadline = Deadline::of(cmd)?;
     let name = cmd.keys().next().cloned().unwrap_or_default();
     let ns = namespace(cmd, &name)?;
+    check_fields(
+        cmd,
+        "findAndModify",
+        &["query", "sort", "remove", "update", "new", "fields", "upsert", "arrayFilters", "collation", "hint"],
+        false,
+    )?;
     let (query, filter) = filter_of(cmd, "query")?;
     let sort = Sort::parse(&match cmd.get("sort") {
         None | Some(Bson::Null) => Document::new(),

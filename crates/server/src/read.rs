@@ -6,7 +6,7 @@
 //! cursor with read concern "local" may. A sorted find or an aggregate
 //! holds its results. Idle cursors are dropped after 10 minutes.
 
-use crate::crud::{count_option, filter_of, namespace, type_name, CommandResult};
+use crate::crud::{check_fields, count_option, filter_of, namespace, type_name, CommandResult};
 use crate::error::CommandError;
 use crate::limits::*;
 use crate::server::Shared;
@@ -85,6 +85,11 @@ impl Deadline {
             return Err(CommandError::bad_value(format!("{ms} value for maxTimeMS is out of range [0, 2147483647]")));
         }
         Ok(Deadline((ms > 0).then(|| Instant::now() + Duration::from_millis(ms as u64))))
+    }
+
+    /// No deadline.
+    pub fn none() -> Deadline {
+        Deadline(None)
     }
 
     pub fn check(&self) -> Result<(), CommandError> {
@@ -351,6 +356,34 @@ pub fn find(shared: &Shared, cmd: &Document) -> CommandResult {
     shared.opcounters.query.fetch_add(1, Ordering::Relaxed);
     let deadline = Deadline::of(cmd)?;
     let ns = namespace(cmd, "find")?;
+    check_fields(
+        cmd,
+        "find",
+        &[
+            "filter",
+            "sort",
+            "projection",
+            "hint",
+            "skip",
+            "limit",
+            "batchSize",
+            "singleBatch",
+            "max",
+            "min",
+            "returnKey",
+            "showRecordId",
+            "tailable",
+            "oplogReplay",
+            "noCursorTimeout",
+            "awaitData",
+            "allowPartialResults",
+            "collation",
+            "allowDiskUse",
+            "readOnce",
+            "term",
+        ],
+        false,
+    )?;
     let (filter_doc, filter) = filter_of(cmd, "filter")?;
     let sort = Sort::parse(&document_option(cmd, "sort")?.unwrap_or_default())?;
     let projection = match document_option(cmd, "projection")? {
