@@ -26,6 +26,20 @@ python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ig
 cargo build --release --quiet -p arbordb
 python3 -m pytest -q tests/python
 
+echo "== fuzz smoke: OP_MSG frames and the query language (cargo fuzz, fixed seed corpus and seed)"
+rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
+command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked --quiet
+for target in op_msg filter; do
+  corpus=$(mktemp -d)
+  cp fuzz/seeds/$target/* "$corpus"/
+  if ! (cd fuzz && cargo +nightly fuzz run "$target" "$corpus" -- -seed=1 -runs=100000 -max_total_time=60 >"$corpus.log" 2>&1); then
+    tail -n 60 "$corpus.log"
+    exit 1
+  fi
+  echo "$target: $(grep -E '^Done' "$corpus.log")"
+  rm -rf "$corpus" "$corpus.log"
+done
+
 echo "== engine benchmark smoke run (tiny scale; the real run is in README)"
 out=$(mktemp -d)
 cargo run --release --quiet -p arbordb -- bench engine --num 5000 --num-sync 200 --dir "$out" --out "$out/smoke.json" >/dev/null

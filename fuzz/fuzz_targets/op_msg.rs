@@ -1,0 +1,25 @@
+//! The wire frame parser: header, OP_COMPRESSED, OP_MSG sections and
+//! checksum, OP_QUERY. Any input must give a request or an error, never a
+//! panic, a hang or an out-of-bounds read.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use server::limits::header_bytes;
+use server::wire::{self, Header};
+
+fuzz_target!(|data: &[u8]| {
+    let Some((head, body)) = data.split_first_chunk::<{ header_bytes }>() else { return };
+    let Ok(mut header) = Header::parse(head) else { return };
+    // The server reads exactly `length` bytes; feed what the input has.
+    header.length = body.len() + header_bytes;
+    if header.op_code == wire::OP_COMPRESSED {
+        if let Ok((op_code, inner, _)) = server::compression::decompress(body) {
+            let inner_header = Header { op_code, length: inner.len() + header_bytes, ..header };
+            let _ = wire::parse(&inner_header, &inner);
+        }
+        return;
+    }
+    if let Ok(wire::Request::Msg(msg)) = wire::parse(&header, body) {
+        let _ = wire::nesting(&msg.body);
+    }
+});
