@@ -85,3 +85,34 @@ def test_write_concern_j_false_acknowledges_before_the_fsync(client):
         durable.insert_one({"_id": i})
     assert journal_syncs(client) - before >= 10, "j:true (the default) waits for an fsync per write"
     assert fast.count_documents({}) == 59
+
+
+def test_validators(client):
+    db = client.test
+    db.create_collection("checked", validator={"qty": {"$gte": 0}, "name": {"$type": "string"}})
+    c = db.checked
+    c.insert_one({"_id": 1, "qty": 5, "name": "a"})
+    with pytest.raises(OperationFailure) as e:
+        c.insert_one({"_id": 2, "qty": -1, "name": "b"})
+    assert e.value.code == 121 and e.value.details["errmsg"] == "Document failed validation"
+    assert e.value.details["errInfo"]["failingDocumentId"] == 2
+    with pytest.raises(OperationFailure) as e:
+        c.update_one({"_id": 1}, {"$inc": {"qty": -10}})
+    assert e.value.code == 121
+    with pytest.raises(OperationFailure):
+        c.update_one({"_id": 3}, {"$set": {"qty": -1}}, upsert=True)
+    c.insert_one({"_id": 4, "qty": -4, "name": "ok"}, bypass_document_validation=True)
+    assert sorted(d["_id"] for d in c.find()) == [1, 4]
+    assert c.find_one({"_id": 1})["qty"] == 5, "a refused update changes nothing"
+    db.create_collection("moderate", validator={"qty": {"$gte": 0}}, validationLevel="moderate")
+    db.moderate.insert_one({"_id": 1, "qty": -1}, bypass_document_validation=True)
+    # Documents that already failed are not checked under "moderate".
+    assert db.moderate.update_one({"_id": 1}, {"$set": {"qty": -2}}).modified_count == 1
+    db.create_collection("warned", validator={"qty": {"$gte": 0}}, validationAction="warn")
+    db.warned.insert_one({"_id": 1, "qty": -1})
+    with pytest.raises(OperationFailure) as e:
+        db.create_collection("bad", validator={"qty": {"$frob": 0}})
+    assert e.value.code == 2
+    with pytest.raises(OperationFailure) as e:
+        db.create_collection("capped", capped=True, size=4096)
+    assert e.value.code == 72, "capped collections are refused, not ignored"

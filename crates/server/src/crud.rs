@@ -172,6 +172,7 @@ pub fn create(shared: &Shared, cmd: &Document) -> CommandResult {
     {
         return Err(CommandError::invalid_options(format!("collection option {k} is not supported yet")));
     }
+    Validator::of(&options)?;
     shared.catalog.create(&ns, options)?;
     Ok(doc! { "ok": 1.0 })
 }
@@ -369,6 +370,80 @@ fn filesystem_sizes(dir: &std::path::Path) -> (u64, u64) {
     (total - st.f_bfree as u64 * block, total)
 }
 
+/// A collection's document validator (`validator`, `validationLevel`,
+/// `validationAction`), checked on insert and update.
+pub(crate) struct Validator {
+    filter: Filter,
+    /// `moderate`: updates of documents that did not pass are not checked.
+    moderate: bool,
+    /// `warn`: log instead of refusing.
+    warn: bool,
+}
+
+impl Validator {
+    /// The validator of collection `options`, if it has one in force.
+    pub fn of(options: &Document) -> Result<Option<Validator>, CommandError> {
+        let level = options.get_str("validationLevel").unwrap_or("strict");
+        let action = options.get_str("validationAction").unwrap_or("error");
+        if !matches!(level, "off" | "strict" | "moderate") {
+            return Err(CommandError::bad_value(format!(
+                "Enumeration value '{level}' for field 'validationLevel' is not a valid value."
+            )));
+        }
+        if !matches!(action, "error" | "warn" | "errorAndLog") {
+            return Err(CommandError::bad_value(format!(
+                "Enumeration value '{action}' for field 'validationAction' is not a valid value."
+            )));
+        }
+        let spec = match options.get("validator") {
+            None => return Ok(None),
+            Some(Bson::Document(v)) => v,
+            Some(other) => {
+                return Err(CommandError::type_mismatch(format!(
+                    "BSON field 'create.validator' is the wrong type '{}', expected type 'object'",
+                    type_name(other)
+                )))
+            }
+        };
+        if spec.contains_key("$jsonSchema") {
+            return Err(CommandError::not_implemented("$jsonSchema validators are not supported yet"));
+        }
+        let filter = Filter::parse(spec)?;
+        if spec.is_empty() || level == "off" {
+            return Ok(None);
+        }
+        Ok(Some(Validator { filter, moderate: level == "moderate", warn: action == "warn" }))
+    }
+
+    /// Check `new` (replacing `old`, for an update); `bypass` is the
+    /// command's `bypassDocumentValidation`.
+    pub fn check(&self, new: &Document, old: Option<&Document>, bypass: bool) -> Result<(), CommandError> {
+        if bypass || self.filter.matches(new) || (self.moderate && old.is_some_and(|o| !self.filter.matches(o))) {
+            return Ok(());
+        }
+        if self.warn {
+            tracing::warn!(id = ?new.get("_id"), "Document would fail validation");
+            return Ok(());
+        }
+        let mut e = CommandError::document_validation_failure("Document failed validation");
+        e.extra = Some(Box::new(doc! {
+            "errInfo": { "failingDocumentId": new.get("_id").cloned().unwrap_or(Bson::Null) },
+        }));
+        Err(e)
+    }
+}
+
+/// The validator of the collection at `ns`, with the command's bypass flag.
+pub(crate) fn validator_of(
+    shared: &Shared,
+    ns: &Namespace,
+    cmd: &Document,
+) -> Result<Option<(Validator, bool)>, CommandError> {
+    let Some(c) = shared.catalog.get(ns) else { return Ok(None) };
+    let bypass = cmd.get_bool("bypassDocumentValidation").unwrap_or(false);
+    Ok(Validator::of(&c.options)?.map(|v| (v, bypass)))
+}
+
 pub fn insert(shared: &Shared, msg: &OpMsg) -> CommandResult {
     let cmd = &msg.body;
     let ns = namespace(cmd, "insert")?;
@@ -377,12 +452,16 @@ pub fn insert(shared: &Shared, msg: &OpMsg) -> CommandResult {
     let ordered = cmd.get_bool("ordered").unwrap_or(true);
     let ack = ack_of(cmd)?;
     let coll = shared.catalog.get_or_create(&ns)?;
+    let validator = validator_of(shared, &ns, cmd)?;
     let engine = shared.catalog.engine();
     Ok(write_reply(&docs, ordered, false, |d| {
         match d.get("_id") {
             Some(Bson::Array(_)) => return Err(CommandError::bad_value("can't use an array for _id")),
             Some(Bson::RegularExpression(_)) => return Err(CommandError::bad_value("can't use a regex for _id")),
             _ => {}
+        }
+        if let Some((v, bypass)) = &validator {
+            v.check(d, None, *bypass)?;
         }
         coll.insert(engine, d, ack)?;
         shared.opcounters.insert.fetch_add(1, Ordering::Relaxed);

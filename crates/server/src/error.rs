@@ -58,6 +58,7 @@ codes! {
     unsupported_op_query_command => 352, "UnsupportedOpQueryCommand";
     unknown_parameter => 40415, "Location40415";
     path_not_viable => 28, "PathNotViable";
+    document_validation_failure => 121, "DocumentValidationFailure";
     conflicting_update_operators => 40, "ConflictingUpdateOperators";
     max_time_ms_expired => 50, "MaxTimeMSExpired";
     dollar_prefixed_field_name => 52, "DollarPrefixedFieldName";

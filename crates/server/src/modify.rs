@@ -8,7 +8,8 @@
 //! on update, so a multi-update scan never meets a document twice.
 
 use crate::crud::{
-    ack_of, check_fields, filter_of, namespace, statements, type_name, write_reply, CommandResult, Outcome,
+    ack_of, check_fields, filter_of, namespace, statements, type_name, validator_of, write_reply, CommandResult,
+    Outcome, Validator,
 };
 use crate::error::CommandError;
 use crate::limits::*;
@@ -108,6 +109,17 @@ struct Change<'a> {
     filter: &'a Filter,
     update: &'a Update,
     ack: Ack,
+    /// The collection's validator and the command's bypass flag.
+    validator: Option<&'a (Validator, bool)>,
+}
+
+impl Change<'_> {
+    fn validate(&self, new: &Document, old: Option<&Document>) -> Result<(), CommandError> {
+        match self.validator {
+            Some((v, bypass)) => v.check(new, old, *bypass),
+            None => Ok(()),
+        }
+    }
 }
 
 /// Update the document at `rid` (last seen as `doc`, matched at `pos`):
@@ -120,7 +132,7 @@ fn update_document(
     (mut doc, mut pos): (Document, Option<usize>),
     change: &Change,
 ) -> Result<Option<(Document, Document, bool)>, CommandError> {
-    let Change { filter, update, ack } = *change;
+    let Change { filter, update, ack, .. } = *change;
     let engine = shared.catalog.engine();
     loop {
         let new = update.apply(&doc, pos, false)?;
@@ -128,6 +140,7 @@ fn update_document(
         if bson::to_vec(&new).ok() == bson::to_vec(&doc).ok() {
             return Ok(Some((doc, new, false)));
         }
+        change.validate(&new, Some(&doc))?;
         if coll.replace(engine, rid, &doc, &new, ack)? {
             return Ok(Some((doc, new, true)));
         }
@@ -143,14 +156,10 @@ fn update_document(
 }
 
 /// Insert an upsert's document; returns it (with its `_id`).
-fn upsert(
-    shared: &Shared,
-    ns: &Namespace,
-    query: &Document,
-    update: &Update,
-    ack: Ack,
-) -> Result<Document, CommandError> {
+fn upsert(shared: &Shared, ns: &Namespace, query: &Document, change: &Change) -> Result<Document, CommandError> {
+    let (update, ack) = (change.update, change.ack);
     let new = update.upsert_document(query)?;
+    change.validate(&new, None)?;
     match new.get("_id") {
         Some(Bson::Array(_)) => return Err(CommandError::with_code(53, "can't use an array for _id")),
         Some(Bson::RegularExpression(_)) => return Err(CommandError::with_code(53, "can't use a regex for _id")),
@@ -161,9 +170,16 @@ fn upsert(
     Ok(coll.insert(shared.catalog.engine(), &new, ack)?)
 }
 
-fn run_statement(shared: &Shared, ns: &Namespace, st: &Statement, ack: Ack) -> Result<Outcome, CommandError> {
+fn run_statement(
+    shared: &Shared,
+    ns: &Namespace,
+    cmd: &Document,
+    st: &Statement,
+    ack: Ack,
+) -> Result<Outcome, CommandError> {
     let mut out = Outcome::default();
-    let change = Change { filter: &st.filter, update: &st.update, ack };
+    let validator = validator_of(shared, ns, cmd)?;
+    let change = Change { filter: &st.filter, update: &st.update, ack, validator: validator.as_ref() };
     if let Some(coll) = shared.catalog.get(ns).filter(|_| !st.sort.is_empty()) {
         // A sorted single update: the first match in sort order.
         let none = Deadline::none();
@@ -194,7 +210,7 @@ fn run_statement(shared: &Shared, ns: &Namespace, st: &Statement, ack: Ack) -> R
         }
     }
     if out.n == 0 && st.upsert {
-        let new = upsert(shared, ns, &st.query, &st.update, ack)?;
+        let new = upsert(shared, ns, &st.query, &change)?;
         out.n = 1;
         out.upserted = new.get("_id").cloned();
     }
@@ -225,7 +241,7 @@ pub fn update(shared: &Shared, msg: &OpMsg) -> CommandResult {
     let ack = ack_of(cmd)?;
     Ok(write_reply(&specs, ordered, true, |spec| {
         shared.opcounters.update.fetch_add(1, Ordering::Relaxed);
-        run_statement(shared, &ns, &parse_statement(spec)?, ack)
+        run_statement(shared, &ns, cmd, &parse_statement(spec)?, ack)
     }))
 }
 
@@ -320,6 +336,7 @@ pub fn find_and_modify(shared: &Shared, cmd: &Document) -> CommandResult {
     check_hint(cmd)?;
     check_collation(cmd)?;
     let ack = ack_of(cmd)?;
+    let validator = validator_of(shared, &ns, cmd)?;
     let project = |d: &Document, pos: Option<usize>| -> Result<Bson, CommandError> {
         Ok(Bson::Document(match &fields {
             Some(p) => p.apply(d, pos)?,
@@ -339,9 +356,13 @@ pub fn find_and_modify(shared: &Shared, cmd: &Document) -> CommandResult {
                 }
                 Some(u) => {
                     shared.opcounters.update.fetch_add(1, Ordering::Relaxed);
-                    if let Some((old, new, _)) =
-                        update_document(shared, &coll, rid, (d, pos), &Change { filter: &filter, update: u, ack })?
-                    {
+                    if let Some((old, new, _)) = update_document(
+                        shared,
+                        &coll,
+                        rid,
+                        (d, pos),
+                        &Change { filter: &filter, update: u, ack, validator: validator.as_ref() },
+                    )? {
                         let value = if return_new { project(&new, pos)? } else { project(&old, pos)? };
                         return Ok(doc! {
                             "lastErrorObject": { "n": 1, "updatedExisting": true },
@@ -356,7 +377,8 @@ pub fn find_and_modify(shared: &Shared, cmd: &Document) -> CommandResult {
     match &update {
         Some(u) if upsert_wanted => {
             shared.opcounters.update.fetch_add(1, Ordering::Relaxed);
-            let new = upsert(shared, &ns, &query, u, ack)?;
+            let change = Change { filter: &filter, update: u, ack, validator: validator.as_ref() };
+            let new = upsert(shared, &ns, &query, &change)?;
             let id = new.get("_id").cloned().unwrap_or(Bson::Null);
             let value = if return_new { project(&new, None)? } else { Bson::Null };
             Ok(doc! {
