@@ -385,47 +385,43 @@ fn has_type(v: &Bson, codes: &[i32]) -> bool {
     codes.iter().any(|c| *c == code || (*c == -2 && matches!(code, 1 | 16 | 18 | 19)))
 }
 
-/// A `$bits*` argument as a little-endian mask of 64-bit words: a
-/// non-negative integer, an array of bit positions, or binary data.
+/// A `$bits*` argument as the positions of the bits it tests (from a
+/// non-negative integer, an array of positions, or binary data read
+/// little-endian).
 fn bit_mask(op: &str, arg: &Bson) -> Result<Vec<u64>, FilterError> {
-    let mut mask = Vec::new();
-    let mut set = |bit: u64| {
-        let word = (bit / 64) as usize;
-        if mask.len() <= word {
-            mask.resize(word + 1, 0);
-        }
-        mask[word] |= 1 << (bit % 64);
-    };
+    let mut positions = Vec::new();
     match arg {
         Bson::Binary(b) => {
             for (i, byte) in b.bytes.iter().enumerate() {
-                for j in 0..8 {
-                    if byte & (1 << j) != 0 {
-                        set(i as u64 * 8 + j);
-                    }
-                }
+                positions.extend((0..8).filter(|j| byte & (1 << j) != 0).map(|j| i as u64 * 8 + j));
             }
         }
         Bson::Array(items) => {
             for item in items {
+                let shown = format::element(item);
                 match number(item) {
-                    Some(Number::Int(i)) if i >= 0 => set(i as u64),
-                    Some(Number::Float(f)) if f >= 0.0 && f.fract() == 0.0 && f < 1e15 => set(f as u64),
-                    Some(_) => {
-                        return Err(bad_value(format!("bit positions must be >= 0 but got: {}", format::element(item))))
+                    Some(Number::Int(i)) if (0..=i64::from(i32::MAX)).contains(&i) => positions.push(i as u64),
+                    Some(Number::Float(f)) if f >= 0.0 && f.fract() == 0.0 && f <= f64::from(i32::MAX) => {
+                        positions.push(f as u64)
                     }
-                    None => {
+                    Some(Number::Int(i)) if i < 0 => {
+                        return Err(bad_value(format!("bit positions must be >= 0 but got: {shown}")))
+                    }
+                    Some(_) => {
                         return Err(bad_value(format!(
-                            "bit positions must be an integer but got: {}",
-                            format::element(item)
+                            "bit positions cannot be represented as a 32-bit signed integer: {shown}"
                         )))
                     }
+                    None => return Err(bad_value(format!("bit positions must be an integer but got: {shown}"))),
                 }
             }
         }
         other => match number(other) {
-            Some(Number::Int(i)) if i >= 0 => mask.push(i as u64),
-            Some(Number::Float(f)) if f >= 0.0 && f.fract() == 0.0 && f <= i64::MAX as f64 => mask.push(f as u64),
+            Some(Number::Int(i)) if i >= 0 => positions.extend((0..63).filter(|j| i & (1 << j) != 0)),
+            Some(Number::Float(f)) if f >= 0.0 && f.fract() == 0.0 && f < i64::MAX as f64 => {
+                let i = f as i64;
+                positions.extend((0..63).filter(|j| i & (1 << j) != 0))
+            }
             Some(Number::Int(_)) | Some(Number::Float(_)) => {
                 return Err(bad_value(format!(
                     "{op} cannot take a negative or non-integral number: {}",
@@ -440,17 +436,18 @@ fn bit_mask(op: &str, arg: &Bson) -> Result<Vec<u64>, FilterError> {
             }
         },
     }
-    Ok(mask)
+    positions.sort_unstable();
+    positions.dedup();
+    Ok(positions)
 }
 
-/// Does value `v` pass a `$bits*` test? Numbers must be integral (a
-/// negative number is in two's complement, its sign bit extended); binary
-/// data is little-endian.
-fn bits_match(v: &Bson, test: BitTest, mask: &[u64]) -> bool {
-    let word_of: Box<dyn Fn(usize) -> u64> = match v {
+/// Does value `v` pass a `$bits*` test of these bit positions? Numbers
+/// must be integral (a negative number is in two's complement, its sign
+/// bit extended); binary data is little-endian.
+fn bits_match(v: &Bson, test: BitTest, positions: &[u64]) -> bool {
+    let bit: Box<dyn Fn(u64) -> bool + '_> = match v {
         Bson::Binary(b) => {
-            let bytes = b.bytes.clone();
-            Box::new(move |w| (0..8).map(|j| u64::from(*bytes.get(w * 8 + j).unwrap_or(&0)) << (8 * j)).sum())
+            Box::new(move |p| b.bytes.get((p / 8) as usize).is_some_and(|byte| byte & (1 << (p % 8)) != 0))
         }
         other => {
             let n = match number(other) {
@@ -458,33 +455,14 @@ fn bits_match(v: &Bson, test: BitTest, mask: &[u64]) -> bool {
                 Some(Number::Float(f)) if f.fract() == 0.0 && f >= i64::MIN as f64 && f < i64::MAX as f64 => f as i64,
                 _ => return false,
             };
-            Box::new(move |w| {
-                if w == 0 {
-                    n as u64
-                } else if n < 0 {
-                    u64::MAX
-                } else {
-                    0
-                }
-            })
+            Box::new(move |p| if p < 64 { (n >> p) & 1 == 1 } else { n < 0 })
         }
     };
-    let mut all = true;
-    let mut any = false;
-    for (w, m) in mask.iter().enumerate() {
-        if *m == 0 {
-            continue;
-        }
-        let bits = match test {
-            BitTest::AllSet | BitTest::AnySet => word_of(w),
-            BitTest::AllClear | BitTest::AnyClear => !word_of(w),
-        };
-        all &= bits & m == *m;
-        any |= bits & m != 0;
-    }
+    let want_set = matches!(test, BitTest::AllSet | BitTest::AnySet);
+    let mut hits = positions.iter().map(|p| bit(*p) == want_set);
     match test {
-        BitTest::AllSet | BitTest::AllClear => all,
-        BitTest::AnySet | BitTest::AnyClear => any,
+        BitTest::AllSet | BitTest::AllClear => hits.all(|h| h),
+        BitTest::AnySet | BitTest::AnyClear => hits.any(|h| h),
     }
 }
 
@@ -844,6 +822,9 @@ mod tests {
         assert!(m(doc! { "a": { "$bitsAnyClear": [63] } }, doc! { "a": 1 }));
         assert!(!m(doc! { "a": { "$bitsAnyClear": [63] } }, doc! { "a": -1 }), "sign extends");
         assert!(Filter::parse(&doc! { "a": { "$bitsAllSet": -1 } }).is_err());
+        // Found by the fuzzer: a huge bit position once sized a dense mask.
+        assert!(Filter::parse(&doc! { "a": { "$bitsAllSet": [1i64 << 57] } }).is_err());
+        assert!(m(doc! { "a": { "$bitsAllSet": [1_000_000] } }, doc! { "a": -1 }), "sign bits extend forever");
         let e = Filter::parse(&doc! { "$where": "true" }).unwrap_err();
         assert_eq!((e.code, e.message.as_str()), (2, "no globalScriptEngine in $where parsing"));
     }
