@@ -197,6 +197,23 @@ def test_concurrent_increments_are_not_lost(server):
         assert c.test.counter.find_one({"_id": 1})["n"] == 400
 
 
+def test_concurrent_upserts_of_one_id_all_count(server):
+    """Losing an upsert race on the same _id turns into an update."""
+
+    def work():
+        with server.client() as c:
+            for _ in range(50):
+                c.test.race.update_one({"_id": "k"}, {"$inc": {"n": 1}}, upsert=True)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    with server.client() as c:
+        assert c.test.race.find_one({"_id": "k"})["n"] == 200
+
+
 def test_find_and_modify(client):
     c = client.test.fam
     c.insert_many([{"_id": i, "pri": i % 4, "state": "new"} for i in range(8)])

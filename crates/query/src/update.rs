@@ -396,6 +396,11 @@ fn check_path(path: &str, filters: &ArrayFilters, used: &mut Vec<String>) -> Res
                 format!("The update path '{path}' contains an empty field name, which is not allowed."),
             ));
         }
+        if i == 0 && (part == "$" || part.starts_with("$[")) {
+            return Err(bad_value(format!(
+                "Cannot have positional (i.e. '$') element in the first position in path '{path}'"
+            )));
+        }
         if part == "$" {
             positional += 1;
             if positional > 1 {
@@ -1353,6 +1358,8 @@ mod tests {
         let e = p(doc! { "$set": 1 });
         assert_eq!(e.message, "Modifiers operate on fields but we found type int instead. For example: {$mod: {<field>: ...}} not {$set: 1}");
         assert_eq!(p(doc! { "$set": { "a..b": 1 } }).code, 56);
+        assert_eq!(p(doc! { "$set": { "$": 1 } }).code, 2);
+        assert_eq!(p(doc! { "$set": { "$[]": 1 } }).code, 2);
         assert_eq!(p(doc! { "$set": { "a": 1 }, "b": 1 }).code, 9);
     }
 

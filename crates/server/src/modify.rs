@@ -23,6 +23,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// One parsed update statement.
+#[derive(Clone)]
 struct Statement {
     query: Document,
     filter: Filter,
@@ -31,6 +32,8 @@ struct Statement {
     upsert: bool,
     /// Which document a single update picks (MongoDB 8.0's `sort`).
     sort: Sort,
+    /// Already retried after losing an upsert race.
+    retried: bool,
 }
 
 fn parse_update_field(v: Option<&Bson>, array_filters: &[Document], cmd: &str) -> Result<Update, CommandError> {
@@ -89,7 +92,8 @@ fn parse_statement(spec: &Document) -> Result<Statement, CommandError> {
             )))
         }
     };
-    Ok(Statement { query, filter, update, multi, upsert: spec.get_bool("upsert").unwrap_or(false), sort })
+    let upsert = spec.get_bool("upsert").unwrap_or(false);
+    Ok(Statement { query, filter, update, multi, upsert, sort, retried: false })
 }
 
 /// The update result must still be a storable document.
@@ -210,9 +214,18 @@ fn run_statement(
         }
     }
     if out.n == 0 && st.upsert {
-        let new = upsert(shared, ns, &st.query, &change)?;
-        out.n = 1;
-        out.upserted = new.get("_id").cloned();
+        match upsert(shared, ns, &st.query, &change) {
+            Ok(new) => {
+                out.n = 1;
+                out.upserted = new.get("_id").cloned();
+            }
+            // A concurrent upsert inserted the same `_id` first: the
+            // statement now matches it, so update it (as mongod retries).
+            Err(e) if e.code == 11000 && Filter::id_equality(&st.query).is_some() && !st.retried => {
+                return run_statement(shared, ns, cmd, &Statement { retried: true, ..st.clone() }, ack);
+            }
+            Err(e) => return Err(e),
+        }
     }
     Ok(out)
 }
