@@ -53,4 +53,11 @@ cargo run --release --quiet -p arbordb -- bench smallbank --customers 500 --hots
 python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert len(r['runs']) == 4; print('smallbank smoke:', [round(x, 2) for x in r['serializable_over_si_throughput'].values()])" "$out/smallbank.json"
 rm -rf "$out"
 
+echo "== YCSB smoke run (ArborDB through the mongodb driver; the full run with PostgreSQL is in README)"
+out=$(mktemp -d)
+cargo run --release --quiet -p arbordb -- bench ycsb --records 2000 --seconds 1 --threads 4 --skip-peer \
+  --dir "$out" --out "$out/ycsb.json" >/dev/null
+python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert len(r['results']) == 2 and all(x['ops'] > 0 for x in r['results']); print('ycsb smoke:', [round(x['ops_per_sec']) for x in r['results']])" "$out/ycsb.json"
+rm -rf "$out"
+
 echo "== all tests passed"

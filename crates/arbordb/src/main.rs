@@ -10,6 +10,12 @@ mod serve;
 mod tools;
 
 use clap::{Parser, Subcommand};
+
+/// mimalloc: the server allocates and frees many small BSON values per
+/// request from many threads; glibc's malloc spent 30% of the server's CPU
+/// on that in the YCSB profile (`bench/results/ycsb.json` notes).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]

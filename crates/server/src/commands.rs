@@ -89,6 +89,35 @@ pub fn run_query(shared: &Shared, conn: &Conn, query: &Document) -> Document {
     reply
 }
 
+/// Commands that never wait for a journal fsync or hold a lock for long,
+/// so the connection's task runs them itself instead of on the blocking
+/// pool.
+pub fn runs_inline(name: &str) -> bool {
+    matches!(
+        name,
+        "find"
+            | "getMore"
+            | "count"
+            | "distinct"
+            | "killCursors"
+            | "hello"
+            | "isMaster"
+            | "ismaster"
+            | "ping"
+            | "buildInfo"
+            | "buildinfo"
+            | "listCollections"
+            | "listDatabases"
+            | "serverStatus"
+            | "endSessions"
+            | "whatsmyuri"
+            | "connectionStatus"
+            | "getParameter"
+            | "listCommands"
+            | "getCmdLineOpts"
+    )
+}
+
 fn dispatch(shared: &Shared, conn: &Conn, name: &str, msg: &OpMsg) -> CommandResult {
     let cmd = &msg.body;
     match name {

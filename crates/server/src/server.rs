@@ -219,13 +219,21 @@ async fn serve_connection(shared: &Arc<Shared>, conn: &Conn, stream: &mut TcpStr
         }
         let reply = match wire::parse(&header, &body) {
             Ok(Request::Msg(msg)) => {
-                // Commands may wait on the engine (fsync): off the async workers.
-                let (s, c) = (shared.clone(), conn.clone());
                 let more_to_come = msg.flags & wire::MORE_TO_COME != 0;
-                let reply =
-                    tokio::task::spawn_blocking(move || commands::run(&s, &c, &msg)).await.unwrap_or_else(|_| {
-                        crate::error::CommandError::internal_error("the command panicked").to_document()
-                    });
+                let panicked = || crate::error::CommandError::internal_error("the command panicked").to_document();
+                let name = msg.body.keys().next().map(String::as_str).unwrap_or("");
+                let reply = if commands::runs_inline(name) {
+                    // Reads answer from memory or a short page read: running
+                    // them here saves two thread handoffs per request.
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| commands::run(shared, conn, &msg)))
+                        .unwrap_or_else(|_| panicked())
+                } else {
+                    // Writes wait for the journal fsync: off the async workers.
+                    let (s, c) = (shared.clone(), conn.clone());
+                    tokio::task::spawn_blocking(move || commands::run(&s, &c, &msg))
+                        .await
+                        .unwrap_or_else(|_| panicked())
+                };
                 if more_to_come {
                     continue;
                 }

@@ -25,6 +25,7 @@ mod redb_peer;
 mod report;
 mod smallbank;
 mod workload;
+mod ycsb;
 
 use clap::{Args, Subcommand, ValueEnum};
 use std::path::{Path, PathBuf};
@@ -130,6 +131,8 @@ enum BenchTarget {
     Engine(EngineBenchArgs),
     /// SmallBank (W5) at engine level: snapshot isolation vs serializable.
     Smallbank(smallbank::SmallBankArgs),
+    /// YCSB A and C (W2) through the network: ArborDB vs PostgreSQL.
+    Ycsb(ycsb::YcsbArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -177,6 +180,7 @@ pub fn run(args: BenchArgs) -> BenchResult<()> {
     match args.target {
         BenchTarget::Engine(a) => run_engine_bench(a),
         BenchTarget::Smallbank(a) => smallbank::run(a),
+        BenchTarget::Ycsb(a) => ycsb::run(a),
     }
 }
 

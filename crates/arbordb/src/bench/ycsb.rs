@@ -1,0 +1,470 @@
+//! `arbordb bench ycsb`: workload W2, YCSB A (50% read, 50% update) and C
+//! (read only) through the network, ArborDB against PostgreSQL in one run.
+//!
+//! - ArborDB: the harness starts `arbordb serve` (this executable) on a
+//!   fresh data directory and a free port, and drives it with the official
+//!   Rust `mongodb` driver: reads are `find_one({_id})`, updates
+//!   `update_one({_id}, {$set: {fieldN: <100 bytes>}})`.
+//! - PostgreSQL: started by `../shared/tools/postgres-local` (Debian
+//!   packages, loopback), driven by `tokio-postgres`: table
+//!   `usertable(ycsb_key text primary key, doc jsonb)`, prepared
+//!   `SELECT doc ... WHERE ycsb_key = $1` and
+//!   `UPDATE ... SET doc = jsonb_set(doc, $2, $3)`.
+//!
+//! Both acknowledge a write only once it is durable (ArborDB: journal
+//! fsync with group commit, the default; PostgreSQL: `synchronous_commit =
+//! on`, `fsync = on`, the defaults). Records are YCSB's: `user<hash>` keys,
+//! 10 fields of 100 bytes; keys are chosen by YCSB's scrambled zipfian
+//! (theta 0.99). The systems run one after the other, never together, with
+//! the same client task count, key sequence seeds and durations.
+
+use super::{measure, report, BenchResult};
+use clap::Args;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use serde_json::json;
+use std::future::Future;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Args, Debug, Clone)]
+pub struct YcsbArgs {
+    /// Records loaded into each system.
+    #[arg(long, default_value_t = 1_000_000)]
+    records: u64,
+    /// Client tasks (each with its own connection for PostgreSQL).
+    #[arg(long, default_value_t = 8)]
+    threads: usize,
+    /// Seconds per workload and system.
+    #[arg(long, default_value_t = 30)]
+    seconds: u64,
+    /// Workloads to run, comma separated (a: 50/50 read/update, c: read only).
+    #[arg(long, value_delimiter = ',', default_value = "a,c")]
+    workloads: Vec<String>,
+    /// Run ArborDB only (no PostgreSQL peer).
+    #[arg(long)]
+    skip_peer: bool,
+    /// The script that starts and stops the PostgreSQL peer.
+    #[arg(long, default_value = "../shared/tools/postgres-local")]
+    postgres_local: PathBuf,
+    /// Where to write the JSON (default bench/results/ycsb.json).
+    #[arg(long, default_value = "bench/results/ycsb.json")]
+    out: PathBuf,
+    /// Parent of ArborDB's data directory (a fresh temporary directory is
+    /// made inside it and removed at the end).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+const FIELDS: usize = 10;
+const FIELD_BYTES: usize = 100;
+const LOAD_BATCH: u64 = 1000;
+const LOAD_TASKS: u64 = 4;
+
+/// FNV-1a over the key number's bytes, as YCSB hashes key numbers.
+fn fnv64(n: u64) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in n.to_le_bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+fn key(n: u64) -> String {
+    format!("user{}", fnv64(n))
+}
+
+fn field_value(rng: &mut SmallRng) -> String {
+    (0..FIELD_BYTES).map(|_| char::from(b'a' + rng.gen_range(0..26u8))).collect()
+}
+
+/// YCSB's zipfian generator (Gray et al., "Quickly generating
+/// billion-record synthetic databases"), scrambled by hashing the rank.
+struct Zipf {
+    items: u64,
+    theta: f64,
+    alpha: f64,
+    zetan: f64,
+    eta: f64,
+}
+
+impl Zipf {
+    fn new(items: u64) -> Zipf {
+        let theta = 0.99;
+        let zeta = |n: u64| (1..=n).map(|i| 1.0 / (i as f64).powf(theta)).sum::<f64>();
+        let zetan = zeta(items);
+        let zeta2 = zeta(2);
+        let alpha = 1.0 / (1.0 - theta);
+        let eta = (1.0 - (2.0 / items as f64).powf(1.0 - theta)) / (1.0 - zeta2 / zetan);
+        Zipf { items, theta, alpha, zetan, eta }
+    }
+
+    /// A key number in `0..items`, popular ranks spread over the key space.
+    fn next(&self, rng: &mut SmallRng) -> u64 {
+        let u: f64 = rng.gen();
+        let uz = u * self.zetan;
+        let rank = if uz < 1.0 {
+            0
+        } else if uz < 1.0 + 0.5f64.powf(self.theta) {
+            1
+        } else {
+            ((self.items as f64) * (self.eta * u - self.eta + 1.0).powf(self.alpha)) as u64
+        };
+        fnv64(rank.min(self.items - 1)) % self.items
+    }
+}
+
+/// One system under test.
+trait Store: Send + Sync + 'static {
+    fn load(&self, first: u64, count: u64, rng: &mut SmallRng) -> impl Future<Output = BenchResult<()>> + Send;
+    fn read(&self, task: usize, key: &str) -> impl Future<Output = BenchResult<()>> + Send;
+    fn update(
+        &self,
+        task: usize,
+        key: &str,
+        field: usize,
+        value: String,
+    ) -> impl Future<Output = BenchResult<()>> + Send;
+}
+
+struct Arbor {
+    coll: mongodb::Collection<mongodb::bson::Document>,
+}
+
+impl Store for Arbor {
+    async fn load(&self, first: u64, count: u64, rng: &mut SmallRng) -> BenchResult<()> {
+        let docs: Vec<_> = (first..first + count)
+            .map(|n| {
+                let mut d = mongodb::bson::doc! { "_id": key(n) };
+                for f in 0..FIELDS {
+                    d.insert(format!("field{f}"), field_value(rng));
+                }
+                d
+            })
+            .collect();
+        self.coll.insert_many(docs).ordered(false).await?;
+        Ok(())
+    }
+
+    async fn read(&self, _task: usize, key: &str) -> BenchResult<()> {
+        let found = self.coll.find_one(mongodb::bson::doc! { "_id": key }).await?;
+        if found.is_none() {
+            return Err(format!("ArborDB: record {key} not found").into());
+        }
+        Ok(())
+    }
+
+    async fn update(&self, _task: usize, key: &str, field: usize, value: String) -> BenchResult<()> {
+        let r = self
+            .coll
+            .update_one(
+                mongodb::bson::doc! { "_id": key },
+                mongodb::bson::doc! { "$set": { format!("field{field}"): value } },
+            )
+            .await?;
+        if r.matched_count != 1 {
+            return Err(format!("ArborDB: update of {key} matched {}", r.matched_count).into());
+        }
+        Ok(())
+    }
+}
+
+struct Postgres {
+    /// One connection per client task, with its prepared statements.
+    conns: Vec<(tokio_postgres::Client, tokio_postgres::Statement, tokio_postgres::Statement)>,
+}
+
+impl Store for Postgres {
+    async fn load(&self, first: u64, count: u64, rng: &mut SmallRng) -> BenchResult<()> {
+        let (client, _, _) = &self.conns[(first / LOAD_BATCH) as usize % self.conns.len()];
+        let mut sql = String::from("INSERT INTO usertable (ycsb_key, doc) VALUES ");
+        let mut params: Vec<String> = Vec::new();
+        for (i, n) in (first..first + count).enumerate() {
+            let mut doc = serde_json::Map::new();
+            for f in 0..FIELDS {
+                doc.insert(format!("field{f}"), serde_json::Value::String(field_value(rng)));
+            }
+            params.push(key(n));
+            params.push(serde_json::Value::Object(doc).to_string());
+            if i > 0 {
+                sql.push(',');
+            }
+            sql.push_str(&format!("(${}, ${}::text::jsonb)", 2 * i + 1, 2 * i + 2));
+        }
+        let refs: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
+            params.iter().map(|p| p as &(dyn tokio_postgres::types::ToSql + Sync)).collect();
+        client.execute(sql.as_str(), &refs).await?;
+        Ok(())
+    }
+
+    async fn read(&self, task: usize, key: &str) -> BenchResult<()> {
+        let (client, select, _) = &self.conns[task];
+        if client.query_opt(select, &[&key]).await?.is_none() {
+            return Err(format!("PostgreSQL: record {key} not found").into());
+        }
+        Ok(())
+    }
+
+    async fn update(&self, task: usize, key: &str, field: usize, value: String) -> BenchResult<()> {
+        let (client, _, update) = &self.conns[task];
+        let path = vec![format!("field{field}")];
+        let n = client.execute(update, &[&key, &path, &serde_json::Value::String(value).to_string()]).await?;
+        if n != 1 {
+            return Err(format!("PostgreSQL: update of {key} touched {n} rows").into());
+        }
+        Ok(())
+    }
+}
+
+/// Load `records` with a few concurrent tasks, printing progress.
+async fn load<S: Store>(name: &str, store: &Arc<S>, records: u64, seed: u64) -> BenchResult<f64> {
+    let start = Instant::now();
+    let done = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for t in 0..LOAD_TASKS {
+        let (store, done) = (store.clone(), done.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut rng = SmallRng::seed_from_u64(seed ^ (t + 1));
+            let mut first = t * LOAD_BATCH;
+            while first < records {
+                let count = LOAD_BATCH.min(records - first);
+                store.load(first, count, &mut rng).await?;
+                done.fetch_add(count, std::sync::atomic::Ordering::Relaxed);
+                first += LOAD_TASKS * LOAD_BATCH;
+            }
+            Ok::<(), super::BenchError>(())
+        }));
+    }
+    let mut last = Instant::now();
+    while !tasks.iter().all(|t| t.is_finished()) {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        if last.elapsed() >= Duration::from_secs(5) {
+            let n = done.load(std::sync::atomic::Ordering::Relaxed);
+            eprintln!("  {name} load: {n}/{records} records, {:.0} s", start.elapsed().as_secs_f64());
+            last = Instant::now();
+        }
+    }
+    for t in tasks {
+        t.await??;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    eprintln!("  {name} load: {records} records in {secs:.1} s");
+    Ok(secs)
+}
+
+/// Run one workload for `seconds` with `threads` tasks; returns the
+/// operation count and every latency in microseconds.
+async fn run_workload<S: Store>(
+    name: &str,
+    store: &Arc<S>,
+    a: &YcsbArgs,
+    update_percent: u32,
+) -> BenchResult<(u64, Vec<u32>, f64)> {
+    let zipf = Arc::new(Zipf::new(a.records));
+    let deadline = Instant::now() + Duration::from_secs(a.seconds);
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for t in 0..a.threads {
+        let (store, zipf) = (store.clone(), zipf.clone());
+        let seed = a.seed.wrapping_mul(1000) + t as u64;
+        tasks.push(tokio::spawn(async move {
+            let mut rng = SmallRng::seed_from_u64(seed);
+            let mut latencies = Vec::new();
+            while Instant::now() < deadline {
+                let k = key(zipf.next(&mut rng));
+                let began = Instant::now();
+                if rng.gen_range(0..100) < update_percent {
+                    let (field, value) = (rng.gen_range(0..FIELDS), field_value(&mut rng));
+                    store.update(t, &k, field, value).await?;
+                } else {
+                    store.read(t, &k).await?;
+                }
+                latencies.push(began.elapsed().as_micros().min(u128::from(u32::MAX)) as u32);
+            }
+            Ok::<Vec<u32>, super::BenchError>(latencies)
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await??);
+    }
+    let secs = start.elapsed().as_secs_f64();
+    eprintln!("  {name}: {} ops in {secs:.1} s", all.len());
+    Ok((all.len() as u64, all, secs))
+}
+
+fn percentile(sorted: &[u32], p: f64) -> u32 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn free_port() -> BenchResult<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// The ArborDB server process, stopped (SIGTERM, clean checkpoint) on drop.
+struct ServerProcess(Child);
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        // SAFETY: sending a signal to our own child.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let _ = self.0.wait();
+    }
+}
+
+/// The PostgreSQL peer, stopped and removed on drop.
+struct PeerProcess(PathBuf);
+
+impl Drop for PeerProcess {
+    fn drop(&mut self) {
+        let _ = Command::new(&self.0).arg("stop").status();
+    }
+}
+
+async fn wait_listening(port: u16) -> BenchResult<()> {
+    for _ in 0..200 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Err(format!("nothing listening on port {port}").into())
+}
+
+/// Load, then run every workload, on one system; rows for the report.
+async fn bench_system<S: Store>(name: &str, store: Arc<S>, a: &YcsbArgs) -> BenchResult<Vec<serde_json::Value>> {
+    let load_secs = load(name, &store, a.records, a.seed).await?;
+    let mut rows = Vec::new();
+    for w in &a.workloads {
+        let update_percent = match w.as_str() {
+            "a" => 50,
+            "c" => 0,
+            other => return Err(format!("unknown workload {other:?} (a or c)").into()),
+        };
+        let (ops, mut lat, secs) = run_workload(&format!("{name} workload {w}"), &store, a, update_percent).await?;
+        lat.sort_unstable();
+        rows.push(json!({
+            "system": name,
+            "workload": w,
+            "ops": ops,
+            "seconds": secs,
+            "ops_per_sec": ops as f64 / secs,
+            "p50_us": percentile(&lat, 0.50),
+            "p99_us": percentile(&lat, 0.99),
+            "p999_us": percentile(&lat, 0.999),
+            "load_seconds": load_secs,
+            "load_records_per_sec": a.records as f64 / load_secs,
+        }));
+    }
+    Ok(rows)
+}
+
+async fn run_async(a: YcsbArgs) -> BenchResult<()> {
+    let mut rows = Vec::new();
+    // ArborDB.
+    {
+        let parent = a.dir.clone().unwrap_or_else(std::env::temp_dir);
+        let dir = tempfile::Builder::new().prefix("arbordb-ycsb-").tempdir_in(parent)?;
+        let port = free_port()?;
+        let server = ServerProcess(
+            Command::new(std::env::current_exe()?)
+                .args(["serve", "--dbpath"])
+                .arg(dir.path().join("db"))
+                .args(["--port", &port.to_string()])
+                .stderr(Stdio::null())
+                .spawn()?,
+        );
+        wait_listening(port).await?;
+        let uri = format!("mongodb://127.0.0.1:{port}/?directConnection=true&maxPoolSize={}", a.threads + 8);
+        let client = mongodb::Client::with_uri_str(&uri).await?;
+        let coll = client.database("ycsb").collection("usertable");
+        rows.extend(bench_system("arbordb", Arc::new(Arbor { coll }), &a).await?);
+        drop(client);
+        drop(server);
+    }
+    // PostgreSQL.
+    if !a.skip_peer {
+        let out = Command::new(&a.postgres_local).arg("start").output().map_err(|e| {
+            format!("cannot run {} (use --skip-peer to run ArborDB alone): {e}", a.postgres_local.display())
+        })?;
+        if !out.status.success() {
+            return Err(format!("postgres-local start failed: {}", String::from_utf8_lossy(&out.stderr)).into());
+        }
+        let _peer = PeerProcess(a.postgres_local.clone());
+        let url = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let mut conns = Vec::new();
+        for i in 0..a.threads.max(LOAD_TASKS as usize) {
+            let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
+            tokio::spawn(connection);
+            if i == 0 {
+                client.batch_execute("CREATE TABLE usertable (ycsb_key text PRIMARY KEY, doc jsonb NOT NULL)").await?;
+            }
+            let select = client.prepare("SELECT doc FROM usertable WHERE ycsb_key = $1").await?;
+            let update = client
+                .prepare("UPDATE usertable SET doc = jsonb_set(doc, $2::text[], $3::text::jsonb) WHERE ycsb_key = $1")
+                .await?;
+            conns.push((client, select, update));
+        }
+        rows.extend(bench_system("postgresql", Arc::new(Postgres { conns }), &a).await?);
+    }
+    let mut ratios = serde_json::Map::new();
+    for w in &a.workloads {
+        let rate = |sys: &str| {
+            rows.iter()
+                .find(|r| r["system"] == sys && r["workload"] == w.as_str())
+                .and_then(|r| r["ops_per_sec"].as_f64())
+        };
+        if let (Some(x), Some(y)) = (rate("arbordb"), rate("postgresql")) {
+            ratios.insert(w.clone(), json!(x / y));
+        }
+    }
+    println!(
+        "{:<11} {:>8} {:>12} {:>9} {:>9} {:>9} {:>10}",
+        "system", "workload", "ops/s", "p50 us", "p99 us", "p99.9 us", "load s"
+    );
+    for r in &rows {
+        println!(
+            "{:<11} {:>8} {:>12.0} {:>9} {:>9} {:>9} {:>10.1}",
+            r["system"].as_str().unwrap_or(""),
+            r["workload"].as_str().unwrap_or(""),
+            r["ops_per_sec"].as_f64().unwrap_or(0.0),
+            r["p50_us"],
+            r["p99_us"],
+            r["p999_us"],
+            r["load_seconds"].as_f64().unwrap_or(0.0)
+        );
+    }
+    for (w, r) in &ratios {
+        println!("workload {w}: ArborDB / PostgreSQL throughput = {:.2}x", r.as_f64().unwrap_or(0.0));
+    }
+    let doc = json!({
+        "benchmark": "ycsb (W2)",
+        "time": measure::utc_timestamp_compact(),
+        "records": a.records,
+        "fields": FIELDS,
+        "field_bytes": FIELD_BYTES,
+        "client_tasks": a.threads,
+        "seconds_per_workload": a.seconds,
+        "key_distribution": "scrambled zipfian, theta 0.99",
+        "durability": "ArborDB: journal fsync per acknowledged write (group commit); PostgreSQL: synchronous_commit=on, fsync=on",
+        "machine_cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "results": rows,
+        "arbordb_over_postgresql_throughput": ratios,
+    });
+    report::write_json(&a.out, &doc)?;
+    eprintln!("wrote {}", a.out.display());
+    Ok(())
+}
+
+pub fn run(a: YcsbArgs) -> BenchResult<()> {
+    tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(run_async(a))
+}
