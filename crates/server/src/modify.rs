@@ -8,8 +8,8 @@
 //! on update, so a multi-update scan never meets a document twice.
 
 use crate::crud::{
-    ack_of, check_fields, filter_of, namespace, statements, type_name, validator_of, write_reply, CommandResult,
-    Outcome, Validator,
+    ack_of, acknowledge, check_fields, filter_of, namespace, statements, type_name, validator_of, write_reply,
+    CommandResult, Outcome, Validator, STATEMENT_ACK,
 };
 use crate::error::CommandError;
 use crate::limits::*;
@@ -252,10 +252,11 @@ pub fn update(shared: &Shared, msg: &OpMsg) -> CommandResult {
     }
     let ordered = cmd.get_bool("ordered").unwrap_or(true);
     let ack = ack_of(cmd)?;
-    Ok(write_reply(&specs, ordered, true, |spec| {
+    let reply = write_reply(&specs, ordered, true, |spec| {
         shared.opcounters.update.fetch_add(1, Ordering::Relaxed);
-        run_statement(shared, &ns, cmd, &parse_statement(spec)?, ack)
-    }))
+        run_statement(shared, &ns, cmd, &parse_statement(spec)?, STATEMENT_ACK)
+    });
+    acknowledge(shared, ack, reply)
 }
 
 /// The first match in sort order (or record order without a sort).
