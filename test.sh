@@ -22,7 +22,7 @@ echo "== unit, model, crash, fault and concurrency tests"
 cargo test --workspace --quiet
 
 echo "== driver tests: the real server through pymongo (tests/python)"
-python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore pymongo pytest python-snappy zstandard
+python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore pymongo pytest python-snappy zstandard 'backports.zstd; python_version < "3.14"'
 cargo build --release --quiet -p arbordb
 python3 -m pytest -q tests/python
 

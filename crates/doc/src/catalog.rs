@@ -24,7 +24,7 @@ use bson::{doc, oid::ObjectId, Bson, Document};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
-use storage::{Engine, StorageError, Table, TableConfig, TxnOptions};
+use storage::{Bytes, Engine, StorageError, Table, TableConfig, TxnOptions};
 
 const CATALOG: &str = "_catalog";
 
@@ -393,6 +393,15 @@ impl Collection {
 
     /// The document with this `_id` and its record id, if any.
     pub fn find_rid_by_id(&self, engine: &Engine, id: &Bson) -> Result<Option<(u64, Document)>, DocError> {
+        match self.find_raw_by_id(engine, id)? {
+            Some((rid, bytes)) => Ok(Some((rid, decode(&bytes)?))),
+            None => Ok(None),
+        }
+    }
+
+    /// The stored BSON bytes of the document with this `_id` and its record
+    /// id, if any: a point read that never builds a `Document`.
+    pub fn find_raw_by_id(&self, engine: &Engine, id: &Bson) -> Result<Option<(u64, Bytes)>, DocError> {
         let key = match keystring::encode(id) {
             Ok(k) => k,
             Err(_) => return Ok(None),
@@ -400,7 +409,7 @@ impl Collection {
         let Some(rid) = engine.get(&self.id_index, &key)? else { return Ok(None) };
         let rid = record_id(&rid)?;
         match engine.get(&self.records, &rid.to_be_bytes())? {
-            Some(bytes) => Ok(Some((rid, decode(&bytes)?))),
+            Some(bytes) => Ok(Some((rid, bytes))),
             None => Err(DocError::Corrupt(format!("_id index names a missing record in {}", self.ns))),
         }
     }

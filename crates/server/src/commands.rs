@@ -177,15 +177,24 @@ fn cluster_time() -> Timestamp {
 }
 
 fn add_cluster_time(reply: &mut Document) {
+    for (key, value) in cluster_time_fields() {
+        reply.insert(key, value);
+    }
+}
+
+/// `$clusterTime` and `operationTime`, which every reply carries.
+pub(crate) fn cluster_time_fields() -> [(&'static str, Bson); 2] {
     let ts = cluster_time();
-    reply.insert(
-        "$clusterTime",
-        doc! {
-            "clusterTime": ts,
-            "signature": { "hash": Binary { subtype: BinarySubtype::Generic, bytes: vec![0; 20] }, "keyId": 0i64 },
-        },
-    );
-    reply.insert("operationTime", ts);
+    [
+        (
+            "$clusterTime",
+            Bson::Document(doc! {
+                "clusterTime": ts,
+                "signature": { "hash": Binary { subtype: BinarySubtype::Generic, bytes: vec![0; 20] }, "keyId": 0i64 },
+            }),
+        ),
+        ("operationTime", Bson::Timestamp(ts)),
+    ]
 }
 
 fn hello(shared: &Shared, conn: &Conn, legacy: bool) -> CommandResult {
@@ -302,6 +311,8 @@ fn server_status(shared: &Shared) -> Document {
     let s = shared.catalog.engine().stats();
     let c = &shared.opcounters;
     let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed) as i64;
+    let mut ours = stats_document(&s);
+    ours.insert("pointReadsFastPath", load(&c.point_reads));
     doc! {
         "host": hostname(),
         "version": VERSION,
@@ -322,7 +333,7 @@ fn server_status(shared: &Shared) -> Document {
         "network": network(shared),
         "metrics": { "operation": { "writeConflicts": s.write_conflicts as i64 } },
         "storageEngine": { "name": "arbordb", "supportsCommittedReads": true, "persistent": true },
-        "arbordb": stats_document(&s),
+        "arbordb": ours,
         "ok": 1.0,
     }
 }

@@ -11,6 +11,7 @@ pub mod crud;
 pub mod error;
 pub mod limits;
 pub mod modify;
+pub mod point;
 pub mod read;
 pub mod server;
 pub mod wire;

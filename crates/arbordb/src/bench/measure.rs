@@ -166,12 +166,30 @@ pub fn rss_bytes() -> Option<u64> {
 /// CPU time (user + system) this process has used so far, from
 /// /proc/self/stat (in USER_HZ ticks, 100 per second on Linux).
 pub fn cpu_seconds() -> Option<f64> {
-    let s = std::fs::read_to_string("/proc/self/stat").ok()?;
+    process_cpu_seconds("self")
+}
+
+/// CPU time (user + system, all threads) process `pid` ("self" or a
+/// number) has used so far.
+pub fn process_cpu_seconds(pid: &str) -> Option<f64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Fields after the command name (which may hold spaces) start at field 3.
     let rest = &s[s.rfind(')')? + 2..];
     let f: Vec<&str> = rest.split_whitespace().collect();
     let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
     Some(ticks as f64 / 100.0)
+}
+
+/// CPU time used so far by every live process whose command name is
+/// `comm` (e.g. all of PostgreSQL's backends and helpers).
+pub fn command_cpu_seconds(comm: &str) -> f64 {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return 0.0 };
+    dir.filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|pid| pid.bytes().all(|b| b.is_ascii_digit()))
+        .filter(|pid| std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == comm))
+        .filter_map(|pid| process_cpu_seconds(&pid))
+        .sum()
 }
 
 /// The machine's CPU time so far from /proc/stat, in ticks: (all, stolen by

@@ -131,10 +131,13 @@ trait Store: Send + Sync + 'static {
         field: usize,
         value: String,
     ) -> impl Future<Output = BenchResult<()>> + Send;
+    /// CPU seconds the server's processes have used so far.
+    fn server_cpu_seconds(&self) -> f64;
 }
 
 struct Arbor {
     coll: mongodb::Collection<mongodb::bson::Document>,
+    server_pid: u32,
 }
 
 impl Store for Arbor {
@@ -172,6 +175,10 @@ impl Store for Arbor {
             return Err(format!("ArborDB: update of {key} matched {}", r.matched_count).into());
         }
         Ok(())
+    }
+
+    fn server_cpu_seconds(&self) -> f64 {
+        measure::process_cpu_seconds(&self.server_pid.to_string()).unwrap_or(0.0)
     }
 }
 
@@ -219,6 +226,10 @@ impl Store for Postgres {
             return Err(format!("PostgreSQL: update of {key} touched {n} rows").into());
         }
         Ok(())
+    }
+
+    fn server_cpu_seconds(&self) -> f64 {
+        measure::command_cpu_seconds("postgres")
     }
 }
 
@@ -350,7 +361,10 @@ async fn bench_system<S: Store>(name: &str, store: Arc<S>, a: &YcsbArgs) -> Benc
             "c" => 0,
             other => return Err(format!("unknown workload {other:?} (a or c)").into()),
         };
+        let (server_before, client_before) = (store.server_cpu_seconds(), measure::cpu_seconds().unwrap_or(0.0));
         let (ops, mut lat, secs) = run_workload(&format!("{name} workload {w}"), &store, a, update_percent).await?;
+        let server_cpu = store.server_cpu_seconds() - server_before;
+        let client_cpu = measure::cpu_seconds().unwrap_or(0.0) - client_before;
         lat.sort_unstable();
         rows.push(json!({
             "system": name,
@@ -361,6 +375,8 @@ async fn bench_system<S: Store>(name: &str, store: Arc<S>, a: &YcsbArgs) -> Benc
             "p50_us": percentile(&lat, 0.50),
             "p99_us": percentile(&lat, 0.99),
             "p999_us": percentile(&lat, 0.999),
+            "server_cpu_us_per_op": server_cpu * 1e6 / ops.max(1) as f64,
+            "client_cpu_us_per_op": client_cpu * 1e6 / ops.max(1) as f64,
             "load_seconds": load_secs,
             "load_records_per_sec": a.records as f64 / load_secs,
         }));
@@ -383,11 +399,12 @@ async fn run_async(a: YcsbArgs) -> BenchResult<()> {
                 .stderr(Stdio::null())
                 .spawn()?,
         );
+        let server_pid = server.0.id();
         wait_listening(port).await?;
         let uri = format!("mongodb://127.0.0.1:{port}/?directConnection=true&maxPoolSize={}", a.threads + 8);
         let client = mongodb::Client::with_uri_str(&uri).await?;
         let coll = client.database("ycsb").collection("usertable");
-        rows.extend(bench_system("arbordb", Arc::new(Arbor { coll }), &a).await?);
+        rows.extend(bench_system("arbordb", Arc::new(Arbor { coll, server_pid }), &a).await?);
         drop(client);
         drop(server);
     }
@@ -416,35 +433,45 @@ async fn run_async(a: YcsbArgs) -> BenchResult<()> {
         }
         rows.extend(bench_system("postgresql", Arc::new(Postgres { conns }), &a).await?);
     }
-    let mut ratios = serde_json::Map::new();
+    let (mut ratios, mut server_cpu_ratios) = (serde_json::Map::new(), serde_json::Map::new());
     for w in &a.workloads {
-        let rate = |sys: &str| {
-            rows.iter()
-                .find(|r| r["system"] == sys && r["workload"] == w.as_str())
-                .and_then(|r| r["ops_per_sec"].as_f64())
+        let field = |sys: &str, name: &str| {
+            rows.iter().find(|r| r["system"] == sys && r["workload"] == w.as_str()).and_then(|r| r[name].as_f64())
         };
-        if let (Some(x), Some(y)) = (rate("arbordb"), rate("postgresql")) {
+        if let (Some(x), Some(y)) = (field("arbordb", "ops_per_sec"), field("postgresql", "ops_per_sec")) {
             ratios.insert(w.clone(), json!(x / y));
+        }
+        let cpu = |sys| field(sys, "server_cpu_us_per_op").filter(|c| *c > 0.0);
+        if let (Some(x), Some(y)) = (cpu("arbordb"), cpu("postgresql")) {
+            server_cpu_ratios.insert(w.clone(), json!(y / x));
         }
     }
     println!(
-        "{:<11} {:>8} {:>12} {:>9} {:>9} {:>9} {:>10}",
-        "system", "workload", "ops/s", "p50 us", "p99 us", "p99.9 us", "load s"
+        "{:<11} {:>8} {:>12} {:>9} {:>9} {:>9} {:>10} {:>14} {:>14}",
+        "system", "workload", "ops/s", "p50 us", "p99 us", "p99.9 us", "load s", "server cpu us", "client cpu us"
     );
     for r in &rows {
         println!(
-            "{:<11} {:>8} {:>12.0} {:>9} {:>9} {:>9} {:>10.1}",
+            "{:<11} {:>8} {:>12.0} {:>9} {:>9} {:>9} {:>10.1} {:>14.1} {:>14.1}",
             r["system"].as_str().unwrap_or(""),
             r["workload"].as_str().unwrap_or(""),
             r["ops_per_sec"].as_f64().unwrap_or(0.0),
             r["p50_us"],
             r["p99_us"],
             r["p999_us"],
-            r["load_seconds"].as_f64().unwrap_or(0.0)
+            r["load_seconds"].as_f64().unwrap_or(0.0),
+            r["server_cpu_us_per_op"].as_f64().unwrap_or(0.0),
+            r["client_cpu_us_per_op"].as_f64().unwrap_or(0.0)
         );
     }
     for (w, r) in &ratios {
         println!("workload {w}: ArborDB / PostgreSQL throughput = {:.2}x", r.as_f64().unwrap_or(0.0));
+    }
+    for (w, r) in &server_cpu_ratios {
+        println!(
+            "workload {w}: server CPU per operation, PostgreSQL / ArborDB = {:.2}x (above 1: ArborDB uses less)",
+            r.as_f64().unwrap_or(0.0)
+        );
     }
     let doc = json!({
         "benchmark": "ycsb (W2)",
@@ -459,6 +486,7 @@ async fn run_async(a: YcsbArgs) -> BenchResult<()> {
         "machine_cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
         "results": rows,
         "arbordb_over_postgresql_throughput": ratios,
+        "postgresql_over_arbordb_server_cpu_per_op": server_cpu_ratios,
     });
     report::write_json(&a.out, &doc)?;
     eprintln!("wrote {}", a.out.display());

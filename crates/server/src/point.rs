@@ -1,0 +1,114 @@
+//! The point-read fast path: a `find` of exactly `{_id: <value>}` that asks
+//! for nothing else (what drivers send for `find_one({_id: …})`, and YCSB's
+//! read) is answered from the raw message bytes and the stored document
+//! bytes, without building a `Document` for the command, the stored record
+//! or the reply.
+//!
+//! Invariants:
+//! 1. The fast path answers only what the general `find` would answer with
+//!    the same bytes: one section, no flags, the known fields below, a
+//!    scalar `_id`, a batch that closes the cursor. Anything else (including
+//!    anything malformed) returns `None`, and the general path — which owns
+//!    every error message — runs on the same message.
+//! 2. It reads the whole command, bounded in depth, before it answers, so
+//!    it accepts nothing the general parser would refuse.
+
+use crate::commands::cluster_time_fields;
+use crate::server::Shared;
+use crate::wire::{self, Header};
+use bson::raw::{RawArrayBuf, RawBsonRef, RawDocument, RawDocumentBuf};
+use bson::Bson;
+use doc::catalog::Namespace;
+use std::sync::atomic::Ordering;
+
+/// The deepest command the fast path accepts (`$clusterTime.signature.hash`).
+const DEPTH_MAX: usize = 3;
+
+/// The reply message to an OP_MSG `find` by `_id`, or `None` when the
+/// general path must answer it.
+pub fn find_by_id(shared: &Shared, header: &Header, body: &[u8]) -> Option<Vec<u8>> {
+    if header.op_code != wire::OP_MSG || body.len() < 5 || body[..4] != [0, 0, 0, 0] || body[4] != 0 {
+        return None;
+    }
+    let cmd = RawDocument::from_bytes(&body[5..]).ok()?;
+    if cmd.as_bytes().len() != body.len() - 5
+        || !depth_within(&mut cmd.into_iter().map(|e| e.map(|(_, v)| v)), DEPTH_MAX)
+    {
+        return None;
+    }
+    let mut elements = cmd.into_iter();
+    let (first, coll) = elements.next()?.ok()?;
+    let (RawBsonRef::String(coll), "find") = (coll, first) else { return None };
+    // Whatever the limit and singleBatch, at most one document matches and
+    // the first batch (up to 101 by default) ends the cursor.
+    let (mut db, mut id) = (None, None);
+    for element in elements {
+        let (key, value) = element.ok()?;
+        match (key, value) {
+            ("filter", RawBsonRef::Document(filter)) => id = Some(id_of(filter)?),
+            ("limit", RawBsonRef::Int32(n)) if n >= 1 => {}
+            ("limit", RawBsonRef::Int64(n)) if n >= 1 => {}
+            ("singleBatch", RawBsonRef::Boolean(_)) => {}
+            ("$db", RawBsonRef::String(d)) => db = Some(d),
+            // Session and gossip fields the general path ignores too.
+            ("lsid" | "$clusterTime" | "$readPreference", RawBsonRef::Document(_)) => {}
+            _ => return None,
+        }
+    }
+    let ns = Namespace::new(db?, coll).ok()?;
+    let coll = shared.catalog.get(&ns)?;
+    let found = coll.find_raw_by_id(shared.catalog.engine(), &id?).ok()?;
+    shared.opcounters.command.fetch_add(1, Ordering::Relaxed);
+    shared.opcounters.query.fetch_add(1, Ordering::Relaxed);
+    shared.opcounters.point_reads.fetch_add(1, Ordering::Relaxed);
+    let mut batch = RawArrayBuf::new();
+    if let Some((_, bytes)) = found {
+        batch.push(RawDocumentBuf::from_bytes(bytes.to_vec()).ok()?);
+    }
+    let mut cursor = RawDocumentBuf::new();
+    cursor.append("firstBatch", batch);
+    cursor.append("id", 0i64);
+    cursor.append("ns", ns.to_string());
+    let mut reply = RawDocumentBuf::new();
+    reply.append("cursor", cursor);
+    reply.append("ok", 1.0);
+    for (key, value) in cluster_time_fields() {
+        reply.append(key, bson::RawBson::try_from(value).ok()?);
+    }
+    Some(wire::encode_msg_raw(shared.request_id(), header.request_id, reply.as_bytes()))
+}
+
+/// The `_id` of a filter that is exactly `{_id: <scalar>}` (as
+/// `Filter::id_equality` decides for a decoded filter).
+fn id_of(filter: &RawDocument) -> Option<Bson> {
+    let mut elements = filter.into_iter();
+    let (key, value) = elements.next()?.ok()?;
+    if key != "_id" || elements.next().is_some() {
+        return None;
+    }
+    match value {
+        RawBsonRef::Document(_) | RawBsonRef::Array(_) | RawBsonRef::RegularExpression(_) => None,
+        RawBsonRef::JavaScriptCodeWithScope(_) | RawBsonRef::DbPointer(_) => None,
+        v => Bson::try_from(v.to_raw_bson()).ok(),
+    }
+}
+
+/// Walks every value (which checks it is well formed) and whether none
+/// nests deeper than `max` levels.
+fn depth_within<'a>(values: &mut dyn Iterator<Item = bson::raw::Result<RawBsonRef<'a>>>, max: usize) -> bool {
+    if max == 0 {
+        return false;
+    }
+    for value in values {
+        let within = match value {
+            Ok(RawBsonRef::Document(inner)) => depth_within(&mut inner.into_iter().map(|e| e.map(|(_, v)| v)), max - 1),
+            Ok(RawBsonRef::Array(inner)) => depth_within(&mut inner.into_iter(), max - 1),
+            Ok(_) => true,
+            Err(_) => false,
+        };
+        if !within {
+            return false;
+        }
+    }
+    true
+}
