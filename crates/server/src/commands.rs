@@ -89,6 +89,22 @@ pub fn run_query(shared: &Shared, conn: &Conn, query: &Document) -> Document {
     reply
 }
 
+/// Write commands small enough to run on the connection's task, their
+/// journal fsync awaited there (`durability.rs`); larger ones run on the
+/// blocking pool, so that no network thread is busy for long.
+pub fn is_small_write(name: &str, msg: &OpMsg) -> bool {
+    const SMALL_WRITE_STATEMENTS: usize = 16;
+    let list = match name {
+        "insert" => "documents",
+        "update" => "updates",
+        "delete" => "deletes",
+        _ => return false,
+    };
+    let in_body = msg.body.get_array(list).map_or(0, |a| a.len());
+    let in_sequences: usize = msg.sequences.iter().map(|(_, docs)| docs.len()).sum();
+    in_body + in_sequences <= SMALL_WRITE_STATEMENTS
+}
+
 /// Commands that never wait for a journal fsync or hold a lock for long,
 /// so the connection's task runs them itself instead of on the blocking
 /// pool.

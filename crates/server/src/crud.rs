@@ -102,8 +102,35 @@ pub(crate) fn check_fields(doc: &Document, path: &str, known: &[&str], statement
 /// one fsync, not 1,000, and nothing is acknowledged before it is durable.
 pub(crate) const STATEMENT_ACK: Ack = Ack::Written;
 
-/// Wait for the journal fsync a write command's acknowledgement needs.
+thread_local! {
+    /// Set while a write command runs on a connection's task: `Some(owed)`.
+    static DEFERRED_SYNC: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+}
+
+/// Run `command` with its journal wait deferred: [`acknowledge`] records
+/// that the reply needs a durable journal instead of blocking for it.
+/// Returns the reply and whether the caller owes that wait
+/// ([`crate::durability::Durability::wait`]) before sending it.
+pub(crate) fn deferring_sync<T>(command: impl FnOnce() -> T) -> (T, bool) {
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            DEFERRED_SYNC.set(None);
+        }
+    }
+    DEFERRED_SYNC.set(Some(false));
+    let _reset = Reset;
+    let reply = command();
+    (reply, DEFERRED_SYNC.get() == Some(true))
+}
+
+/// Wait for the journal fsync a write command's acknowledgement needs
+/// (or, under [`deferring_sync`], leave the wait to the caller).
 pub(crate) fn acknowledge(shared: &Shared, ack: Ack, reply: Document) -> CommandResult {
+    if ack == Ack::Journaled && DEFERRED_SYNC.get().is_some() {
+        DEFERRED_SYNC.set(Some(true));
+        return Ok(reply);
+    }
     if ack == Ack::Journaled {
         shared
             .catalog

@@ -8,6 +8,7 @@
 pub mod commands;
 pub mod compression;
 pub mod crud;
+pub mod durability;
 pub mod error;
 pub mod limits;
 pub mod modify;

@@ -69,6 +69,7 @@ pub struct Shared {
     pub connections_total: AtomicU64,
     pub opcounters: Opcounters,
     pub network: NetworkCounters,
+    pub durability: Arc<crate::durability::Durability>,
     next_request_id: AtomicI32,
     shutdown: watch::Sender<bool>,
 }
@@ -118,6 +119,7 @@ impl Server {
             connections_total: AtomicU64::new(0),
             opcounters: Opcounters::default(),
             network: NetworkCounters::default(),
+            durability: crate::durability::Durability::start(engine.clone())?,
             next_request_id: AtomicI32::new(1),
             shutdown: tx,
         });
@@ -163,6 +165,7 @@ impl Server {
         };
         tracing::info!(reason = why, "shutting down");
         self.shared.request_shutdown();
+        self.shared.durability.stop();
         let engine = self.shared.catalog.engine().clone();
         tokio::task::spawn_blocking(move || engine.close()).await.expect("close does not panic")?;
         tracing::info!("engine closed with a checkpoint; exiting");
@@ -250,6 +253,20 @@ async fn serve_connection(
                     // them here saves two thread handoffs per request.
                     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| commands::run(shared, conn, &msg)))
                         .unwrap_or_else(|_| panicked())
+                } else if commands::is_small_write(name, &msg) {
+                    // A few statements commit here; the journal fsync is
+                    // awaited, not blocked on.
+                    let (reply, owed) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        crate::crud::deferring_sync(|| commands::run(shared, conn, &msg))
+                    }))
+                    .unwrap_or_else(|_| (panicked(), false));
+                    match owed {
+                        true => match shared.durability.wait().await {
+                            Ok(()) => reply,
+                            Err(why) => crate::error::CommandError::internal_error(why).to_document(),
+                        },
+                        false => reply,
+                    }
                 } else {
                     // Writes wait for the journal fsync: off the async workers.
                     let (s, c) = (shared.clone(), conn.clone());

@@ -1345,6 +1345,12 @@ impl Engine {
         }
     }
 
+    /// Sequence number of the last journal record appended (every commit
+    /// so far is at or below it), if any.
+    pub fn last_journal_seq(&self) -> Option<u64> {
+        self.inner.journal.next_seq().checked_sub(1)
+    }
+
     /// Make every commit so far durable (as the sync mode asks): one
     /// group-commit fsync for commits made with `skip_journal_sync`, as a
     /// command of many writes acknowledges them all at its end.

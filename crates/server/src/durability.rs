@@ -1,0 +1,158 @@
+//! Acknowledging durable writes without blocking a network thread.
+//!
+//! A small write command (a few statements) runs on its connection's task:
+//! its statements commit without waiting for the journal fsync, and the
+//! task then awaits [`Durability::wait`]. One thread (`arbordb-sync`) runs
+//! the group-commit fsyncs: each covers every commit appended before it
+//! began, so the writes that arrive during one fsync share the next.
+//! Large write commands still run on the blocking pool and wait there.
+//!
+//! Invariants:
+//! 1. `wait` returns `Ok` only once every journal record appended before
+//!    it was called is durable (as the engine's sync mode asks).
+//! 2. One fsync at a time; a failed one fails every waiter (the engine is
+//!    poisoned and refuses further writes).
+
+use std::sync::{Arc, Condvar, Mutex};
+use storage::Engine;
+use tokio::sync::watch;
+
+#[derive(Clone, Debug, Default)]
+struct Synced {
+    /// Every record below this is durable.
+    below: u64,
+    failed: Option<String>,
+}
+
+#[derive(Default)]
+struct Wanted {
+    /// Waiters need every record below this durable.
+    below: u64,
+    stop: bool,
+}
+
+pub struct Durability {
+    engine: Engine,
+    wanted: Mutex<Wanted>,
+    wake: Condvar,
+    synced: watch::Sender<Synced>,
+}
+
+impl Durability {
+    /// Start the sync thread for `engine`.
+    pub fn start(engine: Engine) -> std::io::Result<Arc<Durability>> {
+        let below = engine.last_journal_seq().map_or(0, |s| s + 1);
+        let (synced, _) = watch::channel(Synced { below, failed: None });
+        let d = Arc::new(Durability { engine, wanted: Mutex::new(Wanted::default()), wake: Condvar::new(), synced });
+        let worker = d.clone();
+        std::thread::Builder::new().name("arbordb-sync".into()).spawn(move || worker.run())?;
+        Ok(d)
+    }
+
+    /// Wait until every commit made so far is durable.
+    pub async fn wait(&self) -> Result<(), String> {
+        let Some(last) = self.engine.last_journal_seq() else { return Ok(()) };
+        let target = last + 1;
+        let mut rx = self.synced.subscribe();
+        if rx.borrow().below >= target {
+            return Ok(());
+        }
+        {
+            let mut w = self.wanted.lock().unwrap();
+            if w.below < target {
+                w.below = target;
+                self.wake.notify_one();
+            }
+        }
+        let synced = rx.wait_for(|s| s.below >= target || s.failed.is_some()).await.map_err(|e| e.to_string())?;
+        match &synced.failed {
+            Some(why) if synced.below < target => Err(why.clone()),
+            _ => Ok(()),
+        }
+    }
+
+    /// Stop the sync thread (at shutdown, before the engine closes).
+    pub fn stop(&self) {
+        self.wanted.lock().unwrap().stop = true;
+        self.wake.notify_one();
+    }
+
+    fn run(&self) {
+        loop {
+            let stop = {
+                let mut w = self.wanted.lock().unwrap();
+                while !w.stop && w.below <= self.synced.borrow().below {
+                    w = self.wake.wait(w).unwrap();
+                }
+                w.stop
+            };
+            // Read before the fsync: it covers at least this much.
+            let covered = self.engine.last_journal_seq().map_or(0, |s| s + 1);
+            let result = self.engine.sync_journal();
+            self.synced.send_modify(|s| match result {
+                Ok(()) => s.below = s.below.max(covered),
+                Err(e) => s.failed = Some(format!("the journal could not be made durable: {e}")),
+            });
+            // Stopped (after a last fsync for whoever still waits), or
+            // poisoned: every later wait fails at once.
+            if stop || self.synced.borrow().failed.is_some() {
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use storage::{Config, TableConfig, TxnOptions};
+
+    fn commit_unsynced(engine: &Engine, table: &storage::Table, key: u32) {
+        let txn = engine.begin(TxnOptions { skip_journal_sync: true, ..TxnOptions::default() }).unwrap();
+        txn.put(table, &key.to_be_bytes(), b"v").unwrap();
+        txn.commit().unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_wait_covers_every_earlier_commit_and_groups_share_an_fsync() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Engine::open(dir.path(), Config::default()).unwrap();
+        let table = engine.create_table("t", TableConfig::default()).unwrap();
+        let durability = Durability::start(engine.clone()).unwrap();
+        for key in 0..20 {
+            commit_unsynced(&engine, &table, key);
+        }
+        let syncs = engine.stats().journal_syncs;
+        durability.wait().await.unwrap();
+        let after = engine.stats().journal_syncs;
+        assert!(after > syncs, "the wait ran an fsync for the unsynced commits");
+        assert!(after - syncs <= 2, "twenty commits shared one group fsync ({} ran)", after - syncs);
+        durability.wait().await.unwrap();
+        assert_eq!(engine.stats().journal_syncs, after, "nothing new: no fsync");
+        // Many concurrent waiters over new commits: all return, few fsyncs.
+        let mut waiters = Vec::new();
+        for key in 20..60 {
+            commit_unsynced(&engine, &table, key);
+            let d = durability.clone();
+            waiters.push(tokio::spawn(async move { d.wait().await }));
+        }
+        for w in waiters {
+            w.await.unwrap().unwrap();
+        }
+        let last = engine.last_journal_seq().unwrap();
+        assert!(durability.synced.borrow().below > last);
+        durability.stop();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failed_fsync_fails_the_waiters() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Engine::open(dir.path(), Config::default()).unwrap();
+        let table = engine.create_table("t", TableConfig::default()).unwrap();
+        let durability = Durability::start(engine.clone()).unwrap();
+        commit_unsynced(&engine, &table, 1);
+        engine.clone().close().unwrap();
+        let err = durability.wait().await.unwrap_err();
+        assert!(err.contains("could not be made durable"), "{err}");
+    }
+}
