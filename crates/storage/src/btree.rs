@@ -124,8 +124,24 @@ impl Tree {
             return Ok(node);
         }
         let addr = child.addr().expect("a child slot without a node has an address");
-        let node = self.read_node(addr)?;
-        Ok(child.install(node))
+        match self.read_node(addr) {
+            Ok(node) => Ok(child.install(node)),
+            // A reader of an older version can lose a race with the writer:
+            // between reading the slot's address and reading the block, the
+            // writer loaded the leaf through this same (shared) slot,
+            // replaced it in the live tree and freed its block, which was
+            // then reused. The slot holds the leaf from then on (writers
+            // load through the slot before they free its block), so the
+            // failed read is answered from memory; an error with the slot
+            // still empty is real.
+            Err(e) => match child.loaded() {
+                Some(node) => {
+                    bump(&self.counters.reads_raced_block_reuse, 1);
+                    Ok(node)
+                }
+                None => Err(e),
+            },
+        }
     }
 
     /// A new or changed node: bring its cache charge up to date.
@@ -149,7 +165,18 @@ impl Tree {
                     return Ok(d.clone());
                 }
                 let addr = big.disk.addr().expect("an unloaded overflow value has an address");
-                let (kind, payload) = self.bf.read_block(addr)?;
+                let (kind, payload) = match self.bf.read_block(addr) {
+                    Ok(block) => block,
+                    // As in `load_child`: the writer that freed the block
+                    // loaded the value first (`retire_value`).
+                    Err(e) => match big.data.get() {
+                        Some(d) => {
+                            bump(&self.counters.reads_raced_block_reuse, 1);
+                            return Ok(d.clone());
+                        }
+                        None => return Err(e),
+                    },
+                };
                 if kind != BlockKind::Overflow || payload.len() != big.len as usize {
                     return Err(StorageError::corruption(
                         self.bf.path(),

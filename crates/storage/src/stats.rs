@@ -54,6 +54,9 @@ counters!(
     journal_records,
     journal_bytes_written,
     journal_syncs,
+    /// Reads of an older version that found their block reused and took
+    /// the page from memory instead (`Tree::load_child`).
+    reads_raced_block_reuse,
     checkpoints,
     /// Leaves eviction dropped from memory...
     pages_evicted,
