@@ -59,6 +59,12 @@ pub struct YcsbArgs {
     dir: Option<PathBuf>,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// ArborDB's cache in MiB. The default holds the 1 M records (about
+    /// 1.3 GB of leaves), as PostgreSQL's table sits whole in the OS page
+    /// cache on this machine and as MongoDB's default cache (half of RAM
+    /// minus 1 GB) would; 0 keeps the server's default (512 MiB).
+    #[arg(long, default_value_t = 4096)]
+    arbordb_cache_mib: u64,
 }
 
 const FIELDS: usize = 10;
@@ -396,6 +402,11 @@ async fn run_async(a: YcsbArgs) -> BenchResult<()> {
                 .args(["serve", "--dbpath"])
                 .arg(dir.path().join("db"))
                 .args(["--port", &port.to_string()])
+                .args(if a.arbordb_cache_mib > 0 {
+                    vec!["--cache-mib".to_string(), a.arbordb_cache_mib.to_string()]
+                } else {
+                    Vec::new()
+                })
                 .stderr(Stdio::null())
                 .spawn()?,
         );
@@ -480,6 +491,7 @@ async fn run_async(a: YcsbArgs) -> BenchResult<()> {
         "fields": FIELDS,
         "field_bytes": FIELD_BYTES,
         "client_tasks": a.threads,
+        "arbordb_cache_mib": if a.arbordb_cache_mib > 0 { json!(a.arbordb_cache_mib) } else { json!("server default (512)") },
         "seconds_per_workload": a.seconds,
         "key_distribution": "scrambled zipfian, theta 0.99",
         "durability": "ArborDB: journal fsync per acknowledged write (group commit); PostgreSQL: synchronous_commit=on, fsync=on",
