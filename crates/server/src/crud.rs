@@ -127,11 +127,12 @@ pub(crate) fn deferring_sync<T>(command: impl FnOnce() -> T) -> (T, bool) {
 /// Wait for the journal fsync a write command's acknowledgement needs
 /// (or, under [`deferring_sync`], leave the wait to the caller).
 pub(crate) fn acknowledge(shared: &Shared, ack: Ack, reply: Document) -> CommandResult {
-    if ack == Ack::Journaled && DEFERRED_SYNC.get().is_some() {
-        DEFERRED_SYNC.set(Some(true));
+    if ack != Ack::Journaled {
         return Ok(reply);
     }
-    if ack == Ack::Journaled {
+    if DEFERRED_SYNC.get().is_some() {
+        DEFERRED_SYNC.set(Some(true));
+    } else {
         shared
             .catalog
             .engine()

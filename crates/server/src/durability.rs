@@ -107,6 +107,16 @@ mod tests {
     use super::*;
     use storage::{Config, TableConfig, TxnOptions};
 
+    /// An engine with table "t" and its sync thread (the directory lives
+    /// as long as the first value).
+    fn started() -> (tempfile::TempDir, Engine, storage::Table, Arc<Durability>) {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Engine::open(dir.path(), Config::default()).unwrap();
+        let table = engine.create_table("t", TableConfig::default()).unwrap();
+        let durability = Durability::start(engine.clone()).unwrap();
+        (dir, engine, table, durability)
+    }
+
     fn commit_unsynced(engine: &Engine, table: &storage::Table, key: u32) {
         let txn = engine.begin(TxnOptions { skip_journal_sync: true, ..TxnOptions::default() }).unwrap();
         txn.put(table, &key.to_be_bytes(), b"v").unwrap();
@@ -115,10 +125,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_wait_covers_every_earlier_commit_and_groups_share_an_fsync() {
-        let dir = tempfile::tempdir().unwrap();
-        let engine = Engine::open(dir.path(), Config::default()).unwrap();
-        let table = engine.create_table("t", TableConfig::default()).unwrap();
-        let durability = Durability::start(engine.clone()).unwrap();
+        let (_dir, engine, table, durability) = started();
         for key in 0..20 {
             commit_unsynced(&engine, &table, key);
         }
@@ -146,10 +153,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_failed_fsync_fails_the_waiters() {
-        let dir = tempfile::tempdir().unwrap();
-        let engine = Engine::open(dir.path(), Config::default()).unwrap();
-        let table = engine.create_table("t", TableConfig::default()).unwrap();
-        let durability = Durability::start(engine.clone()).unwrap();
+        let (_dir, engine, table, durability) = started();
         commit_unsynced(&engine, &table, 1);
         engine.clone().close().unwrap();
         let err = durability.wait().await.unwrap_err();

@@ -248,24 +248,18 @@ async fn serve_connection(
                 let more_to_come = msg.flags & wire::MORE_TO_COME != 0;
                 let panicked = || crate::error::CommandError::internal_error("the command panicked").to_document();
                 let name = msg.body.keys().next().map(String::as_str).unwrap_or("");
-                let reply = if commands::runs_inline(name) {
-                    // Reads answer from memory or a short page read: running
-                    // them here saves two thread handoffs per request.
-                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| commands::run(shared, conn, &msg)))
-                        .unwrap_or_else(|_| panicked())
-                } else if commands::is_small_write(name, &msg) {
-                    // A few statements commit here; the journal fsync is
-                    // awaited, not blocked on.
+                let reply = if commands::runs_inline(name) || commands::is_small_write(name, &msg) {
+                    // Reads answer from memory or a short page read, and a
+                    // small write commits here and awaits its journal fsync
+                    // instead of blocking on it: running them on this task
+                    // saves two thread handoffs per request.
                     let (reply, owed) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                         crate::crud::deferring_sync(|| commands::run(shared, conn, &msg))
                     }))
                     .unwrap_or_else(|_| (panicked(), false));
-                    match owed {
-                        true => match shared.durability.wait().await {
-                            Ok(()) => reply,
-                            Err(why) => crate::error::CommandError::internal_error(why).to_document(),
-                        },
-                        false => reply,
+                    match if owed { shared.durability.wait().await } else { Ok(()) } {
+                        Ok(()) => reply,
+                        Err(why) => crate::error::CommandError::internal_error(why).to_document(),
                     }
                 } else {
                     // Writes wait for the journal fsync: off the async workers.

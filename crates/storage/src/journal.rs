@@ -19,10 +19,10 @@
 //!    otherwise it and what follows were never synced: a torn tail, which
 //!    unsynced writes reaching the disk out of order can also produce.
 //! 4. Once a write or fsync fails the journal refuses everything after it.
-//! 5. A file may end in zeros written ahead of its records; replay takes a
-//!    tail that is all zeros as the clean end of that file (a record header
-//!    is never all zeros: its CRC would have to be 0 and its number below
-//!    any file's first).
+//! 5. A file may end in zeros written ahead of its records; where no valid
+//!    record starts, replay takes a tail that is all zeros as the clean end
+//!    of that file (no record reached it). Anything else there is judged by
+//!    invariant 3.
 
 use crate::codec::Reader;
 use crate::error::{Result, StorageError};
