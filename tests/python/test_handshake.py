@@ -249,3 +249,119 @@ def test_a_compressed_frame_with_a_lying_size_closes_the_connection(server):
         assert closed(s)
     with server.client() as c:
         assert c.admin.command("ping")["ok"] == 1.0
+
+
+# --- awaitable hello (the drivers' streaming monitor) ------------------------
+
+
+def recv_frame(sock):
+    """One OP_MSG reply: (request id, response to, flags, document)."""
+    head = recv_exact(sock, 16)
+    length, request_id, response_to, op = struct.unpack("<iiii", head)
+    assert op == OP_MSG
+    body = recv_exact(sock, length - 16)
+    (flags,) = struct.unpack("<I", body[:4])
+    return request_id, response_to, flags, bson.decode(body[5:])
+
+
+def topology_version(client):
+    return client.admin.command("hello")["topologyVersion"]
+
+
+@pytest.mark.parametrize("name", ["hello", "isMaster", "ismaster"])
+def test_awaitable_hello_waits_for_max_await_time(client, name):
+    import time
+
+    tv = topology_version(client)
+    assert isinstance(tv["processId"], bson.ObjectId) and isinstance(tv["counter"], bson.Int64)
+    began = time.monotonic()
+    reply = client.admin.command({name: 1, "topologyVersion": tv, "maxAwaitTimeMS": 600})
+    waited = time.monotonic() - began
+    assert waited >= 0.5, waited
+    assert reply["topologyVersion"] == tv
+    # maxAwaitTimeMS 0 answers at once.
+    assert client.admin.command({name: 1, "topologyVersion": tv, "maxAwaitTimeMS": 0})["ok"] == 1.0
+
+
+def test_awaitable_hello_answers_at_once_for_another_process(client):
+    import time
+
+    tv = topology_version(client)
+    began = time.monotonic()
+    other = {"processId": bson.ObjectId(), "counter": bson.Int64(tv["counter"] + 1)}
+    client.admin.command({"hello": 1, "topologyVersion": other, "maxAwaitTimeMS": 5000})
+    assert time.monotonic() - began < 2.0
+
+
+@pytest.mark.parametrize(
+    "fields, code, message",
+    [
+        ({"topologyVersion": "tv", "maxAwaitTimeMS": 0}, 10065, "expected an object"),
+        ({"topologyVersion": {"processId": "pid1", "counter": bson.Int64(0)}, "maxAwaitTimeMS": 0}, 14,
+         "BSON field 'hello.topologyVersion.processId' is the wrong type 'string', expected type 'objectId'"),
+        ({"topologyVersion": {"processId": "<pid>", "counter": 0}, "maxAwaitTimeMS": 0}, 14,
+         "BSON field 'hello.topologyVersion.counter' is the wrong type 'int', expected type 'long'"),
+        ({"topologyVersion": {"processId": "<pid>"}, "maxAwaitTimeMS": 0}, 40414,
+         "BSON field 'hello.topologyVersion.counter' is missing but a required field"),
+        ({"topologyVersion": {"counter": bson.Int64(0)}, "maxAwaitTimeMS": 0}, 40414,
+         "BSON field 'hello.topologyVersion.processId' is missing but a required field"),
+        ({"topologyVersion": {"processId": "<pid>", "counter": bson.Int64(0), "x": 1}, "maxAwaitTimeMS": 0}, 40415,
+         "BSON field 'hello.topologyVersion.x' is an unknown field."),
+        ({"topologyVersion": {"processId": "<pid>", "counter": bson.Int64(-1)}, "maxAwaitTimeMS": 0}, 31372,
+         "topologyVersion must have a non-negative counter"),
+        ({"topologyVersion": {"processId": "<pid>", "counter": bson.Int64(1)}, "maxAwaitTimeMS": 0}, 31382,
+         "Received a topology version with counter: 1 which is greater than the server topology version counter: 0"),
+        ({"topologyVersion": "<tv>"}, 31368, "A request with a 'topologyVersion' must include 'maxAwaitTimeMS'"),
+        ({"maxAwaitTimeMS": 0}, 31368, "A request with 'maxAwaitTimeMS' must include a 'topologyVersion'"),
+        ({"topologyVersion": "<tv>", "maxAwaitTimeMS": "x"}, 14,
+         "BSON field 'hello.maxAwaitTimeMS' is the wrong type 'string', expected types '[long, int, decimal, double]'"),
+        ({"topologyVersion": "<tv>", "maxAwaitTimeMS": -1}, 31373, "maxAwaitTimeMS must be a non-negative integer"),
+    ],
+)
+def test_awaitable_hello_errors(client, fields, code, message):
+    tv = topology_version(client)
+    if fields.get("topologyVersion") == "<tv>":
+        fields["topologyVersion"] = tv
+    elif isinstance(fields.get("topologyVersion"), dict) and fields["topologyVersion"].get("processId") == "<pid>":
+        fields["topologyVersion"]["processId"] = tv["processId"]
+    with pytest.raises(OperationFailure) as e:
+        client.admin.command({"hello": 1, **fields})
+    assert e.value.code == code
+    assert message in e.value.details["errmsg"]
+    assert e.value.details["codeName"] == ("TypeMismatch" if code == 14 else f"Location{code}")
+
+
+def test_exhaust_hello_streams_one_reply_per_heartbeat(client, server):
+    import time
+
+    tv = topology_version(client)
+    with connect(server) as s:
+        request = {"hello": 1, "topologyVersion": tv, "maxAwaitTimeMS": 300, "$db": "admin"}
+        s.sendall(frame(OP_MSG, struct.pack("<I", 1 << 16) + b"\x00" + bson.encode(request), request_id=77))
+        began = time.monotonic()
+        response_to = 77
+        for _ in range(3):
+            request_id, to, flags, reply = recv_frame(s)
+            assert flags & 2, "each streamed reply is flagged moreToCome"
+            assert to == response_to, "each reply answers the one before it"
+            assert reply["ok"] == 1.0 and reply["topologyVersion"] == tv
+            response_to = request_id
+        # Three replies, each after a 300 ms wait.
+        assert time.monotonic() - began >= 0.8
+    # Closing the stream leaves the server serving others.
+    assert client.admin.command("ping")["ok"] == 1.0
+
+
+def test_an_idle_driver_does_not_poll_in_a_loop(server):
+    """pymongo's monitor streams awaitable hellos; a server that answered
+    them at once would be polled continuously."""
+    import time
+
+    with server.client(heartbeatFrequencyMS=500) as c:
+        c.admin.command("ping")
+        before = c.admin.command("serverStatus")["opcounters"]["command"]
+        time.sleep(2)
+        after = c.admin.command("serverStatus")["opcounters"]["command"]
+    # One streamed hello per heartbeat (4) plus the RTT monitor's (4) and
+    # our serverStatus: far from the thousands of a busy loop.
+    assert after - before < 20, after - before

@@ -13,4 +13,4 @@ pub use matcher::{Filter, FilterError};
 pub use pipeline::Pipeline;
 pub use projection::Projection;
 pub use sort::Sort;
-pub use update::Update;
+pub use update::{type_name, Update};

@@ -305,7 +305,8 @@ fn same_value(a: &Bson, b: &Bson) -> bool {
     canonical_type(a) == canonical_type(b) && compare(a, b) == Ordering::Equal
 }
 
-fn type_name(v: &Bson) -> &'static str {
+/// The type's name as MongoDB's errors spell it (`$type`'s aliases).
+pub fn type_name(v: &Bson) -> &'static str {
     match v {
         Bson::Double(_) => "double",
         Bson::String(_) => "string",

@@ -12,6 +12,7 @@ use crate::server::{Conn, Shared};
 use crate::wire::OpMsg;
 use bson::{doc, oid::ObjectId, spec::BinarySubtype, Binary, Bson, DateTime, Document, Timestamp};
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 /// The replica set name `hello` reports.
 pub const SET_NAME: &str = "arbordb";
@@ -78,7 +79,7 @@ pub fn run_query(shared: &Shared, conn: &Conn, query: &Document) -> Document {
     };
     let name = cmd.keys().next().map(String::as_str).unwrap_or("");
     let mut reply = match name {
-        "hello" | "isMaster" | "ismaster" => hello(shared, conn, name != "hello").map(|d| with_compression(d, cmd)),
+        "hello" | "isMaster" | "ismaster" => hello(shared, conn, name, cmd).map(|d| with_compression(d, cmd)),
         _ => Err(CommandError::unsupported_op_query_command(format!(
             "Unsupported OP_QUERY command: {name}. The client driver may require an upgrade. For more details see \
              https://dochub.mongodb.org/core/legacy-opcode-removal"
@@ -137,8 +138,7 @@ pub fn runs_inline(name: &str) -> bool {
 fn dispatch(shared: &Shared, conn: &Conn, name: &str, msg: &OpMsg) -> CommandResult {
     let cmd = &msg.body;
     match name {
-        "hello" => hello(shared, conn, false).map(|d| with_compression(d, cmd)),
-        "isMaster" | "ismaster" => hello(shared, conn, true).map(|d| with_compression(d, cmd)),
+        "hello" | "isMaster" | "ismaster" => hello(shared, conn, name, cmd).map(|d| with_compression(d, cmd)),
         "ping" => Ok(ok()),
         "buildInfo" | "buildinfo" => Ok(build_info()),
         "getParameter" => get_parameter(cmd),
@@ -213,12 +213,113 @@ pub(crate) fn cluster_time_fields() -> [(&'static str, Bson); 2] {
     ]
 }
 
-fn hello(shared: &Shared, conn: &Conn, legacy: bool) -> CommandResult {
+/// Whether `name` is the handshake command (or one of its aliases).
+pub fn is_hello(name: &str) -> bool {
+    matches!(name, "hello" | "isMaster" | "ismaster")
+}
+
+/// How long an awaitable `hello` waits before it answers, as a replica-set
+/// primary does: a request with `topologyVersion` and `maxAwaitTimeMS`
+/// whose topology version is the current one waits up to `maxAwaitTimeMS`
+/// for a topology change (ours never changes while the process runs), so
+/// a driver's monitor hears from us once per heartbeat, not in a busy loop.
+/// `None` answers at once: no awaitable options, another process's (or an
+/// older) topology version. Bad options are errors, as mongod reports them.
+pub fn hello_await(shared: &Shared, name: &str, cmd: &Document) -> Result<Option<Duration>, CommandError> {
+    let wrong_type = |field: &str, value: &Bson, expected: &str| {
+        CommandError::type_mismatch(format!(
+            "BSON field '{field}' is the wrong type '{}', expected type '{expected}'",
+            crate::crud::type_name(value)
+        ))
+    };
+    let topology = match cmd.get("topologyVersion") {
+        None => None,
+        Some(Bson::Document(tv)) => {
+            let (mut process_id, mut counter) = (None, None);
+            for (key, value) in tv {
+                let path = format!("{name}.topologyVersion.{key}");
+                match (key.as_str(), value) {
+                    ("processId", Bson::ObjectId(id)) => process_id = Some(*id),
+                    ("processId", other) => return Err(wrong_type(&path, other, "objectId")),
+                    ("counter", Bson::Int64(n)) => counter = Some(*n),
+                    ("counter", other) => return Err(wrong_type(&path, other, "long")),
+                    _ => {
+                        return Err(CommandError::unknown_parameter(format!(
+                            "BSON field '{path}' is an unknown field."
+                        )))
+                    }
+                }
+            }
+            let missing = |field: &str| {
+                CommandError::missing_required_field(format!(
+                    "BSON field '{name}.topologyVersion.{field}' is missing but a required field"
+                ))
+            };
+            Some((process_id.ok_or_else(|| missing("processId"))?, counter.ok_or_else(|| missing("counter"))?))
+        }
+        Some(_) => {
+            return Err(CommandError::with_code(10065, "invalid parameter: expected an object (topologyVersion)"))
+        }
+    };
+    let max_await_ms = match cmd.get("maxAwaitTimeMS") {
+        None => None,
+        Some(Bson::Int32(n)) => Some(i64::from(*n)),
+        Some(Bson::Int64(n)) => Some(*n),
+        Some(Bson::Double(d)) => Some(*d as i64),
+        Some(other) => return Err(CommandError::type_mismatch(format!(
+            "BSON field '{name}.maxAwaitTimeMS' is the wrong type '{}', expected types '[long, int, decimal, double]'",
+            crate::crud::type_name(other)
+        ))),
+    };
+    let ((process_id, counter), max_await_ms) = match (topology, max_await_ms) {
+        (None, None) => return Ok(None),
+        (Some(tv), Some(ms)) => (tv, ms),
+        (Some(_), None) => {
+            return Err(CommandError::with_code(
+                31368,
+                "A request with a 'topologyVersion' must include 'maxAwaitTimeMS'",
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(CommandError::with_code(
+                31368,
+                "A request with 'maxAwaitTimeMS' must include a 'topologyVersion'",
+            ))
+        }
+    };
+    if max_await_ms < 0 {
+        return Err(CommandError::with_code(31373, "maxAwaitTimeMS must be a non-negative integer"));
+    }
+    if counter < 0 {
+        return Err(CommandError::with_code(31372, "topologyVersion must have a non-negative counter"));
+    }
+    if process_id != shared.process_id || counter < TOPOLOGY_COUNTER {
+        return Ok(None);
+    }
+    if counter > TOPOLOGY_COUNTER {
+        return Err(CommandError::with_code(
+            31382,
+            format!(
+                "Received a topology version with counter: {counter} which is greater than the server topology \
+                 version counter: {TOPOLOGY_COUNTER}"
+            ),
+        ));
+    }
+    Ok(Some(Duration::from_millis(max_await_ms as u64)))
+}
+
+/// The counter of our topology version: a one-member set whose
+/// configuration never changes while the process runs.
+const TOPOLOGY_COUNTER: i64 = 0;
+
+fn hello(shared: &Shared, conn: &Conn, name: &str, cmd: &Document) -> CommandResult {
+    hello_await(shared, name, cmd)?;
+    let legacy = name != "hello";
     let me = conn.local.to_string();
     let ts = cluster_time();
     let now = DateTime::now();
     let mut d = doc! {
-        "topologyVersion": { "processId": shared.process_id, "counter": 0i64 },
+        "topologyVersion": { "processId": shared.process_id, "counter": TOPOLOGY_COUNTER },
         "hosts": [me.clone()],
         "setName": SET_NAME,
         "setVersion": 1,

@@ -160,19 +160,7 @@ pub(crate) fn namespace(cmd: &Document, name: &str) -> Result<Namespace, Command
     }
 }
 
-pub(crate) fn type_name(v: &Bson) -> &'static str {
-    match v {
-        Bson::Double(_) => "double",
-        Bson::String(_) => "string",
-        Bson::Document(_) => "object",
-        Bson::Array(_) => "array",
-        Bson::Boolean(_) => "bool",
-        Bson::Null => "null",
-        Bson::Int32(_) => "int",
-        Bson::Int64(_) => "long",
-        _ => "other",
-    }
-}
+pub(crate) use query::type_name;
 
 /// A non-negative integer option (int, long or integral double).
 pub(crate) fn count_option(cmd: &Document, name: &str) -> Result<Option<i64>, CommandError> {
@@ -182,7 +170,7 @@ pub(crate) fn count_option(cmd: &Document, name: &str) -> Result<Option<i64>, Co
         Some(Bson::Int64(i)) => Ok(Some(*i)),
         Some(Bson::Double(d)) if d.fract() == 0.0 => Ok(Some(*d as i64)),
         Some(other) => Err(CommandError::type_mismatch(format!(
-            "BSON field '{name}' is the wrong type '{}', expected types '[long, int, decimal, double']",
+            "BSON field '{name}' is the wrong type '{}', expected types '[long, int, decimal, double]'",
             type_name(other)
         ))),
     }

@@ -3,12 +3,13 @@
 //! so the mapping lives in one place.
 
 use bson::{doc, Document};
+use std::borrow::Cow;
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{code_name} ({code}): {errmsg}")]
 pub struct CommandError {
     pub code: i32,
-    pub code_name: &'static str,
+    pub code_name: Cow<'static, str>,
     pub errmsg: String,
     pub labels: Vec<&'static str>,
     /// More fields for the reply (e.g. `keyPattern` and `keyValue`).
@@ -20,16 +21,19 @@ macro_rules! codes {
         impl CommandError {
             $(
                 pub fn $fn_name(errmsg: impl Into<String>) -> CommandError {
-                    CommandError { code: $code, code_name: $name, errmsg: errmsg.into(), labels: Vec::new(), extra: None }
+                    CommandError { code: $code, code_name: Cow::Borrowed($name), errmsg: errmsg.into(), labels: Vec::new(), extra: None }
                 }
             )*
 
-            /// An error with MongoDB's name for `code` (codes this table
-            /// does not know are "UnknownError").
+            /// An error with MongoDB's name for `code`. Codes this table
+            /// does not know are assertion sites, which MongoDB names
+            /// "Location<code>"; below 10000 (the named codes' range),
+            /// "UnknownError".
             pub fn with_code(code: i32, errmsg: impl Into<String>) -> CommandError {
                 let code_name = match code {
-                    $($code => $name,)*
-                    _ => "UnknownError",
+                    $($code => Cow::Borrowed($name),)*
+                    10_000.. => Cow::Owned(format!("Location{code}")),
+                    _ => Cow::Borrowed("UnknownError"),
                 };
                 CommandError { code, code_name, errmsg: errmsg.into(), labels: Vec::new(), extra: None }
             }
@@ -57,6 +61,7 @@ codes! {
     shutdown_in_progress => 91, "ShutdownInProgress";
     unsupported_op_query_command => 352, "UnsupportedOpQueryCommand";
     unknown_parameter => 40415, "Location40415";
+    missing_required_field => 40414, "Location40414";
     path_not_viable => 28, "PathNotViable";
     document_validation_failure => 121, "DocumentValidationFailure";
     conflicting_update_operators => 40, "ConflictingUpdateOperators";
@@ -92,7 +97,7 @@ impl From<query::FilterError> for CommandError {
 impl CommandError {
     /// The reply document.
     pub fn to_document(&self) -> Document {
-        let mut d = doc! { "ok": 0.0, "errmsg": &self.errmsg, "code": self.code, "codeName": self.code_name };
+        let mut d = doc! { "ok": 0.0, "errmsg": &self.errmsg, "code": self.code, "codeName": self.code_name.as_ref() };
         if let Some(extra) = &self.extra {
             d.extend((**extra).clone());
         }
@@ -114,5 +119,12 @@ mod tests {
             e.to_document(),
             doc! { "ok": 0.0, "errmsg": "no such command: 'frob'", "code": 59, "codeName": "CommandNotFound" }
         );
+    }
+
+    #[test]
+    fn codes_outside_the_table_are_named_as_mongodb_names_them() {
+        assert_eq!(CommandError::with_code(11000, "dup").code_name, "DuplicateKey");
+        assert_eq!(CommandError::with_code(31368, "x").code_name, "Location31368");
+        assert_eq!(CommandError::with_code(9999, "x").code_name, "UnknownError");
     }
 }

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 use storage::Engine;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
@@ -246,29 +246,49 @@ async fn serve_connection(
             Ok(Parsed::Answered(reply)) => reply,
             Ok(Parsed::Request(Request::Msg(msg))) => {
                 let more_to_come = msg.flags & wire::MORE_TO_COME != 0;
-                let panicked = || crate::error::CommandError::internal_error("the command panicked").to_document();
                 let name = msg.body.keys().next().map(String::as_str).unwrap_or("");
-                let reply = if commands::runs_inline(name) || commands::is_small_write(name, &msg) {
-                    // Reads answer from memory or a short page read, and a
-                    // small write commits here and awaits its journal fsync
-                    // instead of blocking on it: running them on this task
-                    // saves two thread handoffs per request.
-                    let (reply, owed) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        crate::crud::deferring_sync(|| commands::run(shared, conn, &msg))
-                    }))
-                    .unwrap_or_else(|_| (panicked(), false));
-                    match if owed { shared.durability.wait().await } else { Ok(()) } {
-                        Ok(()) => reply,
-                        Err(why) => crate::error::CommandError::internal_error(why).to_document(),
+                let awaited = commands::is_hello(name)
+                    .then(|| commands::hello_await(shared, name, &msg.body).ok().flatten())
+                    .flatten();
+                if let Some(wait) = awaited {
+                    // An awaitable hello: answer when the heartbeat is due
+                    // (or at shutdown), as a primary whose topology holds.
+                    tokio::select! {
+                        _ = tokio::time::sleep(wait) => {}
+                        _ = stop.wait_for(|s| *s) => {}
                     }
-                } else {
-                    // Writes wait for the journal fsync: off the async workers.
-                    let (s, c) = (shared.clone(), conn.clone());
-                    tokio::task::spawn_blocking(move || commands::run(&s, &c, &msg))
-                        .await
-                        .unwrap_or_else(|_| panicked())
-                };
+                }
+                let inline = commands::runs_inline(name) || commands::is_small_write(name, &msg);
+                let exhaust = awaited.filter(|_| msg.flags & wire::EXHAUST_ALLOWED != 0 && !more_to_come);
+                let again = exhaust.map(|_| msg.clone());
+                let reply = run_command(shared, conn, msg, inline).await;
                 if more_to_come {
+                    continue;
+                }
+                if let (Some(wait), Some(msg)) = (exhaust, again) {
+                    // Exhaust: keep streaming a hello reply per heartbeat,
+                    // each flagged moreToCome, until the client hangs up.
+                    let mut reply = reply;
+                    let mut response_to = header.request_id;
+                    loop {
+                        let id = shared.request_id();
+                        let bytes = wire::encode_msg_flags(id, response_to, wire::MORE_TO_COME, &reply);
+                        send(shared, stream, bytes, compressor).await?;
+                        response_to = id;
+                        tokio::select! {
+                            _ = tokio::time::sleep(wait) => {}
+                            _ = stop.wait_for(|s| *s) => return Ok(()),
+                            readable = stream.fill_buf() => match readable {
+                                // Closed: the monitor is done with us.
+                                Ok([]) => return Ok(()),
+                                // A request ends the stream (clients do not
+                                // send while one is open).
+                                Ok(_) => break,
+                                Err(e) => return Err(e.into()),
+                            },
+                        }
+                        reply = run_command(shared, conn, msg.clone(), true).await;
+                    }
                     continue;
                 }
                 wire::encode_msg(shared.request_id(), header.request_id, &reply)
@@ -288,19 +308,55 @@ async fn serve_connection(
             }
             Err(e) => return Err(e.into()),
         };
-        let reply = match compressor {
-            Some(c) => {
-                let packed = compression::compress(&reply, c);
-                let counters = &net.compression[c.id() as usize];
-                counters[2].fetch_add(reply.len() as u64, Ordering::Relaxed);
-                counters[3].fetch_add(packed.len() as u64, Ordering::Relaxed);
-                packed
-            }
-            None => reply,
-        };
-        net.bytes_out.fetch_add(reply.len() as u64, Ordering::Relaxed);
-        stream.write_all(&reply).await?;
+        send(shared, stream, reply, compressor).await?;
     }
+}
+
+/// Run an OP_MSG command: on this task when it is quick or a small write
+/// (awaiting its journal fsync here), otherwise on the blocking pool.
+async fn run_command(shared: &Arc<Shared>, conn: &Conn, msg: wire::OpMsg, inline: bool) -> Document {
+    let panicked = || crate::error::CommandError::internal_error("the command panicked").to_document();
+    if inline {
+        // Reads answer from memory or a short page read, and a small write
+        // commits here and awaits its journal fsync instead of blocking on
+        // it: running them on this task saves two thread handoffs per
+        // request.
+        let (reply, owed) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            crate::crud::deferring_sync(|| commands::run(shared, conn, &msg))
+        }))
+        .unwrap_or_else(|_| (panicked(), false));
+        match if owed { shared.durability.wait().await } else { Ok(()) } {
+            Ok(()) => reply,
+            Err(why) => crate::error::CommandError::internal_error(why).to_document(),
+        }
+    } else {
+        // Writes wait for the journal fsync: off the async workers.
+        let (s, c) = (shared.clone(), conn.clone());
+        tokio::task::spawn_blocking(move || commands::run(&s, &c, &msg)).await.unwrap_or_else(|_| panicked())
+    }
+}
+
+/// Send one reply, compressed as the request was.
+async fn send(
+    shared: &Shared,
+    stream: &mut BufReader<TcpStream>,
+    reply: Vec<u8>,
+    compressor: Option<compression::Compressor>,
+) -> Result<(), ConnError> {
+    let net = &shared.network;
+    let reply = match compressor {
+        Some(c) => {
+            let packed = compression::compress(&reply, c);
+            let counters = &net.compression[c.id() as usize];
+            counters[2].fetch_add(reply.len() as u64, Ordering::Relaxed);
+            counters[3].fetch_add(packed.len() as u64, Ordering::Relaxed);
+            packed
+        }
+        None => reply,
+    };
+    net.bytes_out.fetch_add(reply.len() as u64, Ordering::Relaxed);
+    stream.write_all(&reply).await?;
+    Ok(())
 }
 
 /// `getCmdLineOpts`' `parsed` for the options we take.

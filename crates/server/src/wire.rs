@@ -259,8 +259,13 @@ fn parse_query(body: &[u8]) -> Result<OpQuery, WireError> {
 
 /// An OP_MSG reply holding `doc`.
 pub fn encode_msg(request_id: i32, response_to: i32, doc: &Document) -> Vec<u8> {
+    encode_msg_flags(request_id, response_to, 0, doc)
+}
+
+/// An OP_MSG reply with flag bits (e.g. `MORE_TO_COME` in an exhaust stream).
+pub fn encode_msg_flags(request_id: i32, response_to: i32, flags: u32, doc: &Document) -> Vec<u8> {
     let mut out = frame(request_id, response_to, OP_MSG);
-    out.extend_from_slice(&0u32.to_le_bytes());
+    out.extend_from_slice(&flags.to_le_bytes());
     out.push(0);
     doc.to_writer(&mut out).expect("writing to a Vec cannot fail");
     finish(out)

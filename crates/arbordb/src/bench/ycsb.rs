@@ -4,7 +4,10 @@
 //! - ArborDB: the harness starts `arbordb serve` (this executable) on a
 //!   fresh data directory and a free port, and drives it with the official
 //!   Rust `mongodb` driver: reads are `find_one({_id})`, updates
-//!   `update_one({_id}, {$set: {fieldN: <100 bytes>}})`.
+//!   `update_one({_id}, {$set: {fieldN: <100 bytes>}})`. Reads return the
+//!   record as raw BSON (`RawDocumentBuf`), not decoded into a `Document`,
+//!   as `tokio-postgres` returns the row with its `jsonb` undecoded: each
+//!   client receives the record's bytes and stops there.
 //! - PostgreSQL: started by `../shared/tools/postgres-local` (Debian
 //!   packages, loopback), driven by `tokio-postgres`: table
 //!   `usertable(ycsb_key text primary key, doc jsonb)`, prepared
@@ -143,6 +146,8 @@ trait Store: Send + Sync + 'static {
 
 struct Arbor {
     coll: mongodb::Collection<mongodb::bson::Document>,
+    /// The same collection, read as raw BSON.
+    raw: mongodb::Collection<mongodb::bson::RawDocumentBuf>,
     server_pid: u32,
 }
 
@@ -162,7 +167,7 @@ impl Store for Arbor {
     }
 
     async fn read(&self, _task: usize, key: &str) -> BenchResult<()> {
-        let found = self.coll.find_one(mongodb::bson::doc! { "_id": key }).await?;
+        let found = self.raw.find_one(mongodb::bson::doc! { "_id": key }).await?;
         if found.is_none() {
             return Err(format!("ArborDB: record {key} not found").into());
         }
@@ -415,7 +420,8 @@ async fn run_async(a: YcsbArgs) -> BenchResult<()> {
         let uri = format!("mongodb://127.0.0.1:{port}/?directConnection=true&maxPoolSize={}", a.threads + 8);
         let client = mongodb::Client::with_uri_str(&uri).await?;
         let coll = client.database("ycsb").collection("usertable");
-        rows.extend(bench_system("arbordb", Arc::new(Arbor { coll, server_pid }), &a).await?);
+        let raw = client.database("ycsb").collection("usertable");
+        rows.extend(bench_system("arbordb", Arc::new(Arbor { coll, raw, server_pid }), &a).await?);
         drop(client);
         drop(server);
     }
@@ -495,6 +501,7 @@ async fn run_async(a: YcsbArgs) -> BenchResult<()> {
         "seconds_per_workload": a.seconds,
         "key_distribution": "scrambled zipfian, theta 0.99",
         "durability": "ArborDB: journal fsync per acknowledged write (group commit); PostgreSQL: synchronous_commit=on, fsync=on",
+        "reads": "ArborDB: find_one({_id}) into RawDocumentBuf; PostgreSQL: prepared SELECT doc, the row's jsonb undecoded",
         "machine_cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
         "results": rows,
         "arbordb_over_postgresql_throughput": ratios,
