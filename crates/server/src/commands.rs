@@ -266,10 +266,12 @@ pub fn hello_await(shared: &Shared, name: &str, cmd: &Document) -> Result<Option
         Some(Bson::Int32(n)) => Some(i64::from(*n)),
         Some(Bson::Int64(n)) => Some(*n),
         Some(Bson::Double(d)) => Some(*d as i64),
-        Some(other) => return Err(CommandError::type_mismatch(format!(
+        Some(other) => {
+            return Err(CommandError::type_mismatch(format!(
             "BSON field '{name}.maxAwaitTimeMS' is the wrong type '{}', expected types '[long, int, decimal, double]'",
             crate::crud::type_name(other)
-        ))),
+        )))
+        }
     };
     let ((process_id, counter), max_await_ms) = match (topology, max_await_ms) {
         (None, None) => return Ok(None),

@@ -142,12 +142,16 @@ trait Store: Send + Sync + 'static {
     ) -> impl Future<Output = BenchResult<()>> + Send;
     /// CPU seconds the server's processes have used so far.
     fn server_cpu_seconds(&self) -> f64;
+    /// Durability fsyncs the server has run so far (ArborDB: journal
+    /// fsyncs; PostgreSQL: WAL syncs, `pg_stat_wal.wal_sync`).
+    fn fsyncs(&self) -> impl Future<Output = BenchResult<u64>> + Send;
 }
 
 struct Arbor {
     coll: mongodb::Collection<mongodb::bson::Document>,
     /// The same collection, read as raw BSON.
     raw: mongodb::Collection<mongodb::bson::RawDocumentBuf>,
+    admin: mongodb::Database,
     server_pid: u32,
 }
 
@@ -190,6 +194,11 @@ impl Store for Arbor {
 
     fn server_cpu_seconds(&self) -> f64 {
         measure::process_cpu_seconds(&self.server_pid.to_string()).unwrap_or(0.0)
+    }
+
+    async fn fsyncs(&self) -> BenchResult<u64> {
+        let status = self.admin.run_command(mongodb::bson::doc! { "serverStatus": 1 }).await?;
+        Ok(status.get_document("arbordb")?.get_i64("journal_syncs")? as u64)
     }
 }
 
@@ -242,6 +251,11 @@ impl Store for Postgres {
     fn server_cpu_seconds(&self) -> f64 {
         measure::command_cpu_seconds("postgres")
     }
+
+    async fn fsyncs(&self) -> BenchResult<u64> {
+        let row = self.conns[0].0.query_one("SELECT wal_sync FROM pg_stat_wal", &[]).await?;
+        Ok(row.get::<_, i64>(0) as u64)
+    }
 }
 
 /// Load `records` with a few concurrent tasks, printing progress.
@@ -281,13 +295,13 @@ async fn load<S: Store>(name: &str, store: &Arc<S>, records: u64, seed: u64) -> 
 }
 
 /// Run one workload for `seconds` with `threads` tasks; returns the
-/// operation count and every latency in microseconds.
+/// operation and update counts and every latency in microseconds.
 async fn run_workload<S: Store>(
     name: &str,
     store: &Arc<S>,
     a: &YcsbArgs,
     update_percent: u32,
-) -> BenchResult<(u64, Vec<u32>, f64)> {
+) -> BenchResult<(u64, u64, Vec<u32>, f64)> {
     let zipf = Arc::new(Zipf::new(a.records));
     let deadline = Instant::now() + Duration::from_secs(a.seconds);
     let start = Instant::now();
@@ -297,28 +311,31 @@ async fn run_workload<S: Store>(
         let seed = a.seed.wrapping_mul(1000) + t as u64;
         tasks.push(tokio::spawn(async move {
             let mut rng = SmallRng::seed_from_u64(seed);
-            let mut latencies = Vec::new();
+            let (mut latencies, mut updates) = (Vec::new(), 0u64);
             while Instant::now() < deadline {
                 let k = key(zipf.next(&mut rng));
                 let began = Instant::now();
                 if rng.gen_range(0..100) < update_percent {
                     let (field, value) = (rng.gen_range(0..FIELDS), field_value(&mut rng));
                     store.update(t, &k, field, value).await?;
+                    updates += 1;
                 } else {
                     store.read(t, &k).await?;
                 }
                 latencies.push(began.elapsed().as_micros().min(u128::from(u32::MAX)) as u32);
             }
-            Ok::<Vec<u32>, super::BenchError>(latencies)
+            Ok::<_, super::BenchError>((latencies, updates))
         }));
     }
-    let mut all = Vec::new();
+    let (mut all, mut updates) = (Vec::new(), 0);
     for t in tasks {
-        all.extend(t.await??);
+        let (latencies, n) = t.await??;
+        all.extend(latencies);
+        updates += n;
     }
     let secs = start.elapsed().as_secs_f64();
     eprintln!("  {name}: {} ops in {secs:.1} s", all.len());
-    Ok((all.len() as u64, all, secs))
+    Ok((all.len() as u64, updates, all, secs))
 }
 
 fn percentile(sorted: &[u32], p: f64) -> u32 {
@@ -373,7 +390,10 @@ async fn bench_system<S: Store>(name: &str, store: Arc<S>, a: &YcsbArgs) -> Benc
             other => return Err(format!("unknown workload {other:?} (a or c)").into()),
         };
         let (server_before, client_before) = (store.server_cpu_seconds(), measure::cpu_seconds().unwrap_or(0.0));
-        let (ops, mut lat, secs) = run_workload(&format!("{name} workload {w}"), &store, a, update_percent).await?;
+        let fsyncs_before = store.fsyncs().await?;
+        let (ops, updates, mut lat, secs) =
+            run_workload(&format!("{name} workload {w}"), &store, a, update_percent).await?;
+        let fsyncs = store.fsyncs().await?.saturating_sub(fsyncs_before);
         let server_cpu = store.server_cpu_seconds() - server_before;
         let client_cpu = measure::cpu_seconds().unwrap_or(0.0) - client_before;
         lat.sort_unstable();
@@ -388,6 +408,9 @@ async fn bench_system<S: Store>(name: &str, store: Arc<S>, a: &YcsbArgs) -> Benc
             "p999_us": percentile(&lat, 0.999),
             "server_cpu_us_per_op": server_cpu * 1e6 / ops.max(1) as f64,
             "client_cpu_us_per_op": client_cpu * 1e6 / ops.max(1) as f64,
+            "updates": updates,
+            "fsyncs": fsyncs,
+            "updates_per_fsync": if fsyncs > 0 && updates > 0 { json!(updates as f64 / fsyncs as f64) } else { json!(null) },
             "load_seconds": load_secs,
             "load_records_per_sec": a.records as f64 / load_secs,
         }));
@@ -421,7 +444,8 @@ async fn run_async(a: YcsbArgs) -> BenchResult<()> {
         let client = mongodb::Client::with_uri_str(&uri).await?;
         let coll = client.database("ycsb").collection("usertable");
         let raw = client.database("ycsb").collection("usertable");
-        rows.extend(bench_system("arbordb", Arc::new(Arbor { coll, raw, server_pid }), &a).await?);
+        let admin = client.database("admin");
+        rows.extend(bench_system("arbordb", Arc::new(Arbor { coll, raw, admin, server_pid }), &a).await?);
         drop(client);
         drop(server);
     }
@@ -464,12 +488,21 @@ async fn run_async(a: YcsbArgs) -> BenchResult<()> {
         }
     }
     println!(
-        "{:<11} {:>8} {:>12} {:>9} {:>9} {:>9} {:>10} {:>14} {:>14}",
-        "system", "workload", "ops/s", "p50 us", "p99 us", "p99.9 us", "load s", "server cpu us", "client cpu us"
+        "{:<11} {:>8} {:>12} {:>9} {:>9} {:>9} {:>10} {:>14} {:>14} {:>13}",
+        "system",
+        "workload",
+        "ops/s",
+        "p50 us",
+        "p99 us",
+        "p99.9 us",
+        "load s",
+        "server cpu us",
+        "client cpu us",
+        "updates/fsync"
     );
     for r in &rows {
         println!(
-            "{:<11} {:>8} {:>12.0} {:>9} {:>9} {:>9} {:>10.1} {:>14.1} {:>14.1}",
+            "{:<11} {:>8} {:>12.0} {:>9} {:>9} {:>9} {:>10.1} {:>14.1} {:>14.1} {:>13}",
             r["system"].as_str().unwrap_or(""),
             r["workload"].as_str().unwrap_or(""),
             r["ops_per_sec"].as_f64().unwrap_or(0.0),
@@ -478,7 +511,8 @@ async fn run_async(a: YcsbArgs) -> BenchResult<()> {
             r["p999_us"],
             r["load_seconds"].as_f64().unwrap_or(0.0),
             r["server_cpu_us_per_op"].as_f64().unwrap_or(0.0),
-            r["client_cpu_us_per_op"].as_f64().unwrap_or(0.0)
+            r["client_cpu_us_per_op"].as_f64().unwrap_or(0.0),
+            r["updates_per_fsync"].as_f64().map_or("-".to_string(), |u| format!("{u:.2}"))
         );
     }
     for (w, r) in &ratios {
