@@ -314,7 +314,7 @@ def test_awaitable_hello_answers_at_once_for_another_process(client):
         ({"topologyVersion": "<tv>"}, 31368, "A request with a 'topologyVersion' must include 'maxAwaitTimeMS'"),
         ({"maxAwaitTimeMS": 0}, 31368, "A request with 'maxAwaitTimeMS' must include a 'topologyVersion'"),
         ({"topologyVersion": "<tv>", "maxAwaitTimeMS": "x"}, 14,
-         "BSON field 'hello.maxAwaitTimeMS' is the wrong type 'string', expected types '[long, int, decimal, double]'"),
+         "BSON field 'hello.maxAwaitTimeMS' is the wrong type 'string', expected types '[long, int, decimal, double']"),
         ({"topologyVersion": "<tv>", "maxAwaitTimeMS": -1}, 31373, "maxAwaitTimeMS must be a non-negative integer"),
     ],
 )

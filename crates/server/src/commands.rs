@@ -268,7 +268,7 @@ pub fn hello_await(shared: &Shared, name: &str, cmd: &Document) -> Result<Option
         Some(Bson::Double(d)) => Some(*d as i64),
         Some(other) => {
             return Err(CommandError::type_mismatch(format!(
-            "BSON field '{name}.maxAwaitTimeMS' is the wrong type '{}', expected types '[long, int, decimal, double]'",
+            "BSON field '{name}.maxAwaitTimeMS' is the wrong type '{}', expected types '[long, int, decimal, double']",
             crate::crud::type_name(other)
         )))
         }
@@ -396,8 +396,11 @@ fn get_parameter(cmd: &Document) -> CommandResult {
     let all = parameters();
     let want = cmd.get("getParameter").cloned().unwrap_or(Bson::Null);
     // {getParameter: "*"} or {getParameter: {allParameters: true}}: everything.
-    let everything =
-        want.as_str() == Some("*") || want.as_document().is_some_and(|d| d.get_bool("allParameters").unwrap_or(false));
+    let everything = want.as_str() == Some("*")
+        || match want.as_document() {
+            Some(d) => crate::crud::bool_option(d, "allParameters", "getParameter", false)?,
+            None => false,
+        };
     let mut out = Document::new();
     if everything {
         out.extend(all);

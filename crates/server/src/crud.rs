@@ -162,6 +162,36 @@ pub(crate) fn namespace(cmd: &Document, name: &str) -> Result<Namespace, Command
 
 pub(crate) use query::type_name;
 
+/// A boolean option read as MongoDB's IDL reads `safeBool`: a bool or a
+/// number (non-zero is true); missing or null is `default`. `context` is
+/// the command (or statement) path the error names, e.g. `find` or
+/// `update.updates`.
+pub(crate) fn bool_option(doc: &Document, field: &str, context: &str, default: bool) -> Result<bool, CommandError> {
+    match doc.get(field) {
+        None | Some(Bson::Null) => Ok(default),
+        Some(Bson::Boolean(b)) => Ok(*b),
+        Some(Bson::Int32(n)) => Ok(*n != 0),
+        Some(Bson::Int64(n)) => Ok(*n != 0),
+        Some(Bson::Double(d)) => Ok(*d != 0.0),
+        Some(Bson::Decimal128(d)) => Ok(decimal_is_nonzero(d.bytes())),
+        // MongoDB's IDL puts the closing quote inside the bracket.
+        Some(other) => Err(CommandError::type_mismatch(format!(
+            "BSON field '{context}.{field}' is the wrong type '{}', expected types '[bool, long, int, decimal, double']",
+            type_name(other)
+        ))),
+    }
+}
+
+/// Whether an IEEE 754-2008 BID decimal128 (little-endian bytes) is not
+/// zero: infinities and NaN are not; a non-canonical coefficient is zero.
+fn decimal_is_nonzero(bytes: [u8; 16]) -> bool {
+    let v = u128::from_le_bytes(bytes);
+    if (v >> 125) & 0b11 == 0b11 {
+        return (v >> 122) & 0b11111 >= 0b11110;
+    }
+    v & ((1u128 << 113) - 1) != 0
+}
+
 /// A non-negative integer option (int, long or integral double).
 pub(crate) fn count_option(cmd: &Document, name: &str) -> Result<Option<i64>, CommandError> {
     match cmd.get(name) {
@@ -170,7 +200,7 @@ pub(crate) fn count_option(cmd: &Document, name: &str) -> Result<Option<i64>, Co
         Some(Bson::Int64(i)) => Ok(Some(*i)),
         Some(Bson::Double(d)) if d.fract() == 0.0 => Ok(Some(*d as i64)),
         Some(other) => Err(CommandError::type_mismatch(format!(
-            "BSON field '{name}' is the wrong type '{}', expected types '[long, int, decimal, double]'",
+            "BSON field '{name}' is the wrong type '{}', expected types '[long, int, decimal, double']",
             type_name(other)
         ))),
     }
@@ -230,9 +260,10 @@ pub fn drop_database(shared: &Shared, cmd: &Document) -> CommandResult {
 }
 
 pub fn list_collections(shared: &Shared, cmd: &Document) -> CommandResult {
+    const CONTEXT: &str = "listCollections";
     let db = db_of(cmd)?;
     let (_, filter) = filter_of(cmd, "filter")?;
-    let name_only = cmd.get_bool("nameOnly").unwrap_or(false);
+    let name_only = bool_option(cmd, "nameOnly", CONTEXT, false)?;
     let mut batch = Vec::new();
     for c in shared.catalog.list(db) {
         let entry = doc! {
@@ -254,8 +285,9 @@ pub fn list_collections(shared: &Shared, cmd: &Document) -> CommandResult {
 }
 
 pub fn list_databases(shared: &Shared, cmd: &Document) -> CommandResult {
+    const CONTEXT: &str = "listDatabases";
     let (_, filter) = filter_of(cmd, "filter")?;
-    let name_only = cmd.get_bool("nameOnly").unwrap_or(false);
+    let name_only = bool_option(cmd, "nameOnly", CONTEXT, false)?;
     let mut dbs = Vec::new();
     let mut total = 0i64;
     for db in shared.catalog.databases() {
@@ -304,10 +336,12 @@ pub fn rename_collection(shared: &Shared, cmd: &Document) -> CommandResult {
     if from == to {
         return Err(CommandError::illegal_operation("Can't rename a collection to itself"));
     }
-    shared.catalog.rename(&from, &to, cmd.get_bool("dropTarget").unwrap_or(false)).map_err(|e| match e {
-        DocError::NamespaceExists(_) => CommandError::namespace_exists("target namespace exists"),
-        other => other.into(),
-    })?;
+    shared.catalog.rename(&from, &to, bool_option(cmd, "dropTarget", "renameCollection", false)?).map_err(
+        |e| match e {
+            DocError::NamespaceExists(_) => CommandError::namespace_exists("target namespace exists"),
+            other => other.into(),
+        },
+    )?;
     Ok(doc! { "ok": 1.0 })
 }
 
@@ -476,7 +510,8 @@ pub(crate) fn validator_of(
     cmd: &Document,
 ) -> Result<Option<(Validator, bool)>, CommandError> {
     let Some(c) = shared.catalog.get(ns) else { return Ok(None) };
-    let bypass = cmd.get_bool("bypassDocumentValidation").unwrap_or(false);
+    let name = cmd.keys().next().map_or("", String::as_str);
+    let bypass = bool_option(cmd, "bypassDocumentValidation", name, false)?;
     Ok(Validator::of(&c.options)?.map(|v| (v, bypass)))
 }
 
@@ -485,7 +520,7 @@ pub fn insert(shared: &Shared, msg: &OpMsg) -> CommandResult {
     let ns = namespace(cmd, "insert")?;
     let docs = statements(msg, "insert", "documents")?;
     check_fields(cmd, "insert", &["documents", "ordered"], false)?;
-    let ordered = cmd.get_bool("ordered").unwrap_or(true);
+    let ordered = bool_option(cmd, "ordered", "insert", true)?;
     let ack = ack_of(cmd)?;
     let coll = shared.catalog.get_or_create(&ns)?;
     let validator = validator_of(shared, &ns, cmd)?;
@@ -626,7 +661,7 @@ pub fn delete(shared: &Shared, msg: &OpMsg) -> CommandResult {
             )));
         }
     }
-    let ordered = cmd.get_bool("ordered").unwrap_or(true);
+    let ordered = bool_option(cmd, "ordered", "delete", true)?;
     let ack = ack_of(cmd)?;
     let reply = write_reply(&specs, ordered, false, |spec| {
         shared.opcounters.delete.fetch_add(1, Ordering::Relaxed);

@@ -8,8 +8,8 @@
 //! on update, so a multi-update scan never meets a document twice.
 
 use crate::crud::{
-    ack_of, acknowledge, check_fields, filter_of, namespace, statements, type_name, validator_of, write_reply,
-    CommandResult, Outcome, Validator, STATEMENT_ACK,
+    ack_of, acknowledge, bool_option, check_fields, filter_of, namespace, statements, type_name, validator_of,
+    write_reply, CommandResult, Outcome, Validator, STATEMENT_ACK,
 };
 use crate::error::CommandError;
 use crate::limits::*;
@@ -73,7 +73,7 @@ fn array_filters(spec: &Document) -> Result<Vec<Document>, CommandError> {
 fn parse_statement(spec: &Document) -> Result<Statement, CommandError> {
     let (query, filter) = filter_of(spec, "q")?;
     let update = parse_update_field(spec.get("u"), &array_filters(spec)?, "update.updates.u")?;
-    let multi = spec.get_bool("multi").unwrap_or(false);
+    let multi = bool_option(spec, "multi", "update.updates", false)?;
     if multi && update.is_replacement() {
         return Err(CommandError::failed_to_parse("multi update is not supported for replacement-style update"));
     }
@@ -92,7 +92,7 @@ fn parse_statement(spec: &Document) -> Result<Statement, CommandError> {
             )))
         }
     };
-    let upsert = spec.get_bool("upsert").unwrap_or(false);
+    let upsert = bool_option(spec, "upsert", "update.updates", false)?;
     Ok(Statement { query, filter, update, multi, upsert, sort, retried: false })
 }
 
@@ -249,8 +249,12 @@ pub fn update(shared: &Shared, msg: &OpMsg) -> CommandResult {
                 )));
             }
         }
+        // Option types fail the whole command, as mongod's parser does.
+        for field in ["multi", "upsert"] {
+            bool_option(spec, field, "update.updates", false)?;
+        }
     }
-    let ordered = cmd.get_bool("ordered").unwrap_or(true);
+    let ordered = bool_option(cmd, "ordered", "update", true)?;
     let ack = ack_of(cmd)?;
     let reply = write_reply(&specs, ordered, true, |spec| {
         shared.opcounters.update.fetch_add(1, Ordering::Relaxed);
@@ -324,9 +328,9 @@ pub fn find_and_modify(shared: &Shared, cmd: &Document) -> CommandResult {
             )))
         }
     };
-    let remove = cmd.get_bool("remove").unwrap_or(false);
-    let return_new = cmd.get_bool("new").unwrap_or(false);
-    let upsert_wanted = cmd.get_bool("upsert").unwrap_or(false);
+    let remove = bool_option(cmd, "remove", "findAndModify", false)?;
+    let return_new = bool_option(cmd, "new", "findAndModify", false)?;
+    let upsert_wanted = bool_option(cmd, "upsert", "findAndModify", false)?;
     let has_update = cmd.get("update").is_some_and(|u| !matches!(u, Bson::Null));
     if remove && has_update {
         return Err(CommandError::failed_to_parse("Cannot specify both an update and remove=true"));

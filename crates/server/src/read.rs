@@ -6,7 +6,7 @@
 //! cursor with read concern "local" may. A sorted find or an aggregate
 //! holds its results. Idle cursors are dropped after 10 minutes.
 
-use crate::crud::{check_fields, count_option, filter_of, namespace, type_name, CommandResult};
+use crate::crud::{bool_option, check_fields, count_option, filter_of, namespace, type_name, CommandResult};
 use crate::error::CommandError;
 use crate::limits::*;
 use crate::server::Shared;
@@ -397,10 +397,10 @@ pub fn find(shared: &Shared, cmd: &Document) -> CommandResult {
             )));
         }
     }
-    if cmd.get_bool("returnKey") == Ok(true) {
+    if bool_option(cmd, "returnKey", "find", false)? {
         return Err(CommandError::not_implemented("returnKey needs secondary indexes, not built yet"));
     }
-    if cmd.get_bool("tailable") == Ok(true) {
+    if bool_option(cmd, "tailable", "find", false)? {
         return Err(CommandError::bad_value(format!(
             "error processing query: ns={ns} tailable cursor requested on non capped collection"
         )));
@@ -420,13 +420,14 @@ pub fn find(shared: &Shared, cmd: &Document) -> CommandResult {
         return Err(CommandError::bad_value("batchSize value must be non-negative"));
     }
     let (skip, limit) = (skip as usize, (limit > 0).then_some(limit as usize));
-    let single = cmd.get_bool("singleBatch").unwrap_or(false);
-    let allow_disk_use = cmd.get_bool("allowDiskUse").unwrap_or(false);
+    let single = bool_option(cmd, "singleBatch", "find", false)?;
+    let allow_disk_use = bool_option(cmd, "allowDiskUse", "find", false)?;
+    let record_id = bool_option(cmd, "showRecordId", "find", false)?;
     let mut state = CursorState {
         ns: ns.clone(),
         source: Source::Buffer(Vec::new().into_iter()),
         projection,
-        record_id: cmd.get_bool("showRecordId").unwrap_or(false),
+        record_id,
         remaining: None,
         last_used: Instant::now(),
     };
