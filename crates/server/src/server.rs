@@ -258,10 +258,16 @@ async fn serve_connection(
                         _ = stop.wait_for(|s| *s) => {}
                     }
                 }
-                let inline = commands::runs_inline(name) || commands::is_small_write(name, &msg);
+                let how = if commands::runs_inline(name) {
+                    Run::Inline
+                } else if commands::is_small_write(name, &msg) {
+                    Run::InlineWrite
+                } else {
+                    Run::Pool
+                };
                 let exhaust = awaited.filter(|_| msg.flags & wire::EXHAUST_ALLOWED != 0 && !more_to_come);
                 let again = exhaust.map(|_| msg.clone());
-                let reply = run_command(shared, conn, msg, inline).await;
+                let reply = run_command(shared, conn, msg, how).await;
                 if more_to_come {
                     continue;
                 }
@@ -287,7 +293,7 @@ async fn serve_connection(
                                 Err(e) => return Err(e.into()),
                             },
                         }
-                        reply = run_command(shared, conn, msg.clone(), true).await;
+                        reply = run_command(shared, conn, msg.clone(), Run::Inline).await;
                     }
                     continue;
                 }
@@ -314,17 +320,31 @@ async fn serve_connection(
 
 /// Run an OP_MSG command: on this task when it is quick or a small write
 /// (awaiting its journal fsync here), otherwise on the blocking pool.
-async fn run_command(shared: &Arc<Shared>, conn: &Conn, msg: wire::OpMsg, inline: bool) -> Document {
+/// Where a command runs.
+#[derive(Clone, Copy, PartialEq)]
+enum Run {
+    /// On the connection's task: reads and other quick commands.
+    Inline,
+    /// On the connection's task, registered as a writer for the group
+    /// commit, its fsync awaited there.
+    InlineWrite,
+    /// On the blocking pool.
+    Pool,
+}
+
+async fn run_command(shared: &Arc<Shared>, conn: &Conn, msg: wire::OpMsg, how: Run) -> Document {
     let panicked = || crate::error::CommandError::internal_error("the command panicked").to_document();
-    if inline {
+    if how != Run::Pool {
         // Reads answer from memory or a short page read, and a small write
         // commits here and awaits its journal fsync instead of blocking on
         // it: running them on this task saves two thread handoffs per
         // request.
+        let writer = (how == Run::InlineWrite).then(|| shared.durability.writer());
         let (reply, owed) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             crate::crud::deferring_sync(|| commands::run(shared, conn, &msg))
         }))
         .unwrap_or_else(|_| (panicked(), false));
+        drop(writer);
         match if owed { shared.durability.wait().await } else { Ok(()) } {
             Ok(()) => reply,
             Err(why) => crate::error::CommandError::internal_error(why).to_document(),
