@@ -122,6 +122,25 @@ fn entry_tables(ns: &Namespace, entry: &Document) -> (String, String) {
     (records, id_index)
 }
 
+/// Index tables get smaller leaves than record tables (16 KiB against
+/// 32 KiB, as MongoDB configures WiredTiger): their entries are small and
+/// many, and a commit copies each leaf it changes whole while a reader's
+/// version still holds it, so smaller leaves copy fewer entries per insert.
+fn index_table_config() -> TableConfig {
+    TableConfig {
+        leaf_page_max_bytes: INDEX_LEAF_BYTES,
+        overflow_min_bytes: INDEX_LEAF_BYTES / 4,
+        ..TableConfig::default()
+    }
+}
+
+const INDEX_LEAF_BYTES: u32 = 16 * 1024;
+
+/// The most documents of one insert command committed together.
+pub const INSERT_CHUNK_DOCS: usize = 256;
+/// A chunk closes once its documents reach this many bytes.
+pub const INSERT_CHUNK_BYTES: usize = 1024 * 1024;
+
 fn catalog_entry(ns: &Namespace, options: &Document, records: &str, id_index: &str) -> Document {
     doc! {
         "ns": ns.to_string(),
@@ -182,11 +201,11 @@ impl Catalog {
         }
         let ident = self.next_ident.fetch_add(1, Ordering::Relaxed);
         let (records, id_index) = (format!("c/{ident}"), format!("i/{ident}/_id_"));
-        for name in [&records, &id_index] {
+        for (name, config) in [(&records, TableConfig::default()), (&id_index, index_table_config())] {
             if self.engine.table(name).is_ok() {
                 self.engine.drop_table(name)?;
             }
-            self.engine.create_table(name, TableConfig::default())?;
+            self.engine.create_table(name, config)?;
         }
         let entry = catalog_entry(ns, &options, &records, &id_index);
         self.engine.put(&self.meta, ns.to_string().as_bytes(), &bson::to_vec(&entry).expect("BSON encodes"))?;
@@ -328,6 +347,122 @@ impl Collection {
             match attempt {
                 Ok(_) => return Ok(doc),
                 // Another insert of the same _id is in flight: look again.
+                Err(e) if e.is_retryable() => std::thread::yield_now(),
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Insert the documents of one insert command. Each succeeds or fails
+    /// on its own (a duplicate `_id` fails that document alone), but they
+    /// commit in chunks of up to [`INSERT_CHUNK_DOCS`] documents or
+    /// [`INSERT_CHUNK_BYTES`] bytes, a transaction each: a leaf a chunk
+    /// changes is copied once per chunk instead of once per document, and
+    /// the chunk is one journal record. Returns a result per document
+    /// tried, in order; with `ordered` they stop at the first failure.
+    pub fn insert_many(
+        &self,
+        engine: &Engine,
+        docs: &[&Document],
+        ordered: bool,
+        ack: Ack,
+    ) -> Vec<Result<(), DocError>> {
+        let mut results = Vec::with_capacity(docs.len());
+        while results.len() < docs.len() {
+            let rest = &docs[results.len()..];
+            let (chunk, stopped) = match self.insert_chunk(engine, rest, ordered, ack) {
+                Ok(done) => done,
+                Err(e) => (vec![Err(e)], true),
+            };
+            results.extend(chunk);
+            if stopped {
+                break;
+            }
+        }
+        results
+    }
+
+    /// Insert a prefix of `docs` in one transaction; returns the results
+    /// for that prefix and whether an ordered insert stopped. A document
+    /// the transaction cannot take (an error other than a duplicate `_id`)
+    /// is tried alone, after the documents before it commit.
+    fn insert_chunk(
+        &self,
+        engine: &Engine,
+        docs: &[&Document],
+        ordered: bool,
+        ack: Ack,
+    ) -> Result<(Vec<Result<(), DocError>>, bool), DocError> {
+        let mut limit = docs.len().min(INSERT_CHUNK_DOCS);
+        loop {
+            if limit == 0 {
+                // The first document failed inside the chunk: alone, it
+                // reports its own error (or succeeds if it was a conflict).
+                let result = self.insert(engine, docs[0], ack).map(|_| ());
+                let stopped = ordered && result.is_err();
+                return Ok((vec![result], stopped));
+            }
+            let txn = engine.begin(ack.txn_options())?;
+            let (mut results, mut seen, mut bytes_total) = (Vec::new(), std::collections::HashSet::new(), 0);
+            let mut stopped = false;
+            let mut failed_at = None;
+            for (i, doc) in docs[..limit].iter().enumerate() {
+                if bytes_total >= INSERT_CHUNK_BYTES {
+                    break;
+                }
+                let doc = with_id_first(doc);
+                let id = doc.get("_id").expect("with_id_first adds one");
+                let key = match keystring::encode(id) {
+                    Ok(key) => key,
+                    Err(e) => {
+                        results.push(Err(e.into()));
+                        stopped = ordered;
+                        if stopped {
+                            break;
+                        }
+                        continue;
+                    }
+                };
+                let duplicate = !seen.insert(key.clone())
+                    || match txn.get(&self.id_index, &key) {
+                        Ok(found) => found.is_some(),
+                        Err(_) => {
+                            failed_at = Some(i);
+                            break;
+                        }
+                    };
+                if duplicate {
+                    results.push(Err(DocError::DuplicateKey { ns: self.ns.to_string(), key: Box::new(id.clone()) }));
+                    stopped = ordered;
+                    if stopped {
+                        break;
+                    }
+                    continue;
+                }
+                let bytes = bson::to_vec(&doc).expect("BSON encodes");
+                bytes_total += bytes.len();
+                let rid = self.next_record.fetch_add(1, Ordering::Relaxed);
+                match txn
+                    .put(&self.records, &rid.to_be_bytes(), &bytes)
+                    .and_then(|_| txn.put(&self.id_index, &key, &rid.to_be_bytes()))
+                {
+                    Ok(()) => results.push(Ok(())),
+                    Err(_) => {
+                        failed_at = Some(i);
+                        break;
+                    }
+                }
+            }
+            if let Some(i) = failed_at {
+                // A conflict with a concurrent insert, or a document the
+                // engine refuses: commit what came before it, then meet it
+                // alone.
+                drop(txn);
+                limit = i;
+                continue;
+            }
+            match txn.commit() {
+                Ok(_) => return Ok((results, stopped)),
                 Err(e) if e.is_retryable() => std::thread::yield_now(),
                 Err(e) => return Err(e.into()),
             }
@@ -520,6 +655,86 @@ mod tests {
         assert_eq!(cat.databases(), vec!["test".to_string()]);
         assert!(cat.drop(&ns).unwrap());
         assert!(cat.get(&ns).is_none() && !e.table_names().iter().any(|t| t.starts_with("c/")));
+    }
+
+    /// `insert_many` against inserting one by one: the same documents end
+    /// up stored, with the same per-document errors, across chunks.
+    #[test]
+    fn insert_many_commits_in_chunks_with_per_document_results() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = engine(dir.path());
+        let cat = Catalog::open(e.clone()).unwrap();
+        let c = cat.get_or_create(&Namespace::new("test", "many").unwrap()).unwrap();
+        c.insert(&e, &doc! { "_id": 5 }, Ack::Journaled).unwrap();
+        let n = INSERT_CHUNK_DOCS * 2 + 50;
+        let mut docs: Vec<Document> = (0..n as i64).map(|i| doc! { "_id": i + 10, "v": i }).collect();
+        docs[7] = doc! { "_id": 5 }; // exists already
+        docs[300] = doc! { "_id": 12 }; // repeats docs[2], across a chunk boundary
+        docs[301] = doc! { "_id": 13, "v": 1 }; // repeats docs[3]
+        docs[400] = doc! { "_id": "k".repeat(9000) }; // a key the engine refuses
+        docs[401] = doc! { "_id": bson::Decimal128::from_bytes([0; 16]) }; // not encodable yet
+        let refs: Vec<&Document> = docs.iter().collect();
+        let results = c.insert_many(&e, &refs, false, Ack::Journaled);
+        assert_eq!(results.len(), n);
+        let failed: Vec<usize> = (0..n).filter(|&i| results[i].is_err()).collect();
+        assert_eq!(failed, vec![7, 300, 301, 400, 401]);
+        assert!(matches!(results[7], Err(DocError::DuplicateKey { .. })));
+        assert!(matches!(results[300], Err(DocError::DuplicateKey { .. })));
+        assert!(matches!(results[400], Err(DocError::Storage(StorageError::KeyTooLarge { .. }))));
+        assert!(matches!(results[401], Err(DocError::Key(_))));
+        let stored = c.scan(&e, 0, 0).unwrap();
+        assert_eq!(stored.len(), 1 + n - failed.len());
+        assert_eq!(c.find_by_id(&e, &Bson::Int64(13)).unwrap().unwrap().get_i64("v").unwrap(), 3, "the first one wins");
+        assert!(c.find_by_id(&e, &Bson::Int64(n as i64 + 9)).unwrap().is_some(), "the last chunk is there");
+
+        // Ordered: stops at the first failure, everything before it stored.
+        let c2 = cat.get_or_create(&Namespace::new("test", "ordered").unwrap()).unwrap();
+        let mut docs: Vec<Document> = (0..n as i64).map(|i| doc! { "_id": i }).collect();
+        docs[270] = doc! { "_id": 1 };
+        let refs: Vec<&Document> = docs.iter().collect();
+        let results = c2.insert_many(&e, &refs, true, Ack::Journaled);
+        assert_eq!(results.len(), 271);
+        assert!(results[..270].iter().all(Result::is_ok) && results[270].is_err());
+        assert_eq!(c2.scan(&e, 0, 0).unwrap().len(), 270);
+        // An ordered insert that stops at a refused key in its first chunk.
+        let c3 = cat.get_or_create(&Namespace::new("test", "refused").unwrap()).unwrap();
+        let docs = [doc! { "_id": 1 }, doc! { "_id": "k".repeat(9000) }, doc! { "_id": 3 }];
+        let refs: Vec<&Document> = docs.iter().collect();
+        let results = c3.insert_many(&e, &refs, true, Ack::Journaled);
+        assert_eq!(results.len(), 2);
+        assert!(results[0].is_ok() && results[1].is_err());
+        assert_eq!(c3.scan(&e, 0, 0).unwrap().len(), 1);
+    }
+
+    /// Two inserts of the same `_id`s at once: each `_id` is stored once,
+    /// and every document is either inserted or a duplicate.
+    #[test]
+    fn concurrent_insert_many_of_the_same_ids_store_each_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = engine(dir.path());
+        let cat = Catalog::open(e.clone()).unwrap();
+        let c = cat.get_or_create(&Namespace::new("test", "race").unwrap()).unwrap();
+        let docs: Vec<Document> = (0..2000i64).map(|i| doc! { "_id": i }).collect();
+        let start = std::sync::Barrier::new(3);
+        let inserted: usize = std::thread::scope(|s| {
+            let runs: Vec<_> = (0..3)
+                .map(|_| {
+                    s.spawn(|| {
+                        let refs: Vec<&Document> = docs.iter().collect();
+                        start.wait();
+                        let results = c.insert_many(&e, &refs, false, Ack::Written);
+                        assert_eq!(results.len(), docs.len());
+                        for r in &results {
+                            assert!(matches!(r, Ok(()) | Err(DocError::DuplicateKey { .. })), "{r:?}");
+                        }
+                        results.iter().filter(|r| r.is_ok()).count()
+                    })
+                })
+                .collect();
+            runs.into_iter().map(|r| r.join().unwrap()).sum()
+        });
+        assert_eq!(inserted, docs.len());
+        assert_eq!(c.scan(&e, 0, 0).unwrap().len(), docs.len());
     }
 
     #[test]

@@ -525,18 +525,41 @@ pub fn insert(shared: &Shared, msg: &OpMsg) -> CommandResult {
     let coll = shared.catalog.get_or_create(&ns)?;
     let validator = validator_of(shared, &ns, cmd)?;
     let engine = shared.catalog.engine();
-    let reply = write_reply(&docs, ordered, false, |d| {
-        match d.get("_id") {
-            Some(Bson::Array(_)) => return Err(CommandError::bad_value("can't use an array for _id")),
-            Some(Bson::RegularExpression(_)) => return Err(CommandError::bad_value("can't use a regex for _id")),
-            _ => {}
-        }
-        if let Some((v, bypass)) = &validator {
-            v.check(d, None, *bypass)?;
-        }
-        coll.insert(engine, d, STATEMENT_ACK)?;
-        shared.opcounters.insert.fetch_add(1, Ordering::Relaxed);
-        Ok(Outcome { n: 1, ..Outcome::default() })
+    // Each document's own checks first; then the documents an insert
+    // reaches (for an ordered one, those before the first failed check)
+    // go to the collection together, which commits them in chunks.
+    let mut results: Vec<Result<(), CommandError>> = docs
+        .iter()
+        .map(|d| {
+            match d.get("_id") {
+                Some(Bson::Array(_)) => return Err(CommandError::bad_value("can't use an array for _id")),
+                Some(Bson::RegularExpression(_)) => return Err(CommandError::bad_value("can't use a regex for _id")),
+                _ => {}
+            }
+            match &validator {
+                Some((v, bypass)) => v.check(d, None, *bypass),
+                None => Ok(()),
+            }
+        })
+        .collect();
+    let reached = if ordered { results.iter().position(Result::is_err).unwrap_or(docs.len()) } else { docs.len() };
+    let tried: Vec<usize> = (0..reached).filter(|&i| results[i].is_ok()).collect();
+    let to_insert: Vec<&Document> = tried.iter().map(|&i| &docs[i]).collect();
+    let inserted = coll.insert_many(engine, &to_insert, ordered, STATEMENT_ACK);
+    let ran = inserted.len();
+    for (&i, r) in tried.iter().zip(inserted) {
+        results[i] = r.map_err(CommandError::from);
+    }
+    for &i in &tried[ran..] {
+        // Only after a failure: an ordered insert stops there (and the
+        // reply never reaches these); a storage error stops any insert.
+        results[i] = Err(CommandError::internal_error("not inserted: the insert stopped at an earlier error"));
+    }
+    let n_ok = tried[..ran].iter().filter(|&&i| results[i].is_ok()).count();
+    shared.opcounters.insert.fetch_add(n_ok as u64, Ordering::Relaxed);
+    let reply = write_reply(&results, ordered, false, |r| match r {
+        Ok(()) => Ok(Outcome { n: 1, ..Outcome::default() }),
+        Err(e) => Err(e.clone()),
     });
     acknowledge(shared, ack, reply)
 }
