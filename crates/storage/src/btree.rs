@@ -57,6 +57,15 @@ pub struct Evicted {
     pub visited: u64,
 }
 
+/// Bytes of a live tree's pages in memory: clean (with a disk image) and
+/// dirty, and of those the internal pages'.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct LiveBytes {
+    pub clean: usize,
+    pub dirty: usize,
+    pub internal: usize,
+}
+
 /// Index of the child of `node` whose range holds `key`.
 fn child_index(node: &Internal, key: &[u8]) -> usize {
     node.keys[1..].partition_point(|k| &**k <= key)
@@ -467,14 +476,15 @@ impl Tree {
     }
 
     /// Bytes of the live tree's pages in memory: (clean, dirty).
-    pub fn live_bytes(&self) -> (usize, usize) {
-        fn walk(node: &Node, acc: &mut (usize, usize)) {
+    pub fn live_bytes(&self) -> LiveBytes {
+        fn walk(node: &Node, acc: &mut LiveBytes) {
             if node.disk.addr().is_some() {
-                acc.0 += node.charge.bytes();
+                acc.clean += node.charge.bytes();
             } else {
-                acc.1 += node.charge.bytes();
+                acc.dirty += node.charge.bytes();
             }
             if let Body::Internal(int) = &node.body {
+                acc.internal += node.charge.bytes();
                 for c in &int.children {
                     if let Some(n) = c.loaded() {
                         walk(&n, acc);
@@ -482,7 +492,7 @@ impl Tree {
                 }
             }
         }
-        let mut acc = (0, 0);
+        let mut acc = LiveBytes::default();
         walk(&self.snapshot(), &mut acc);
         acc
     }
@@ -532,7 +542,9 @@ impl Tree {
                 }
                 Body::Leaf(_) => {
                     done.visited += 1;
+                    bump(&self.counters.eviction_leaves_visited, 1);
                     if n.accessed.swap(false, Ordering::Relaxed) {
+                        bump(&self.counters.eviction_leaves_spared, 1);
                         continue;
                     }
                     let addr = match n.disk.addr() {
@@ -543,13 +555,18 @@ impl Tree {
                             bump(&self.counters.pages_evicted_dirty, 1);
                             a
                         }
-                        None => continue,
+                        None => {
+                            bump(&self.counters.eviction_leaves_dirty_kept, 1);
+                            continue;
+                        }
                     };
                     let bytes = n.charge.bytes();
                     if child.evict(&n, addr) {
                         done.bytes += bytes;
                         done.pages += 1;
                         bump(&self.counters.pages_evicted, 1);
+                    } else {
+                        bump(&self.counters.eviction_leaves_raced, 1);
                     }
                 }
             }

@@ -1258,12 +1258,13 @@ impl Engine {
     pub fn stats(&self) -> Stats {
         let c = &self.inner.counters;
         let m = &self.inner.meter;
-        let (mut clean, mut dirty, mut versions) = (0u64, 0u64, 0u64);
+        let (mut clean, mut dirty, mut internal, mut versions) = (0u64, 0u64, 0u64, 0u64);
         let tables: Vec<Table> = self.inner.catalog.read().unwrap().by_id.values().cloned().collect();
         for t in tables {
-            let (cl, di) = t.0.tree.live_bytes();
-            clean += cl as u64;
-            dirty += di as u64;
+            let live = t.0.tree.live_bytes();
+            clean += live.clean as u64;
+            dirty += live.dirty as u64;
+            internal += live.internal as u64;
             versions += t.0.versions.lock().unwrap().len() as u64;
         }
         c.key_versions.store(versions, Ordering::Relaxed);
@@ -1275,6 +1276,7 @@ impl Engine {
         c.cache_pinned_bytes.store(m.pinned() as u64, Ordering::Relaxed);
         c.cache_clean_bytes.store(clean, Ordering::Relaxed);
         c.cache_dirty_bytes.store(dirty, Ordering::Relaxed);
+        c.cache_internal_bytes.store(internal, Ordering::Relaxed);
         c.snapshot()
     }
 
@@ -1292,24 +1294,33 @@ impl Engine {
         let tables: Vec<Table> = self.inner.catalog.read().unwrap().by_id.values().cloned().collect();
         let Ok(_gate) = self.inner.gate.try_read() else { return Ok(0) };
         let mut freed = 0;
+        // Each table once per pass, from where the last pass stopped (the
+        // start is fixed before the loop moves `next_table`: a start that
+        // moved with it skipped tables, and a pass could then never reach
+        // the largest one while the cache grew without bound).
+        let first = st.next_table;
         for k in 0..tables.len() {
             if freed >= budget {
                 break;
             }
-            let t = &tables[(st.next_table + k) % tables.len()];
-            let Ok(_writer) = t.0.writer.try_lock() else { continue };
+            let at = (first + k) % tables.len();
+            let t = &tables[at];
+            let Ok(_writer) = t.0.writer.try_lock() else {
+                bump(&self.inner.counters.eviction_tables_busy, 1);
+                continue;
+            };
             let dirty = !t.0.checkpointing.load(Ordering::Acquire) && self.poisoned().is_none();
             let hand = st.hands.entry(t.id()).or_default();
             let done = t.0.tree.evict(budget - freed, dirty, hand).inspect_err(|e| {
                 self.poison(format!("eviction failed to write a page: {e}"));
             })?;
             freed += done.bytes;
-            if !hand.is_empty() {
+            st.next_table = if !hand.is_empty() {
                 // This table still has candidates: start here next time.
-                st.next_table = (st.next_table + k) % tables.len();
+                at
             } else {
-                st.next_table = (st.next_table + k + 1) % tables.len().max(1);
-            }
+                (at + 1) % tables.len()
+            };
         }
         bump(&self.inner.counters.eviction_passes, 1);
         Ok(freed)

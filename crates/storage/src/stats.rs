@@ -63,6 +63,16 @@ counters!(
     /// ...of which it reconciled (wrote) first.
     pages_evicted_dirty,
     eviction_passes,
+    /// Leaves eviction looked at...
+    eviction_leaves_visited,
+    /// ...spared because they were read since the hand last passed...
+    eviction_leaves_spared,
+    /// ...kept because they were dirty and could not be written then...
+    eviction_leaves_dirty_kept,
+    /// ...or because their slot changed under the walk.
+    eviction_leaves_raced,
+    /// Tables a pass skipped because their writer was busy.
+    eviction_tables_busy,
     /// Eviction passes run by application threads past the trigger.
     eviction_app_thread_passes,
     /// Transactions rolled back because snapshots pinned too much.
@@ -79,6 +89,8 @@ counters!(
     /// ...and of the live trees' pages, the dirty and the clean bytes.
     cache_dirty_bytes,
     cache_clean_bytes,
+    /// Of the live trees' pages, the internal ones (never evicted).
+    cache_internal_bytes,
     /// Gauges too: keys with recent commits, claims or SSI key marks kept
     /// for conflict checks, serializable transactions in SSI's conflict
     /// graph, and SSI key marks held.
