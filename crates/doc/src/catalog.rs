@@ -464,6 +464,9 @@ impl Collection {
             match txn.commit() {
                 Ok(_) => return Ok((results, stopped)),
                 Err(e) if e.is_retryable() => std::thread::yield_now(),
+                // Too much for a small cache: fewer documents at a time,
+                // down to one (which fails as a lone insert would).
+                Err(StorageError::TransactionTooLarge { .. }) if results.len() > 1 => limit = results.len() / 2,
                 Err(e) => return Err(e.into()),
             }
         }
@@ -704,6 +707,29 @@ mod tests {
         assert_eq!(results.len(), 2);
         assert!(results[0].is_ok() && results[1].is_err());
         assert_eq!(c3.scan(&e, 0, 0).unwrap().len(), 1);
+    }
+
+    /// With a cache too small for a whole chunk's write set, the chunks
+    /// shrink: every document still goes in.
+    #[test]
+    fn insert_many_fits_its_chunks_to_a_small_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = storage::Config { cache_size_bytes: 1024 * 1024, ..storage::Config::default() };
+        let e = Engine::open(dir.path(), config).unwrap();
+        let cat = Catalog::open(e.clone()).unwrap();
+        let c = cat.get_or_create(&Namespace::new("test", "small").unwrap()).unwrap();
+        let pad = "x".repeat(900);
+        // Scattered _ids: every document of a chunk lands on another leaf.
+        let docs: Vec<Document> = (0..3000u64)
+            .map(|i| doc! { "_id": (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 1) as i64, "pad": &pad })
+            .collect();
+        let refs: Vec<&Document> = docs.iter().collect();
+        for batch in refs.chunks(1000) {
+            let results = c.insert_many(&e, batch, true, Ack::Written);
+            assert_eq!(results.len(), batch.len());
+            assert!(results.iter().all(Result::is_ok), "{:?}", results.iter().find(|r| r.is_err()));
+        }
+        assert_eq!(c.scan(&e, 0, 0).unwrap().len(), docs.len());
     }
 
     /// Two inserts of the same `_id`s at once: each `_id` is stored once,
