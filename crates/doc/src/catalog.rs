@@ -412,45 +412,41 @@ impl Collection {
                 }
                 let doc = with_id_first(doc);
                 let id = doc.get("_id").expect("with_id_first adds one");
-                let key = match keystring::encode(id) {
-                    Ok(key) => key,
-                    Err(e) => {
-                        results.push(Err(e.into()));
-                        stopped = ordered;
-                        if stopped {
-                            break;
+                // A document fails alone on a key we cannot encode or a
+                // duplicate `_id`; anything else the engine refuses ends
+                // the chunk before it (`failed_at`).
+                let refused = match keystring::encode(id) {
+                    Err(e) => DocError::from(e),
+                    Ok(key) => {
+                        let duplicate = !seen.insert(key.clone())
+                            || match txn.get(&self.id_index, &key) {
+                                Ok(found) => found.is_some(),
+                                Err(_) => {
+                                    failed_at = Some(i);
+                                    break;
+                                }
+                            };
+                        if !duplicate {
+                            let bytes = bson::to_vec(&doc).expect("BSON encodes");
+                            bytes_total += bytes.len();
+                            let rid = self.next_record.fetch_add(1, Ordering::Relaxed);
+                            let put = txn
+                                .put(&self.records, &rid.to_be_bytes(), &bytes)
+                                .and_then(|_| txn.put(&self.id_index, &key, &rid.to_be_bytes()));
+                            if put.is_err() {
+                                failed_at = Some(i);
+                                break;
+                            }
+                            results.push(Ok(()));
+                            continue;
                         }
-                        continue;
+                        DocError::DuplicateKey { ns: self.ns.to_string(), key: Box::new(id.clone()) }
                     }
                 };
-                let duplicate = !seen.insert(key.clone())
-                    || match txn.get(&self.id_index, &key) {
-                        Ok(found) => found.is_some(),
-                        Err(_) => {
-                            failed_at = Some(i);
-                            break;
-                        }
-                    };
-                if duplicate {
-                    results.push(Err(DocError::DuplicateKey { ns: self.ns.to_string(), key: Box::new(id.clone()) }));
-                    stopped = ordered;
-                    if stopped {
-                        break;
-                    }
-                    continue;
-                }
-                let bytes = bson::to_vec(&doc).expect("BSON encodes");
-                bytes_total += bytes.len();
-                let rid = self.next_record.fetch_add(1, Ordering::Relaxed);
-                match txn
-                    .put(&self.records, &rid.to_be_bytes(), &bytes)
-                    .and_then(|_| txn.put(&self.id_index, &key, &rid.to_be_bytes()))
-                {
-                    Ok(()) => results.push(Ok(())),
-                    Err(_) => {
-                        failed_at = Some(i);
-                        break;
-                    }
+                results.push(Err(refused));
+                if ordered {
+                    stopped = true;
+                    break;
                 }
             }
             if let Some(i) = failed_at {
@@ -629,6 +625,15 @@ mod tests {
         Engine::open(dir, storage::Config::default()).unwrap()
     }
 
+    /// A catalog over a new engine (the directory lives as long as the
+    /// first value).
+    fn fresh_catalog() -> (tempfile::TempDir, Engine, Catalog) {
+        let dir = tempfile::tempdir().unwrap();
+        let e = engine(dir.path());
+        let cat = Catalog::open(e.clone()).unwrap();
+        (dir, e, cat)
+    }
+
     #[test]
     fn collections_survive_reopen_and_ids_are_unique() {
         let dir = tempfile::tempdir().unwrap();
@@ -664,9 +669,7 @@ mod tests {
     /// up stored, with the same per-document errors, across chunks.
     #[test]
     fn insert_many_commits_in_chunks_with_per_document_results() {
-        let dir = tempfile::tempdir().unwrap();
-        let e = engine(dir.path());
-        let cat = Catalog::open(e.clone()).unwrap();
+        let (_dir, e, cat) = fresh_catalog();
         let c = cat.get_or_create(&Namespace::new("test", "many").unwrap()).unwrap();
         c.insert(&e, &doc! { "_id": 5 }, Ack::Journaled).unwrap();
         let n = INSERT_CHUNK_DOCS * 2 + 50;
@@ -736,9 +739,7 @@ mod tests {
     /// and every document is either inserted or a duplicate.
     #[test]
     fn concurrent_insert_many_of_the_same_ids_store_each_once() {
-        let dir = tempfile::tempdir().unwrap();
-        let e = engine(dir.path());
-        let cat = Catalog::open(e.clone()).unwrap();
+        let (_dir, e, cat) = fresh_catalog();
         let c = cat.get_or_create(&Namespace::new("test", "race").unwrap()).unwrap();
         let docs: Vec<Document> = (0..2000i64).map(|i| doc! { "_id": i }).collect();
         let start = std::sync::Barrier::new(3);

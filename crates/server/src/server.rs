@@ -247,9 +247,11 @@ async fn serve_connection(
             Ok(Parsed::Request(Request::Msg(msg))) => {
                 let more_to_come = msg.flags & wire::MORE_TO_COME != 0;
                 let name = msg.body.keys().next().map(String::as_str).unwrap_or("");
-                let awaited = commands::is_hello(name)
-                    .then(|| commands::hello_await(shared, name, &msg.body).ok().flatten())
-                    .flatten();
+                // Bad awaitable options are reported by the hello itself.
+                let awaited = match commands::is_hello(name) {
+                    true => commands::hello_await(shared, name, &msg.body).ok().flatten(),
+                    false => None,
+                };
                 if let Some(wait) = awaited {
                     // An awaitable hello: answer when the heartbeat is due
                     // (or at shutdown), as a primary whose topology holds.
