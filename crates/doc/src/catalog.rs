@@ -20,11 +20,12 @@
 //! 3. Record ids only grow within a collection.
 
 use crate::keystring::{self, KeyError};
+use crate::sessions::Stamp;
 use bson::{doc, oid::ObjectId, Bson, Document};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
-use storage::{Bytes, Engine, StorageError, Table, TableConfig, TxnOptions};
+use storage::{Bytes, Engine, StorageError, Table, TableConfig, Txn, TxnOptions};
 
 const CATALOG: &str = "_catalog";
 
@@ -328,8 +329,14 @@ impl Collection {
 
     /// Insert one document (an `_id` is added first if missing), in one
     /// transaction with its `_id` index entry (invariant 2). Returns the
-    /// document as stored.
-    pub fn insert(&self, engine: &Engine, doc: &Document, ack: Ack) -> Result<Document, DocError> {
+    /// document as stored. `stamp` is written in the same transaction.
+    pub fn insert(
+        &self,
+        engine: &Engine,
+        doc: &Document,
+        ack: Ack,
+        stamp: Option<&dyn Stamp>,
+    ) -> Result<Document, DocError> {
         let doc = with_id_first(doc);
         let id = doc.get("_id").expect("with_id_first adds one").clone();
         let key = keystring::encode(&id)?;
@@ -343,7 +350,7 @@ impl Collection {
             let attempt = txn
                 .put(&self.records, &rid.to_be_bytes(), &bytes)
                 .and_then(|_| txn.put(&self.id_index, &key, &rid.to_be_bytes()))
-                .and_then(|_| txn.commit());
+                .and_then(|_| commit_stamped(txn, stamp, &[0]));
             match attempt {
                 Ok(_) => return Ok(doc),
                 // Another insert of the same _id is in flight: look again.
@@ -360,17 +367,22 @@ impl Collection {
     /// changes is copied once per chunk instead of once per document, and
     /// the chunk is one journal record. Returns a result per document
     /// tried, in order; with `ordered` they stop at the first failure.
+    /// Each transaction writes `stamp` with the indexes (in `docs`) of the
+    /// documents it inserts.
     pub fn insert_many(
         &self,
         engine: &Engine,
         docs: &[&Document],
         ordered: bool,
         ack: Ack,
+        stamp: Option<&dyn Stamp>,
     ) -> Vec<Result<(), DocError>> {
         let mut results = Vec::with_capacity(docs.len());
         while results.len() < docs.len() {
             let rest = &docs[results.len()..];
-            let (chunk, stopped) = match self.insert_chunk(engine, rest, ordered, ack) {
+            let shifted = stamp.map(|inner| Shifted { inner, base: results.len() });
+            let stamp = shifted.as_ref().map(|s| s as &dyn Stamp);
+            let (chunk, stopped) = match self.insert_chunk(engine, rest, ordered, ack, stamp) {
                 Ok(done) => done,
                 Err(e) => (vec![Err(e)], true),
             };
@@ -392,13 +404,14 @@ impl Collection {
         docs: &[&Document],
         ordered: bool,
         ack: Ack,
+        stamp: Option<&dyn Stamp>,
     ) -> Result<(Vec<Result<(), DocError>>, bool), DocError> {
         let mut limit = docs.len().min(INSERT_CHUNK_DOCS);
         loop {
             if limit == 0 {
                 // The first document failed inside the chunk: alone, it
                 // reports its own error (or succeeds if it was a conflict).
-                let result = self.insert(engine, docs[0], ack).map(|_| ());
+                let result = self.insert(engine, docs[0], ack, stamp).map(|_| ());
                 let stopped = ordered && result.is_err();
                 return Ok((vec![result], stopped));
             }
@@ -457,7 +470,8 @@ impl Collection {
                 limit = i;
                 continue;
             }
-            match txn.commit() {
+            let done: Vec<usize> = (0..results.len()).filter(|&i| results[i].is_ok()).collect();
+            match commit_stamped(txn, stamp, &done) {
                 Ok(_) => return Ok((results, stopped)),
                 Err(e) if e.is_retryable() => std::thread::yield_now(),
                 // Too much for a small cache: fewer documents at a time,
@@ -471,7 +485,14 @@ impl Collection {
     /// Delete the document at record id `rid` if it is still `doc`'s
     /// version, with its `_id` index entry, in one transaction. Returns
     /// whether it deleted (false: someone else changed or removed it).
-    pub fn delete(&self, engine: &Engine, rid: u64, doc: &Document, ack: Ack) -> Result<bool, DocError> {
+    pub fn delete(
+        &self,
+        engine: &Engine,
+        rid: u64,
+        doc: &Document,
+        ack: Ack,
+        stamp: Option<&dyn Stamp>,
+    ) -> Result<bool, DocError> {
         let key = keystring::encode(doc.get("_id").ok_or_else(|| DocError::Corrupt("a document without _id".into()))?)?;
         loop {
             let txn = engine.begin(ack.txn_options())?;
@@ -483,7 +504,7 @@ impl Collection {
             let attempt = txn
                 .delete(&self.records, &rid.to_be_bytes())
                 .and_then(|_| txn.delete(&self.id_index, &key))
-                .and_then(|_| txn.commit());
+                .and_then(|_| commit_stamped(txn, stamp, &[0]));
             match attempt {
                 Ok(_) => return Ok(true),
                 Err(e) if e.is_retryable() => std::thread::yield_now(),
@@ -503,6 +524,7 @@ impl Collection {
         old: &Document,
         new: &Document,
         ack: Ack,
+        stamp: Option<&dyn Stamp>,
     ) -> Result<bool, DocError> {
         let expected = bson::to_vec(old).expect("BSON encodes");
         let bytes = bson::to_vec(new).expect("BSON encodes");
@@ -512,7 +534,7 @@ impl Collection {
                 Some(current) if *current == *expected => {}
                 _ => return Ok(false),
             }
-            match txn.put(&self.records, &rid.to_be_bytes(), &bytes).and_then(|_| txn.commit()) {
+            match txn.put(&self.records, &rid.to_be_bytes(), &bytes).and_then(|_| commit_stamped(txn, stamp, &[0])) {
                 Ok(_) => return Ok(true),
                 Err(e) if e.is_retryable() => std::thread::yield_now(),
                 Err(e) => return Err(e.into()),
@@ -606,7 +628,30 @@ fn decode(bytes: &[u8]) -> Result<Document, DocError> {
 }
 
 /// `doc` with `_id` as its first field: a new ObjectId if it has none.
-fn with_id_first(doc: &Document) -> Document {
+/// Write `stamp` (for the statements `done`), then commit.
+fn commit_stamped(txn: Txn, stamp: Option<&dyn Stamp>, done: &[usize]) -> Result<u64, StorageError> {
+    if let Some(s) = stamp {
+        s.write(&txn, done)?;
+    }
+    txn.commit()
+}
+
+/// A stamp seen from a suffix of the statements: index `i` is `base + i`.
+struct Shifted<'a> {
+    inner: &'a dyn Stamp,
+    base: usize,
+}
+
+impl Stamp for Shifted<'_> {
+    fn write(&self, txn: &Txn, done: &[usize]) -> Result<(), StorageError> {
+        let done: Vec<usize> = done.iter().map(|i| i + self.base).collect();
+        self.inner.write(txn, &done)
+    }
+}
+
+/// The document with its `_id` first (a new ObjectId if it has none), as
+/// it is stored.
+pub fn with_id_first(doc: &Document) -> Document {
     let mut out = Document::new();
     out.insert("_id", doc.get("_id").cloned().unwrap_or_else(|| Bson::ObjectId(ObjectId::new())));
     for (k, v) in doc {
@@ -642,10 +687,10 @@ mod tests {
             let e = engine(dir.path());
             let cat = Catalog::open(e.clone()).unwrap();
             let c = cat.get_or_create(&ns).unwrap();
-            let stored = c.insert(&e, &doc! { "name": "ann", "_id": 1 }, Ack::Journaled).unwrap();
+            let stored = c.insert(&e, &doc! { "name": "ann", "_id": 1 }, Ack::Journaled, None).unwrap();
             assert_eq!(stored.keys().next().map(String::as_str), Some("_id"), "_id moves first");
-            c.insert(&e, &doc! { "name": "bob" }, Ack::Journaled).unwrap();
-            match c.insert(&e, &doc! { "_id": 1.0, "name": "dup" }, Ack::Journaled) {
+            c.insert(&e, &doc! { "name": "bob" }, Ack::Journaled, None).unwrap();
+            match c.insert(&e, &doc! { "_id": 1.0, "name": "dup" }, Ack::Journaled, None) {
                 Err(DocError::DuplicateKey { key, .. }) => assert_eq!(*key, Bson::Double(1.0)),
                 other => panic!("expected a duplicate key, got {other:?}"),
             }
@@ -658,7 +703,7 @@ mod tests {
         let all = c.scan(&e, 0, 0).unwrap();
         assert_eq!(all.len(), 2);
         assert_eq!(c.find_by_id(&e, &Bson::Int64(1)).unwrap().unwrap().get_str("name").unwrap(), "ann");
-        c.insert(&e, &doc! { "_id": 3 }, Ack::Journaled).unwrap();
+        c.insert(&e, &doc! { "_id": 3 }, Ack::Journaled, None).unwrap();
         assert!(c.scan(&e, 0, 0).unwrap().windows(2).all(|w| w[0].0 < w[1].0), "record ids grow");
         assert_eq!(cat.databases(), vec!["test".to_string()]);
         assert!(cat.drop(&ns).unwrap());
@@ -671,7 +716,7 @@ mod tests {
     fn insert_many_commits_in_chunks_with_per_document_results() {
         let (_dir, e, cat) = fresh_catalog();
         let c = cat.get_or_create(&Namespace::new("test", "many").unwrap()).unwrap();
-        c.insert(&e, &doc! { "_id": 5 }, Ack::Journaled).unwrap();
+        c.insert(&e, &doc! { "_id": 5 }, Ack::Journaled, None).unwrap();
         let n = INSERT_CHUNK_DOCS * 2 + 50;
         let mut docs: Vec<Document> = (0..n as i64).map(|i| doc! { "_id": i + 10, "v": i }).collect();
         docs[7] = doc! { "_id": 5 }; // exists already
@@ -680,7 +725,7 @@ mod tests {
         docs[400] = doc! { "_id": "k".repeat(9000) }; // a key the engine refuses
         docs[401] = doc! { "_id": bson::Decimal128::from_bytes([0; 16]) }; // not encodable yet
         let refs: Vec<&Document> = docs.iter().collect();
-        let results = c.insert_many(&e, &refs, false, Ack::Journaled);
+        let results = c.insert_many(&e, &refs, false, Ack::Journaled, None);
         assert_eq!(results.len(), n);
         let failed: Vec<usize> = (0..n).filter(|&i| results[i].is_err()).collect();
         assert_eq!(failed, vec![7, 300, 301, 400, 401]);
@@ -698,7 +743,7 @@ mod tests {
         let mut docs: Vec<Document> = (0..n as i64).map(|i| doc! { "_id": i }).collect();
         docs[270] = doc! { "_id": 1 };
         let refs: Vec<&Document> = docs.iter().collect();
-        let results = c2.insert_many(&e, &refs, true, Ack::Journaled);
+        let results = c2.insert_many(&e, &refs, true, Ack::Journaled, None);
         assert_eq!(results.len(), 271);
         assert!(results[..270].iter().all(Result::is_ok) && results[270].is_err());
         assert_eq!(c2.scan(&e, 0, 0).unwrap().len(), 270);
@@ -706,7 +751,7 @@ mod tests {
         let c3 = cat.get_or_create(&Namespace::new("test", "refused").unwrap()).unwrap();
         let docs = [doc! { "_id": 1 }, doc! { "_id": "k".repeat(9000) }, doc! { "_id": 3 }];
         let refs: Vec<&Document> = docs.iter().collect();
-        let results = c3.insert_many(&e, &refs, true, Ack::Journaled);
+        let results = c3.insert_many(&e, &refs, true, Ack::Journaled, None);
         assert_eq!(results.len(), 2);
         assert!(results[0].is_ok() && results[1].is_err());
         assert_eq!(c3.scan(&e, 0, 0).unwrap().len(), 1);
@@ -728,7 +773,7 @@ mod tests {
             .collect();
         let refs: Vec<&Document> = docs.iter().collect();
         for batch in refs.chunks(1000) {
-            let results = c.insert_many(&e, batch, true, Ack::Written);
+            let results = c.insert_many(&e, batch, true, Ack::Written, None);
             assert_eq!(results.len(), batch.len());
             assert!(results.iter().all(Result::is_ok), "{:?}", results.iter().find(|r| r.is_err()));
         }
@@ -749,7 +794,7 @@ mod tests {
                     s.spawn(|| {
                         let refs: Vec<&Document> = docs.iter().collect();
                         start.wait();
-                        let results = c.insert_many(&e, &refs, false, Ack::Written);
+                        let results = c.insert_many(&e, &refs, false, Ack::Written, None);
                         assert_eq!(results.len(), docs.len());
                         for r in &results {
                             assert!(matches!(r, Ok(()) | Err(DocError::DuplicateKey { .. })), "{r:?}");

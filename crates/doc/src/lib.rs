@@ -10,3 +10,4 @@ pub mod catalog;
 pub mod compare;
 pub mod format;
 pub mod keystring;
+pub mod sessions;

@@ -63,7 +63,7 @@ pub fn run(shared: &Shared, conn: &Conn, msg: &OpMsg) -> Document {
     shared.opcounters.command.fetch_add(1, Ordering::Relaxed);
     let result = match msg.body.keys().next() {
         None => Err(CommandError::failed_to_parse("Empty command object")),
-        Some(name) => dispatch(shared, conn, name, msg),
+        Some(name) => crate::session::session_fields(name, &msg.body).and_then(|_| dispatch(shared, conn, name, msg)),
     };
     let mut reply = result.unwrap_or_else(|e| e.to_document());
     add_cluster_time(&mut reply);

@@ -5,9 +5,11 @@
 use crate::error::CommandError;
 use crate::limits::*;
 use crate::server::Shared;
+use crate::session::{Retry, StmtLog};
 use crate::wire::OpMsg;
 use bson::{doc, Bson, Document};
 use doc::catalog::{check_db_name, Ack, DocError, Namespace};
+use doc::sessions::Stamp;
 use query::Filter;
 use std::sync::atomic::Ordering;
 
@@ -522,6 +524,7 @@ pub fn insert(shared: &Shared, msg: &OpMsg) -> CommandResult {
     check_fields(cmd, "insert", &["documents", "ordered"], false)?;
     let ordered = bool_option(cmd, "ordered", "insert", true)?;
     let ack = ack_of(cmd)?;
+    let mut retry = Retry::begin(shared, cmd)?;
     let coll = shared.catalog.get_or_create(&ns)?;
     let validator = validator_of(shared, &ns, cmd)?;
     let engine = shared.catalog.engine();
@@ -543,9 +546,16 @@ pub fn insert(shared: &Shared, msg: &OpMsg) -> CommandResult {
         })
         .collect();
     let reached = if ordered { results.iter().position(Result::is_err).unwrap_or(docs.len()) } else { docs.len() };
-    let tried: Vec<usize> = (0..reached).filter(|&i| results[i].is_ok()).collect();
+    // A retried insert answers the statements that ran from their records.
+    let mut tried: Vec<usize> = (0..reached).filter(|&i| results[i].is_ok()).collect();
+    if let Some(retry) = retry.as_mut() {
+        tried.retain(|&i| retry.answered(i).is_none());
+    }
     let to_insert: Vec<&Document> = tried.iter().map(|&i| &docs[i]).collect();
-    let inserted = coll.insert_many(engine, &to_insert, ordered, STATEMENT_ACK);
+    let stmt_ids: Vec<i32> = retry.as_ref().map_or_else(Vec::new, |r| tried.iter().map(|&i| r.stmt_id(i)).collect());
+    let record = retry.as_ref().map(|r| r.record(&stmt_ids, Document::new()));
+    let inserted =
+        coll.insert_many(engine, &to_insert, ordered, STATEMENT_ACK, record.as_ref().map(|r| r as &dyn Stamp));
     let ran = inserted.len();
     for (&i, r) in tried.iter().zip(inserted) {
         results[i] = r.map_err(CommandError::from);
@@ -557,10 +567,14 @@ pub fn insert(shared: &Shared, msg: &OpMsg) -> CommandResult {
     }
     let n_ok = tried[..ran].iter().filter(|&&i| results[i].is_ok()).count();
     shared.opcounters.insert.fetch_add(n_ok as u64, Ordering::Relaxed);
-    let reply = write_reply(&results, ordered, false, |r| match r {
+    let mut reply = write_reply(&results, ordered, false, |r| match r {
         Ok(()) => Ok(Outcome { n: 1, ..Outcome::default() }),
         Err(e) => Err(e.clone()),
     });
+    std::mem::drop(record);
+    if let Some(retry) = retry {
+        retry.finish_reply(&mut reply);
+    }
     acknowledge(shared, ack, reply)
 }
 
@@ -686,22 +700,48 @@ pub fn delete(shared: &Shared, msg: &OpMsg) -> CommandResult {
     }
     let ordered = bool_option(cmd, "ordered", "delete", true)?;
     let ack = ack_of(cmd)?;
-    let reply = write_reply(&specs, ordered, false, |spec| {
+    let mut retry = Retry::begin(shared, cmd)?;
+    let mut i = 0;
+    let mut reply = write_reply(&specs, ordered, false, |spec| {
+        let index = i;
+        i += 1;
         shared.opcounters.delete.fetch_add(1, Ordering::Relaxed);
-        Ok(Outcome { n: delete_one_spec(shared, &ns, spec, STATEMENT_ACK)?, ..Outcome::default() })
+        let log = match retry.as_mut() {
+            None => None,
+            Some(_) if count_option(spec, "limit")?.unwrap_or(0) == 0 => {
+                return Err(CommandError::invalid_options("Cannot use (or request) retryable writes with limit=0"));
+            }
+            Some(r) => match r.answered(index) {
+                Some(answer) => return Ok(Outcome { n: answer.get_i64("n").unwrap_or(1), ..Outcome::default() }),
+                None => Some(StmtLog::new(r, index)),
+            },
+        };
+        Ok(Outcome { n: delete_one_spec(shared, &ns, spec, STATEMENT_ACK, log.as_ref())?, ..Outcome::default() })
     });
+    if let Some(retry) = retry {
+        retry.finish_reply(&mut reply);
+    }
     acknowledge(shared, ack, reply)
 }
 
 /// One `{q, limit}` statement: delete the first match (limit 1) or all.
-fn delete_one_spec(shared: &Shared, ns: &Namespace, spec: &Document, ack: Ack) -> Result<i64, CommandError> {
+/// A retryable one (`log`; limit 1) records itself with its delete.
+fn delete_one_spec(
+    shared: &Shared,
+    ns: &Namespace,
+    spec: &Document,
+    ack: Ack,
+    log: Option<&StmtLog>,
+) -> Result<i64, CommandError> {
     let (filter_doc, filter) = filter_of(spec, "q")?;
     let limit = count_option(spec, "limit")?.unwrap_or(0);
     let Some(coll) = shared.catalog.get(ns) else { return Ok(0) };
     let engine = shared.catalog.engine();
+    let record = log.map(|l| l.record(doc! { "n": 1i64 }));
+    let stamp = record.as_ref().map(|r| r as &dyn Stamp);
     if let Some(id) = Filter::id_equality(&filter_doc) {
         return Ok(match coll.find_rid_by_id(engine, id)? {
-            Some((rid, d)) => i64::from(coll.delete(engine, rid, &d, ack)?),
+            Some((rid, d)) => i64::from(coll.delete(engine, rid, &d, ack, stamp)?),
             None => 0,
         });
     }
@@ -714,7 +754,7 @@ fn delete_one_spec(shared: &Shared, ns: &Namespace, spec: &Document, ack: Ack) -
         }
         for (rid, d) in chunk {
             after = rid;
-            if filter.matches(&d) && coll.delete(engine, rid, &d, ack)? {
+            if filter.matches(&d) && coll.delete(engine, rid, &d, ack, stamp)? {
                 deleted += 1;
                 if limit == 1 {
                     return Ok(deleted);

@@ -86,6 +86,9 @@ codes! {
     bad_sort => 15974, "Location15974";
     bad_sort_value => 15975, "Location15975";
     invalid_distinct_key => 40352, "Location40352";
+    invalid_uuid => 207, "InvalidUUID";
+    transaction_too_old => 225, "TransactionTooOld";
+    not_a_retryable_write_command => 50768, "Location50768";
 }
 
 impl From<query::FilterError> for CommandError {

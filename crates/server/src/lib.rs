@@ -1,9 +1,12 @@
 //! The MongoDB wire protocol, command dispatch, sessions, cursors and
 //! transactions. The only crate that knows MongoDB error codes and opcodes.
 //!
-//! So far: the wire format (`wire.rs`, `compression.rs`), the handshake and administration
-//! commands (`commands.rs`), the network server with a clean shutdown
-//! (`server.rs`). Collections and the query language come next (issue 4).
+//! The wire format (`wire.rs`, `compression.rs`), the handshake and
+//! administration commands (`commands.rs`), collections and writes
+//! (`crud.rs`, `modify.rs`), reads and cursors (`read.rs`, `point.rs`),
+//! sessions and retryable writes (`session.rs`), group commit
+//! (`durability.rs`), the network server with a clean shutdown
+//! (`server.rs`).
 
 pub mod commands;
 pub mod compression;
@@ -15,6 +18,7 @@ pub mod modify;
 pub mod point;
 pub mod read;
 pub mod server;
+pub mod session;
 pub mod wire;
 
 pub use server::{parsed_options, Server, ServerOptions};

@@ -15,9 +15,11 @@ use crate::error::CommandError;
 use crate::limits::*;
 use crate::read::{check_collation, check_hint, encoded_len, Deadline, ScanIter};
 use crate::server::Shared;
+use crate::session::{Retry, StmtLog};
 use crate::wire::OpMsg;
 use bson::{doc, Bson, Document};
-use doc::catalog::{Ack, Collection, Namespace};
+use doc::catalog::{with_id_first, Ack, Collection, Namespace};
+use doc::sessions::Stamp;
 use query::{Filter, Projection, Sort, Update};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -106,6 +108,10 @@ fn check_size(d: &Document) -> Result<(), CommandError> {
     Ok(())
 }
 
+/// What a statement answers once it wrote, given the document before
+/// (`None`: an upsert inserted it), after, and the matched array position.
+type Answer<'a> = &'a dyn Fn(Option<&Document>, &Document, Option<usize>) -> Result<Document, CommandError>;
+
 /// What an update does: to documents matching `filter`, apply `update`,
 /// acknowledged as `ack` asks.
 #[derive(Clone, Copy)]
@@ -115,6 +121,9 @@ struct Change<'a> {
     ack: Ack,
     /// The collection's validator and the command's bypass flag.
     validator: Option<&'a (Validator, bool)>,
+    /// A retryable statement: its record, written with its write, holds
+    /// its answer.
+    log: Option<(&'a StmtLog<'a>, Answer<'a>)>,
 }
 
 impl Change<'_> {
@@ -124,6 +133,24 @@ impl Change<'_> {
             None => Ok(()),
         }
     }
+
+    /// The statement record to write with this change, if retryable.
+    fn record(
+        &self,
+        old: Option<&Document>,
+        new: &Document,
+        pos: Option<usize>,
+    ) -> Result<Option<doc::sessions::Record<'_>>, CommandError> {
+        self.log.map(|(log, answer)| Ok(log.record(answer(old, new, pos)?))).transpose()
+    }
+}
+
+/// An update statement's answer: `n`, `nModified` and an upsert's `_id`.
+fn update_answer(old: Option<&Document>, new: &Document, _pos: Option<usize>) -> Result<Document, CommandError> {
+    Ok(match old {
+        Some(_) => doc! { "n": 1i64, "nModified": 1i64 },
+        None => doc! { "n": 1i64, "nModified": 0i64, "upserted": new.get("_id").cloned().unwrap_or(Bson::Null) },
+    })
 }
 
 /// Update the document at `rid` (last seen as `doc`, matched at `pos`):
@@ -145,7 +172,8 @@ fn update_document(
             return Ok(Some((doc, new, false)));
         }
         change.validate(&new, Some(&doc))?;
-        if coll.replace(engine, rid, &doc, &new, ack)? {
+        let record = change.record(Some(&doc), &new, pos)?;
+        if coll.replace(engine, rid, &doc, &new, ack, record.as_ref().map(|r| r as &dyn Stamp))? {
             return Ok(Some((doc, new, true)));
         }
         // Someone else changed it: read it again and match again.
@@ -170,8 +198,10 @@ fn upsert(shared: &Shared, ns: &Namespace, query: &Document, change: &Change) ->
         _ => {}
     }
     check_size(&new)?;
+    let new = with_id_first(&new);
+    let record = change.record(None, &new, None)?;
     let coll = shared.catalog.get_or_create(ns)?;
-    Ok(coll.insert(shared.catalog.engine(), &new, ack)?)
+    Ok(coll.insert(shared.catalog.engine(), &new, ack, record.as_ref().map(|r| r as &dyn Stamp))?)
 }
 
 fn run_statement(
@@ -180,10 +210,17 @@ fn run_statement(
     cmd: &Document,
     st: &Statement,
     ack: Ack,
+    log: Option<&StmtLog>,
 ) -> Result<Outcome, CommandError> {
     let mut out = Outcome::default();
     let validator = validator_of(shared, ns, cmd)?;
-    let change = Change { filter: &st.filter, update: &st.update, ack, validator: validator.as_ref() };
+    let change = Change {
+        filter: &st.filter,
+        update: &st.update,
+        ack,
+        validator: validator.as_ref(),
+        log: log.map(|l| (l, &update_answer as Answer)),
+    };
     if let Some(coll) = shared.catalog.get(ns).filter(|_| !st.sort.is_empty()) {
         // A sorted single update: the first match in sort order.
         let none = Deadline::none();
@@ -222,7 +259,7 @@ fn run_statement(
             // A concurrent upsert inserted the same `_id` first: the
             // statement now matches it, so update it (as mongod retries).
             Err(e) if e.code == 11000 && Filter::id_equality(&st.query).is_some() && !st.retried => {
-                return run_statement(shared, ns, cmd, &Statement { retried: true, ..st.clone() }, ack);
+                return run_statement(shared, ns, cmd, &Statement { retried: true, ..st.clone() }, ack, log);
             }
             Err(e) => return Err(e),
         }
@@ -256,10 +293,34 @@ pub fn update(shared: &Shared, msg: &OpMsg) -> CommandResult {
     }
     let ordered = bool_option(cmd, "ordered", "update", true)?;
     let ack = ack_of(cmd)?;
-    let reply = write_reply(&specs, ordered, true, |spec| {
+    let mut retry = Retry::begin(shared, cmd)?;
+    let mut i = 0;
+    let mut reply = write_reply(&specs, ordered, true, |spec| {
+        let index = i;
+        i += 1;
         shared.opcounters.update.fetch_add(1, Ordering::Relaxed);
-        run_statement(shared, &ns, cmd, &parse_statement(spec)?, STATEMENT_ACK)
+        let st = parse_statement(spec)?;
+        let log = match retry.as_mut() {
+            None => None,
+            Some(_) if st.multi => {
+                return Err(CommandError::invalid_options("Cannot use (or request) retryable writes with multi=true"))
+            }
+            Some(r) => match r.answered(index) {
+                Some(a) => {
+                    return Ok(Outcome {
+                        n: a.get_i64("n").unwrap_or(1),
+                        modified: a.get_i64("nModified").unwrap_or(0),
+                        upserted: a.get("upserted").cloned(),
+                    })
+                }
+                None => Some(StmtLog::new(r, index)),
+            },
+        };
+        run_statement(shared, &ns, cmd, &st, STATEMENT_ACK, log.as_ref())
     });
+    if let Some(retry) = retry {
+        retry.finish_reply(&mut reply);
+    }
     acknowledge(shared, ack, reply)
 }
 
@@ -354,12 +415,51 @@ pub fn find_and_modify(shared: &Shared, cmd: &Document) -> CommandResult {
     check_hint(cmd)?;
     check_collation(cmd)?;
     let ack = ack_of(cmd)?;
+    let mut retry = Retry::begin(shared, cmd)?;
+    if let Some(r) = retry.as_mut() {
+        if let Some(mut answer) = r.answered(0) {
+            // Ran before under this txnNumber: the same answer, written
+            // nothing again.
+            answer.insert("retriedStmtId", r.stmt_id(0));
+            answer.insert("ok", 1.0);
+            return acknowledge(shared, ack, answer);
+        }
+    }
+    let log = retry.as_ref().map(|r| StmtLog::new(r, 0));
     let validator = validator_of(shared, &ns, cmd)?;
     let project = |d: &Document, pos: Option<usize>| -> Result<Bson, CommandError> {
         Ok(Bson::Document(match &fields {
             Some(p) => p.apply(d, pos)?,
             None => d.clone(),
         }))
+    };
+    // The reply (without `ok`) once the statement wrote.
+    let answer = |old: Option<&Document>, new: &Document, pos: Option<usize>| -> Result<Document, CommandError> {
+        Ok(match old {
+            Some(old) => doc! {
+                "lastErrorObject": { "n": 1, "updatedExisting": true },
+                "value": if return_new { project(new, pos)? } else { project(old, pos)? },
+            },
+            None => doc! {
+                "lastErrorObject": {
+                    "n": 1,
+                    "updatedExisting": false,
+                    "upserted": new.get("_id").cloned().unwrap_or(Bson::Null),
+                },
+                "value": if return_new { project(new, None)? } else { Bson::Null },
+            },
+        })
+    };
+    let with_ok = |mut reply: Document| {
+        reply.insert("ok", 1.0);
+        Ok(reply)
+    };
+    let change = |u| Change {
+        filter: &filter,
+        update: u,
+        ack,
+        validator: validator.as_ref(),
+        log: log.as_ref().map(|l| (l, &answer as Answer)),
     };
     let engine = shared.catalog.engine();
     if let Some(coll) = shared.catalog.get(&ns) {
@@ -368,25 +468,16 @@ pub fn find_and_modify(shared: &Shared, cmd: &Document) -> CommandResult {
             match &update {
                 None => {
                     shared.opcounters.delete.fetch_add(1, Ordering::Relaxed);
-                    if coll.delete(engine, rid, &d, ack)? {
-                        return Ok(doc! { "lastErrorObject": { "n": 1 }, "value": project(&d, pos)?, "ok": 1.0 });
+                    let reply = doc! { "lastErrorObject": { "n": 1 }, "value": project(&d, pos)? };
+                    let record = log.as_ref().map(|l| l.record(reply.clone()));
+                    if coll.delete(engine, rid, &d, ack, record.as_ref().map(|r| r as &dyn Stamp))? {
+                        return with_ok(reply);
                     }
                 }
                 Some(u) => {
                     shared.opcounters.update.fetch_add(1, Ordering::Relaxed);
-                    if let Some((old, new, _)) = update_document(
-                        shared,
-                        &coll,
-                        rid,
-                        (d, pos),
-                        &Change { filter: &filter, update: u, ack, validator: validator.as_ref() },
-                    )? {
-                        let value = if return_new { project(&new, pos)? } else { project(&old, pos)? };
-                        return Ok(doc! {
-                            "lastErrorObject": { "n": 1, "updatedExisting": true },
-                            "value": value,
-                            "ok": 1.0,
-                        });
+                    if let Some((old, new, _)) = update_document(shared, &coll, rid, (d, pos), &change(u))? {
+                        return with_ok(answer(Some(&old), &new, pos)?);
                     }
                 }
             }
@@ -395,15 +486,8 @@ pub fn find_and_modify(shared: &Shared, cmd: &Document) -> CommandResult {
     match &update {
         Some(u) if upsert_wanted => {
             shared.opcounters.update.fetch_add(1, Ordering::Relaxed);
-            let change = Change { filter: &filter, update: u, ack, validator: validator.as_ref() };
-            let new = upsert(shared, &ns, &query, &change)?;
-            let id = new.get("_id").cloned().unwrap_or(Bson::Null);
-            let value = if return_new { project(&new, None)? } else { Bson::Null };
-            Ok(doc! {
-                "lastErrorObject": { "n": 1, "updatedExisting": false, "upserted": id },
-                "value": value,
-                "ok": 1.0,
-            })
+            let new = upsert(shared, &ns, &query, &change(u))?;
+            with_ok(answer(None, &new, None)?)
         }
         Some(_) => Ok(doc! { "lastErrorObject": { "n": 0, "updatedExisting": false }, "value": Bson::Null, "ok": 1.0 }),
         None => Ok(doc! { "lastErrorObject": { "n": 0 }, "value": Bson::Null, "ok": 1.0 }),

@@ -62,6 +62,8 @@ pub struct NetworkCounters {
 pub struct Shared {
     pub catalog: doc::catalog::Catalog,
     pub cursors: crate::read::Cursors,
+    /// Sessions' check-outs and retryable writes' statement records.
+    pub sessions: crate::session::SessionCatalog,
     pub options: ServerOptions,
     pub started: Instant,
     pub process_id: ObjectId,
@@ -109,9 +111,12 @@ impl Server {
         let (tx, _) = watch::channel(false);
         let catalog = doc::catalog::Catalog::open(engine.clone())
             .map_err(|e| std::io::Error::other(format!("opening the catalog: {e}")))?;
+        let sessions = crate::session::SessionCatalog::open(&engine)
+            .map_err(|e| std::io::Error::other(format!("opening the session records: {e}")))?;
         let shared = Arc::new(Shared {
             catalog,
             cursors: Default::default(),
+            sessions,
             options,
             started: Instant::now(),
             process_id: ObjectId::new(),
@@ -151,6 +156,23 @@ impl Server {
                 }
             });
         }
+        // Sessions unused for the session timeout are forgotten, with
+        // their retryable writes' records.
+        let reaper = self.shared.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(SESSION_REAP_INTERVAL);
+            loop {
+                tick.tick().await;
+                let s = reaper.clone();
+                let reaped = tokio::task::spawn_blocking(move || s.sessions.reap(s.catalog.engine())).await;
+                match reaped {
+                    Ok(Ok(0)) => {}
+                    Ok(Ok(n)) => tracing::debug!(records = n, "reaped expired sessions' statement records"),
+                    Ok(Err(e)) => tracing::warn!(error = %e, "reaping expired sessions failed"),
+                    Err(_) => {}
+                }
+            }
+        });
         let signals = async {
             let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
                 .expect("SIGTERM handler installs");
@@ -202,6 +224,9 @@ enum Parsed {
     Answered(Vec<u8>),
     Request(Request),
 }
+
+/// How often expired sessions are looked for.
+const SESSION_REAP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Bytes a connection reads ahead.
 const READ_BUFFER_BYTES: usize = 64 * 1024;

@@ -1,0 +1,401 @@
+//! Sessions: the fields a command carries about its session (`lsid`,
+//! `txnNumber`, `autocommit`, `startTransaction`), checked as mongod does,
+//! and retryable writes.
+//!
+//! A write command with `lsid` and `txnNumber` (and no `autocommit`) is a
+//! retryable write. It checks its session out (one command per session at
+//! a time, as mongod does), then each statement either runs, writing a
+//! statement record in its own storage transaction
+//! ([`doc::sessions`]), or, if that record exists, answers what it
+//! answered the first time without writing again; the reply then lists
+//! those statements in `retriedStmtIds`. A txnNumber below the session's
+//! newest is refused with TransactionTooOld.
+//!
+//! Invariants:
+//! 1. A session is checked out by at most one command at a time, so a
+//!    statement cannot run twice concurrently under one txnNumber.
+//! 2. A retried statement's reply waits for the journal like the first
+//!    one (`acknowledge`), so it never acknowledges a write that is not
+//!    yet durable.
+
+use crate::error::CommandError;
+use crate::server::Shared;
+use bson::{spec::BinarySubtype, Bson, Document};
+use doc::sessions::{Record, SessionId, Sessions};
+use query::type_name;
+use std::collections::HashMap;
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// The session fields of a command.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct SessionFields {
+    pub lsid: Option<SessionId>,
+    pub txn_number: Option<i64>,
+    pub autocommit: Option<bool>,
+    pub start_transaction: Option<bool>,
+}
+
+fn wrong_type(field: &str, v: &Bson, expected: &str) -> CommandError {
+    CommandError::type_mismatch(format!(
+        "BSON field 'OperationSessionInfo.{field}' is the wrong type '{}', expected type '{expected}'",
+        type_name(v)
+    ))
+}
+
+/// mongod's name for a binary subtype.
+fn subtype_name(s: BinarySubtype) -> String {
+    match s {
+        BinarySubtype::Generic => "general".into(),
+        BinarySubtype::Function => "function".into(),
+        BinarySubtype::BinaryOld => "binary(old)".into(),
+        BinarySubtype::UuidOld => "UUID(old)".into(),
+        BinarySubtype::Uuid => "UUID".into(),
+        BinarySubtype::Md5 => "MD5".into(),
+        BinarySubtype::Encrypted => "encrypt".into(),
+        BinarySubtype::Column => "column".into(),
+        BinarySubtype::Sensitive => "sensitive".into(),
+        BinarySubtype::UserDefined(_) => "user".into(),
+        other => format!("{}", u8::from(other)),
+    }
+}
+
+const RETRYABLE_WRITES: &[&str] = &["insert", "update", "delete", "findAndModify", "findandmodify"];
+
+/// Read and check a command's session fields, in mongod's order.
+pub(crate) fn session_fields(name: &str, cmd: &Document) -> Result<SessionFields, CommandError> {
+    let mut f = SessionFields::default();
+    match cmd.get("lsid") {
+        None => {}
+        Some(Bson::Document(lsid)) => match lsid.get("id") {
+            None => {
+                return Err(CommandError::missing_required_field(
+                    "BSON field 'OperationSessionInfo.lsid.id' is missing but a required field",
+                ))
+            }
+            Some(Bson::Binary(b)) if b.subtype != BinarySubtype::Uuid => {
+                return Err(CommandError::type_mismatch(format!(
+                    "BSON field 'OperationSessionInfo.lsid.id' is the wrong binData type '{}', expected type 'UUID'",
+                    subtype_name(b.subtype)
+                )))
+            }
+            Some(Bson::Binary(b)) => {
+                f.lsid = Some(b.bytes.as_slice().try_into().map_err(|_| {
+                    CommandError::invalid_uuid("uuid must be a 16-byte binary field with UUID (4) subtype")
+                })?)
+            }
+            Some(other) => return Err(wrong_type("lsid.id", other, "binData")),
+        },
+        Some(other) => return Err(wrong_type("lsid", other, "object")),
+    }
+    match cmd.get("txnNumber") {
+        None => {}
+        Some(Bson::Int64(n)) => f.txn_number = Some(*n),
+        Some(other) => return Err(wrong_type("txnNumber", other, "long")),
+    }
+    for (field, slot) in [("autocommit", &mut f.autocommit), ("startTransaction", &mut f.start_transaction)] {
+        match cmd.get(field) {
+            None => {}
+            Some(Bson::Boolean(b)) => *slot = Some(*b),
+            Some(other) => return Err(wrong_type(field, other, "bool")),
+        }
+    }
+    let invalid = |m: &str| Err(CommandError::invalid_options(m));
+    if f.lsid.is_none() && f.txn_number.is_some() {
+        return invalid("Transaction number requires a session ID to also be specified");
+    }
+    if f.txn_number.is_some_and(|n| n < 0) {
+        return invalid("Transaction number cannot be negative");
+    }
+    if f.txn_number.is_none() && f.autocommit.is_some() {
+        return invalid("'autocommit' field requires a transaction number to also be specified");
+    }
+    if f.autocommit == Some(true) {
+        return invalid("Specifying autocommit=true is not allowed.");
+    }
+    if f.autocommit.is_none() && f.start_transaction.is_some() {
+        return invalid("'startTransaction' field requires 'autocommit' field to also be specified");
+    }
+    if f.start_transaction == Some(false) {
+        return invalid("Specifying startTransaction=false is not allowed.");
+    }
+    if f.txn_number.is_some() && f.autocommit.is_none() && !RETRYABLE_WRITES.contains(&name) {
+        return Err(CommandError::not_a_retryable_write_command(format!(
+            "txnNumber may only be provided for multi-document transactions and retryable write commands. \
+             autocommit:false was not provided, and {name} is not a retryable write command."
+        )));
+    }
+    Ok(f)
+}
+
+/// A session's state while the server remembers it.
+#[derive(Default)]
+struct Live {
+    /// A command has it checked out.
+    busy: bool,
+    /// The newest txnNumber seen (records only keep those that wrote).
+    newest: Option<i64>,
+    last_used: Option<Instant>,
+}
+
+/// Every session's statement records and check-outs.
+pub struct SessionCatalog {
+    store: Sessions,
+    live: Mutex<HashMap<SessionId, Live>>,
+    returned: Condvar,
+}
+
+/// How long a session lives unused (`logicalSessionTimeoutMinutes`).
+fn session_timeout() -> Duration {
+    Duration::from_secs(crate::limits::session_timeout_minutes as u64 * 60)
+}
+
+impl SessionCatalog {
+    pub fn open(engine: &storage::Engine) -> Result<SessionCatalog, doc::catalog::DocError> {
+        Ok(SessionCatalog { store: Sessions::open(engine)?, live: Mutex::default(), returned: Condvar::new() })
+    }
+
+    fn check_out(&self, lsid: SessionId) -> Option<i64> {
+        let mut live = self.live.lock().unwrap();
+        loop {
+            let s = live.entry(lsid).or_default();
+            if !s.busy {
+                s.busy = true;
+                return s.newest;
+            }
+            live = self.returned.wait(live).unwrap();
+        }
+    }
+
+    fn check_in(&self, lsid: SessionId, newest: i64) {
+        let mut live = self.live.lock().unwrap();
+        let s = live.entry(lsid).or_default();
+        s.busy = false;
+        s.newest = Some(s.newest.map_or(newest, |n| n.max(newest)));
+        s.last_used = Some(Instant::now());
+        drop(live);
+        self.returned.notify_all();
+    }
+
+    /// Forget sessions unused for the session timeout, and their records.
+    pub fn reap(&self, engine: &storage::Engine) -> Result<usize, doc::catalog::DocError> {
+        self.live.lock().unwrap().retain(|_, s| s.busy || s.last_used.is_some_and(|t| t.elapsed() < session_timeout()));
+        let now = bson::DateTime::now().timestamp_millis();
+        self.store.reap(engine, now - session_timeout().as_millis() as i64)
+    }
+}
+
+/// The string mongod prints for a session: its id, and the SHA-256 of its
+/// user's name, base64 (no authentication: the empty name).
+fn session_string(lsid: &SessionId) -> String {
+    let h: String = lsid.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{} - 47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    )
+}
+
+/// A retryable write command in progress, its session checked out.
+pub(crate) struct Retry<'a> {
+    sessions: &'a SessionCatalog,
+    lsid: SessionId,
+    txn_number: i64,
+    /// Statement ids: `stmtIds[i]`, or `stmtId + i` (from 0).
+    stmt_ids: Option<Vec<i32>>,
+    first: i32,
+    executed: HashMap<i32, Document>,
+    /// Statements answered from their records, in order.
+    pub retried: Vec<i32>,
+}
+
+impl<'a> Retry<'a> {
+    /// The retryable write `cmd` is, if it is one: checks its session out
+    /// and reads which of its statements already ran.
+    pub fn begin(shared: &'a Shared, cmd: &Document) -> Result<Option<Retry<'a>>, CommandError> {
+        let name = cmd.keys().next().map_or("", String::as_str);
+        let f = session_fields(name, cmd)?;
+        let (Some(lsid), Some(txn_number), None) = (f.lsid, f.txn_number, f.autocommit) else { return Ok(None) };
+        let sessions = &shared.sessions;
+        let newest_live = sessions.check_out(lsid);
+        let mut retry = Retry {
+            sessions,
+            lsid,
+            txn_number,
+            stmt_ids: None,
+            first: 0,
+            executed: HashMap::new(),
+            retried: Vec::new(),
+        };
+        // From here on, dropping `retry` checks the session back in.
+        let engine = shared.catalog.engine();
+        let newest_stored = sessions.store.latest_txn_number(engine, &lsid)?;
+        let newest = newest_live.max(newest_stored);
+        if let Some(newest) = newest.filter(|&n| n > txn_number) {
+            return Err(CommandError::transaction_too_old(format!(
+                "Retryable write with txnNumber {txn_number} is prohibited on session {} because a newer retryable \
+                 write with txnNumber {newest} has already started on this session.",
+                session_string(&lsid)
+            )));
+        }
+        if newest_stored == Some(txn_number) {
+            retry.executed = sessions.store.executed(engine, &lsid, txn_number)?;
+        }
+        match cmd.get("stmtIds") {
+            Some(Bson::Array(ids)) => {
+                retry.stmt_ids = Some(
+                    ids.iter()
+                        .map(|v| match v {
+                            Bson::Int32(i) => Ok(*i),
+                            other => Err(CommandError::type_mismatch(format!(
+                                "BSON field 'stmtIds' is the wrong type '{}', expected type 'int'",
+                                type_name(other)
+                            ))),
+                        })
+                        .collect::<Result<_, _>>()?,
+                )
+            }
+            None => {}
+            Some(other) => {
+                return Err(CommandError::type_mismatch(format!(
+                    "BSON field 'stmtIds' is the wrong type '{}', expected type 'array'",
+                    type_name(other)
+                )))
+            }
+        }
+        match cmd.get("stmtId") {
+            Some(Bson::Int32(i)) => retry.first = *i,
+            None => {}
+            Some(other) => {
+                return Err(CommandError::type_mismatch(format!(
+                    "BSON field 'stmtId' is the wrong type '{}', expected type 'int'",
+                    type_name(other)
+                )))
+            }
+        }
+        Ok(Some(retry))
+    }
+
+    /// Statement `i`'s id.
+    pub fn stmt_id(&self, i: usize) -> i32 {
+        match &self.stmt_ids {
+            Some(ids) if i < ids.len() => ids[i],
+            _ => self.first.wrapping_add(i as i32),
+        }
+    }
+
+    /// What statement `i` answered when it ran, if it did; counts it as
+    /// retried.
+    pub fn answered(&mut self, i: usize) -> Option<Document> {
+        let id = self.stmt_id(i);
+        let answer = self.executed.get(&id).cloned()?;
+        self.retried.push(id);
+        Some(answer)
+    }
+
+    /// The record of statements `stmt_ids` answering `outcome`, to write
+    /// with them.
+    pub fn record<'r>(&'r self, stmt_ids: &'r [i32], outcome: Document) -> Record<'r> {
+        self.sessions.store.record(self.lsid, self.txn_number, stmt_ids, outcome)
+    }
+
+    /// Add `retriedStmtIds` to a write command's reply (before `ok`).
+    pub fn finish_reply(&self, reply: &mut Document) {
+        if self.retried.is_empty() {
+            return;
+        }
+        let ok = reply.remove("ok");
+        reply.insert("retriedStmtIds", self.retried.clone());
+        if let Some(ok) = ok {
+            reply.insert("ok", ok);
+        }
+    }
+}
+
+impl Drop for Retry<'_> {
+    fn drop(&mut self) {
+        self.sessions.check_in(self.lsid, self.txn_number);
+    }
+}
+
+/// One statement of a retryable write: what records it.
+pub(crate) struct StmtLog<'a> {
+    retry: &'a Retry<'a>,
+    id: [i32; 1],
+}
+
+impl<'a> StmtLog<'a> {
+    pub fn new(retry: &'a Retry<'a>, i: usize) -> StmtLog<'a> {
+        StmtLog { retry, id: [retry.stmt_id(i)] }
+    }
+
+    /// The record of this statement answering `outcome`.
+    pub fn record(&self, outcome: Document) -> Record<'_> {
+        self.retry.record(&self.id, outcome)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bson::{doc, Binary};
+
+    fn lsid() -> Bson {
+        Bson::Binary(Binary { subtype: BinarySubtype::Uuid, bytes: vec![7; 16] })
+    }
+
+    #[test]
+    fn session_fields_are_checked_as_mongod_checks_them() {
+        let err = |name: &str, cmd: Document| session_fields(name, &cmd).unwrap_err();
+        let e = err("find", doc! { "find": "c", "lsid": "x" });
+        assert_eq!(
+            (e.code, e.errmsg.as_str()),
+            (14, "BSON field 'OperationSessionInfo.lsid' is the wrong type 'string', expected type 'object'")
+        );
+        let e = err("find", doc! { "find": "c", "lsid": {} });
+        assert_eq!(e.code, 40414);
+        let e = err(
+            "find",
+            doc! { "find": "c", "lsid": { "id": Binary { subtype: BinarySubtype::Function, bytes: vec![] } } },
+        );
+        assert_eq!(
+            e.errmsg,
+            "BSON field 'OperationSessionInfo.lsid.id' is the wrong binData type 'function', expected type 'UUID'"
+        );
+        let e =
+            err("find", doc! { "find": "c", "lsid": { "id": Binary { subtype: BinarySubtype::Uuid, bytes: vec![] } } });
+        assert_eq!((e.code, e.code_name.as_ref()), (207, "InvalidUUID"));
+        let e = err("insert", doc! { "insert": "c", "txnNumber": 1i64 });
+        assert_eq!((e.code, e.errmsg.as_str()), (72, "Transaction number requires a session ID to also be specified"));
+        let e = err("insert", doc! { "insert": "c", "lsid": { "id": lsid() }, "txnNumber": -1i64 });
+        assert_eq!(e.errmsg, "Transaction number cannot be negative");
+        let e = err("insert", doc! { "insert": "c", "lsid": { "id": lsid() }, "txnNumber": 1 });
+        assert_eq!(
+            e.errmsg,
+            "BSON field 'OperationSessionInfo.txnNumber' is the wrong type 'int', expected type 'long'"
+        );
+        let e = err("find", doc! { "find": "c", "lsid": { "id": lsid() }, "txnNumber": 1i64 });
+        assert_eq!(e.code, 50768);
+        assert!(e.errmsg.ends_with("and find is not a retryable write command."));
+        let e = err("insert", doc! { "insert": "c", "lsid": { "id": lsid() }, "autocommit": false });
+        assert_eq!(e.errmsg, "'autocommit' field requires a transaction number to also be specified");
+        let e = err("insert", doc! { "insert": "c", "lsid": { "id": lsid() }, "txnNumber": 1i64, "autocommit": true });
+        assert_eq!(e.errmsg, "Specifying autocommit=true is not allowed.");
+        let f = session_fields("update", &doc! { "update": "c", "lsid": { "id": lsid() }, "txnNumber": 3i64 }).unwrap();
+        assert_eq!((f.lsid, f.txn_number), (Some([7; 16]), Some(3)));
+    }
+
+    #[test]
+    fn sessions_print_as_mongod_prints_them() {
+        let mut id = [0u8; 16];
+        id[0] = 0xab;
+        id[15] = 0x01;
+        assert_eq!(
+            session_string(&id),
+            "ab000000-0000-0000-0000-000000000001 - 47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU="
+        );
+    }
+}
