@@ -5,25 +5,32 @@
 //! writing again.
 //!
 //! One storage table, `_sessions`:
-//! - key = session id (the 16 bytes of `lsid.id`) ++ txnNumber (i64,
-//!   big-endian, sign bit flipped) ++ first statement id (i32, the same);
-//! - value = BSON `{ids: [stmtId, ...], o: <outcome>, t: <date>}`: the
-//!   statements one storage transaction committed under that txnNumber,
-//!   the answer they share (an insert's is empty), and when.
+//! - key = session id (the 16 bytes of `lsid.id`) ++ the first statement
+//!   id of the record (i32, big-endian, sign bit flipped);
+//! - value = BSON `{n: txnNumber, ids: [stmtId, ...], o: <outcome>, t:
+//!   <date>}`: the statements one storage transaction committed under
+//!   that txnNumber, the answer they share (an insert's is empty), and
+//!   when.
+//!
+//! The txnNumber is in the value, not the key, so the common case — one
+//! statement per command, statement id 0 — overwrites the session's
+//! previous record with one put: no scan and no delete on the write path.
+//! Records of older txnNumbers under other keys are ignored by readers and
+//! deleted by [`Sessions::reap`].
 //!
 //! Invariants:
 //! 1. A record is written by the storage transaction that commits its
 //!    statements ([`Stamp`]), so after a crash a statement is recorded iff
 //!    its write is durable.
-//! 2. Writing a record of txnNumber `n` deletes the session's records of
-//!    every txnNumber below `n`, in the same transaction.
-//! 3. Records older than the session timeout are reaped ([`Sessions::reap`]).
+//! 2. Only records of the txnNumber asked for count ([`Sessions::executed`]).
+//! 3. Records older than the session timeout, or of a txnNumber below
+//!    their session's newest, are reaped ([`Sessions::reap`]).
 
 use crate::catalog::DocError;
 use bson::{doc, Bson, Document};
 use std::collections::HashMap;
 use std::ops::Bound;
-use storage::{Engine, StorageError, Table, TableConfig, Txn};
+use storage::{Engine, StorageError, Table, TableConfig, Txn, TxnOptions};
 
 const SESSIONS: &str = "_sessions";
 
@@ -42,24 +49,22 @@ pub struct Sessions {
     table: Table,
 }
 
-fn flip64(v: i64) -> [u8; 8] {
-    ((v as u64) ^ (1 << 63)).to_be_bytes()
-}
-
-fn flip32(v: i32) -> [u8; 4] {
-    ((v as u32) ^ (1 << 31)).to_be_bytes()
-}
-
-fn txn_prefix(lsid: &SessionId, txn_number: i64) -> Vec<u8> {
-    let mut k = Vec::with_capacity(28);
+fn record_key(lsid: &SessionId, stmt_id: i32) -> Vec<u8> {
+    let mut k = Vec::with_capacity(20);
     k.extend_from_slice(lsid);
-    k.extend_from_slice(&flip64(txn_number));
+    k.extend_from_slice(&((stmt_id as u32) ^ (1 << 31)).to_be_bytes());
     k
 }
 
-fn txn_number_of(key: &[u8]) -> Option<i64> {
-    let b: [u8; 8] = key.get(16..24)?.try_into().ok()?;
-    Some((u64::from_be_bytes(b) ^ (1 << 63)) as i64)
+/// The bounds of one session's records.
+fn session_bounds(lsid: &SessionId) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+    (Bound::Included(record_key(lsid, i32::MIN)), Bound::Included(record_key(lsid, i32::MAX)))
+}
+
+/// A record's txnNumber and document.
+fn decode_record(value: &[u8]) -> Result<(i64, Document), DocError> {
+    let record = Document::from_reader(value).map_err(corrupt)?;
+    Ok((record.get_i64("n").map_err(corrupt)?, record))
 }
 
 fn corrupt(e: impl std::fmt::Display) -> DocError {
@@ -84,8 +89,16 @@ impl Sessions {
     /// The highest txnNumber the session has records of.
     pub fn latest_txn_number(&self, engine: &Engine, lsid: &SessionId) -> Result<Option<i64>, DocError> {
         let mut c = engine.cursor(&self.table)?;
-        c.set_bounds(Bound::Included(lsid.to_vec()), Bound::Excluded(txn_prefix(lsid, i64::MAX)));
-        Ok(c.last()?.and_then(|(k, _)| txn_number_of(&k)))
+        let (lower, upper) = session_bounds(lsid);
+        c.set_bounds(lower, upper);
+        let mut newest = None;
+        let mut entry = c.first()?;
+        while let Some((_, value)) = entry {
+            let (n, _) = decode_record(&value)?;
+            newest = newest.max(Some(n));
+            entry = c.next()?;
+        }
+        Ok(newest)
     }
 
     /// The statements of `(lsid, txn_number)` that committed, each with
@@ -97,17 +110,21 @@ impl Sessions {
         txn_number: i64,
     ) -> Result<HashMap<i32, Document>, DocError> {
         let mut c = engine.cursor(&self.table)?;
-        c.set_bounds(Bound::Included(txn_prefix(lsid, txn_number)), Bound::Excluded(txn_prefix(lsid, txn_number + 1)));
+        let (lower, upper) = session_bounds(lsid);
+        c.set_bounds(lower, upper);
         let mut out = HashMap::new();
         let mut entry = c.first()?;
         while let Some((_, value)) = entry {
-            let record = Document::from_reader(&value[..]).map_err(corrupt)?;
+            let (n, record) = decode_record(&value)?;
+            entry = c.next()?;
+            if n != txn_number {
+                continue;
+            }
             let outcome = record.get_document("o").map_err(corrupt)?;
             for id in record.get_array("ids").map_err(corrupt)? {
                 let Bson::Int32(id) = id else { return Err(corrupt("a statement id is not an int")) };
                 out.insert(*id, outcome.clone());
             }
-            entry = c.next()?;
         }
         Ok(out)
     }
@@ -125,22 +142,43 @@ impl Sessions {
     }
 
     /// Delete records written before `cutoff_ms` (milliseconds since the
-    /// epoch); returns how many.
+    /// epoch) and records of a txnNumber below their session's newest;
+    /// returns how many. A record rewritten meanwhile is left alone.
     pub fn reap(&self, engine: &Engine, cutoff_ms: i64) -> Result<usize, DocError> {
-        let mut old = Vec::new();
+        struct Stored {
+            key: Vec<u8>,
+            n: i64,
+            old: bool,
+            value: storage::Bytes,
+        }
+        let mut newest: HashMap<SessionId, i64> = HashMap::new();
+        let mut stored = Vec::new();
         let mut c = engine.cursor(&self.table)?;
         let mut entry = c.first()?;
         while let Some((key, value)) = entry {
-            let record = Document::from_reader(&value[..]).map_err(corrupt)?;
-            if record.get_datetime("t").map_or(true, |t| t.timestamp_millis() < cutoff_ms) {
-                old.push(key.to_vec());
-            }
+            let (n, record) = decode_record(&value)?;
+            let lsid: SessionId = key.get(..16).and_then(|k| k.try_into().ok()).ok_or_else(|| corrupt("short key"))?;
+            let top = newest.entry(lsid).or_insert(n);
+            *top = (*top).max(n);
+            let old = record.get_datetime("t").map_or(true, |t| t.timestamp_millis() < cutoff_ms);
+            stored.push(Stored { key: key.to_vec(), n, old, value });
             entry = c.next()?;
         }
-        for key in &old {
-            engine.delete(&self.table, key)?;
+        let mut reaped = 0;
+        for Stored { key, n, old, value } in stored {
+            if !old && Some(&n) == newest.get(&key[..16]) {
+                continue;
+            }
+            let txn = engine.begin(TxnOptions { skip_journal_sync: true, ..TxnOptions::default() })?;
+            let unchanged = txn.get(&self.table, &key)?.is_some_and(|v| v == value);
+            let done = if unchanged { txn.delete(&self.table, &key).and_then(|_| txn.commit()) } else { Ok(0) };
+            match done {
+                Ok(_) => reaped += usize::from(unchanged),
+                Err(e) if e.is_retryable() => {}
+                Err(e) => return Err(e.into()),
+            }
         }
-        Ok(old.len())
+        Ok(reaped)
     }
 }
 
@@ -155,27 +193,16 @@ pub struct Record<'a> {
 
 impl Stamp for Record<'_> {
     fn write(&self, txn: &Txn, done: &[usize]) -> Result<(), StorageError> {
-        let table = &self.sessions.table;
         let Some(&first) = done.first() else { return Ok(()) };
-        // Invariant 2: the session's older txnNumbers are over.
-        let mut stale = Vec::new();
-        {
-            let mut c = txn.cursor(table)?;
-            c.set_bounds(Bound::Included(self.lsid.to_vec()), Bound::Excluded(txn_prefix(&self.lsid, self.txn_number)));
-            let mut entry = c.first()?;
-            while let Some((key, _)) = entry {
-                stale.push(key.to_vec());
-                entry = c.next()?;
-            }
-        }
-        for key in &stale {
-            txn.delete(table, key)?;
-        }
         let ids: Vec<i32> = done.iter().map(|&i| self.stmt_ids[i]).collect();
-        let mut key = txn_prefix(&self.lsid, self.txn_number);
-        key.extend_from_slice(&flip32(self.stmt_ids[first]));
-        let value = doc! { "ids": ids, "o": self.outcome.clone(), "t": bson::DateTime::from_millis(now_ms()) };
-        txn.put(table, &key, &bson::to_vec(&value).expect("BSON encodes"))
+        let value = doc! {
+            "n": self.txn_number,
+            "ids": ids,
+            "o": self.outcome.clone(),
+            "t": bson::DateTime::from_millis(now_ms()),
+        };
+        let key = record_key(&self.lsid, self.stmt_ids[first]);
+        txn.put(&self.sessions.table, &key, &bson::to_vec(&value).expect("BSON encodes"))
     }
 }
 
@@ -197,7 +224,7 @@ mod tests {
     }
 
     #[test]
-    fn records_are_found_per_txn_number_and_a_newer_one_clears_older() {
+    fn records_are_found_per_txn_number_and_older_ones_are_reaped() {
         let (_d, e) = engine();
         let s = Sessions::open(&e).unwrap();
         let (a, b) = ([1u8; 16], [2u8; 16]);
@@ -213,14 +240,30 @@ mod tests {
         assert_eq!(s.latest_txn_number(&e, &a).unwrap(), Some(5));
         assert!(s.executed(&e, &a, 4).unwrap().is_empty());
         assert!(s.executed(&e, &a, 6).unwrap().is_empty());
-        // txnNumber 6 on session a drops a's 5 and leaves b alone.
+        // txnNumber 6 on session a overwrites 5's record at statement 0;
+        // 5's record at statement 3 lingers until reaped (the server
+        // refuses txnNumber 5 by now); b is left alone.
         commit(&e, &s.record(a, 6, &ids[..1], doc! { "n": 1 }), &[0]);
-        assert!(s.executed(&e, &a, 5).unwrap().is_empty());
+        assert_eq!(s.executed(&e, &a, 5).unwrap().keys().collect::<Vec<_>>(), vec![&3]);
+        assert_eq!(s.executed(&e, &a, 6).unwrap().len(), 1);
         assert_eq!(s.executed(&e, &a, 6).unwrap()[&0], doc! { "n": 1 });
         assert_eq!(s.executed(&e, &b, 9).unwrap()[&0], doc! { "n": 1 });
         assert_eq!(s.latest_txn_number(&e, &a).unwrap(), Some(6));
-        // Reaping by age.
-        assert_eq!(s.reap(&e, now_ms() - 60_000).unwrap(), 0);
+        let records = |s: &Sessions| {
+            let mut c = e.cursor(&s.table).unwrap();
+            let (mut n, mut entry) = (0, c.first().unwrap());
+            while entry.is_some() {
+                n += 1;
+                entry = c.next().unwrap();
+            }
+            n
+        };
+        assert_eq!(records(&s), 3);
+        // Reaping: the lingering record of txnNumber 5 goes at once, the
+        // rest by age.
+        assert_eq!(s.reap(&e, now_ms() - 60_000).unwrap(), 1);
+        assert!(s.executed(&e, &a, 5).unwrap().is_empty());
+        assert_eq!(s.executed(&e, &a, 6).unwrap()[&0], doc! { "n": 1 });
         assert_eq!(s.reap(&e, now_ms() + 1).unwrap(), 2);
         assert_eq!(s.latest_txn_number(&e, &a).unwrap(), None);
     }

@@ -11,6 +11,7 @@ use crate::limits::*;
 use crate::server::{Conn, Shared};
 use crate::wire::OpMsg;
 use bson::{doc, oid::ObjectId, spec::BinarySubtype, Binary, Bson, DateTime, Document, Timestamp};
+use query::type_name;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -141,8 +142,8 @@ fn dispatch(shared: &Shared, conn: &Conn, name: &str, msg: &OpMsg) -> CommandRes
         "hello" | "isMaster" | "ismaster" => hello(shared, conn, name, cmd).map(|d| with_compression(d, cmd)),
         "ping" => Ok(ok()),
         "buildInfo" | "buildinfo" => Ok(build_info()),
-        "getParameter" => get_parameter(cmd),
-        "setParameter" => set_parameter(cmd),
+        "getParameter" => get_parameter(shared, cmd),
+        "setParameter" => set_parameter(shared, cmd),
         "serverStatus" => Ok(server_status(shared)),
         "hostInfo" => Ok(host_info()),
         "whatsmyuri" => Ok(doc! { "you": conn.peer.to_string(), "ok": 1.0 }),
@@ -383,17 +384,20 @@ fn build_info() -> Document {
 }
 
 /// Parameters `getParameter` knows, with their values.
-fn parameters() -> Document {
+fn parameters(shared: &Shared) -> Document {
+    let p = &shared.parameters;
     doc! {
         "featureCompatibilityVersion": { "version": "8.0" },
         "maxBSONDepth": bson_depth_max as i32,
         "logicalSessionTimeoutMinutes": session_timeout_minutes,
         "transactionLifetimeLimitSeconds": 60,
+        "internalQueryMaxBlockingSortMemoryUsageBytes": p.sort_memory_limit.load(Ordering::Relaxed) as i32,
+        "allowDiskUseByDefault": p.allow_disk_use_by_default.load(Ordering::Relaxed),
     }
 }
 
-fn get_parameter(cmd: &Document) -> CommandResult {
-    let all = parameters();
+fn get_parameter(shared: &Shared, cmd: &Document) -> CommandResult {
+    let all = parameters(shared);
     let want = cmd.get("getParameter").cloned().unwrap_or(Bson::Null);
     // {getParameter: "*"} or {getParameter: {allParameters: true}}: everything.
     let everything = want.as_str() == Some("*")
@@ -421,12 +425,50 @@ fn get_parameter(cmd: &Document) -> CommandResult {
     Ok(out)
 }
 
-fn set_parameter(cmd: &Document) -> CommandResult {
-    let names: Vec<&String> = cmd.keys().skip(1).filter(|k| !k.starts_with('$') && *k != "lsid").collect();
-    match names.first() {
-        None => Err(CommandError::no_such_key("no option found to set, use help:true to see options ")),
-        Some(name) => Err(CommandError::unknown_parameter(format!("attempted to set unrecognized parameter [{name}]"))),
+/// `setParameter` for the parameters that change at run time; replies
+/// with the last one's previous value (`was`), as mongod does.
+fn set_parameter(shared: &Shared, cmd: &Document) -> CommandResult {
+    let settings: Vec<(&String, &Bson)> =
+        cmd.iter().skip(1).filter(|(k, _)| !k.starts_with('$') && !matches!(k.as_str(), "lsid" | "comment")).collect();
+    if settings.is_empty() {
+        return Err(CommandError::no_such_key("no option found to set, use help:true to see options "));
     }
+    // Every value is checked before any is set.
+    let mut changes: Vec<Box<dyn Fn() -> Bson>> = Vec::new();
+    let p = &shared.parameters;
+    for (name, value) in settings {
+        let bad = |why: &str| CommandError::bad_value(format!("Invalid value for parameter {name}: {why}"));
+        match name.as_str() {
+            "internalQueryMaxBlockingSortMemoryUsageBytes" => {
+                let n = match value {
+                    Bson::Int32(i) => i64::from(*i),
+                    Bson::Int64(i) => *i,
+                    Bson::Double(d) if d.fract() == 0.0 && d.abs() < 9.0e15 => *d as i64,
+                    other => return Err(bad(&format!("a number is needed, not {}", type_name(other)))),
+                };
+                let n = usize::try_from(n).ok().filter(|&n| n > 0 && n <= i32::MAX as usize);
+                let n = n.ok_or_else(|| bad("it must be greater than 0 and fit in an int"))?;
+                changes.push(Box::new(move || Bson::Int32(p.sort_memory_limit.swap(n, Ordering::Relaxed) as i32)));
+            }
+            "allowDiskUseByDefault" => {
+                let b = match value {
+                    Bson::Boolean(b) => *b,
+                    other => return Err(bad(&format!("a boolean is needed, not {}", type_name(other)))),
+                };
+                changes.push(Box::new(move || Bson::Boolean(p.allow_disk_use_by_default.swap(b, Ordering::Relaxed))));
+            }
+            _ => {
+                return Err(CommandError::unknown_parameter(format!(
+                    "attempted to set unrecognized parameter [{name}]"
+                )))
+            }
+        }
+    }
+    let mut was = Bson::Null;
+    for change in changes {
+        was = change();
+    }
+    Ok(doc! { "was": was, "ok": 1.0 })
 }
 
 fn server_status(shared: &Shared) -> Document {
@@ -453,7 +495,10 @@ fn server_status(shared: &Shared) -> Document {
             "delete": load(&c.delete), "getmore": load(&c.getmore), "command": load(&c.command),
         },
         "network": network(shared),
-        "metrics": { "operation": { "writeConflicts": s.write_conflicts as i64 } },
+        "metrics": {
+            "operation": { "writeConflicts": s.write_conflicts as i64 },
+            "query": { "sort": { "spillToDisk": load(&c.sort_spills) } },
+        },
         "storageEngine": { "name": "arbordb", "supportsCommittedReads": true, "persistent": true },
         "arbordb": ours,
         "ok": 1.0,

@@ -19,6 +19,7 @@ pub mod point;
 pub mod read;
 pub mod server;
 pub mod session;
+pub mod spill;
 pub mod wire;
 
 pub use server::{parsed_options, Server, ServerOptions};

@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 /// Default size of a first batch (MongoDB's).
 const FIRST_BATCH_DEFAULT: usize = 101;
 
-/// Memory a blocking sort may use (MongoDB's
-/// `internalQueryMaxBlockingSortMemoryUsageBytes`).
+/// Memory a blocking sort may use by default (MongoDB's
+/// `internalQueryMaxBlockingSortMemoryUsageBytes`, a server parameter).
 pub(crate) const SORT_MEMORY_LIMIT_BYTES: usize = 100 * 1024 * 1024;
 
 /// Documents read per storage scan call.
@@ -42,6 +42,8 @@ enum Source {
     Scan { filter: Filter, after: u64, pending: VecDeque<(u64, Document)> },
     /// Results computed up front (a sort, a point lookup, a pipeline).
     Buffer(std::vec::IntoIter<Hit>),
+    /// A sort that spilled to disk, merged as it is read.
+    Merge(Box<crate::spill::Spilled>),
 }
 
 /// A cursor between batches.
@@ -140,6 +142,7 @@ impl Iterator for ScanIter<'_> {
 fn next_hit(shared: &Shared, c: &mut CursorState) -> Result<Option<Hit>, CommandError> {
     match &mut c.source {
         Source::Buffer(items) => Ok(items.next()),
+        Source::Merge(runs) => runs.next(),
         Source::Scan { filter, after, pending } => loop {
             if pending.is_empty() {
                 let Some(coll) = shared.catalog.get(&c.ns) else { return Ok(None) };
@@ -200,7 +203,11 @@ fn fill(
             break;
         }
     }
-    let exhausted = matches!(&c.source, Source::Buffer(items) if items.len() == 0);
+    let exhausted = match &c.source {
+        Source::Buffer(items) => items.len() == 0,
+        Source::Merge(runs) => runs.is_done(),
+        Source::Scan { .. } => false,
+    };
     Ok((out, exhausted))
 }
 
@@ -248,19 +255,22 @@ fn first_batch(
 }
 
 /// A sort's matches, sorted, with `skip` and `limit` applied. Keeps only
-/// the best `skip + limit` while scanning when there is a limit; refuses
-/// to hold more than the sort memory limit unless `allow_disk_use`.
+/// the best `skip + limit` while scanning when there is a limit. Past the
+/// sort memory limit it spills sorted runs to disk (`spill.rs`) when
+/// `allow_disk_use`, and fails with 292 otherwise.
 fn sorted_hits(
+    shared: &Shared,
     hits: &mut dyn Iterator<Item = Result<Hit, CommandError>>,
     sort: &Sort,
-    skip: usize,
-    limit: Option<usize>,
+    (skip, limit): (usize, Option<usize>),
     allow_disk_use: bool,
     deadline: &Deadline,
-) -> Result<Vec<Hit>, CommandError> {
+) -> Result<Source, CommandError> {
+    let memory_limit = shared.parameters.sort_memory_limit.load(Ordering::Relaxed);
     let keep = limit.map(|l| l.saturating_add(skip));
     let mut buf: Vec<Hit> = Vec::new();
     let mut bytes = 0usize;
+    let mut spilled: Option<crate::spill::Spilled> = None;
     let by_sort = |a: &Hit, b: &Hit| sort.compare(&a.doc, &b.doc);
     for hit in hits {
         deadline.check()?;
@@ -274,18 +284,28 @@ fn sorted_hits(
                 bytes = buf.iter().map(|h| encoded_len(&h.doc)).sum();
             }
         }
-        if bytes > SORT_MEMORY_LIMIT_BYTES && !allow_disk_use {
-            return Err(CommandError::query_exceeded_memory_limit(format!(
-                "Executor error during find command :: caused by :: Sort exceeded memory limit of {SORT_MEMORY_LIMIT_BYTES} bytes, but did not opt in to external sorting."
-            )));
+        if bytes > memory_limit {
+            if !allow_disk_use {
+                return Err(CommandError::query_exceeded_memory_limit(format!(
+                    "Executor error during find command :: caused by :: Sort exceeded memory limit of {memory_limit} bytes, but did not opt in to external sorting."
+                )));
+            }
+            let runs = spilled.get_or_insert_with(|| crate::spill::Spilled::new(sort.clone()));
+            runs.spill(&shared.options.dbpath.join("_tmp"), &mut buf, keep)?;
+            shared.opcounters.sort_spills.fetch_add(1, Ordering::Relaxed);
+            bytes = 0;
         }
+    }
+    if let Some(mut runs) = spilled {
+        runs.finish(buf, skip)?;
+        return Ok(Source::Merge(Box::new(runs)));
     }
     buf.sort_by(by_sort);
     let mut out: Vec<Hit> = buf.into_iter().skip(skip).collect();
     if let Some(l) = limit {
         out.truncate(l);
     }
-    Ok(out)
+    Ok(Source::Buffer(out.into_iter()))
 }
 
 /// The hits of `filter` over a whole collection.
@@ -421,7 +441,8 @@ pub fn find(shared: &Shared, cmd: &Document) -> CommandResult {
     }
     let (skip, limit) = (skip as usize, (limit > 0).then_some(limit as usize));
     let single = bool_option(cmd, "singleBatch", "find", false)?;
-    let allow_disk_use = bool_option(cmd, "allowDiskUse", "find", false)?;
+    let allow_disk_use =
+        bool_option(cmd, "allowDiskUse", "find", shared.parameters.allow_disk_use_by_default.load(Ordering::Relaxed))?;
     let record_id = bool_option(cmd, "showRecordId", "find", false)?;
     let mut state = CursorState {
         ns: ns.clone(),
@@ -438,8 +459,10 @@ pub fn find(shared: &Shared, cmd: &Document) -> CommandResult {
         state.source = Source::Buffer(hits.into_iter());
         state.remaining = limit;
     } else if !sort.is_empty() {
-        let hits = sorted_hits(&mut scan_hits(shared, &ns, &filter), &sort, skip, limit, allow_disk_use, &deadline)?;
-        state.source = Source::Buffer(hits.into_iter());
+        let hits = &mut scan_hits(shared, &ns, &filter);
+        state.source = sorted_hits(shared, hits, &sort, (skip, limit), allow_disk_use, &deadline)?;
+        // A spilled sort applied the skip but not the limit.
+        state.remaining = limit.filter(|_| matches!(state.source, Source::Merge(_)));
     } else {
         state.source = Source::Scan { filter, after: 0, pending: VecDeque::new() };
         for _ in 0..skip {

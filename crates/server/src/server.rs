@@ -16,7 +16,7 @@ use crate::wire::{self, Header, Request, WireError};
 use bson::{doc, oid::ObjectId, Document};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 use storage::Engine;
@@ -45,6 +45,26 @@ pub struct Opcounters {
     /// Finds answered by the point-read fast path (`point.rs`), also
     /// counted in `query` and `command`.
     pub point_reads: AtomicU64,
+    /// Sorted runs blocking sorts wrote to disk
+    /// (`metrics.query.sort.spillToDisk`).
+    pub sort_spills: AtomicU64,
+}
+
+/// Server parameters `setParameter` can change at run time.
+pub struct Parameters {
+    /// `internalQueryMaxBlockingSortMemoryUsageBytes`.
+    pub sort_memory_limit: AtomicUsize,
+    /// `allowDiskUseByDefault`: a find with no `allowDiskUse` may spill.
+    pub allow_disk_use_by_default: AtomicBool,
+}
+
+impl Default for Parameters {
+    fn default() -> Parameters {
+        Parameters {
+            sort_memory_limit: AtomicUsize::new(crate::read::SORT_MEMORY_LIMIT_BYTES),
+            allow_disk_use_by_default: AtomicBool::new(true),
+        }
+    }
 }
 
 /// Network counters (`serverStatus.network`), with per-compressor bytes:
@@ -71,6 +91,7 @@ pub struct Shared {
     pub connections_total: AtomicU64,
     pub opcounters: Opcounters,
     pub network: NetworkCounters,
+    pub parameters: Parameters,
     pub durability: Arc<crate::durability::Durability>,
     next_request_id: AtomicI32,
     shutdown: watch::Sender<bool>,
@@ -124,6 +145,7 @@ impl Server {
             connections_total: AtomicU64::new(0),
             opcounters: Opcounters::default(),
             network: NetworkCounters::default(),
+            parameters: Parameters::default(),
             durability: crate::durability::Durability::start(engine.clone())?,
             next_request_id: AtomicI32::new(1),
             shutdown: tx,

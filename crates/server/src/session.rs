@@ -135,6 +135,8 @@ struct Live {
     busy: bool,
     /// The newest txnNumber seen (records only keep those that wrote).
     newest: Option<i64>,
+    /// `newest` accounts for the stored records (read once per session).
+    loaded: bool,
     last_used: Option<Instant>,
 }
 
@@ -155,23 +157,26 @@ impl SessionCatalog {
         Ok(SessionCatalog { store: Sessions::open(engine)?, live: Mutex::default(), returned: Condvar::new() })
     }
 
-    fn check_out(&self, lsid: SessionId) -> Option<i64> {
+    /// Wait for the session to be free and take it; returns its newest
+    /// txnNumber and whether that accounts for the stored records.
+    fn check_out(&self, lsid: SessionId) -> (Option<i64>, bool) {
         let mut live = self.live.lock().unwrap();
         loop {
             let s = live.entry(lsid).or_default();
             if !s.busy {
                 s.busy = true;
-                return s.newest;
+                return (s.newest, s.loaded);
             }
             live = self.returned.wait(live).unwrap();
         }
     }
 
-    fn check_in(&self, lsid: SessionId, newest: i64) {
+    fn check_in(&self, lsid: SessionId, newest: Option<i64>, loaded: bool) {
         let mut live = self.live.lock().unwrap();
         let s = live.entry(lsid).or_default();
         s.busy = false;
-        s.newest = Some(s.newest.map_or(newest, |n| n.max(newest)));
+        s.newest = s.newest.max(newest);
+        s.loaded |= loaded;
         s.last_used = Some(Instant::now());
         drop(live);
         self.returned.notify_all();
@@ -204,6 +209,9 @@ pub(crate) struct Retry<'a> {
     sessions: &'a SessionCatalog,
     lsid: SessionId,
     txn_number: i64,
+    /// The session's newest txnNumber, given back at check-in.
+    newest: Option<i64>,
+    loaded: bool,
     /// Statement ids: `stmtIds[i]`, or `stmtId + i` (from 0).
     stmt_ids: Option<Vec<i32>>,
     first: i32,
@@ -220,11 +228,13 @@ impl<'a> Retry<'a> {
         let f = session_fields(name, cmd)?;
         let (Some(lsid), Some(txn_number), None) = (f.lsid, f.txn_number, f.autocommit) else { return Ok(None) };
         let sessions = &shared.sessions;
-        let newest_live = sessions.check_out(lsid);
+        let (newest, loaded) = sessions.check_out(lsid);
         let mut retry = Retry {
             sessions,
             lsid,
             txn_number,
+            newest,
+            loaded,
             stmt_ids: None,
             first: 0,
             executed: HashMap::new(),
@@ -232,8 +242,11 @@ impl<'a> Retry<'a> {
         };
         // From here on, dropping `retry` checks the session back in.
         let engine = shared.catalog.engine();
-        let newest_stored = sessions.store.latest_txn_number(engine, &lsid)?;
-        let newest = newest_live.max(newest_stored);
+        if !loaded {
+            retry.newest = retry.newest.max(sessions.store.latest_txn_number(engine, &lsid)?);
+            retry.loaded = true;
+        }
+        let newest = retry.newest;
         if let Some(newest) = newest.filter(|&n| n > txn_number) {
             return Err(CommandError::transaction_too_old(format!(
                 "Retryable write with txnNumber {txn_number} is prohibited on session {} because a newer retryable \
@@ -241,9 +254,11 @@ impl<'a> Retry<'a> {
                 session_string(&lsid)
             )));
         }
-        if newest_stored == Some(txn_number) {
+        if newest == Some(txn_number) {
+            // The same txnNumber again: a retry.
             retry.executed = sessions.store.executed(engine, &lsid, txn_number)?;
         }
+        retry.newest = Some(txn_number);
         match cmd.get("stmtIds") {
             Some(Bson::Array(ids)) => {
                 retry.stmt_ids = Some(
@@ -317,7 +332,7 @@ impl<'a> Retry<'a> {
 
 impl Drop for Retry<'_> {
     fn drop(&mut self) {
-        self.sessions.check_in(self.lsid, self.txn_number);
+        self.sessions.check_in(self.lsid, self.newest, self.loaded);
     }
 }
 

@@ -1,0 +1,100 @@
+"""A blocking sort over its memory limit spills sorted runs to disk and
+merges them (allowDiskUse, on by default as in MongoDB 6.0+), or fails with
+292 when disk use is refused. The limit is MongoDB's server parameter
+internalQueryMaxBlockingSortMemoryUsageBytes, lowered here so a small
+collection spills."""
+
+import random
+
+import pymongo
+import pytest
+from pymongo.errors import OperationFailure
+
+DEFAULT_LIMIT = 100 * 1024 * 1024
+SMALL_LIMIT = 64 * 1024
+
+
+def spills(client):
+    return client.admin.command("serverStatus")["metrics"]["query"]["sort"]["spillToDisk"]
+
+
+def set_limit(client, n):
+    return client.admin.command("setParameter", 1, internalQueryMaxBlockingSortMemoryUsageBytes=n)["was"]
+
+
+@pytest.fixture
+def coll(client):
+    rng = random.Random(7)
+    docs = [{"_id": i, "k": rng.randrange(500), "g": i % 7, "arr": [i % 11, i % 13, i % 17],
+             "pad": "x" * rng.randrange(50, 300)} for i in range(3000)]
+    rng.shuffle(docs)
+    client.test.c.insert_many(docs)
+    return client.test.c
+
+
+QUERIES = [
+    ({}, {"sort": [("k", 1), ("_id", 1)]}),
+    ({}, {"sort": [("g", -1), ("k", 1), ("_id", -1)], "skip": 13, "limit": 1500}),
+    ({"k": {"$gte": 100}}, {"sort": [("pad", 1), ("_id", 1)], "limit": 2500, "batch_size": 40}),
+    ({"arr": {"$gte": 12}}, {"sort": [("k", -1), ("_id", 1)], "projection": {"arr.$": 1, "k": 1}}),
+    ({}, {"sort": [("arr", 1), ("_id", 1)], "skip": 2990}),
+]
+
+
+@pytest.mark.parametrize("filter, options", QUERIES)
+def test_a_spilled_sort_answers_as_the_in_memory_one(client, coll, filter, options):
+    expected = list(coll.find(filter, **options))
+    assert spills(client) == 0
+    assert set_limit(client, SMALL_LIMIT) == DEFAULT_LIMIT
+    got = list(coll.find(filter, **options))
+    assert spills(client) > 1
+    assert got == expected and len(got) > 0
+
+
+def test_refusing_disk_use_fails_with_292_and_the_parameter_can_refuse_it_by_default(client, coll):
+    set_limit(client, SMALL_LIMIT)
+    with pytest.raises(OperationFailure) as e:
+        list(coll.find({}, sort=[("k", 1)], allow_disk_use=False))
+    assert e.value.code == 292 and e.value.details["codeName"] == "QueryExceededMemoryLimitNoDiskUseAllowed"
+    assert e.value.details["errmsg"] == (
+        "Executor error during find command :: caused by :: Sort exceeded memory limit of 65536 bytes, "
+        "but did not opt in to external sorting."
+    )
+    was = client.admin.command("setParameter", 1, allowDiskUseByDefault=False)["was"]
+    assert was is True
+    with pytest.raises(OperationFailure) as e:
+        list(coll.find({}, sort=[("k", 1)]))
+    assert e.value.code == 292
+    # Asking for it still works.
+    assert len(list(coll.find({}, sort=[("k", 1)], allow_disk_use=True))) == 3000
+    assert spills(client) > 0
+
+
+def test_a_spilled_cursor_leaves_no_files_and_can_be_killed(server, client, coll):
+    set_limit(client, SMALL_LIMIT)
+    cursor = coll.find({}, sort=[("k", 1)], batch_size=10)
+    first = [next(cursor) for _ in range(25)]
+    assert [d["k"] for d in first] == sorted(d["k"] for d in first)
+    tmp = server.dbpath / "_tmp"
+    assert tmp.is_dir() and list(tmp.iterdir()) == []  # runs are unlinked files
+    cursor.close()
+    with pytest.raises(OperationFailure) as e:
+        client.test.command("getMore", cursor.cursor_id or 1, collection="c")
+    assert e.value.code == 43
+
+
+def test_sort_parameters_are_reported_and_checked(client):
+    got = client.admin.command("getParameter", 1, internalQueryMaxBlockingSortMemoryUsageBytes=1,
+                               allowDiskUseByDefault=1)
+    assert got["internalQueryMaxBlockingSortMemoryUsageBytes"] == DEFAULT_LIMIT
+    assert got["allowDiskUseByDefault"] is True
+    for bad in [0, -5, "big", 2**40]:
+        with pytest.raises(OperationFailure) as e:
+            set_limit(client, bad)
+        assert e.value.code == 2
+    with pytest.raises(OperationFailure) as e:
+        client.admin.command("setParameter", 1, allowDiskUseByDefault=False, noSuchParameter=1)
+    assert e.value.code == 40415
+    got = client.admin.command("getParameter", 1, internalQueryMaxBlockingSortMemoryUsageBytes=1,
+                               allowDiskUseByDefault=1)
+    assert (got["internalQueryMaxBlockingSortMemoryUsageBytes"], got["allowDiskUseByDefault"]) == (DEFAULT_LIMIT, True)
