@@ -10,6 +10,7 @@ import threading
 import uuid
 
 import bson
+import pymongo
 import pytest
 from bson import Binary, Int64
 
@@ -244,3 +245,21 @@ def test_an_acknowledged_retryable_write_is_answered_from_its_record_after_kill_
     finally:
         raw.close()
         assert s.stop() == 0
+
+
+@pytest.mark.parametrize("lsid, code", [({}, 40414), ({"id": Binary(b"", 1)}, 14), ({"id": Binary(b"ab", 4)}, 207)])
+def test_a_point_read_with_a_bad_session_gets_the_general_error(raw, client, lsid, code):
+    # {_id: v} finds take the fast path (point.rs), which must not answer these.
+    client.test.c.insert_one({"_id": 1})
+    r = raw({"find": "c", "filter": {"_id": 1}, "lsid": lsid})
+    assert (r["ok"], r["code"]) == (0.0, code)
+    assert raw({"find": "c", "filter": {"_id": 1}, "lsid": session()})["cursor"]["firstBatch"] == [{"_id": 1}]
+
+
+def test_multi_document_transactions_are_refused_and_write_nothing(client):
+    with client.start_session() as s:
+        with pytest.raises(pymongo.errors.OperationFailure) as e:
+            with s.start_transaction():
+                client.test.c.insert_one({"_id": 1}, session=s)
+    assert e.value.code == 20 and e.value.details["codeName"] == "IllegalOperation"
+    assert client.test.c.count_documents({}) == 0

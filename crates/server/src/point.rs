@@ -50,8 +50,11 @@ pub fn find_by_id(shared: &Shared, header: &Header, body: &[u8]) -> Option<Vec<u
             ("limit", RawBsonRef::Int64(n)) if n >= 1 => {}
             ("singleBatch", RawBsonRef::Boolean(_)) => {}
             ("$db", RawBsonRef::String(d)) => db = Some(d),
-            // Session and gossip fields the general path ignores too.
-            ("lsid" | "$clusterTime" | "$readPreference", RawBsonRef::Document(_)) => {}
+            // A well-formed session id (anything else is the general
+            // path's error to report, `session.rs`).
+            ("lsid", RawBsonRef::Document(lsid)) if valid_lsid(lsid) => {}
+            // Gossip fields the general path ignores too.
+            ("$clusterTime" | "$readPreference", RawBsonRef::Document(_)) => {}
             _ => return None,
         }
     }
@@ -111,4 +114,10 @@ fn depth_within<'a>(values: &mut dyn Iterator<Item = bson::raw::Result<RawBsonRe
         }
     }
     true
+}
+
+/// `lsid` as `session::session_fields` accepts it: `id` a 16-byte UUID.
+fn valid_lsid(lsid: &bson::RawDocument) -> bool {
+    matches!(lsid.get("id"), Ok(Some(RawBsonRef::Binary(b)))
+        if b.subtype == bson::spec::BinarySubtype::Uuid && b.bytes.len() == 16)
 }

@@ -2,6 +2,10 @@
 //! `txnNumber`, `autocommit`, `startTransaction`), checked as mongod does,
 //! and retryable writes.
 //!
+//! Multi-document transactions (`autocommit: false`) are refused with
+//! IllegalOperation until they are built, rather than run statement by
+//! statement.
+//!
 //! A write command with `lsid` and `txnNumber` (and no `autocommit`) is a
 //! retryable write. It checks its session out (one command per session at
 //! a time, as mongod does), then each statement either runs, writing a
@@ -118,6 +122,13 @@ pub(crate) fn session_fields(name: &str, cmd: &Document) -> Result<SessionFields
     }
     if f.start_transaction == Some(false) {
         return invalid("Specifying startTransaction=false is not allowed.");
+    }
+    if f.autocommit == Some(false) {
+        // Better refused than run statement by statement: the writes of a
+        // transaction must not commit one by one.
+        return Err(CommandError::illegal_operation(
+            "Multi-document transactions are not supported by ArborDB yet: autocommit:false is refused",
+        ));
     }
     if f.txn_number.is_some() && f.autocommit.is_none() && !RETRYABLE_WRITES.contains(&name) {
         return Err(CommandError::not_a_retryable_write_command(format!(
@@ -399,6 +410,11 @@ mod tests {
         assert_eq!(e.errmsg, "'autocommit' field requires a transaction number to also be specified");
         let e = err("insert", doc! { "insert": "c", "lsid": { "id": lsid() }, "txnNumber": 1i64, "autocommit": true });
         assert_eq!(e.errmsg, "Specifying autocommit=true is not allowed.");
+        let e = err(
+            "insert",
+            doc! { "insert": "c", "lsid": { "id": lsid() }, "txnNumber": 1i64, "autocommit": false, "startTransaction": true },
+        );
+        assert_eq!((e.code, e.code_name.as_ref()), (20, "IllegalOperation"));
         let f = session_fields("update", &doc! { "update": "c", "lsid": { "id": lsid() }, "txnNumber": 3i64 }).unwrap();
         assert_eq!((f.lsid, f.txn_number), (Some([7; 16]), Some(3)));
     }
