@@ -24,7 +24,7 @@ use crate::sessions::Stamp;
 use bson::{doc, oid::ObjectId, Bson, Document};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use storage::{Bytes, Engine, StorageError, Table, TableConfig, Txn, TxnOptions};
 
 const CATALOG: &str = "_catalog";
@@ -46,6 +46,9 @@ pub enum DocError {
     Key(#[from] KeyError),
     #[error("stored document is corrupt: {0}")]
     Corrupt(String),
+    /// A document larger than its capped collection.
+    #[error("object to insert exceeds cappedMaxSize")]
+    ExceedsCappedSize,
     #[error(transparent)]
     Storage(#[from] StorageError),
 }
@@ -100,6 +103,47 @@ pub struct Collection {
     records: Table,
     id_index: Table,
     next_record: AtomicU64,
+    /// Set for a capped collection.
+    pub capped: Option<Capped>,
+}
+
+/// A capped collection's limits (`size` bytes of BSON, `max` documents)
+/// and what it holds. Every write to the collection holds `used` from
+/// before it reads until after it commits, so capped writes serialize (as
+/// MongoDB's do) and `used` is exact.
+pub struct Capped {
+    pub size: u64,
+    pub max: Option<u64>,
+    /// Bytes and documents stored.
+    used: Mutex<(u64, u64)>,
+}
+
+impl Capped {
+    /// The limits in a collection's options, if it is capped.
+    fn of(options: &Document) -> Option<(u64, Option<u64>)> {
+        let number = |k: &str| match options.get(k) {
+            Some(Bson::Int32(i)) => Some(i64::from(*i)),
+            Some(Bson::Int64(i)) => Some(*i),
+            Some(Bson::Double(d)) => Some(*d as i64),
+            _ => None,
+        };
+        let capped = match options.get("capped") {
+            Some(Bson::Boolean(b)) => *b,
+            Some(_) => number("capped").is_some_and(|n| n != 0),
+            None => false,
+        };
+        let size = number("size").filter(|&n| n > 0)?;
+        capped.then(|| (size as u64, number("max").filter(|&n| n > 0).map(|n| n as u64)))
+    }
+
+    /// Bytes and documents stored.
+    pub fn used(&self) -> (u64, u64) {
+        *self.used.lock().unwrap()
+    }
+
+    fn over(&self, (bytes, count): (u64, u64)) -> bool {
+        bytes > self.size || self.max.is_some_and(|m| count > m)
+    }
 }
 
 /// Every collection, loaded at open.
@@ -324,7 +368,43 @@ impl Collection {
             Some((k, _)) => record_id(&k)? + 1,
             None => 1,
         };
-        Ok(Collection { ns, options, records, id_index, next_record: AtomicU64::new(next) })
+        let mut c = Collection { ns, options, records, id_index, next_record: AtomicU64::new(next), capped: None };
+        if let Some((size, max)) = Capped::of(&c.options) {
+            let used = c.count_and_size(engine)?;
+            c.capped = Some(Capped { size, max, used: Mutex::new((used.1, used.0)) });
+        }
+        Ok(c)
+    }
+
+    /// For a capped collection: hold its write lock.
+    fn capped_lock(&self) -> Option<std::sync::MutexGuard<'_, (u64, u64)>> {
+        self.capped.as_ref().map(|c| c.used.lock().unwrap())
+    }
+
+    /// In `txn`, delete the oldest documents until the capped collection
+    /// holding `used` is within its limits; returns what it then holds.
+    fn trim_capped(&self, txn: &Txn, capped: &Capped, mut used: (u64, u64)) -> Result<(u64, u64), DocError> {
+        let mut victims = Vec::new();
+        {
+            let mut c = txn.cursor(&self.records)?;
+            let mut entry = c.first()?;
+            while capped.over(used) {
+                let Some((key, value)) = entry else { break };
+                let id = bson::RawDocument::from_bytes(&value)
+                    .ok()
+                    .and_then(|d| d.get("_id").ok().flatten())
+                    .and_then(|v| Bson::try_from(v).ok())
+                    .ok_or_else(|| DocError::Corrupt("a capped document without _id".into()))?;
+                victims.push((key.to_vec(), keystring::encode(&id)?));
+                used = (used.0 - value.len() as u64, used.1 - 1);
+                entry = c.next()?;
+            }
+        }
+        for (rid, id_key) in victims {
+            txn.delete(&self.records, &rid)?;
+            txn.delete(&self.id_index, &id_key)?;
+        }
+        Ok(used)
     }
 
     /// Insert one document (an `_id` is added first if missing), in one
@@ -341,21 +421,37 @@ impl Collection {
         let id = doc.get("_id").expect("with_id_first adds one").clone();
         let key = keystring::encode(&id)?;
         let bytes = bson::to_vec(&doc).expect("BSON encodes");
+        let mut capped_used = self.capped_lock();
+        if self.capped.as_ref().is_some_and(|c| bytes.len() as u64 > c.size) {
+            return Err(DocError::ExceedsCappedSize);
+        }
         loop {
             let txn = engine.begin(ack.txn_options())?;
             if txn.get(&self.id_index, &key)?.is_some() {
                 return Err(DocError::DuplicateKey { ns: self.ns.to_string(), key: Box::new(id) });
             }
             let rid = self.next_record.fetch_add(1, Ordering::Relaxed);
-            let attempt = txn
-                .put(&self.records, &rid.to_be_bytes(), &bytes)
-                .and_then(|_| txn.put(&self.id_index, &key, &rid.to_be_bytes()))
-                .and_then(|_| commit_stamped(txn, stamp, &[0]));
+            let written = (|| {
+                txn.put(&self.records, &rid.to_be_bytes(), &bytes)?;
+                txn.put(&self.id_index, &key, &rid.to_be_bytes())?;
+                match (&self.capped, capped_used.as_deref()) {
+                    (Some(capped), Some(&(b, n))) => {
+                        Ok(Some(self.trim_capped(&txn, capped, (b + bytes.len() as u64, n + 1))?))
+                    }
+                    _ => Ok(None),
+                }
+            })();
+            let attempt = written.and_then(|used| Ok((commit_stamped(txn, stamp, &[0])?, used)));
             match attempt {
-                Ok(_) => return Ok(doc),
+                Ok((_, used)) => {
+                    if let (Some(now), Some(held)) = (used, capped_used.as_deref_mut()) {
+                        *held = now;
+                    }
+                    return Ok(doc);
+                }
                 // Another insert of the same _id is in flight: look again.
-                Err(e) if e.is_retryable() => std::thread::yield_now(),
-                Err(e) => return Err(e.into()),
+                Err(DocError::Storage(e)) if e.is_retryable() => std::thread::yield_now(),
+                Err(e) => return Err(e),
             }
         }
     }
@@ -378,6 +474,19 @@ impl Collection {
         stamp: Option<&dyn Stamp>,
     ) -> Vec<Result<(), DocError>> {
         let mut results = Vec::with_capacity(docs.len());
+        if self.capped.is_some() {
+            // One transaction per document, each trimming the oldest.
+            for (i, doc) in docs.iter().enumerate() {
+                let shifted = stamp.map(|inner| Shifted { inner, base: i });
+                let result = self.insert(engine, doc, ack, shifted.as_ref().map(|s| s as &dyn Stamp)).map(|_| ());
+                let failed = result.is_err();
+                results.push(result);
+                if failed && ordered {
+                    break;
+                }
+            }
+            return results;
+        }
         while results.len() < docs.len() {
             let rest = &docs[results.len()..];
             let shifted = stamp.map(|inner| Shifted { inner, base: results.len() });
@@ -494,6 +603,7 @@ impl Collection {
         stamp: Option<&dyn Stamp>,
     ) -> Result<bool, DocError> {
         let key = keystring::encode(doc.get("_id").ok_or_else(|| DocError::Corrupt("a document without _id".into()))?)?;
+        let mut capped_used = self.capped_lock();
         loop {
             let txn = engine.begin(ack.txn_options())?;
             let expected = bson::to_vec(doc).expect("BSON encodes");
@@ -506,7 +616,13 @@ impl Collection {
                 .and_then(|_| txn.delete(&self.id_index, &key))
                 .and_then(|_| commit_stamped(txn, stamp, &[0]));
             match attempt {
-                Ok(_) => return Ok(true),
+                Ok(_) => {
+                    if let Some((bytes, count)) = capped_used.as_deref_mut() {
+                        *bytes -= expected.len() as u64;
+                        *count -= 1;
+                    }
+                    return Ok(true);
+                }
                 Err(e) if e.is_retryable() => std::thread::yield_now(),
                 Err(e) => return Err(e.into()),
             }
@@ -528,6 +644,7 @@ impl Collection {
     ) -> Result<bool, DocError> {
         let expected = bson::to_vec(old).expect("BSON encodes");
         let bytes = bson::to_vec(new).expect("BSON encodes");
+        let mut capped_used = self.capped_lock();
         loop {
             let txn = engine.begin(ack.txn_options())?;
             match txn.get(&self.records, &rid.to_be_bytes())? {
@@ -535,7 +652,14 @@ impl Collection {
                 _ => return Ok(false),
             }
             match txn.put(&self.records, &rid.to_be_bytes(), &bytes).and_then(|_| commit_stamped(txn, stamp, &[0])) {
-                Ok(_) => return Ok(true),
+                Ok(_) => {
+                    // A capped collection may pass its size until the next
+                    // insert trims it, as MongoDB's does.
+                    if let Some((used, _)) = capped_used.as_deref_mut() {
+                        *used = *used + bytes.len() as u64 - expected.len() as u64;
+                    }
+                    return Ok(true);
+                }
                 Err(e) if e.is_retryable() => std::thread::yield_now(),
                 Err(e) => return Err(e.into()),
             }
@@ -588,6 +712,25 @@ impl Collection {
                 break;
             }
             e = c.next()?;
+        }
+        Ok(out)
+    }
+
+    /// Up to `max` documents (0: all) with record ids below `before` (0:
+    /// from the newest), newest first: a reverse natural-order scan.
+    pub fn scan_back(&self, engine: &Engine, before: u64, max: usize) -> Result<Vec<(u64, Document)>, DocError> {
+        let mut out = Vec::new();
+        let mut c = engine.cursor(&self.records)?;
+        if before != 0 {
+            c.set_bounds(std::ops::Bound::Unbounded, std::ops::Bound::Excluded(before.to_be_bytes().to_vec()));
+        }
+        let mut e = c.last()?;
+        while let Some((k, v)) = e {
+            out.push((record_id(&k)?, decode(&v)?));
+            if max != 0 && out.len() >= max {
+                break;
+            }
+            e = c.prev()?;
         }
         Ok(out)
     }

@@ -28,6 +28,7 @@ impl From<DocError> for CommandError {
             DocError::NamespaceNotFound(_) => CommandError::namespace_not_found(e.to_string()),
             DocError::InvalidNamespace(m) => CommandError::invalid_namespace(m),
             DocError::Key(k) => CommandError::bad_value(k.to_string()),
+            DocError::ExceedsCappedSize => CommandError::bad_value(e.to_string()),
             DocError::Corrupt(_) | DocError::Storage(_) => CommandError::internal_error(e.to_string()),
         }
     }
@@ -233,14 +234,61 @@ pub fn create(shared: &Shared, cmd: &Document) -> CommandResult {
         })
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    if let Some(k) =
-        options.keys().find(|k| !matches!(k.as_str(), "validator" | "validationLevel" | "validationAction"))
-    {
+    if let Some(k) = options.keys().find(|k| {
+        !matches!(k.as_str(), "validator" | "validationLevel" | "validationAction" | "capped" | "size" | "max")
+    }) {
         return Err(CommandError::invalid_options(format!("collection option {k} is not supported yet")));
     }
     Validator::of(&options)?;
+    let options = capped_options(cmd, options)?;
     shared.catalog.create(&ns, options)?;
     Ok(doc! { "ok": 1.0 })
+}
+
+/// Check `capped`, `size` and `max` as mongod's `create` does, and store
+/// them normalized (`capped: true`, sizes as integers).
+fn capped_options(cmd: &Document, mut options: Document) -> Result<Document, CommandError> {
+    let capped = bool_option(cmd, "capped", "create", false)?;
+    let mut number = |field: &str| -> Result<Option<i64>, CommandError> {
+        let n = match options.get(field) {
+            None | Some(Bson::Null) => return Ok(None),
+            Some(Bson::Int32(i)) => i64::from(*i),
+            Some(Bson::Int64(i)) => *i,
+            Some(Bson::Double(d)) => *d as i64,
+            Some(Bson::Decimal128(_)) => {
+                return Err(CommandError::not_implemented(format!("a Decimal128 {field} is not supported yet")))
+            }
+            Some(other) => {
+                return Err(CommandError::type_mismatch(format!(
+                    "BSON field 'create.{field}' is the wrong type '{}', expected types '[long, int, decimal, double']",
+                    type_name(other)
+                )))
+            }
+        };
+        options.insert(field, if let Ok(i) = i32::try_from(n) { Bson::Int32(i) } else { Bson::Int64(n) });
+        Ok(Some(n))
+    };
+    let size = number("size")?;
+    let max = number("max")?;
+    if let Some(size) = size.filter(|&s| s < 1) {
+        return Err(CommandError::with_code(
+            51024,
+            format!("BSON field 'size' value must be >= 1, actual value '{size}'"),
+        ));
+    }
+    if capped && size.is_none() {
+        return Err(CommandError::invalid_options("the 'size' field is required when 'capped' is true"));
+    }
+    if !capped && (size.is_some() || max.is_some()) {
+        return Err(CommandError::invalid_options(
+            "the 'capped' field needs to be true when either the 'size' or 'max' fields are present",
+        ));
+    }
+    match capped {
+        true => options.insert("capped", true),
+        false => options.remove("capped"),
+    };
+    Ok(options)
 }
 
 pub fn drop(shared: &Shared, cmd: &Document) -> CommandResult {
@@ -370,20 +418,27 @@ fn collection_sizes(shared: &Shared, ns: &Namespace) -> Result<(i64, i64, i64, i
 /// `$collStats: {storageStats: {}}` report them.
 pub(crate) fn storage_stats(shared: &Shared, ns: &Namespace, scale: i64) -> Result<Document, CommandError> {
     let (count, size, storage, index) = collection_sizes(shared, ns)?;
-    Ok(doc! {
+    let capped = shared.catalog.get(ns).and_then(|c| c.capped.as_ref().map(|c| (c.size, c.max)));
+    let mut stats = doc! {
         "size": size / scale,
         "count": count,
         "avgObjSize": if count > 0 { size / count } else { 0 },
         "storageSize": storage / scale,
         "freeStorageSize": 0i64,
-        "capped": false,
+        "capped": capped.is_some(),
         "nindexes": 1,
         "indexBuilds": [],
         "totalIndexSize": index / scale,
         "totalSize": (storage + index) / scale,
         "indexSizes": { "_id_": index / scale },
         "scaleFactor": scale,
-    })
+    };
+    if let Some((max_size, max)) = capped {
+        // mongod reports an unset max as 2^31 - 1.
+        stats.insert("max", max.map_or(i64::from(i32::MAX), |m| m as i64));
+        stats.insert("maxSize", max_size as i64 / scale);
+    }
+    Ok(stats)
 }
 
 pub fn coll_stats(shared: &Shared, cmd: &Document) -> CommandResult {
@@ -567,6 +622,9 @@ pub fn insert(shared: &Shared, msg: &OpMsg) -> CommandResult {
     }
     let n_ok = tried[..ran].iter().filter(|&&i| results[i].is_ok()).count();
     shared.opcounters.insert.fetch_add(n_ok as u64, Ordering::Relaxed);
+    if coll.capped.is_some() && n_ok > 0 {
+        shared.capped_inserts.send_modify(|n| *n += 1);
+    }
     let mut reply = write_reply(&results, ordered, false, |r| match r {
         Ok(()) => Ok(Outcome { n: 1, ..Outcome::default() }),
         Err(e) => Err(e.clone()),

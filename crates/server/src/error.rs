@@ -50,6 +50,7 @@ codes! {
     type_mismatch => 14, "TypeMismatch";
     invalid_length => 16, "InvalidLength";
     cursor_not_found => 43, "CursorNotFound";
+    capped_position_lost => 136, "CappedPositionLost";
     namespace_exists => 48, "NamespaceExists";
     not_implemented => 238, "NotImplemented";
     bson_object_too_large => 10334, "BSONObjectTooLarge";

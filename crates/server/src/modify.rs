@@ -201,7 +201,11 @@ fn upsert(shared: &Shared, ns: &Namespace, query: &Document, change: &Change) ->
     let new = with_id_first(&new);
     let record = change.record(None, &new, None)?;
     let coll = shared.catalog.get_or_create(ns)?;
-    Ok(coll.insert(shared.catalog.engine(), &new, ack, record.as_ref().map(|r| r as &dyn Stamp))?)
+    let stored = coll.insert(shared.catalog.engine(), &new, ack, record.as_ref().map(|r| r as &dyn Stamp))?;
+    if coll.capped.is_some() {
+        shared.capped_inserts.send_modify(|n| *n += 1);
+    }
+    Ok(stored)
 }
 
 fn run_statement(

@@ -38,8 +38,9 @@ pub(crate) struct Hit {
 }
 
 enum Source {
-    /// Scanning the collection in record-id order.
-    Scan { filter: Filter, after: u64, pending: VecDeque<(u64, Document)> },
+    /// Scanning the collection in record-id order (natural order), or in
+    /// reverse; `after` is the last record id examined.
+    Scan { filter: Filter, after: u64, pending: VecDeque<(u64, Document)>, reverse: bool },
     /// Results computed up front (a sort, a point lookup, a pipeline).
     Buffer(std::vec::IntoIter<Hit>),
     /// A sort that spilled to disk, merged as it is read.
@@ -56,6 +57,10 @@ pub(crate) struct CursorState {
     /// Documents still allowed by `limit` (`None`: no limit).
     remaining: Option<usize>,
     last_used: Instant,
+    /// A tailable cursor (capped collections): its end is not its last
+    /// batch; with `await_data`, a `getMore` at the end waits for inserts.
+    tailable: bool,
+    await_data: bool,
 }
 
 #[derive(Default)]
@@ -143,10 +148,14 @@ fn next_hit(shared: &Shared, c: &mut CursorState) -> Result<Option<Hit>, Command
     match &mut c.source {
         Source::Buffer(items) => Ok(items.next()),
         Source::Merge(runs) => runs.next(),
-        Source::Scan { filter, after, pending } => loop {
+        Source::Scan { filter, after, pending, reverse } => loop {
             if pending.is_empty() {
                 let Some(coll) = shared.catalog.get(&c.ns) else { return Ok(None) };
-                pending.extend(coll.scan(shared.catalog.engine(), *after, SCAN_CHUNK)?);
+                let engine = shared.catalog.engine();
+                match reverse {
+                    false => pending.extend(coll.scan(engine, *after, SCAN_CHUNK)?),
+                    true => pending.extend(coll.scan_back(engine, *after, SCAN_CHUNK)?),
+                }
                 if pending.is_empty() {
                     return Ok(None);
                 }
@@ -158,6 +167,58 @@ fn next_hit(shared: &Shared, c: &mut CursorState) -> Result<Option<Hit>, Command
                 return Ok(Some(Hit { rid, doc: d, pos }));
             }
         },
+    }
+}
+
+/// The direction of `{$natural: n}` (the only key): -1 for a negative n.
+fn natural_direction(d: &Document) -> Option<i32> {
+    match (d.len(), d.iter().next()) {
+        (1, Some((k, v))) if k == "$natural" => {
+            let negative = match v {
+                Bson::Int32(i) => *i < 0,
+                Bson::Int64(i) => *i < 0,
+                Bson::Double(f) => *f < 0.0,
+                _ => false,
+            };
+            Some(if negative { -1 } else { 1 })
+        }
+        _ => None,
+    }
+}
+
+/// A tailable cursor resumes after the last document it returned; if a
+/// capped insert has deleted that document since, documents in between
+/// may be gone too, so the cursor dies as MongoDB's does.
+/// Documents read ahead are dropped: the next batch reads what is there
+/// now.
+fn check_tail_position(shared: &Shared, c: &mut CursorState) -> Result<(), CommandError> {
+    let Source::Scan { after, pending, .. } = &mut c.source else { return Ok(()) };
+    pending.clear();
+    if *after == 0 {
+        return Ok(());
+    }
+    let Some(coll) = shared.catalog.get(&c.ns) else { return Ok(()) };
+    if coll.get(shared.catalog.engine(), *after)?.is_some() {
+        return Ok(());
+    }
+    Err(CommandError::capped_position_lost(format!(
+        "CollectionScan died due to position in capped collection being deleted. Last seen record id: RecordId({after})"
+    )))
+}
+
+impl Cursors {
+    /// How long a `getMore` on cursor `id` may wait for inserts at its
+    /// end: `maxTimeMS` (default 1 s) for an awaitData cursor.
+    pub fn await_data(&self, id: i64, cmd: &Document) -> Option<Duration> {
+        let open = self.open.lock().unwrap();
+        open.get(&id).filter(|c| c.await_data)?;
+        let ms = match cmd.get("maxTimeMS") {
+            Some(Bson::Int32(i)) if *i > 0 => *i as u64,
+            Some(Bson::Int64(i)) if *i > 0 => *i as u64,
+            Some(Bson::Double(d)) if *d >= 1.0 => *d as u64,
+            _ => 1000,
+        };
+        Some(Duration::from_millis(ms))
     }
 }
 
@@ -188,7 +249,7 @@ fn fill(
     let mut bytes = 0usize;
     while out.len() < want {
         deadline.check()?;
-        let Some(hit) = next_hit(shared, c)? else { return Ok((out, true)) };
+        let Some(hit) = next_hit(shared, c)? else { return Ok((out, !c.tailable)) };
         let d = render(c, hit)?;
         bytes += encoded_len(&d);
         out.push(Bson::Document(d));
@@ -405,7 +466,15 @@ pub fn find(shared: &Shared, cmd: &Document) -> CommandResult {
         false,
     )?;
     let (filter_doc, filter) = filter_of(cmd, "filter")?;
-    let sort = Sort::parse(&document_option(cmd, "sort")?.unwrap_or_default())?;
+    let sort_doc = document_option(cmd, "sort")?.unwrap_or_default();
+    // `{$natural: ±1}`, as the sort or (without one) as the hint: the
+    // collection's order, forwards or backwards.
+    let hint_natural = cmd.get_document("hint").ok().and_then(natural_direction);
+    let (sort, natural) = match natural_direction(&sort_doc) {
+        Some(n) => (Sort::default(), n),
+        None if sort_doc.is_empty() => (Sort::default(), hint_natural.unwrap_or(1)),
+        None => (Sort::parse(&sort_doc)?, 1),
+    };
     let projection = match document_option(cmd, "projection")? {
         Some(p) if !p.is_empty() => Some(Projection::parse(&p)?),
         _ => None,
@@ -420,10 +489,20 @@ pub fn find(shared: &Shared, cmd: &Document) -> CommandResult {
     if bool_option(cmd, "returnKey", "find", false)? {
         return Err(CommandError::not_implemented("returnKey needs secondary indexes, not built yet"));
     }
-    if bool_option(cmd, "tailable", "find", false)? {
-        return Err(CommandError::bad_value(format!(
-            "error processing query: ns={ns} tailable cursor requested on non capped collection"
-        )));
+    let tailable = bool_option(cmd, "tailable", "find", false)?;
+    let await_data = bool_option(cmd, "awaitData", "find", false)?;
+    if await_data && !tailable {
+        return Err(CommandError::failed_to_parse("Cannot set 'awaitData' without also setting 'tailable'"));
+    }
+    if tailable {
+        if shared.catalog.get(&ns).is_some_and(|c| c.capped.is_none()) {
+            return Err(CommandError::bad_value(format!(
+                "error processing query: ns={ns} tailable cursor requested on non capped collection"
+            )));
+        }
+        if !sort.is_empty() || natural < 0 {
+            return Err(CommandError::bad_value("cannot use tailable option with a sort other than {$natural: 1}"));
+        }
     }
     check_hint(cmd)?;
     check_collation(cmd)?;
@@ -451,6 +530,8 @@ pub fn find(shared: &Shared, cmd: &Document) -> CommandResult {
         record_id,
         remaining: None,
         last_used: Instant::now(),
+        tailable,
+        await_data,
     };
     // A point lookup when the filter is exactly {_id: value}.
     if let (Some(id), Some(coll)) = (Filter::id_equality(&filter_doc), shared.catalog.get(&ns)) {
@@ -464,7 +545,7 @@ pub fn find(shared: &Shared, cmd: &Document) -> CommandResult {
         // A spilled sort applied the skip but not the limit.
         state.remaining = limit.filter(|_| matches!(state.source, Source::Merge(_)));
     } else {
-        state.source = Source::Scan { filter, after: 0, pending: VecDeque::new() };
+        state.source = Source::Scan { filter, after: 0, pending: VecDeque::new(), reverse: natural < 0 };
         for _ in 0..skip {
             deadline.check()?;
             if next_hit(shared, &mut state)?.is_none() {
@@ -506,6 +587,9 @@ pub fn get_more(shared: &Shared, cmd: &Document) -> CommandResult {
             None => return Err(CommandError::cursor_not_found(format!("cursor id {id} not found"))),
         }
     };
+    if state.tailable {
+        check_tail_position(shared, &mut state)?;
+    }
     let (batch, done) = fill(shared, &mut state, batch_size, &Deadline(None))?;
     let id = if done {
         0
@@ -585,6 +669,8 @@ pub fn aggregate(shared: &Shared, cmd: &Document) -> CommandResult {
         record_id: false,
         remaining: None,
         last_used: Instant::now(),
+        tailable: false,
+        await_data: false,
     };
     first_batch(shared, state, batch_size.map(|b| b as usize), false, &deadline)
 }

@@ -93,6 +93,9 @@ pub struct Shared {
     pub network: NetworkCounters,
     pub parameters: Parameters,
     pub durability: Arc<crate::durability::Durability>,
+    /// Bumped after inserts into capped collections: awaitData cursors
+    /// waiting at their end look again.
+    pub capped_inserts: watch::Sender<u64>,
     next_request_id: AtomicI32,
     shutdown: watch::Sender<bool>,
 }
@@ -147,6 +150,7 @@ impl Server {
             network: NetworkCounters::default(),
             parameters: Parameters::default(),
             durability: crate::durability::Durability::start(engine.clone())?,
+            capped_inserts: watch::channel(0).0,
             next_request_id: AtomicI32::new(1),
             shutdown: tx,
         });
@@ -316,7 +320,16 @@ async fn serve_connection(
                 };
                 let exhaust = awaited.filter(|_| msg.flags & wire::EXHAUST_ALLOWED != 0 && !more_to_come);
                 let again = exhaust.map(|_| msg.clone());
-                let reply = run_command(shared, conn, msg, how).await;
+                let tail_wait = match name {
+                    "getMore" => {
+                        msg.body.get_i64("getMore").ok().and_then(|id| shared.cursors.await_data(id, &msg.body))
+                    }
+                    _ => None,
+                };
+                let reply = match tail_wait {
+                    Some(wait) => await_get_more(shared, conn, msg, wait).await,
+                    None => run_command(shared, conn, msg, how).await,
+                };
                 if more_to_come {
                     continue;
                 }
@@ -364,6 +377,30 @@ async fn serve_connection(
             Err(e) => return Err(e.into()),
         };
         send(shared, stream, reply, compressor).await?;
+    }
+}
+
+/// A `getMore` on an awaitData cursor (capped collections): while its
+/// batch is empty, wait for an insert into a capped collection, up to
+/// `wait`, and look again.
+async fn await_get_more(shared: &Arc<Shared>, conn: &Conn, msg: wire::OpMsg, wait: std::time::Duration) -> Document {
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut inserts = shared.capped_inserts.subscribe();
+    let mut stop = shared.shutdown.subscribe();
+    loop {
+        inserts.borrow_and_update();
+        let reply = run_command(shared, conn, msg.clone(), Run::Inline).await;
+        let cursor = reply.get_document("cursor").ok();
+        let empty = cursor.and_then(|c| c.get_array("nextBatch").ok()).is_some_and(|b| b.is_empty());
+        let open = cursor.and_then(|c| c.get_i64("id").ok()).is_some_and(|id| id != 0);
+        if !empty || !open || tokio::time::Instant::now() >= deadline {
+            return reply;
+        }
+        tokio::select! {
+            _ = inserts.changed() => {}
+            _ = tokio::time::sleep_until(deadline) => {}
+            _ = stop.wait_for(|s| *s) => return reply,
+        }
     }
 }
 
