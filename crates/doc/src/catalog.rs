@@ -376,6 +376,12 @@ impl Collection {
         Ok(c)
     }
 
+    /// For a view: the collection or view it reads, and its pipeline.
+    pub fn view_on(&self) -> Option<(&str, &[Bson])> {
+        let on = self.options.get_str("viewOn").ok()?;
+        Some((on, self.options.get_array("pipeline").map_or(&[][..], |p| &p[..])))
+    }
+
     /// For a capped collection: hold its write lock.
     fn capped_lock(&self) -> Option<std::sync::MutexGuard<'_, (u64, u64)>> {
         self.capped.as_ref().map(|c| c.used.lock().unwrap())

@@ -235,14 +235,78 @@ pub fn create(shared: &Shared, cmd: &Document) -> CommandResult {
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     if let Some(k) = options.keys().find(|k| {
-        !matches!(k.as_str(), "validator" | "validationLevel" | "validationAction" | "capped" | "size" | "max")
+        !matches!(
+            k.as_str(),
+            "validator" | "validationLevel" | "validationAction" | "capped" | "size" | "max" | "viewOn" | "pipeline"
+        )
     }) {
         return Err(CommandError::invalid_options(format!("collection option {k} is not supported yet")));
+    }
+    if options.contains_key("viewOn") || options.contains_key("pipeline") {
+        let options = view_options(shared, &ns, options)?;
+        shared.catalog.create(&ns, options)?;
+        return Ok(doc! { "ok": 1.0 });
     }
     Validator::of(&options)?;
     let options = capped_options(cmd, options)?;
     shared.catalog.create(&ns, options)?;
     Ok(doc! { "ok": 1.0 })
+}
+
+/// Check a view's `viewOn` and `pipeline`; the view may read a missing
+/// collection, but not itself through other views.
+fn view_options(shared: &Shared, ns: &Namespace, options: Document) -> Result<Document, CommandError> {
+    let on = match options.get("viewOn") {
+        Some(Bson::String(on)) => on.clone(),
+        Some(other) => {
+            return Err(CommandError::type_mismatch(format!(
+                "BSON field 'create.viewOn' is the wrong type '{}', expected type 'string'",
+                type_name(other)
+            )))
+        }
+        None => return Err(CommandError::bad_value("'pipeline' requires 'viewOn' to also be specified")),
+    };
+    if on.is_empty() {
+        return Err(CommandError::bad_value("'viewOn' cannot be empty"));
+    }
+    if let Some(k) = options.keys().find(|k| !matches!(k.as_str(), "viewOn" | "pipeline")) {
+        return Err(CommandError::invalid_options(format!("option '{k}' is not supported with 'viewOn'")));
+    }
+    let pipeline = match options.get("pipeline") {
+        None => Vec::new(),
+        Some(Bson::Array(stages)) => stages.clone(),
+        Some(other) => {
+            return Err(CommandError::type_mismatch(format!(
+                "BSON field 'create.pipeline' is the wrong type '{}', expected type 'array'",
+                type_name(other)
+            )))
+        }
+    };
+    query::Pipeline::parse(&pipeline)?;
+    // Follow what the view would read: back to itself is a cycle.
+    let mut seen = vec![ns.to_string()];
+    let mut next = Namespace::new(&ns.db, &on)?;
+    loop {
+        seen.push(next.to_string());
+        if next == *ns {
+            return Err(CommandError::graph_contains_cycle(format!("View cycle detected: [{}]", seen.join(", "))));
+        }
+        match shared.catalog.get(&next).and_then(|c| c.view_on().map(|(o, _)| o.to_string())) {
+            Some(o) => next = Namespace::new(&ns.db, &o)?,
+            None => break,
+        }
+    }
+    Ok(doc! { "viewOn": on, "pipeline": pipeline })
+}
+
+/// Writes and storage commands on a view fail as mongod's do.
+pub(crate) fn check_not_view(shared: &Shared, ns: &Namespace) -> Result<(), CommandError> {
+    match shared.catalog.get(ns) {
+        Some(c) if c.view_on().is_some() => {
+            Err(CommandError::command_not_supported_on_view(format!("Namespace {ns} is a view, not a collection")))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Check `capped`, `size` and `max` as mongod's `create` does, and store
@@ -316,16 +380,20 @@ pub fn list_collections(shared: &Shared, cmd: &Document) -> CommandResult {
     let name_only = bool_option(cmd, "nameOnly", CONTEXT, false)?;
     let mut batch = Vec::new();
     for c in shared.catalog.list(db) {
-        let entry = doc! {
+        let view = c.view_on().is_some();
+        let kind = if view { "view" } else { "collection" };
+        let mut entry = doc! {
             "name": &c.ns.coll,
-            "type": "collection",
+            "type": kind,
             "options": c.options.clone(),
-            "info": { "readOnly": false },
-            "idIndex": { "v": 2, "key": { "_id": 1 }, "name": "_id_" },
+            "info": { "readOnly": view },
         };
+        if !view {
+            entry.insert("idIndex", doc! { "v": 2, "key": { "_id": 1 }, "name": "_id_" });
+        }
         if filter.matches(&entry) {
             batch.push(Bson::Document(if name_only {
-                doc! { "name": &c.ns.coll, "type": "collection" }
+                doc! { "name": &c.ns.coll, "type": kind }
             } else {
                 entry
             }));
@@ -383,6 +451,7 @@ pub fn rename_collection(shared: &Shared, cmd: &Document) -> CommandResult {
         }
     };
     let (from, to) = (full("renameCollection")?, full("to")?);
+    check_not_view(shared, &from)?;
     if from == to {
         return Err(CommandError::illegal_operation("Can't rename a collection to itself"));
     }
@@ -443,6 +512,7 @@ pub(crate) fn storage_stats(shared: &Shared, ns: &Namespace, scale: i64) -> Resu
 
 pub fn coll_stats(shared: &Shared, cmd: &Document) -> CommandResult {
     let ns = namespace(cmd, "collStats")?;
+    check_not_view(shared, &ns)?;
     if shared.catalog.get(&ns).is_none() {
         return Err(CommandError::namespace_not_found(format!("Collection [{ns}] not found.")));
     }
@@ -456,7 +526,8 @@ pub fn db_stats(shared: &Shared, cmd: &Document) -> CommandResult {
     let db = db_of(cmd)?;
     let scale = scale_of(cmd)?;
     let (mut objects, mut data, mut storage, mut index) = (0i64, 0i64, 0i64, 0i64);
-    let collections = shared.catalog.list(db);
+    let (views, collections): (Vec<_>, Vec<_>) =
+        shared.catalog.list(db).into_iter().partition(|c| c.view_on().is_some());
     for c in &collections {
         let (n, d, s, i) = collection_sizes(shared, &c.ns)?;
         objects += n;
@@ -468,7 +539,7 @@ pub fn db_stats(shared: &Shared, cmd: &Document) -> CommandResult {
     Ok(doc! {
         "db": db,
         "collections": collections.len() as i64,
-        "views": 0i64,
+        "views": views.len() as i64,
         "objects": objects,
         "avgObjSize": if objects > 0 { data as f64 / objects as f64 } else { 0.0 },
         "dataSize": data as f64 / scale as f64,
@@ -579,6 +650,7 @@ pub fn insert(shared: &Shared, msg: &OpMsg) -> CommandResult {
     check_fields(cmd, "insert", &["documents", "ordered"], false)?;
     let ordered = bool_option(cmd, "ordered", "insert", true)?;
     let ack = ack_of(cmd)?;
+    check_not_view(shared, &ns)?;
     let mut retry = Retry::begin(shared, cmd)?;
     let coll = shared.catalog.get_or_create(&ns)?;
     let validator = validator_of(shared, &ns, cmd)?;
@@ -758,6 +830,7 @@ pub fn delete(shared: &Shared, msg: &OpMsg) -> CommandResult {
     }
     let ordered = bool_option(cmd, "ordered", "delete", true)?;
     let ack = ack_of(cmd)?;
+    check_not_view(shared, &ns)?;
     let mut retry = Retry::begin(shared, cmd)?;
     let mut i = 0;
     let mut reply = write_reply(&specs, ordered, false, |spec| {

@@ -8,8 +8,8 @@
 //! on update, so a multi-update scan never meets a document twice.
 
 use crate::crud::{
-    ack_of, acknowledge, bool_option, check_fields, filter_of, namespace, statements, type_name, validator_of,
-    write_reply, CommandResult, Outcome, Validator, STATEMENT_ACK,
+    ack_of, acknowledge, bool_option, check_fields, check_not_view, filter_of, namespace, statements, type_name,
+    validator_of, write_reply, CommandResult, Outcome, Validator, STATEMENT_ACK,
 };
 use crate::error::CommandError;
 use crate::limits::*;
@@ -297,6 +297,7 @@ pub fn update(shared: &Shared, msg: &OpMsg) -> CommandResult {
     }
     let ordered = bool_option(cmd, "ordered", "update", true)?;
     let ack = ack_of(cmd)?;
+    check_not_view(shared, &ns)?;
     let mut retry = Retry::begin(shared, cmd)?;
     let mut i = 0;
     let mut reply = write_reply(&specs, ordered, true, |spec| {
@@ -419,6 +420,7 @@ pub fn find_and_modify(shared: &Shared, cmd: &Document) -> CommandResult {
     check_hint(cmd)?;
     check_collation(cmd)?;
     let ack = ack_of(cmd)?;
+    check_not_view(shared, &ns)?;
     let mut retry = Retry::begin(shared, cmd)?;
     if let Some(r) = retry.as_mut() {
         if let Some(mut answer) = r.answered(0) {

@@ -369,15 +369,64 @@ fn sorted_hits(
     Ok(Source::Buffer(out.into_iter()))
 }
 
-/// The hits of `filter` over a whole collection.
+/// How many views may stack (MongoDB's limit).
+const VIEW_DEPTH_MAX: usize = 20;
+
+/// For a view: the collection it finally reads and the stages its
+/// documents go through (the innermost view's first). `None` for a
+/// collection or a missing namespace.
+pub(crate) fn resolve_view(shared: &Shared, ns: &Namespace) -> Result<Option<(Namespace, Vec<Bson>)>, CommandError> {
+    let mut current = ns.clone();
+    let mut stages: Vec<Bson> = Vec::new();
+    let mut depth = 0;
+    while let Some(c) = shared.catalog.get(&current) {
+        let Some((on, pipeline)) = c.view_on() else { break };
+        depth += 1;
+        if depth > VIEW_DEPTH_MAX {
+            return Err(CommandError::view_depth_limit_exceeded(format!(
+                "View depth too deep or view cycle detected. Maximum depth is {VIEW_DEPTH_MAX}"
+            )));
+        }
+        stages.splice(0..0, pipeline.iter().cloned());
+        current = Namespace::new(&current.db, on)?;
+    }
+    Ok((depth > 0).then_some((current, stages)))
+}
+
+/// A view's documents: its base collection through its stages.
+fn view_documents(shared: &Shared, base: &Namespace, stages: &[Bson]) -> Result<Vec<Document>, CommandError> {
+    let pipeline = query::Pipeline::parse(stages)?;
+    let mut scan = ScanIter::new(shared, base);
+    let out = pipeline.run(scan.by_ref().map(|(_, d)| d));
+    match scan.error {
+        Some(e) => Err(e.into()),
+        None => Ok(out),
+    }
+}
+
+/// The hits of `filter` over a whole collection, or over a view's
+/// documents.
 fn scan_hits<'a>(
     shared: &'a Shared,
     ns: &Namespace,
     filter: &'a Filter,
-) -> impl Iterator<Item = Result<Hit, CommandError>> + 'a {
+) -> Box<dyn Iterator<Item = Result<Hit, CommandError>> + 'a> {
+    match resolve_view(shared, ns) {
+        Err(e) => return Box::new(std::iter::once(Err(e))),
+        Ok(Some((base, stages))) => {
+            return match view_documents(shared, &base, &stages) {
+                Err(e) => Box::new(std::iter::once(Err(e))),
+                Ok(docs) => Box::new(docs.into_iter().filter_map(move |doc| {
+                    let (ok, pos) = filter.matches_at(&doc);
+                    ok.then_some(Ok(Hit { rid: 0, doc, pos }))
+                })),
+            }
+        }
+        Ok(None) => {}
+    }
     let mut scan = ScanIter::new(shared, ns);
     let mut failed = false;
-    std::iter::from_fn(move || {
+    Box::new(std::iter::from_fn(move || {
         if failed {
             return None;
         }
@@ -388,8 +437,8 @@ fn scan_hits<'a>(
             }
         }
         failed = true;
-        scan.error.take().map(|e| Err(e.into()))
-    })
+        scan.error.take().map(|e| e.into()).map(Err)
+    }))
 }
 
 fn document_option(cmd: &Document, name: &str) -> Result<Option<Document>, CommandError> {
@@ -533,13 +582,19 @@ pub fn find(shared: &Shared, cmd: &Document) -> CommandResult {
         tailable,
         await_data,
     };
+    let is_view = shared.catalog.get(&ns).is_some_and(|c| c.view_on().is_some());
+    if is_view && tailable {
+        return Err(CommandError::command_not_supported_on_view(format!("Namespace {ns} is a view, not a collection")));
+    }
     // A point lookup when the filter is exactly {_id: value}.
-    if let (Some(id), Some(coll)) = (Filter::id_equality(&filter_doc), shared.catalog.get(&ns)) {
+    if let (Some(id), Some(coll), false) = (Filter::id_equality(&filter_doc), shared.catalog.get(&ns), is_view) {
         let found = coll.find_rid_by_id(shared.catalog.engine(), id)?;
         let hits: Vec<Hit> = found.into_iter().skip(skip).map(|(rid, doc)| Hit { rid, doc, pos: None }).collect();
         state.source = Source::Buffer(hits.into_iter());
         state.remaining = limit;
-    } else if !sort.is_empty() {
+    } else if !sort.is_empty() || is_view {
+        // A view's documents come from its pipeline; an unsorted view
+        // keeps their order (`Sort::default()` is stable).
         let hits = &mut scan_hits(shared, &ns, &filter);
         state.source = sorted_hits(shared, hits, &sort, (skip, limit), allow_disk_use, &deadline)?;
         // A spilled sort applied the skip but not the limit.
@@ -642,17 +697,31 @@ pub fn aggregate(shared: &Shared, cmd: &Document) -> CommandResult {
     }
     check_hint(cmd)?;
     check_collation(cmd)?;
+    let view = resolve_view(shared, &ns)?;
     let (stats, stages) = match stages.first() {
         Some(Bson::Document(d)) if d.contains_key("$collStats") => {
+            if view.is_some() {
+                return Err(CommandError::command_not_supported_on_view(format!(
+                    "Namespace {ns} is a view, not a collection"
+                )));
+            }
             (Some(coll_stats_stage(shared, &ns, d)?), &stages[1..])
         }
         _ => (None, &stages[..]),
     };
-    let pipeline = query::Pipeline::parse(stages)?;
+    // On a view, the view's stages come first, over its base collection.
+    let (base, stages) = match view {
+        Some((base, mut prefix)) => {
+            prefix.extend(stages.iter().cloned());
+            (base, prefix)
+        }
+        None => (ns.clone(), stages.to_vec()),
+    };
+    let pipeline = query::Pipeline::parse(&stages)?;
     let out = match stats {
         Some(d) => pipeline.run(std::iter::once(d)),
         None => {
-            let mut scan = ScanIter::new(shared, &ns);
+            let mut scan = ScanIter::new(shared, &base);
             let out = pipeline.run(scan.by_ref().map(|(_, d)| d));
             if let Some(e) = scan.error {
                 return Err(e.into());

@@ -1,0 +1,112 @@
+"""Views: `create` with viewOn and pipeline; reads (find, count, distinct,
+aggregate, getMore) run the view's pipeline over its collection (through
+views on views); writes and storage commands fail with
+CommandNotSupportedOnView; listCollections and dbStats show them; they
+persist across restart."""
+
+import pytest
+from pymongo.errors import OperationFailure, WriteError
+
+from conftest import Server
+
+@pytest.fixture
+def db(client):
+    db = client.test
+    db.items.insert_many([{"_id": i, "qty": i % 5, "kind": "ab"[i % 2], "secret": i} for i in range(40)])
+    db.command("create", "stock", viewOn="items", pipeline=[{"$match": {"qty": {"$gt": 0}}},
+                                                            {"$project": {"qty": 1, "kind": 1}}])
+    return db
+
+
+def test_find_on_a_view_runs_its_pipeline(db):
+    docs = list(db.stock.find())
+    assert len(docs) == 32 and all(set(d) == {"_id", "qty", "kind"} and d["qty"] > 0 for d in docs)
+    assert [d["_id"] for d in docs] == [i for i in range(40) if i % 5]
+    got = list(db.stock.find({"kind": "a"}, {"qty": 1}, sort=[("qty", -1), ("_id", 1)], skip=2, limit=4))
+    want = sorted(({"_id": i, "qty": i % 5} for i in range(40) if i % 5 and i % 2 == 0),
+                  key=lambda d: (-d["qty"], d["_id"]))[2:6]
+    assert got == want
+    assert db.stock.find_one({"_id": 3}) == {"_id": 3, "qty": 3, "kind": "b"}
+    assert db.stock.find_one({"_id": 5}) is None  # filtered out by the view
+    cursor = db.stock.find(batch_size=5)
+    assert len(list(cursor)) == 32
+
+
+def test_count_distinct_and_aggregate_on_a_view(db):
+    assert db.stock.count_documents({}) == 32
+    assert db.stock.count_documents({"qty": 4}) == 8
+    assert db.stock.estimated_document_count() == 32
+    assert sorted(db.stock.distinct("qty")) == [1, 2, 3, 4]
+    got = list(db.stock.aggregate([{"$group": {"_id": "$kind", "n": {"$sum": 1}}}, {"$sort": {"_id": 1}}]))
+    assert got == [{"_id": "a", "n": 16}, {"_id": "b", "n": 16}]
+
+
+def test_a_view_on_a_view(db):
+    db.command("create", "big", viewOn="stock", pipeline=[{"$match": {"qty": {"$gte": 3}}}])
+    assert db.big.count_documents({}) == 16
+    assert all(set(d) == {"_id", "qty", "kind"} for d in db.big.find())
+
+
+def test_writes_and_storage_commands_on_a_view_fail_and_change_nothing(db):
+    def view_error(e):
+        return e.value.code == 166 and e.value.details["errmsg"] == "Namespace test.stock is a view, not a collection"
+
+    for write in [lambda: db.stock.insert_one({"_id": 100}),
+                  lambda: db.stock.update_one({"_id": 1}, {"$set": {"qty": 9}}),
+                  lambda: db.stock.delete_one({"_id": 1}),
+                  lambda: db.stock.find_one_and_update({"_id": 1}, {"$set": {"qty": 9}}),
+                  lambda: db.command("collStats", "stock")]:
+        with pytest.raises((OperationFailure, WriteError)) as e:
+            write()
+        assert view_error(e)
+    assert db.items.count_documents({}) == 40 and db.items.find_one({"_id": 1})["qty"] == 1
+
+
+def test_views_are_listed_counted_and_dropped(db):
+    entries = {c["name"]: c for c in db.list_collections()}
+    assert entries["stock"]["type"] == "view" and entries["stock"]["info"] == {"readOnly": True}
+    assert entries["stock"]["options"]["viewOn"] == "items"
+    assert "idIndex" not in entries["stock"] and entries["items"]["type"] == "collection"
+    assert {c["name"]: c["type"] for c in db.list_collections(filter={"type": "view"})} == {"stock": "view"}
+    stats = db.command("dbStats")
+    assert (stats["views"], stats["collections"]) == (1, 1)
+    db.stock.drop()
+    assert db.list_collection_names() == ["items"]
+
+
+@pytest.mark.parametrize(
+    "options, code",
+    [
+        ({"viewOn": 5}, 14),
+        ({"pipeline": []}, 2),
+        ({"viewOn": "items", "pipeline": "x"}, 14),
+        ({"viewOn": "items", "pipeline": [{"$frob": 1}]}, 40324),
+        ({"viewOn": ""}, 2),
+    ],
+)
+def test_bad_view_options_are_refused(db, options, code):
+    with pytest.raises(OperationFailure) as e:
+        db.command("create", "v", **options)
+    assert e.value.code == code
+    assert "v" not in db.list_collection_names()
+
+
+def test_a_view_cycle_is_refused(db):
+    db.command("create", "a", viewOn="b")
+    with pytest.raises(OperationFailure) as e:
+        db.command("create", "b", viewOn="a")
+    assert e.value.code == 167 and e.value.details["codeName"] == "GraphContainsCycle"
+
+
+def test_views_persist_across_restart(datadir):
+    s = Server(datadir / "db")
+    with s.client() as c:
+        c.test.items.insert_many([{"_id": i, "qty": i} for i in range(5)])
+        c.test.command("create", "stock", viewOn="items", pipeline=[{"$match": {"qty": {"$gt": 2}}}])
+    assert s.stop() == 0
+    s = Server(datadir / "db", port=s.port)
+    try:
+        with s.client() as c:
+            assert [d["_id"] for d in c.test.stock.find()] == [3, 4]
+    finally:
+        assert s.stop() == 0
