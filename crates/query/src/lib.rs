@@ -6,6 +6,7 @@ pub mod matcher;
 pub mod pipeline;
 pub mod projection;
 pub mod regex;
+pub mod schema;
 pub mod sort;
 pub mod update;
 

@@ -56,6 +56,8 @@ enum Expr {
     Regex(String, Box<Regex>),
     Bits(String, BitTest, Vec<u64>),
     ElemMatch(String, Box<ElemCond>),
+    /// `$jsonSchema`, on the whole document.
+    Schema(Box<crate::schema::JsonSchema>),
     True,
 }
 
@@ -136,6 +138,10 @@ fn parse_document(filter: &Document) -> Result<Expr, FilterError> {
                 }
             }
             "$comment" => Expr::True,
+            "$jsonSchema" => match value {
+                Bson::Document(schema) => Expr::Schema(Box::new(crate::schema::JsonSchema::parse(schema)?)),
+                _ => return Err(FilterError { code: 14, message: "$jsonSchema must be an object".into() }),
+            },
             // mongod answers this when server-side JavaScript is off, as it
             // always is here.
             "$where" => return Err(bad_value("no globalScriptEngine in $where parsing")),
@@ -318,7 +324,7 @@ fn parse_operator(path: &str, op: &str, arg: &Bson) -> Result<Expr, FilterError>
 }
 
 /// A `$type` argument as a BSON type number; "number" is -2 here.
-fn type_code(v: &Bson) -> Result<i32, FilterError> {
+pub(crate) fn type_code(v: &Bson) -> Result<i32, FilterError> {
     const NAMES: &[(&str, i32)] = &[
         ("double", 1),
         ("string", 2),
@@ -358,7 +364,7 @@ fn type_code(v: &Bson) -> Result<i32, FilterError> {
     }
 }
 
-fn has_type(v: &Bson, codes: &[i32]) -> bool {
+pub(crate) fn has_type(v: &Bson, codes: &[i32]) -> bool {
     let code = match v {
         Bson::Double(_) => 1,
         Bson::String(_) => 2,
@@ -501,6 +507,7 @@ fn truthy(v: &Bson) -> bool {
 fn eval(e: &Expr, doc: &Document, pos: &mut Option<usize>) -> bool {
     match e {
         Expr::True => true,
+        Expr::Schema(schema) => schema.matches_document(doc),
         Expr::And(subs) => subs.iter().all(|s| eval(s, doc, pos)),
         Expr::Or(subs) => subs.iter().any(|s| eval(s, doc, pos)),
         Expr::Nor(subs) => !subs.iter().any(|s| eval(s, doc, &mut None)),

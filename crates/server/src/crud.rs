@@ -603,9 +603,6 @@ impl Validator {
                 )))
             }
         };
-        if spec.contains_key("$jsonSchema") {
-            return Err(CommandError::not_implemented("$jsonSchema validators are not supported yet"));
-        }
         let filter = Filter::parse(spec)?;
         if spec.is_empty() || level == "off" {
             return Ok(None);
