@@ -189,3 +189,37 @@ def test_natural_order_backwards_returns_the_newest_first(client, capped):
         with pytest.raises(OperationFailure) as e:
             list(c.find(cursor_type=CursorType.TAILABLE, sort=[("$natural", -1)]))
         assert e.value.code == 2
+
+
+def test_a_tailable_cursor_that_finds_nothing_dies_at_once(client):
+    client.test.create_collection("log", capped=True, size=100_000)
+    for coll in ["log", "missing"]:
+        reply = client.test.command("find", coll, tailable=True)
+        assert reply["cursor"]["id"] == 0 and reply["cursor"]["firstBatch"] == []
+
+
+@pytest.mark.parametrize("then", ["drop", "drop and recreate", "rename"])
+def test_a_tailable_cursor_dies_with_its_collection(client, then):
+    client.test.create_collection("log", capped=True, size=100_000)
+    client.test.log.insert_many([{"_id": i} for i in range(3)])
+    reply = client.test.command("find", "log", tailable=True, batchSize=1)
+    cursor_id = reply["cursor"]["id"]
+    if then == "rename":
+        client.test.log.rename("log2")
+    else:
+        client.test.log.drop()
+    if then == "drop and recreate":
+        client.test.create_collection("log", capped=True, size=100_000)
+        client.test.log.insert_many([{"_id": i} for i in range(10)])
+    with pytest.raises(OperationFailure) as e:
+        client.test.command("getMore", Int64(cursor_id), collection="log")
+    assert e.value.code == 175 and e.value.details["codeName"] == "QueryPlanKilled"
+
+
+def test_a_renamed_capped_collection_keeps_its_limits(client):
+    client.test.create_collection("log", capped=True, size=100_000, max=3)
+    client.test.log.insert_many([{"_id": i} for i in range(3)])
+    client.admin.command("renameCollection", "test.log", to="test.log2")
+    client.test.log2.insert_many([{"_id": i} for i in range(3, 6)])
+    assert [d["_id"] for d in client.test.log2.find()] == [3, 4, 5]
+    assert client.test.command("collStats", "log2")["count"] == 3

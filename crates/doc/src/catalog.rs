@@ -102,9 +102,11 @@ pub struct Collection {
     pub options: Document,
     records: Table,
     id_index: Table,
-    next_record: AtomicU64,
-    /// Set for a capped collection.
-    pub capped: Option<Capped>,
+    /// Shared with the collection's renamed self, so that writers still
+    /// holding this one allocate from the same sequence.
+    next_record: Arc<AtomicU64>,
+    /// Set for a capped collection (shared across a rename, as above).
+    pub capped: Option<Arc<Capped>>,
 }
 
 /// A capped collection's limits (`size` bytes of BSON, `max` documents)
@@ -317,7 +319,16 @@ impl Catalog {
             }
         }
         all.remove(from);
-        let moved = Collection::load(&self.engine, to.clone(), c.options.clone(), &records, &id_index)?;
+        // The same tables, record-id sequence and capped state: a writer
+        // that got the collection before the rename shares them.
+        let moved = Collection {
+            ns: to.clone(),
+            options: c.options.clone(),
+            records: c.records.clone(),
+            id_index: c.id_index.clone(),
+            next_record: c.next_record.clone(),
+            capped: c.capped.clone(),
+        };
         all.insert(to.clone(), Arc::new(moved));
         Ok(())
     }
@@ -368,10 +379,11 @@ impl Collection {
             Some((k, _)) => record_id(&k)? + 1,
             None => 1,
         };
-        let mut c = Collection { ns, options, records, id_index, next_record: AtomicU64::new(next), capped: None };
+        let mut c =
+            Collection { ns, options, records, id_index, next_record: Arc::new(AtomicU64::new(next)), capped: None };
         if let Some((size, max)) = Capped::of(&c.options) {
             let used = c.count_and_size(engine)?;
-            c.capped = Some(Capped { size, max, used: Mutex::new((used.1, used.0)) });
+            c.capped = Some(Arc::new(Capped { size, max, used: Mutex::new((used.1, used.0)) }));
         }
         Ok(c)
     }
@@ -402,7 +414,7 @@ impl Collection {
                     .and_then(|v| Bson::try_from(v).ok())
                     .ok_or_else(|| DocError::Corrupt("a capped document without _id".into()))?;
                 victims.push((key.to_vec(), keystring::encode(&id)?));
-                used = (used.0 - value.len() as u64, used.1 - 1);
+                used = (used.0.saturating_sub(value.len() as u64), used.1.saturating_sub(1));
                 entry = c.next()?;
             }
         }
@@ -624,8 +636,8 @@ impl Collection {
             match attempt {
                 Ok(_) => {
                     if let Some((bytes, count)) = capped_used.as_deref_mut() {
-                        *bytes -= expected.len() as u64;
-                        *count -= 1;
+                        *bytes = bytes.saturating_sub(expected.len() as u64);
+                        *count = count.saturating_sub(1);
                     }
                     return Ok(true);
                 }
@@ -662,7 +674,7 @@ impl Collection {
                     // A capped collection may pass its size until the next
                     // insert trims it, as MongoDB's does.
                     if let Some((used, _)) = capped_used.as_deref_mut() {
-                        *used = *used + bytes.len() as u64 - expected.len() as u64;
+                        *used = (*used + bytes.len() as u64).saturating_sub(expected.len() as u64);
                     }
                     return Ok(true);
                 }

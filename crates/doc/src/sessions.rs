@@ -148,8 +148,8 @@ impl Sessions {
         struct Stored {
             key: Vec<u8>,
             n: i64,
-            old: bool,
-            value: storage::Bytes,
+            /// When it was written (milliseconds).
+            t: i64,
         }
         let mut newest: HashMap<SessionId, i64> = HashMap::new();
         let mut stored = Vec::new();
@@ -160,17 +160,23 @@ impl Sessions {
             let lsid: SessionId = key.get(..16).and_then(|k| k.try_into().ok()).ok_or_else(|| corrupt("short key"))?;
             let top = newest.entry(lsid).or_insert(n);
             *top = (*top).max(n);
-            let old = record.get_datetime("t").map_or(true, |t| t.timestamp_millis() < cutoff_ms);
-            stored.push(Stored { key: key.to_vec(), n, old, value });
+            let t = record.get_datetime("t").map_or(i64::MIN, |t| t.timestamp_millis());
+            stored.push(Stored { key: key.to_vec(), n, t });
             entry = c.next()?;
         }
         let mut reaped = 0;
-        for Stored { key, n, old, value } in stored {
-            if !old && Some(&n) == newest.get(&key[..16]) {
+        for Stored { key, n, t } in stored {
+            if t >= cutoff_ms && Some(&n) == newest.get(&key[..16]) {
                 continue;
             }
             let txn = engine.begin(TxnOptions { skip_journal_sync: true, ..TxnOptions::default() })?;
-            let unchanged = txn.get(&self.table, &key)?.is_some_and(|v| v == value);
+            // Rewritten meanwhile (a newer statement of the session): kept.
+            let unchanged = match txn.get(&self.table, &key)? {
+                Some(v) => decode_record(&v).is_ok_and(|(n2, r)| {
+                    n2 == n && r.get_datetime("t").map_or(i64::MIN, |t| t.timestamp_millis()) == t
+                }),
+                None => false,
+            };
             let done = if unchanged { txn.delete(&self.table, &key).and_then(|_| txn.commit()) } else { Ok(0) };
             match done {
                 Ok(_) => reaped += usize::from(unchanged),

@@ -107,6 +107,17 @@ pub fn is_small_write(name: &str, msg: &OpMsg) -> bool {
     in_body + in_sequences <= SMALL_WRITE_STATEMENTS
 }
 
+/// Whether a write command targets a capped collection: its writes
+/// serialize on the collection's lock, so it runs on the blocking pool,
+/// never blocking a network thread.
+pub fn writes_capped(shared: &Shared, name: &str, msg: &OpMsg) -> bool {
+    let (Ok(coll), Ok(db)) = (msg.body.get_str(name), msg.body.get_str("$db")) else { return false };
+    doc::catalog::Namespace::new(db, coll)
+        .ok()
+        .and_then(|ns| shared.catalog.get(&ns))
+        .is_some_and(|c| c.capped.is_some())
+}
+
 /// Commands that never wait for a journal fsync or hold a lock for long,
 /// so the connection's task runs them itself instead of on the blocking
 /// pool.

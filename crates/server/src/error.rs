@@ -51,6 +51,7 @@ codes! {
     invalid_length => 16, "InvalidLength";
     cursor_not_found => 43, "CursorNotFound";
     capped_position_lost => 136, "CappedPositionLost";
+    query_plan_killed => 175, "QueryPlanKilled";
     command_not_supported_on_view => 166, "CommandNotSupportedOnView";
     graph_contains_cycle => 167, "GraphContainsCycle";
     view_depth_limit_exceeded => 170, "ViewDepthLimitExceeded";

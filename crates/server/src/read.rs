@@ -61,6 +61,9 @@ pub(crate) struct CursorState {
     /// batch; with `await_data`, a `getMore` at the end waits for inserts.
     tailable: bool,
     await_data: bool,
+    /// A tailable cursor's collection: if it is dropped (or renamed, or
+    /// replaced), the cursor dies.
+    tailing: Option<std::sync::Weak<Collection>>,
 }
 
 #[derive(Default)]
@@ -192,6 +195,14 @@ fn natural_direction(d: &Document) -> Option<i32> {
 /// Documents read ahead are dropped: the next batch reads what is there
 /// now.
 fn check_tail_position(shared: &Shared, c: &mut CursorState) -> Result<(), CommandError> {
+    let current = shared.catalog.get(&c.ns);
+    let same = match (&c.tailing, &current) {
+        (Some(weak), Some(now)) => weak.upgrade().is_some_and(|then| Arc::ptr_eq(&then, now)),
+        _ => false,
+    };
+    if !same {
+        return Err(CommandError::query_plan_killed(format!("collection dropped or renamed: {}", c.ns)));
+    }
     let Source::Scan { after, pending, .. } = &mut c.source else { return Ok(()) };
     pending.clear();
     if *after == 0 {
@@ -311,7 +322,10 @@ fn first_batch(
     let first = batch_size.unwrap_or(FIRST_BATCH_DEFAULT);
     let (batch, done) =
         if first == 0 && !single { (Vec::new(), false) } else { fill(shared, &mut state, first.max(1), deadline)? };
-    let id = if done || single { 0 } else { register(shared, state) };
+    // A tailable cursor whose query finds nothing dies at once, as
+    // MongoDB's does.
+    let dead = state.tailable && first > 0 && batch.is_empty();
+    let id = if done || single || dead { 0 } else { register(shared, state) };
     Ok(cursor_reply(&ns, id, "firstBatch", batch))
 }
 
@@ -581,13 +595,19 @@ pub fn find(shared: &Shared, cmd: &Document) -> CommandResult {
         last_used: Instant::now(),
         tailable,
         await_data,
+        tailing: None,
     };
+    if tailable {
+        state.tailing = shared.catalog.get(&ns).map(|c| Arc::downgrade(&c));
+    }
     let is_view = shared.catalog.get(&ns).is_some_and(|c| c.view_on().is_some());
     if is_view && tailable {
         return Err(CommandError::command_not_supported_on_view(format!("Namespace {ns} is a view, not a collection")));
     }
     // A point lookup when the filter is exactly {_id: value}.
-    if let (Some(id), Some(coll), false) = (Filter::id_equality(&filter_doc), shared.catalog.get(&ns), is_view) {
+    if let (Some(id), Some(coll), false) =
+        (Filter::id_equality(&filter_doc), shared.catalog.get(&ns), is_view || tailable)
+    {
         let found = coll.find_rid_by_id(shared.catalog.engine(), id)?;
         let hits: Vec<Hit> = found.into_iter().skip(skip).map(|(rid, doc)| Hit { rid, doc, pos: None }).collect();
         state.source = Source::Buffer(hits.into_iter());
@@ -740,6 +760,7 @@ pub fn aggregate(shared: &Shared, cmd: &Document) -> CommandResult {
         last_used: Instant::now(),
         tailable: false,
         await_data: false,
+        tailing: None,
     };
     first_batch(shared, state, batch_size.map(|b| b as usize), false, &deadline)
 }

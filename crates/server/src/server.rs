@@ -313,7 +313,7 @@ async fn serve_connection(
                 }
                 let how = if commands::runs_inline(name) {
                     Run::Inline
-                } else if commands::is_small_write(name, &msg) {
+                } else if commands::is_small_write(name, &msg) && !commands::writes_capped(shared, name, &msg) {
                     Run::InlineWrite
                 } else {
                     Run::Pool
@@ -326,10 +326,17 @@ async fn serve_connection(
                     }
                     _ => None,
                 };
+                // A retryable write waits here for its session's turn, so
+                // its check-out (`session.rs`) finds the session free.
+                let turn = match crate::session::retryable_session(&msg.body) {
+                    Some(lsid) => Some(shared.sessions.take_turn(lsid).await),
+                    None => None,
+                };
                 let reply = match tail_wait {
                     Some(wait) => await_get_more(shared, conn, msg, wait).await,
                     None => run_command(shared, conn, msg, how).await,
                 };
+                drop(turn);
                 if more_to_come {
                     continue;
                 }

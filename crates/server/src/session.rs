@@ -28,7 +28,7 @@ use bson::{spec::BinarySubtype, Bson, Document};
 use doc::sessions::{Record, SessionId, Sessions};
 use query::type_name;
 use std::collections::HashMap;
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// The session fields of a command.
@@ -156,6 +156,20 @@ pub struct SessionCatalog {
     store: Sessions,
     live: Mutex<HashMap<SessionId, Live>>,
     returned: Condvar,
+    /// Per session, the turn a connection's task awaits before it runs a
+    /// retryable write (`take_turn`), so that the check-out below never
+    /// blocks a network thread.
+    turns: Mutex<HashMap<SessionId, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// The session of a command that will check one out: a retryable write
+/// (`txnNumber` and a well-formed `lsid`).
+pub fn retryable_session(cmd: &Document) -> Option<SessionId> {
+    cmd.get("txnNumber")?;
+    match cmd.get_document("lsid").ok()?.get("id")? {
+        Bson::Binary(b) if b.subtype == BinarySubtype::Uuid => b.bytes.as_slice().try_into().ok(),
+        _ => None,
+    }
 }
 
 /// How long a session lives unused (`logicalSessionTimeoutMinutes`).
@@ -165,7 +179,19 @@ fn session_timeout() -> Duration {
 
 impl SessionCatalog {
     pub fn open(engine: &storage::Engine) -> Result<SessionCatalog, doc::catalog::DocError> {
-        Ok(SessionCatalog { store: Sessions::open(engine)?, live: Mutex::default(), returned: Condvar::new() })
+        Ok(SessionCatalog {
+            store: Sessions::open(engine)?,
+            live: Mutex::default(),
+            returned: Condvar::new(),
+            turns: Mutex::default(),
+        })
+    }
+
+    /// Wait, without blocking a thread, until no other command of the
+    /// session runs; the guard holds the turn.
+    pub async fn take_turn(&self, lsid: SessionId) -> tokio::sync::OwnedMutexGuard<()> {
+        let turn = self.turns.lock().unwrap().entry(lsid).or_default().clone();
+        turn.lock_owned().await
     }
 
     /// Wait for the session to be free and take it; returns its newest
@@ -196,6 +222,7 @@ impl SessionCatalog {
     /// Forget sessions unused for the session timeout, and their records.
     pub fn reap(&self, engine: &storage::Engine) -> Result<usize, doc::catalog::DocError> {
         self.live.lock().unwrap().retain(|_, s| s.busy || s.last_used.is_some_and(|t| t.elapsed() < session_timeout()));
+        self.turns.lock().unwrap().retain(|_, t| Arc::strong_count(t) > 1);
         let now = bson::DateTime::now().timestamp_millis();
         self.store.reap(engine, now - session_timeout().as_millis() as i64)
     }

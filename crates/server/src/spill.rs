@@ -53,19 +53,28 @@ fn read_hit(r: &mut impl Read) -> io::Result<Option<Hit>> {
     Ok(Some(Hit { rid, doc, pos: usize::try_from(pos).ok() }))
 }
 
-/// Write `hits` (sorted) to a new anonymous file under `dir`.
-fn write_run(dir: &Path, hits: &[Hit]) -> io::Result<File> {
+/// A new anonymous file under `dir` to write a run to.
+fn new_run(dir: &Path) -> io::Result<BufWriter<File>> {
     std::fs::create_dir_all(dir)?;
-    let mut w = BufWriter::new(tempfile::tempfile_in(dir)?);
-    for hit in hits {
-        w.write_all(&hit.rid.to_le_bytes())?;
-        w.write_all(&hit.pos.map_or(-1, |p| p as i64).to_le_bytes())?;
-        hit.doc.to_writer(&mut w).map_err(io::Error::other)?;
-    }
+    Ok(BufWriter::new(tempfile::tempfile_in(dir)?))
+}
+
+fn write_hit(w: &mut impl Write, hit: &Hit) -> io::Result<()> {
+    w.write_all(&hit.rid.to_le_bytes())?;
+    w.write_all(&hit.pos.map_or(-1, |p| p as i64).to_le_bytes())?;
+    hit.doc.to_writer(w).map_err(io::Error::other)
+}
+
+/// The written run, ready to be read from its start.
+fn finish_run(w: BufWriter<File>) -> io::Result<BufReader<File>> {
     let mut file = w.into_inner().map_err(|e| e.into_error())?;
     file.rewind()?;
-    Ok(file)
+    Ok(BufReader::new(file))
 }
+
+/// Runs kept apart at most; past this they are merged into one, so a
+/// sort holds few files and merges in few comparisons per document.
+const RUNS_MAX: usize = 32;
 
 /// A blocking sort's hits, gathered in runs; merged in sort order once
 /// gathering ends.
@@ -87,9 +96,30 @@ impl Spilled {
         if let Some(k) = keep {
             hits.truncate(k);
         }
-        let file = write_run(dir, hits).map_err(spill_error)?;
+        let mut w = new_run(dir).map_err(spill_error)?;
+        for hit in hits.iter() {
+            write_hit(&mut w, hit).map_err(spill_error)?;
+        }
         hits.clear();
-        self.runs.push(Run::File(BufReader::new(file)));
+        self.runs.push(Run::File(finish_run(w).map_err(spill_error)?));
+        if self.runs.len() >= RUNS_MAX {
+            self.merge_runs(dir, keep)?;
+        }
+        Ok(())
+    }
+
+    /// Merge every run into one (its first `keep` hits, if limited).
+    fn merge_runs(&mut self, dir: &Path, keep: Option<usize>) -> Result<(), CommandError> {
+        self.heads = self.runs.iter_mut().map(Run::next).collect::<Result<_, _>>()?;
+        let mut w = new_run(dir).map_err(spill_error)?;
+        let mut written = 0;
+        while keep.is_none_or(|k| written < k) {
+            let Some(hit) = self.next()? else { break };
+            write_hit(&mut w, &hit).map_err(spill_error)?;
+            written += 1;
+        }
+        self.heads.clear();
+        self.runs = vec![Run::File(finish_run(w).map_err(spill_error)?)];
         Ok(())
     }
 
@@ -141,6 +171,28 @@ mod tests {
     use bson::doc;
 
     #[test]
+    fn many_runs_are_merged_as_they_come() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Spilled::new(Sort::parse(&doc! { "k": -1 }).unwrap());
+        let mut want = Vec::new();
+        for run in 0..(RUNS_MAX * 2 + 3) as i32 {
+            let mut hits: Vec<Hit> = (0..5)
+                .map(|i| Hit { rid: (run * 5 + i) as u64, doc: doc! { "k": (run * 7 + i * 13) % 50 }, pos: None })
+                .collect();
+            want.extend(hits.iter().map(|h| h.doc.get_i32("k").unwrap()));
+            s.spill(dir.path(), &mut hits, None).unwrap();
+            assert!(s.runs.len() < RUNS_MAX);
+        }
+        s.finish(Vec::new(), 0).unwrap();
+        want.sort_by(|a, b| b.cmp(a));
+        let mut got = Vec::new();
+        while let Some(h) = s.next().unwrap() {
+            got.push(h.doc.get_i32("k").unwrap());
+        }
+        assert_eq!(got, want);
+    }
+
+    #[test]
     fn runs_merge_in_sort_order_with_skip() {
         let dir = tempfile::tempdir().unwrap();
         let sort = Sort::parse(&doc! { "k": 1 }).unwrap();
@@ -176,6 +228,7 @@ mod tests {
         assert!(s.is_done());
         assert_eq!(got, all[7..].to_vec());
         // Spill files are anonymous: nothing is left in the directory.
+        assert_eq!(s.runs.len(), 5);
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
 }
