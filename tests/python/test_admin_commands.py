@@ -116,3 +116,25 @@ def test_validators(client):
     with pytest.raises(OperationFailure) as e:
         db.create_collection("series", timeseries={"timeField": "t"})
     assert e.value.code == 72, "time series collections are refused, not ignored"
+
+
+def test_admin_and_local_exist_and_each_start_is_logged(datadir):
+    from conftest import Server
+
+    s = Server(datadir / "db")
+    with s.client() as c:
+        assert {"admin", "local"} <= set(c.list_database_names())
+        assert c.admin["system.version"].find_one() == {"_id": "featureCompatibilityVersion", "version": "8.0"}
+        first = list(c.local.startup_log.find())
+        assert len(first) == 1 and first[0]["pid"] == s.proc.pid
+        assert first[0]["cmdLine"]["net"]["port"] == s.port
+        assert c.local.startup_log.options() == {"capped": True, "size": 10 * 1024 * 1024}
+    assert s.stop() == 0
+    s = Server(datadir / "db", port=s.port)
+    try:
+        with s.client() as c:
+            log = list(c.local.startup_log.find())
+            assert [d["_id"] for d in log[:1]] == [first[0]["_id"]] and len(log) == 2
+            assert c.admin["system.version"].count_documents({}) == 1
+    finally:
+        assert s.stop() == 0

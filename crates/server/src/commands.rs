@@ -543,6 +543,48 @@ fn stats_document(s: &storage::Stats) -> Document {
     s.fields().into_iter().map(|(k, v)| (k.to_string(), Bson::Int64(v as i64))).collect()
 }
 
+/// The collections a replica-set member always has, written at start:
+/// `admin.system.version` (the feature compatibility version) and the
+/// capped `local.startup_log`, which gets one document per start (as
+/// mongod's), so `show dbs` lists admin and local.
+pub fn record_startup(
+    catalog: &doc::catalog::Catalog,
+    options: &crate::server::ServerOptions,
+) -> Result<(), doc::catalog::DocError> {
+    use doc::catalog::{Ack, Namespace};
+    let engine = catalog.engine();
+    let version = Namespace::new("admin", "system.version")?;
+    if catalog.get(&version).is_none() {
+        let c = catalog.get_or_create(&version)?;
+        let fcv = doc! { "_id": "featureCompatibilityVersion", "version": "8.0" };
+        match c.insert(engine, &fcv, Ack::Journaled, None) {
+            Ok(_) | Err(doc::catalog::DocError::DuplicateKey { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let log = Namespace::new("local", "startup_log")?;
+    let c = match catalog.get(&log) {
+        Some(c) => c,
+        None => match catalog.create(&log, doc! { "capped": true, "size": 10 * 1024 * 1024 }) {
+            Err(doc::catalog::DocError::NamespaceExists(_)) => catalog.get(&log).expect("exists"),
+            other => other?,
+        },
+    };
+    let now = DateTime::now();
+    let host = hostname();
+    let entry = doc! {
+        "_id": format!("{host}-{}", now.timestamp_millis()),
+        "hostname": &host,
+        "startTime": now,
+        "startTimeLocal": now.try_to_rfc3339_string().unwrap_or_default(),
+        "cmdLine": options.parsed.clone(),
+        "pid": std::process::id() as i64,
+        "buildinfo": build_info(),
+    };
+    c.insert(engine, &entry, Ack::Journaled, None)?;
+    Ok(())
+}
+
 pub(crate) fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default()
 }

@@ -135,6 +135,8 @@ impl Server {
         let (tx, _) = watch::channel(false);
         let catalog = doc::catalog::Catalog::open(engine.clone())
             .map_err(|e| std::io::Error::other(format!("opening the catalog: {e}")))?;
+        commands::record_startup(&catalog, &options)
+            .map_err(|e| std::io::Error::other(format!("recording the start in local.startup_log: {e}")))?;
         let sessions = crate::session::SessionCatalog::open(&engine)
             .map_err(|e| std::io::Error::other(format!("opening the session records: {e}")))?;
         let shared = Arc::new(Shared {
