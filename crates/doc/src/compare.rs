@@ -10,9 +10,8 @@
 //! value; a prefix sorts first); arrays element by element; binData by
 //! length, then subtype, then bytes.
 //!
-//! Decimal128 compares by its nearest double for now (the `bson` crate
-//! has no decimal arithmetic); `keystring` refuses it rather than order it
-//! approximately.
+//! Decimal128 compares exactly with every number type (`decimal.rs`);
+//! `keystring` does not encode it yet and refuses it.
 
 use bson::{Bson, Document};
 use std::cmp::Ordering;
@@ -96,6 +95,9 @@ pub fn compare(a: &Bson, b: &Bson) -> Ordering {
         return ta.cmp(&tb);
     }
     match (a, b) {
+        (Bson::Decimal128(_), _) | (_, Bson::Decimal128(_)) => {
+            crate::decimal::compare_exact(a, b).expect("both are numbers")
+        }
         _ if ta == 3 => cmp_numbers(number(a).unwrap(), number(b).unwrap()),
         (Bson::String(_) | Bson::Symbol(_), _) => str_of(a).cmp(str_of(b)),
         (Bson::Document(x), Bson::Document(y)) => compare_documents(x, y),

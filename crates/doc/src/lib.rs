@@ -8,6 +8,7 @@
 
 pub mod catalog;
 pub mod compare;
+pub mod decimal;
 pub mod format;
 pub mod keystring;
 pub mod sessions;
