@@ -328,17 +328,32 @@ async fn serve_connection(
                     }
                     _ => None,
                 };
-                // A retryable write waits here for its session's turn, so
-                // its check-out (`session.rs`) finds the session free.
+                // A retryable write waits here for its session's turn (up
+                // to its maxTimeMS), so its check-out (`session.rs`) finds
+                // the session free.
                 let turn = match crate::session::retryable_session(&msg.body) {
-                    Some(lsid) => Some(shared.sessions.take_turn(lsid).await),
-                    None => None,
+                    None => Ok(None),
+                    Some(lsid) => {
+                        let waiting = shared.sessions.take_turn(lsid);
+                        match crate::session::max_time(&msg.body) {
+                            None => Ok(Some(waiting.await)),
+                            Some(limit) => tokio::time::timeout(limit, waiting).await.map(Some),
+                        }
+                    }
                 };
-                let reply = match tail_wait {
-                    Some(wait) => await_get_more(shared, conn, msg, wait).await,
-                    None => run_command(shared, conn, msg, how).await,
+                let reply = match (turn, tail_wait) {
+                    (Err(_), _) => {
+                        let mut reply =
+                            crate::error::CommandError::max_time_ms_expired("operation exceeded time limit")
+                                .to_document();
+                        for (key, value) in commands::cluster_time_fields() {
+                            reply.insert(key, value);
+                        }
+                        reply
+                    }
+                    (Ok(_turn), Some(wait)) => await_get_more(shared, conn, msg, wait).await,
+                    (Ok(_turn), None) => run_command(shared, conn, msg, how).await,
                 };
-                drop(turn);
                 if more_to_come {
                     continue;
                 }

@@ -162,6 +162,17 @@ pub struct SessionCatalog {
     turns: Mutex<HashMap<SessionId, Arc<tokio::sync::Mutex<()>>>>,
 }
 
+/// A command's `maxTimeMS`, if it sets one.
+pub fn max_time(cmd: &Document) -> Option<std::time::Duration> {
+    let ms = match cmd.get("maxTimeMS")? {
+        Bson::Int32(i) => i64::from(*i),
+        Bson::Int64(i) => *i,
+        Bson::Double(d) => *d as i64,
+        _ => return None,
+    };
+    (ms > 0).then(|| std::time::Duration::from_millis(ms as u64))
+}
+
 /// The session of a command that will check one out: a retryable write
 /// (`txnNumber` and a well-formed `lsid`).
 pub fn retryable_session(cmd: &Document) -> Option<SessionId> {
@@ -444,6 +455,27 @@ mod tests {
         assert_eq!((e.code, e.code_name.as_ref()), (20, "IllegalOperation"));
         let f = session_fields("update", &doc! { "update": "c", "lsid": { "id": lsid() }, "txnNumber": 3i64 }).unwrap();
         assert_eq!((f.lsid, f.txn_number), (Some([7; 16]), Some(3)));
+    }
+
+    #[tokio::test]
+    async fn a_session_turn_is_held_until_released_and_a_wait_can_time_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = storage::Engine::open(dir.path(), storage::Config::default()).unwrap();
+        let sessions = SessionCatalog::open(&engine).unwrap();
+        let held = sessions.take_turn([1; 16]).await;
+        // Another session is not held up.
+        let other = tokio::time::timeout(Duration::from_millis(500), sessions.take_turn([2; 16])).await;
+        assert!(other.is_ok());
+        let waiting = tokio::time::timeout(Duration::from_millis(30), sessions.take_turn([1; 16])).await;
+        assert!(waiting.is_err(), "the turn is held");
+        drop(held);
+        let next = tokio::time::timeout(Duration::from_millis(500), sessions.take_turn([1; 16])).await;
+        assert!(next.is_ok());
+        let max = |v: Bson| max_time(&bson::doc! { "insert": "c", "maxTimeMS": v });
+        assert_eq!(max(Bson::Int32(5)), Some(Duration::from_millis(5)));
+        assert_eq!(max(Bson::Int64(0)), None);
+        drop(next);
+        drop(engine);
     }
 
     #[test]
