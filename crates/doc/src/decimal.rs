@@ -11,7 +11,7 @@ use std::cmp::Ordering;
 
 /// A number as an exact value: `mantissa × 2^exp2 × 10^exp10`.
 #[derive(Debug, Clone, Copy, PartialEq)]
-enum Exact {
+pub(crate) enum Exact {
     NaN,
     Inf { negative: bool },
     Finite { negative: bool, mantissa: u128, exp2: i32, exp10: i32 },
@@ -20,7 +20,7 @@ enum Exact {
 /// The largest canonical Decimal128 coefficient (34 nines).
 const COEFFICIENT_MAX: u128 = 9_999_999_999_999_999_999_999_999_999_999_999;
 
-fn decimal(bytes: [u8; 16]) -> Exact {
+pub(crate) fn decimal(bytes: [u8; 16]) -> Exact {
     let bits = u128::from_le_bytes(bytes);
     let negative = bits >> 127 == 1;
     let (exponent, coefficient) = if (bits >> 125) & 0b11 == 0b11 {
@@ -38,7 +38,7 @@ fn decimal(bytes: [u8; 16]) -> Exact {
     Exact::Finite { negative, mantissa, exp2: 0, exp10: exponent as i32 - 6176 }
 }
 
-fn double(f: f64) -> Exact {
+pub(crate) fn double(f: f64) -> Exact {
     if f.is_nan() {
         return Exact::NaN;
     }
@@ -127,7 +127,7 @@ fn cmp_magnitude((ma, ea, qa): (u128, i32, i32), (mb, eb, qb): (u128, i32, i32))
 
 /// A non-negative integer, little-endian 64-bit limbs, no trailing zeros.
 #[derive(Debug, PartialEq, Eq)]
-struct Big(Vec<u64>);
+pub(crate) struct Big(pub(crate) Vec<u64>);
 
 impl From<u128> for Big {
     fn from(v: u128) -> Big {
@@ -144,7 +144,7 @@ impl Big {
         }
     }
 
-    fn mul_small(&mut self, k: u64) {
+    pub(crate) fn mul_small(&mut self, k: u64) {
         let mut carry = 0u128;
         for limb in &mut self.0 {
             let p = u128::from(*limb) * u128::from(k) + carry;
@@ -156,7 +156,7 @@ impl Big {
         }
     }
 
-    fn mul_pow10(&mut self, mut n: u32) {
+    pub(crate) fn mul_pow10(&mut self, mut n: u32) {
         while n >= 19 {
             self.mul_small(10u64.pow(19));
             n -= 19;
@@ -166,7 +166,7 @@ impl Big {
         }
     }
 
-    fn shl(&mut self, bits: u32) {
+    pub(crate) fn shl(&mut self, bits: u32) {
         let (limbs, bits) = ((bits / 64) as usize, bits % 64);
         if bits > 0 {
             let mut carry = 0u64;
@@ -180,6 +180,50 @@ impl Big {
             }
         }
         self.0.splice(0..0, std::iter::repeat_n(0, limbs));
+    }
+}
+
+impl Big {
+    pub(crate) fn add_small(&mut self, k: u64) {
+        let mut carry = u128::from(k);
+        for limb in &mut self.0 {
+            if carry == 0 {
+                break;
+            }
+            let s = u128::from(*limb) + carry;
+            *limb = s as u64;
+            carry = s >> 64;
+        }
+        if carry > 0 {
+            self.0.push(carry as u64);
+        }
+    }
+
+    /// Divide by `d` (> 0) in place; the remainder.
+    pub(crate) fn div_small(&mut self, d: u64) -> u64 {
+        let mut rem = 0u128;
+        for limb in self.0.iter_mut().rev() {
+            let cur = (rem << 64) | u128::from(*limb);
+            *limb = (cur / u128::from(d)) as u64;
+            rem = cur % u128::from(d);
+        }
+        self.trim();
+        rem as u64
+    }
+
+    /// The decimal digits, most significant first (none for zero).
+    pub(crate) fn into_digits(mut self) -> Vec<u8> {
+        const CHUNK: u64 = 10_000_000_000_000_000_000; // 10^19
+        let mut chunks = Vec::new();
+        while !self.0.is_empty() {
+            chunks.push(self.div_small(CHUNK));
+        }
+        let mut out = Vec::with_capacity(chunks.len() * 19);
+        for (i, chunk) in chunks.iter().rev().enumerate() {
+            let text = if i == 0 { chunk.to_string() } else { format!("{chunk:019}") };
+            out.extend(text.bytes().map(|b| b - b'0'));
+        }
+        out
     }
 }
 

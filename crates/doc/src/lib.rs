@@ -9,6 +9,7 @@
 pub mod catalog;
 pub mod compare;
 pub mod decimal;
+pub mod decimal_math;
 pub mod format;
 pub mod keystring;
 pub mod sessions;

@@ -10,6 +10,7 @@ use crate::matcher::{Filter, FilterError};
 use crate::{Projection, Sort};
 use bson::{Bson, Document};
 use doc::compare::{compare, number, Number};
+use doc::decimal_math::{Dec, DoubleDigits};
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
@@ -241,8 +242,19 @@ fn parse_group(arg: &Bson) -> Result<Stage, FilterError> {
 /// One group's running accumulators.
 #[derive(Debug, Clone)]
 enum Acc {
-    Sum { int: i64, float: f64, is_float: bool },
-    Avg { total: f64, n: u64 },
+    /// `dec`: the total of Decimal128 values, once one is seen (the
+    /// result is then a decimal, as mongod's).
+    Sum {
+        int: i64,
+        float: f64,
+        is_float: bool,
+        dec: Option<Dec>,
+    },
+    Avg {
+        total: f64,
+        n: u64,
+        dec: Option<Dec>,
+    },
     Pick(Option<Bson>),
     Push(Vec<Bson>),
 }
@@ -257,8 +269,8 @@ fn group(docs: impl Iterator<Item = Document>, id: &Operand, fields: &[(String, 
             let accs = fields
                 .iter()
                 .map(|(_, kind, _)| match kind {
-                    AccKind::Sum => Acc::Sum { int: 0, float: 0.0, is_float: false },
-                    AccKind::Avg => Acc::Avg { total: 0.0, n: 0 },
+                    AccKind::Sum => Acc::Sum { int: 0, float: 0.0, is_float: false, dec: None },
+                    AccKind::Avg => Acc::Avg { total: 0.0, n: 0, dec: None },
                     AccKind::Push => Acc::Push(Vec::new()),
                     _ => Acc::Pick(None),
                 })
@@ -284,7 +296,12 @@ fn group(docs: impl Iterator<Item = Document>, id: &Operand, fields: &[(String, 
 
 fn accumulate(kind: AccKind, acc: &mut Acc, v: Option<Bson>) {
     match (kind, acc) {
-        (AccKind::Sum, Acc::Sum { int, float, is_float }) => match v.as_ref().and_then(number) {
+        (AccKind::Sum, Acc::Sum { dec, .. }) if matches!(v, Some(Bson::Decimal128(_))) => add_decimal(dec, v.as_ref()),
+        (AccKind::Avg, Acc::Avg { n, dec, .. }) if matches!(v, Some(Bson::Decimal128(_))) => {
+            add_decimal(dec, v.as_ref());
+            *n += 1;
+        }
+        (AccKind::Sum, Acc::Sum { int, float, is_float, .. }) => match v.as_ref().and_then(number) {
             Some(Number::Int(i)) if !*is_float => match int.checked_add(i) {
                 Some(s) => *int = s,
                 None => {
@@ -302,7 +319,7 @@ fn accumulate(kind: AccKind, acc: &mut Acc, v: Option<Bson>) {
             }
             None => {}
         },
-        (AccKind::Avg, Acc::Avg { total, n }) => match v.as_ref().and_then(number) {
+        (AccKind::Avg, Acc::Avg { total, n, .. }) => match v.as_ref().and_then(number) {
             Some(Number::Int(i)) => {
                 *total += i as f64;
                 *n += 1;
@@ -345,15 +362,34 @@ fn accumulate(kind: AccKind, acc: &mut Acc, v: Option<Bson>) {
     }
 }
 
+fn add_decimal(total: &mut Option<Dec>, v: Option<&Bson>) {
+    let value = v.and_then(|v| Dec::from_bson(v, DoubleDigits::ThirtyFour)).unwrap_or(Dec::NaN);
+    *total = Some(match total.take() {
+        Some(total) => total.add(&value),
+        None => value,
+    });
+}
+
+/// The total of the numbers that were not decimals, as a decimal (mongod
+/// converts its double sum with 34 digits).
+fn non_decimal_total(int: i64, float: f64, is_float: bool) -> Dec {
+    let v = if is_float { Bson::Double(float) } else { Bson::Int64(int) };
+    Dec::from_bson(&v, DoubleDigits::ThirtyFour).unwrap_or(Dec::NaN)
+}
+
 fn finish(acc: Acc) -> Bson {
     match acc {
+        Acc::Sum { int, float, is_float, dec: Some(dec) } => {
+            dec.add(&non_decimal_total(int, float, is_float)).to_bson()
+        }
+        Acc::Avg { total, n, dec: Some(dec) } => dec.add(&non_decimal_total(0, total, true)).div_count(n).to_bson(),
         Acc::Sum { int, is_float: false, .. } => match i32::try_from(int) {
             Ok(i) => Bson::Int32(i),
             Err(_) => Bson::Int64(int),
         },
         Acc::Sum { float, .. } => Bson::Double(float),
         Acc::Avg { n: 0, .. } => Bson::Null,
-        Acc::Avg { total, n } => Bson::Double(total / n as f64),
+        Acc::Avg { total, n, .. } => Bson::Double(total / n as f64),
         Acc::Pick(v) => v.unwrap_or(Bson::Null),
         Acc::Push(items) => Bson::Array(items),
     }

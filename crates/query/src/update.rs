@@ -14,6 +14,7 @@ use crate::matcher::{bad_value, ElementFilter};
 use crate::{Filter, FilterError};
 use bson::{Bson, Document, Timestamp};
 use doc::compare::{canonical_type, compare};
+use doc::decimal_math::{Dec, DoubleDigits};
 use doc::format;
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, HashMap};
@@ -30,7 +31,6 @@ const CONFLICTING_UPDATE_OPERATORS: i32 = 40;
 const NOT_SINGLE_VALUE_FIELD: i32 = 54;
 const EMPTY_FIELD_NAME: i32 = 56;
 const IMMUTABLE_FIELD: i32 = 66;
-const NOT_IMPLEMENTED: i32 = 238;
 
 /// A parsed update.
 #[derive(Debug, Clone)]
@@ -868,11 +868,9 @@ fn current_date(timestamp: bool) -> Bson {
 fn create_leaf(leaf: &Leaf, cx: &Cx) -> Result<Option<Bson>, FilterError> {
     Ok(match leaf {
         Leaf::Set(v) | Leaf::Min(v) | Leaf::Max(v) | Leaf::Inc(v) => Some(v.clone()),
-        Leaf::Mul(v) => Some(match v {
-            Bson::Int32(_) => Bson::Int32(0),
-            Bson::Int64(_) => Bson::Int64(0),
-            _ => Bson::Double(0.0),
-        }),
+        // As mongod: the operand times int32 0, so the zero has the
+        // operand's type (and a double's sign; NaN stays NaN).
+        Leaf::Mul(v) => Some(arith(v, &Bson::Int32(0), true).unwrap_or(Bson::Int32(0))),
         Leaf::CurrentDate(ts) => Some(current_date(*ts)),
         Leaf::SetOnInsert(v) => cx.inserting.then(|| v.clone()),
         Leaf::Push(p) => {
@@ -1018,7 +1016,10 @@ fn describe_number(v: &Bson) -> String {
 /// int overflow widens to a long, a long overflow is an error (`Err(None)`).
 fn arith(a: &Bson, b: &Bson, mul: bool) -> Result<Bson, Option<FilterError>> {
     if matches!(a, Bson::Decimal128(_)) || matches!(b, Bson::Decimal128(_)) {
-        return Err(Some(err(NOT_IMPLEMENTED, "arithmetic on Decimal128 values is not supported yet")));
+        // The other operand converts as mongod's: a double to 15 digits.
+        let dec = |v: &Bson| Dec::from_bson(v, DoubleDigits::Fifteen).unwrap_or(Dec::NaN);
+        let (x, y) = (dec(a), dec(b));
+        return Ok(if mul { x.mul(&y) } else { x.add(&y) }.to_bson());
     }
     let as_f64 = |v: &Bson| match v {
         Bson::Int32(i) => f64::from(*i),

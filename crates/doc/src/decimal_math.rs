@@ -1,0 +1,463 @@
+//! Decimal128 arithmetic as MongoDB does it: IEEE 754-2008 decimal128
+//! (34 digits, exponent -6176..=6111 on the integer coefficient), every
+//! result rounded once, half to even, to the nearest representable value.
+//!
+//! - Sums and products keep IEEE's ideal exponent when exact (`1.10 + 2.2`
+//!   is `3.30`, `1.10 × 2` is `2.20`); inexact results carry 34 digits.
+//! - Overflow gives ±Infinity, underflow rounds into the subnormal range
+//!   down to zero; NaN and the infinities follow IEEE (`∞ − ∞` is NaN).
+//! - Operands of other types convert as mongod converts them: int32 and
+//!   int64 exactly; a double to 15 significant digits in updates and
+//!   expressions (`$inc: {x: 0.1}` adds `0.100000000000000`), to 34 digits
+//!   where mongod asks for that (the non-decimal part of `$sum`).
+//!
+//! Values are worked on as decimal digit strings (`Vec<u8>`, most
+//! significant first): operands have at most 34 digits, and aligning two
+//! exponents at the far ends of the range makes about 12,300, so every
+//! operation stays small and exact before its single rounding.
+
+use crate::decimal::{decimal, double, Big, Exact};
+use bson::{Bson, Decimal128};
+use std::cmp::Ordering;
+
+const PRECISION: usize = 34;
+const EXP_MIN: i32 = -6176;
+const EXP_MAX: i32 = 6111;
+
+/// A decimal value: NaN, an infinity, or `digits × 10^exp` (no leading
+/// zeros; no digits is zero).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Dec {
+    NaN,
+    Inf { negative: bool },
+    Finite { negative: bool, digits: Vec<u8>, exp: i32 },
+}
+
+/// How many significant digits a double keeps when it becomes a decimal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DoubleDigits {
+    /// mongod's default (`Decimal128(double)`): exactly 15 digits,
+    /// trailing zeros included.
+    Fifteen,
+    /// The double's exact value rounded to 34 digits.
+    ThirtyFour,
+}
+
+fn digits_of(v: u128) -> Vec<u8> {
+    if v == 0 {
+        return Vec::new();
+    }
+    v.to_string().bytes().map(|b| b - b'0').collect()
+}
+
+fn strip_leading_zeros(digits: &mut Vec<u8>) {
+    let zeros = digits.iter().take_while(|&&d| d == 0).count();
+    digits.drain(..zeros);
+}
+
+/// Round `digits` to at most `keep` digits, half to even (`sticky`: nonzero
+/// digits lie below the last one). Returns how many digits were dropped
+/// (the exponent's increase).
+fn round(digits: &mut Vec<u8>, keep: usize, sticky: bool) -> i32 {
+    if digits.len() <= keep {
+        return 0;
+    }
+    let dropped = digits.len() - keep;
+    let first = digits[keep];
+    let rest = sticky || digits[keep + 1..].iter().any(|&d| d != 0);
+    digits.truncate(keep);
+    let odd = digits.last().is_some_and(|d| d % 2 == 1);
+    let mut shift = dropped as i32;
+    if first > 5 || (first == 5 && (rest || odd)) {
+        let mut i = digits.len();
+        loop {
+            if i == 0 {
+                digits.insert(0, 1);
+                break;
+            }
+            i -= 1;
+            if digits[i] == 9 {
+                digits[i] = 0;
+            } else {
+                digits[i] += 1;
+                break;
+            }
+        }
+        if keep > 0 && digits.len() > keep {
+            digits.pop(); // a zero: 999 rounded up to 1000
+            shift += 1;
+        }
+    }
+    shift
+}
+
+/// The decimal nearest to `±digits × 10^exp` (plus a sticky nonzero tail):
+/// one rounding to 34 digits or, below the normal range, to as many as the
+/// smallest exponent leaves; then clamping or overflow at the top.
+fn finish(negative: bool, mut digits: Vec<u8>, exp: i32, sticky: bool) -> Dec {
+    strip_leading_zeros(&mut digits);
+    if digits.is_empty() && !sticky {
+        return Dec::Finite { negative, digits, exp: exp.clamp(EXP_MIN, EXP_MAX) };
+    }
+    let len = digits.len() as i64;
+    // The exponent after a plain rounding to 34 digits; below the range,
+    // keep fewer digits so that the exponent lands on the minimum.
+    let natural = i64::from(exp) + (len - PRECISION as i64).max(0);
+    let keep =
+        if natural < i64::from(EXP_MIN) { len - (i64::from(EXP_MIN) - i64::from(exp)) } else { PRECISION as i64 };
+    let mut exp = i64::from(exp);
+    if keep < 0 {
+        // Everything lies more than a digit below the smallest unit.
+        return Dec::Finite { negative, digits: Vec::new(), exp: EXP_MIN };
+    }
+    exp += i64::from(round(&mut digits, keep as usize, sticky));
+    strip_leading_zeros(&mut digits);
+    if exp > i64::from(EXP_MAX) {
+        if digits.is_empty() {
+            return Dec::Finite { negative, digits, exp: EXP_MAX };
+        }
+        let pad = exp - i64::from(EXP_MAX);
+        if digits.len() as i64 + pad > PRECISION as i64 {
+            return Dec::Inf { negative };
+        }
+        digits.extend(std::iter::repeat_n(0, pad as usize));
+        exp = i64::from(EXP_MAX);
+    }
+    Dec::Finite { negative, digits, exp: exp as i32 }
+}
+
+impl Dec {
+    /// A number as mongod converts it to Decimal128; `None` for other types.
+    pub fn from_bson(v: &Bson, doubles: DoubleDigits) -> Option<Dec> {
+        let int = |negative: bool, abs: u64| Dec::Finite { negative, digits: digits_of(abs.into()), exp: 0 };
+        Some(match v {
+            Bson::Int32(i) => int(*i < 0, i.unsigned_abs().into()),
+            Bson::Int64(i) => int(*i < 0, i.unsigned_abs()),
+            Bson::Double(f) => Dec::from_double(*f, doubles),
+            Bson::Decimal128(d) => Dec::from_exact(decimal(d.bytes())),
+            _ => return None,
+        })
+    }
+
+    fn from_exact(e: Exact) -> Dec {
+        match e {
+            Exact::NaN => Dec::NaN,
+            Exact::Inf { negative } => Dec::Inf { negative },
+            Exact::Finite { negative, mantissa, exp2, exp10 } => {
+                // Decoded BID values are integers times a power of ten.
+                debug_assert_eq!(exp2, 0);
+                Dec::Finite { negative, digits: digits_of(mantissa), exp: exp10 }
+            }
+        }
+    }
+
+    fn from_double(f: f64, doubles: DoubleDigits) -> Dec {
+        let (negative, mantissa, exp2) = match double(f) {
+            Exact::NaN => return Dec::NaN,
+            Exact::Inf { negative } => return Dec::Inf { negative },
+            Exact::Finite { negative, mantissa, exp2, .. } => (negative, mantissa, exp2),
+        };
+        if mantissa == 0 {
+            return Dec::Finite { negative, digits: Vec::new(), exp: 0 };
+        }
+        // The exact value: m × 2^e, or m × 5^-e × 10^e for e < 0.
+        let mut big = Big::from(mantissa);
+        let mut exp = 0;
+        if exp2 >= 0 {
+            big.shl(exp2 as u32);
+        } else {
+            let mut n = -exp2;
+            while n > 0 {
+                let k = n.min(27); // 5^27 < 2^64
+                big.mul_small(5u64.pow(k as u32));
+                n -= k;
+            }
+            exp = exp2;
+        }
+        let mut digits = big.into_digits();
+        // As mongod: first the 34-digit conversion, then 15 digits from it.
+        exp += round(&mut digits, PRECISION, false);
+        match doubles {
+            DoubleDigits::ThirtyFour => {
+                // Exact values shed trailing zeros down to exponent 0.
+                while exp < 0 && digits.last() == Some(&0) {
+                    digits.pop();
+                    exp += 1;
+                }
+            }
+            DoubleDigits::Fifteen => {
+                exp += round(&mut digits, 15, false);
+                let pad = 15 - digits.len();
+                digits.extend(std::iter::repeat_n(0, pad));
+                exp -= pad as i32;
+            }
+        }
+        Dec::Finite { negative, digits, exp }
+    }
+
+    pub fn to_bson(&self) -> Bson {
+        let bits: u128 = match self {
+            Dec::NaN => 0x7c << 120,
+            Dec::Inf { negative } => (u128::from(*negative) << 127) | (0x78 << 120),
+            Dec::Finite { negative, digits, exp } => {
+                let coefficient = digits.iter().fold(0u128, |acc, &d| acc * 10 + u128::from(d));
+                (u128::from(*negative) << 127) | (((exp - EXP_MIN) as u128) << 113) | coefficient
+            }
+        };
+        Bson::Decimal128(Decimal128::from_bytes(bits.to_le_bytes()))
+    }
+
+    /// `self + other`.
+    pub fn add(&self, other: &Dec) -> Dec {
+        match (self, other) {
+            (Dec::NaN, _) | (_, Dec::NaN) => Dec::NaN,
+            (Dec::Inf { negative: a }, Dec::Inf { negative: b }) if a != b => Dec::NaN,
+            (inf @ Dec::Inf { .. }, _) | (_, inf @ Dec::Inf { .. }) => inf.clone(),
+            (Dec::Finite { negative: na, digits: da, exp: ea }, Dec::Finite { negative: nb, digits: db, exp: eb }) => {
+                let exp = (*ea).min(*eb);
+                let align = |d: &[u8], e: i32| {
+                    let mut v = d.to_vec();
+                    if !v.is_empty() {
+                        v.extend(std::iter::repeat_n(0, (e - exp) as usize));
+                    }
+                    v
+                };
+                let (xa, xb) = (align(da, *ea), align(db, *eb));
+                if na == nb {
+                    return finish(*na, add_digits(&xa, &xb), exp, false);
+                }
+                match cmp_digits(&xa, &xb) {
+                    Ordering::Greater => finish(*na, sub_digits(&xa, &xb), exp, false),
+                    Ordering::Less => finish(*nb, sub_digits(&xb, &xa), exp, false),
+                    // An exact zero sum is +0 when rounding to nearest.
+                    Ordering::Equal => finish(false, Vec::new(), exp, false),
+                }
+            }
+        }
+    }
+
+    /// `self × other`.
+    pub fn mul(&self, other: &Dec) -> Dec {
+        let zero = |d: &Dec| matches!(d, Dec::Finite { digits, .. } if digits.is_empty());
+        match (self, other) {
+            (Dec::NaN, _) | (_, Dec::NaN) => Dec::NaN,
+            (Dec::Inf { .. }, o) | (o, Dec::Inf { .. }) if zero(o) => Dec::NaN,
+            (Dec::Inf { negative: a }, b) | (b, Dec::Inf { negative: a }) => Dec::Inf { negative: *a != b.negative() },
+            (Dec::Finite { negative: na, digits: da, exp: ea }, Dec::Finite { negative: nb, digits: db, exp: eb }) => {
+                finish(na != nb, mul_digits(da, db), ea + eb, false)
+            }
+        }
+    }
+
+    /// `self ÷ n` for a count `n > 0` (an average); exact quotients keep
+    /// the dividend's exponent where they can, as IEEE's ideal exponent.
+    pub fn div_count(&self, n: u64) -> Dec {
+        assert!(n > 0, "a count to divide by");
+        let Dec::Finite { negative, digits, exp } = self else { return self.clone() };
+        if digits.is_empty() {
+            return self.clone();
+        }
+        // Scale so that the quotient has more than 34 digits: n < 10^20.
+        const SCALE: i32 = 56;
+        let mut big = Big::from(0);
+        for chunk in digits.chunks(19) {
+            big.mul_small(10u64.pow(chunk.len() as u32));
+            let value = chunk.iter().fold(0u64, |acc, &d| acc * 10 + u64::from(d));
+            big.add_small(value);
+        }
+        big.mul_pow10(SCALE as u32);
+        let remainder = big.div_small(n);
+        let mut quotient = big.into_digits();
+        let mut q_exp = exp - SCALE;
+        if remainder == 0 {
+            while q_exp < *exp && quotient.last() == Some(&0) {
+                quotient.pop();
+                q_exp += 1;
+            }
+        }
+        finish(*negative, quotient, q_exp, remainder != 0)
+    }
+
+    fn negative(&self) -> bool {
+        match self {
+            Dec::NaN => false,
+            Dec::Inf { negative } | Dec::Finite { negative, .. } => *negative,
+        }
+    }
+}
+
+fn cmp_digits(a: &[u8], b: &[u8]) -> Ordering {
+    a.len().cmp(&b.len()).then_with(|| a.cmp(b))
+}
+
+fn add_digits(a: &[u8], b: &[u8]) -> Vec<u8> {
+    let (long, short) = if a.len() >= b.len() { (a, b) } else { (b, a) };
+    let mut out = vec![0u8; long.len() + 1];
+    let mut carry = 0;
+    for i in 0..long.len() {
+        let x = long[long.len() - 1 - i] + if i < short.len() { short[short.len() - 1 - i] } else { 0 } + carry;
+        out[long.len() - i] = x % 10;
+        carry = x / 10;
+    }
+    out[0] = carry;
+    out
+}
+
+/// `a − b` for `a ≥ b`.
+fn sub_digits(a: &[u8], b: &[u8]) -> Vec<u8> {
+    let mut out = a.to_vec();
+    let mut borrow = 0i8;
+    for i in 0..out.len() {
+        let at = out.len() - 1 - i;
+        let mut x = out[at] as i8 - borrow - if i < b.len() { b[b.len() - 1 - i] as i8 } else { 0 };
+        borrow = i8::from(x < 0);
+        if x < 0 {
+            x += 10;
+        }
+        out[at] = x as u8;
+    }
+    out
+}
+
+fn mul_digits(a: &[u8], b: &[u8]) -> Vec<u8> {
+    let mut acc = vec![0u32; a.len() + b.len()];
+    for (i, &x) in a.iter().rev().enumerate() {
+        for (j, &y) in b.iter().rev().enumerate() {
+            acc[i + j] += u32::from(x) * u32::from(y);
+        }
+    }
+    let mut out = Vec::with_capacity(acc.len());
+    let mut carry = 0;
+    for v in acc {
+        let x = v + carry;
+        out.push((x % 10) as u8);
+        carry = x / 10;
+    }
+    while carry > 0 {
+        out.push((carry % 10) as u8);
+        carry /= 10;
+    }
+    out.reverse();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn d(s: &str) -> Dec {
+        Dec::from_bson(&Bson::Decimal128(s.parse().unwrap()), DoubleDigits::Fifteen).unwrap()
+    }
+
+    fn text(x: Dec) -> String {
+        match x.to_bson() {
+            Bson::Decimal128(v) => v.to_string(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn sums_keep_the_ideal_exponent_and_round_half_even() {
+        let cases = [
+            ("1.10", "2.2", "3.30"),
+            ("1", "-1", "0"),
+            ("-0", "-0", "-0"),
+            ("-0", "0", "0"),
+            ("0.00", "5", "5.00"),
+            ("9999999999999999999999999999999999", "1", "1.000000000000000000000000000000000E+34"),
+            ("1234567890123456789012345678901234", "0.5", "1234567890123456789012345678901234"),
+            ("1234567890123456789012345678901235", "0.5", "1234567890123456789012345678901236"),
+            ("1234567890123456789012345678901234", "0.50001", "1234567890123456789012345678901235"),
+            ("1E+10", "1E-30", "10000000000.00000000000000000000000"),
+            ("9.999999999999999999999999999999999E+6144", "1E+6111", "Infinity"),
+            ("-9.999999999999999999999999999999999E+6144", "-1E+6111", "-Infinity"),
+            ("1E-6176", "-1E-6176", "0E-6176"),
+            ("Infinity", "-Infinity", "NaN"),
+            ("Infinity", "1", "Infinity"),
+            ("NaN", "1", "NaN"),
+            ("0E+6111", "1E-6176", "1E-6176"),
+        ];
+        for (a, b, want) in cases {
+            assert_eq!(text(d(a).add(&d(b))), want, "{a} + {b}");
+            assert_eq!(text(d(b).add(&d(a))), want, "{b} + {a}");
+        }
+    }
+
+    #[test]
+    fn products_round_and_overflow_as_ieee() {
+        let cases = [
+            ("1.10", "2", "2.20"),
+            ("-1.5", "2", "-3.0"),
+            ("0", "-3", "-0"),
+            ("Infinity", "0", "NaN"),
+            ("-Infinity", "-2", "Infinity"),
+            ("1E+6000", "1E+6000", "Infinity"),
+            ("1E-6000", "1E-6000", "0E-6176"),
+            ("1.5E-6170", "1E-6", "2E-6176"),
+            ("2.5E-6170", "1E-6", "2E-6176"),
+            ("1E+6100", "1E+20", "1.000000000E+6120"),
+            (
+                "1111111111111111111111111111111111",
+                "1111111111111111111111111111111111",
+                "1.234567901234567901234567901234568E+66",
+            ),
+        ];
+        for (a, b, want) in cases {
+            assert_eq!(text(d(a).mul(&d(b))), want, "{a} × {b}");
+            assert_eq!(text(d(b).mul(&d(a))), want, "{b} × {a}");
+        }
+    }
+
+    #[test]
+    fn doubles_become_decimals_as_mongod_converts_them() {
+        let conv = |f: f64, digits| text(Dec::from_bson(&Bson::Double(f), digits).unwrap());
+        use DoubleDigits::*;
+        assert_eq!(conv(0.1, Fifteen), "0.100000000000000");
+        assert_eq!(conv(0.1, ThirtyFour), "0.1000000000000000055511151231257827");
+        assert_eq!(conv(2.5, Fifteen), "2.50000000000000");
+        assert_eq!(conv(2.5, ThirtyFour), "2.5");
+        assert_eq!(conv(1024.0, ThirtyFour), "1024");
+        assert_eq!(conv(-1e300, Fifteen), "-1.00000000000000E+300");
+        assert_eq!(conv(999999999999999.9, Fifteen), "1.00000000000000E+15");
+        assert_eq!(conv(5e-324, Fifteen), "4.94065645841247E-324");
+        assert_eq!(conv(0.0, Fifteen), "0");
+        assert_eq!(conv(-0.0, Fifteen), "-0");
+        assert_eq!(conv(f64::INFINITY, Fifteen), "Infinity");
+        assert_eq!(conv(f64::NAN, Fifteen), "NaN");
+        let int = |v: Bson| text(Dec::from_bson(&v, Fifteen).unwrap());
+        assert_eq!(int(Bson::Int64(i64::MIN)), "-9223372036854775808");
+        assert_eq!(int(Bson::Int32(0)), "0");
+    }
+
+    #[test]
+    fn averages_divide_by_the_count() {
+        assert_eq!(text(d("10").div_count(4)), "2.5");
+        assert_eq!(text(d("1.00").div_count(2)), "0.50");
+        assert_eq!(text(d("6.0").div_count(3)), "2.0");
+        assert_eq!(text(d("1").div_count(3)), "0.3333333333333333333333333333333333");
+        assert_eq!(text(d("2").div_count(3)), "0.6666666666666666666666666666666667");
+        assert_eq!(text(d("-0").div_count(3)), "-0");
+        assert_eq!(text(d("NaN").div_count(3)), "NaN");
+    }
+
+    #[test]
+    fn results_agree_with_exact_rational_arithmetic_on_small_values() {
+        // Sums and products of values with few digits are exact: compare
+        // against integer arithmetic scaled by 10^4.
+        let values = ["0", "1", "-1", "0.5", "-2.25", "12.3456", "999", "-0.0001"];
+        let scaled = |s: &str| (s.parse::<f64>().unwrap() * 10_000.0).round() as i128;
+        for a in values {
+            for b in values {
+                let sum = d(a).add(&d(b));
+                let Bson::Decimal128(v) = sum.to_bson() else { unreachable!() };
+                let got: f64 = v.to_string().parse().unwrap();
+                assert_eq!((got * 10_000.0).round() as i128, scaled(a) + scaled(b), "{a} + {b}");
+                let product = d(a).mul(&d(b));
+                let Bson::Decimal128(v) = product.to_bson() else { unreachable!() };
+                let got: f64 = v.to_string().parse().unwrap();
+                let want = scaled(a) * scaled(b);
+                assert_eq!((got * 1e8).round() as i128, want, "{a} × {b}");
+            }
+        }
+    }
+}
