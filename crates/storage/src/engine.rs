@@ -1412,6 +1412,20 @@ impl Engine {
     }
 }
 
+impl Drop for Engine {
+    fn drop(&mut self) {
+        // The last handle a caller holds (background jobs work through
+        // handles with their own, empty, thread list): stop and join the
+        // background threads first, so that no job keeps the engine, and
+        // its directory lock, alive after this drop returns.
+        let last_owner = Arc::strong_count(&self.background) == 1
+            && self.background.lock().map(|threads| !threads.is_empty()).unwrap_or(false);
+        if last_owner {
+            self.stop_background();
+        }
+    }
+}
+
 impl Drop for Inner {
     fn drop(&mut self) {
         // Last handle gone without close(): keep what was committed (the
