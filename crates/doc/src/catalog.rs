@@ -19,7 +19,7 @@
 //!    transaction; a duplicate `_id` fails it with nothing written.
 //! 3. Record ids only grow within a collection.
 
-use crate::keystring::{self, KeyError};
+use crate::keystring;
 use crate::sessions::Stamp;
 use bson::{doc, oid::ObjectId, Bson, Document};
 use std::collections::BTreeMap;
@@ -42,8 +42,6 @@ pub enum DocError {
     NamespaceNotFound(String),
     #[error("{0}")]
     InvalidNamespace(String),
-    #[error(transparent)]
-    Key(#[from] KeyError),
     #[error("stored document is corrupt: {0}")]
     Corrupt(String),
     /// A document larger than its capped collection.
@@ -413,7 +411,7 @@ impl Collection {
                     .and_then(|d| d.get("_id").ok().flatten())
                     .and_then(|v| Bson::try_from(v).ok())
                     .ok_or_else(|| DocError::Corrupt("a capped document without _id".into()))?;
-                victims.push((key.to_vec(), keystring::encode(&id)?));
+                victims.push((key.to_vec(), keystring::encode(&id)));
                 used = (used.0.saturating_sub(value.len() as u64), used.1.saturating_sub(1));
                 entry = c.next()?;
             }
@@ -437,7 +435,7 @@ impl Collection {
     ) -> Result<Document, DocError> {
         let doc = with_id_first(doc);
         let id = doc.get("_id").expect("with_id_first adds one").clone();
-        let key = keystring::encode(&id)?;
+        let key = keystring::encode(&id);
         let bytes = bson::to_vec(&doc).expect("BSON encodes");
         let mut capped_used = self.capped_lock();
         if self.capped.as_ref().is_some_and(|c| bytes.len() as u64 > c.size) {
@@ -552,12 +550,12 @@ impl Collection {
                 }
                 let doc = with_id_first(doc);
                 let id = doc.get("_id").expect("with_id_first adds one");
-                // A document fails alone on a key we cannot encode or a
-                // duplicate `_id`; anything else the engine refuses ends
-                // the chunk before it (`failed_at`).
-                let refused = match keystring::encode(id) {
-                    Err(e) => DocError::from(e),
-                    Ok(key) => {
+                // A document fails alone on a duplicate `_id`; anything
+                // else the engine refuses ends the chunk before it
+                // (`failed_at`).
+                let refused = {
+                    let key = keystring::encode(id);
+                    {
                         let duplicate = !seen.insert(key.clone())
                             || match txn.get(&self.id_index, &key) {
                                 Ok(found) => found.is_some(),
@@ -620,7 +618,7 @@ impl Collection {
         ack: Ack,
         stamp: Option<&dyn Stamp>,
     ) -> Result<bool, DocError> {
-        let key = keystring::encode(doc.get("_id").ok_or_else(|| DocError::Corrupt("a document without _id".into()))?)?;
+        let key = keystring::encode(doc.get("_id").ok_or_else(|| DocError::Corrupt("a document without _id".into()))?);
         let mut capped_used = self.capped_lock();
         loop {
             let txn = engine.begin(ack.txn_options())?;
@@ -700,10 +698,7 @@ impl Collection {
     /// The stored BSON bytes of the document with this `_id` and its record
     /// id, if any: a point read that never builds a `Document`.
     pub fn find_raw_by_id(&self, engine: &Engine, id: &Bson) -> Result<Option<(u64, Bytes)>, DocError> {
-        let key = match keystring::encode(id) {
-            Ok(k) => k,
-            Err(_) => return Ok(None),
-        };
+        let key = keystring::encode(id);
         let Some(rid) = engine.get(&self.id_index, &key)? else { return Ok(None) };
         let rid = record_id(&rid)?;
         match engine.get(&self.records, &rid.to_be_bytes())? {
@@ -884,7 +879,7 @@ mod tests {
         docs[300] = doc! { "_id": 12 }; // repeats docs[2], across a chunk boundary
         docs[301] = doc! { "_id": 13, "v": 1 }; // repeats docs[3]
         docs[400] = doc! { "_id": "k".repeat(9000) }; // a key the engine refuses
-        docs[401] = doc! { "_id": bson::Decimal128::from_bytes([0; 16]) }; // not encodable yet
+        docs[401] = doc! { "_id": "10".parse::<bson::Decimal128>().unwrap() }; // equals docs[0]'s 10
         let refs: Vec<&Document> = docs.iter().collect();
         let results = c.insert_many(&e, &refs, false, Ack::Journaled, None);
         assert_eq!(results.len(), n);
@@ -893,7 +888,7 @@ mod tests {
         assert!(matches!(results[7], Err(DocError::DuplicateKey { .. })));
         assert!(matches!(results[300], Err(DocError::DuplicateKey { .. })));
         assert!(matches!(results[400], Err(DocError::Storage(StorageError::KeyTooLarge { .. }))));
-        assert!(matches!(results[401], Err(DocError::Key(_))));
+        assert!(matches!(results[401], Err(DocError::DuplicateKey { .. })));
         let stored = c.scan(&e, 0, 0).unwrap();
         assert_eq!(stored.len(), 1 + n - failed.len());
         assert_eq!(c.find_by_id(&e, &Bson::Int64(13)).unwrap().unwrap().get_i64("v").unwrap(), 3, "the first one wins");

@@ -160,21 +160,7 @@ impl Dec {
         if mantissa == 0 {
             return Dec::Finite { negative, digits: Vec::new(), exp: 0 };
         }
-        // The exact value: m × 2^e, or m × 5^-e × 10^e for e < 0.
-        let mut big = Big::from(mantissa);
-        let mut exp = 0;
-        if exp2 >= 0 {
-            big.shl(exp2 as u32);
-        } else {
-            let mut n = -exp2;
-            while n > 0 {
-                let k = n.min(27); // 5^27 < 2^64
-                big.mul_small(5u64.pow(k as u32));
-                n -= k;
-            }
-            exp = exp2;
-        }
-        let mut digits = big.into_digits();
+        let (mut digits, mut exp) = exact_digits(mantissa, exp2);
         // As mongod: first the 34-digit conversion, then 15 digits from it.
         exp += round(&mut digits, PRECISION, false);
         match doubles {
@@ -214,24 +200,8 @@ impl Dec {
             (Dec::Inf { negative: a }, Dec::Inf { negative: b }) if a != b => Dec::NaN,
             (inf @ Dec::Inf { .. }, _) | (_, inf @ Dec::Inf { .. }) => inf.clone(),
             (Dec::Finite { negative: na, digits: da, exp: ea }, Dec::Finite { negative: nb, digits: db, exp: eb }) => {
-                let exp = (*ea).min(*eb);
-                let align = |d: &[u8], e: i32| {
-                    let mut v = d.to_vec();
-                    if !v.is_empty() {
-                        v.extend(std::iter::repeat_n(0, (e - exp) as usize));
-                    }
-                    v
-                };
-                let (xa, xb) = (align(da, *ea), align(db, *eb));
-                if na == nb {
-                    return finish(*na, add_digits(&xa, &xb), exp, false);
-                }
-                match cmp_digits(&xa, &xb) {
-                    Ordering::Greater => finish(*na, sub_digits(&xa, &xb), exp, false),
-                    Ordering::Less => finish(*nb, sub_digits(&xb, &xa), exp, false),
-                    // An exact zero sum is +0 when rounding to nearest.
-                    Ordering::Equal => finish(false, Vec::new(), exp, false),
-                }
+                let (negative, digits, exp) = exact_sum((*na, da, *ea), (*nb, db, *eb));
+                finish(negative, digits, exp, false)
             }
         }
     }
@@ -284,6 +254,89 @@ impl Dec {
             Dec::Inf { negative } | Dec::Finite { negative, .. } => *negative,
         }
     }
+}
+
+/// The exact decimal digits of `mantissa × 2^exp2`: `m × 2^e`, or
+/// `m × 5^-e × 10^e` for `e < 0`.
+fn exact_digits(mantissa: u128, exp2: i32) -> (Vec<u8>, i32) {
+    let mut big = Big::from(mantissa);
+    let mut exp = 0;
+    if exp2 >= 0 {
+        big.shl(exp2 as u32);
+    } else {
+        let mut n = -exp2;
+        while n > 0 {
+            let k = n.min(27); // 5^27 < 2^64
+            big.mul_small(5u64.pow(k as u32));
+            n -= k;
+        }
+        exp = exp2;
+    }
+    (big.into_digits(), exp)
+}
+
+/// `a + b` exactly, each `(negative, digits, exp)`; an exact zero from
+/// opposite signs is +0 (as rounding to nearest makes it).
+fn exact_sum((na, da, ea): (bool, &[u8], i32), (nb, db, eb): (bool, &[u8], i32)) -> (bool, Vec<u8>, i32) {
+    let exp = ea.min(eb);
+    let align = |d: &[u8], e: i32| {
+        let mut v = d.to_vec();
+        if !v.is_empty() {
+            v.extend(std::iter::repeat_n(0, (e - exp) as usize));
+        }
+        v
+    };
+    let (xa, xb) = (align(da, ea), align(db, eb));
+    if na == nb {
+        return (na, add_digits(&xa, &xb), exp);
+    }
+    match cmp_digits(&xa, &xb) {
+        Ordering::Greater => (na, sub_digits(&xa, &xb), exp),
+        Ordering::Less => (nb, sub_digits(&xb, &xa), exp),
+        Ordering::Equal => (false, Vec::new(), exp),
+    }
+}
+
+/// A remainder for KeyString: `(negative, digits, exp)`, no leading or
+/// trailing zeros, no digits for zero.
+pub type Remainder = (bool, Vec<u8>, i32);
+
+/// A number split for KeyString (`keystring.rs`): the double nearest to it
+/// (ties to even; beyond the double range, the largest finite double of
+/// its sign) and the exact remainder `value − double`. `None` for NaN and
+/// non-numbers; infinities and doubles have remainder zero.
+pub fn split_at_double(v: &Bson) -> Option<(f64, Remainder)> {
+    let zero = (false, Vec::new(), 0);
+    let (negative, digits, exp) = match v {
+        Bson::Double(f) if f.is_nan() => return None,
+        Bson::Double(f) => return Some((*f, zero)),
+        _ => match Dec::from_bson(v, DoubleDigits::ThirtyFour)? {
+            Dec::NaN => return None,
+            Dec::Inf { negative } => return Some((if negative { f64::NEG_INFINITY } else { f64::INFINITY }, zero)),
+            Dec::Finite { negative, digits, exp } => (negative, digits, exp),
+        },
+    };
+    if digits.is_empty() {
+        return Some((0.0, zero));
+    }
+    let text: String = digits.iter().map(|d| char::from(b'0' + d)).collect();
+    // Rust's float parsing rounds correctly (to nearest, ties to even).
+    let magnitude = format!("{text}e{exp}").parse::<f64>().unwrap_or(f64::INFINITY).min(f64::MAX);
+    let nearest = if negative { -magnitude } else { magnitude };
+    let (d_digits, d_exp) = match double(magnitude) {
+        Exact::Finite { mantissa, exp2, .. } if mantissa != 0 => exact_digits(mantissa, exp2),
+        _ => (Vec::new(), 0),
+    };
+    let (r_negative, mut r_digits, mut r_exp) = exact_sum((negative, &digits, exp), (!negative, &d_digits, d_exp));
+    strip_leading_zeros(&mut r_digits);
+    while r_digits.last() == Some(&0) {
+        r_digits.pop();
+        r_exp += 1;
+    }
+    if r_digits.is_empty() {
+        return Some((nearest, zero));
+    }
+    Some((nearest, (r_negative, r_digits, r_exp)))
 }
 
 fn cmp_digits(a: &[u8], b: &[u8]) -> Ordering {

@@ -4,10 +4,12 @@
 //!
 //! Layout: one type byte per value (ranked as the canonical type order),
 //! then the value:
-//! - numbers: a NaN marker, or an ordered 8-byte double (the value rounded
-//!   to the nearest double, -0 as 0) followed by the exact 8-byte signed
-//!   difference of an integer from that double, so every int64 and double
-//!   keeps its exact place;
+//! - numbers (int32, int64, double, Decimal128 alike): a NaN marker, or an
+//!   ordered 8-byte double (the value rounded to the nearest double, -0 as
+//!   0, beyond the double range the largest finite one) followed by the
+//!   exact remainder of the value from that double (`append_remainder`;
+//!   one byte when zero), so every number keeps its exact place and equal
+//!   numbers of different types share a key;
 //! - strings, field names, regex parts, code: bytes with 0x00 escaped as
 //!   0x00 0xFF, terminated by 0x00 0x00;
 //! - objects: per element the value's type byte, the field name, the value;
@@ -19,7 +21,8 @@
 //! Invariant (checked by the property test): for all supported `a`, `b`,
 //! `encode(a).cmp(&encode(b)) == compare(a, b)`.
 
-use crate::compare::{number, pointer_value, Number};
+use crate::compare::pointer_value;
+use crate::decimal_math::{split_at_double, Remainder};
 use bson::{Bson, Document};
 
 /// Ends an object or array; below every type byte.
@@ -30,35 +33,28 @@ fn type_byte(v: &Bson) -> u8 {
     0x0a + 10 * crate::compare::canonical_type(v)
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum KeyError {
-    #[error("Decimal128 values cannot be indexed yet")]
-    Decimal128,
-}
-
 /// Encode one value.
-pub fn encode(v: &Bson) -> Result<Vec<u8>, KeyError> {
+pub fn encode(v: &Bson) -> Vec<u8> {
     let mut out = Vec::with_capacity(16);
-    append(&mut out, v)?;
-    Ok(out)
+    append(&mut out, v);
+    out
 }
 
 /// Append one value's encoding to `out`.
-pub fn append(out: &mut Vec<u8>, v: &Bson) -> Result<(), KeyError> {
+pub fn append(out: &mut Vec<u8>, v: &Bson) {
     out.push(type_byte(v));
-    append_value(out, v)
+    append_value(out, v);
 }
 
-fn append_value(out: &mut Vec<u8>, v: &Bson) -> Result<(), KeyError> {
+fn append_value(out: &mut Vec<u8>, v: &Bson) {
     match v {
         Bson::MinKey | Bson::Undefined | Bson::Null | Bson::MaxKey => {}
-        Bson::Decimal128(_) => return Err(KeyError::Decimal128),
-        Bson::Double(_) | Bson::Int32(_) | Bson::Int64(_) => append_number(out, number(v).expect("a number")),
+        Bson::Double(_) | Bson::Int32(_) | Bson::Int64(_) | Bson::Decimal128(_) => append_number(out, v),
         Bson::String(s) | Bson::Symbol(s) => append_str(out, s.as_bytes()),
-        Bson::Document(d) => append_document(out, d)?,
+        Bson::Document(d) => append_document(out, d),
         Bson::Array(items) => {
             for item in items {
-                append(out, item)?;
+                append(out, item);
             }
             out.push(END);
         }
@@ -86,20 +82,18 @@ fn append_value(out: &mut Vec<u8>, v: &Bson) -> Result<(), KeyError> {
         Bson::JavaScriptCode(c) => append_str(out, c.as_bytes()),
         Bson::JavaScriptCodeWithScope(c) => {
             append_str(out, c.code.as_bytes());
-            append_document(out, &c.scope)?;
+            append_document(out, &c.scope);
         }
     }
-    Ok(())
 }
 
-fn append_document(out: &mut Vec<u8>, d: &Document) -> Result<(), KeyError> {
+fn append_document(out: &mut Vec<u8>, d: &Document) {
     for (k, v) in d {
         out.push(type_byte(v));
         append_str(out, k.as_bytes());
-        append_value(out, v)?;
+        append_value(out, v);
     }
     out.push(END);
-    Ok(())
 }
 
 fn append_str(out: &mut Vec<u8>, s: &[u8]) {
@@ -123,22 +117,41 @@ fn ordered_f64(f: f64) -> u64 {
     }
 }
 
-fn append_number(out: &mut Vec<u8>, n: Number) {
-    let (nearest, delta) = match n {
-        Number::Float(f) if f.is_nan() => {
-            out.push(0);
-            return;
-        }
-        Number::Float(f) => (f, 0i64),
-        Number::Int(i) => {
-            let d = i as f64;
-            // |i - d| <= 512 for every i64: the difference fits easily.
-            (d, (i128::from(i) - d as i128) as i64)
-        }
+/// A number: NaN, or the nearest double then the exact remainder.
+fn append_number(out: &mut Vec<u8>, v: &Bson) {
+    let Some((nearest, remainder)) = split_at_double(v) else {
+        out.push(0);
+        return;
     };
     out.push(1);
     out.extend_from_slice(&ordered_f64(nearest).to_be_bytes());
-    out.extend_from_slice(&((delta as u64) ^ (1 << 63)).to_be_bytes());
+    append_remainder(out, &remainder);
+}
+
+/// The remainder `r = value − nearest double`, exactly and in order: a
+/// class byte (0x7f negative, 0x80 zero, 0x81 positive), then for nonzero
+/// `r = 0.d1d2… × 10^E` the sign-flipped 2-byte `E` and the digits two per
+/// byte (`10·a + b + 1`, so 1..=101, an odd count padded with 0), ended by
+/// 0x00; a negative `r` inverts those bytes, so larger magnitudes sort
+/// first. Digits carry no trailing zeros, so equal values encode alike.
+fn append_remainder(out: &mut Vec<u8>, (negative, digits, exp): &Remainder) {
+    if digits.is_empty() {
+        out.push(0x80);
+        return;
+    }
+    out.push(if *negative { 0x7f } else { 0x81 });
+    let start = out.len();
+    let adjusted = *exp + digits.len() as i32;
+    out.extend_from_slice(&((adjusted as i16 as u16) ^ 0x8000).to_be_bytes());
+    for pair in digits.chunks(2) {
+        out.push(pair[0] * 10 + pair.get(1).copied().unwrap_or(0) + 1);
+    }
+    out.push(0);
+    if *negative {
+        for b in &mut out[start..] {
+            *b = !*b;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -160,6 +173,11 @@ mod tests {
             any::<f64>().prop_map(Bson::Double),
             prop_oneof![Just(0.0), Just(-0.0), Just(1.0), Just(2.5), Just(9.223372036854776e18), Just(f64::NAN)]
                 .prop_map(Bson::Double),
+            any::<[u8; 16]>().prop_map(|b| Bson::Decimal128(bson::Decimal128::from_bytes(b))),
+            (any::<bool>(), 0u64..2000, -3i32..3).prop_map(|(negative, c, e)| {
+                let text = format!("{}{c}E{e}", if negative { "-" } else { "" });
+                Bson::Decimal128(text.parse().unwrap())
+            }),
             prop::collection::vec(prop_oneof![Just(0u8), Just(b'a'), Just(b'b'), Just(0xc3)], 0..4)
                 .prop_map(|b| Bson::String(String::from_utf8_lossy(&b).into_owned())),
             "[ab]{0,3}".prop_map(Bson::Symbol),
@@ -189,15 +207,60 @@ mod tests {
         #![proptest_config(ProptestConfig::with_cases(4096))]
         #[test]
         fn byte_order_is_mongodb_order(a in value(), b in value()) {
-            let (ka, kb) = (encode(&a).unwrap(), encode(&b).unwrap());
+            let (ka, kb) = (encode(&a), encode(&b));
             prop_assert_eq!(ka.cmp(&kb), compare(&a, &b), "{:?} vs {:?}", a, b);
         }
     }
 
     #[test]
-    fn decimal_is_refused_not_misordered() {
-        let d = Bson::Decimal128("1.5".parse().unwrap());
-        assert_eq!(encode(&d), Err(KeyError::Decimal128));
+    fn decimals_take_their_exact_place_among_all_numbers() {
+        let d = |s: &str| Bson::Decimal128(s.parse().unwrap());
+        let vals = [
+            d("0.1"),
+            Bson::Double(0.1),
+            d("0.1000000000000000055511151231257827"),
+            d("0.1000000000000000055511151231257828"),
+            d("0.10"),
+            d("-0.1"),
+            Bson::Double(-0.1),
+            d("-0"),
+            Bson::Int32(0),
+            d("1"),
+            d("1.000"),
+            Bson::Int64(1),
+            d("9223372036854775807"),
+            d("9223372036854775806.5"),
+            Bson::Int64(i64::MAX),
+            Bson::Int64(i64::MAX - 1),
+            Bson::Double(9.223372036854776e18),
+            d("9223372036854775808"),
+            d("1E+400"),
+            d("-1E+400"),
+            d("1.7976931348623157E+308"),
+            Bson::Double(f64::MAX),
+            d("1E-400"),
+            d("-1E-400"),
+            Bson::Double(5e-324),
+            d("2.4703282292062327E-324"),
+            d("2.4703282292062328E-324"),
+            d("Infinity"),
+            Bson::Double(f64::INFINITY),
+            d("-Infinity"),
+            Bson::Double(f64::NEG_INFINITY),
+            d("NaN"),
+            Bson::Double(f64::NAN),
+            d("9.999999999999999999999999999999999E+6144"),
+            d("1E-6176"),
+        ];
+        for a in &vals {
+            for b in &vals {
+                assert_eq!(encode(a).cmp(&encode(b)), compare(a, b), "{a:?} vs {b:?}");
+            }
+        }
+        // Equal values share one key: a duplicate `_id` whatever its type.
+        assert_eq!(encode(&d("1.000")), encode(&Bson::Int32(1)));
+        assert_eq!(encode(&d("0.5")), encode(&Bson::Double(0.5)));
+        assert_eq!(encode(&d("-0")), encode(&Bson::Double(0.0)));
     }
 
     #[test]
@@ -211,7 +274,7 @@ mod tests {
         ];
         for a in &vals {
             for b in &vals {
-                assert_eq!(encode(a).unwrap().cmp(&encode(b).unwrap()), compare(a, b), "{a:?} vs {b:?}");
+                assert_eq!(encode(a).cmp(&encode(b)), compare(a, b), "{a:?} vs {b:?}");
             }
         }
     }

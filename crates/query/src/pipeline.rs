@@ -264,7 +264,7 @@ fn group(docs: impl Iterator<Item = Document>, id: &Operand, fields: &[(String, 
     let mut groups: BTreeMap<Vec<u8>, (Bson, Vec<Acc>)> = BTreeMap::new();
     for d in docs {
         let key = id.eval(&d).unwrap_or(Bson::Null);
-        let k = doc::keystring::encode(&key).unwrap_or_else(|_| key.to_string().into_bytes());
+        let k = doc::keystring::encode(&key);
         let entry = groups.entry(k).or_insert_with(|| {
             let accs = fields
                 .iter()

@@ -27,7 +27,6 @@ impl From<DocError> for CommandError {
             DocError::NamespaceExists(_) => CommandError::namespace_exists(e.to_string()),
             DocError::NamespaceNotFound(_) => CommandError::namespace_not_found(e.to_string()),
             DocError::InvalidNamespace(m) => CommandError::invalid_namespace(m),
-            DocError::Key(k) => CommandError::bad_value(k.to_string()),
             DocError::ExceedsCappedSize => CommandError::bad_value(e.to_string()),
             DocError::Corrupt(_) | DocError::Storage(_) => CommandError::internal_error(e.to_string()),
         }
