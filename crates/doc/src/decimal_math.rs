@@ -310,6 +310,20 @@ pub fn split_at_double(v: &Bson) -> Option<(f64, Remainder)> {
     let (negative, digits, exp) = match v {
         Bson::Double(f) if f.is_nan() => return None,
         Bson::Double(f) => return Some((*f, zero)),
+        // Integers: the nearest double (`as` rounds to nearest, ties to
+        // even) and a small integer remainder (|r| ≤ 1024), no text.
+        Bson::Int32(i) => return Some((f64::from(*i), zero)),
+        Bson::Int64(i) => {
+            let nearest = *i as f64;
+            let r = i128::from(*i) - nearest as i128;
+            let mut digits = digits_of(r.unsigned_abs());
+            let mut exp = 0;
+            while digits.last() == Some(&0) {
+                digits.pop();
+                exp += 1;
+            }
+            return Some((nearest, (r < 0, digits, exp)));
+        }
         _ => match Dec::from_bson(v, DoubleDigits::ThirtyFour)? {
             Dec::NaN => return None,
             Dec::Inf { negative } => return Some((if negative { f64::NEG_INFINITY } else { f64::INFINITY }, zero)),
