@@ -10,8 +10,7 @@
 //! value; a prefix sorts first); arrays element by element; binData by
 //! length, then subtype, then bytes.
 //!
-//! Decimal128 compares exactly with every number type (`decimal.rs`);
-//! `keystring` does not encode it yet and refuses it.
+//! Decimal128 compares exactly with every number type (`decimal.rs`).
 
 use bson::{Bson, Document};
 use std::cmp::Ordering;

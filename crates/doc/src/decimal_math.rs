@@ -111,7 +111,6 @@ fn finish(negative: bool, mut digits: Vec<u8>, exp: i32, sticky: bool) -> Dec {
         return Dec::Finite { negative, digits: Vec::new(), exp: EXP_MIN };
     }
     exp += i64::from(round(&mut digits, keep as usize, sticky));
-    strip_leading_zeros(&mut digits);
     if exp > i64::from(EXP_MAX) {
         if digits.is_empty() {
             return Dec::Finite { negative, digits, exp: EXP_MAX };

@@ -295,12 +295,18 @@ fn group(docs: impl Iterator<Item = Document>, id: &Operand, fields: &[(String, 
 }
 
 fn accumulate(kind: AccKind, acc: &mut Acc, v: Option<Bson>) {
-    match (kind, acc) {
-        (AccKind::Sum, Acc::Sum { dec, .. }) if matches!(v, Some(Bson::Decimal128(_))) => add_decimal(dec, v.as_ref()),
-        (AccKind::Avg, Acc::Avg { n, dec, .. }) if matches!(v, Some(Bson::Decimal128(_))) => {
-            add_decimal(dec, v.as_ref());
-            *n += 1;
+    // A decimal joins the decimal total of $sum and $avg.
+    if let Some(d @ Bson::Decimal128(_)) = &v {
+        match acc {
+            Acc::Sum { dec, .. } => return add_decimal(dec, d),
+            Acc::Avg { dec, n, .. } => {
+                *n += 1;
+                return add_decimal(dec, d);
+            }
+            Acc::Pick(_) | Acc::Push(_) => {}
         }
+    }
+    match (kind, acc) {
         (AccKind::Sum, Acc::Sum { int, float, is_float, .. }) => match v.as_ref().and_then(number) {
             Some(Number::Int(i)) if !*is_float => match int.checked_add(i) {
                 Some(s) => *int = s,
@@ -362,8 +368,8 @@ fn accumulate(kind: AccKind, acc: &mut Acc, v: Option<Bson>) {
     }
 }
 
-fn add_decimal(total: &mut Option<Dec>, v: Option<&Bson>) {
-    let value = v.and_then(|v| Dec::from_bson(v, DoubleDigits::ThirtyFour)).unwrap_or(Dec::NaN);
+fn add_decimal(total: &mut Option<Dec>, v: &Bson) {
+    let value = Dec::from_bson(v, DoubleDigits::ThirtyFour).expect("a decimal");
     *total = Some(match total.take() {
         Some(total) => total.add(&value),
         None => value,
@@ -374,7 +380,7 @@ fn add_decimal(total: &mut Option<Dec>, v: Option<&Bson>) {
 /// converts its double sum with 34 digits).
 fn non_decimal_total(int: i64, float: f64, is_float: bool) -> Dec {
     let v = if is_float { Bson::Double(float) } else { Bson::Int64(int) };
-    Dec::from_bson(&v, DoubleDigits::ThirtyFour).unwrap_or(Dec::NaN)
+    Dec::from_bson(&v, DoubleDigits::ThirtyFour).expect("a number")
 }
 
 fn finish(acc: Acc) -> Bson {
