@@ -32,6 +32,16 @@ def test_find_on_a_view_runs_its_pipeline(db):
     assert len(list(cursor)) == 32
 
 
+def test_an_unsorted_view_read_is_not_a_blocking_sort(client, db):
+    # Far below the view's size: only a sort may hit this limit.
+    client.admin.command("setParameter", 1, internalQueryMaxBlockingSortMemoryUsageBytes=100)
+    docs = list(db.stock.find(skip=3, limit=5, allow_disk_use=False))
+    assert [d["_id"] for d in docs] == [i for i in range(40) if i % 5][3:8]
+    with pytest.raises(OperationFailure) as e:
+        list(db.stock.find(sort=[("qty", 1)], allow_disk_use=False))
+    assert e.value.code == 292
+
+
 def test_count_distinct_and_aggregate_on_a_view(db):
     assert db.stock.count_documents({}) == 32
     assert db.stock.count_documents({"qty": 4}) == 8

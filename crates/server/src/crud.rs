@@ -301,11 +301,14 @@ fn view_options(shared: &Shared, ns: &Namespace, options: Document) -> Result<Do
 /// Writes and storage commands on a view fail as mongod's do.
 pub(crate) fn check_not_view(shared: &Shared, ns: &Namespace) -> Result<(), CommandError> {
     match shared.catalog.get(ns) {
-        Some(c) if c.view_on().is_some() => {
-            Err(CommandError::command_not_supported_on_view(format!("Namespace {ns} is a view, not a collection")))
-        }
+        Some(c) if c.view_on().is_some() => Err(not_on_view(ns)),
         _ => Ok(()),
     }
+}
+
+/// CommandNotSupportedOnView (166) for `ns`.
+pub(crate) fn not_on_view(ns: &Namespace) -> CommandError {
+    CommandError::command_not_supported_on_view(format!("Namespace {ns} is a view, not a collection"))
 }
 
 /// Check `capped`, `size` and `max` as mongod's `create` does, and store

@@ -557,8 +557,10 @@ pub fn find(shared: &Shared, cmd: &Document) -> CommandResult {
     if await_data && !tailable {
         return Err(CommandError::failed_to_parse("Cannot set 'awaitData' without also setting 'tailable'"));
     }
+    // The collection (or view) read, looked up once.
+    let coll = shared.catalog.get(&ns);
     if tailable {
-        if shared.catalog.get(&ns).is_some_and(|c| c.capped.is_none()) {
+        if coll.as_ref().is_some_and(|c| c.capped.is_none()) {
             return Err(CommandError::bad_value(format!(
                 "error processing query: ns={ns} tailable cursor requested on non capped collection"
             )));
@@ -598,27 +600,29 @@ pub fn find(shared: &Shared, cmd: &Document) -> CommandResult {
         tailing: None,
     };
     if tailable {
-        state.tailing = shared.catalog.get(&ns).map(|c| Arc::downgrade(&c));
+        state.tailing = coll.as_ref().map(Arc::downgrade);
     }
-    let is_view = shared.catalog.get(&ns).is_some_and(|c| c.view_on().is_some());
+    let is_view = coll.as_ref().is_some_and(|c| c.view_on().is_some());
     if is_view && tailable {
-        return Err(CommandError::command_not_supported_on_view(format!("Namespace {ns} is a view, not a collection")));
+        return Err(crate::crud::not_on_view(&ns));
     }
     // A point lookup when the filter is exactly {_id: value}.
-    if let (Some(id), Some(coll), false) =
-        (Filter::id_equality(&filter_doc), shared.catalog.get(&ns), is_view || tailable)
-    {
+    if let (Some(id), Some(coll), false) = (Filter::id_equality(&filter_doc), &coll, is_view || tailable) {
         let found = coll.find_rid_by_id(shared.catalog.engine(), id)?;
         let hits: Vec<Hit> = found.into_iter().skip(skip).map(|(rid, doc)| Hit { rid, doc, pos: None }).collect();
         state.source = Source::Buffer(hits.into_iter());
         state.remaining = limit;
-    } else if !sort.is_empty() || is_view {
-        // A view's documents come from its pipeline; an unsorted view
-        // keeps their order (`Sort::default()` is stable).
+    } else if !sort.is_empty() {
         let hits = &mut scan_hits(shared, &ns, &filter);
         state.source = sorted_hits(shared, hits, &sort, (skip, limit), allow_disk_use, &deadline)?;
         // A spilled sort applied the skip but not the limit.
         state.remaining = limit.filter(|_| matches!(state.source, Source::Merge(_)));
+    } else if is_view {
+        // A view's documents come from its pipeline, already in memory:
+        // kept in their order, no blocking sort.
+        let hits: Vec<Hit> = scan_hits(shared, &ns, &filter).collect::<Result<_, _>>()?;
+        let page: Vec<Hit> = hits.into_iter().skip(skip).take(limit.unwrap_or(usize::MAX)).collect();
+        state.source = Source::Buffer(page.into_iter());
     } else {
         state.source = Source::Scan { filter, after: 0, pending: VecDeque::new(), reverse: natural < 0 };
         for _ in 0..skip {
@@ -721,9 +725,7 @@ pub fn aggregate(shared: &Shared, cmd: &Document) -> CommandResult {
     let (stats, stages) = match stages.first() {
         Some(Bson::Document(d)) if d.contains_key("$collStats") => {
             if view.is_some() {
-                return Err(CommandError::command_not_supported_on_view(format!(
-                    "Namespace {ns} is a view, not a collection"
-                )));
+                return Err(crate::crud::not_on_view(&ns));
             }
             (Some(coll_stats_stage(shared, &ns, d)?), &stages[1..])
         }
