@@ -204,7 +204,7 @@ fn cluster_time() -> Timestamp {
     Timestamp { time: now as u32, increment: 1 }
 }
 
-fn add_cluster_time(reply: &mut Document) {
+pub(crate) fn add_cluster_time(reply: &mut Document) {
     for (key, value) in cluster_time_fields() {
         reply.insert(key, value);
     }

@@ -97,6 +97,11 @@ impl Deadline {
         Ok(Deadline((ms > 0).then(|| Instant::now() + Duration::from_millis(ms as u64))))
     }
 
+    /// Time left before the deadline, if there is one.
+    pub fn left(&self) -> Option<Duration> {
+        self.0.map(|t| t.saturating_duration_since(Instant::now()))
+    }
+
     /// No deadline.
     pub fn none() -> Deadline {
         Deadline(None)
@@ -223,13 +228,7 @@ impl Cursors {
     pub fn await_data(&self, id: i64, cmd: &Document) -> Option<Duration> {
         let open = self.open.lock().unwrap();
         open.get(&id).filter(|c| c.await_data)?;
-        let ms = match cmd.get("maxTimeMS") {
-            Some(Bson::Int32(i)) if *i > 0 => *i as u64,
-            Some(Bson::Int64(i)) if *i > 0 => *i as u64,
-            Some(Bson::Double(d)) if *d >= 1.0 => *d as u64,
-            _ => 1000,
-        };
-        Some(Duration::from_millis(ms))
+        Some(Deadline::of(cmd).ok().and_then(|d| d.left()).unwrap_or(Duration::from_secs(1)))
     }
 }
 
@@ -895,5 +894,22 @@ impl PartialOrd for Ordered {
 impl Ord for Ordered {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
         compare(&self.0, &other.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_deadline_comes_from_max_time_ms() {
+        let of = |v: Bson| Deadline::of(&bson::doc! { "find": "c", "maxTimeMS": v });
+        let left = of(Bson::Int32(5000)).unwrap().left().unwrap();
+        assert!(left <= Duration::from_millis(5000) && left > Duration::from_millis(4000));
+        assert_eq!(of(Bson::Int64(0)).unwrap().left(), None, "0 means no limit");
+        assert_eq!(of(Bson::Double(7.0)).unwrap().left().map(|d| d <= Duration::from_millis(7)), Some(true));
+        assert_eq!(of(Bson::String("x".into())).err().map(|e| e.code), Some(2));
+        assert_eq!(of(Bson::Int64(-1)).err().map(|e| e.code), Some(2));
+        assert_eq!(Deadline::of(&bson::doc! { "find": "c" }).unwrap().left(), None);
     }
 }

@@ -335,7 +335,9 @@ async fn serve_connection(
                     None => Ok(None),
                     Some(lsid) => {
                         let waiting = shared.sessions.take_turn(lsid);
-                        match crate::session::max_time(&msg.body) {
+                        // A bad maxTimeMS is the command's own error to report.
+                        let limit = crate::read::Deadline::of(&msg.body).ok().and_then(|d| d.left());
+                        match limit {
                             None => Ok(Some(waiting.await)),
                             Some(limit) => tokio::time::timeout(limit, waiting).await.map(Some),
                         }
@@ -346,9 +348,7 @@ async fn serve_connection(
                         let mut reply =
                             crate::error::CommandError::max_time_ms_expired("operation exceeded time limit")
                                 .to_document();
-                        for (key, value) in commands::cluster_time_fields() {
-                            reply.insert(key, value);
-                        }
+                        commands::add_cluster_time(&mut reply);
                         reply
                     }
                     (Ok(_turn), Some(wait)) => await_get_more(shared, conn, msg, wait).await,

@@ -162,17 +162,6 @@ pub struct SessionCatalog {
     turns: Mutex<HashMap<SessionId, Arc<tokio::sync::Mutex<()>>>>,
 }
 
-/// A command's `maxTimeMS`, if it sets one.
-pub fn max_time(cmd: &Document) -> Option<std::time::Duration> {
-    let ms = match cmd.get("maxTimeMS")? {
-        Bson::Int32(i) => i64::from(*i),
-        Bson::Int64(i) => *i,
-        Bson::Double(d) => *d as i64,
-        _ => return None,
-    };
-    (ms > 0).then(|| std::time::Duration::from_millis(ms as u64))
-}
-
 /// The session of a command that will check one out: a retryable write
 /// (`txnNumber` and a well-formed `lsid`).
 pub fn retryable_session(cmd: &Document) -> Option<SessionId> {
@@ -471,9 +460,6 @@ mod tests {
         drop(held);
         let next = tokio::time::timeout(Duration::from_millis(500), sessions.take_turn([1; 16])).await;
         assert!(next.is_ok());
-        let max = |v: Bson| max_time(&bson::doc! { "insert": "c", "maxTimeMS": v });
-        assert_eq!(max(Bson::Int32(5)), Some(Duration::from_millis(5)));
-        assert_eq!(max(Bson::Int64(0)), None);
         drop(next);
         drop(engine);
     }
