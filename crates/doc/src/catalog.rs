@@ -136,11 +136,6 @@ impl Capped {
         capped.then(|| (size as u64, number("max").filter(|&n| n > 0).map(|n| n as u64)))
     }
 
-    /// Bytes and documents stored.
-    pub fn used(&self) -> (u64, u64) {
-        *self.used.lock().unwrap()
-    }
-
     fn over(&self, (bytes, count): (u64, u64)) -> bool {
         bytes > self.size || self.max.is_some_and(|m| count > m)
     }
@@ -553,35 +548,30 @@ impl Collection {
                 // A document fails alone on a duplicate `_id`; anything
                 // else the engine refuses ends the chunk before it
                 // (`failed_at`).
-                let refused = {
-                    let key = keystring::encode(id);
-                    {
-                        let duplicate = !seen.insert(key.clone())
-                            || match txn.get(&self.id_index, &key) {
-                                Ok(found) => found.is_some(),
-                                Err(_) => {
-                                    failed_at = Some(i);
-                                    break;
-                                }
-                            };
-                        if !duplicate {
-                            let bytes = bson::to_vec(&doc).expect("BSON encodes");
-                            bytes_total += bytes.len();
-                            let rid = self.next_record.fetch_add(1, Ordering::Relaxed);
-                            let put = txn
-                                .put(&self.records, &rid.to_be_bytes(), &bytes)
-                                .and_then(|_| txn.put(&self.id_index, &key, &rid.to_be_bytes()));
-                            if put.is_err() {
-                                failed_at = Some(i);
-                                break;
-                            }
-                            results.push(Ok(()));
-                            continue;
+                let key = keystring::encode(id);
+                let duplicate = !seen.insert(key.clone())
+                    || match txn.get(&self.id_index, &key) {
+                        Ok(found) => found.is_some(),
+                        Err(_) => {
+                            failed_at = Some(i);
+                            break;
                         }
-                        DocError::DuplicateKey { ns: self.ns.to_string(), key: Box::new(id.clone()) }
+                    };
+                if !duplicate {
+                    let bytes = bson::to_vec(&doc).expect("BSON encodes");
+                    bytes_total += bytes.len();
+                    let rid = self.next_record.fetch_add(1, Ordering::Relaxed);
+                    let put = txn
+                        .put(&self.records, &rid.to_be_bytes(), &bytes)
+                        .and_then(|_| txn.put(&self.id_index, &key, &rid.to_be_bytes()));
+                    if put.is_err() {
+                        failed_at = Some(i);
+                        break;
                     }
-                };
-                results.push(Err(refused));
+                    results.push(Ok(()));
+                    continue;
+                }
+                results.push(Err(DocError::DuplicateKey { ns: self.ns.to_string(), key: Box::new(id.clone()) }));
                 if ordered {
                     stopped = true;
                     break;
@@ -783,7 +773,6 @@ fn decode(bytes: &[u8]) -> Result<Document, DocError> {
     Document::from_reader(bytes).map_err(|e| DocError::Corrupt(e.to_string()))
 }
 
-/// `doc` with `_id` as its first field: a new ObjectId if it has none.
 /// Write `stamp` (for the statements `done`), then commit.
 fn commit_stamped(txn: Txn, stamp: Option<&dyn Stamp>, done: &[usize]) -> Result<u64, StorageError> {
     if let Some(s) = stamp {

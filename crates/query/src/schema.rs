@@ -32,6 +32,31 @@ enum Additional {
     Schema(Box<JsonSchema>),
 }
 
+impl Additional {
+    fn allows(&self, v: &Bson) -> bool {
+        match self {
+            Additional::Any => true,
+            Additional::None => false,
+            Additional::Schema(s) => s.matches_value(v),
+        }
+    }
+}
+
+/// The nested schemas of an object-valued keyword (`properties`,
+/// `patternProperties`) by name; none when the keyword is absent.
+fn schema_map(schema: &Document, keyword: &str) -> Result<Vec<(String, JsonSchema)>, FilterError> {
+    let Some(p) = schema.get(keyword) else { return Ok(Vec::new()) };
+    let Bson::Document(p) = p else {
+        return Err(type_mismatch(format!("$jsonSchema keyword '{keyword}' must be an object")));
+    };
+    p.iter()
+        .map(|(name, sub)| match sub {
+            Bson::Document(sub) => Ok((name.clone(), JsonSchema::parse(sub)?)),
+            _ => Err(type_mismatch(format!("Nested schema for $jsonSchema property '{name}' must be an object"))),
+        })
+        .collect()
+}
+
 #[derive(Debug, Clone)]
 enum Dependency {
     Properties(Vec<String>),
@@ -277,34 +302,11 @@ impl JsonSchema {
                     if keywords.iter().any(|kw| matches!(kw, Keyword::Object { .. })) {
                         continue;
                     }
-                    let mut properties = Vec::new();
-                    if let Some(p) = schema.get("properties") {
-                        let Bson::Document(p) = p else {
-                            return Err(type_mismatch("$jsonSchema keyword 'properties' must be an object"));
-                        };
-                        for (name, sub) in p {
-                            let Bson::Document(sub) = sub else {
-                                return Err(type_mismatch(format!(
-                                    "Nested schema for $jsonSchema property '{name}' must be an object"
-                                )));
-                            };
-                            properties.push((name.clone(), JsonSchema::parse(sub)?));
-                        }
-                    }
-                    let mut patterns = Vec::new();
-                    if let Some(p) = schema.get("patternProperties") {
-                        let Bson::Document(p) = p else {
-                            return Err(type_mismatch("$jsonSchema keyword 'patternProperties' must be an object"));
-                        };
-                        for (pattern, sub) in p {
-                            let Bson::Document(sub) = sub else {
-                                return Err(type_mismatch(format!(
-                                    "Nested schema for $jsonSchema property '{pattern}' must be an object"
-                                )));
-                            };
-                            patterns.push((Regex::new(pattern, "")?, JsonSchema::parse(sub)?));
-                        }
-                    }
+                    let properties = schema_map(schema, "properties")?;
+                    let patterns = schema_map(schema, "patternProperties")?
+                        .into_iter()
+                        .map(|(pattern, sub)| Ok((Regex::new(&pattern, "")?, sub)))
+                        .collect::<Result<Vec<_>, FilterError>>()?;
                     let additional = match schema.get("additionalProperties") {
                         None => Additional::Any,
                         Some(a) => additional_arg("additionalProperties", a)?,
@@ -438,11 +440,7 @@ fn keyword_on_object(k: &Keyword, doc: &Document) -> bool {
             if named.is_some() || matched_pattern {
                 return true;
             }
-            match additional {
-                Additional::Any => true,
-                Additional::None => false,
-                Additional::Schema(s) => s.matches_value(value),
-            }
+            additional.allows(value)
         }),
         Keyword::MinProperties(n) => doc.len() >= *n,
         Keyword::MaxProperties(n) => doc.len() <= *n,
@@ -496,11 +494,7 @@ fn keyword_on_value(k: &Keyword, v: &Bson) -> bool {
                 Items::All(s) => arr.iter().all(|e| s.matches_value(e)),
                 Items::Each(each, rest) => arr.iter().enumerate().all(|(i, e)| match each.get(i) {
                     Some(s) => s.matches_value(e),
-                    None => match rest {
-                        Additional::Any => true,
-                        Additional::None => false,
-                        Additional::Schema(s) => s.matches_value(e),
-                    },
+                    None => rest.allows(e),
                 }),
             }
         }

@@ -696,7 +696,7 @@ pub fn insert(shared: &Shared, msg: &OpMsg) -> CommandResult {
     if coll.capped.is_some() && n_ok > 0 {
         shared.capped_inserts.send_modify(|n| *n += 1);
     }
-    let mut reply = write_reply(&results, ordered, false, |r| match r {
+    let mut reply = write_reply(&results, ordered, false, |_, r| match r {
         Ok(()) => Ok(Outcome { n: 1, ..Outcome::default() }),
         Err(e) => Err(e.clone()),
     });
@@ -725,13 +725,13 @@ pub(crate) fn write_reply<T>(
     items: &[T],
     ordered: bool,
     updates: bool,
-    mut run: impl FnMut(&T) -> Result<Outcome, CommandError>,
+    mut run: impl FnMut(usize, &T) -> Result<Outcome, CommandError>,
 ) -> Document {
     let (mut n, mut modified) = (0i64, 0i64);
     let mut upserted = Vec::new();
     let mut errors = Vec::new();
     for (i, item) in items.iter().enumerate() {
-        match run(item) {
+        match run(i, item) {
             Ok(o) => {
                 n += o.n;
                 modified += o.modified;
@@ -831,10 +831,7 @@ pub fn delete(shared: &Shared, msg: &OpMsg) -> CommandResult {
     let ack = ack_of(cmd)?;
     check_not_view(shared, &ns)?;
     let mut retry = Retry::begin(shared, cmd)?;
-    let mut i = 0;
-    let mut reply = write_reply(&specs, ordered, false, |spec| {
-        let index = i;
-        i += 1;
+    let mut reply = write_reply(&specs, ordered, false, |index, spec| {
         shared.opcounters.delete.fetch_add(1, Ordering::Relaxed);
         let log = match retry.as_mut() {
             None => None,

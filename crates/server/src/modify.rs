@@ -299,10 +299,7 @@ pub fn update(shared: &Shared, msg: &OpMsg) -> CommandResult {
     let ack = ack_of(cmd)?;
     check_not_view(shared, &ns)?;
     let mut retry = Retry::begin(shared, cmd)?;
-    let mut i = 0;
-    let mut reply = write_reply(&specs, ordered, true, |spec| {
-        let index = i;
-        i += 1;
+    let mut reply = write_reply(&specs, ordered, true, |index, spec| {
         shared.opcounters.update.fetch_add(1, Ordering::Relaxed);
         let st = parse_statement(spec)?;
         let log = match retry.as_mut() {

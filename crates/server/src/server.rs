@@ -186,11 +186,18 @@ impl Server {
         }
         // Sessions unused for the session timeout are forgotten, with
         // their retryable writes' records.
+        // The first pass waits one interval (start-up stays quick); the
+        // reaper stops with the server.
         let reaper = self.shared.clone();
+        let mut reaper_stop = self.shared.shutdown.subscribe();
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(SESSION_REAP_INTERVAL);
+            let start = tokio::time::Instant::now() + SESSION_REAP_INTERVAL;
+            let mut tick = tokio::time::interval_at(start, SESSION_REAP_INTERVAL);
             loop {
-                tick.tick().await;
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = reaper_stop.wait_for(|s| *s) => break,
+                }
                 let s = reaper.clone();
                 let reaped = tokio::task::spawn_blocking(move || s.sessions.reap(s.catalog.engine())).await;
                 match reaped {
