@@ -28,7 +28,7 @@ use bson::{spec::BinarySubtype, Bson, Document};
 use doc::sessions::{Record, SessionId, Sessions};
 use query::type_name;
 use std::collections::HashMap;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The session fields of a command.
@@ -142,8 +142,6 @@ pub(crate) fn session_fields(name: &str, cmd: &Document) -> Result<SessionFields
 /// A session's state while the server remembers it.
 #[derive(Default)]
 struct Live {
-    /// A command has it checked out.
-    busy: bool,
     /// The newest txnNumber seen (records only keep those that wrote).
     newest: Option<i64>,
     /// `newest` accounts for the stored records (read once per session).
@@ -155,10 +153,9 @@ struct Live {
 pub struct SessionCatalog {
     store: Sessions,
     live: Mutex<HashMap<SessionId, Live>>,
-    returned: Condvar,
     /// Per session, the turn a connection's task awaits before it runs a
-    /// retryable write (`take_turn`), so that the check-out below never
-    /// blocks a network thread.
+    /// retryable write (`take_turn`): one command per session at a time,
+    /// and no network thread ever blocks on it.
     turns: Mutex<HashMap<SessionId, Arc<tokio::sync::Mutex<()>>>>,
 }
 
@@ -179,12 +176,7 @@ fn session_timeout() -> Duration {
 
 impl SessionCatalog {
     pub fn open(engine: &storage::Engine) -> Result<SessionCatalog, doc::catalog::DocError> {
-        Ok(SessionCatalog {
-            store: Sessions::open(engine)?,
-            live: Mutex::default(),
-            returned: Condvar::new(),
-            turns: Mutex::default(),
-        })
+        Ok(SessionCatalog { store: Sessions::open(engine)?, live: Mutex::default(), turns: Mutex::default() })
     }
 
     /// Wait, without blocking a thread, until no other command of the
@@ -194,35 +186,33 @@ impl SessionCatalog {
         turn.lock_owned().await
     }
 
-    /// Wait for the session to be free and take it; returns its newest
-    /// txnNumber and whether that accounts for the stored records.
+    /// The session's newest txnNumber and whether that accounts for the
+    /// stored records. The caller holds the session's turn (`take_turn`,
+    /// taken in `server.rs` for every command `retryable_session` names).
     fn check_out(&self, lsid: SessionId) -> (Option<i64>, bool) {
         let mut live = self.live.lock().unwrap();
-        loop {
-            let s = live.entry(lsid).or_default();
-            if !s.busy {
-                s.busy = true;
-                return (s.newest, s.loaded);
-            }
-            live = self.returned.wait(live).unwrap();
-        }
+        let s = live.entry(lsid).or_default();
+        (s.newest, s.loaded)
     }
 
     fn check_in(&self, lsid: SessionId, newest: Option<i64>, loaded: bool) {
         let mut live = self.live.lock().unwrap();
         let s = live.entry(lsid).or_default();
-        s.busy = false;
         s.newest = s.newest.max(newest);
         s.loaded |= loaded;
         s.last_used = Some(Instant::now());
-        drop(live);
-        self.returned.notify_all();
     }
 
     /// Forget sessions unused for the session timeout, and their records.
     pub fn reap(&self, engine: &storage::Engine) -> Result<usize, doc::catalog::DocError> {
-        self.live.lock().unwrap().retain(|_, s| s.busy || s.last_used.is_some_and(|t| t.elapsed() < session_timeout()));
-        self.turns.lock().unwrap().retain(|_, t| Arc::strong_count(t) > 1);
+        // A turn someone holds or awaits keeps its session.
+        let mut turns = self.turns.lock().unwrap();
+        turns.retain(|_, t| Arc::strong_count(t) > 1);
+        self.live
+            .lock()
+            .unwrap()
+            .retain(|id, s| turns.contains_key(id) || s.last_used.is_some_and(|t| t.elapsed() < session_timeout()));
+        drop(turns);
         let now = bson::DateTime::now().timestamp_millis();
         self.store.reap(engine, now - session_timeout().as_millis() as i64)
     }
