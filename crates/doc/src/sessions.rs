@@ -88,17 +88,32 @@ impl Sessions {
 
     /// The highest txnNumber the session has records of.
     pub fn latest_txn_number(&self, engine: &Engine, lsid: &SessionId) -> Result<Option<i64>, DocError> {
+        let mut newest = None;
+        self.each_record(engine, lsid, |n, _| {
+            newest = newest.max(Some(n));
+            Ok(())
+        })?;
+        Ok(newest)
+    }
+
+    /// Call `f` with the txnNumber and record of each of the session's
+    /// statement records.
+    fn each_record(
+        &self,
+        engine: &Engine,
+        lsid: &SessionId,
+        mut f: impl FnMut(i64, &Document) -> Result<(), DocError>,
+    ) -> Result<(), DocError> {
         let mut c = engine.cursor(&self.table)?;
         let (lower, upper) = session_bounds(lsid);
         c.set_bounds(lower, upper);
-        let mut newest = None;
         let mut entry = c.first()?;
         while let Some((_, value)) = entry {
-            let (n, _) = decode_record(&value)?;
-            newest = newest.max(Some(n));
+            let (n, record) = decode_record(&value)?;
+            f(n, &record)?;
             entry = c.next()?;
         }
-        Ok(newest)
+        Ok(())
     }
 
     /// The statements of `(lsid, txn_number)` that committed, each with
@@ -109,23 +124,18 @@ impl Sessions {
         lsid: &SessionId,
         txn_number: i64,
     ) -> Result<HashMap<i32, Document>, DocError> {
-        let mut c = engine.cursor(&self.table)?;
-        let (lower, upper) = session_bounds(lsid);
-        c.set_bounds(lower, upper);
         let mut out = HashMap::new();
-        let mut entry = c.first()?;
-        while let Some((_, value)) = entry {
-            let (n, record) = decode_record(&value)?;
-            entry = c.next()?;
+        self.each_record(engine, lsid, |n, record| {
             if n != txn_number {
-                continue;
+                return Ok(());
             }
             let outcome = record.get_document("o").map_err(corrupt)?;
             for id in record.get_array("ids").map_err(corrupt)? {
                 let Bson::Int32(id) = id else { return Err(corrupt("a statement id is not an int")) };
                 out.insert(*id, outcome.clone());
             }
-        }
+            Ok(())
+        })?;
         Ok(out)
     }
 
