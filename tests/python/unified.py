@@ -453,7 +453,12 @@ def _client_bulk_result(result):
     }
     if result.has_verbose_results:
         doc["insertResults"] = {str(i): {"insertedId": r.inserted_id} for i, r in result.insert_results.items()}
-        doc["updateResults"] = {str(i): _update_result(r) for i, r in result.update_results.items()}
+        # A client bulk write's UpdateResult has no upsertedCount (spec:
+        # crud/bulk-write.md, "UpdateResult").
+        doc["updateResults"] = {
+            str(i): {k: v for k, v in _update_result(r).items() if k != "upsertedCount"}
+            for i, r in result.update_results.items()
+        }
         doc["deleteResults"] = {str(i): {"deletedCount": r.deleted_count} for i, r in result.delete_results.items()}
     return doc
 

@@ -326,6 +326,26 @@ impl Catalog {
         Ok(())
     }
 
+    /// Replace a collection's options (`collMod`): its catalog entry is
+    /// rewritten; writers that already hold the collection keep the old
+    /// options until their next lookup.
+    pub fn set_options(&self, ns: &Namespace, options: Document) -> Result<(), DocError> {
+        let mut all = self.collections.write().unwrap();
+        let Some(c) = all.get(ns).cloned() else { return Err(DocError::NamespaceNotFound(ns.to_string())) };
+        let entry = catalog_entry(ns, &options, c.records.name(), c.id_index.name());
+        self.engine.put(&self.meta, ns.to_string().as_bytes(), &bson::to_vec(&entry).expect("BSON encodes"))?;
+        let changed = Collection {
+            ns: ns.clone(),
+            options,
+            records: c.records.clone(),
+            id_index: c.id_index.clone(),
+            next_record: c.next_record.clone(),
+            capped: c.capped.clone(),
+        };
+        all.insert(ns.clone(), Arc::new(changed));
+        Ok(())
+    }
+
     /// The collections of `db`, by name.
     pub fn list(&self, db: &str) -> Vec<Arc<Collection>> {
         self.collections.read().unwrap().values().filter(|c| c.ns.db == db).cloned().collect()

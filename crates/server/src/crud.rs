@@ -242,7 +242,7 @@ pub fn create(shared: &Shared, cmd: &Document) -> CommandResult {
         return Err(CommandError::invalid_options(format!("collection option {k} is not supported yet")));
     }
     if options.contains_key("viewOn") || options.contains_key("pipeline") {
-        let options = view_options(shared, &ns, options)?;
+        let options = view_options(shared, &ns, options, "create")?;
         shared.catalog.create(&ns, options)?;
         return Ok(doc! { "ok": 1.0 });
     }
@@ -254,12 +254,12 @@ pub fn create(shared: &Shared, cmd: &Document) -> CommandResult {
 
 /// Check a view's `viewOn` and `pipeline`; the view may read a missing
 /// collection, but not itself through other views.
-fn view_options(shared: &Shared, ns: &Namespace, options: Document) -> Result<Document, CommandError> {
+fn view_options(shared: &Shared, ns: &Namespace, options: Document, cmd_name: &str) -> Result<Document, CommandError> {
     let on = match options.get("viewOn") {
         Some(Bson::String(on)) => on.clone(),
         Some(other) => {
             return Err(CommandError::type_mismatch(format!(
-                "BSON field 'create.viewOn' is the wrong type '{}', expected type 'string'",
+                "BSON field '{cmd_name}.viewOn' is the wrong type '{}', expected type 'string'",
                 type_name(other)
             )))
         }
@@ -276,7 +276,7 @@ fn view_options(shared: &Shared, ns: &Namespace, options: Document) -> Result<Do
         Some(Bson::Array(stages)) => stages.clone(),
         Some(other) => {
             return Err(CommandError::type_mismatch(format!(
-                "BSON field 'create.pipeline' is the wrong type '{}', expected type 'array'",
+                "BSON field '{cmd_name}.pipeline' is the wrong type '{}', expected type 'array'",
                 type_name(other)
             )))
         }
@@ -296,6 +296,46 @@ fn view_options(shared: &Shared, ns: &Namespace, options: Document) -> Result<Do
         }
     }
     Ok(doc! { "viewOn": on, "pipeline": pipeline })
+}
+
+/// `collMod`: change a collection's validator (`validator`,
+/// `validationLevel`, `validationAction`) or a view's definition
+/// (`viewOn`, `pipeline`), checked as `create` checks them.
+pub fn coll_mod(shared: &Shared, cmd: &Document) -> CommandResult {
+    const CHANGES: &[&str] = &["validator", "validationLevel", "validationAction", "viewOn", "pipeline"];
+    const NOT_YET: &[&str] =
+        &["index", "cappedSize", "cappedMax", "expireAfterSeconds", "changeStreamPreAndPostImages", "timeseries"];
+    let ns = namespace(cmd, "collMod")?;
+    let known: Vec<&str> = CHANGES.iter().chain(NOT_YET).chain(&["dryRun"]).copied().collect();
+    check_fields(cmd, "collMod", &known, false)?;
+    if let Some(k) = NOT_YET.iter().find(|k| cmd.contains_key(**k)) {
+        return Err(CommandError::not_implemented(format!("collMod with '{k}' is not supported yet")));
+    }
+    let Some(c) = shared.catalog.get(&ns) else {
+        return Err(CommandError::namespace_not_found(format!("ns does not exist: {ns}")));
+    };
+    let is_view = c.view_on().is_some();
+    let mut options = c.options.clone();
+    for (k, v) in cmd.iter().skip(1).filter(|(k, _)| CHANGES.contains(&k.as_str())) {
+        let view_option = matches!(k.as_str(), "viewOn" | "pipeline");
+        if view_option != is_view {
+            let what = if is_view { "not supported on a view" } else { "only supported on a view" };
+            return Err(CommandError::invalid_options(format!("option {what}: {k}")));
+        }
+        options.insert(k.clone(), v.clone());
+    }
+    let options = match is_view {
+        true => view_options(shared, &ns, options, "collMod")?,
+        false => {
+            Validator::of(&options)?;
+            options
+        }
+    };
+    if bool_option(cmd, "dryRun", "collMod", false)? {
+        return Ok(doc! { "ok": 1.0 });
+    }
+    shared.catalog.set_options(&ns, options)?;
+    Ok(doc! { "ok": 1.0 })
 }
 
 /// Writes and storage commands on a view fail as mongod's do.
@@ -657,20 +697,7 @@ pub fn insert(shared: &Shared, msg: &OpMsg) -> CommandResult {
     // Each document's own checks first; then the documents an insert
     // reaches (for an ordered one, those before the first failed check)
     // go to the collection together, which commits them in chunks.
-    let mut results: Vec<Result<(), CommandError>> = docs
-        .iter()
-        .map(|d| {
-            match d.get("_id") {
-                Some(Bson::Array(_)) => return Err(CommandError::bad_value("can't use an array for _id")),
-                Some(Bson::RegularExpression(_)) => return Err(CommandError::bad_value("can't use a regex for _id")),
-                _ => {}
-            }
-            match &validator {
-                Some((v, bypass)) => v.check(d, None, *bypass),
-                None => Ok(()),
-            }
-        })
-        .collect();
+    let mut results: Vec<Result<(), CommandError>> = docs.iter().map(|d| check_insert(d, validator.as_ref())).collect();
     let reached = if ordered { results.iter().position(Result::is_err).unwrap_or(docs.len()) } else { docs.len() };
     // A retried insert answers the statements that ran from their records.
     let mut tried: Vec<usize> = (0..reached).filter(|&i| results[i].is_ok()).collect();
@@ -705,6 +732,20 @@ pub fn insert(shared: &Shared, msg: &OpMsg) -> CommandResult {
         retry.finish_reply(&mut reply);
     }
     acknowledge(shared, ack, reply)
+}
+
+/// A document's own checks before it is inserted: its `_id`, and the
+/// collection's validator (with the command's bypass flag).
+pub(crate) fn check_insert(d: &Document, validator: Option<&(Validator, bool)>) -> Result<(), CommandError> {
+    match d.get("_id") {
+        Some(Bson::Array(_)) => return Err(CommandError::bad_value("can't use an array for _id")),
+        Some(Bson::RegularExpression(_)) => return Err(CommandError::bad_value("can't use a regex for _id")),
+        _ => {}
+    }
+    match validator {
+        Some((v, bypass)) => v.check(d, None, *bypass),
+        None => Ok(()),
+    }
 }
 
 /// What one write statement did.
@@ -853,7 +894,7 @@ pub fn delete(shared: &Shared, msg: &OpMsg) -> CommandResult {
 
 /// One `{q, limit}` statement: delete the first match (limit 1) or all.
 /// A retryable one (`log`; limit 1) records itself with its delete.
-fn delete_one_spec(
+pub(crate) fn delete_one_spec(
     shared: &Shared,
     ns: &Namespace,
     spec: &Document,

@@ -3,11 +3,12 @@
 //!
 //! The wire format (`wire.rs`, `compression.rs`), the handshake and
 //! administration commands (`commands.rs`), collections and writes
-//! (`crud.rs`, `modify.rs`), reads and cursors (`read.rs`, `point.rs`),
+//! (`crud.rs`, `modify.rs`, `bulk.rs` for the 8.0 `bulkWrite`), reads and cursors (`read.rs`, `point.rs`),
 //! sessions and retryable writes (`session.rs`), group commit
 //! (`durability.rs`), the network server with a clean shutdown
 //! (`server.rs`).
 
+pub mod bulk;
 pub mod commands;
 pub mod compression;
 pub mod crud;

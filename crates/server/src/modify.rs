@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 /// One parsed update statement.
 #[derive(Clone)]
-struct Statement {
+pub(crate) struct Statement {
     query: Document,
     filter: Filter,
     update: Update,
@@ -72,7 +72,7 @@ fn array_filters(spec: &Document) -> Result<Vec<Document>, CommandError> {
     }
 }
 
-fn parse_statement(spec: &Document) -> Result<Statement, CommandError> {
+pub(crate) fn parse_statement(spec: &Document) -> Result<Statement, CommandError> {
     let (query, filter) = filter_of(spec, "q")?;
     let update = parse_update_field(spec.get("u"), &array_filters(spec)?, "update.updates.u")?;
     let multi = bool_option(spec, "multi", "update.updates", false)?;
@@ -208,7 +208,7 @@ fn upsert(shared: &Shared, ns: &Namespace, query: &Document, change: &Change) ->
     Ok(stored)
 }
 
-fn run_statement(
+pub(crate) fn run_statement(
     shared: &Shared,
     ns: &Namespace,
     cmd: &Document,

@@ -647,7 +647,14 @@ pub fn get_more(shared: &Shared, cmd: &Document) -> CommandResult {
         }
         None => return Err(CommandError::failed_to_parse("getMore needs a cursor id")),
     };
-    let ns = namespace(cmd, "collection")?;
+    // The results cursor of `bulkWrite` lives on a namespace no
+    // collection may have.
+    let ns = match (cmd.get_str("collection"), cmd.get_str("$db")) {
+        (Ok(crate::bulk::CURSOR_COLLECTION), Ok("admin")) => {
+            Namespace { db: "admin".into(), coll: crate::bulk::CURSOR_COLLECTION.into() }
+        }
+        _ => namespace(cmd, "collection")?,
+    };
     let batch_size = count_option(cmd, "batchSize")?.filter(|b| *b > 0).map(|b| b as usize).unwrap_or(usize::MAX);
     let mut state = {
         let mut open = shared.cursors.open.lock().unwrap();
@@ -751,7 +758,18 @@ pub fn aggregate(shared: &Shared, cmd: &Document) -> CommandResult {
         }
     };
     deadline.check()?;
-    let hits: Vec<Hit> = out.into_iter().map(|doc| Hit { rid: 0, doc, pos: None }).collect();
+    buffered_cursor(shared, ns, out, batch_size.map(|b| b as usize))
+}
+
+/// Reply with the first batch of documents computed up front, keeping a
+/// cursor on `ns` open for the rest (`batch_size` 101 by default).
+pub(crate) fn buffered_cursor(
+    shared: &Shared,
+    ns: Namespace,
+    docs: Vec<Document>,
+    batch_size: Option<usize>,
+) -> CommandResult {
+    let hits: Vec<Hit> = docs.into_iter().map(|doc| Hit { rid: 0, doc, pos: None }).collect();
     let state = CursorState {
         ns,
         source: Source::Buffer(hits.into_iter()),
@@ -763,7 +781,7 @@ pub fn aggregate(shared: &Shared, cmd: &Document) -> CommandResult {
         await_data: false,
         tailing: None,
     };
-    first_batch(shared, state, batch_size.map(|b| b as usize), false, &deadline)
+    first_batch(shared, state, batch_size, false, &Deadline::none())
 }
 
 /// The one document `$collStats` produces (`storageStats` and `count`).

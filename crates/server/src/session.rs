@@ -64,7 +64,7 @@ fn subtype_name(s: BinarySubtype) -> String {
     }
 }
 
-const RETRYABLE_WRITES: &[&str] = &["insert", "update", "delete", "findAndModify", "findandmodify"];
+const RETRYABLE_WRITES: &[&str] = &["insert", "update", "delete", "findAndModify", "findandmodify", "bulkWrite"];
 
 /// Read and check a command's session fields, in mongod's order.
 pub(crate) fn session_fields(name: &str, cmd: &Document) -> Result<SessionFields, CommandError> {
