@@ -118,12 +118,13 @@ def test_validators(client):
     assert e.value.code == 72, "time series collections are refused, not ignored"
 
 
-def test_admin_and_local_exist_and_each_start_is_logged(datadir):
+def test_admin_config_and_local_exist_and_each_start_is_logged(datadir):
     from conftest import Server
 
     s = Server(datadir / "db")
     with s.client() as c:
-        assert {"admin", "local"} <= set(c.list_database_names())
+        assert {"admin", "config", "local"} <= set(c.list_database_names())
+        assert c.config.list_collection_names() == ["system.sessions"]
         assert c.admin["system.version"].find_one() == {"_id": "featureCompatibilityVersion", "version": "8.0"}
         first = list(c.local.startup_log.find())
         assert len(first) == 1 and first[0]["pid"] == s.proc.pid

@@ -63,6 +63,6 @@ def test_mongosh_show_dbs_and_collections(mongosh, server):
         c.shop.orders.insert_one({"_id": 1})
         c.other.things.insert_one({"_id": 1})
     dbs = run(mongosh, server, "--eval", "show dbs")
-    assert [line.split()[0] for line in dbs] == ["admin", "local", "other", "shop"]
+    assert [line.split()[0] for line in dbs] == ["admin", "config", "local", "other", "shop"]
     assert all(line.split()[-1] in ("KiB", "MiB") for line in dbs), dbs
     assert run(mongosh, server, "--eval", "show collections") == ["items", "orders"]

@@ -566,6 +566,12 @@ pub fn record_startup(
             Err(e) => return Err(e),
         }
     }
+    // A replica-set primary keeps its sessions in `config.system.sessions`
+    // (so `show dbs` lists config). Ours live in the `_sessions` table
+    // (`doc::sessions`); the collection is there, empty, as the place
+    // drivers and tools expect.
+    let sessions = Namespace::new("config", "system.sessions")?;
+    catalog.get_or_create(&sessions)?;
     let log = Namespace::new("local", "startup_log")?;
     let c = match catalog.get(&log) {
         Some(c) => c,
