@@ -12,3 +12,4 @@ print(EJSON.stringify(db.items.estimatedDocumentCount()));
 print(EJSON.stringify(db.items.distinct("name")));
 print(EJSON.stringify(db.items.deleteOne({ _id: 2 })));
 print(EJSON.stringify(db.items.find({}, { name: 1 }).sort({ name: -1 }).toArray()));
+print(EJSON.stringify(db.items.getIndexes()));

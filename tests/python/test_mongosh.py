@@ -54,6 +54,7 @@ def test_mongosh_everyday_session(mongosh, server):
         ["chair", "desk", "lamp"],
         {"acknowledged": True, "deletedCount": 1},
         [{"_id": 1, "name": "lamp"}, {"_id": 3, "name": "chair"}],
+        [{"v": 2, "key": {"_id": 1}, "name": "_id_"}],
     ]
 
 

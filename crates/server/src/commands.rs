@@ -55,6 +55,9 @@ const COMMANDS: &[(&str, &str)] = &[
     ("aggregate", "run a pipeline ($match, $skip, $limit, $count, $group, $sort, $project, $unset)"),
     ("create", "create a collection"),
     ("collMod", "change a collection's validator or a view's definition"),
+    ("listIndexes", "a collection's indexes (its _id index)"),
+    ("createIndexes", "the _id index (always there); secondary indexes are not supported yet"),
+    ("dropIndexes", "drop indexes ('*': every index but _id_)"),
     ("drop", "drop a collection"),
     ("dropDatabase", "drop a database"),
     ("listCollections", "the collections of a database"),
@@ -138,6 +141,7 @@ pub fn runs_inline(name: &str) -> bool {
             | "buildInfo"
             | "buildinfo"
             | "listCollections"
+            | "listIndexes"
             | "listDatabases"
             | "serverStatus"
             | "endSessions"
@@ -185,6 +189,9 @@ fn dispatch(shared: &Shared, conn: &Conn, name: &str, msg: &OpMsg) -> CommandRes
         "aggregate" => crate::read::aggregate(shared, cmd),
         "create" => crate::crud::create(shared, cmd),
         "collMod" => crate::crud::coll_mod(shared, cmd),
+        "listIndexes" => crate::indexes::list_indexes(shared, cmd),
+        "createIndexes" => crate::indexes::create_indexes(shared, cmd),
+        "dropIndexes" | "deleteIndexes" => crate::indexes::drop_indexes(shared, cmd),
         "drop" => crate::crud::drop(shared, cmd),
         "dropDatabase" => crate::crud::drop_database(shared, cmd),
         "listCollections" => crate::crud::list_collections(shared, cmd),

@@ -431,7 +431,7 @@ pub fn list_collections(shared: &Shared, cmd: &Document) -> CommandResult {
             "info": { "readOnly": view },
         };
         if !view {
-            entry.insert("idIndex", doc! { "v": 2, "key": { "_id": 1 }, "name": "_id_" });
+            entry.insert("idIndex", crate::indexes::id_index_spec());
         }
         if filter.matches(&entry) {
             batch.push(Bson::Document(if name_only {

@@ -3,7 +3,7 @@
 //!
 //! The wire format (`wire.rs`, `compression.rs`), the handshake and
 //! administration commands (`commands.rs`), collections and writes
-//! (`crud.rs`, `modify.rs`, `bulk.rs` for the 8.0 `bulkWrite`), reads and cursors (`read.rs`, `point.rs`),
+//! (`crud.rs`, `modify.rs`, `bulk.rs` for the 8.0 `bulkWrite`, `indexes.rs`), reads and cursors (`read.rs`, `point.rs`),
 //! sessions and retryable writes (`session.rs`), group commit
 //! (`durability.rs`), the network server with a clean shutdown
 //! (`server.rs`).
@@ -14,6 +14,7 @@ pub mod compression;
 pub mod crud;
 pub mod durability;
 pub mod error;
+pub mod indexes;
 pub mod limits;
 pub mod modify;
 pub mod point;

@@ -6,7 +6,7 @@
 //! cursor with read concern "local" may. A sorted find or an aggregate
 //! holds its results. Idle cursors are dropped after 10 minutes.
 
-use crate::crud::{bool_option, check_fields, count_option, filter_of, namespace, type_name, CommandResult};
+use crate::crud::{bool_option, check_fields, count_option, db_of, filter_of, namespace, type_name, CommandResult};
 use crate::error::CommandError;
 use crate::limits::*;
 use crate::server::Shared;
@@ -647,12 +647,10 @@ pub fn get_more(shared: &Shared, cmd: &Document) -> CommandResult {
         }
         None => return Err(CommandError::failed_to_parse("getMore needs a cursor id")),
     };
-    // The results cursor of `bulkWrite` lives on a namespace no
-    // collection may have.
-    let ns = match (cmd.get_str("collection"), cmd.get_str("$db")) {
-        (Ok(crate::bulk::CURSOR_COLLECTION), Ok("admin")) => {
-            Namespace { db: "admin".into(), coll: crate::bulk::CURSOR_COLLECTION.into() }
-        }
+    // Command cursors (`bulkWrite`'s results, `listIndexes`) live on
+    // `$cmd.` namespaces, which no collection may have.
+    let ns = match (cmd.get_str("collection"), db_of(cmd)) {
+        (Ok(coll), Ok(db)) if coll.starts_with("$cmd.") => Namespace { db: db.into(), coll: coll.into() },
         _ => namespace(cmd, "collection")?,
     };
     let batch_size = count_option(cmd, "batchSize")?.filter(|b| *b > 0).map(|b| b as usize).unwrap_or(usize::MAX);

@@ -1,0 +1,141 @@
+//! Index commands over the one index every collection has, `_id_`:
+//! `listIndexes` lists it, `createIndexes` accepts it (it always exists),
+//! `dropIndexes` refuses to drop it. Secondary indexes come with their
+//! own issue; until then asking for one answers NotImplemented (238)
+//! instead of pretending.
+
+use crate::crud::{check_fields, check_not_view, namespace, type_name, CommandResult};
+use crate::error::CommandError;
+use crate::server::Shared;
+use bson::{doc, Bson, Document};
+use doc::catalog::Namespace;
+
+/// The `_id` index as `listIndexes` and `listCollections` describe it.
+pub(crate) fn id_index_spec() -> Document {
+    doc! { "v": 2, "key": { "_id": 1 }, "name": "_id_" }
+}
+
+/// `{_id: 1}`: the `_id` index's key pattern.
+fn is_id_key(key: &Document) -> bool {
+    key.len() == 1
+        && match key.get("_id") {
+            Some(Bson::Int32(1) | Bson::Int64(1)) => true,
+            Some(Bson::Double(v)) => *v == 1.0,
+            _ => false,
+        }
+}
+
+/// The collection a command names, which must exist and not be a view.
+fn existing(shared: &Shared, cmd: &Document, name: &str) -> Result<Namespace, CommandError> {
+    let ns = namespace(cmd, name)?;
+    if shared.catalog.get(&ns).is_none() {
+        return Err(CommandError::namespace_not_found(format!("ns does not exist: {ns}")));
+    }
+    check_not_view(shared, &ns)?;
+    Ok(ns)
+}
+
+pub fn list_indexes(shared: &Shared, cmd: &Document) -> CommandResult {
+    check_fields(cmd, "listIndexes", &["cursor", "includeBuildUUIDs", "includeIndexBuildInfo"], false)?;
+    let ns = existing(shared, cmd, "listIndexes")?;
+    let batch_size = match cmd.get("cursor") {
+        None => None,
+        Some(Bson::Document(c)) => crate::crud::count_option(c, "batchSize")?.map(|n| n.max(0) as usize),
+        Some(other) => {
+            return Err(CommandError::type_mismatch(format!(
+                "BSON field 'listIndexes.cursor' is the wrong type '{}', expected type 'object'",
+                type_name(other)
+            )))
+        }
+    };
+    let cursor_ns = Namespace { db: ns.db.clone(), coll: format!("$cmd.listIndexes.{}", ns.coll) };
+    crate::read::buffered_cursor(shared, cursor_ns, vec![id_index_spec()], batch_size)
+}
+
+pub fn create_indexes(shared: &Shared, cmd: &Document) -> CommandResult {
+    check_fields(cmd, "createIndexes", &["indexes", "commitQuorum", "isTimeseriesNamespace"], false)?;
+    let ns = namespace(cmd, "createIndexes")?;
+    let specs = match cmd.get("indexes") {
+        Some(Bson::Array(specs)) if !specs.is_empty() => specs,
+        Some(Bson::Array(_)) => return Err(CommandError::bad_value("Must specify at least one index to create")),
+        Some(other) => {
+            return Err(CommandError::type_mismatch(format!(
+                "BSON field 'createIndexes.indexes' is the wrong type '{}', expected type 'array'",
+                type_name(other)
+            )))
+        }
+        None => {
+            return Err(CommandError::missing_required_field(
+                "BSON field 'createIndexes.indexes' is missing but a required field",
+            ))
+        }
+    };
+    for spec in specs {
+        let Bson::Document(spec) = spec else {
+            return Err(CommandError::type_mismatch(format!(
+                "The elements of the 'indexes' array must be objects, but found {}",
+                type_name(spec)
+            )));
+        };
+        let key = match spec.get("key") {
+            Some(Bson::Document(k)) => k,
+            Some(_) => return Err(CommandError::type_mismatch("The 'key' field must be an object")),
+            None => {
+                return Err(CommandError::failed_to_parse(
+                    "The 'key' field is a required property of an index specification",
+                ))
+            }
+        };
+        // `{_id: 1}` under any name (drivers name it `_id_1`) is the
+        // index that is already there.
+        let plain = spec.keys().all(|k| matches!(k.as_str(), "key" | "name" | "v"));
+        if !(is_id_key(key) && plain) {
+            return Err(CommandError::not_implemented(format!(
+                "secondary indexes are not supported yet (asked for {spec}); every collection has its _id index"
+            )));
+        }
+    }
+    check_not_view(shared, &ns)?;
+    let created = shared.catalog.get(&ns).is_none();
+    shared.catalog.get_or_create(&ns)?;
+    let mut reply = doc! { "numIndexesBefore": 1, "numIndexesAfter": 1 };
+    if created {
+        reply.insert("createdCollectionAutomatically", true);
+    }
+    reply.insert("note", "all indexes already exist");
+    reply.insert("ok", 1.0);
+    Ok(reply)
+}
+
+pub fn drop_indexes(shared: &Shared, cmd: &Document) -> CommandResult {
+    check_fields(cmd, "dropIndexes", &["index"], false)?;
+    existing(shared, cmd, "dropIndexes")?;
+    let names: Vec<String> = match cmd.get("index") {
+        Some(Bson::String(name)) => vec![name.clone()],
+        Some(Bson::Array(names)) => names.iter().map(|n| n.as_str().unwrap_or_default().to_string()).collect(),
+        Some(Bson::Document(key)) if is_id_key(key) => vec!["_id_".to_string()],
+        Some(Bson::Document(key)) => {
+            return Err(CommandError::with_code(27, format!("can't find index with key: {key}")));
+        }
+        Some(other) => {
+            return Err(CommandError::type_mismatch(format!(
+                "BSON field 'dropIndexes.index' is the wrong type '{}', expected types '[string, object, array]'",
+                type_name(other)
+            )))
+        }
+        None => {
+            return Err(CommandError::missing_required_field(
+                "BSON field 'dropIndexes.index' is missing but a required field",
+            ))
+        }
+    };
+    for name in &names {
+        match name.as_str() {
+            // Every index but `_id_`: there are none.
+            "*" => {}
+            "_id_" => return Err(CommandError::invalid_options("cannot drop _id index")),
+            other => return Err(CommandError::with_code(27, format!("index not found with name [{other}]"))),
+        }
+    }
+    Ok(doc! { "nIndexesWas": 1, "ok": 1.0 })
+}
