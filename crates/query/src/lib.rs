@@ -2,6 +2,7 @@
 //! update operators, projection, the planner, executor stages, explain and
 //! aggregation. Performs no I/O of its own.
 
+pub mod expr;
 pub mod matcher;
 pub mod pipeline;
 pub mod projection;

@@ -13,6 +13,7 @@
 //! values of the same canonical type ("type bracketing"); `null` equality
 //! also matches a missing field.
 
+use crate::expr::{truthy, Expression, Scope};
 use crate::regex::Regex;
 use bson::{Bson, Document};
 use doc::compare::{canonical_type, compare, number, Number};
@@ -58,7 +59,15 @@ enum Expr {
     ElemMatch(String, Box<ElemCond>),
     /// `$jsonSchema`, on the whole document.
     Schema(Box<crate::schema::JsonSchema>),
+    /// `$expr`: an aggregation expression, true when its value is truthy.
+    Agg(Box<Expression>),
     True,
+}
+
+thread_local! {
+    /// The first error an `$expr` met while matching (matching itself
+    /// cannot fail; [`Filter::try_matches_at`] reports it).
+    static EXPR_ERROR: std::cell::RefCell<Option<FilterError>> = const { std::cell::RefCell::new(None) };
 }
 
 /// Which of the `$bits*` operators.
@@ -78,7 +87,23 @@ pub struct Filter {
 
 impl Filter {
     pub fn parse(filter: &Document) -> Result<Filter, FilterError> {
-        Ok(Filter { root: parse_document(filter)? })
+        Filter::parse_in(filter, &Scope::default())
+    }
+
+    /// Parse with a command's `let` variables in scope for `$expr`.
+    pub fn parse_in(filter: &Document, scope: &Scope) -> Result<Filter, FilterError> {
+        Ok(Filter { root: parse_document(filter, Some(scope))? })
+    }
+
+    /// As [`Filter::matches_at`], but an error an `$expr` meets (a type
+    /// error in `$add`, say) fails the match, as it fails mongod's query.
+    pub fn try_matches_at(&self, doc: &Document) -> Result<(bool, Option<usize>), FilterError> {
+        EXPR_ERROR.with_borrow_mut(|e| *e = None);
+        let found = self.matches_at(doc);
+        match EXPR_ERROR.with_borrow_mut(Option::take) {
+            Some(e) => Err(e),
+            None => Ok(found),
+        }
     }
 
     pub fn matches(&self, doc: &Document) -> bool {
@@ -113,7 +138,9 @@ impl Filter {
     }
 }
 
-fn parse_document(filter: &Document) -> Result<Expr, FilterError> {
+/// A filter document; `scope` is `None` where `$expr` may not appear
+/// (inside `$elemMatch`).
+fn parse_document(filter: &Document, scope: Option<&Scope>) -> Result<Expr, FilterError> {
     let mut all = Vec::new();
     for (key, value) in filter {
         all.push(match key.as_str() {
@@ -127,7 +154,7 @@ fn parse_document(filter: &Document) -> Result<Expr, FilterError> {
                 let mut subs = Vec::new();
                 for item in items {
                     match item {
-                        Bson::Document(d) => subs.push(parse_document(d)?),
+                        Bson::Document(d) => subs.push(parse_document(d, scope)?),
                         _ => return Err(bad_value("$or/$and/$nor entries need to be full objects")),
                     }
                 }
@@ -145,13 +172,10 @@ fn parse_document(filter: &Document) -> Result<Expr, FilterError> {
             // mongod answers this when server-side JavaScript is off, as it
             // always is here.
             "$where" => return Err(bad_value("no globalScriptEngine in $where parsing")),
-            "$expr" => {
-                return Err(FilterError {
-                    code: 238,
-                    message: "$expr is not supported yet: aggregation expressions come with the aggregation issue"
-                        .into(),
-                })
-            }
+            "$expr" => match scope {
+                Some(scope) => Expr::Agg(Box::new(Expression::parse(value, scope)?)),
+                None => return Err(bad_value("$expr can only be applied to the top-level document")),
+            },
             k if k.starts_with('$') => return Err(bad_value(format!("unknown top level operator: {k}"))),
             path => parse_condition(path, value)?,
         });
@@ -183,7 +207,7 @@ enum ElemCond {
 fn parse_elem_cond(cond: &Bson) -> Result<ElemCond, FilterError> {
     match cond {
         Bson::Document(d) if is_value_condition(d) => Ok(ElemCond::Value(Box::new(parse_condition("", cond)?))),
-        Bson::Document(d) => Ok(ElemCond::Object(Box::new(parse_document(d)?))),
+        Bson::Document(d) => Ok(ElemCond::Object(Box::new(parse_document(d, None)?))),
         Bson::RegularExpression(_) => Ok(ElemCond::Value(Box::new(parse_condition("", cond)?))),
         v => Ok(ElemCond::Equal(v.clone())),
     }
@@ -250,7 +274,7 @@ fn parse_operator(path: &str, op: &str, arg: &Bson) -> Result<Expr, FilterError>
                 Expr::Not(Box::new(e))
             }
         }
-        "$exists" => Expr::Exists(p, truthy(arg)),
+        "$exists" => Expr::Exists(p, truthy(&Some(arg.clone()))),
         "$type" => {
             let items = match arg {
                 Bson::Array(items) => items.clone(),
@@ -489,18 +513,6 @@ fn regex_operator(arg: &Bson, options: Option<&Bson>) -> Result<Regex, FilterErr
     }
 }
 
-/// MongoDB's truthiness for `$exists` arguments.
-fn truthy(v: &Bson) -> bool {
-    match v {
-        Bson::Boolean(b) => *b,
-        Bson::Null | Bson::Undefined => false,
-        Bson::Int32(i) => *i != 0,
-        Bson::Int64(i) => *i != 0,
-        Bson::Double(d) => *d != 0.0,
-        _ => true,
-    }
-}
-
 /// Evaluate `e` on `doc`. `pos` receives the array position MongoDB's
 /// positional `$` operator uses: the index, in the first array a matching
 /// path crossed, of the element that matched.
@@ -508,6 +520,15 @@ fn eval(e: &Expr, doc: &Document, pos: &mut Option<usize>) -> bool {
     match e {
         Expr::True => true,
         Expr::Schema(schema) => schema.matches_document(doc),
+        Expr::Agg(e) => match e.eval(doc) {
+            Ok(v) => truthy(&v),
+            Err(err) => {
+                EXPR_ERROR.with_borrow_mut(|first| {
+                    first.get_or_insert(err);
+                });
+                false
+            }
+        },
         Expr::And(subs) => subs.iter().all(|s| eval(s, doc, pos)),
         Expr::Or(subs) => subs.iter().any(|s| eval(s, doc, pos)),
         Expr::Nor(subs) => !subs.iter().any(|s| eval(s, doc, &mut None)),

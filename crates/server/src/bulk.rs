@@ -17,7 +17,7 @@
 
 use crate::crud::{
     ack_of, acknowledge, bool_option, check_fields, check_insert, check_not_view, count_option, db_of, delete_one_spec,
-    statements, type_name, validator_of, CommandResult, Outcome, STATEMENT_ACK,
+    scope_of, statements, type_name, validator_of, CommandResult, Outcome, STATEMENT_ACK,
 };
 use crate::error::CommandError;
 use crate::modify::{parse_statement, run_statement};
@@ -27,6 +27,7 @@ use crate::wire::OpMsg;
 use bson::{doc, Bson, Document};
 use doc::catalog::Namespace;
 use doc::sessions::Stamp;
+use query::expr::Scope;
 use std::sync::atomic::Ordering;
 
 /// The namespace of the results cursor.
@@ -227,12 +228,13 @@ pub fn bulk_write(shared: &Shared, msg: &OpMsg) -> CommandResult {
     bool_option(cmd, "bypassDocumentValidation", "bulkWrite", false)?;
     let ack = ack_of(cmd)?;
     let ops: Vec<Op> = ops.iter().map(|op| parse_op(op, spaces.len())).collect::<Result<_, _>>()?;
+    let scope = scope_of(cmd)?;
     let mut retry = Retry::begin(shared, cmd)?;
 
     let mut results: Vec<Bson> = Vec::new();
     let (mut inserted, mut matched, mut modified, mut upserted, mut deleted, mut errors) = (0, 0, 0, 0, 0, 0);
     for (i, op) in ops.iter().enumerate() {
-        let done = spaces[op.ns()].clone().and_then(|ns| run_op(shared, cmd, &ns, op, i, retry.as_mut()));
+        let done = spaces[op.ns()].clone().and_then(|ns| run_op(shared, cmd, &ns, op, i, &scope, retry.as_mut()));
         match done {
             Ok(Done { kind, outcome }) => {
                 let n = outcome.n as i32;
@@ -298,6 +300,7 @@ fn run_op(
     ns: &Namespace,
     op: &Op,
     i: usize,
+    scope: &Scope,
     retry: Option<&mut Retry>,
 ) -> Result<Done, CommandError> {
     check_not_view(shared, ns)?;
@@ -344,12 +347,12 @@ fn run_op(
             Outcome { n: 1, ..Outcome::default() }
         }
         Op::Update { statement, .. } => {
-            run_statement(shared, ns, cmd, &parse_statement(statement)?, STATEMENT_ACK, log.as_ref())?
+            run_statement(shared, ns, cmd, &parse_statement(statement, scope)?, STATEMENT_ACK, log.as_ref())?
         }
         Op::Delete { statement, .. } => {
             crate::read::check_hint(statement)?;
             crate::read::check_collation(statement)?;
-            Outcome { n: delete_one_spec(shared, ns, statement, STATEMENT_ACK, log.as_ref())?, ..Outcome::default() }
+            Outcome { n: delete_one_spec(shared, ns, statement, scope, log.as_ref())?, ..Outcome::default() }
         }
     };
     Ok(Done { kind, outcome })

@@ -10,6 +10,7 @@ use crate::wire::OpMsg;
 use bson::{doc, Bson, Document};
 use doc::catalog::{check_db_name, Ack, DocError, Namespace};
 use doc::sessions::Stamp;
+use query::expr::Scope;
 use query::Filter;
 use std::sync::atomic::Ordering;
 
@@ -208,7 +209,21 @@ pub(crate) fn count_option(cmd: &Document, name: &str) -> Result<Option<i64>, Co
     }
 }
 
-pub(crate) fn filter_of(cmd: &Document, name: &str) -> Result<(Document, Filter), CommandError> {
+/// The variables of a command's `let` (constants for its `$expr`s).
+pub(crate) fn scope_of(cmd: &Document) -> Result<Scope, CommandError> {
+    match cmd.get("let") {
+        None | Some(Bson::Null) => Ok(Scope::default()),
+        Some(Bson::Document(vars)) => Ok(Scope::with_let(Some(vars))?),
+        Some(other) => Err(CommandError::type_mismatch(format!(
+            "BSON field 'let' is the wrong type '{}', expected type 'object'",
+            type_name(other)
+        ))),
+    }
+}
+
+/// The filter in field `name` of `cmd` (missing or null: everything),
+/// parsed with `scope`'s variables.
+pub(crate) fn filter_of(cmd: &Document, name: &str, scope: &Scope) -> Result<(Document, Filter), CommandError> {
     let f = match cmd.get(name) {
         None | Some(Bson::Null) => Document::new(),
         Some(Bson::Document(d)) => d.clone(),
@@ -219,7 +234,7 @@ pub(crate) fn filter_of(cmd: &Document, name: &str) -> Result<(Document, Filter)
             )))
         }
     };
-    let parsed = Filter::parse(&f)?;
+    let parsed = Filter::parse_in(&f, scope)?;
     Ok((f, parsed))
 }
 
@@ -418,7 +433,7 @@ pub fn drop_database(shared: &Shared, cmd: &Document) -> CommandResult {
 pub fn list_collections(shared: &Shared, cmd: &Document) -> CommandResult {
     const CONTEXT: &str = "listCollections";
     let db = db_of(cmd)?;
-    let (_, filter) = filter_of(cmd, "filter")?;
+    let (_, filter) = filter_of(cmd, "filter", &Scope::default())?;
     let name_only = bool_option(cmd, "nameOnly", CONTEXT, false)?;
     let mut batch = Vec::new();
     for c in shared.catalog.list(db) {
@@ -446,7 +461,7 @@ pub fn list_collections(shared: &Shared, cmd: &Document) -> CommandResult {
 
 pub fn list_databases(shared: &Shared, cmd: &Document) -> CommandResult {
     const CONTEXT: &str = "listDatabases";
-    let (_, filter) = filter_of(cmd, "filter")?;
+    let (_, filter) = filter_of(cmd, "filter", &Scope::default())?;
     let name_only = bool_option(cmd, "nameOnly", CONTEXT, false)?;
     let mut dbs = Vec::new();
     let mut total = 0i64;
@@ -871,6 +886,7 @@ pub fn delete(shared: &Shared, msg: &OpMsg) -> CommandResult {
     let ordered = bool_option(cmd, "ordered", "delete", true)?;
     let ack = ack_of(cmd)?;
     check_not_view(shared, &ns)?;
+    let scope = scope_of(cmd)?;
     let mut retry = Retry::begin(shared, cmd)?;
     let mut reply = write_reply(&specs, ordered, false, |index, spec| {
         shared.opcounters.delete.fetch_add(1, Ordering::Relaxed);
@@ -884,7 +900,7 @@ pub fn delete(shared: &Shared, msg: &OpMsg) -> CommandResult {
                 None => Some(StmtLog::new(r, index)),
             },
         };
-        Ok(Outcome { n: delete_one_spec(shared, &ns, spec, STATEMENT_ACK, log.as_ref())?, ..Outcome::default() })
+        Ok(Outcome { n: delete_one_spec(shared, &ns, spec, &scope, log.as_ref())?, ..Outcome::default() })
     });
     if let Some(retry) = retry {
         retry.finish_reply(&mut reply);
@@ -892,16 +908,18 @@ pub fn delete(shared: &Shared, msg: &OpMsg) -> CommandResult {
     acknowledge(shared, ack, reply)
 }
 
-/// One `{q, limit}` statement: delete the first match (limit 1) or all.
-/// A retryable one (`log`; limit 1) records itself with its delete.
+/// One `{q, limit}` statement: delete the first match (limit 1) or all,
+/// its filter's `$expr`s seeing `scope`'s variables. A retryable one
+/// (`log`; limit 1) records itself with its delete.
 pub(crate) fn delete_one_spec(
     shared: &Shared,
     ns: &Namespace,
     spec: &Document,
-    ack: Ack,
+    scope: &Scope,
     log: Option<&StmtLog>,
 ) -> Result<i64, CommandError> {
-    let (filter_doc, filter) = filter_of(spec, "q")?;
+    let ack = STATEMENT_ACK;
+    let (filter_doc, filter) = filter_of(spec, "q", scope)?;
     let limit = count_option(spec, "limit")?.unwrap_or(0);
     let Some(coll) = shared.catalog.get(ns) else { return Ok(0) };
     let engine = shared.catalog.engine();
@@ -922,7 +940,7 @@ pub(crate) fn delete_one_spec(
         }
         for (rid, d) in chunk {
             after = rid;
-            if filter.matches(&d) && coll.delete(engine, rid, &d, ack, stamp)? {
+            if filter.try_matches_at(&d)?.0 && coll.delete(engine, rid, &d, ack, stamp)? {
                 deleted += 1;
                 if limit == 1 {
                     return Ok(deleted);

@@ -8,8 +8,8 @@
 //! on update, so a multi-update scan never meets a document twice.
 
 use crate::crud::{
-    ack_of, acknowledge, bool_option, check_fields, check_not_view, filter_of, namespace, statements, type_name,
-    validator_of, write_reply, CommandResult, Outcome, Validator, STATEMENT_ACK,
+    ack_of, acknowledge, bool_option, check_fields, check_not_view, filter_of, namespace, scope_of, statements,
+    type_name, validator_of, write_reply, CommandResult, Outcome, Validator, STATEMENT_ACK,
 };
 use crate::error::CommandError;
 use crate::limits::*;
@@ -20,6 +20,7 @@ use crate::wire::OpMsg;
 use bson::{doc, Bson, Document};
 use doc::catalog::{with_id_first, Ack, Collection, Namespace};
 use doc::sessions::Stamp;
+use query::expr::Scope;
 use query::{Filter, Projection, Sort, Update};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -72,8 +73,8 @@ fn array_filters(spec: &Document) -> Result<Vec<Document>, CommandError> {
     }
 }
 
-pub(crate) fn parse_statement(spec: &Document) -> Result<Statement, CommandError> {
-    let (query, filter) = filter_of(spec, "q")?;
+pub(crate) fn parse_statement(spec: &Document, scope: &Scope) -> Result<Statement, CommandError> {
+    let (query, filter) = filter_of(spec, "q", scope)?;
     let update = parse_update_field(spec.get("u"), &array_filters(spec)?, "update.updates.u")?;
     let multi = bool_option(spec, "multi", "update.updates", false)?;
     if multi && update.is_replacement() {
@@ -178,7 +179,7 @@ fn update_document(
         }
         // Someone else changed it: read it again and match again.
         let Some(current) = coll.get(engine, rid)? else { return Ok(None) };
-        let (ok, p) = filter.matches_at(&current);
+        let (ok, p) = filter.try_matches_at(&current)?;
         if !ok {
             return Ok(None);
         }
@@ -241,7 +242,7 @@ pub(crate) fn run_statement(
             None => Box::new(ScanIter::new(shared, ns)),
         };
         for (rid, d) in candidates {
-            let (ok, pos) = st.filter.matches_at(&d);
+            let (ok, pos) = st.filter.try_matches_at(&d)?;
             if !ok {
                 continue;
             }
@@ -298,10 +299,11 @@ pub fn update(shared: &Shared, msg: &OpMsg) -> CommandResult {
     let ordered = bool_option(cmd, "ordered", "update", true)?;
     let ack = ack_of(cmd)?;
     check_not_view(shared, &ns)?;
+    let scope = scope_of(cmd)?;
     let mut retry = Retry::begin(shared, cmd)?;
     let mut reply = write_reply(&specs, ordered, true, |index, spec| {
         shared.opcounters.update.fetch_add(1, Ordering::Relaxed);
-        let st = parse_statement(spec)?;
+        let st = parse_statement(spec, &scope)?;
         let log = match retry.as_mut() {
             None => None,
             Some(_) if st.multi => {
@@ -343,7 +345,7 @@ fn first_match(
     let mut scan = ScanIter::new(shared, ns);
     for (rid, d) in scan.by_ref() {
         deadline.check()?;
-        let (ok, pos) = filter.matches_at(&d);
+        let (ok, pos) = filter.try_matches_at(&d)?;
         if !ok {
             continue;
         }
@@ -370,7 +372,7 @@ pub fn find_and_modify(shared: &Shared, cmd: &Document) -> CommandResult {
         &["query", "sort", "remove", "update", "new", "fields", "upsert", "arrayFilters", "collation", "hint"],
         false,
     )?;
-    let (query, filter) = filter_of(cmd, "query")?;
+    let (query, filter) = filter_of(cmd, "query", &scope_of(cmd)?)?;
     let sort = Sort::parse(&match cmd.get("sort") {
         None | Some(Bson::Null) => Document::new(),
         Some(Bson::Document(d)) => d.clone(),

@@ -170,7 +170,7 @@ fn next_hit(shared: &Shared, c: &mut CursorState) -> Result<Option<Hit>, Command
             }
             let (rid, d) = pending.pop_front().expect("refilled above");
             *after = rid;
-            let (ok, pos) = filter.matches_at(&d);
+            let (ok, pos) = filter.try_matches_at(&d)?;
             if ok {
                 return Ok(Some(Hit { rid, doc: d, pos }));
             }
@@ -429,9 +429,9 @@ fn scan_hits<'a>(
         Ok(Some((base, stages))) => {
             return match view_documents(shared, &base, &stages) {
                 Err(e) => Box::new(std::iter::once(Err(e))),
-                Ok(docs) => Box::new(docs.into_iter().filter_map(move |doc| {
-                    let (ok, pos) = filter.matches_at(&doc);
-                    ok.then_some(Ok(Hit { rid: 0, doc, pos }))
+                Ok(docs) => Box::new(docs.into_iter().filter_map(move |doc| match filter.try_matches_at(&doc) {
+                    Ok((ok, pos)) => ok.then_some(Ok(Hit { rid: 0, doc, pos })),
+                    Err(e) => Some(Err(e.into())),
                 })),
             }
         }
@@ -444,9 +444,13 @@ fn scan_hits<'a>(
             return None;
         }
         for (rid, d) in scan.by_ref() {
-            let (ok, pos) = filter.matches_at(&d);
-            if ok {
-                return Some(Ok(Hit { rid, doc: d, pos }));
+            match filter.try_matches_at(&d) {
+                Ok((true, pos)) => return Some(Ok(Hit { rid, doc: d, pos })),
+                Ok((false, _)) => {}
+                Err(e) => {
+                    failed = true;
+                    return Some(Err(e.into()));
+                }
             }
         }
         failed = true;
@@ -527,7 +531,7 @@ pub fn find(shared: &Shared, cmd: &Document) -> CommandResult {
         ],
         false,
     )?;
-    let (filter_doc, filter) = filter_of(cmd, "filter")?;
+    let (filter_doc, filter) = filter_of(cmd, "filter", &crate::crud::scope_of(cmd)?)?;
     let sort_doc = document_option(cmd, "sort")?.unwrap_or_default();
     // `{$natural: ±1}`, as the sort or (without one) as the hint: the
     // collection's order, forwards or backwards.
@@ -825,7 +829,7 @@ fn coll_stats_stage(shared: &Shared, ns: &Namespace, stage: &Document) -> Result
 pub fn count(shared: &Shared, cmd: &Document) -> CommandResult {
     let deadline = Deadline::of(cmd)?;
     let ns = namespace(cmd, "count")?;
-    let (_, filter) = filter_of(cmd, "query")?;
+    let (_, filter) = filter_of(cmd, "query", &query::expr::Scope::default())?;
     check_hint(cmd)?;
     check_collation(cmd)?;
     let skip = count_option(cmd, "skip")?.unwrap_or(0);
@@ -868,7 +872,7 @@ pub fn distinct(shared: &Shared, cmd: &Document) -> CommandResult {
     if key.starts_with('$') {
         return Err(CommandError::with_code(16410, "FieldPath field names may not start with '$'."));
     }
-    let (_, filter) = filter_of(cmd, "query")?;
+    let (_, filter) = filter_of(cmd, "query", &query::expr::Scope::default())?;
     check_hint(cmd)?;
     check_collation(cmd)?;
     // Values equal by MongoDB's comparison (1 and 1.0) count once.

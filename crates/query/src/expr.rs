@@ -1,0 +1,1000 @@
+//! Aggregation expressions, a first core: field paths (`"$a.b"`),
+//! variables (`$$ROOT`, `$$CURRENT`, `$$NOW`, `$$REMOVE`, a command's
+//! `let`, `$let`), literals, expression objects and arrays, and the
+//! operators below. Used by `$expr` in filters and by pipeline-style
+//! updates; the full aggregation language comes with its own issue.
+//!
+//! Operators: comparison (`$eq $ne $gt $gte $lt $lte $cmp`), boolean
+//! (`$and $or $not`), conditional (`$cond $ifNull $switch`), arithmetic
+//! (`$add $subtract $multiply $divide $mod $abs $ceil $floor $trunc $sqrt
+//! $pow`), strings (`$concat $toLower $toUpper $strLenCP`), arrays
+//! (`$size $arrayElemAt $in $isArray $concatArrays`), `$type`,
+//! `$literal`, `$let`, `$mergeObjects`. Anything else is refused at parse
+//! time with 168 (InvalidPipelineOperator), never ignored.
+//!
+//! A value is `Option<Bson>`: `None` is a missing field, which compares
+//! below null (so `{$eq: ["$nope", null]}` is false, as in MongoDB) and
+//! is left out of objects.
+
+use crate::matcher::FilterError;
+use crate::update::type_name;
+use bson::{Bson, Document};
+use doc::compare::compare;
+use doc::decimal_math::{Dec, DoubleDigits};
+use std::cmp::Ordering;
+
+fn err(code: i32, message: impl Into<String>) -> FilterError {
+    FilterError { code, message: message.into() }
+}
+
+/// A parsed expression.
+#[derive(Debug, Clone)]
+pub struct Expression(Node);
+
+#[derive(Debug, Clone)]
+enum Node {
+    Const(Bson),
+    /// A path from `$$CURRENT` (`"$a.b"`).
+    Path(Vec<String>),
+    /// `$$name` (a `$let` variable, `ROOT` or `CURRENT`) and a path in it.
+    Var(String, Vec<String>),
+    /// `$$REMOVE`: missing.
+    Missing,
+    Object(Vec<(String, Node)>),
+    Array(Vec<Node>),
+    Op(Op, Vec<Node>),
+    Cond(Box<Node>, Box<Node>, Box<Node>),
+    Switch(Vec<(Node, Node)>, Option<Box<Node>>),
+    Let(Vec<(String, Node)>, Box<Node>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Op {
+    Cmp(Ordering, bool),
+    CmpOrder,
+    Ne,
+    And,
+    Or,
+    Not,
+    IfNull,
+    Add,
+    Subtract,
+    Multiply,
+    Divide,
+    Mod,
+    Abs,
+    Ceil,
+    Floor,
+    Trunc,
+    Sqrt,
+    Pow,
+    Concat,
+    ToLower,
+    ToUpper,
+    StrLenCp,
+    Size,
+    ArrayElemAt,
+    In,
+    IsArray,
+    ConcatArrays,
+    Type,
+    MergeObjects,
+}
+
+/// Names in scope while parsing: the command's `let` constants and the
+/// variables of enclosing `$let`s.
+#[derive(Default, Clone)]
+pub struct Scope {
+    constants: Vec<(String, Bson)>,
+    bound: Vec<String>,
+}
+
+impl Scope {
+    /// A command's `let`: each value an expression over no document.
+    pub fn with_let(vars: Option<&Document>) -> Result<Scope, FilterError> {
+        let mut scope = Scope::default();
+        for (name, v) in vars.into_iter().flatten() {
+            check_var_name(name)?;
+            let e = parse(v, &scope)?;
+            let value = e.eval(&Env { root: &Document::new(), current: None, vars: Vec::new() })?;
+            scope.constants.push((name.clone(), value.unwrap_or(Bson::Null)));
+        }
+        Ok(scope)
+    }
+}
+
+fn check_var_name(name: &str) -> Result<(), FilterError> {
+    let ok = name.chars().next().is_some_and(|c| c.is_ascii_lowercase() || !c.is_ascii())
+        && name.chars().all(|c| c.is_alphanumeric() || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(err(16870, format!("'{name}' starts with an invalid character for a user variable name")))
+    }
+}
+
+impl Expression {
+    pub fn parse(v: &Bson, scope: &Scope) -> Result<Expression, FilterError> {
+        parse(v, scope).map(Expression)
+    }
+
+    /// The value for `doc` (`None`: missing).
+    pub fn eval(&self, doc: &Document) -> Result<Option<Bson>, FilterError> {
+        self.0.eval(&Env { root: doc, current: None, vars: Vec::new() })
+    }
+
+    /// A top-level field name's expression in `$set`/`$addFields`: an
+    /// object there merges into the field, so callers see objects.
+    pub fn as_object(&self) -> Option<Vec<(&str, Expression)>> {
+        match &self.0 {
+            Node::Object(fields) => Some(fields.iter().map(|(k, n)| (k.as_str(), Expression(n.clone()))).collect()),
+            _ => None,
+        }
+    }
+}
+
+/// Truthiness: false, null, missing, undefined and zero are false.
+pub fn truthy(v: &Option<Bson>) -> bool {
+    match v {
+        None | Some(Bson::Null | Bson::Undefined | Bson::Boolean(false)) => false,
+        Some(Bson::Int32(0) | Bson::Int64(0)) => false,
+        Some(Bson::Double(d)) => *d != 0.0,
+        Some(v @ Bson::Decimal128(_)) => !matches!(
+            Dec::from_bson(v, DoubleDigits::ThirtyFour),
+            Some(Dec::Finite { ref digits, .. }) if digits.iter().all(|d| *d == 0)
+        ),
+        Some(_) => true,
+    }
+}
+
+fn parse_path(s: &str) -> Result<Vec<String>, FilterError> {
+    if s.is_empty() {
+        return Err(err(16872, "'$' by itself is not a valid FieldPath"));
+    }
+    let parts: Vec<String> = s.split('.').map(str::to_string).collect();
+    if parts.iter().any(String::is_empty) {
+        return Err(err(15998, "FieldPath field names may not be empty strings."));
+    }
+    if parts.iter().any(|p| p.starts_with('$')) {
+        return Err(err(
+            16410,
+            format!("FieldPath field names may not start with '$'. Consider using $getField or $setField. (in '{s}')"),
+        ));
+    }
+    Ok(parts)
+}
+
+fn parse(v: &Bson, scope: &Scope) -> Result<Node, FilterError> {
+    match v {
+        Bson::String(s) if s.starts_with("$$") => {
+            let (name, rest) = match s[2..].split_once('.') {
+                Some((n, r)) => (n, parse_path(r)?),
+                None => (&s[2..], Vec::new()),
+            };
+            if let Some((_, value)) = scope.constants.iter().rev().find(|(n, _)| n == name) {
+                if !scope.bound.iter().any(|b| b == name) {
+                    return Ok(match walk(Some(value), &rest) {
+                        Some(v) => Node::Const(v),
+                        None => Node::Missing,
+                    });
+                }
+            }
+            match name {
+                "ROOT" | "CURRENT" => Ok(Node::Var(name.to_string(), rest)),
+                "REMOVE" => Ok(Node::Missing),
+                "NOW" => Ok(Node::Const(Bson::DateTime(bson::DateTime::now()))),
+                _ if scope.bound.iter().any(|b| b == name) => Ok(Node::Var(name.to_string(), rest)),
+                _ => Err(err(17276, format!("Use of undefined variable: {name}"))),
+            }
+        }
+        Bson::String(s) if s.starts_with('$') => Ok(Node::Path(parse_path(&s[1..])?)),
+        Bson::Array(items) => Ok(Node::Array(items.iter().map(|i| parse(i, scope)).collect::<Result<_, _>>()?)),
+        Bson::Document(d) => match d.keys().next() {
+            Some(k) if k.starts_with('$') => {
+                if d.len() != 1 {
+                    return Err(err(
+                        15983,
+                        format!(
+                            "an expression specification must contain exactly one field, the name of the expression. Found {} fields in {d}",
+                            d.len()
+                        ),
+                    ));
+                }
+                parse_operator(k, d.get(k).expect("the key"), scope)
+            }
+            _ => {
+                let mut fields = Vec::new();
+                for (k, v) in d {
+                    if k.starts_with('$') {
+                        return Err(err(16404, format!("Field names may not start with '$'; found '{k}'")));
+                    }
+                    if k.contains('.') {
+                        return Err(err(16412, format!("FieldPath field names may not contain '.'. Found: '{k}'")));
+                    }
+                    fields.push((k.clone(), parse(v, scope)?));
+                }
+                Ok(Node::Object(fields))
+            }
+        },
+        other => Ok(Node::Const(other.clone())),
+    }
+}
+
+fn args(arg: &Bson) -> Vec<Bson> {
+    match arg {
+        Bson::Array(items) => items.clone(),
+        other => vec![other.clone()],
+    }
+}
+
+fn parse_operator(name: &str, arg: &Bson, scope: &Scope) -> Result<Node, FilterError> {
+    let list =
+        |scope: &Scope| -> Result<Vec<Node>, FilterError> { args(arg).iter().map(|a| parse(a, scope)).collect() };
+    let exactly = |n: usize, nodes: Vec<Node>| -> Result<Vec<Node>, FilterError> {
+        if nodes.len() != n {
+            return Err(err(
+                16020,
+                format!("Expression {name} takes exactly {n} arguments. {} were passed in.", nodes.len()),
+            ));
+        }
+        Ok(nodes)
+    };
+    let op = match name {
+        "$literal" => return Ok(Node::Const(arg.clone())),
+        "$eq" => Op::Cmp(Ordering::Equal, true),
+        "$ne" => Op::Ne,
+        "$gt" => Op::Cmp(Ordering::Greater, false),
+        "$gte" => Op::Cmp(Ordering::Greater, true),
+        "$lt" => Op::Cmp(Ordering::Less, false),
+        "$lte" => Op::Cmp(Ordering::Less, true),
+        "$cmp" => Op::CmpOrder,
+        "$and" => Op::And,
+        "$or" => Op::Or,
+        "$not" => Op::Not,
+        "$ifNull" => Op::IfNull,
+        "$add" => Op::Add,
+        "$subtract" => Op::Subtract,
+        "$multiply" => Op::Multiply,
+        "$divide" => Op::Divide,
+        "$mod" => Op::Mod,
+        "$abs" => Op::Abs,
+        "$ceil" => Op::Ceil,
+        "$floor" => Op::Floor,
+        "$trunc" => Op::Trunc,
+        "$sqrt" => Op::Sqrt,
+        "$pow" => Op::Pow,
+        "$concat" => Op::Concat,
+        "$toLower" => Op::ToLower,
+        "$toUpper" => Op::ToUpper,
+        "$strLenCP" => Op::StrLenCp,
+        "$size" => Op::Size,
+        "$arrayElemAt" => Op::ArrayElemAt,
+        "$in" => Op::In,
+        "$isArray" => Op::IsArray,
+        "$concatArrays" => Op::ConcatArrays,
+        "$type" => Op::Type,
+        "$mergeObjects" => Op::MergeObjects,
+        "$cond" => {
+            let (c, t, e) = match arg {
+                Bson::Document(d) => {
+                    for k in d.keys() {
+                        if !matches!(k.as_str(), "if" | "then" | "else") {
+                            return Err(err(17083, format!("Unrecognized parameter to $cond: {k}")));
+                        }
+                    }
+                    let get = |k: &str, code: i32| {
+                        d.get(k).ok_or_else(|| err(code, format!("Missing '{k}' parameter to $cond")))
+                    };
+                    (
+                        parse(get("if", 17080)?, scope)?,
+                        parse(get("then", 17081)?, scope)?,
+                        parse(get("else", 17082)?, scope)?,
+                    )
+                }
+                _ => {
+                    let mut n = exactly(3, list(scope)?)?;
+                    let e = n.pop().unwrap();
+                    let t = n.pop().unwrap();
+                    (n.pop().unwrap(), t, e)
+                }
+            };
+            return Ok(Node::Cond(Box::new(c), Box::new(t), Box::new(e)));
+        }
+        "$switch" => {
+            let Bson::Document(d) = arg else {
+                return Err(err(
+                    40060,
+                    format!("$switch requires an object as an argument, found: {}", type_name(arg)),
+                ));
+            };
+            let mut branches = Vec::new();
+            let mut default = None;
+            for (k, v) in d {
+                match k.as_str() {
+                    "branches" => {
+                        let Bson::Array(items) = v else {
+                            return Err(err(
+                                40061,
+                                format!("$switch expected an array for 'branches', found: {}", type_name(v)),
+                            ));
+                        };
+                        for b in items {
+                            let Bson::Document(b) = b else {
+                                return Err(err(
+                                    40062,
+                                    format!("$switch expected each branch to be an object, found: {}", type_name(b)),
+                                ));
+                            };
+                            let (Some(case), Some(then)) = (b.get("case"), b.get("then")) else {
+                                return Err(err(
+                                    40064,
+                                    "$switch requires each branch have a 'case' and a 'then' expression",
+                                ));
+                            };
+                            branches.push((parse(case, scope)?, parse(then, scope)?));
+                        }
+                    }
+                    "default" => default = Some(Box::new(parse(v, scope)?)),
+                    other => return Err(err(40067, format!("$switch found an unknown argument: {other}"))),
+                }
+            }
+            if branches.is_empty() {
+                return Err(err(40068, "$switch requires at least one branch."));
+            }
+            return Ok(Node::Switch(branches, default));
+        }
+        "$let" => {
+            let Bson::Document(d) = arg else {
+                return Err(err(16874, "$let only supports an object as its argument"));
+            };
+            let (Some(Bson::Document(vars)), Some(body)) = (d.get("vars"), d.get("in")) else {
+                return Err(err(16876, "Missing 'vars' or 'in' parameter to $let"));
+            };
+            let mut inner = scope.clone();
+            let mut bound = Vec::new();
+            for (k, v) in vars {
+                check_var_name(k)?;
+                bound.push((k.clone(), parse(v, scope)?));
+                inner.bound.push(k.clone());
+            }
+            return Ok(Node::Let(bound, Box::new(parse(body, &inner)?)));
+        }
+        other => return Err(err(168, format!("Unrecognized expression '{other}'"))),
+    };
+    let nodes = list(scope)?;
+    let nodes = match op {
+        Op::Cmp(..)
+        | Op::CmpOrder
+        | Op::Ne
+        | Op::Subtract
+        | Op::Divide
+        | Op::Mod
+        | Op::Pow
+        | Op::ArrayElemAt
+        | Op::In => exactly(2, nodes)?,
+        Op::Not
+        | Op::Abs
+        | Op::Ceil
+        | Op::Floor
+        | Op::Sqrt
+        | Op::ToLower
+        | Op::ToUpper
+        | Op::StrLenCp
+        | Op::Size
+        | Op::IsArray
+        | Op::Type => exactly(1, nodes)?,
+        Op::Trunc if nodes.is_empty() || nodes.len() > 2 => {
+            return Err(err(
+                28667,
+                format!(
+                    "Expression $trunc takes at least 1 argument, and at most 2, but {} were passed in.",
+                    nodes.len()
+                ),
+            ))
+        }
+        Op::IfNull if nodes.len() < 2 => {
+            return Err(err(
+                1257300,
+                "$ifNull needs at least two arguments, had: ".to_string() + &nodes.len().to_string(),
+            ))
+        }
+        _ => nodes,
+    };
+    Ok(Node::Op(op, nodes))
+}
+
+struct Env<'a> {
+    root: &'a Document,
+    /// `$$CURRENT` when not the root.
+    current: Option<&'a Bson>,
+    vars: Vec<(String, Option<Bson>)>,
+}
+
+/// A path through documents; through arrays, the array of each element's
+/// value (missing ones left out), as MongoDB's field paths read.
+fn walk(v: Option<&Bson>, path: &[String]) -> Option<Bson> {
+    let Some((head, rest)) = path.split_first() else { return v.cloned() };
+    match v? {
+        Bson::Document(d) => walk(d.get(head), rest),
+        Bson::Array(items) => Some(Bson::Array(
+            items
+                .iter()
+                .filter_map(|i| match i {
+                    Bson::Document(_) | Bson::Array(_) => walk(Some(i), path),
+                    _ => None,
+                })
+                .collect(),
+        )),
+        _ => None,
+    }
+}
+
+/// A number for arithmetic.
+#[derive(Clone, Copy)]
+enum Num {
+    Int(i32),
+    Long(i64),
+    Double(f64),
+}
+
+fn num(v: &Bson) -> Option<Num> {
+    match v {
+        Bson::Int32(i) => Some(Num::Int(*i)),
+        Bson::Int64(i) => Some(Num::Long(*i)),
+        Bson::Double(d) => Some(Num::Double(*d)),
+        _ => None,
+    }
+}
+
+fn f64_of(n: Num) -> f64 {
+    match n {
+        Num::Int(i) => i as f64,
+        Num::Long(i) => i as f64,
+        Num::Double(d) => d,
+    }
+}
+
+fn bson_of(n: Num) -> Bson {
+    match n {
+        Num::Int(i) => Bson::Int32(i),
+        Num::Long(i) => Bson::Int64(i),
+        Num::Double(d) => Bson::Double(d),
+    }
+}
+
+/// `a op b` with MongoDB's widening: int, then long on overflow, then
+/// double.
+fn arith(a: Num, b: Num, int: fn(i64, i64) -> Option<i64>, float: fn(f64, f64) -> f64) -> Num {
+    match (a, b) {
+        (Num::Double(_), _) | (_, Num::Double(_)) => Num::Double(float(f64_of(a), f64_of(b))),
+        (Num::Int(x), Num::Int(y)) => match int(x.into(), y.into()) {
+            Some(r) if i32::try_from(r).is_ok() => Num::Int(r as i32),
+            Some(r) => Num::Long(r),
+            None => Num::Double(float(x as f64, y as f64)),
+        },
+        _ => {
+            let (x, y) = (long(a), long(b));
+            match int(x, y) {
+                Some(r) => Num::Long(r),
+                None => Num::Double(float(x as f64, y as f64)),
+            }
+        }
+    }
+}
+
+fn long(n: Num) -> i64 {
+    match n {
+        Num::Int(i) => i.into(),
+        Num::Long(i) => i,
+        Num::Double(d) => d as i64,
+    }
+}
+
+fn decimal_unsupported(name: &str) -> FilterError {
+    err(238, format!("{name} with Decimal128 operands is not supported yet"))
+}
+
+impl Node {
+    fn eval(&self, env: &Env) -> Result<Option<Bson>, FilterError> {
+        Ok(match self {
+            Node::Const(v) => Some(v.clone()),
+            Node::Missing => None,
+            Node::Path(p) => match env.current {
+                Some(c) => walk(Some(c), p),
+                None => walk_doc(env.root, p),
+            },
+            Node::Var(name, p) => match name.as_str() {
+                "ROOT" => match p.is_empty() {
+                    true => Some(Bson::Document(env.root.clone())),
+                    false => walk_doc(env.root, p),
+                },
+                "CURRENT" => match env.current {
+                    Some(c) => walk(Some(c), p),
+                    None if p.is_empty() => Some(Bson::Document(env.root.clone())),
+                    None => walk_doc(env.root, p),
+                },
+                _ => {
+                    let v = env.vars.iter().rev().find(|(n, _)| n == name).and_then(|(_, v)| v.as_ref());
+                    walk(v, p)
+                }
+            },
+            Node::Object(fields) => {
+                let mut out = Document::new();
+                for (k, n) in fields {
+                    if let Some(v) = n.eval(env)? {
+                        out.insert(k.clone(), v);
+                    }
+                }
+                Some(Bson::Document(out))
+            }
+            Node::Array(items) => {
+                let mut out = Vec::new();
+                for n in items {
+                    out.push(n.eval(env)?.unwrap_or(Bson::Null));
+                }
+                Some(Bson::Array(out))
+            }
+            Node::Cond(c, t, e) => match truthy(&c.eval(env)?) {
+                true => t.eval(env)?,
+                false => e.eval(env)?,
+            },
+            Node::Switch(branches, default) => {
+                for (case, then) in branches {
+                    if truthy(&case.eval(env)?) {
+                        return then.eval(env);
+                    }
+                }
+                match default {
+                    Some(d) => d.eval(env)?,
+                    None => {
+                        return Err(err(
+                            40066,
+                            "$switch could not find a matching branch for an input, and no default was specified.",
+                        ))
+                    }
+                }
+            }
+            Node::Let(bound, body) => {
+                let mut values = Vec::new();
+                for (k, n) in bound {
+                    values.push((k.clone(), n.eval(env)?));
+                }
+                let mut vars = env.vars.clone();
+                vars.extend(values);
+                body.eval(&Env { root: env.root, current: env.current, vars })?
+            }
+            Node::Op(op, nodes) => eval_op(*op, nodes, env)?,
+        })
+    }
+}
+
+fn walk_doc(d: &Document, p: &[String]) -> Option<Bson> {
+    let (head, rest) = p.split_first()?;
+    walk(d.get(head), rest)
+}
+
+fn eval_op(op: Op, nodes: &[Node], env: &Env) -> Result<Option<Bson>, FilterError> {
+    let vals = |env: &Env| -> Result<Vec<Option<Bson>>, FilterError> { nodes.iter().map(|n| n.eval(env)).collect() };
+    let order = |a: &Option<Bson>, b: &Option<Bson>| match (a, b) {
+        (None, None) => Ordering::Equal,
+        (None, Some(_)) => Ordering::Less,
+        (Some(_), None) => Ordering::Greater,
+        (Some(x), Some(y)) => compare(x, y),
+    };
+    let nullish = |v: &Option<Bson>| matches!(v, None | Some(Bson::Null | Bson::Undefined));
+    Ok(Some(match op {
+        Op::Cmp(want, or_equal) => {
+            let v = vals(env)?;
+            let o = order(&v[0], &v[1]);
+            Bson::Boolean(o == want && want != Ordering::Equal || or_equal && o == Ordering::Equal)
+        }
+        Op::Ne => {
+            let v = vals(env)?;
+            Bson::Boolean(order(&v[0], &v[1]) != Ordering::Equal)
+        }
+        Op::CmpOrder => {
+            let v = vals(env)?;
+            Bson::Int32(match order(&v[0], &v[1]) {
+                Ordering::Less => -1,
+                Ordering::Equal => 0,
+                Ordering::Greater => 1,
+            })
+        }
+        Op::And => {
+            for n in nodes {
+                if !truthy(&n.eval(env)?) {
+                    return Ok(Some(Bson::Boolean(false)));
+                }
+            }
+            Bson::Boolean(true)
+        }
+        Op::Or => {
+            for n in nodes {
+                if truthy(&n.eval(env)?) {
+                    return Ok(Some(Bson::Boolean(true)));
+                }
+            }
+            Bson::Boolean(false)
+        }
+        Op::Not => Bson::Boolean(!truthy(&nodes[0].eval(env)?)),
+        Op::IfNull => {
+            let (last, firsts) = nodes.split_last().expect("at least two");
+            for n in firsts {
+                let v = n.eval(env)?;
+                if !nullish(&v) {
+                    return Ok(v);
+                }
+            }
+            return last.eval(env);
+        }
+        Op::Add | Op::Multiply => {
+            let name = if op == Op::Add { "$add" } else { "$multiply" };
+            let mut acc = Num::Int(if op == Op::Add { 0 } else { 1 });
+            let mut date: Option<i64> = None;
+            for v in vals(env)? {
+                let v = match v {
+                    None | Some(Bson::Null | Bson::Undefined) => return Ok(Some(Bson::Null)),
+                    Some(v) => v,
+                };
+                match (&v, op) {
+                    (Bson::DateTime(d), Op::Add) => {
+                        if date.is_some() {
+                            return Err(err(16612, "only one date allowed in an $add expression"));
+                        }
+                        date = Some(d.timestamp_millis());
+                    }
+                    (Bson::Decimal128(_), _) => return Err(decimal_unsupported(name)),
+                    _ => {
+                        let Some(n) = num(&v) else {
+                            let what = if op == Op::Add { "numeric or date types" } else { "numeric types" };
+                            let code = if op == Op::Add { 16554 } else { 16555 };
+                            return Err(err(code, format!("{name} only supports {what}, not {}", type_name(&v))));
+                        };
+                        acc = match op {
+                            Op::Add => arith(acc, n, i64::checked_add, |a, b| a + b),
+                            _ => arith(acc, n, i64::checked_mul, |a, b| a * b),
+                        };
+                    }
+                }
+            }
+            match date {
+                Some(ms) => {
+                    let add = match acc {
+                        Num::Double(d) => d.round() as i64,
+                        other => long(other),
+                    };
+                    Bson::DateTime(bson::DateTime::from_millis(ms.wrapping_add(add)))
+                }
+                None => bson_of(acc),
+            }
+        }
+        Op::Subtract | Op::Divide | Op::Mod | Op::Pow => {
+            let v = vals(env)?;
+            let (a, b) = match (&v[0], &v[1]) {
+                (x, y) if nullish(x) || nullish(y) => return Ok(Some(Bson::Null)),
+                (Some(a), Some(b)) => (a.clone(), b.clone()),
+                _ => unreachable!("nullish covers missing"),
+            };
+            let name = match op {
+                Op::Subtract => "$subtract",
+                Op::Divide => "$divide",
+                Op::Mod => "$mod",
+                _ => "$pow",
+            };
+            if matches!(a, Bson::Decimal128(_)) || matches!(b, Bson::Decimal128(_)) {
+                return Err(decimal_unsupported(name));
+            }
+            if op == Op::Subtract {
+                match (&a, &b) {
+                    (Bson::DateTime(x), Bson::DateTime(y)) => {
+                        return Ok(Some(Bson::Int64(x.timestamp_millis().wrapping_sub(y.timestamp_millis()))))
+                    }
+                    (Bson::DateTime(x), _) if num(&b).is_some() => {
+                        let ms = match num(&b).unwrap() {
+                            Num::Double(d) => d.round() as i64,
+                            other => long(other),
+                        };
+                        return Ok(Some(Bson::DateTime(bson::DateTime::from_millis(
+                            x.timestamp_millis().wrapping_sub(ms),
+                        ))));
+                    }
+                    _ => {}
+                }
+            }
+            let (Some(x), Some(y)) = (num(&a), num(&b)) else {
+                let code = match op {
+                    Op::Subtract => 16556,
+                    Op::Divide => 16609,
+                    Op::Mod => 16611,
+                    _ => 28762,
+                };
+                return Err(err(
+                    code,
+                    format!("{name} only supports numeric types, not {} and {}", type_name(&a), type_name(&b)),
+                ));
+            };
+            match op {
+                Op::Subtract => bson_of(arith(x, y, i64::checked_sub, |a, b| a - b)),
+                Op::Divide => {
+                    if f64_of(y) == 0.0 {
+                        return Err(err(2, "can't $divide by zero"));
+                    }
+                    Bson::Double(f64_of(x) / f64_of(y))
+                }
+                Op::Mod => {
+                    if f64_of(y) == 0.0 {
+                        return Err(err(16610, "can't $mod by zero"));
+                    }
+                    bson_of(arith(x, y, i64::checked_rem, |a, b| a % b))
+                }
+                _ => match (x, y) {
+                    (Num::Double(_), _) | (_, Num::Double(_)) => Bson::Double(f64_of(x).powf(f64_of(y))),
+                    _ => {
+                        let (base, exp) = (long(x), long(y));
+                        if exp < 0 {
+                            if base == 0 {
+                                return Err(err(28764, "$pow cannot take a base of 0 and a negative exponent"));
+                            }
+                            Bson::Double((base as f64).powf(exp as f64))
+                        } else {
+                            let widened = arith(x, Num::Int(1), i64::checked_mul, |a, b| a * b);
+                            match u32::try_from(exp).ok().and_then(|e| base.checked_pow(e)) {
+                                Some(r) => match widened {
+                                    Num::Int(_) if i32::try_from(r).is_ok() => Bson::Int32(r as i32),
+                                    _ => Bson::Int64(r),
+                                },
+                                None => Bson::Double((base as f64).powf(exp as f64)),
+                            }
+                        }
+                    }
+                },
+            }
+        }
+        Op::Abs | Op::Ceil | Op::Floor | Op::Trunc | Op::Sqrt => {
+            let v = nodes[0].eval(env)?;
+            let name = match op {
+                Op::Abs => "$abs",
+                Op::Ceil => "$ceil",
+                Op::Floor => "$floor",
+                Op::Trunc => "$trunc",
+                _ => "$sqrt",
+            };
+            if nullish(&v) {
+                return Ok(Some(Bson::Null));
+            }
+            let v = v.expect("not missing");
+            if matches!(v, Bson::Decimal128(_)) {
+                return Err(decimal_unsupported(name));
+            }
+            let Some(n) = num(&v) else {
+                return Err(err(28765, format!("{name} only supports numeric types, not {}", type_name(&v))));
+            };
+            if op == Op::Trunc && nodes.len() == 2 {
+                return Err(err(238, "$trunc with a place argument is not supported yet"));
+            }
+            match (op, n) {
+                (Op::Abs, Num::Int(i)) => match i.checked_abs() {
+                    Some(a) => Bson::Int32(a),
+                    None => Bson::Int64(-(i as i64)),
+                },
+                (Op::Abs, Num::Long(i)) => match i.checked_abs() {
+                    Some(a) => Bson::Int64(a),
+                    None => return Err(err(28680, "can't take $abs of long long min")),
+                },
+                (Op::Abs, Num::Double(d)) => Bson::Double(d.abs()),
+                (Op::Sqrt, n) => {
+                    let f = f64_of(n);
+                    if f < 0.0 {
+                        return Err(err(28714, "$sqrt's argument must be greater than or equal to 0"));
+                    }
+                    Bson::Double(f.sqrt())
+                }
+                (_, Num::Double(d)) => Bson::Double(match op {
+                    Op::Ceil => d.ceil(),
+                    Op::Floor => d.floor(),
+                    _ => d.trunc(),
+                }),
+                (_, n) => bson_of(n),
+            }
+        }
+        Op::Concat => {
+            let mut out = String::new();
+            for v in vals(env)? {
+                match v {
+                    None | Some(Bson::Null | Bson::Undefined) => return Ok(Some(Bson::Null)),
+                    Some(Bson::String(s)) => out.push_str(&s),
+                    Some(other) => {
+                        return Err(err(16702, format!("$concat only supports strings, not {}", type_name(&other))))
+                    }
+                }
+            }
+            Bson::String(out)
+        }
+        Op::ToLower | Op::ToUpper => {
+            let s = match nodes[0].eval(env)? {
+                None | Some(Bson::Null | Bson::Undefined) => String::new(),
+                Some(Bson::String(s)) => s,
+                Some(v @ (Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_))) => match v {
+                    Bson::Double(d) => d.to_string(),
+                    Bson::Int32(i) => i.to_string(),
+                    Bson::Int64(i) => i.to_string(),
+                    _ => unreachable!(),
+                },
+                Some(other) => {
+                    return Err(err(16007, format!("can't convert from BSON type {} to String", type_name(&other))))
+                }
+            };
+            // ASCII only, as mongod's $toLower/$toUpper.
+            Bson::String(if op == Op::ToLower { s.to_ascii_lowercase() } else { s.to_ascii_uppercase() })
+        }
+        Op::StrLenCp => match nodes[0].eval(env)? {
+            Some(Bson::String(s)) => Bson::Int32(s.chars().count() as i32),
+            other => {
+                let t = other.as_ref().map_or("missing", type_name);
+                return Err(err(34471, format!("$strLenCP requires a string argument, found: {t}")));
+            }
+        },
+        Op::Size => match nodes[0].eval(env)? {
+            Some(Bson::Array(a)) => Bson::Int32(a.len() as i32),
+            other => {
+                let t = other.as_ref().map_or("missing", type_name);
+                return Err(err(17124, format!("The argument to $size must be an array. Type of argument: {t}")));
+            }
+        },
+        Op::IsArray => Bson::Boolean(matches!(nodes[0].eval(env)?, Some(Bson::Array(_)))),
+        Op::ArrayElemAt => {
+            let v = vals(env)?;
+            if nullish(&v[0]) || nullish(&v[1]) {
+                return Ok(Some(Bson::Null));
+            }
+            let Some(Bson::Array(items)) = &v[0] else {
+                return Err(err(
+                    28689,
+                    format!(
+                        "$arrayElemAt's first argument must be an array, but is {}",
+                        type_name(v[0].as_ref().unwrap())
+                    ),
+                ));
+            };
+            let idx = match v[1].as_ref().and_then(num) {
+                Some(Num::Int(i)) => i as i64,
+                Some(Num::Long(i)) => i,
+                Some(Num::Double(d)) if d.fract() == 0.0 => d as i64,
+                _ => {
+                    return Err(err(
+                        28690,
+                        format!(
+                            "$arrayElemAt's second argument must be a numeric value, but is {}",
+                            type_name(v[1].as_ref().unwrap())
+                        ),
+                    ))
+                }
+            };
+            let i = if idx < 0 { items.len() as i64 + idx } else { idx };
+            if i < 0 || i >= items.len() as i64 {
+                return Ok(None);
+            }
+            items[i as usize].clone()
+        }
+        Op::In => {
+            let v = vals(env)?;
+            let Some(Bson::Array(items)) = &v[1] else {
+                let t = v[1].as_ref().map_or("missing", type_name);
+                return Err(err(40081, format!("$in requires an array as a second argument, found: {t}")));
+            };
+            Bson::Boolean(items.iter().any(|i| order(&Some(i.clone()), &v[0]) == Ordering::Equal))
+        }
+        Op::ConcatArrays => {
+            let mut out = Vec::new();
+            for v in vals(env)? {
+                match v {
+                    None | Some(Bson::Null | Bson::Undefined) => return Ok(Some(Bson::Null)),
+                    Some(Bson::Array(a)) => out.extend(a),
+                    Some(other) => {
+                        return Err(err(
+                            28664,
+                            format!("$concatArrays only supports arrays, not {}", type_name(&other)),
+                        ))
+                    }
+                }
+            }
+            Bson::Array(out)
+        }
+        Op::Type => Bson::String(match nodes[0].eval(env)? {
+            None => "missing".to_string(),
+            Some(v) => type_name(&v).to_string(),
+        }),
+        Op::MergeObjects => {
+            let mut out = Document::new();
+            for v in vals(env)? {
+                match v {
+                    None | Some(Bson::Null | Bson::Undefined) => {}
+                    Some(Bson::Document(d)) => out.extend(d),
+                    Some(other) => {
+                        return Err(err(
+                            40400,
+                            format!(
+                                "$mergeObjects requires object inputs, but input {other} is of type {}",
+                                type_name(&other)
+                            ),
+                        ))
+                    }
+                }
+            }
+            Bson::Document(out)
+        }
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bson::doc;
+
+    fn eval(e: Bson, d: Document) -> Result<Option<Bson>, FilterError> {
+        Expression::parse(&e, &Scope::default())?.eval(&d)
+    }
+
+    #[test]
+    fn paths_variables_and_missing() {
+        let d = doc! { "a": { "b": 2 }, "arr": [{ "x": 1 }, { "y": 2 }, { "x": 3 }] };
+        assert_eq!(eval(Bson::String("$a.b".into()), d.clone()).unwrap(), Some(Bson::Int32(2)));
+        assert_eq!(eval(Bson::String("$arr.x".into()), d.clone()).unwrap(), Some(bson::bson!([1, 3])));
+        assert_eq!(eval(Bson::String("$nope".into()), d.clone()).unwrap(), None);
+        assert_eq!(eval(bson::bson!({ "$eq": ["$nope", null] }), d.clone()).unwrap(), Some(Bson::Boolean(false)));
+        assert_eq!(eval(bson::bson!({ "$lt": ["$nope", null] }), d.clone()).unwrap(), Some(Bson::Boolean(true)));
+        assert_eq!(eval(Bson::String("$$ROOT.a".into()), d.clone()).unwrap(), Some(Bson::Document(doc! { "b": 2 })));
+        let e = bson::bson!({ "$let": { "vars": { "v": "$a.b" }, "in": { "$multiply": ["$$v", 10] } } });
+        assert_eq!(eval(e, d.clone()).unwrap(), Some(Bson::Int32(20)));
+        assert_eq!(eval(Bson::String("$$undefined".into()), d).unwrap_err().code, 17276);
+    }
+
+    #[test]
+    fn arithmetic_widens_as_mongod_does() {
+        let d = doc! {};
+        let zero: bson::Decimal128 = "0E-10".parse().unwrap();
+        let tiny: bson::Decimal128 = "1E-6000".parse().unwrap();
+        assert!(!truthy(&Some(Bson::Decimal128(zero))) && truthy(&Some(Bson::Decimal128(tiny))));
+        assert_eq!(eval(bson::bson!({ "$add": [1, 2] }), d.clone()).unwrap(), Some(Bson::Int32(3)));
+        assert_eq!(eval(bson::bson!({ "$add": [i32::MAX, 1] }), d.clone()).unwrap(), Some(Bson::Int64(1 << 31)));
+        assert_eq!(
+            eval(bson::bson!({ "$add": [i64::MAX, 1i64] }), d.clone()).unwrap(),
+            Some(Bson::Double(9.223372036854776e18))
+        );
+        assert_eq!(eval(bson::bson!({ "$add": [1, 0.5] }), d.clone()).unwrap(), Some(Bson::Double(1.5)));
+        assert_eq!(eval(bson::bson!({ "$add": [1, null] }), d.clone()).unwrap(), Some(Bson::Null));
+        assert_eq!(eval(bson::bson!({ "$divide": [1, 2] }), d.clone()).unwrap(), Some(Bson::Double(0.5)));
+        assert_eq!(eval(bson::bson!({ "$mod": [7, 3] }), d.clone()).unwrap(), Some(Bson::Int32(1)));
+        assert_eq!(eval(bson::bson!({ "$pow": [2, 10] }), d.clone()).unwrap(), Some(Bson::Int32(1024)));
+        assert_eq!(eval(bson::bson!({ "$add": [1, "x"] }), d.clone()).unwrap_err().code, 16554);
+        assert_eq!(eval(bson::bson!({ "$divide": [1, 0] }), d.clone()).unwrap_err().code, 2);
+        assert_eq!(eval(bson::bson!({ "$eq": [1] }), d).unwrap_err().code, 16020);
+    }
+
+    #[test]
+    fn conditionals_strings_arrays() {
+        let d = doc! { "s": "Ab", "n": 0, "arr": [1, 2, 3] };
+        assert_eq!(
+            eval(bson::bson!({ "$cond": [{ "$gt": ["$n", 0] }, "pos", "non-pos"] }), d.clone()).unwrap(),
+            Some(Bson::String("non-pos".into()))
+        );
+        assert_eq!(
+            eval(bson::bson!({ "$ifNull": ["$x", null, "dflt"] }), d.clone()).unwrap(),
+            Some(Bson::String("dflt".into()))
+        );
+        assert_eq!(
+            eval(bson::bson!({ "$concat": ["$s", "-", { "$toUpper": "$s" }] }), d.clone()).unwrap(),
+            Some(Bson::String("Ab-AB".into()))
+        );
+        assert_eq!(eval(bson::bson!({ "$size": "$arr" }), d.clone()).unwrap(), Some(Bson::Int32(3)));
+        assert_eq!(eval(bson::bson!({ "$arrayElemAt": ["$arr", -1] }), d.clone()).unwrap(), Some(Bson::Int32(3)));
+        assert_eq!(eval(bson::bson!({ "$in": [2, "$arr"] }), d.clone()).unwrap(), Some(Bson::Boolean(true)));
+        let sw = bson::bson!({ "$switch": { "branches": [{ "case": { "$eq": ["$n", 1] }, "then": "one" }], "default": "other" } });
+        assert_eq!(eval(sw, d.clone()).unwrap(), Some(Bson::String("other".into())));
+        assert_eq!(
+            eval(bson::bson!({ "a": "$n", "b": "$missing" }), d.clone()).unwrap(),
+            Some(Bson::Document(doc! { "a": 0 }))
+        );
+        assert_eq!(eval(bson::bson!({ "$frob": 1 }), d).unwrap_err().code, 168);
+    }
+}
