@@ -9,7 +9,8 @@
 //! (`$add $subtract $multiply $divide $mod $abs $ceil $floor $trunc $sqrt
 //! $pow`), strings (`$concat $toLower $toUpper $strLenCP`), arrays
 //! (`$size $arrayElemAt $in $isArray $concatArrays`), `$type`,
-//! `$literal`, `$let`, `$mergeObjects`. Anything else is refused at parse
+//! `$literal`, `$let`, `$mergeObjects`, `$getField`, `$setField`,
+//! `$unsetField`. Anything else is refused at parse
 //! time with 168 (InvalidPipelineOperator), never ignored.
 //!
 //! A value is `Option<Bson>`: `None` is a missing field, which compares
@@ -46,6 +47,10 @@ enum Node {
     Cond(Box<Node>, Box<Node>, Box<Node>),
     Switch(Vec<(Node, Node)>, Option<Box<Node>>),
     Let(Vec<(String, Node)>, Box<Node>),
+    /// `$getField`: a field of any name (dots and `$` included).
+    GetField(String, Box<Node>),
+    /// `$setField` (or `$unsetField`, value `Missing`).
+    SetField(String, Box<Node>, Box<Node>),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -92,8 +97,17 @@ pub struct Scope {
 impl Scope {
     /// A command's `let`: each value an expression over no document.
     pub fn with_let(vars: Option<&Document>) -> Result<Scope, FilterError> {
-        let mut scope = Scope::default();
-        for (name, v) in vars.into_iter().flatten() {
+        match vars {
+            Some(vars) => Scope::default().with_constants(vars),
+            None => Ok(Scope::default()),
+        }
+    }
+
+    /// This scope and `vars` (an update statement's `c`), each value an
+    /// expression over no document.
+    pub fn with_constants(&self, vars: &Document) -> Result<Scope, FilterError> {
+        let mut scope = self.clone();
+        for (name, v) in vars {
             check_var_name(name)?;
             let e = parse(v, &scope)?;
             let value = e.eval(&Env { root: &Document::new(), current: None, vars: Vec::new() })?;
@@ -343,6 +357,50 @@ fn parse_operator(name: &str, arg: &Bson, scope: &Scope) -> Result<Node, FilterE
             }
             return Ok(Node::Switch(branches, default));
         }
+        "$getField" | "$setField" | "$unsetField" => {
+            let (field, input, value) = match arg {
+                Bson::Document(d) if name != "$getField" || d.contains_key("field") => {
+                    for k in d.keys() {
+                        let known = match name {
+                            "$setField" => matches!(k.as_str(), "field" | "input" | "value"),
+                            _ => matches!(k.as_str(), "field" | "input"),
+                        };
+                        if !known {
+                            return Err(err(4161102, format!("{name} found an unknown argument: {k}")));
+                        }
+                    }
+                    let field = d
+                        .get("field")
+                        .ok_or_else(|| err(4161103, format!("{name} requires 'field' to be specified")))?;
+                    (field, d.get("input"), d.get("value"))
+                }
+                other => (other, None, None),
+            };
+            let field = match parse(field, scope)? {
+                Node::Const(Bson::String(f)) => f,
+                _ => {
+                    return Err(err(
+                        4161106,
+                        format!("{name} requires 'field' to evaluate to a constant, but got a non-constant argument"),
+                    ))
+                }
+            };
+            let input = match input {
+                Some(i) => parse(i, scope)?,
+                None if name == "$getField" => Node::Var("CURRENT".into(), Vec::new()),
+                None => return Err(err(4161109, format!("{name} requires 'input' to be specified"))),
+            };
+            return Ok(match name {
+                "$getField" => Node::GetField(field, Box::new(input)),
+                "$unsetField" => Node::SetField(field, Box::new(input), Box::new(Node::Missing)),
+                _ => {
+                    let Some(value) = value else {
+                        return Err(err(4161110, "$setField requires 'value' to be specified"));
+                    };
+                    Node::SetField(field, Box::new(input), Box::new(parse(value, scope)?))
+                }
+            });
+        }
         "$let" => {
             let Bson::Document(d) = arg else {
                 return Err(err(16874, "$let only supports an object as its argument"));
@@ -563,6 +621,36 @@ impl Node {
                 vars.extend(values);
                 body.eval(&Env { root: env.root, current: env.current, vars })?
             }
+            Node::GetField(field, input) => match input.eval(env)? {
+                Some(Bson::Document(d)) => d.get(field).cloned(),
+                None | Some(Bson::Null | Bson::Undefined) => None,
+                Some(other) => {
+                    return Err(err(
+                        3041705,
+                        format!("$getField requires 'input' to evaluate to type Object, but got {}", type_name(&other)),
+                    ))
+                }
+            },
+            Node::SetField(field, input, value) => match input.eval(env)? {
+                Some(Bson::Document(mut d)) => {
+                    match value.eval(env)? {
+                        Some(v) => {
+                            d.insert(field.clone(), v);
+                        }
+                        None => {
+                            d.remove(field);
+                        }
+                    }
+                    Some(Bson::Document(d))
+                }
+                None | Some(Bson::Null | Bson::Undefined) => Some(Bson::Null),
+                Some(other) => {
+                    return Err(err(
+                        4161105,
+                        format!("$setField requires 'input' to evaluate to type Object, but got {}", type_name(&other)),
+                    ))
+                }
+            },
             Node::Op(op, nodes) => eval_op(*op, nodes, env)?,
         })
     }

@@ -10,6 +10,7 @@ pub mod regex;
 pub mod schema;
 pub mod sort;
 pub mod update;
+pub mod update_pipeline;
 
 pub use matcher::{Filter, FilterError};
 pub use pipeline::Pipeline;

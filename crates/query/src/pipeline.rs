@@ -113,17 +113,34 @@ fn positive(stage: &str, v: &Bson) -> Result<usize, FilterError> {
     Ok(n as usize)
 }
 
+/// The field paths of a `$unset` stage: a string or a nonempty array of
+/// strings.
+pub(crate) fn unset_fields(arg: &Bson) -> Result<Vec<String>, FilterError> {
+    match arg {
+        Bson::String(f) => Ok(vec![f.clone()]),
+        Bson::Array(items) if !items.is_empty() && items.iter().all(|i| matches!(i, Bson::String(_))) => {
+            Ok(items.iter().filter_map(|i| i.as_str().map(str::to_string)).collect())
+        }
+        _ => Err(err(31002, "$unset specification must be a string or an array containing only string values")),
+    }
+}
+
+/// A stage's name and argument: each stage is a one-field document.
+pub(crate) fn stage_of(s: &Bson) -> Result<(&String, &Bson), FilterError> {
+    let Bson::Document(d) = s else {
+        return Err(err(14, "Each element of the 'pipeline' array must be an object"));
+    };
+    if d.len() != 1 {
+        return Err(err(40323, "A pipeline stage specification object must contain exactly one field."));
+    }
+    Ok(d.iter().next().expect("one field"))
+}
+
 impl Pipeline {
     pub fn parse(stages: &[Bson]) -> Result<Pipeline, FilterError> {
         let mut out = Vec::new();
         for s in stages {
-            let Bson::Document(d) = s else {
-                return Err(err(14, "Each element of the 'pipeline' array must be an object"));
-            };
-            if d.len() != 1 {
-                return Err(err(40323, "A pipeline stage specification object must contain exactly one field."));
-            }
-            let (name, arg) = d.iter().next().unwrap();
+            let (name, arg) = stage_of(s)?;
             out.push(match name.as_str() {
                 "$match" => match arg {
                     Bson::Document(f) => Stage::Match(Filter::parse(f)?),
@@ -155,22 +172,8 @@ impl Pipeline {
                     _ => return Err(err(15969, "$project specification must be an object")),
                 },
                 "$unset" => {
-                    let fields = match arg {
-                        Bson::String(f) => vec![f.clone()],
-                        Bson::Array(items)
-                            if !items.is_empty() && items.iter().all(|i| matches!(i, Bson::String(_))) =>
-                        {
-                            items.iter().filter_map(|i| i.as_str().map(str::to_string)).collect()
-                        }
-                        _ => {
-                            return Err(err(
-                                31002,
-                                "$unset specification must be a string or an array containing only string values",
-                            ))
-                        }
-                    };
                     let mut spec = Document::new();
-                    for f in fields {
+                    for f in unset_fields(arg)? {
                         spec.insert(f, 0);
                     }
                     Stage::Project(Box::new(Projection::parse(&spec)?))

@@ -10,7 +10,9 @@
 //! the order MongoDB 5.0+ creates them: numeric names in numeric order,
 //! others in byte order.
 
+use crate::expr::Scope;
 use crate::matcher::{bad_value, ElementFilter};
+use crate::update_pipeline::UpdatePipeline;
 use crate::{Filter, FilterError};
 use bson::{Bson, Document, Timestamp};
 use doc::compare::{canonical_type, compare};
@@ -43,6 +45,7 @@ pub struct Update {
 enum Kind {
     Replacement(Document),
     Operators(Node),
+    Pipeline(UpdatePipeline),
 }
 
 /// A field name in the update tree, ordered as MongoDB applies them.
@@ -195,6 +198,16 @@ impl Update {
         Ok(Update { kind: Kind::Operators(root), filters })
     }
 
+    /// A pipeline-style update (`u: [stages]`), its expressions seeing
+    /// `scope`'s variables.
+    pub fn parse_pipeline(stages: &[Bson], array_filters: &[Document], scope: &Scope) -> Result<Update, FilterError> {
+        if !array_filters.is_empty() {
+            return Err(err(FAILED_TO_PARSE, "arrayFilters may not be specified for pipeline-style updates"));
+        }
+        let pipeline = UpdatePipeline::parse(stages, scope)?;
+        Ok(Update { kind: Kind::Pipeline(pipeline), filters: parse_array_filters(&[])? })
+    }
+
     /// Is this a replacement document (not update operators)?
     pub fn is_replacement(&self) -> bool {
         matches!(self.kind, Kind::Replacement(_))
@@ -239,14 +252,30 @@ impl Update {
                 collect_renames(root, doc, &mut cx)?;
                 let mut out = doc.clone();
                 apply_document(root, &mut out, &cx, "")?;
-                match (old_id, out.get("_id")) {
-                    (Some(old), Some(new)) if same_value(old, new) => {}
-                    (None, _) if inserting => {}
-                    _ => {
+                check_id_kept(old_id, &out, inserting)?;
+                Ok(out)
+            }
+            Kind::Pipeline(p) => {
+                let out = p.apply(doc)?;
+                // A pipeline that drops `_id` keeps the document's own, first.
+                let out = match (old_id, out.contains_key("_id")) {
+                    (Some(id), false) => {
+                        let mut with = Document::new();
+                        with.insert("_id", id.clone());
+                        with.extend(out);
+                        with
+                    }
+                    _ => out,
+                };
+                if let (Some(old), Some(new)) = (old_id, out.get("_id")) {
+                    if !same_value(old, new) {
                         return Err(err(
                             IMMUTABLE_FIELD,
-                            "Performing an update on the path '_id' would modify the immutable field '_id'",
-                        ))
+                            format!(
+                                "After applying the update, the (immutable) field '_id' was found to have been altered to {}",
+                                format::field("_id", new)
+                            ),
+                        ));
                     }
                 }
                 Ok(out)
@@ -269,7 +298,7 @@ impl Update {
                 }
                 self.apply(&seed, None, true)
             }
-            Kind::Operators(_) => {
+            Kind::Operators(_) | Kind::Pipeline(_) => {
                 let mut seen: Vec<&str> = Vec::new();
                 for (path, value) in &fields {
                     if let Some(prior) = seen.iter().find(|p| *p == path || is_prefix(p, path) || is_prefix(path, p)) {
@@ -291,6 +320,16 @@ impl Update {
                 Ok(out)
             }
         }
+    }
+}
+
+/// Update operators must leave `_id` as it was (an upsert's insert may
+/// set it).
+fn check_id_kept(old_id: Option<&Bson>, out: &Document, inserting: bool) -> Result<(), FilterError> {
+    match (old_id, out.get("_id")) {
+        (Some(old), Some(new)) if same_value(old, new) => Ok(()),
+        (None, _) if inserting => Ok(()),
+        _ => Err(err(IMMUTABLE_FIELD, "Performing an update on the path '_id' would modify the immutable field '_id'")),
     }
 }
 

@@ -133,6 +133,9 @@ fn parse_op(op: &Document, namespaces: usize) -> Result<Op, CommandError> {
                     statement.insert(field, v.clone());
                 }
             }
+            if let Some(c) = op.get("constants") {
+                statement.insert("c", c.clone());
+            }
             Ok(Op::Update { ns, statement })
         }
         _ => {

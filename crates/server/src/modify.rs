@@ -39,12 +39,15 @@ pub(crate) struct Statement {
     retried: bool,
 }
 
-fn parse_update_field(v: Option<&Bson>, array_filters: &[Document], cmd: &str) -> Result<Update, CommandError> {
+fn parse_update_field(
+    v: Option<&Bson>,
+    array_filters: &[Document],
+    cmd: &str,
+    scope: &Scope,
+) -> Result<Update, CommandError> {
     match v {
         Some(Bson::Document(u)) => Ok(Update::parse(u, array_filters)?),
-        Some(Bson::Array(_)) => Err(CommandError::not_implemented(
-            "pipeline-style updates are not supported yet: they come with the aggregation issue",
-        )),
+        Some(Bson::Array(stages)) => Ok(Update::parse_pipeline(stages, array_filters, scope)?),
         Some(other) => Err(CommandError::type_mismatch(format!(
             "Update argument must be either an object or an array, not {}",
             type_name(other)
@@ -75,7 +78,23 @@ fn array_filters(spec: &Document) -> Result<Vec<Document>, CommandError> {
 
 pub(crate) fn parse_statement(spec: &Document, scope: &Scope) -> Result<Statement, CommandError> {
     let (query, filter) = filter_of(spec, "q", scope)?;
-    let update = parse_update_field(spec.get("u"), &array_filters(spec)?, "update.updates.u")?;
+    // A statement's constants (`c`) are variables of its pipeline.
+    let constants = match spec.get("c") {
+        None | Some(Bson::Null) => None,
+        Some(Bson::Document(c)) => Some(scope.with_constants(c)?),
+        Some(other) => {
+            return Err(CommandError::type_mismatch(format!(
+                "BSON field 'update.updates.c' is the wrong type '{}', expected type 'object'",
+                type_name(other)
+            )))
+        }
+    };
+    let update = parse_update_field(
+        spec.get("u"),
+        &array_filters(spec)?,
+        "update.updates.u",
+        constants.as_ref().unwrap_or(scope),
+    )?;
     let multi = bool_option(spec, "multi", "update.updates", false)?;
     if multi && update.is_replacement() {
         return Err(CommandError::failed_to_parse("multi update is not supported for replacement-style update"));
@@ -372,7 +391,8 @@ pub fn find_and_modify(shared: &Shared, cmd: &Document) -> CommandResult {
         &["query", "sort", "remove", "update", "new", "fields", "upsert", "arrayFilters", "collation", "hint"],
         false,
     )?;
-    let (query, filter) = filter_of(cmd, "query", &scope_of(cmd)?)?;
+    let scope = scope_of(cmd)?;
+    let (query, filter) = filter_of(cmd, "query", &scope)?;
     let sort = Sort::parse(&match cmd.get("sort") {
         None | Some(Bson::Null) => Document::new(),
         Some(Bson::Document(d)) => d.clone(),
@@ -412,7 +432,7 @@ pub fn find_and_modify(shared: &Shared, cmd: &Document) -> CommandResult {
         ));
     }
     let update = if has_update {
-        Some(parse_update_field(cmd.get("update"), &array_filters(cmd)?, "findAndModify.update")?)
+        Some(parse_update_field(cmd.get("update"), &array_filters(cmd)?, "findAndModify.update", &scope)?)
     } else {
         None
     };
