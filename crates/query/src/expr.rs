@@ -20,7 +20,6 @@
 use crate::matcher::FilterError;
 use crate::update::type_name;
 use bson::{Bson, Document};
-use doc::compare::compare;
 use doc::decimal_math::{Dec, DoubleDigits};
 use std::cmp::Ordering;
 
@@ -667,7 +666,7 @@ fn eval_op(op: Op, nodes: &[Node], env: &Env) -> Result<Option<Bson>, FilterErro
         (None, None) => Ordering::Equal,
         (None, Some(_)) => Ordering::Less,
         (Some(_), None) => Ordering::Greater,
-        (Some(x), Some(y)) => compare(x, y),
+        (Some(x), Some(y)) => crate::collation::collated(x, y),
     };
     let nullish = |v: &Option<Bson>| matches!(v, None | Some(Bson::Null | Bson::Undefined));
     Ok(Some(match op {

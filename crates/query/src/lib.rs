@@ -2,6 +2,7 @@
 //! update operators, projection, the planner, executor stages, explain and
 //! aggregation. Performs no I/O of its own.
 
+pub mod collation;
 pub mod expr;
 pub mod matcher;
 pub mod pipeline;
@@ -12,6 +13,7 @@ pub mod sort;
 pub mod update;
 pub mod update_pipeline;
 
+pub use collation::Collation;
 pub use matcher::{Filter, FilterError};
 pub use pipeline::Pipeline;
 pub use projection::Projection;

@@ -13,12 +13,14 @@
 //! values of the same canonical type ("type bracketing"); `null` equality
 //! also matches a missing field.
 
+use crate::collation::{collated, with_collation, Collation};
 use crate::expr::{truthy, Expression, Scope};
 use crate::regex::Regex;
 use bson::{Bson, Document};
-use doc::compare::{canonical_type, compare, number, Number};
+use doc::compare::{canonical_type, number, Number};
 use doc::format;
 use std::cmp::Ordering;
+use std::sync::Arc;
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{message}")]
@@ -83,6 +85,8 @@ enum BitTest {
 #[derive(Debug, Clone)]
 pub struct Filter {
     root: Expr,
+    /// Strings compare through it (`None`: binary).
+    collation: Option<Arc<Collation>>,
 }
 
 impl Filter {
@@ -92,7 +96,13 @@ impl Filter {
 
     /// Parse with a command's `let` variables in scope for `$expr`.
     pub fn parse_in(filter: &Document, scope: &Scope) -> Result<Filter, FilterError> {
-        Ok(Filter { root: parse_document(filter, Some(scope))? })
+        Ok(Filter { root: parse_document(filter, Some(scope))?, collation: None })
+    }
+
+    /// This filter with strings compared through `collation`.
+    pub fn with_collation(mut self, collation: Option<Arc<Collation>>) -> Filter {
+        self.collation = collation;
+        self
     }
 
     /// As [`Filter::matches_at`], but an error an `$expr` meets (a type
@@ -107,14 +117,14 @@ impl Filter {
     }
 
     pub fn matches(&self, doc: &Document) -> bool {
-        eval(&self.root, doc, &mut None)
+        self.matches_at(doc).0
     }
 
     /// Whether `doc` matches, and the array position the positional `$`
     /// operator of an update or projection uses.
     pub fn matches_at(&self, doc: &Document) -> (bool, Option<usize>) {
         let mut pos = None;
-        let ok = eval(&self.root, doc, &mut pos);
+        let ok = with_collation(self.collation.as_ref(), || eval(&self.root, doc, &mut pos));
         (ok, pos)
     }
 
@@ -591,7 +601,7 @@ fn elem_matches(cond: &ElemCond, item: &Bson) -> bool {
     match cond {
         ElemCond::Object(e) => matches!(item, Bson::Document(d) if eval(e, d, &mut None)),
         ElemCond::Value(e) => eval(e, &wrap(item), &mut None),
-        ElemCond::Equal(v) => compare(v, item) == Ordering::Equal && canonical_type(v) == canonical_type(item),
+        ElemCond::Equal(v) => collated(v, item) == Ordering::Equal && canonical_type(v) == canonical_type(item),
     }
 }
 
@@ -650,7 +660,7 @@ fn compare_one(v: &Bson, cmp: Cmp, target: &Bson) -> bool {
     if !bracketed {
         return false;
     }
-    let o = compare(v, target);
+    let o = collated(v, target);
     match cmp {
         Cmp::Eq => o == Ordering::Equal,
         Cmp::Gt => o == Ordering::Greater,

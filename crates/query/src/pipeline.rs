@@ -137,6 +137,22 @@ pub(crate) fn stage_of(s: &Bson) -> Result<(&String, &Bson), FilterError> {
 }
 
 impl Pipeline {
+    /// This pipeline with strings compared through `collation` in its
+    /// `$match` and `$sort` stages (group keys stay binary for now).
+    pub fn with_collation(mut self, collation: Option<std::sync::Arc<crate::Collation>>) -> Pipeline {
+        if collation.is_none() {
+            return self;
+        }
+        for stage in &mut self.stages {
+            match stage {
+                Stage::Match(f) => *f = f.clone().with_collation(collation.clone()),
+                Stage::Sort(s) => *s = s.clone().with_collation(collation.clone()),
+                _ => {}
+            }
+        }
+        self
+    }
+
     pub fn parse(stages: &[Bson]) -> Result<Pipeline, FilterError> {
         let mut out = Vec::new();
         for s in stages {

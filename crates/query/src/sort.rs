@@ -2,18 +2,21 @@
 //! an array is its smallest element ascending and its largest descending;
 //! a missing field sorts as null, and an empty array before null.
 
+use crate::collation::{collated, with_collation, Collation};
 use crate::matcher::walk;
 use crate::FilterError;
 use bson::{Bson, Document};
-use doc::compare::compare;
 use doc::format;
 use std::cmp::Ordering;
+use std::sync::Arc;
 
 /// A parsed sort specification (`{a: 1, "b.c": -1}`).
 #[derive(Debug, Clone, Default)]
 pub struct Sort {
     /// Each path and whether it is descending.
     fields: Vec<(String, bool)>,
+    /// Strings compare through it (`None`: binary).
+    collation: Option<Arc<Collation>>,
 }
 
 impl Sort {
@@ -52,7 +55,13 @@ impl Sort {
             };
             fields.push((path.clone(), desc));
         }
-        Ok(Sort { fields })
+        Ok(Sort { fields, collation: None })
+    }
+
+    /// This sort with strings compared through `collation`.
+    pub fn with_collation(mut self, collation: Option<Arc<Collation>>) -> Sort {
+        self.collation = collation;
+        self
     }
 
     pub fn is_empty(&self) -> bool {
@@ -61,14 +70,16 @@ impl Sort {
 
     /// The order of two documents.
     pub fn compare(&self, a: &Document, b: &Document) -> Ordering {
-        for (path, desc) in &self.fields {
-            let o = compare_keys(&sort_key(a, path, *desc), &sort_key(b, path, *desc));
-            let o = if *desc { o.reverse() } else { o };
-            if o != Ordering::Equal {
-                return o;
+        with_collation(self.collation.as_ref(), || {
+            for (path, desc) in &self.fields {
+                let o = compare_keys(&sort_key(a, path, *desc), &sort_key(b, path, *desc));
+                let o = if *desc { o.reverse() } else { o };
+                if o != Ordering::Equal {
+                    return o;
+                }
             }
-        }
-        Ordering::Equal
+            Ordering::Equal
+        })
     }
 
     /// Sort `docs` in place (stable, so equal keys keep their order).
@@ -111,7 +122,7 @@ fn compare_keys(a: &Option<Bson>, b: &Option<Bson>) -> Ordering {
         (None, None) => Ordering::Equal,
         (None, Some(_)) => Ordering::Less,
         (Some(_), None) => Ordering::Greater,
-        (Some(x), Some(y)) => compare(x, y),
+        (Some(x), Some(y)) => collated(x, y),
     }
 }
 

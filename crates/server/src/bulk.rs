@@ -354,7 +354,6 @@ fn run_op(
         }
         Op::Delete { statement, .. } => {
             crate::read::check_hint(statement)?;
-            crate::read::check_collation(statement)?;
             Outcome { n: delete_one_spec(shared, ns, statement, scope, log.as_ref())?, ..Outcome::default() }
         }
     };

@@ -871,7 +871,7 @@ pub fn delete(shared: &Shared, msg: &OpMsg) -> CommandResult {
     check_fields(cmd, "delete", &["deletes", "ordered"], false)?;
     for spec in &specs {
         check_fields(spec, "delete.deletes", &["q", "limit", "collation", "hint"], true)?;
-        crate::read::check_collation(spec)?;
+        crate::read::collation_of(spec)?;
         crate::read::check_hint(spec)?;
         if !spec.contains_key("q") {
             return Err(CommandError::failed_to_parse("BSON field 'delete.deletes.q' is missing but a required field"));
@@ -920,12 +920,14 @@ pub(crate) fn delete_one_spec(
 ) -> Result<i64, CommandError> {
     let ack = STATEMENT_ACK;
     let (filter_doc, filter) = filter_of(spec, "q", scope)?;
+    let collation = crate::read::collation_of(spec)?;
+    let filter = filter.with_collation(collation.clone());
     let limit = count_option(spec, "limit")?.unwrap_or(0);
     let Some(coll) = shared.catalog.get(ns) else { return Ok(0) };
     let engine = shared.catalog.engine();
     let record = log.map(|l| l.record(doc! { "n": 1i64 }));
     let stamp = record.as_ref().map(|r| r as &dyn Stamp);
-    if let Some(id) = Filter::id_equality(&filter_doc) {
+    if let Some(id) = crate::read::point_id(&filter_doc, collation.as_ref()) {
         return Ok(match coll.find_rid_by_id(engine, id)? {
             Some((rid, d)) => i64::from(coll.delete(engine, rid, &d, ack, stamp)?),
             None => 0,

@@ -13,7 +13,7 @@ use crate::crud::{
 };
 use crate::error::CommandError;
 use crate::limits::*;
-use crate::read::{check_collation, check_hint, encoded_len, Deadline, ScanIter};
+use crate::read::{check_hint, collation_of, encoded_len, point_id, Deadline, ScanIter};
 use crate::server::Shared;
 use crate::session::{Retry, StmtLog};
 use crate::wire::OpMsg;
@@ -21,7 +21,7 @@ use bson::{doc, Bson, Document};
 use doc::catalog::{with_id_first, Ack, Collection, Namespace};
 use doc::sessions::Stamp;
 use query::expr::Scope;
-use query::{Filter, Projection, Sort, Update};
+use query::{Collation, Filter, Projection, Sort, Update};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -35,6 +35,8 @@ pub(crate) struct Statement {
     upsert: bool,
     /// Which document a single update picks (MongoDB 8.0's `sort`).
     sort: Sort,
+    /// The statement's collation (`None`: simple).
+    collation: Option<Arc<Collation>>,
     /// Already retried after losing an upsert race.
     retried: bool,
 }
@@ -100,13 +102,14 @@ pub(crate) fn parse_statement(spec: &Document, scope: &Scope) -> Result<Statemen
         return Err(CommandError::failed_to_parse("multi update is not supported for replacement-style update"));
     }
     check_hint(spec)?;
-    check_collation(spec)?;
+    let collation = collation_of(spec)?;
+    let filter = filter.with_collation(collation.clone());
     let sort = match spec.get("sort") {
         None | Some(Bson::Null) => Sort::default(),
         Some(Bson::Document(s)) if multi && !s.is_empty() => {
             return Err(CommandError::failed_to_parse("Cannot specify sort with multi=true"))
         }
-        Some(Bson::Document(s)) => Sort::parse(s)?,
+        Some(Bson::Document(s)) => Sort::parse(s)?.with_collation(collation.clone()),
         Some(other) => {
             return Err(CommandError::type_mismatch(format!(
                 "BSON field 'update.updates.sort' is the wrong type '{}', expected type 'object'",
@@ -115,7 +118,7 @@ pub(crate) fn parse_statement(spec: &Document, scope: &Scope) -> Result<Statemen
         }
     };
     let upsert = bool_option(spec, "upsert", "update.updates", false)?;
-    Ok(Statement { query, filter, update, multi, upsert, sort, retried: false })
+    Ok(Statement { query, filter, update, multi, upsert, sort, collation, retried: false })
 }
 
 /// The update result must still be a storable document.
@@ -248,7 +251,10 @@ pub(crate) fn run_statement(
     if let Some(coll) = shared.catalog.get(ns).filter(|_| !st.sort.is_empty()) {
         // A sorted single update: the first match in sort order.
         let none = Deadline::none();
-        while let Some((rid, d, pos)) = first_match(shared, &coll, ns, &st.query, &st.filter, &st.sort, &none)? {
+        let (query, filter) = (&st.query, &st.filter);
+        while let Some((rid, d, pos)) =
+            first_match(shared, &coll, ns, (query, filter, st.collation.as_ref()), &st.sort, &none)?
+        {
             if let Some((_, _, changed)) = update_document(shared, &coll, rid, (d, pos), &change)? {
                 out.n = 1;
                 out.modified = i64::from(changed);
@@ -256,7 +262,7 @@ pub(crate) fn run_statement(
             }
         }
     } else if let Some(coll) = shared.catalog.get(ns) {
-        let candidates: Box<dyn Iterator<Item = (u64, Document)>> = match Filter::id_equality(&st.query) {
+        let candidates: Box<dyn Iterator<Item = (u64, Document)>> = match point_id(&st.query, st.collation.as_ref()) {
             Some(id) => Box::new(coll.find_rid_by_id(shared.catalog.engine(), id)?.into_iter()),
             None => Box::new(ScanIter::new(shared, ns)),
         };
@@ -347,17 +353,17 @@ pub fn update(shared: &Shared, msg: &OpMsg) -> CommandResult {
     acknowledge(shared, ack, reply)
 }
 
-/// The first match in sort order (or record order without a sort).
+/// The first match of `query` (parsed as `filter`, under `collation`) in
+/// sort order (or record order without a sort).
 fn first_match(
     shared: &Shared,
     coll: &Arc<Collection>,
     ns: &Namespace,
-    query: &Document,
-    filter: &Filter,
+    (query, filter, collation): (&Document, &Filter, Option<&Arc<Collation>>),
     sort: &Sort,
     deadline: &Deadline,
 ) -> Result<Option<(u64, Document, Option<usize>)>, CommandError> {
-    if let Some(id) = Filter::id_equality(query) {
+    if let Some(id) = point_id(query, collation) {
         return Ok(coll.find_rid_by_id(shared.catalog.engine(), id)?.map(|(rid, d)| (rid, d, None)));
     }
     let mut best: Option<(u64, Document, Option<usize>)> = None;
@@ -437,7 +443,9 @@ pub fn find_and_modify(shared: &Shared, cmd: &Document) -> CommandResult {
         None
     };
     check_hint(cmd)?;
-    check_collation(cmd)?;
+    let collation = collation_of(cmd)?;
+    let filter = filter.with_collation(collation.clone());
+    let sort = sort.with_collation(collation.clone());
     let ack = ack_of(cmd)?;
     check_not_view(shared, &ns)?;
     let mut retry = Retry::begin(shared, cmd)?;
@@ -489,7 +497,9 @@ pub fn find_and_modify(shared: &Shared, cmd: &Document) -> CommandResult {
     let engine = shared.catalog.engine();
     if let Some(coll) = shared.catalog.get(&ns) {
         // Retried when the chosen document changes before it is written.
-        while let Some((rid, d, pos)) = first_match(shared, &coll, &ns, &query, &filter, &sort, &deadline)? {
+        while let Some((rid, d, pos)) =
+            first_match(shared, &coll, &ns, (&query, &filter, collation.as_ref()), &sort, &deadline)?
+        {
             match &update {
                 None => {
                     shared.opcounters.delete.fetch_add(1, Ordering::Relaxed);

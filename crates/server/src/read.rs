@@ -13,7 +13,7 @@ use crate::server::Shared;
 use bson::{doc, Bson, Document};
 use doc::catalog::{Collection, DocError, Namespace};
 use doc::compare::compare;
-use query::{Filter, Projection, Sort};
+use query::{Collation, Filter, Projection, Sort};
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -489,14 +489,23 @@ pub(crate) fn check_hint(cmd: &Document) -> Result<(), CommandError> {
     }
 }
 
-/// `collation`: only the simple (binary) collation until collations are
-/// built.
-pub(crate) fn check_collation(cmd: &Document) -> Result<(), CommandError> {
-    match cmd.get("collation") {
-        None | Some(Bson::Null) => Ok(()),
-        Some(Bson::Document(d)) if d.is_empty() || d.get_str("locale") == Ok("simple") => Ok(()),
-        Some(_) => Err(CommandError::not_implemented("collations other than 'simple' are not supported yet")),
+/// A command's (or statement's) `collation`: `None` for the simple one.
+pub(crate) fn collation_of(cmd: &Document) -> Result<Option<Arc<Collation>>, CommandError> {
+    Ok(Collation::parse(cmd.get("collation"))?)
+}
+
+/// The `_id` a filter pins when the binary `_id` index can find it: not
+/// when a collation compares a string in it differently.
+pub(crate) fn point_id<'a>(query: &'a Document, collation: Option<&Arc<Collation>>) -> Option<&'a Bson> {
+    fn holds_string(v: &Bson) -> bool {
+        match v {
+            Bson::String(_) | Bson::Symbol(_) => true,
+            Bson::Document(d) => d.values().any(holds_string),
+            Bson::Array(items) => items.iter().any(holds_string),
+            _ => false,
+        }
     }
+    Filter::id_equality(query).filter(|id| collation.is_none() || !holds_string(id))
 }
 
 pub fn find(shared: &Shared, cmd: &Document) -> CommandResult {
@@ -573,7 +582,9 @@ pub fn find(shared: &Shared, cmd: &Document) -> CommandResult {
         }
     }
     check_hint(cmd)?;
-    check_collation(cmd)?;
+    let collation = collation_of(cmd)?;
+    let filter = filter.with_collation(collation.clone());
+    let sort = sort.with_collation(collation.clone());
     let skip = count_option(cmd, "skip")?.unwrap_or(0);
     let limit = count_option(cmd, "limit")?.unwrap_or(0);
     let batch_size = count_option(cmd, "batchSize")?;
@@ -610,7 +621,7 @@ pub fn find(shared: &Shared, cmd: &Document) -> CommandResult {
         return Err(crate::crud::not_on_view(&ns));
     }
     // A point lookup when the filter is exactly {_id: value}.
-    if let (Some(id), Some(coll), false) = (Filter::id_equality(&filter_doc), &coll, is_view || tailable) {
+    if let (Some(id), Some(coll), false) = (point_id(&filter_doc, collation.as_ref()), &coll, is_view || tailable) {
         let found = coll.find_rid_by_id(shared.catalog.engine(), id)?;
         let hits: Vec<Hit> = found.into_iter().skip(skip).map(|(rid, doc)| Hit { rid, doc, pos: None }).collect();
         state.source = Source::Buffer(hits.into_iter());
@@ -728,7 +739,7 @@ pub fn aggregate(shared: &Shared, cmd: &Document) -> CommandResult {
         return Err(CommandError::bad_value("batchSize value must be non-negative"));
     }
     check_hint(cmd)?;
-    check_collation(cmd)?;
+    let collation = collation_of(cmd)?;
     let view = resolve_view(shared, &ns)?;
     let (stats, stages) = match stages.first() {
         Some(Bson::Document(d)) if d.contains_key("$collStats") => {
@@ -747,7 +758,7 @@ pub fn aggregate(shared: &Shared, cmd: &Document) -> CommandResult {
         }
         None => (ns.clone(), stages.to_vec()),
     };
-    let pipeline = query::Pipeline::parse(&stages)?;
+    let pipeline = query::Pipeline::parse(&stages)?.with_collation(collation);
     let out = match stats {
         Some(d) => pipeline.run(std::iter::once(d)),
         None => {
@@ -831,7 +842,7 @@ pub fn count(shared: &Shared, cmd: &Document) -> CommandResult {
     let ns = namespace(cmd, "count")?;
     let (_, filter) = filter_of(cmd, "query", &query::expr::Scope::default())?;
     check_hint(cmd)?;
-    check_collation(cmd)?;
+    let filter = filter.with_collation(collation_of(cmd)?);
     let skip = count_option(cmd, "skip")?.unwrap_or(0);
     if skip < 0 {
         return Err(CommandError::bad_value("skip value is negative in count query"));
@@ -874,15 +885,18 @@ pub fn distinct(shared: &Shared, cmd: &Document) -> CommandResult {
     }
     let (_, filter) = filter_of(cmd, "query", &query::expr::Scope::default())?;
     check_hint(cmd)?;
-    check_collation(cmd)?;
-    // Values equal by MongoDB's comparison (1 and 1.0) count once.
+    let collation = collation_of(cmd)?;
+    let filter = filter.with_collation(collation.clone());
+    // Values equal by MongoDB's comparison (1 and 1.0; under a collation,
+    // "a" and "A" at strength 2) count once, the first one met.
     let mut values: BTreeSet<Ordered> = BTreeSet::new();
     for hit in scan_hits(shared, &ns, &filter) {
         let hit = hit?;
         deadline.check()?;
         query::matcher::values_at(&hit.doc, &key, &mut |v| {
-            if !values.contains(&Ordered(v.clone())) {
-                values.insert(Ordered(v.clone()));
+            let value = Ordered(v.clone(), collation.clone());
+            if !values.contains(&value) {
+                values.insert(value);
             }
         });
     }
@@ -894,12 +908,12 @@ pub fn distinct(shared: &Shared, cmd: &Document) -> CommandResult {
     Ok(reply)
 }
 
-/// A value ordered by MongoDB's comparison.
-struct Ordered(Bson);
+/// A value ordered by MongoDB's comparison, strings through its collation.
+struct Ordered(Bson, Option<Arc<Collation>>);
 
 impl PartialEq for Ordered {
     fn eq(&self, other: &Self) -> bool {
-        compare(&self.0, &other.0).is_eq()
+        self.cmp(other).is_eq()
     }
 }
 
@@ -913,7 +927,10 @@ impl PartialOrd for Ordered {
 
 impl Ord for Ordered {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        compare(&self.0, &other.0)
+        match &self.1 {
+            Some(c) => c.compare(&self.0, &other.0),
+            None => compare(&self.0, &other.0),
+        }
     }
 }
 

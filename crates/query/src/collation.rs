@@ -1,0 +1,247 @@
+//! Collations: locale-aware string comparison for filters, `$expr`
+//! comparisons and sorts, from a command's `collation` document, with the
+//! Unicode Collation Algorithm and CLDR's locale rules (ICU4X's
+//! `icu_collator`, MongoDB uses ICU). `{locale: "simple"}` (or none) is
+//! binary comparison.
+//!
+//! Strings compare through the collator wherever they sit: alone, inside
+//! arrays and inside documents (whose field names stay binary), as in
+//! MongoDB. The `_id` index is binary, so a collated query never takes
+//! the `_id` point lookup for a string.
+
+use crate::matcher::FilterError;
+use crate::update::type_name;
+use bson::{Bson, Document};
+use doc::compare::{canonical_type, compare};
+use icu_collator::options::{AlternateHandling, CaseLevel, CollatorOptions, MaxVariable, Strength};
+use icu_collator::preferences::{CollationCaseFirst, CollationNumericOrdering};
+use icu_collator::{Collator, CollatorBorrowed, CollatorPreferences};
+use std::cell::RefCell;
+use std::cmp::Ordering;
+use std::sync::Arc;
+
+fn bad(spec: &Document, field: &str) -> FilterError {
+    FilterError { code: 2, message: format!("Field '{field}' is invalid in: {spec}") }
+}
+
+/// A non-simple collation.
+pub struct Collation {
+    collator: CollatorBorrowed<'static>,
+    spec: Document,
+}
+
+impl std::fmt::Debug for Collation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Collation({})", self.spec)
+    }
+}
+
+const FIELDS: &[&str] = &[
+    "locale",
+    "caseLevel",
+    "caseFirst",
+    "strength",
+    "numericOrdering",
+    "alternate",
+    "maxVariable",
+    "normalization",
+    "backwards",
+    "version",
+];
+
+impl Collation {
+    /// A command's `collation` field: `None` when absent, empty or simple.
+    pub fn parse(v: Option<&Bson>) -> Result<Option<Arc<Collation>>, FilterError> {
+        let spec = match v {
+            None | Some(Bson::Null) => return Ok(None),
+            Some(Bson::Document(d)) if d.is_empty() => return Ok(None),
+            Some(Bson::Document(d)) => d,
+            Some(other) => {
+                return Err(FilterError {
+                    code: 14,
+                    message: format!(
+                        "BSON field 'collation' is the wrong type '{}', expected type 'object'",
+                        type_name(other)
+                    ),
+                })
+            }
+        };
+        if let Some(k) = spec.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+            return Err(FilterError {
+                code: 40415,
+                message: format!("BSON field 'collation.{k}' is an unknown field."),
+            });
+        }
+        let locale = match spec.get("locale") {
+            Some(Bson::String(l)) => l.as_str(),
+            Some(_) => return Err(bad(spec, "locale")),
+            None => {
+                return Err(FilterError {
+                    code: 40414,
+                    message: "BSON field 'collation.locale' is missing but a required field".into(),
+                })
+            }
+        };
+        if locale == "simple" {
+            if spec.len() > 1 {
+                return Err(FilterError {
+                    code: 51002,
+                    message: format!("Collation spec with simple locale must not contain other fields: {spec}"),
+                });
+            }
+            return Ok(None);
+        }
+        let bool_field = |f: &str| match spec.get(f) {
+            None => Ok(false),
+            Some(Bson::Boolean(b)) => Ok(*b),
+            Some(_) => Err(bad(spec, f)),
+        };
+        let loc: icu_locale_core::Locale = locale.replace('_', "-").parse().map_err(|_| bad(spec, "locale"))?;
+        let mut prefs = CollatorPreferences::from(&loc);
+        let mut options = CollatorOptions::default();
+        options.strength = Some(match spec.get("strength") {
+            None => Strength::Tertiary,
+            Some(v) => {
+                match v.as_i32().or_else(|| v.as_i64().map(|i| i as i32)).or_else(|| v.as_f64().map(|f| f as i32)) {
+                    Some(1) => Strength::Primary,
+                    Some(2) => Strength::Secondary,
+                    Some(3) => Strength::Tertiary,
+                    Some(4) => Strength::Quaternary,
+                    Some(5) => Strength::Identical,
+                    _ => return Err(bad(spec, "strength")),
+                }
+            }
+        });
+        options.case_level = Some(if bool_field("caseLevel")? { CaseLevel::On } else { CaseLevel::Off });
+        prefs.case_first = Some(match spec.get("caseFirst") {
+            None => CollationCaseFirst::False,
+            Some(Bson::String(s)) => match s.as_str() {
+                "upper" => CollationCaseFirst::Upper,
+                "lower" => CollationCaseFirst::Lower,
+                "off" => CollationCaseFirst::False,
+                _ => return Err(bad(spec, "caseFirst")),
+            },
+            Some(_) => return Err(bad(spec, "caseFirst")),
+        });
+        if bool_field("numericOrdering")? {
+            prefs.numeric_ordering = Some(CollationNumericOrdering::True);
+        }
+        options.alternate_handling = Some(match spec.get("alternate") {
+            None => AlternateHandling::NonIgnorable,
+            Some(Bson::String(s)) if s == "non-ignorable" => AlternateHandling::NonIgnorable,
+            Some(Bson::String(s)) if s == "shifted" => AlternateHandling::Shifted,
+            Some(_) => return Err(bad(spec, "alternate")),
+        });
+        options.max_variable = Some(match spec.get("maxVariable") {
+            None => MaxVariable::Punctuation,
+            Some(Bson::String(s)) if s == "punct" => MaxVariable::Punctuation,
+            Some(Bson::String(s)) if s == "space" => MaxVariable::Space,
+            Some(_) => return Err(bad(spec, "maxVariable")),
+        });
+        // ICU4X always normalizes (the result of `normalization: true`);
+        // backwards secondary ordering (French) it does not offer.
+        bool_field("normalization")?;
+        if bool_field("backwards")? {
+            return Err(FilterError { code: 238, message: "collation option 'backwards' is not supported yet".into() });
+        }
+        let collator = Collator::try_new(prefs, options).map_err(|_| bad(spec, "locale"))?;
+        Ok(Some(Arc::new(Collation { collator, spec: spec.clone() })))
+    }
+
+    pub fn compare_str(&self, a: &str, b: &str) -> Ordering {
+        self.collator.compare(a, b)
+    }
+
+    /// MongoDB's order of `a` and `b`, strings collated.
+    pub fn compare(&self, a: &Bson, b: &Bson) -> Ordering {
+        let (ta, tb) = (canonical_type(a), canonical_type(b));
+        if ta != tb {
+            return ta.cmp(&tb);
+        }
+        match (a, b) {
+            (Bson::String(x) | Bson::Symbol(x), Bson::String(y) | Bson::Symbol(y)) => self.compare_str(x, y),
+            (Bson::Array(x), Bson::Array(y)) => {
+                x.iter().zip(y).map(|(l, r)| self.compare(l, r)).find(|o| o.is_ne()).unwrap_or(x.len().cmp(&y.len()))
+            }
+            (Bson::Document(x), Bson::Document(y)) => self.compare_documents(x, y),
+            _ => compare(a, b),
+        }
+    }
+
+    fn compare_documents(&self, x: &Document, y: &Document) -> Ordering {
+        for ((kx, vx), (ky, vy)) in x.iter().zip(y) {
+            let o = canonical_type(vx)
+                .cmp(&canonical_type(vy))
+                .then_with(|| kx.as_bytes().cmp(ky.as_bytes()))
+                .then_with(|| self.compare(vx, vy));
+            if o.is_ne() {
+                return o;
+            }
+        }
+        x.len().cmp(&y.len())
+    }
+}
+
+thread_local! {
+    /// The collation of the filter being matched on this thread.
+    static CURRENT: RefCell<Option<Arc<Collation>>> = const { RefCell::new(None) };
+}
+
+/// Run `f` with `c` as the collation comparisons use ([`collated`]).
+pub(crate) fn with_collation<T>(c: Option<&Arc<Collation>>, f: impl FnOnce() -> T) -> T {
+    let Some(c) = c else { return f() };
+    let previous = CURRENT.with_borrow_mut(|cur| cur.replace(c.clone()));
+    struct Restore(Option<Option<Arc<Collation>>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let previous = self.0.take().flatten();
+            CURRENT.with_borrow_mut(|cur| *cur = previous);
+        }
+    }
+    let _restore = Restore(Some(previous));
+    f()
+}
+
+/// `compare`, with strings collated when a collation is in force.
+pub(crate) fn collated(a: &Bson, b: &Bson) -> Ordering {
+    CURRENT.with_borrow(|c| match c {
+        Some(c) => c.compare(a, b),
+        None => compare(a, b),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bson::{bson, doc};
+
+    fn c(spec: Document) -> Arc<Collation> {
+        Collation::parse(Some(&Bson::Document(spec))).unwrap().unwrap()
+    }
+
+    #[test]
+    fn strength_case_and_numeric_ordering() {
+        let s2 = c(doc! { "locale": "en_US", "strength": 2 });
+        assert_eq!(s2.compare(&bson!("ping"), &bson!("PING")), Ordering::Equal);
+        assert_eq!(s2.compare(&bson!("e"), &bson!("é")), Ordering::Less);
+        let s1 = c(doc! { "locale": "en", "strength": 1 });
+        assert_eq!(s1.compare(&bson!("e"), &bson!("É")), Ordering::Equal);
+        let num = c(doc! { "locale": "en", "numericOrdering": true });
+        assert_eq!(num.compare(&bson!("a10"), &bson!("a9")), Ordering::Greater);
+        // Inside documents and arrays; other types as MongoDB orders them.
+        assert_eq!(s2.compare(&bson!({ "a": ["X"] }), &bson!({ "a": ["x"] })), Ordering::Equal);
+        assert_eq!(s2.compare(&bson!(1), &bson!("a")), Ordering::Less);
+    }
+
+    #[test]
+    fn specs_are_checked() {
+        assert!(Collation::parse(Some(&bson!({ "locale": "simple" }))).unwrap().is_none());
+        let code = |spec: Bson| Collation::parse(Some(&spec)).unwrap_err().code;
+        assert_eq!(code(bson!({ "locale": "en", "strength": 9 })), 2);
+        assert_eq!(code(bson!({ "strength": 1 })), 40414);
+        assert_eq!(code(bson!({ "locale": "en", "frob": 1 })), 40415);
+        assert_eq!(code(bson!({ "locale": "simple", "strength": 1 })), 51002);
+        assert_eq!(code(bson!({ "locale": "en", "caseFirst": "sideways" })), 2);
+        assert_eq!(code(bson!("en")), 14);
+    }
+}
