@@ -1,12 +1,15 @@
 //! Aggregation pipelines, a first subset: `$match`, `$skip`, `$limit`,
-//! `$count`, and `$group` with `$sum $avg $min $max $first $last $push`
-//! over field paths (`"$a.b"`) and constants. Enough for the drivers'
-//! `countDocuments` and everyday grouping; other stages are refused as
-//! unknown, with MongoDB's message.
+//! `$count`, `$sort`, `$project`, `$unset`, `$addFields`/`$set`,
+//! `$replaceRoot`/`$replaceWith`, and `$group` with `$sum $avg $min $max
+//! $first $last $push` over aggregation expressions (`expr.rs`). Enough
+//! for the drivers' `countDocuments` and everyday grouping and reshaping;
+//! other stages are refused as unknown, with MongoDB's message.
 //!
 //! Runs over documents handed in by the caller (no I/O of its own).
 
+use crate::expr::{Expression, Scope};
 use crate::matcher::{Filter, FilterError};
+use crate::update_pipeline::UpdatePipeline;
 use crate::{Projection, Sort};
 use bson::{Bson, Document};
 use doc::compare::{compare, number, Number};
@@ -16,33 +19,6 @@ use std::collections::BTreeMap;
 
 fn err(code: i32, message: impl Into<String>) -> FilterError {
     FilterError { code, message: message.into() }
-}
-
-#[derive(Debug, Clone)]
-enum Operand {
-    Path(String),
-    Const(Bson),
-}
-
-impl Operand {
-    fn parse(v: &Bson) -> Result<Operand, FilterError> {
-        match v {
-            Bson::String(s) if s.starts_with("$$") => Err(err(2, format!("variables are not supported yet: {s}"))),
-            Bson::String(s) if s.starts_with('$') => Ok(Operand::Path(s[1..].to_string())),
-            Bson::Document(d) if d.keys().next().is_some_and(|k| k.starts_with('$')) => {
-                Err(err(168, format!("Unrecognized expression '{}'", d.keys().next().unwrap())))
-            }
-            other => Ok(Operand::Const(other.clone())),
-        }
-    }
-
-    /// The value for `doc` (`None`: missing).
-    fn eval(&self, doc: &Document) -> Option<Bson> {
-        match self {
-            Operand::Const(v) => Some(v.clone()),
-            Operand::Path(p) => path_value(&Bson::Document(doc.clone()), p),
-        }
-    }
 }
 
 /// An aggregation field path: through documents; through an array, the
@@ -84,12 +60,15 @@ enum Stage {
     Limit(usize),
     Count(String),
     Group {
-        id: Operand,
-        fields: Vec<(String, AccKind, Operand)>,
+        id: Expression,
+        fields: Vec<(String, AccKind, Expression)>,
     },
     Sort(Sort),
     /// `$project` and `$unset` (never positional, so applying cannot fail).
     Project(Box<Projection>),
+    /// `$addFields`/`$set`, `$replaceRoot`/`$replaceWith`: one stage, as
+    /// a pipeline-style update runs it.
+    Reshape(UpdatePipeline),
 }
 
 /// A parsed pipeline.
@@ -154,12 +133,17 @@ impl Pipeline {
     }
 
     pub fn parse(stages: &[Bson]) -> Result<Pipeline, FilterError> {
+        Pipeline::parse_in(stages, &Scope::default())
+    }
+
+    /// Parse with a command's `let` variables in scope.
+    pub fn parse_in(stages: &[Bson], scope: &Scope) -> Result<Pipeline, FilterError> {
         let mut out = Vec::new();
         for s in stages {
             let (name, arg) = stage_of(s)?;
             out.push(match name.as_str() {
                 "$match" => match arg {
-                    Bson::Document(f) => Stage::Match(Filter::parse(f)?),
+                    Bson::Document(f) => Stage::Match(Filter::parse_in(f, scope)?),
                     _ => return Err(err(15959, "the match filter must be an expression in an object")),
                 },
                 "$skip" => Stage::Skip(positive("$skip", arg)?),
@@ -170,7 +154,10 @@ impl Pipeline {
                     }
                     _ => return Err(err(40156, "the count field must be a non-empty string")),
                 },
-                "$group" => parse_group(arg)?,
+                "$group" => parse_group(arg, scope)?,
+                "$addFields" | "$set" | "$replaceRoot" | "$replaceWith" => {
+                    Stage::Reshape(UpdatePipeline::parse(std::slice::from_ref(s), scope)?)
+                }
                 "$sort" => match arg {
                     Bson::Document(spec) if !spec.is_empty() => Stage::Sort(Sort::parse(spec)?),
                     Bson::Document(_) => return Err(err(15976, "$sort stage must have at least one sort key")),
@@ -200,38 +187,52 @@ impl Pipeline {
         Ok(Pipeline { stages: out })
     }
 
-    /// Run the pipeline over `input`.
-    pub fn run(&self, input: impl Iterator<Item = Document>) -> Vec<Document> {
-        let mut docs: Box<dyn Iterator<Item = Document>> = Box::new(input);
+    /// Run the pipeline over `input`. Stages stream where they can (a
+    /// `$limit` stops the reading); the first error an expression meets
+    /// ends the run.
+    pub fn run(&self, input: impl Iterator<Item = Document>) -> Result<Vec<Document>, FilterError> {
+        type Docs<'a> = Box<dyn Iterator<Item = Result<Document, FilterError>> + 'a>;
+        let mut docs: Docs = Box::new(input.map(Ok));
         for stage in &self.stages {
             docs = match stage.clone() {
-                Stage::Match(f) => Box::new(docs.filter(move |d| f.matches(d))),
+                Stage::Match(f) => Box::new(docs.filter_map(move |d| match d {
+                    Ok(d) => match f.try_matches_at(&d) {
+                        Ok((true, _)) => Some(Ok(d)),
+                        Ok((false, _)) => None,
+                        Err(e) => Some(Err(e)),
+                    },
+                    Err(e) => Some(Err(e)),
+                })),
                 Stage::Skip(n) => Box::new(docs.skip(n)),
                 Stage::Limit(n) => Box::new(docs.take(n)),
                 Stage::Count(name) => {
-                    let n = docs.count();
+                    let n = docs.collect::<Result<Vec<_>, _>>()?.len();
                     let out = if n == 0 { vec![] } else { vec![bson::doc! { name: n as i32 }] };
-                    Box::new(out.into_iter())
+                    Box::new(out.into_iter().map(Ok))
                 }
-                Stage::Group { id, fields } => Box::new(group(docs, &id, &fields).into_iter()),
+                Stage::Group { id, fields } => {
+                    let all = docs.collect::<Result<Vec<_>, _>>()?;
+                    Box::new(group(all, &id, &fields)?.into_iter().map(Ok))
+                }
                 Stage::Sort(sort) => {
-                    let mut all: Vec<Document> = docs.collect();
+                    let mut all = docs.collect::<Result<Vec<_>, _>>()?;
                     sort.sort(&mut all);
-                    Box::new(all.into_iter())
+                    Box::new(all.into_iter().map(Ok))
                 }
-                Stage::Project(p) => Box::new(docs.map(move |d| p.apply(&d, None).unwrap_or_default())),
+                Stage::Project(p) => Box::new(docs.map(move |d| d.map(|d| p.apply(&d, None).unwrap_or_default()))),
+                Stage::Reshape(p) => Box::new(docs.map(move |d| d.and_then(|d| p.apply(&d)))),
             };
         }
         docs.collect()
     }
 }
 
-fn parse_group(arg: &Bson) -> Result<Stage, FilterError> {
+fn parse_group(arg: &Bson, scope: &Scope) -> Result<Stage, FilterError> {
     let Bson::Document(spec) = arg else {
         return Err(err(15947, "a group's fields must be specified in an object"));
     };
     let id = match spec.get("_id") {
-        Some(v) => Operand::parse(v)?,
+        Some(v) => Expression::parse(v, scope)?,
         None => return Err(err(15955, "a group specification must include an _id")),
     };
     let mut fields = Vec::new();
@@ -253,7 +254,7 @@ fn parse_group(arg: &Bson) -> Result<Stage, FilterError> {
             "$push" => AccKind::Push,
             other => return Err(err(15952, format!("unknown group operator '{other}'"))),
         };
-        fields.push((name.clone(), kind, Operand::parse(operand)?));
+        fields.push((name.clone(), kind, Expression::parse(operand, scope)?));
     }
     Ok(Stage::Group { id, fields })
 }
@@ -278,11 +279,15 @@ enum Acc {
     Push(Vec<Bson>),
 }
 
-fn group(docs: impl Iterator<Item = Document>, id: &Operand, fields: &[(String, AccKind, Operand)]) -> Vec<Document> {
+fn group(
+    docs: Vec<Document>,
+    id: &Expression,
+    fields: &[(String, AccKind, Expression)],
+) -> Result<Vec<Document>, FilterError> {
     // Keyed by KeyString so 1 and 1.0 share a group, as in MongoDB.
     let mut groups: BTreeMap<Vec<u8>, (Bson, Vec<Acc>)> = BTreeMap::new();
     for d in docs {
-        let key = id.eval(&d).unwrap_or(Bson::Null);
+        let key = id.eval(&d)?.unwrap_or(Bson::Null);
         let k = doc::keystring::encode(&key);
         let entry = groups.entry(k).or_insert_with(|| {
             let accs = fields
@@ -297,10 +302,10 @@ fn group(docs: impl Iterator<Item = Document>, id: &Operand, fields: &[(String, 
             (key.clone(), accs)
         });
         for ((_, kind, operand), acc) in fields.iter().zip(entry.1.iter_mut()) {
-            accumulate(*kind, acc, operand.eval(&d));
+            accumulate(*kind, acc, operand.eval(&d)?);
         }
     }
-    groups
+    Ok(groups
         .into_values()
         .map(|(key, accs)| {
             let mut out = Document::new();
@@ -310,7 +315,7 @@ fn group(docs: impl Iterator<Item = Document>, id: &Operand, fields: &[(String, 
             }
             out
         })
-        .collect()
+        .collect())
 }
 
 fn accumulate(kind: AccKind, acc: &mut Acc, v: Option<Bson>) {
@@ -427,7 +432,7 @@ mod tests {
 
     fn run(pipeline: Bson, docs: Vec<Document>) -> Vec<Document> {
         let Bson::Array(stages) = pipeline else { panic!() };
-        Pipeline::parse(&stages).unwrap().run(docs.into_iter())
+        Pipeline::parse(&stages).unwrap().run(docs.into_iter()).unwrap()
     }
 
     fn people() -> Vec<Document> {

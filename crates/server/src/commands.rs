@@ -52,7 +52,7 @@ const COMMANDS: &[(&str, &str)] = &[
     ("dbStats", "a database's sizes"),
     ("update", "update documents"),
     ("findAndModify", "update or remove one document and return it"),
-    ("aggregate", "run a pipeline ($match, $skip, $limit, $count, $group, $sort, $project, $unset)"),
+    ("aggregate", "run a pipeline ($match, $skip, $limit, $count, $group, $sort, $project, $unset, $addFields, $set, $replaceRoot, $replaceWith)"),
     ("create", "create a collection"),
     ("collMod", "change a collection's validator or a view's definition"),
     ("listIndexes", "a collection's indexes (its _id index)"),

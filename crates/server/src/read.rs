@@ -413,7 +413,7 @@ fn view_documents(shared: &Shared, base: &Namespace, stages: &[Bson]) -> Result<
     let out = pipeline.run(scan.by_ref().map(|(_, d)| d));
     match scan.error {
         Some(e) => Err(e.into()),
-        None => Ok(out),
+        None => Ok(out?),
     }
 }
 
@@ -758,16 +758,16 @@ pub fn aggregate(shared: &Shared, cmd: &Document) -> CommandResult {
         }
         None => (ns.clone(), stages.to_vec()),
     };
-    let pipeline = query::Pipeline::parse(&stages)?.with_collation(collation);
+    let pipeline = query::Pipeline::parse_in(&stages, &crate::crud::scope_of(cmd)?)?.with_collation(collation);
     let out = match stats {
-        Some(d) => pipeline.run(std::iter::once(d)),
+        Some(d) => pipeline.run(std::iter::once(d))?,
         None => {
             let mut scan = ScanIter::new(shared, &base);
             let out = pipeline.run(scan.by_ref().map(|(_, d)| d));
             if let Some(e) = scan.error {
                 return Err(e.into());
             }
-            out
+            out?
         }
     };
     deadline.check()?;

@@ -1,0 +1,63 @@
+"""Aggregation expressions in `aggregate`: `$group` keys and accumulator
+arguments, `$addFields`/`$set`, `$replaceRoot`/`$replaceWith`, `let`,
+and errors met while evaluating."""
+
+import pytest
+from pymongo.errors import OperationFailure
+
+
+@pytest.fixture
+def sales(client):
+    client.test.sales.insert_many([
+        {"_id": 1, "item": "a", "price": 10, "qty": 2, "region": {"name": "north"}},
+        {"_id": 2, "item": "b", "price": 20, "qty": 1, "region": {"name": "south"}},
+        {"_id": 3, "item": "a", "price": 10, "qty": 5, "region": {"name": "south"}},
+    ])
+    return client.test.sales
+
+
+def test_group_by_expressions(sales):
+    out = list(sales.aggregate([
+        {"$group": {"_id": {"item": "$item", "big": {"$gte": ["$qty", 2]}},
+                    "revenue": {"$sum": {"$multiply": ["$price", "$qty"]}}, "n": {"$sum": 1}}},
+        {"$sort": {"_id.item": 1, "_id.big": 1}},
+    ]))
+    assert out == [
+        {"_id": {"item": "a", "big": True}, "revenue": 70, "n": 2},
+        {"_id": {"item": "b", "big": False}, "revenue": 20, "n": 1},
+    ]
+
+
+def test_add_fields_set_and_replace_root(sales):
+    out = list(sales.aggregate([
+        {"$addFields": {"total": {"$multiply": ["$price", "$qty"]}}},
+        {"$set": {"region.big": {"$gt": ["$total", 30]}}},
+        {"$match": {"region.big": True}},
+        {"$replaceWith": {"$mergeObjects": ["$region", {"id": "$_id"}]}},
+    ]))
+    assert out == [{"name": "south", "big": True, "id": 3}]
+    out = list(sales.aggregate([{"$replaceRoot": {"newRoot": "$region"}}, {"$group": {"_id": "$name"}},
+                                {"$sort": {"_id": 1}}]))
+    assert out == [{"_id": "north"}, {"_id": "south"}]
+
+
+def test_let_reaches_every_stage(sales):
+    out = list(sales.aggregate([
+        {"$match": {"$expr": {"$eq": ["$item", "$$wanted"]}}},
+        {"$set": {"scaled": {"$multiply": ["$qty", "$$factor"]}}},
+        {"$group": {"_id": None, "s": {"$sum": "$scaled"}}},
+    ], let={"wanted": "a", "factor": 10}))
+    assert out == [{"_id": None, "s": 70}]
+
+
+@pytest.mark.parametrize("pipeline, code", [
+    ([{"$group": {"_id": {"$add": ["$item", 1]}}}], 16554),
+    ([{"$set": {"x": {"$divide": ["$price", 0]}}}], 2),
+    ([{"$replaceWith": "$item"}], 40228),
+    ([{"$match": {"$expr": {"$size": "$item"}}}], 17124),
+    ([{"$group": {"_id": "$$nope"}}], 17276),
+])
+def test_errors_fail_the_aggregate(sales, pipeline, code):
+    with pytest.raises(OperationFailure) as e:
+        list(sales.aggregate(pipeline))
+    assert e.value.code == code, e.value.details
