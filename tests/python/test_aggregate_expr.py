@@ -61,3 +61,22 @@ def test_errors_fail_the_aggregate(sales, pipeline, code):
     with pytest.raises(OperationFailure) as e:
         list(sales.aggregate(pipeline))
     assert e.value.code == code, e.value.details
+
+
+def test_project_computes_fields_in_aggregate_and_find(sales):
+    out = list(sales.aggregate([
+        {"$project": {"_id": 0, "item": 1, "total": {"$multiply": ["$price", "$qty"]}, "where": "$region.name",
+                      "tag": {"$concat": ["$item", "-", {"$toUpper": "$region.name"}]}}},
+        {"$sort": {"total": -1, "item": 1}},
+    ]))
+    assert out == [
+        {"item": "a", "total": 50, "where": "south", "tag": "a-SOUTH"},
+        {"item": "a", "total": 20, "where": "north", "tag": "a-NORTH"},
+        {"item": "b", "total": 20, "where": "south", "tag": "b-SOUTH"},
+    ]
+    # find projections take expressions too (MongoDB 4.4+).
+    doc = sales.find_one({"_id": 1}, {"double": {"$multiply": ["$qty", 2]}, "root": "$$ROOT.item"})
+    assert doc == {"_id": 1, "double": 4, "root": "a"}
+    with pytest.raises(OperationFailure) as e:
+        sales.find_one({"_id": 1}, {"bad": {"$add": ["$item", 1]}})
+    assert e.value.code == 16554

@@ -21,27 +21,6 @@ fn err(code: i32, message: impl Into<String>) -> FilterError {
     FilterError { code, message: message.into() }
 }
 
-/// An aggregation field path: through documents; through an array, the
-/// array of each element's value.
-pub(crate) fn path_value(v: &Bson, path: &str) -> Option<Bson> {
-    let (head, rest) = match path.split_once('.') {
-        Some((h, r)) => (h, Some(r)),
-        None => (path, None),
-    };
-    let next = match v {
-        Bson::Document(d) => d.get(head)?.clone(),
-        Bson::Array(items) => {
-            let vals: Vec<Bson> = items.iter().filter_map(|i| path_value(i, path)).collect();
-            return Some(Bson::Array(vals));
-        }
-        _ => return None,
-    };
-    match rest {
-        None => Some(next),
-        Some(r) => path_value(&next, r),
-    }
-}
-
 #[derive(Debug, Clone, Copy)]
 enum AccKind {
     Sum,
@@ -64,7 +43,7 @@ enum Stage {
         fields: Vec<(String, AccKind, Expression)>,
     },
     Sort(Sort),
-    /// `$project` and `$unset` (never positional, so applying cannot fail).
+    /// `$project` and `$unset` (never positional).
     Project(Box<Projection>),
     /// `$addFields`/`$set`, `$replaceRoot`/`$replaceWith`: one stage, as
     /// a pipeline-style update runs it.
@@ -219,7 +198,7 @@ impl Pipeline {
                     sort.sort(&mut all);
                     Box::new(all.into_iter().map(Ok))
                 }
-                Stage::Project(p) => Box::new(docs.map(move |d| d.map(|d| p.apply(&d, None).unwrap_or_default()))),
+                Stage::Project(p) => Box::new(docs.map(move |d| d.and_then(|d| p.apply(&d, None)))),
                 Stage::Reshape(p) => Box::new(docs.map(move |d| d.and_then(|d| p.apply(&d)))),
             };
         }

@@ -1,12 +1,14 @@
-//! Find projections: inclusion or exclusion of (dotted) paths, the `_id`
-//! rules, `$slice`, `$elemMatch`, the positional `a.$`, literal values and
-//! `$field` references, with MongoDB's errors for invalid mixes.
+//! Find and `$project` projections: inclusion or exclusion of (dotted)
+//! paths, the `_id` rules, `$slice`, `$elemMatch`, the positional `a.$`,
+//! literal values and computed fields (any aggregation expression:
+//! `$field` references, `$$` variables, operators), with MongoDB's errors
+//! for invalid mixes.
 //!
 //! Inclusion keeps the document's own field order, `_id` first; computed
-//! fields (literals and references) come after, in the projection's order.
+//! fields come after, in the projection's order.
 
+use crate::expr::{Expression, Scope};
 use crate::matcher::{bad_value, ElementFilter};
-use crate::pipeline::path_value;
 use crate::{Filter, FilterError};
 use bson::{Bson, Document};
 use doc::format;
@@ -20,7 +22,8 @@ enum Action {
     Include,
     Exclude,
     Literal(Bson),
-    FieldRef(String),
+    /// A computed field: a `$path`, a `$$variable` or an operator.
+    Computed(Box<Expression>),
     /// `$slice`: elements to skip (negative: from the end) and how many.
     Slice(i64, Option<i64>),
     ElemMatch(ElementFilter),
@@ -128,7 +131,7 @@ impl Projection {
                 }
             }
             include(&self.root, doc, &mut out, position)?;
-            add_computed(&self.root, doc, &mut out);
+            add_computed(&self.root, doc, &mut out)?;
             out
         } else {
             let mut out = exclude(&self.root, doc);
@@ -170,10 +173,7 @@ fn action_of(v: &Bson) -> Result<Action, FilterError> {
                 Action::Exclude
             }
         }
-        Bson::String(s) if s.starts_with("$$") => {
-            return Err(err(238, format!("variables in projections are not supported yet: {s}")))
-        }
-        Bson::String(s) if s.starts_with('$') => Action::FieldRef(s[1..].to_string()),
+        Bson::String(s) if s.starts_with('$') => Action::Computed(Box::new(Expression::parse(v, &Scope::default())?)),
         other => Action::Literal(other.clone()),
     })
 }
@@ -210,9 +210,7 @@ fn flatten(spec: &Document, prefix: &str, out: &mut Vec<(String, Action)>) -> Re
                             }
                         }
                         "$literal" => Action::Literal(arg.clone()),
-                        other => {
-                            return Err(err(238, format!("the projection expression {other} is not supported yet")))
-                        }
+                        _ => Action::Computed(Box::new(Expression::parse(v, &Scope::default())?)),
                     },
                 ));
             }
@@ -314,7 +312,7 @@ fn include(node: &Node, doc: &Document, out: &mut Document, position: Option<usi
                 }
                 _ => {}
             },
-            Some(Action::Exclude) | Some(Action::Literal(_)) | Some(Action::FieldRef(_)) => {}
+            Some(Action::Exclude) | Some(Action::Literal(_)) | Some(Action::Computed(_)) => {}
             None => match v {
                 Bson::Document(d) => {
                     let mut sub = Document::new();
@@ -348,14 +346,14 @@ fn include_array(node: &Node, items: &[Bson], position: Option<usize>) -> Result
 }
 
 /// Computed fields (literals, `$field` references), in projection order.
-fn add_computed(node: &Node, doc: &Document, out: &mut Document) {
+fn add_computed(node: &Node, doc: &Document, out: &mut Document) -> Result<(), FilterError> {
     for (k, child) in &node.children {
         match &child.action {
             Some(Action::Literal(v)) => {
                 out.insert(k.clone(), v.clone());
             }
-            Some(Action::FieldRef(p)) => {
-                if let Some(v) = path_value(&Bson::Document(doc.clone()), p) {
+            Some(Action::Computed(e)) => {
+                if let Some(v) = e.eval(doc)? {
                     out.insert(k.clone(), v);
                 }
             }
@@ -364,16 +362,17 @@ fn add_computed(node: &Node, doc: &Document, out: &mut Document) {
                     Some(Bson::Document(d)) => d.clone(),
                     _ => Document::new(),
                 };
-                add_computed(child, doc, &mut sub);
+                add_computed(child, doc, &mut sub)?;
                 out.insert(k.clone(), sub);
             }
             _ => {}
         }
     }
+    Ok(())
 }
 
 fn has_computed(n: &Node) -> bool {
-    matches!(n.action, Some(Action::Literal(_)) | Some(Action::FieldRef(_)))
+    matches!(n.action, Some(Action::Literal(_)) | Some(Action::Computed(_)))
         || n.children.iter().any(|(_, c)| has_computed(c))
 }
 
