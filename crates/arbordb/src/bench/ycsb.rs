@@ -38,9 +38,11 @@ pub struct YcsbArgs {
     /// Records loaded into each system.
     #[arg(long, default_value_t = 1_000_000)]
     records: u64,
-    /// Client tasks (each with its own connection for PostgreSQL).
-    #[arg(long, default_value_t = 8)]
-    threads: usize,
+    /// Client tasks (each with its own connection for PostgreSQL); a
+    /// list (`1,8,32`) runs every workload at each count (W2: threads
+    /// 1..32), the data loaded once.
+    #[arg(long, value_delimiter = ',', default_value = "8")]
+    threads: Vec<usize>,
     /// Seconds per workload and system.
     #[arg(long, default_value_t = 30)]
     seconds: u64,
@@ -300,13 +302,13 @@ async fn run_workload<S: Store>(
     name: &str,
     store: &Arc<S>,
     a: &YcsbArgs,
-    update_percent: u32,
+    (threads, update_percent): (usize, u32),
 ) -> BenchResult<(u64, u64, Vec<u32>, f64)> {
     let zipf = Arc::new(Zipf::new(a.records));
     let deadline = Instant::now() + Duration::from_secs(a.seconds);
     let start = Instant::now();
     let mut tasks = Vec::new();
-    for t in 0..a.threads {
+    for t in 0..threads {
         let (store, zipf) = (store.clone(), zipf.clone());
         let seed = a.seed.wrapping_mul(1000) + t as u64;
         tasks.push(tokio::spawn(async move {
@@ -380,10 +382,15 @@ async fn wait_listening(port: u16) -> BenchResult<()> {
 }
 
 /// Load, then run every workload, on one system; rows for the report.
+/// The most client tasks any run uses.
+fn max_threads(a: &YcsbArgs) -> usize {
+    a.threads.iter().copied().max().unwrap_or(1)
+}
+
 async fn bench_system<S: Store>(name: &str, store: Arc<S>, a: &YcsbArgs) -> BenchResult<Vec<serde_json::Value>> {
     let load_secs = load(name, &store, a.records, a.seed).await?;
     let mut rows = Vec::new();
-    for w in &a.workloads {
+    for (&threads, w) in a.threads.iter().flat_map(|t| a.workloads.iter().map(move |w| (t, w))) {
         let update_percent = match w.as_str() {
             "a" => 50,
             "c" => 0,
@@ -392,7 +399,8 @@ async fn bench_system<S: Store>(name: &str, store: Arc<S>, a: &YcsbArgs) -> Benc
         let (server_before, client_before) = (store.server_cpu_seconds(), measure::cpu_seconds().unwrap_or(0.0));
         let fsyncs_before = store.fsyncs().await?;
         let (ops, updates, mut lat, secs) =
-            run_workload(&format!("{name} workload {w}"), &store, a, update_percent).await?;
+            run_workload(&format!("{name} workload {w}, {threads} tasks"), &store, a, (threads, update_percent))
+                .await?;
         let fsyncs = store.fsyncs().await?.saturating_sub(fsyncs_before);
         let server_cpu = store.server_cpu_seconds() - server_before;
         let client_cpu = measure::cpu_seconds().unwrap_or(0.0) - client_before;
@@ -400,6 +408,7 @@ async fn bench_system<S: Store>(name: &str, store: Arc<S>, a: &YcsbArgs) -> Benc
         rows.push(json!({
             "system": name,
             "workload": w,
+            "threads": threads,
             "ops": ops,
             "seconds": secs,
             "ops_per_sec": ops as f64 / secs,
@@ -419,6 +428,9 @@ async fn bench_system<S: Store>(name: &str, store: Arc<S>, a: &YcsbArgs) -> Benc
 }
 
 async fn run_async(a: YcsbArgs) -> BenchResult<()> {
+    if a.threads.is_empty() || a.threads.contains(&0) {
+        return Err("--threads needs positive client task counts".into());
+    }
     let mut rows = Vec::new();
     // ArborDB.
     {
@@ -440,7 +452,7 @@ async fn run_async(a: YcsbArgs) -> BenchResult<()> {
         );
         let server_pid = server.0.id();
         wait_listening(port).await?;
-        let uri = format!("mongodb://127.0.0.1:{port}/?directConnection=true&maxPoolSize={}", a.threads + 8);
+        let uri = format!("mongodb://127.0.0.1:{port}/?directConnection=true&maxPoolSize={}", max_threads(&a) + 8);
         let client = mongodb::Client::with_uri_str(&uri).await?;
         let coll = client.database("ycsb").collection("usertable");
         let raw = client.database("ycsb").collection("usertable");
@@ -460,7 +472,7 @@ async fn run_async(a: YcsbArgs) -> BenchResult<()> {
         let _peer = PeerProcess(a.postgres_local.clone());
         let url = String::from_utf8_lossy(&out.stdout).trim().to_string();
         let mut conns = Vec::new();
-        for i in 0..a.threads.max(LOAD_TASKS as usize) {
+        for i in 0..max_threads(&a).max(LOAD_TASKS as usize) {
             let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
             tokio::spawn(connection);
             if i == 0 {
@@ -475,22 +487,27 @@ async fn run_async(a: YcsbArgs) -> BenchResult<()> {
         rows.extend(bench_system("postgresql", Arc::new(Postgres { conns }), &a).await?);
     }
     let (mut ratios, mut server_cpu_ratios) = (serde_json::Map::new(), serde_json::Map::new());
-    for w in &a.workloads {
+    // Keyed "workload@tasks" (`a@8`).
+    for (&t, w) in a.threads.iter().flat_map(|t| a.workloads.iter().map(move |w| (t, w))) {
         let field = |sys: &str, name: &str| {
-            rows.iter().find(|r| r["system"] == sys && r["workload"] == w.as_str()).and_then(|r| r[name].as_f64())
+            rows.iter()
+                .find(|r| r["system"] == sys && r["workload"] == w.as_str() && r["threads"] == t)
+                .and_then(|r| r[name].as_f64())
         };
+        let key = format!("{w}@{t}");
         if let (Some(x), Some(y)) = (field("arbordb", "ops_per_sec"), field("postgresql", "ops_per_sec")) {
-            ratios.insert(w.clone(), json!(x / y));
+            ratios.insert(key.clone(), json!(x / y));
         }
         let cpu = |sys| field(sys, "server_cpu_us_per_op").filter(|c| *c > 0.0);
         if let (Some(x), Some(y)) = (cpu("arbordb"), cpu("postgresql")) {
-            server_cpu_ratios.insert(w.clone(), json!(y / x));
+            server_cpu_ratios.insert(key, json!(y / x));
         }
     }
     println!(
-        "{:<11} {:>8} {:>12} {:>9} {:>9} {:>9} {:>10} {:>14} {:>14} {:>13}",
+        "{:<11} {:>8} {:>6} {:>12} {:>9} {:>9} {:>9} {:>10} {:>14} {:>14} {:>13}",
         "system",
         "workload",
+        "tasks",
         "ops/s",
         "p50 us",
         "p99 us",
@@ -502,9 +519,10 @@ async fn run_async(a: YcsbArgs) -> BenchResult<()> {
     );
     for r in &rows {
         println!(
-            "{:<11} {:>8} {:>12.0} {:>9} {:>9} {:>9} {:>10.1} {:>14.1} {:>14.1} {:>13}",
+            "{:<11} {:>8} {:>6} {:>12.0} {:>9} {:>9} {:>9} {:>10.1} {:>14.1} {:>14.1} {:>13}",
             r["system"].as_str().unwrap_or(""),
             r["workload"].as_str().unwrap_or(""),
+            r["threads"],
             r["ops_per_sec"].as_f64().unwrap_or(0.0),
             r["p50_us"],
             r["p99_us"],
@@ -516,11 +534,11 @@ async fn run_async(a: YcsbArgs) -> BenchResult<()> {
         );
     }
     for (w, r) in &ratios {
-        println!("workload {w}: ArborDB / PostgreSQL throughput = {:.2}x", r.as_f64().unwrap_or(0.0));
+        println!("workload {w} tasks: ArborDB / PostgreSQL throughput = {:.2}x", r.as_f64().unwrap_or(0.0));
     }
     for (w, r) in &server_cpu_ratios {
         println!(
-            "workload {w}: server CPU per operation, PostgreSQL / ArborDB = {:.2}x (above 1: ArborDB uses less)",
+            "workload {w} tasks: server CPU per operation, PostgreSQL / ArborDB = {:.2}x (above 1: ArborDB uses less)",
             r.as_f64().unwrap_or(0.0)
         );
     }
@@ -530,7 +548,7 @@ async fn run_async(a: YcsbArgs) -> BenchResult<()> {
         "records": a.records,
         "fields": FIELDS,
         "field_bytes": FIELD_BYTES,
-        "client_tasks": a.threads,
+        "client_tasks": a.threads.clone(),
         "arbordb_cache_mib": if a.arbordb_cache_mib > 0 { json!(a.arbordb_cache_mib) } else { json!("server default (512)") },
         "seconds_per_workload": a.seconds,
         "key_distribution": "scrambled zipfian, theta 0.99",
