@@ -88,3 +88,30 @@ def test_bad_collations_are_refused_and_change_nothing(coll, collation, code):
         coll.update_many({}, {"$set": {"x": 1}}, collation=collation)
     assert e.value.code == code
     assert coll.count_documents({"x": 1}) == 0
+
+
+def test_a_collection_default_collation_applies_unless_a_command_gives_one(datadir):
+    from conftest import Server
+
+    s = Server(datadir / "db")
+    with s.client() as c:
+        c.test.create_collection("ci", collation=Collation(locale="en", strength=2))
+        c.test.ci.insert_many([{"_id": 1, "w": "Foo"}, {"_id": 2, "w": "foo"}, {"_id": 3, "w": "bar"}])
+        assert c.test.ci.options()["collation"] == {
+            "locale": "en", "caseLevel": False, "caseFirst": "off", "strength": 2, "numericOrdering": False,
+            "alternate": "non-ignorable", "maxVariable": "punct", "normalization": False, "backwards": False,
+            "version": "57.1"}
+        assert ids(c.test.ci.find({"w": "FOO"})) == [1, 2]
+        assert ids(c.test.ci.find({"w": "FOO"}, collation=Collation(locale="simple"))) == []
+        assert c.test.ci.count_documents({"w": "foo"}) == 2
+        assert c.test.ci.update_many({"w": "FOO"}, {"$set": {"x": 1}}).modified_count == 2
+    assert s.stop() == 0
+    s = Server(datadir / "db", port=s.port)
+    try:
+        with s.client() as c:
+            assert c.test.ci.delete_many({"w": "FOO"}).deleted_count == 2
+            assert ids(c.test.ci.find()) == [3]
+            c.test.create_collection("plain", collation=Collation(locale="simple"))
+            assert "collation" not in c.test.plain.options()
+    finally:
+        assert s.stop() == 0

@@ -148,6 +148,30 @@ impl Collation {
         Ok(Some(Arc::new(Collation { collator, spec: spec.clone() })))
     }
 
+    /// The collation with every field filled in, as mongod reports a
+    /// collection's default collation.
+    pub fn full_spec(&self) -> Document {
+        let s = &self.spec;
+        let text = |f: &str, default: &str| s.get_str(f).unwrap_or(default).to_string();
+        let flag = |f: &str| s.get_bool(f).unwrap_or(false);
+        let strength = match s.get("strength") {
+            Some(v) => v.as_i32().or_else(|| v.as_i64().map(|i| i as i32)).or_else(|| v.as_f64().map(|f| f as i32)),
+            None => None,
+        };
+        let mut d = Document::new();
+        d.insert("locale", text("locale", ""));
+        d.insert("caseLevel", flag("caseLevel"));
+        d.insert("caseFirst", text("caseFirst", "off"));
+        d.insert("strength", strength.unwrap_or(3));
+        d.insert("numericOrdering", flag("numericOrdering"));
+        d.insert("alternate", text("alternate", "non-ignorable"));
+        d.insert("maxVariable", text("maxVariable", "punct"));
+        d.insert("normalization", flag("normalization"));
+        d.insert("backwards", flag("backwards"));
+        d.insert("version", "57.1");
+        d
+    }
+
     pub fn compare_str(&self, a: &str, b: &str) -> Ordering {
         self.collator.compare(a, b)
     }

@@ -349,9 +349,14 @@ fn run_op(
             }
             Outcome { n: 1, ..Outcome::default() }
         }
-        Op::Update { statement, .. } => {
-            run_statement(shared, ns, cmd, &parse_statement(statement, scope)?, STATEMENT_ACK, log.as_ref())?
-        }
+        Op::Update { statement, .. } => run_statement(
+            shared,
+            ns,
+            cmd,
+            &parse_statement(shared, ns, statement, scope)?,
+            STATEMENT_ACK,
+            log.as_ref(),
+        )?,
         Op::Delete { statement, .. } => {
             crate::read::check_hint(statement)?;
             Outcome { n: delete_one_spec(shared, ns, statement, scope, log.as_ref())?, ..Outcome::default() }

@@ -251,10 +251,29 @@ pub fn create(shared: &Shared, cmd: &Document) -> CommandResult {
     if let Some(k) = options.keys().find(|k| {
         !matches!(
             k.as_str(),
-            "validator" | "validationLevel" | "validationAction" | "capped" | "size" | "max" | "viewOn" | "pipeline"
+            "validator"
+                | "validationLevel"
+                | "validationAction"
+                | "capped"
+                | "size"
+                | "max"
+                | "viewOn"
+                | "pipeline"
+                | "collation"
         )
     }) {
         return Err(CommandError::invalid_options(format!("collection option {k} is not supported yet")));
+    }
+    // A default collation is kept in full, as mongod reports it; the
+    // simple one is no default at all.
+    let mut options = options;
+    if let Some(given) = options.remove("collation") {
+        if let Some(c) = query::Collation::parse(Some(&given))? {
+            if options.contains_key("viewOn") {
+                return Err(CommandError::not_implemented("a view's default collation is not supported yet"));
+            }
+            options.insert("collation", c.full_spec());
+        }
     }
     if options.contains_key("viewOn") || options.contains_key("pipeline") {
         let options = view_options(shared, &ns, options, "create")?;
@@ -871,7 +890,7 @@ pub fn delete(shared: &Shared, msg: &OpMsg) -> CommandResult {
     check_fields(cmd, "delete", &["deletes", "ordered"], false)?;
     for spec in &specs {
         check_fields(spec, "delete.deletes", &["q", "limit", "collation", "hint"], true)?;
-        crate::read::collation_of(spec)?;
+        query::Collation::parse(spec.get("collation"))?;
         crate::read::check_hint(spec)?;
         if !spec.contains_key("q") {
             return Err(CommandError::failed_to_parse("BSON field 'delete.deletes.q' is missing but a required field"));
@@ -920,7 +939,7 @@ pub(crate) fn delete_one_spec(
 ) -> Result<i64, CommandError> {
     let ack = STATEMENT_ACK;
     let (filter_doc, filter) = filter_of(spec, "q", scope)?;
-    let collation = crate::read::collation_of(spec)?;
+    let collation = crate::read::collation_of(shared, ns, spec)?;
     let filter = filter.with_collation(collation.clone());
     let limit = count_option(spec, "limit")?.unwrap_or(0);
     let Some(coll) = shared.catalog.get(ns) else { return Ok(0) };

@@ -78,7 +78,14 @@ fn array_filters(spec: &Document) -> Result<Vec<Document>, CommandError> {
     }
 }
 
-pub(crate) fn parse_statement(spec: &Document, scope: &Scope) -> Result<Statement, CommandError> {
+/// One `update` statement on `ns` (its collation defaults to the
+/// collection's).
+pub(crate) fn parse_statement(
+    shared: &Shared,
+    ns: &Namespace,
+    spec: &Document,
+    scope: &Scope,
+) -> Result<Statement, CommandError> {
     let (query, filter) = filter_of(spec, "q", scope)?;
     // A statement's constants (`c`) are variables of its pipeline.
     let constants = match spec.get("c") {
@@ -102,7 +109,7 @@ pub(crate) fn parse_statement(spec: &Document, scope: &Scope) -> Result<Statemen
         return Err(CommandError::failed_to_parse("multi update is not supported for replacement-style update"));
     }
     check_hint(spec)?;
-    let collation = collation_of(spec)?;
+    let collation = collation_of(shared, ns, spec)?;
     let filter = filter.with_collation(collation.clone());
     let sort = match spec.get("sort") {
         None | Some(Bson::Null) => Sort::default(),
@@ -328,7 +335,7 @@ pub fn update(shared: &Shared, msg: &OpMsg) -> CommandResult {
     let mut retry = Retry::begin(shared, cmd)?;
     let mut reply = write_reply(&specs, ordered, true, |index, spec| {
         shared.opcounters.update.fetch_add(1, Ordering::Relaxed);
-        let st = parse_statement(spec, &scope)?;
+        let st = parse_statement(shared, &ns, spec, &scope)?;
         let log = match retry.as_mut() {
             None => None,
             Some(_) if st.multi => {
@@ -443,7 +450,7 @@ pub fn find_and_modify(shared: &Shared, cmd: &Document) -> CommandResult {
         None
     };
     check_hint(cmd)?;
-    let collation = collation_of(cmd)?;
+    let collation = collation_of(shared, &ns, cmd)?;
     let filter = filter.with_collation(collation.clone());
     let sort = sort.with_collation(collation.clone());
     let ack = ack_of(cmd)?;

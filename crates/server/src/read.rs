@@ -489,9 +489,17 @@ pub(crate) fn check_hint(cmd: &Document) -> Result<(), CommandError> {
     }
 }
 
-/// A command's (or statement's) `collation`: `None` for the simple one.
-pub(crate) fn collation_of(cmd: &Document) -> Result<Option<Arc<Collation>>, CommandError> {
-    Ok(Collation::parse(cmd.get("collation"))?)
+/// The collation a command (or statement) on `ns` uses: its own
+/// `collation`, else the collection's default; `None` for the simple one.
+pub(crate) fn collation_of(
+    shared: &Shared,
+    ns: &Namespace,
+    cmd: &Document,
+) -> Result<Option<Arc<Collation>>, CommandError> {
+    match cmd.get("collation") {
+        None => Ok(shared.catalog.get(ns).and_then(|c| Collation::parse(c.options.get("collation")).ok().flatten())),
+        given => Ok(Collation::parse(given)?),
+    }
 }
 
 /// The `_id` a filter pins when the binary `_id` index can find it: not
@@ -582,7 +590,7 @@ pub fn find(shared: &Shared, cmd: &Document) -> CommandResult {
         }
     }
     check_hint(cmd)?;
-    let collation = collation_of(cmd)?;
+    let collation = collation_of(shared, &ns, cmd)?;
     let filter = filter.with_collation(collation.clone());
     let sort = sort.with_collation(collation.clone());
     let skip = count_option(cmd, "skip")?.unwrap_or(0);
@@ -739,7 +747,7 @@ pub fn aggregate(shared: &Shared, cmd: &Document) -> CommandResult {
         return Err(CommandError::bad_value("batchSize value must be non-negative"));
     }
     check_hint(cmd)?;
-    let collation = collation_of(cmd)?;
+    let collation = collation_of(shared, &ns, cmd)?;
     let view = resolve_view(shared, &ns)?;
     let (stats, stages) = match stages.first() {
         Some(Bson::Document(d)) if d.contains_key("$collStats") => {
@@ -842,7 +850,7 @@ pub fn count(shared: &Shared, cmd: &Document) -> CommandResult {
     let ns = namespace(cmd, "count")?;
     let (_, filter) = filter_of(cmd, "query", &query::expr::Scope::default())?;
     check_hint(cmd)?;
-    let filter = filter.with_collation(collation_of(cmd)?);
+    let filter = filter.with_collation(collation_of(shared, &ns, cmd)?);
     let skip = count_option(cmd, "skip")?.unwrap_or(0);
     if skip < 0 {
         return Err(CommandError::bad_value("skip value is negative in count query"));
@@ -885,7 +893,7 @@ pub fn distinct(shared: &Shared, cmd: &Document) -> CommandResult {
     }
     let (_, filter) = filter_of(cmd, "query", &query::expr::Scope::default())?;
     check_hint(cmd)?;
-    let collation = collation_of(cmd)?;
+    let collation = collation_of(shared, &ns, cmd)?;
     let filter = filter.with_collation(collation.clone());
     // Values equal by MongoDB's comparison (1 and 1.0; under a collation,
     // "a" and "A" at strength 2) count once, the first one met.
