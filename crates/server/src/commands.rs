@@ -52,7 +52,7 @@ const COMMANDS: &[(&str, &str)] = &[
     ("dbStats", "a database's sizes"),
     ("update", "update documents"),
     ("findAndModify", "update or remove one document and return it"),
-    ("aggregate", "run a pipeline ($match, $skip, $limit, $count, $group, $sort, $project, $unset, $addFields, $set, $replaceRoot, $replaceWith)"),
+    ("aggregate", "run a pipeline ($match, $skip, $limit, $count, $group, $sort, $project, $unset, $addFields, $set, $replaceRoot, $replaceWith, $out, $merge; $documents with aggregate: 1)"),
     ("create", "create a collection"),
     ("collMod", "change a collection's validator or a view's definition"),
     ("listIndexes", "a collection's indexes (its _id index)"),
@@ -564,6 +564,14 @@ pub fn record_startup(
 ) -> Result<(), doc::catalog::DocError> {
     use doc::catalog::{Ack, Namespace};
     let engine = catalog.engine();
+    // A `$out` cut short by a crash leaves its temporary collection.
+    for db in catalog.databases() {
+        for c in catalog.list(&db) {
+            if c.ns.coll.starts_with(crate::agg_write::TMP_PREFIX) {
+                catalog.drop(&c.ns)?;
+            }
+        }
+    }
     let version = Namespace::new("admin", "system.version")?;
     if catalog.get(&version).is_none() {
         let c = catalog.get_or_create(&version)?;

@@ -8,6 +8,7 @@
 //! (`durability.rs`), the network server with a clean shutdown
 //! (`server.rs`).
 
+pub mod agg_write;
 pub mod bulk;
 pub mod commands;
 pub mod compression;

@@ -730,13 +730,27 @@ pub fn kill_cursors(shared: &Shared, cmd: &Document) -> CommandResult {
 
 pub fn aggregate(shared: &Shared, cmd: &Document) -> CommandResult {
     let deadline = Deadline::of(cmd)?;
-    let ns = match cmd.get("aggregate") {
-        Some(Bson::String(_)) => namespace(cmd, "aggregate")?,
-        _ => return Err(CommandError::not_implemented("aggregate without a collection is not supported yet")),
+    // `{aggregate: 1}`: a database-level pipeline, starting from `$documents`.
+    let collectionless = match cmd.get("aggregate") {
+        Some(Bson::String(_)) => false,
+        Some(Bson::Int32(1) | Bson::Int64(1)) => true,
+        Some(Bson::Double(d)) if *d == 1.0 => true,
+        _ => {
+            return Err(CommandError::failed_to_parse(
+                "Invalid command format: the 'aggregate' field must specify a collection name or 1",
+            ))
+        }
+    };
+    let ns = match collectionless {
+        true => Namespace { db: db_of(cmd)?.to_string(), coll: "$cmd.aggregate".into() },
+        false => namespace(cmd, "aggregate")?,
     };
     let stages = cmd
         .get_array("pipeline")
         .map_err(|_| CommandError::type_mismatch("'pipeline' option must be specified as an array"))?;
+    let (stages, write) = crate::agg_write::split(stages, &ns.db)?;
+    let stages = &stages;
+    let scope = crate::crud::scope_of(cmd)?;
     let Ok(cursor) = cmd.get_document("cursor") else {
         return Err(CommandError::failed_to_parse(
             "The 'cursor' option is required, except for aggregate with the explain argument",
@@ -749,12 +763,22 @@ pub fn aggregate(shared: &Shared, cmd: &Document) -> CommandResult {
     check_hint(cmd)?;
     let collation = collation_of(shared, &ns, cmd)?;
     let view = resolve_view(shared, &ns)?;
-    let (stats, stages) = match stages.first() {
+    let (source, stages) = match stages.first() {
         Some(Bson::Document(d)) if d.contains_key("$collStats") => {
             if view.is_some() {
                 return Err(crate::crud::not_on_view(&ns));
             }
-            (Some(coll_stats_stage(shared, &ns, d)?), &stages[1..])
+            (Some(vec![coll_stats_stage(shared, &ns, d)?]), &stages[1..])
+        }
+        Some(Bson::Document(d)) if collectionless && d.contains_key("$documents") => {
+            let arg = d.get("$documents").expect("checked");
+            (Some(crate::agg_write::documents(arg, &scope)?), &stages[1..])
+        }
+        first if collectionless => {
+            let name = first.and_then(Bson::as_document).and_then(|d| d.keys().next().cloned()).unwrap_or_default();
+            return Err(CommandError::invalid_namespace(format!(
+                "{{aggregate: 1}} is not valid for '{name}'; a collection is required."
+            )));
         }
         _ => (None, &stages[..]),
     };
@@ -766,9 +790,9 @@ pub fn aggregate(shared: &Shared, cmd: &Document) -> CommandResult {
         }
         None => (ns.clone(), stages.to_vec()),
     };
-    let pipeline = query::Pipeline::parse_in(&stages, &crate::crud::scope_of(cmd)?)?.with_collation(collation);
-    let out = match stats {
-        Some(d) => pipeline.run(std::iter::once(d))?,
+    let pipeline = query::Pipeline::parse_in(&stages, &scope)?.with_collation(collation);
+    let out = match source {
+        Some(docs) => pipeline.run(docs.into_iter())?,
         None => {
             let mut scan = ScanIter::new(shared, &base);
             let out = pipeline.run(scan.by_ref().map(|(_, d)| d));
@@ -779,6 +803,11 @@ pub fn aggregate(shared: &Shared, cmd: &Document) -> CommandResult {
         }
     };
     deadline.check()?;
+    if let Some(write) = write {
+        // The results went to a collection; the cursor is empty.
+        crate::agg_write::write(shared, cmd, &write, out)?;
+        return buffered_cursor(shared, ns, Vec::new(), None);
+    }
     buffered_cursor(shared, ns, out, batch_size.map(|b| b as usize))
 }
 
