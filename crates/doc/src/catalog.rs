@@ -278,23 +278,22 @@ impl Catalog {
     }
 
     /// Rename a collection (across databases too): only its catalog entry
-    /// changes, in one transaction. An existing target is dropped first
-    /// when `drop_target`, else refused.
+    /// changes, in one transaction. An existing target is replaced in
+    /// that transaction when `drop_target`, else refused.
     pub fn rename(&self, from: &Namespace, to: &Namespace, drop_target: bool) -> Result<(), DocError> {
-        if !self.collections.read().unwrap().contains_key(from) {
-            return Err(DocError::NamespaceNotFound(from.to_string()));
-        }
-        if self.get(to).is_some() {
-            if !drop_target {
-                return Err(DocError::NamespaceExists(to.to_string()));
-            }
-            self.drop(to)?;
+        if from == to {
+            return Err(DocError::NamespaceExists(to.to_string()));
         }
         let mut all = self.collections.write().unwrap();
         let Some(c) = all.get(from).cloned() else { return Err(DocError::NamespaceNotFound(from.to_string())) };
-        if all.contains_key(to) {
-            return Err(DocError::NamespaceExists(to.to_string()));
-        }
+        // A dropped target goes in the same transaction: its entry is
+        // overwritten, so a crash leaves the old target or the renamed
+        // collection, never neither. Its tables go after the commit (or,
+        // after a crash, at the next open, as tables no entry names).
+        let replaced = match all.get(to) {
+            Some(_) if !drop_target => return Err(DocError::NamespaceExists(to.to_string())),
+            existing => existing.cloned(),
+        };
         let (records, id_index) = (c.records.name().to_string(), c.id_index.name().to_string());
         let entry = catalog_entry(to, &c.options, &records, &id_index);
         loop {
@@ -323,6 +322,11 @@ impl Catalog {
             capped: c.capped.clone(),
         };
         all.insert(to.clone(), Arc::new(moved));
+        if let Some(old) = replaced {
+            for name in [old.records.name(), old.id_index.name()] {
+                self.engine.drop_table(name)?;
+            }
+        }
         Ok(())
     }
 
@@ -873,6 +877,34 @@ mod tests {
         assert_eq!(cat.databases(), vec!["test".to_string()]);
         assert!(cat.drop(&ns).unwrap());
         assert!(cat.get(&ns).is_none() && !e.table_names().iter().any(|t| t.starts_with("c/")));
+    }
+
+    /// Renaming over an existing collection replaces it in one catalog
+    /// transaction; its tables go, and the result survives a reopen.
+    #[test]
+    fn rename_over_a_target_replaces_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (from, to) = (Namespace::new("test", "tmp").unwrap(), Namespace::new("test", "real").unwrap());
+        {
+            let e = engine(dir.path());
+            let cat = Catalog::open(e.clone()).unwrap();
+            cat.get_or_create(&to).unwrap().insert(&e, &doc! { "_id": "old" }, Ack::Journaled, None).unwrap();
+            cat.get_or_create(&from).unwrap().insert(&e, &doc! { "_id": "new" }, Ack::Journaled, None).unwrap();
+            let old_tables = e.table_names().len();
+            assert!(matches!(cat.rename(&from, &to, false), Err(DocError::NamespaceExists(_))));
+            assert!(matches!(cat.rename(&to, &to, true), Err(DocError::NamespaceExists(_))));
+            cat.rename(&from, &to, true).unwrap();
+            assert_eq!(e.table_names().len(), old_tables - 2, "the replaced target's tables are dropped");
+            assert!(cat.get(&from).is_none());
+            e.close().unwrap();
+        }
+        let e = engine(dir.path());
+        let cat = Catalog::open(e.clone()).unwrap();
+        let c = cat.get(&to).unwrap();
+        assert_eq!(
+            c.scan(&e, 0, 0).unwrap().into_iter().map(|(_, d)| d).collect::<Vec<_>>(),
+            vec![doc! { "_id": "new" }]
+        );
     }
 
     /// `insert_many` against inserting one by one: the same documents end
