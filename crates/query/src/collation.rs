@@ -213,8 +213,11 @@ thread_local! {
 
 /// Run `f` with `c` as the collation comparisons use ([`collated`]).
 pub(crate) fn with_collation<T>(c: Option<&Arc<Collation>>, f: impl FnOnce() -> T) -> T {
-    let Some(c) = c else { return f() };
-    let previous = CURRENT.with_borrow_mut(|cur| cur.replace(c.clone()));
+    // The common case: no collation here and none in force.
+    if c.is_none() && CURRENT.with_borrow(Option::is_none) {
+        return f();
+    }
+    let previous = CURRENT.with_borrow_mut(|cur| std::mem::replace(cur, c.cloned()));
     struct Restore(Option<Option<Arc<Collation>>>);
     impl Drop for Restore {
         fn drop(&mut self) {

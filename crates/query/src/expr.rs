@@ -160,7 +160,13 @@ pub fn truthy(v: &Option<Bson>) -> bool {
     }
 }
 
+/// The most parts a field path may have, as mongod's `FieldPath`.
+pub const FIELD_PATH_PARTS_MAX: usize = 200;
+
 fn parse_path(s: &str) -> Result<Vec<String>, FilterError> {
+    if s.split('.').count() > FIELD_PATH_PARTS_MAX {
+        return Err(err(2, "FieldPath is too long"));
+    }
     if s.is_empty() {
         return Err(err(16872, "'$' by itself is not a valid FieldPath"));
     }
@@ -473,11 +479,13 @@ fn walk(v: Option<&Bson>, path: &[String]) -> Option<Bson> {
     let Some((head, rest)) = path.split_first() else { return v.cloned() };
     match v? {
         Bson::Document(d) => walk(d.get(head), rest),
+        // Into the documents of an array; nested arrays are skipped, as
+        // mongod's field paths skip them.
         Bson::Array(items) => Some(Bson::Array(
             items
                 .iter()
                 .filter_map(|i| match i {
-                    Bson::Document(_) | Bson::Array(_) => walk(Some(i), path),
+                    Bson::Document(_) => walk(Some(i), path),
                     _ => None,
                 })
                 .collect(),

@@ -144,7 +144,7 @@ impl Pipeline {
                 },
                 "$project" => match arg {
                     Bson::Document(spec) if !spec.is_empty() => {
-                        let p = Projection::parse(spec)?;
+                        let p = Projection::parse_in(spec, scope)?;
                         if p.is_positional() {
                             return Err(err(31324, "Cannot use positional projection in aggregation projection"));
                         }
@@ -182,7 +182,17 @@ impl Pipeline {
                     },
                     Err(e) => Some(Err(e)),
                 })),
-                Stage::Skip(n) => Box::new(docs.skip(n)),
+                // Errors are not documents: they pass, and are not counted.
+                Stage::Skip(n) => {
+                    let mut left = n;
+                    Box::new(docs.filter(move |d| match d {
+                        Ok(_) if left > 0 => {
+                            left -= 1;
+                            false
+                        }
+                        _ => true,
+                    }))
+                }
                 Stage::Limit(n) => Box::new(docs.take(n)),
                 Stage::Count(name) => {
                     let n = docs.collect::<Result<Vec<_>, _>>()?.len();

@@ -61,8 +61,13 @@ pub struct Projection {
 
 impl Projection {
     pub fn parse(spec: &Document) -> Result<Projection, FilterError> {
+        Projection::parse_in(spec, &Scope::default())
+    }
+
+    /// Parse with a command's `let` variables in scope for computed fields.
+    pub fn parse_in(spec: &Document, scope: &Scope) -> Result<Projection, FilterError> {
         let mut flat = Vec::new();
-        flatten(spec, "", &mut flat)?;
+        flatten(spec, "", scope, &mut flat)?;
         let mut inclusion: Option<(bool, String)> = None;
         let mut include_id = true;
         let mut root = Node::default();
@@ -143,7 +148,7 @@ impl Projection {
     }
 }
 
-fn action_of(v: &Bson) -> Result<Action, FilterError> {
+fn action_of(v: &Bson, scope: &Scope) -> Result<Action, FilterError> {
     Ok(match v {
         Bson::Boolean(b) => {
             if *b {
@@ -173,13 +178,13 @@ fn action_of(v: &Bson) -> Result<Action, FilterError> {
                 Action::Exclude
             }
         }
-        Bson::String(s) if s.starts_with('$') => Action::Computed(Box::new(Expression::parse(v, &Scope::default())?)),
+        Bson::String(s) if s.starts_with('$') => Action::Computed(Box::new(Expression::parse(v, scope)?)),
         other => Action::Literal(other.clone()),
     })
 }
 
 /// Flatten nested projection documents (`{a: {b: 1}}` is `{"a.b": 1}`).
-fn flatten(spec: &Document, prefix: &str, out: &mut Vec<(String, Action)>) -> Result<(), FilterError> {
+fn flatten(spec: &Document, prefix: &str, scope: &Scope, out: &mut Vec<(String, Action)>) -> Result<(), FilterError> {
     for (k, v) in spec {
         let path = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
         if k.is_empty() || k.split('.').any(str::is_empty) {
@@ -210,17 +215,17 @@ fn flatten(spec: &Document, prefix: &str, out: &mut Vec<(String, Action)>) -> Re
                             }
                         }
                         "$literal" => Action::Literal(arg.clone()),
-                        _ => Action::Computed(Box::new(Expression::parse(v, &Scope::default())?)),
+                        _ => Action::Computed(Box::new(Expression::parse(v, scope)?)),
                     },
                 ));
             }
-            Bson::Document(d) if !d.is_empty() => flatten(d, &path, out)?,
+            Bson::Document(d) if !d.is_empty() => flatten(d, &path, scope, out)?,
             Bson::Document(_) => {
                 return Err(bad_value(
                     "An empty sub-projection is not a valid value. Found empty object at path".to_string(),
                 ))
             }
-            v => out.push((path, action_of(v)?)),
+            v => out.push((path, action_of(v, scope)?)),
         }
     }
     Ok(())

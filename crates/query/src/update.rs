@@ -428,6 +428,10 @@ fn check_path(path: &str, filters: &ArrayFilters, used: &mut Vec<String>) -> Res
     if path.is_empty() {
         return Err(err(EMPTY_FIELD_NAME, "An empty update path is not valid."));
     }
+    if path.split('.').count() > crate::expr::FIELD_PATH_PARTS_MAX {
+        let max = crate::expr::FIELD_PATH_PARTS_MAX;
+        return Err(err(FAILED_TO_PARSE, format!("The update path is too long: more than {max} parts")));
+    }
     let mut positional = 0;
     for (i, part) in path.split('.').enumerate() {
         if part.is_empty() {

@@ -29,6 +29,9 @@ pub struct UpdatePipeline {
 }
 
 fn path_parts(path: &str, stage: &str) -> Result<Vec<String>, FilterError> {
+    if path.split('.').count() > crate::expr::FIELD_PATH_PARTS_MAX {
+        return Err(err(2, "FieldPath is too long"));
+    }
     if path.is_empty() || path.split('.').any(str::is_empty) {
         return Err(err(
             40352,
@@ -83,7 +86,7 @@ impl UpdatePipeline {
                             "computed fields in an update's $project are not supported yet; use $set",
                         ));
                     }
-                    Stage::Project(Box::new(Projection::parse(spec)?))
+                    Stage::Project(Box::new(Projection::parse_in(spec, scope)?))
                 }
                 "$replaceRoot" => {
                     let new_root = match arg {
@@ -137,9 +140,33 @@ impl UpdatePipeline {
                     }
                 },
             };
+            // Each stage can nest the document deeper; stop before a
+            // document too deep to store (or to clone without recursion
+            // trouble) is built.
+            check_depth(&cur)?;
         }
         Ok(cur)
     }
+}
+
+/// The deepest nesting a pipeline may produce (mongod refuses to store
+/// documents nested more than 100 levels; this stops runaway growth).
+const DEPTH_MAX: usize = 180;
+
+/// Refuse a document nested deeper than [`DEPTH_MAX`], without recursion.
+pub(crate) fn check_depth(d: &Document) -> Result<(), FilterError> {
+    let mut stack: Vec<(&Bson, usize)> = d.values().map(|v| (v, 1)).collect();
+    while let Some((v, depth)) = stack.pop() {
+        if depth > DEPTH_MAX {
+            return Err(err(15, "BSONObj exceeds maximum nested object depth"));
+        }
+        match v {
+            Bson::Document(inner) => stack.extend(inner.values().map(|v| (v, depth + 1))),
+            Bson::Array(items) => stack.extend(items.iter().map(|v| (v, depth + 1))),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// What `$addFields` puts at a path: a value, nothing (remove it), or an

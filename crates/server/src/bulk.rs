@@ -117,6 +117,18 @@ fn parse_op(op: &Document, namespaces: usize) -> Result<Op, CommandError> {
         Some(other) => Err(wrong_type(&format!("ops.{field}"), other, "object")),
         None => Err(missing(&format!("ops.{field}"))),
     };
+    // The typed fields fail the whole command, before anything runs, as
+    // mongod's parser does; what they mean fails only their operation.
+    let typed = |field: &str, ok: fn(&Bson) -> bool, expected: &str| match op.get(field) {
+        Some(v) if !ok(v) => Err(wrong_type(&format!("ops.{field}"), v, expected)),
+        _ => Ok(()),
+    };
+    typed("updateMods", |v| matches!(v, Bson::Document(_) | Bson::Array(_)), "object or array")?;
+    typed("hint", |v| matches!(v, Bson::Document(_) | Bson::String(_)), "object or string")?;
+    typed("sort", |v| matches!(v, Bson::Document(_)), "object")?;
+    typed("arrayFilters", |v| matches!(v, Bson::Array(_)), "array")?;
+    typed("constants", |v| matches!(v, Bson::Document(_)), "object")?;
+    query::Collation::parse(op.get("collation"))?;
     match kind.as_str() {
         "insert" => Ok(Op::Insert { ns, document: document("document")? }),
         "update" => {

@@ -90,6 +90,9 @@ pub(crate) fn parse_statement(
     // A statement's constants (`c`) are variables of its pipeline.
     let constants = match spec.get("c") {
         None | Some(Bson::Null) => None,
+        Some(_) if !matches!(spec.get("u"), Some(Bson::Array(_))) => {
+            return Err(CommandError::with_code(51198, "Constant values may only be specified for pipeline updates"))
+        }
         Some(Bson::Document(c)) => Some(scope.with_constants(c)?),
         Some(other) => {
             return Err(CommandError::type_mismatch(format!(
@@ -417,7 +420,7 @@ pub fn find_and_modify(shared: &Shared, cmd: &Document) -> CommandResult {
         }
     })?;
     let fields = match cmd.get("fields") {
-        Some(Bson::Document(f)) if !f.is_empty() => Some(Projection::parse(f)?),
+        Some(Bson::Document(f)) if !f.is_empty() => Some(Projection::parse_in(f, &scope)?),
         None | Some(Bson::Null) | Some(Bson::Document(_)) => None,
         Some(other) => {
             return Err(CommandError::type_mismatch(format!(

@@ -59,7 +59,8 @@ pub fn find_by_id(shared: &Shared, header: &Header, body: &[u8]) -> Option<Vec<u
         }
     }
     let ns = Namespace::new(db?, coll).ok()?;
-    let coll = shared.catalog.get(&ns).filter(|c| c.view_on().is_none())?;
+    // Not a view, and no default collation (the `_id` index is binary).
+    let coll = shared.catalog.get(&ns).filter(|c| c.view_on().is_none() && !c.options.contains_key("collation"))?;
     let found = coll.find_raw_by_id(shared.catalog.engine(), &id?).ok()?;
     shared.opcounters.command.fetch_add(1, Ordering::Relaxed);
     shared.opcounters.query.fetch_add(1, Ordering::Relaxed);

@@ -497,7 +497,11 @@ pub(crate) fn collation_of(
     cmd: &Document,
 ) -> Result<Option<Arc<Collation>>, CommandError> {
     match cmd.get("collation") {
-        None => Ok(shared.catalog.get(ns).and_then(|c| Collation::parse(c.options.get("collation")).ok().flatten())),
+        // An empty collation is no collation given, as in mongod.
+        None | Some(Bson::Null) => {
+            Ok(shared.catalog.get(ns).and_then(|c| Collation::parse(c.options.get("collation")).ok().flatten()))
+        }
+        Some(Bson::Document(d)) if d.is_empty() => collation_of(shared, ns, &Document::new()),
         given => Ok(Collation::parse(given)?),
     }
 }
@@ -548,7 +552,8 @@ pub fn find(shared: &Shared, cmd: &Document) -> CommandResult {
         ],
         false,
     )?;
-    let (filter_doc, filter) = filter_of(cmd, "filter", &crate::crud::scope_of(cmd)?)?;
+    let scope = crate::crud::scope_of(cmd)?;
+    let (filter_doc, filter) = filter_of(cmd, "filter", &scope)?;
     let sort_doc = document_option(cmd, "sort")?.unwrap_or_default();
     // `{$natural: ±1}`, as the sort or (without one) as the hint: the
     // collection's order, forwards or backwards.
@@ -559,7 +564,7 @@ pub fn find(shared: &Shared, cmd: &Document) -> CommandResult {
         None => (Sort::parse(&sort_doc)?, 1),
     };
     let projection = match document_option(cmd, "projection")? {
-        Some(p) if !p.is_empty() => Some(Projection::parse(&p)?),
+        Some(p) if !p.is_empty() => Some(Projection::parse_in(&p, &scope)?),
         _ => None,
     };
     for unsupported in ["min", "max"] {
