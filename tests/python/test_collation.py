@@ -115,3 +115,16 @@ def test_a_collection_default_collation_applies_unless_a_command_gives_one(datad
             assert "collation" not in c.test.plain.options()
     finally:
         assert s.stop() == 0
+
+
+def test_update_operators_and_pipeline_expressions_use_the_collation(client):
+    c = client.test.ops
+    c.insert_one({"_id": 1, "tags": ["a", "b"], "s": "m", "w": "x"})
+    c.update_one({"_id": 1}, {"$pull": {"tags": "A"}, "$addToSet": {"more": {"$each": ["Q", "q"]}}}, collation=EN2)
+    assert c.find_one({"_id": 1})["tags"] == ["b"] and c.find_one({"_id": 1})["more"] == ["Q"]
+    c.update_one({"_id": 1}, {"$max": {"s": "M"}}, collation=EN2)
+    assert c.find_one({"_id": 1})["s"] == "m"  # equal under the collation: unchanged
+    c.update_one({"_id": 1}, [{"$set": {"same": {"$eq": ["$w", "X"]}}}], collation=EN2)
+    assert c.find_one({"_id": 1})["same"] is True
+    out = list(c.aggregate([{"$project": {"e": {"$eq": ["$w", "X"]}}}], collation=EN2))
+    assert out == [{"_id": 1, "e": True}]

@@ -344,11 +344,11 @@ fn parse_operator(name: &str, arg: &Bson, scope: &Scope) -> Result<Node, FilterE
                                     format!("$switch expected each branch to be an object, found: {}", type_name(b)),
                                 ));
                             };
-                            let (Some(case), Some(then)) = (b.get("case"), b.get("then")) else {
-                                return Err(err(
-                                    40064,
-                                    "$switch requires each branch have a 'case' and a 'then' expression",
-                                ));
+                            let Some(case) = b.get("case") else {
+                                return Err(err(40064, "$switch requires each branch have a 'case' expression"));
+                            };
+                            let Some(then) = b.get("then") else {
+                                return Err(err(40065, "$switch requires each branch have a 'then' expression."));
                             };
                             branches.push((parse(case, scope)?, parse(then, scope)?));
                         }
@@ -410,8 +410,11 @@ fn parse_operator(name: &str, arg: &Bson, scope: &Scope) -> Result<Node, FilterE
             let Bson::Document(d) = arg else {
                 return Err(err(16874, "$let only supports an object as its argument"));
             };
-            let (Some(Bson::Document(vars)), Some(body)) = (d.get("vars"), d.get("in")) else {
-                return Err(err(16876, "Missing 'vars' or 'in' parameter to $let"));
+            let Some(Bson::Document(vars)) = d.get("vars") else {
+                return Err(err(16876, "Missing 'vars' parameter to $let"));
+            };
+            let Some(body) = d.get("in") else {
+                return Err(err(16877, "Missing 'in' parameter to $let"));
             };
             let mut inner = scope.clone();
             let mut bound = Vec::new();

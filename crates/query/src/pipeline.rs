@@ -54,6 +54,8 @@ enum Stage {
 #[derive(Debug, Clone)]
 pub struct Pipeline {
     stages: Vec<Stage>,
+    /// Strings compare through it in every stage's expressions.
+    collation: Option<std::sync::Arc<crate::Collation>>,
 }
 
 fn positive(stage: &str, v: &Bson) -> Result<usize, FilterError> {
@@ -101,6 +103,7 @@ impl Pipeline {
         if collation.is_none() {
             return self;
         }
+        self.collation = collation.clone();
         for stage in &mut self.stages {
             match stage {
                 Stage::Match(f) => *f = f.clone().with_collation(collation.clone()),
@@ -163,13 +166,17 @@ impl Pipeline {
                 other => return Err(err(40324, format!("Unrecognized pipeline stage name: '{other}'"))),
             });
         }
-        Ok(Pipeline { stages: out })
+        Ok(Pipeline { stages: out, collation: None })
     }
 
     /// Run the pipeline over `input`. Stages stream where they can (a
     /// `$limit` stops the reading); the first error an expression meets
     /// ends the run.
     pub fn run(&self, input: impl Iterator<Item = Document>) -> Result<Vec<Document>, FilterError> {
+        crate::collation::with_collation(self.collation.as_ref(), || self.run_stages(input))
+    }
+
+    fn run_stages(&self, input: impl Iterator<Item = Document>) -> Result<Vec<Document>, FilterError> {
         type Docs<'a> = Box<dyn Iterator<Item = Result<Document, FilterError>> + 'a>;
         let mut docs: Docs = Box::new(input.map(Ok));
         for stage in &self.stages {

@@ -10,6 +10,7 @@
 //! the order MongoDB 5.0+ creates them: numeric names in numeric order,
 //! others in byte order.
 
+use crate::collation::collated;
 use crate::expr::Scope;
 use crate::matcher::{bad_value, ElementFilter};
 use crate::update_pipeline::UpdatePipeline;
@@ -39,6 +40,9 @@ const IMMUTABLE_FIELD: i32 = 66;
 pub struct Update {
     kind: Kind,
     filters: ArrayFilters,
+    /// Strings compare through it (`$pull`, `$addToSet`, `$min`/`$max`,
+    /// arrayFilters, pipeline expressions).
+    collation: Option<std::sync::Arc<crate::Collation>>,
 }
 
 #[derive(Debug, Clone)]
@@ -158,7 +162,7 @@ impl Update {
                 ));
             }
             check_replacement(update)?;
-            return Ok(Update { kind: Kind::Replacement(update.clone()), filters });
+            return Ok(Update { kind: Kind::Replacement(update.clone()), filters, collation: None });
         }
         let mut root = Node::default();
         let mut used = Vec::new();
@@ -195,7 +199,7 @@ impl Update {
                 ),
             ));
         }
-        Ok(Update { kind: Kind::Operators(root), filters })
+        Ok(Update { kind: Kind::Operators(root), filters, collation: None })
     }
 
     /// A pipeline-style update (`u: [stages]`), its expressions seeing
@@ -205,7 +209,13 @@ impl Update {
             return Err(err(FAILED_TO_PARSE, "arrayFilters may not be specified for pipeline-style updates"));
         }
         let pipeline = UpdatePipeline::parse(stages, scope)?;
-        Ok(Update { kind: Kind::Pipeline(pipeline), filters: parse_array_filters(&[])? })
+        Ok(Update { kind: Kind::Pipeline(pipeline), filters: parse_array_filters(&[])?, collation: None })
+    }
+
+    /// This update with strings compared through `collation`.
+    pub fn with_collation(mut self, collation: Option<std::sync::Arc<crate::Collation>>) -> Update {
+        self.collation = collation;
+        self
     }
 
     /// Is this a replacement document (not update operators)?
@@ -216,6 +226,15 @@ impl Update {
     /// The document `doc` becomes. `position` is the array position the
     /// query matched (for `$`); `inserting` is set for an upsert's insert.
     pub fn apply(&self, doc: &Document, position: Option<usize>, inserting: bool) -> Result<Document, FilterError> {
+        crate::collation::with_collation(self.collation.as_ref(), || self.apply_collated(doc, position, inserting))
+    }
+
+    fn apply_collated(
+        &self,
+        doc: &Document,
+        position: Option<usize>,
+        inserting: bool,
+    ) -> Result<Document, FilterError> {
         let old_id = doc.get("_id");
         match &self.kind {
             Kind::Replacement(r) => {
@@ -340,6 +359,12 @@ fn is_prefix(a: &str, b: &str) -> bool {
 
 /// Equal, and of the same canonical type (so `1` and `1.0` are the same
 /// `_id`, as MongoDB's comparison says, but `1` and `"1"` are not).
+/// [`same_value`] with strings compared through the collation in force
+/// (`$addToSet`, `$pullAll`); `_id` checks stay binary.
+fn same_collated(a: &Bson, b: &Bson) -> bool {
+    canonical_type(a) == canonical_type(b) && collated(a, b) == Ordering::Equal
+}
+
 fn same_value(a: &Bson, b: &Bson) -> bool {
     canonical_type(a) == canonical_type(b) && compare(a, b) == Ordering::Equal
 }
@@ -970,12 +995,12 @@ fn apply_leaf(leaf: &Leaf, v: &mut Bson, cx: &Cx, path: &str, field: &str) -> Re
             })?;
         }
         Leaf::Min(x) => {
-            if compare(x, v) == Ordering::Less {
+            if collated(x, v) == Ordering::Less {
                 *v = x.clone()
             }
         }
         Leaf::Max(x) => {
-            if compare(x, v) == Ordering::Greater {
+            if collated(x, v) == Ordering::Greater {
                 *v = x.clone()
             }
         }
@@ -1024,7 +1049,7 @@ fn apply_leaf(leaf: &Leaf, v: &mut Bson, cx: &Cx, path: &str, field: &str) -> Re
             _ => return Err(bad_value("Cannot apply $pull to a non-array value")),
         },
         Leaf::PullAll(values) => match v {
-            Bson::Array(items) => items.retain(|item| !values.iter().any(|x| same_value(x, item))),
+            Bson::Array(items) => items.retain(|item| !values.iter().any(|x| same_collated(x, item))),
             _ => return Err(bad_value("Cannot apply $pull to a non-array value")),
         },
         Leaf::Bit(ops) => {
@@ -1130,10 +1155,10 @@ fn push(p: &Push, items: &mut Vec<Bson>) {
     };
     items.splice(at..at, p.each.iter().cloned());
     match &p.sort {
-        Some(PushSort::Whole(desc)) => items.sort_by(|a, b| directed(compare(a, b), *desc)),
+        Some(PushSort::Whole(desc)) => items.sort_by(|a, b| directed(collated(a, b), *desc)),
         Some(PushSort::Fields(fields)) => items.sort_by(|a, b| {
             for (path, desc) in fields {
-                let o = compare(&field_value(a, path), &field_value(b, path));
+                let o = collated(&field_value(a, path), &field_value(b, path));
                 if o != Ordering::Equal {
                     return directed(o, *desc);
                 }
@@ -1179,7 +1204,7 @@ fn field_value(v: &Bson, path: &str) -> Bson {
 
 fn add_to_set(each: &[Bson], items: &mut Vec<Bson>) {
     for v in each {
-        if !items.iter().any(|x| same_value(x, v)) {
+        if !items.iter().any(|x| same_collated(x, v)) {
             items.push(v.clone());
         }
     }

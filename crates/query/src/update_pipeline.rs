@@ -77,15 +77,6 @@ impl UpdatePipeline {
                     let Bson::Document(spec) = arg else {
                         return Err(err(15969, "$project specification must be an object"));
                     };
-                    let plain = spec
-                        .values()
-                        .all(|v| matches!(v, Bson::Boolean(_) | Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_)));
-                    if !plain {
-                        return Err(err(
-                            238,
-                            "computed fields in an update's $project are not supported yet; use $set",
-                        ));
-                    }
                     Stage::Project(Box::new(Projection::parse_in(spec, scope)?))
                 }
                 "$replaceRoot" => {

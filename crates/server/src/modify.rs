@@ -128,6 +128,7 @@ pub(crate) fn parse_statement(
         }
     };
     let upsert = bool_option(spec, "upsert", "update.updates", false)?;
+    let update = update.with_collation(collation.clone());
     Ok(Statement { query, filter, update, multi, upsert, sort, collation, retried: false })
 }
 
@@ -456,6 +457,7 @@ pub fn find_and_modify(shared: &Shared, cmd: &Document) -> CommandResult {
     let collation = collation_of(shared, &ns, cmd)?;
     let filter = filter.with_collation(collation.clone());
     let sort = sort.with_collation(collation.clone());
+    let update = update.map(|u| u.with_collation(collation.clone()));
     let ack = ack_of(cmd)?;
     check_not_view(shared, &ns)?;
     let mut retry = Retry::begin(shared, cmd)?;
