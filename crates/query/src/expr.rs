@@ -835,12 +835,12 @@ fn eval_op(op: Op, nodes: &[Node], env: &Env) -> Result<Option<Bson>, FilterErro
                             }
                             Bson::Double((base as f64).powf(exp as f64))
                         } else {
-                            let widened = arith(x, Num::Int(1), i64::checked_mul, |a, b| a * b);
+                            // An int result only from two ints; a long in,
+                            // a long out (if it fits).
+                            let ints = matches!((x, y), (Num::Int(_), Num::Int(_)));
                             match u32::try_from(exp).ok().and_then(|e| base.checked_pow(e)) {
-                                Some(r) => match widened {
-                                    Num::Int(_) if i32::try_from(r).is_ok() => Bson::Int32(r as i32),
-                                    _ => Bson::Int64(r),
-                                },
+                                Some(r) if ints && i32::try_from(r).is_ok() => Bson::Int32(r as i32),
+                                Some(r) => Bson::Int64(r),
                                 None => Bson::Double((base as f64).powf(exp as f64)),
                             }
                         }
@@ -958,6 +958,12 @@ fn eval_op(op: Op, nodes: &[Node], env: &Env) -> Result<Option<Bson>, FilterErro
                 Some(Num::Int(i)) => i as i64,
                 Some(Num::Long(i)) => i,
                 Some(Num::Double(d)) if d.fract() == 0.0 => d as i64,
+                Some(Num::Double(d)) => {
+                    return Err(err(
+                        28691,
+                        format!("$arrayElemAt's second argument must be representable as a 32-bit integer: {d}"),
+                    ))
+                }
                 _ => {
                     return Err(err(
                         28690,
@@ -1064,6 +1070,8 @@ mod tests {
         assert_eq!(eval(bson::bson!({ "$divide": [1, 2] }), d.clone()).unwrap(), Some(Bson::Double(0.5)));
         assert_eq!(eval(bson::bson!({ "$mod": [7, 3] }), d.clone()).unwrap(), Some(Bson::Int32(1)));
         assert_eq!(eval(bson::bson!({ "$pow": [2, 10] }), d.clone()).unwrap(), Some(Bson::Int32(1024)));
+        assert_eq!(eval(bson::bson!({ "$pow": [2, 3i64] }), d.clone()).unwrap(), Some(Bson::Int64(8)));
+        assert_eq!(eval(bson::bson!({ "$arrayElemAt": [[1, 2], 0.5] }), d.clone()).unwrap_err().code, 28691);
         assert_eq!(eval(bson::bson!({ "$add": [1, "x"] }), d.clone()).unwrap_err().code, 16554);
         assert_eq!(eval(bson::bson!({ "$divide": [1, 0] }), d.clone()).unwrap_err().code, 2);
         assert_eq!(eval(bson::bson!({ "$eq": [1] }), d).unwrap_err().code, 16020);
