@@ -99,18 +99,14 @@ impl Collation {
         let loc: icu_locale_core::Locale = locale.replace('_', "-").parse().map_err(|_| bad(spec, "locale"))?;
         let mut prefs = CollatorPreferences::from(&loc);
         let mut options = CollatorOptions::default();
-        options.strength = Some(match spec.get("strength") {
-            None => Strength::Tertiary,
-            Some(v) => {
-                match v.as_i32().or_else(|| v.as_i64().map(|i| i as i32)).or_else(|| v.as_f64().map(|f| f as i32)) {
-                    Some(1) => Strength::Primary,
-                    Some(2) => Strength::Secondary,
-                    Some(3) => Strength::Tertiary,
-                    Some(4) => Strength::Quaternary,
-                    Some(5) => Strength::Identical,
-                    _ => return Err(bad(spec, "strength")),
-                }
-            }
+        options.strength = Some(match (spec.get("strength"), strength_level(spec)) {
+            (None, _) => Strength::Tertiary,
+            (_, Some(1)) => Strength::Primary,
+            (_, Some(2)) => Strength::Secondary,
+            (_, Some(3)) => Strength::Tertiary,
+            (_, Some(4)) => Strength::Quaternary,
+            (_, Some(5)) => Strength::Identical,
+            _ => return Err(bad(spec, "strength")),
         });
         options.case_level = Some(if bool_field("caseLevel")? { CaseLevel::On } else { CaseLevel::Off });
         prefs.case_first = Some(match spec.get("caseFirst") {
@@ -154,15 +150,11 @@ impl Collation {
         let s = &self.spec;
         let text = |f: &str, default: &str| s.get_str(f).unwrap_or(default).to_string();
         let flag = |f: &str| s.get_bool(f).unwrap_or(false);
-        let strength = match s.get("strength") {
-            Some(v) => v.as_i32().or_else(|| v.as_i64().map(|i| i as i32)).or_else(|| v.as_f64().map(|f| f as i32)),
-            None => None,
-        };
         let mut d = Document::new();
         d.insert("locale", text("locale", ""));
         d.insert("caseLevel", flag("caseLevel"));
         d.insert("caseFirst", text("caseFirst", "off"));
-        d.insert("strength", strength.unwrap_or(3));
+        d.insert("strength", strength_level(s).unwrap_or(3));
         d.insert("numericOrdering", flag("numericOrdering"));
         d.insert("alternate", text("alternate", "non-ignorable"));
         d.insert("maxVariable", text("maxVariable", "punct"));
@@ -203,6 +195,16 @@ impl Collation {
             }
         }
         x.len().cmp(&y.len())
+    }
+}
+
+/// A spec's `strength` as a whole number (a double only if integral).
+fn strength_level(spec: &Document) -> Option<i32> {
+    match spec.get("strength")? {
+        Bson::Int32(i) => Some(*i),
+        Bson::Int64(i) => i32::try_from(*i).ok(),
+        Bson::Double(f) if f.fract() == 0.0 && f.abs() < 1e9 => Some(*f as i32),
+        _ => None,
     }
 }
 
