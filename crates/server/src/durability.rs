@@ -7,6 +7,14 @@
 //! began, so the writes that arrive during one fsync share the next.
 //! Large write commands still run on the blocking pool and wait there.
 //!
+//! A lone writer: when the write is the only command running on the
+//! server and no fsync is in flight, its task runs the fsync itself
+//! instead of handing it to the sync thread and being woken back, as a
+//! PostgreSQL backend flushes its own commit. That saves two thread
+//! wake-ups on the latency of every write from a single client; the
+//! network thread is blocked for one fsync only when nothing else is
+//! running. With company, the sync thread groups the fsyncs as above.
+//!
 //! Gathering: a write command registers as a [`Writer`] while its
 //! statements run. When an fsync is wanted while other writers are still
 //! running, the sync thread waits for them to append (at most
@@ -18,8 +26,9 @@
 //! Invariants:
 //! 1. `wait` returns `Ok` only once every journal record appended before
 //!    it was called is durable (as the engine's sync mode asks).
-//! 2. One fsync at a time; a failed one fails every waiter (the engine is
-//!    poisoned and refuses further writes).
+//! 2. One fsync at a time (`Wanted::busy`, sync thread or lone writer); a
+//!    failed one fails every waiter (the engine is poisoned and refuses
+//!    further writes).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -39,6 +48,8 @@ struct Wanted {
     /// Waiters need every record below this durable.
     below: u64,
     stop: bool,
+    /// An fsync is running (on the sync thread or a lone writer's task).
+    busy: bool,
 }
 
 /// The longest the sync thread holds an fsync back for running writers.
@@ -54,6 +65,19 @@ pub struct Durability {
     /// The sync thread is holding an fsync back for running writers.
     gathering: AtomicBool,
     gather_max: Duration,
+    /// Commands running on connections' tasks (see [`Running`]).
+    running: AtomicUsize,
+}
+
+/// A command running on a connection's task, from its start until its
+/// reply is ready (fsync included): a write that finds itself the only
+/// one runs its fsync there.
+pub struct Running<'a>(&'a Durability);
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.running.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// A write command running on a connection's task, from its first
@@ -93,6 +117,7 @@ impl Durability {
             writers: AtomicUsize::new(0),
             gathering: AtomicBool::new(false),
             gather_max,
+            running: AtomicUsize::new(0),
         });
         let worker = d.clone();
         std::thread::Builder::new().name("arbordb-sync".into()).spawn(move || worker.run())?;
@@ -105,7 +130,15 @@ impl Durability {
         Writer(self)
     }
 
-    /// Wait until every commit made so far is durable.
+    /// Register a command about to run on a connection's task; hold it
+    /// until the reply is ready.
+    pub fn running(&self) -> Running<'_> {
+        self.running.fetch_add(1, Ordering::AcqRel);
+        Running(self)
+    }
+
+    /// Wait until every commit made so far is durable. The caller holds
+    /// its [`Running`] (so that a lone writer is recognised as alone).
     pub async fn wait(&self) -> Result<(), String> {
         let Some(last) = self.engine.last_journal_seq() else { return Ok(()) };
         let target = last + 1;
@@ -115,6 +148,24 @@ impl Durability {
         }
         {
             let mut w = self.wanted.lock().unwrap();
+            let alone = self.running.load(Ordering::Acquire) <= 1 && self.writers.load(Ordering::Acquire) == 0;
+            if alone && !w.busy && !w.stop {
+                w.busy = true;
+                drop(w);
+                self.sync_now();
+                let mut w = self.wanted.lock().unwrap();
+                w.busy = false;
+                // Whoever asked meanwhile is the sync thread's.
+                if w.below > self.synced.borrow().below || w.stop {
+                    self.wake.notify_one();
+                }
+                drop(w);
+                let synced = self.synced.borrow();
+                return match &synced.failed {
+                    Some(why) if synced.below < target => Err(why.clone()),
+                    _ => Ok(()),
+                };
+            }
             if w.below < target {
                 w.below = target;
                 self.wake.notify_one();
@@ -137,9 +188,10 @@ impl Durability {
         loop {
             let stop = {
                 let mut w = self.wanted.lock().unwrap();
-                while !w.stop && w.below <= self.synced.borrow().below {
+                while w.busy || (!w.stop && w.below <= self.synced.borrow().below) {
                     w = self.wake.wait(w).unwrap();
                 }
+                w.busy = true;
                 // Gather: writers still running will append soon; each
                 // one's `wait` wakes us, and we stop holding back once
                 // none runs or the time is up.
@@ -155,19 +207,25 @@ impl Durability {
                 self.gathering.store(false, Ordering::Release);
                 w.stop
             };
-            // Read before the fsync: it covers at least this much.
-            let covered = self.engine.last_journal_seq().map_or(0, |s| s + 1);
-            let result = self.engine.sync_journal();
-            self.synced.send_modify(|s| match result {
-                Ok(()) => s.below = s.below.max(covered),
-                Err(e) => s.failed = Some(format!("the journal could not be made durable: {e}")),
-            });
+            self.sync_now();
+            self.wanted.lock().unwrap().busy = false;
             // Stopped (after a last fsync for whoever still waits), or
             // poisoned: every later wait fails at once.
             if stop || self.synced.borrow().failed.is_some() {
                 return;
             }
         }
+    }
+
+    /// Run one fsync and publish what it covered (the caller set `busy`).
+    fn sync_now(&self) {
+        // Read before the fsync: it covers at least this much.
+        let covered = self.engine.last_journal_seq().map_or(0, |s| s + 1);
+        let result = self.engine.sync_journal();
+        self.synced.send_modify(|s| match result {
+            Ok(()) => s.below = s.below.max(covered),
+            Err(e) => s.failed = Some(format!("the journal could not be made durable: {e}")),
+        });
     }
 }
 
@@ -253,6 +311,35 @@ mod tests {
         drop(idle);
         waiting.await.unwrap().unwrap();
         assert!(began.elapsed() < Duration::from_secs(10), "released by the writers, not the time limit");
+        durability.stop();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_lone_writer_runs_its_own_fsync_and_company_goes_to_the_sync_thread() {
+        let (_dir, engine, table, durability) = started();
+        // Alone: the waiting task runs the fsync; the sync thread is never asked.
+        let running = durability.running();
+        commit_unsynced(&engine, &table, 1);
+        let syncs = engine.stats().journal_syncs;
+        durability.wait().await.unwrap();
+        drop(running);
+        assert_eq!(engine.stats().journal_syncs, syncs + 1, "one fsync ran");
+        assert!(durability.synced.borrow().below > engine.last_journal_seq().unwrap(), "the commit is durable");
+        assert_eq!(durability.wanted.lock().unwrap().below, 0, "the sync thread was not asked");
+        // Another command running: the wait hands the fsync to the sync thread.
+        let (mine, other) = (durability.running(), durability.running());
+        commit_unsynced(&engine, &table, 2);
+        let target = engine.last_journal_seq().unwrap() + 1;
+        durability.wait().await.unwrap();
+        drop((mine, other));
+        assert_eq!(durability.wanted.lock().unwrap().below, target, "the sync thread was asked");
+        assert!(durability.synced.borrow().below >= target);
+        // The sync thread clears `busy` just after it publishes.
+        let cleared = Instant::now();
+        while durability.wanted.lock().unwrap().busy {
+            assert!(cleared.elapsed() < Duration::from_secs(5), "no fsync is left marked as running");
+            std::thread::sleep(Duration::from_millis(1));
+        }
         durability.stop();
     }
 

@@ -456,6 +456,7 @@ async fn run_command(shared: &Arc<Shared>, conn: &Conn, msg: wire::OpMsg, how: R
         // commits here and awaits its journal fsync instead of blocking on
         // it: running them on this task saves two thread handoffs per
         // request.
+        let _running = shared.durability.running();
         let writer = (how == Run::InlineWrite).then(|| shared.durability.writer());
         let (reply, owed) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             crate::crud::deferring_sync(|| commands::run(shared, conn, &msg))
