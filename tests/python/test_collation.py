@@ -128,3 +128,73 @@ def test_update_operators_and_pipeline_expressions_use_the_collation(client):
     assert c.find_one({"_id": 1})["same"] is True
     out = list(c.aggregate([{"$project": {"e": {"$eq": ["$w", "X"]}}}], collation=EN2))
     assert out == [{"_id": 1, "e": True}]
+
+
+def test_group_keys_and_min_max_accumulators_use_the_collation(coll):
+    pipeline = [{"$match": {"_id": {"$lte": 6}}}, {"$group": {"_id": "$w", "n": {"$sum": 1}}}]
+    binary = {d["_id"]: d["n"] for d in coll.aggregate(pipeline)}
+    assert binary == {"apple": 1, "Apple": 1, "APPLE": 1, "ápple": 1, "banana": 1, "Banana": 1}
+    groups = sorted(d["n"] for d in coll.aggregate(pipeline, collation=EN2))
+    assert groups == [1, 2, 3], "apple x3, ápple, banana x2"
+    groups = sorted(d["n"] for d in coll.aggregate(pipeline, collation=EN1))
+    assert groups == [2, 4]
+    # A compound key: strings inside documents compare through it too.
+    compound = [{"$group": {"_id": {"w": "$w"}, "n": {"$sum": 1}}}]
+    ones = [d for d in coll.aggregate([{"$match": {"_id": {"$in": [1, 2, 3]}}}] + compound, collation=EN2)]
+    assert len(ones) == 1 and ones[0]["n"] == 3 and ones[0]["_id"]["w"].lower() == "apple"
+    # $max of "banana" and "Apple": byte order puts "b" last, English too;
+    # "a10" against "a9": bytes say "a9", numericOrdering says "a10".
+    mm = [{"$match": {"_id": {"$in": [7, 8]}}}, {"$group": {"_id": None, "hi": {"$max": "$w"}, "lo": {"$min": "$w"}}}]
+    assert list(coll.aggregate(mm))[0] == {"_id": None, "hi": "a9", "lo": "a10"}
+    numeric = Collation(locale="en", numericOrdering=True)
+    assert list(coll.aggregate(mm, collation=numeric))[0] == {"_id": None, "hi": "a10", "lo": "a9"}
+
+
+def test_a_view_has_its_own_default_collation(client):
+    db = client.test
+    db.create_collection("people", collation=EN2)
+    db.people.insert_many([{"_id": 1, "n": "ann"}, {"_id": 2, "n": "ANN"}, {"_id": 3, "n": "bob"}])
+    # No collation given: the view is simple, whatever its collection's.
+    db.command({"create": "plain", "viewOn": "people", "pipeline": []})
+    assert ids(db.plain.find({"n": "ann"})) == [1]
+    assert ids(db.people.find({"n": "ann"})) == [1, 2]
+    assert "collation" not in db.command("listCollections", filter={"name": "plain"})["cursor"]["firstBatch"][0]["options"]
+    assert ids(db.plain.find({"n": "ann"}, collation=Collation(locale="simple"))) == [1]
+    # A collated view: every read uses it, its own stages included.
+    db.command({"create": "folded", "viewOn": "people", "pipeline": [{"$match": {"n": {"$ne": "BOB"}}}],
+                "collation": {"locale": "en_US", "strength": 2}})
+    spec = db.command("listCollections", filter={"name": "folded"})["cursor"]["firstBatch"][0]["options"]["collation"]
+    assert spec["locale"] == "en_US" and spec["strength"] == 2
+    assert ids(db.folded.find()) == [1, 2], "the view's $match compared through its collation"
+    assert ids(db.folded.find({"n": "Ann"})) == [1, 2]
+    assert db.folded.count_documents({"n": "ANN"}) == 2
+    assert db.folded.distinct("n") in (["ann"], ["ANN"])
+    assert sorted(d["n"] for d in db.folded.aggregate([{"$group": {"_id": "$n", "n": {"$sum": 1}}}])) == [2]
+    assert ids(db.folded.find({"n": "ann"}, collation=EN2)) == [1, 2], "the same collation may be given"
+    # Overriding a view's collation is refused, for every read command.
+    for call in (
+        lambda: list(db.folded.find({}, collation=Collation(locale="fr"))),
+        lambda: list(db.folded.find({}, collation=Collation(locale="simple"))),
+        lambda: db.folded.count_documents({}, collation=Collation(locale="fr")),
+        lambda: db.folded.distinct("n", collation=Collation(locale="fr")),
+        lambda: list(db.folded.aggregate([], collation=Collation(locale="fr"))),
+        lambda: list(db.plain.find({}, collation=Collation(locale="en"))),
+    ):
+        with pytest.raises(OperationFailure) as e:
+            call()
+        assert e.value.code == 167 and e.value.details["codeName"] == "OptionNotSupportedOnView"
+        assert "Cannot override a view's default collation" in e.value.details["errmsg"]
+    # A view over a view needs the same collation; so does collMod.
+    with pytest.raises(OperationFailure) as e:
+        db.command({"create": "over", "viewOn": "folded", "collation": {"locale": "fr"}})
+    assert e.value.code == 167
+    with pytest.raises(OperationFailure) as e:
+        db.command({"create": "over", "viewOn": "folded"})
+    assert e.value.code == 167
+    assert "over" not in db.list_collection_names()
+    db.command({"create": "over", "viewOn": "folded", "collation": {"locale": "en_US", "strength": 2}})
+    assert ids(db.over.find({"n": "aNN"})) == [1, 2]
+    with pytest.raises(OperationFailure) as e:
+        db.command({"collMod": "plain", "viewOn": "folded", "pipeline": []})
+    assert e.value.code == 167
+    assert ids(db.plain.find({"n": "ann"})) == [1], "the refused collMod changed nothing"

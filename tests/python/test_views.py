@@ -105,7 +105,7 @@ def test_a_view_cycle_is_refused(db):
     db.command("create", "a", viewOn="b")
     with pytest.raises(OperationFailure) as e:
         db.command("create", "b", viewOn="a")
-    assert e.value.code == 167 and e.value.details["codeName"] == "GraphContainsCycle"
+    assert e.value.code == 5 and e.value.details["codeName"] == "GraphContainsCycle"
 
 
 def test_views_persist_across_restart(datadir):

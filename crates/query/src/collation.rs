@@ -184,6 +184,21 @@ impl Collation {
         }
     }
 
+    /// `v` with every string replaced by its sort key (as hex text): values
+    /// equal under the collation get equal binary forms (a `$group` key).
+    fn key_of(&self, v: &Bson) -> Bson {
+        match v {
+            Bson::String(s) | Bson::Symbol(s) => {
+                let mut key: Vec<u8> = Vec::new();
+                let Ok(()) = self.collator.write_sort_key_to(s, &mut key);
+                Bson::String(key.iter().map(|b| format!("{b:02x}")).collect())
+            }
+            Bson::Array(items) => Bson::Array(items.iter().map(|x| self.key_of(x)).collect()),
+            Bson::Document(d) => Bson::Document(d.iter().map(|(k, x)| (k.clone(), self.key_of(x))).collect()),
+            other => other.clone(),
+        }
+    }
+
     fn compare_documents(&self, x: &Document, y: &Document) -> Ordering {
         for ((kx, vx), (ky, vy)) in x.iter().zip(y) {
             let o = canonical_type(vx)
@@ -229,6 +244,12 @@ pub(crate) fn with_collation<T>(c: Option<&Arc<Collation>>, f: impl FnOnce() -> 
     }
     let _restore = Restore(Some(previous));
     f()
+}
+
+/// Under a collation in force: `v` in a form whose binary comparison
+/// treats strings as the collation does (see `Collation::key_of`).
+pub(crate) fn collation_key(v: &Bson) -> Option<Bson> {
+    CURRENT.with_borrow(|c| c.as_ref().map(|c| c.key_of(v)))
 }
 
 /// `compare`, with strings collated when a collation is in force.

@@ -99,6 +99,11 @@ impl Filter {
         Ok(Filter { root: parse_document(filter, Some(scope))?, collation: None })
     }
 
+    /// The collation strings are compared through (`None`: binary).
+    pub fn collation(&self) -> Option<&Arc<Collation>> {
+        self.collation.as_ref()
+    }
+
     /// This filter with strings compared through `collation`.
     pub fn with_collation(mut self, collation: Option<Arc<Collation>>) -> Filter {
         self.collation = collation;

@@ -12,7 +12,7 @@ use crate::matcher::{Filter, FilterError};
 use crate::update_pipeline::UpdatePipeline;
 use crate::{Projection, Sort};
 use bson::{Bson, Document};
-use doc::compare::{compare, number, Number};
+use doc::compare::{number, Number};
 use doc::decimal_math::{Dec, DoubleDigits};
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
@@ -280,11 +280,16 @@ fn group(
     id: &Expression,
     fields: &[(String, AccKind, Expression)],
 ) -> Result<Vec<Document>, FilterError> {
-    // Keyed by KeyString so 1 and 1.0 share a group, as in MongoDB.
+    // Keyed by KeyString so 1 and 1.0 share a group, as in MongoDB; under
+    // a collation, strings by their collation keys ("a" and "A" share one
+    // at strength 2, the first seen naming it).
     let mut groups: BTreeMap<Vec<u8>, (Bson, Vec<Acc>)> = BTreeMap::new();
     for d in docs {
         let key = id.eval(&d)?.unwrap_or(Bson::Null);
-        let k = doc::keystring::encode(&key);
+        let k = match crate::collation::collation_key(&key) {
+            Some(collated) => doc::keystring::encode(&collated),
+            None => doc::keystring::encode(&key),
+        };
         let entry = groups.entry(k).or_insert_with(|| {
             let accs = fields
                 .iter()
@@ -361,7 +366,7 @@ fn accumulate(kind: AccKind, acc: &mut Acc, v: Option<Bson>) {
             let better = match cur {
                 None => true,
                 Some(c) => {
-                    let o = compare(&v, c);
+                    let o = crate::collation::collated(&v, c);
                     if matches!(kind, AccKind::Min) {
                         o == Ordering::Less
                     } else {

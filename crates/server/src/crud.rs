@@ -269,9 +269,6 @@ pub fn create(shared: &Shared, cmd: &Document) -> CommandResult {
     let mut options = options;
     if let Some(given) = options.remove("collation") {
         if let Some(c) = query::Collation::parse(Some(&given))? {
-            if options.contains_key("viewOn") {
-                return Err(CommandError::not_implemented("a view's default collation is not supported yet"));
-            }
             options.insert("collation", c.full_spec());
         }
     }
@@ -302,7 +299,7 @@ fn view_options(shared: &Shared, ns: &Namespace, options: Document, cmd_name: &s
     if on.is_empty() {
         return Err(CommandError::bad_value("'viewOn' cannot be empty"));
     }
-    if let Some(k) = options.keys().find(|k| !matches!(k.as_str(), "viewOn" | "pipeline")) {
+    if let Some(k) = options.keys().find(|k| !matches!(k.as_str(), "viewOn" | "pipeline" | "collation")) {
         return Err(CommandError::invalid_options(format!("option '{k}' is not supported with 'viewOn'")));
     }
     let pipeline = match options.get("pipeline") {
@@ -329,7 +326,22 @@ fn view_options(shared: &Shared, ns: &Namespace, options: Document, cmd_name: &s
             None => break,
         }
     }
-    Ok(doc! { "viewOn": on, "pipeline": pipeline })
+    // A view reads another view only if both compare strings alike.
+    let on_ns = Namespace::new(&ns.db, &on)?;
+    if shared.catalog.get(&on_ns).is_some_and(|c| c.view_on().is_some()) {
+        let mine = query::Collation::parse(options.get("collation"))?;
+        let theirs = crate::read::collation_of(shared, &on_ns, &Document::new())?;
+        if !crate::read::same_collation(mine.as_ref(), theirs.as_ref()) {
+            return Err(CommandError::option_not_supported_on_view(format!(
+                "View {ns} has a collation that does not match the collation of view {on_ns}"
+            )));
+        }
+    }
+    let mut checked = doc! { "viewOn": on, "pipeline": pipeline };
+    if let Some(c) = options.get("collation") {
+        checked.insert("collation", c.clone());
+    }
+    Ok(checked)
 }
 
 /// `collMod`: change a collection's validator (`validator`,

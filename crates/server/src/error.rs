@@ -53,8 +53,9 @@ codes! {
     capped_position_lost => 136, "CappedPositionLost";
     query_plan_killed => 175, "QueryPlanKilled";
     command_not_supported_on_view => 166, "CommandNotSupportedOnView";
-    graph_contains_cycle => 167, "GraphContainsCycle";
-    view_depth_limit_exceeded => 170, "ViewDepthLimitExceeded";
+    graph_contains_cycle => 5, "GraphContainsCycle";
+    option_not_supported_on_view => 167, "OptionNotSupportedOnView";
+    view_depth_limit_exceeded => 165, "ViewDepthLimitExceeded";
     namespace_exists => 48, "NamespaceExists";
     not_implemented => 238, "NotImplemented";
     bson_object_too_large => 10334, "BSONObjectTooLarge";

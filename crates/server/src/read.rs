@@ -406,9 +406,15 @@ pub(crate) fn resolve_view(shared: &Shared, ns: &Namespace) -> Result<Option<(Na
     Ok((depth > 0).then_some((current, stages)))
 }
 
-/// A view's documents: its base collection through its stages.
-fn view_documents(shared: &Shared, base: &Namespace, stages: &[Bson]) -> Result<Vec<Document>, CommandError> {
-    let pipeline = query::Pipeline::parse(stages)?;
+/// A view's documents: its base collection through its stages, strings
+/// compared through the view's collation.
+fn view_documents(
+    shared: &Shared,
+    base: &Namespace,
+    stages: &[Bson],
+    collation: Option<&Arc<Collation>>,
+) -> Result<Vec<Document>, CommandError> {
+    let pipeline = query::Pipeline::parse(stages)?.with_collation(collation.cloned());
     let mut scan = ScanIter::new(shared, base);
     let out = pipeline.run(scan.by_ref().map(|(_, d)| d));
     match scan.error {
@@ -427,7 +433,7 @@ fn scan_hits<'a>(
     match resolve_view(shared, ns) {
         Err(e) => return Box::new(std::iter::once(Err(e))),
         Ok(Some((base, stages))) => {
-            return match view_documents(shared, &base, &stages) {
+            return match view_documents(shared, &base, &stages, filter.collation()) {
                 Err(e) => Box::new(std::iter::once(Err(e))),
                 Ok(docs) => Box::new(docs.into_iter().filter_map(move |doc| match filter.try_matches_at(&doc) {
                     Ok((ok, pos)) => ok.then_some(Ok(Hit { rid: 0, doc, pos })),
@@ -490,19 +496,33 @@ pub(crate) fn check_hint(cmd: &Document) -> Result<(), CommandError> {
 }
 
 /// The collation a command (or statement) on `ns` uses: its own
-/// `collation`, else the collection's default; `None` for the simple one.
+/// `collation`, else the collection's or view's default; `None` for the
+/// simple one. A view's default cannot be overridden (167), as in mongod.
 pub(crate) fn collation_of(
     shared: &Shared,
     ns: &Namespace,
     cmd: &Document,
 ) -> Result<Option<Arc<Collation>>, CommandError> {
-    match cmd.get("collation") {
+    let entry = shared.catalog.get(ns);
+    let default = || entry.as_ref().and_then(|c| Collation::parse(c.options.get("collation")).ok().flatten());
+    let given = match cmd.get("collation") {
         // An empty collation is no collation given, as in mongod.
-        None | Some(Bson::Null) => {
-            Ok(shared.catalog.get(ns).and_then(|c| Collation::parse(c.options.get("collation")).ok().flatten()))
-        }
-        Some(Bson::Document(d)) if d.is_empty() => collation_of(shared, ns, &Document::new()),
-        given => Ok(Collation::parse(given)?),
+        None | Some(Bson::Null) => return Ok(default()),
+        Some(Bson::Document(d)) if d.is_empty() => return Ok(default()),
+        given => Collation::parse(given)?,
+    };
+    if entry.as_ref().is_some_and(|c| c.view_on().is_some()) && !same_collation(given.as_ref(), default().as_ref()) {
+        return Err(CommandError::option_not_supported_on_view("Cannot override a view's default collation"));
+    }
+    Ok(given)
+}
+
+/// Whether two collations compare alike (`None`: the simple one).
+pub(crate) fn same_collation(a: Option<&Arc<Collation>>, b: Option<&Arc<Collation>>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => a.full_spec() == b.full_spec(),
+        _ => false,
     }
 }
 
