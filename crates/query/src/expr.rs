@@ -80,6 +80,7 @@ enum Op {
     ArrayElemAt,
     In,
     IsArray,
+    IsNumber,
     ConcatArrays,
     Type,
     MergeObjects,
@@ -163,7 +164,7 @@ pub fn truthy(v: &Option<Bson>) -> bool {
 /// The most parts a field path may have, as mongod's `FieldPath`.
 pub const FIELD_PATH_PARTS_MAX: usize = 200;
 
-fn parse_path(s: &str) -> Result<Vec<String>, FilterError> {
+pub(crate) fn parse_path(s: &str) -> Result<Vec<String>, FilterError> {
     if s.split('.').count() > FIELD_PATH_PARTS_MAX {
         return Err(err(2, "FieldPath is too long"));
     }
@@ -290,6 +291,7 @@ fn parse_operator(name: &str, arg: &Bson, scope: &Scope) -> Result<Node, FilterE
         "$arrayElemAt" => Op::ArrayElemAt,
         "$in" => Op::In,
         "$isArray" => Op::IsArray,
+        "$isNumber" => Op::IsNumber,
         "$concatArrays" => Op::ConcatArrays,
         "$type" => Op::Type,
         "$mergeObjects" => Op::MergeObjects,
@@ -448,6 +450,7 @@ fn parse_operator(name: &str, arg: &Bson, scope: &Scope) -> Result<Node, FilterE
         | Op::StrLenCp
         | Op::Size
         | Op::IsArray
+        | Op::IsNumber
         | Op::Type => exactly(1, nodes)?,
         Op::Trunc if nodes.is_empty() || nodes.len() > 2 => {
             return Err(err(
@@ -940,6 +943,10 @@ fn eval_op(op: Op, nodes: &[Node], env: &Env) -> Result<Option<Bson>, FilterErro
             }
         },
         Op::IsArray => Bson::Boolean(matches!(nodes[0].eval(env)?, Some(Bson::Array(_)))),
+        Op::IsNumber => Bson::Boolean(matches!(
+            nodes[0].eval(env)?,
+            Some(Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_))
+        )),
         Op::ArrayElemAt => {
             let v = vals(env)?;
             if nullish(&v[0]) || nullish(&v[1]) {

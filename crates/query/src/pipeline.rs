@@ -9,6 +9,7 @@
 
 use crate::expr::{Expression, Scope};
 use crate::matcher::{Filter, FilterError};
+use crate::update::type_name;
 use crate::update_pipeline::UpdatePipeline;
 use crate::{Projection, Sort};
 use bson::{Bson, Document};
@@ -48,6 +49,164 @@ enum Stage {
     /// `$addFields`/`$set`, `$replaceRoot`/`$replaceWith`: one stage, as
     /// a pipeline-style update runs it.
     Reshape(UpdatePipeline),
+    Unwind(Unwind),
+}
+
+/// A `$unwind` stage: one document per element of the array at `path`.
+#[derive(Debug, Clone)]
+struct Unwind {
+    path: Vec<String>,
+    index: Option<Vec<String>>,
+    preserve: bool,
+}
+
+impl Unwind {
+    /// `{$unwind: "$path"}` or `{$unwind: {path, includeArrayIndex,
+    /// preserveNullAndEmptyArrays}}`, checked in mongod's order.
+    fn parse(arg: &Bson) -> Result<Unwind, FilterError> {
+        let (mut path, mut index, mut preserve) = (String::new(), None, false);
+        match arg {
+            Bson::String(p) => path = p.clone(),
+            Bson::Document(spec) => {
+                for (k, v) in spec {
+                    match (k.as_str(), v) {
+                        ("path", Bson::String(p)) => path = p.clone(),
+                        ("path", other) => {
+                            return Err(err(
+                                28808,
+                                format!("expected a string as the path for $unwind stage, got {}", type_name(other)),
+                            ))
+                        }
+                        ("preserveNullAndEmptyArrays", Bson::Boolean(b)) => preserve = *b,
+                        ("preserveNullAndEmptyArrays", other) => {
+                            return Err(err(
+                                28809,
+                                format!(
+                                    "expected a boolean for the preserveNullAndEmptyArrays option to $unwind stage, got {}",
+                                    type_name(other)
+                                ),
+                            ))
+                        }
+                        ("includeArrayIndex", Bson::String(i)) if !i.is_empty() => {
+                            if i.starts_with('$') {
+                                return Err(err(
+                                    28822,
+                                    format!(
+                                        "includeArrayIndex option to $unwind stage should not be prefixed with a '$': {i}"
+                                    ),
+                                ));
+                            }
+                            index = Some(crate::expr::parse_path(i)?);
+                        }
+                        ("includeArrayIndex", other) => {
+                            return Err(err(
+                                28810,
+                                format!(
+                                    "expected a non-empty string for the includeArrayIndex  option to $unwind stage, got {}",
+                                    type_name(other)
+                                ),
+                            ))
+                        }
+                        (other, _) => {
+                            return Err(err(28811, format!("unrecognized option to $unwind stage: {other}")))
+                        }
+                    }
+                }
+            }
+            other => {
+                return Err(err(
+                    15981,
+                    format!(
+                        "expected either a string or an object as specification for $unwind stage, got {}",
+                        type_name(other)
+                    ),
+                ))
+            }
+        }
+        if path.is_empty() {
+            return Err(err(28812, "no path specified to $unwind stage"));
+        }
+        let Some(field) = path.strip_prefix('$') else {
+            return Err(err(28818, format!("path option to $unwind stage should be prefixed with a '$': {path}")));
+        };
+        if field.is_empty() {
+            return Err(err(40352, "FieldPath cannot be constructed with empty string"));
+        }
+        Ok(Unwind { path: crate::expr::parse_path(field)?, index, preserve })
+    }
+
+    /// The documents `d` unwinds to. The path does not reach into arrays
+    /// on its way (as mongod's); a value that is not an array counts as
+    /// one element; null, missing and `[]` give nothing unless preserved
+    /// (`[]` then leaves the field out).
+    fn apply(&self, d: Document) -> Vec<Document> {
+        let with_index = |mut d: Document, i: Bson| {
+            if let Some(index) = &self.index {
+                set_path(&mut d, index, i);
+            }
+            d
+        };
+        match get_path(&d, &self.path) {
+            Some(Bson::Array(items)) if !items.is_empty() => {
+                let items = items.clone();
+                items
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, item)| {
+                        let mut out = d.clone();
+                        set_path(&mut out, &self.path, item);
+                        with_index(out, Bson::Int64(i as i64))
+                    })
+                    .collect()
+            }
+            Some(Bson::Array(_)) if self.preserve => {
+                let mut out = d;
+                remove_path(&mut out, &self.path);
+                vec![with_index(out, Bson::Null)]
+            }
+            None | Some(Bson::Null | Bson::Undefined | Bson::Array(_)) if !self.preserve => Vec::new(),
+            _ => vec![with_index(d, Bson::Null)],
+        }
+    }
+}
+
+/// The value at `path` through embedded documents only.
+fn get_path<'a>(d: &'a Document, path: &[String]) -> Option<&'a Bson> {
+    let (last, inner) = path.split_last()?;
+    let mut cur = d;
+    for p in inner {
+        cur = cur.get_document(p).ok()?;
+    }
+    cur.get(last)
+}
+
+/// Set `path` to `v`, making (or replacing with) documents on the way.
+fn set_path(d: &mut Document, path: &[String], v: Bson) {
+    let Some((first, rest)) = path.split_first() else { return };
+    if rest.is_empty() {
+        d.insert(first.clone(), v);
+        return;
+    }
+    if !matches!(d.get(first), Some(Bson::Document(_))) {
+        d.insert(first.clone(), Document::new());
+    }
+    if let Some(Bson::Document(inner)) = d.get_mut(first) {
+        set_path(inner, rest, v);
+    }
+}
+
+fn remove_path(d: &mut Document, path: &[String]) {
+    match path.split_first() {
+        Some((last, [])) => {
+            d.remove(last);
+        }
+        Some((first, rest)) => {
+            if let Some(Bson::Document(inner)) = d.get_mut(first) {
+                remove_path(inner, rest);
+            }
+        }
+        None => {}
+    }
 }
 
 /// A parsed pipeline.
@@ -163,6 +322,7 @@ impl Pipeline {
                     }
                     Stage::Project(Box::new(Projection::parse(&spec)?))
                 }
+                "$unwind" => Stage::Unwind(Unwind::parse(arg)?),
                 other => return Err(err(40324, format!("Unrecognized pipeline stage name: '{other}'"))),
             });
         }
@@ -206,10 +366,7 @@ impl Pipeline {
                     let out = if n == 0 { vec![] } else { vec![bson::doc! { name: n as i32 }] };
                     Box::new(out.into_iter().map(Ok))
                 }
-                Stage::Group { id, fields } => {
-                    let all = docs.collect::<Result<Vec<_>, _>>()?;
-                    Box::new(group(all, &id, &fields)?.into_iter().map(Ok))
-                }
+                Stage::Group { id, fields } => Box::new(group(docs, &id, &fields)?.into_iter().map(Ok)),
                 Stage::Sort(sort) => {
                     let mut all = docs.collect::<Result<Vec<_>, _>>()?;
                     sort.sort(&mut all);
@@ -217,6 +374,10 @@ impl Pipeline {
                 }
                 Stage::Project(p) => Box::new(docs.map(move |d| d.and_then(|d| p.apply(&d, None)))),
                 Stage::Reshape(p) => Box::new(docs.map(move |d| d.and_then(|d| p.apply(&d)))),
+                Stage::Unwind(u) => Box::new(docs.flat_map(move |d| match d {
+                    Ok(d) => u.apply(d).into_iter().map(Ok).collect::<Vec<_>>(),
+                    Err(e) => vec![Err(e)],
+                })),
             };
         }
         docs.collect()
@@ -275,8 +436,9 @@ enum Acc {
     Push(Vec<Bson>),
 }
 
+/// `$group` over `docs` as they stream in (only the groups are held).
 fn group(
-    docs: Vec<Document>,
+    docs: impl Iterator<Item = Result<Document, FilterError>>,
     id: &Expression,
     fields: &[(String, AccKind, Expression)],
 ) -> Result<Vec<Document>, FilterError> {
@@ -285,6 +447,7 @@ fn group(
     // at strength 2, the first seen naming it).
     let mut groups: BTreeMap<Vec<u8>, (Bson, Vec<Acc>)> = BTreeMap::new();
     for d in docs {
+        let d = d?;
         let key = id.eval(&d)?.unwrap_or(Bson::Null);
         let k = match crate::collation::collation_key(&key) {
             Some(collated) => doc::keystring::encode(&collated),
