@@ -78,9 +78,10 @@ def server(datadir):
 
 @pytest.fixture(scope="module")
 def module_server():
-    """One server shared by every test of a module (the spec suites)."""
+    """One server shared by every test of a module (the spec suites), with
+    test commands on (`configureFailPoint`), as MongoDB's own suites run."""
     with tempfile.TemporaryDirectory(prefix="arbordb-test-") as d:
-        s = Server(Path(d) / "db")
+        s = Server(Path(d) / "db", extra=("--setParameter", "enableTestCommands=1"))
         yield s
         code = s.stop()
         assert code == 0, f"server exit code {code}: {s.log.read_text()[-2000:]}"

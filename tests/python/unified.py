@@ -536,7 +536,11 @@ def check_error(expected, exc, matcher):
         assert not (isinstance(exc, PyMongoError) and exc.has_error_label(label)), f"error has label {label}: {what}"
     if "errorResponse" in expected:
         assert isinstance(exc, OperationFailure), f"no server response in {what}"
-        matcher.match(expected["errorResponse"], exc.details, root=True, path="errorResponse")
+        # A client bulk write's top-level failure is its `error`.
+        response = exc.details
+        if isinstance(exc, ClientBulkWriteException) and isinstance(exc.error, OperationFailure):
+            response = exc.error.details
+        matcher.match(expected["errorResponse"], response, root=True, path="errorResponse")
     if "expectResult" in expected:
         if isinstance(exc, BulkWriteError):
             partial = _bulk_error_result(exc.details)
@@ -558,6 +562,8 @@ def check_error(expected, exc, matcher):
         actual = list(exc.write_concern_errors)
         assert len(actual) == len(expected["writeConcernErrors"]), f"write concern errors: {actual}"
         for i, (want, have) in enumerate(zip(expected["writeConcernErrors"], actual)):
+            # The format's `message` is the server's (and pymongo's) `errmsg`.
+            have = {**have, "message": have["errmsg"]} if "errmsg" in have else have
             matcher.match(want, have, root=True, path=f"writeConcernErrors[{i}]")
 
 

@@ -34,6 +34,25 @@ pub struct ServeArgs {
     /// Flags given on the command line win.
     #[arg(long, short = 'f')]
     config: Option<PathBuf>,
+    /// A server parameter at start-up, as mongod's (repeatable). Known:
+    /// enableTestCommands=1 (the test command configureFailPoint).
+    #[arg(long = "setParameter", value_name = "NAME=VALUE")]
+    set_parameter: Vec<String>,
+}
+
+/// `--setParameter` values: whether test commands are on.
+fn test_commands(settings: &[String]) -> Result<bool, String> {
+    let mut on = false;
+    for s in settings {
+        let (name, value) = s.split_once('=').ok_or_else(|| format!("--setParameter takes NAME=VALUE, not {s:?}"))?;
+        match (name, value) {
+            ("enableTestCommands", "1" | "true") => on = true,
+            ("enableTestCommands", "0" | "false") => on = false,
+            ("enableTestCommands", other) => return Err(format!("Bad value for enableTestCommands: {other:?}")),
+            _ => return Err(format!("Illegal --setParameter parameter: \"{name}\"")),
+        }
+    }
+    Ok(on)
 }
 
 /// Options from `--config`, each `None` when the file does not set it.
@@ -118,13 +137,19 @@ pub fn run(a: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
     if let Some(mib) = a.cache_mib.or(file.cache_mib) {
         config.cache_size_bytes = mib << 20;
     }
+    let test_commands = test_commands(&a.set_parameter)?;
     let engine = Engine::open(&dbpath, config)?;
+    let mut parsed = server::parsed_options(&bind_ip, port, &dbpath);
+    if test_commands {
+        parsed.insert("setParameter", bson::doc! { "enableTestCommands": "1" });
+    }
     let options = server::ServerOptions {
         bind: bind_ip.clone(),
         port,
         dbpath: dbpath.clone(),
         argv: std::env::args().collect(),
-        parsed: server::parsed_options(&bind_ip, port, &dbpath),
+        parsed,
+        test_commands,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("arbordb-net").build()?;
     runtime.block_on(async move {
@@ -158,6 +183,17 @@ fn init_logging(logpath: Option<&std::path::Path>) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn set_parameter_knows_enable_test_commands_only() {
+        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(test_commands(&[]), Ok(false));
+        assert_eq!(test_commands(&args(&["enableTestCommands=1"])), Ok(true));
+        assert_eq!(test_commands(&args(&["enableTestCommands=true", "enableTestCommands=0"])), Ok(false));
+        assert!(test_commands(&args(&["enableTestCommands=yes"])).is_err());
+        assert!(test_commands(&args(&["enableTestCommands"])).is_err());
+        assert_eq!(test_commands(&args(&["nope=1"])), Err("Illegal --setParameter parameter: \"nope\"".to_string()));
+    }
 
     #[test]
     fn a_mongod_conf_shaped_file_parses() {

@@ -518,7 +518,8 @@ fn insert(root: &mut Node, path: &str, leaf: Leaf) -> Result<(), FilterError> {
     Ok(())
 }
 
-fn integral(v: &Bson) -> Option<i64> {
+/// A number with no fraction, as an i64 (doubles up to 2^53 or so).
+pub fn integral(v: &Bson) -> Option<i64> {
     match v {
         Bson::Int32(i) => Some(i64::from(*i)),
         Bson::Int64(i) => Some(*i),

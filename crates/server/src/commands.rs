@@ -161,6 +161,14 @@ fn dispatch(shared: &Shared, conn: &Conn, name: &str, msg: &OpMsg) -> CommandRes
         "buildInfo" | "buildinfo" => Ok(build_info()),
         "getParameter" => get_parameter(shared, cmd),
         "setParameter" => set_parameter(shared, cmd),
+        "configureFailPoint" if shared.options.test_commands => {
+            if cmd.get_str("$db") != Ok("admin") {
+                return Err(CommandError::unauthorized(
+                    "configureFailPoint may only be run against the admin database.",
+                ));
+            }
+            shared.fail_points.configure(cmd)
+        }
         "serverStatus" => Ok(server_status(shared)),
         "hostInfo" => Ok(host_info()),
         "whatsmyuri" => Ok(doc! { "you": conn.peer.to_string(), "ok": 1.0 }),
@@ -339,6 +347,13 @@ const TOPOLOGY_COUNTER: i64 = 0;
 
 fn hello(shared: &Shared, conn: &Conn, name: &str, cmd: &Document) -> CommandResult {
     hello_await(shared, name, cmd)?;
+    // The client's application name, kept from its first hello (a fail
+    // point may be for one application only).
+    if let Ok(app) = cmd.get_document("client").and_then(|c| c.get_document("application")) {
+        if let Ok(app_name) = app.get_str("name") {
+            let _ = conn.app_name.set(app_name.to_string());
+        }
+    }
     let legacy = name != "hello";
     let me = conn.local.to_string();
     let ts = cluster_time();

@@ -15,6 +15,7 @@ pub mod compression;
 pub mod crud;
 pub mod durability;
 pub mod error;
+pub mod failpoint;
 pub mod indexes;
 pub mod limits;
 pub mod modify;

@@ -32,6 +32,8 @@ pub struct ServerOptions {
     pub dbpath: PathBuf,
     pub argv: Vec<String>,
     pub parsed: Document,
+    /// `--setParameter enableTestCommands=1`: `configureFailPoint` exists.
+    pub test_commands: bool,
 }
 
 #[derive(Default)]
@@ -96,6 +98,8 @@ pub struct Shared {
     /// Bumped after inserts into capped collections: awaitData cursors
     /// waiting at their end look again.
     pub capped_inserts: watch::Sender<u64>,
+    /// `configureFailPoint`'s `failCommand` (test commands only).
+    pub fail_points: crate::failpoint::FailPoints,
     next_request_id: AtomicI32,
     shutdown: watch::Sender<bool>,
 }
@@ -117,6 +121,8 @@ pub struct Conn {
     pub peer: SocketAddr,
     /// The address the client reached us at: what `hello` names as us.
     pub local: SocketAddr,
+    /// The client's `application.name` from its first `hello`.
+    pub app_name: Arc<std::sync::OnceLock<String>>,
 }
 
 /// A bound server, not yet serving.
@@ -153,6 +159,7 @@ impl Server {
             parameters: Parameters::default(),
             durability: crate::durability::Durability::start(engine.clone())?,
             capped_inserts: watch::channel(0).0,
+            fail_points: crate::failpoint::FailPoints::default(),
             next_request_id: AtomicI32::new(1),
             shutdown: tx,
         });
@@ -234,7 +241,7 @@ async fn connection(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr) {
     let id = shared.connections_total.fetch_add(1, Ordering::Relaxed) + 1;
     shared.connections_current.fetch_add(1, Ordering::Relaxed);
     let local = stream.local_addr().unwrap_or(peer);
-    let conn = Conn { id, peer, local };
+    let conn = Conn { id, peer, local, app_name: Arc::default() };
     let _ = stream.set_nodelay(true);
     tracing::debug!(conn = id, %peer, "connection accepted");
     // Buffered: a header and a small body arrive in one read call.
@@ -298,7 +305,12 @@ async fn serve_connection(
             body = inner;
             compressor = Some(c);
         }
-        let parsed = match crate::point::find_by_id(shared, &header, &body) {
+        // A fail point may name `find`: no fast path while one is set.
+        let point = match shared.fail_points.is_armed() {
+            true => None,
+            false => crate::point::find_by_id(shared, &header, &body),
+        };
+        let parsed = match point {
             Some(reply) => Ok(Parsed::Answered(reply)),
             None => wire::parse(&header, &body).map(Parsed::Request),
         };
@@ -307,6 +319,24 @@ async fn serve_connection(
             Ok(Parsed::Request(Request::Msg(msg))) => {
                 let more_to_come = msg.flags & wire::MORE_TO_COME != 0;
                 let name = msg.body.keys().next().map(String::as_str).unwrap_or("");
+                let failing = shared.fail_points.check(name, conn.app_name.get().map(String::as_str));
+                if let Some(action) = &failing {
+                    if let Some(wait) = action.block {
+                        tokio::time::sleep(wait).await;
+                    }
+                    if action.close_connection {
+                        return Ok(());
+                    }
+                    if let Some(code) = action.error_code {
+                        if !more_to_come {
+                            let mut reply = action.error_reply(code);
+                            commands::add_cluster_time(&mut reply);
+                            let bytes = wire::encode_msg(shared.request_id(), header.request_id, &reply);
+                            send(shared, stream, bytes, compressor).await?;
+                        }
+                        continue;
+                    }
+                }
                 // Bad awaitable options are reported by the hello itself.
                 let awaited = match commands::is_hello(name) {
                     true => commands::hello_await(shared, name, &msg.body).ok().flatten(),
@@ -359,7 +389,13 @@ async fn serve_connection(
                         reply
                     }
                     (Ok(_turn), Some(wait)) => await_get_more(shared, conn, msg, wait).await,
-                    (Ok(_turn), None) => run_command(shared, conn, msg, how).await,
+                    (Ok(_turn), None) => {
+                        let mut reply = run_command(shared, conn, msg, how).await;
+                        if let Some(action) = &failing {
+                            action.amend(&mut reply);
+                        }
+                        reply
+                    }
                 };
                 if more_to_come {
                     continue;

@@ -1,0 +1,245 @@
+//! `configureFailPoint` with mongod's `failCommand` fail point: a test
+//! command, there only when the server starts with `--setParameter
+//! enableTestCommands=1` (as mongod's). Drivers' test suites and the
+//! specification tests use it to make chosen commands fail: with an
+//! error code, a closed connection, a delay, or a write concern error
+//! added to a command that ran.
+//!
+//! Modes: `"alwaysOn"`, `"off"`, `{times: n}` (the next n matching
+//! commands), `{skip: n}` (all but the next n). Data: `failCommands`
+//! (command names, required), `errorCode`, `closeConnection`,
+//! `writeConcernError`, `errorLabels`, `blockConnection` with
+//! `blockTimeMS`, `appName` (only that client's connections), and
+//! `failInternalCommands` (accepted; we have no internal clients).
+
+use crate::error::CommandError;
+use bson::{doc, Bson, Document};
+use query::update::integral;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// What a matching command meets.
+#[derive(Debug, Clone, Default)]
+pub struct Action {
+    pub close_connection: bool,
+    pub error_code: Option<i32>,
+    pub error_labels: Option<Vec<Bson>>,
+    pub write_concern_error: Option<Document>,
+    pub block: Option<Duration>,
+}
+
+impl Action {
+    /// The reply of a command failed by `errorCode`.
+    pub fn error_reply(&self, code: i32) -> Document {
+        let mut e = CommandError::with_code(code, "Failing command via 'failCommand' failpoint").to_document();
+        if let Some(labels) = &self.error_labels {
+            e.insert("errorLabels", labels.clone());
+        }
+        e
+    }
+
+    /// Add the write concern error and labels to the reply of a command
+    /// that ran.
+    pub fn amend(&self, reply: &mut Document) {
+        if let Some(wce) = &self.write_concern_error {
+            reply.insert("writeConcernError", wce.clone());
+        }
+        if let Some(labels) = &self.error_labels {
+            reply.insert("errorLabels", labels.clone());
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Mode {
+    AlwaysOn,
+    Times(u64),
+    Skip(u64),
+}
+
+#[derive(Debug)]
+struct FailCommand {
+    mode: Mode,
+    commands: Vec<String>,
+    app_name: Option<String>,
+    action: Action,
+}
+
+#[derive(Default)]
+pub struct FailPoints {
+    /// Set while `failCommand` is on: the hot path checks only this.
+    armed: AtomicBool,
+    fail_command: Mutex<Option<FailCommand>>,
+    /// Times the fail point fired since it was last configured.
+    entered: AtomicU64,
+}
+
+fn bad(message: impl Into<String>) -> CommandError {
+    CommandError::bad_value(message)
+}
+
+impl FailPoints {
+    pub fn is_armed(&self) -> bool {
+        self.armed.load(Ordering::Acquire)
+    }
+
+    /// `{configureFailPoint: "failCommand", mode, data}`; replies with the
+    /// times the fail point fired under its previous setting.
+    pub fn configure(&self, cmd: &Document) -> Result<Document, CommandError> {
+        let name = match cmd.get("configureFailPoint") {
+            Some(Bson::String(n)) => n.as_str(),
+            _ => return Err(CommandError::type_mismatch("configureFailPoint takes the fail point's name")),
+        };
+        if name != "failCommand" {
+            return Err(bad(format!("Cannot find failpoint: {name} (only failCommand is supported)")));
+        }
+        let mode = match cmd.get("mode") {
+            Some(Bson::String(m)) if m == "off" => None,
+            Some(Bson::String(m)) if m == "alwaysOn" => Some(Mode::AlwaysOn),
+            Some(Bson::Document(m)) if m.len() == 1 => {
+                let (k, v) = m.iter().next().expect("one field");
+                let n = integral(v)
+                    .filter(|n| *n >= 0)
+                    .ok_or_else(|| bad(format!("'{k}' must be a non-negative integer")))?;
+                match k.as_str() {
+                    "times" if n == 0 => None,
+                    "times" => Some(Mode::Times(n as u64)),
+                    "skip" => Some(Mode::Skip(n as u64)),
+                    _ => return Err(bad("'mode' must be one of 'off', 'alwaysOn', 'times', and 'skip'")),
+                }
+            }
+            _ => return Err(bad("'mode' must be one of 'off', 'alwaysOn', 'times', and 'skip'")),
+        };
+        let setting = match mode {
+            None => None,
+            Some(mode) => Some(Self::parse_data(mode, cmd.get("data"))?),
+        };
+        let mut current = self.fail_command.lock().unwrap();
+        self.armed.store(setting.is_some(), Ordering::Release);
+        *current = setting;
+        let count = self.entered.swap(0, Ordering::AcqRel);
+        Ok(doc! { "count": count as i64, "ok": 1.0 })
+    }
+
+    fn parse_data(mode: Mode, data: Option<&Bson>) -> Result<FailCommand, CommandError> {
+        let data = match data {
+            Some(Bson::Document(d)) => d,
+            _ => return Err(bad("failCommand needs a 'data' document")),
+        };
+        let commands = match data.get("failCommands") {
+            Some(Bson::Array(names)) => names
+                .iter()
+                .map(|n| n.as_str().map(str::to_string).ok_or_else(|| bad("'failCommands' holds command names")))
+                .collect::<Result<Vec<_>, _>>()?,
+            _ => return Err(bad("failCommand needs 'data.failCommands', an array of command names")),
+        };
+        let mut action = Action::default();
+        let mut app_name = None;
+        let mut block = false;
+        let mut block_ms = None;
+        for (k, v) in data {
+            match (k.as_str(), v) {
+                ("failCommands" | "failInternalCommands", _) => {}
+                ("errorCode", v) => {
+                    let code = integral(v).and_then(|c| i32::try_from(c).ok());
+                    action.error_code = Some(code.ok_or_else(|| bad("'errorCode' must be an integer"))?);
+                }
+                ("closeConnection", Bson::Boolean(b)) => action.close_connection = *b,
+                ("writeConcernError", Bson::Document(w)) => action.write_concern_error = Some(w.clone()),
+                ("errorLabels", Bson::Array(labels)) => action.error_labels = Some(labels.clone()),
+                ("blockConnection", Bson::Boolean(b)) => block = *b,
+                ("blockTimeMS", v) => {
+                    block_ms = Some(
+                        integral(v)
+                            .filter(|n| *n >= 0)
+                            .ok_or_else(|| bad("'blockTimeMS' must be a non-negative integer"))?,
+                    )
+                }
+                ("appName", Bson::String(a)) => app_name = Some(a.clone()),
+                (other, _) => return Err(bad(format!("failCommand: bad or unsupported data field '{other}'"))),
+            }
+        }
+        if block {
+            let ms = block_ms.ok_or_else(|| bad("'blockConnection' needs 'blockTimeMS'"))?;
+            action.block = Some(Duration::from_millis(ms as u64));
+        }
+        Ok(FailCommand { mode, commands, app_name, action })
+    }
+
+    /// The action for `command` about to run on a connection of client
+    /// `app_name`, when the fail point fires for it (counting it).
+    pub fn check(&self, command: &str, app_name: Option<&str>) -> Option<Action> {
+        if !self.is_armed() {
+            return None;
+        }
+        let mut current = self.fail_command.lock().unwrap();
+        let fc = current.as_mut()?;
+        if !fc.commands.iter().any(|c| c == command) {
+            return None;
+        }
+        if fc.app_name.as_deref().is_some_and(|want| app_name != Some(want)) {
+            return None;
+        }
+        let action = fc.action.clone();
+        match &mut fc.mode {
+            Mode::AlwaysOn => {}
+            Mode::Skip(n) if *n > 0 => {
+                *n -= 1;
+                return None;
+            }
+            Mode::Skip(_) => {}
+            Mode::Times(n) => {
+                *n -= 1;
+                if *n == 0 {
+                    *current = None;
+                    self.armed.store(false, Ordering::Release);
+                }
+            }
+        }
+        self.entered.fetch_add(1, Ordering::Relaxed);
+        Some(action)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_fires_that_often_for_the_named_commands_only() {
+        let fp = FailPoints::default();
+        let cmd = doc! { "configureFailPoint": "failCommand", "mode": { "times": 2 },
+        "data": { "failCommands": ["insert"], "errorCode": 8 } };
+        assert_eq!(fp.configure(&cmd).unwrap().get_i64("count").unwrap(), 0);
+        assert!(fp.check("find", None).is_none());
+        assert_eq!(fp.check("insert", None).unwrap().error_code, Some(8));
+        assert!(fp.check("insert", None).is_some());
+        assert!(fp.check("insert", None).is_none(), "spent after two");
+        assert!(!fp.is_armed());
+        let off = doc! { "configureFailPoint": "failCommand", "mode": "off" };
+        assert_eq!(fp.configure(&off).unwrap().get_i64("count").unwrap(), 2);
+    }
+
+    #[test]
+    fn skip_app_name_and_bad_settings() {
+        let fp = FailPoints::default();
+        let cmd = doc! { "configureFailPoint": "failCommand", "mode": { "skip": 1 },
+        "data": { "failCommands": ["count"], "closeConnection": true, "appName": "me" } };
+        fp.configure(&cmd).unwrap();
+        assert!(fp.check("count", Some("other")).is_none());
+        assert!(fp.check("count", Some("me")).is_none(), "skipped once");
+        assert!(fp.check("count", Some("me")).unwrap().close_connection);
+        assert!(fp.check("count", Some("me")).is_some(), "then always");
+        for bad in [
+            doc! { "configureFailPoint": "failCommand", "mode": "sometimes", "data": { "failCommands": ["x"] } },
+            doc! { "configureFailPoint": "failCommand", "mode": { "times": -1 }, "data": { "failCommands": ["x"] } },
+            doc! { "configureFailPoint": "failCommand", "mode": "alwaysOn" },
+            doc! { "configureFailPoint": "failCommand", "mode": "alwaysOn", "data": { "failCommands": ["x"], "blockConnection": true } },
+            doc! { "configureFailPoint": "nope", "mode": "off" },
+        ] {
+            assert!(fp.configure(&bad).is_err(), "{bad}");
+        }
+        assert!(fp.check("count", Some("me")).is_some(), "a refused setting changed nothing");
+    }
+}
