@@ -42,7 +42,7 @@ def test_a_failed_out_leaves_the_target_as_it_was(client, src):
     ([{"$out": "a"}, {"$match": {}}], 40601),
     ([{"$merge": {"into": "a", "on": "x"}}], 51183),
     ([{"$merge": {"into": "a", "whenMatched": "sometimes"}}], 2),
-    ([{"$out": 5}], 13111),
+    ([{"$out": 5}], 16990),
 ])
 def test_bad_write_stages_are_refused(src, pipeline, code):
     with pytest.raises(OperationFailure) as e:

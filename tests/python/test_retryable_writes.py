@@ -193,7 +193,7 @@ def test_bad_session_fields_are_refused_and_write_nothing(raw, client, extra, co
 
 def test_txn_number_on_a_read_is_refused(raw):
     r = raw({"find": "c", "lsid": session(), "txnNumber": Int64(1)})
-    assert (r["code"], r["codeName"]) == (50768, "Location50768")
+    assert (r["code"], r["codeName"]) == (50768, "NotARetryableWriteCommand")
     assert r["errmsg"] == (
         "txnNumber may only be provided for multi-document transactions and retryable write commands. "
         "autocommit:false was not provided, and find is not a retryable write command."

@@ -166,7 +166,7 @@ pub const FIELD_PATH_PARTS_MAX: usize = 200;
 
 pub(crate) fn parse_path(s: &str) -> Result<Vec<String>, FilterError> {
     if s.split('.').count() > FIELD_PATH_PARTS_MAX {
-        return Err(err(2, "FieldPath is too long"));
+        return Err(err(15, "FieldPath is too long"));
     }
     if s.is_empty() {
         return Err(err(16872, "'$' by itself is not a valid FieldPath"));
@@ -226,7 +226,10 @@ fn parse(v: &Bson, scope: &Scope) -> Result<Node, FilterError> {
                 let mut fields = Vec::new();
                 for (k, v) in d {
                     if k.starts_with('$') {
-                        return Err(err(16404, format!("Field names may not start with '$'; found '{k}'")));
+                        return Err(err(
+                            16410,
+                            "FieldPath field names may not start with '$'. Consider using $getField or $setField.",
+                        ));
                     }
                     if k.contains('.') {
                         return Err(err(16412, format!("FieldPath field names may not contain '.'. Found: '{k}'")));

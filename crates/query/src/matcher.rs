@@ -398,7 +398,7 @@ pub(crate) fn type_code(v: &Bson) -> Result<i32, FilterError> {
             Some(Number::Int(i)) if NAMES.iter().any(|(_, c)| i64::from(*c) == i && *c != -2) => Ok(i as i32),
             Some(Number::Float(f)) if NAMES.iter().any(|(_, c)| f64::from(*c) == f && *c != -2) => Ok(f as i32),
             Some(_) => Err(bad_value(format!("Invalid numerical type code: {other}"))),
-            None => Err(bad_value("type must be represented as a number or a string")),
+            None => Err(FilterError { code: 14, message: "type must be represented as a number or a string".into() }),
         },
     }
 }

@@ -217,17 +217,29 @@ pub struct Pipeline {
     collation: Option<std::sync::Arc<crate::Collation>>,
 }
 
+/// A `$skip` or `$limit` argument: a whole number, not negative (mongod's
+/// 5107200 and 5107201); `$limit` also not 0 (15958).
 fn positive(stage: &str, v: &Bson) -> Result<usize, FilterError> {
+    let code = if stage == "$skip" { 5107200 } else { 5107201 };
+    let shown = match v {
+        Bson::String(s) => format!("\"{s}\""),
+        other => other.to_string(),
+    };
+    let invalid = |why: &str| err(code, format!("invalid argument to {stage} stage: {why}: {stage}: {shown}"));
     let n = match number(v) {
         Some(Number::Int(i)) => i as f64,
-        Some(Number::Float(f)) => f,
-        None => return Err(err(15972, format!("Argument to {stage} stage must be a number"))),
+        Some(Number::Float(f)) if f.fract() == 0.0 && f.abs() < 9.2e18 => f,
+        Some(Number::Float(f)) if f.is_finite() && f.fract() == 0.0 => {
+            return Err(invalid("Cannot represent as a 64-bit integer"))
+        }
+        Some(Number::Float(_)) => return Err(invalid("Expected an integer")),
+        None => return Err(invalid("Expected a number in")),
     };
-    if n.fract() != 0.0 || n < 0.0 || (stage == "$limit" && n == 0.0) {
-        return Err(err(
-            15958,
-            format!("the {} must be {}", &stage[1..], if stage == "$limit" { "positive" } else { "non-negative" }),
-        ));
+    if n < 0.0 {
+        return Err(invalid("Expected a non-negative number in"));
+    }
+    if stage == "$limit" && n == 0.0 {
+        return Err(err(15958, "the limit must be positive"));
     }
     Ok(n as usize)
 }
@@ -237,10 +249,16 @@ fn positive(stage: &str, v: &Bson) -> Result<usize, FilterError> {
 pub(crate) fn unset_fields(arg: &Bson) -> Result<Vec<String>, FilterError> {
     match arg {
         Bson::String(f) => Ok(vec![f.clone()]),
-        Bson::Array(items) if !items.is_empty() && items.iter().all(|i| matches!(i, Bson::String(_))) => {
+        Bson::Array(items) if items.is_empty() => {
+            Err(err(31119, "$unset specification must be a string or an array with at least one field"))
+        }
+        Bson::Array(items) if items.iter().all(|i| matches!(i, Bson::String(_))) => {
             Ok(items.iter().filter_map(|i| i.as_str().map(str::to_string)).collect())
         }
-        _ => Err(err(31002, "$unset specification must be a string or an array containing only string values")),
+        Bson::Array(_) => {
+            Err(err(31120, "$unset specification must be a string or an array containing only string values"))
+        }
+        _ => Err(err(31002, "$unset specification must be a string or an array")),
     }
 }
 
@@ -290,9 +308,14 @@ impl Pipeline {
                 "$skip" => Stage::Skip(positive("$skip", arg)?),
                 "$limit" => Stage::Limit(positive("$limit", arg)?),
                 "$count" => match arg {
-                    Bson::String(n) if !n.is_empty() && !n.starts_with('$') && !n.contains('.') => {
-                        Stage::Count(n.clone())
+                    Bson::String(n) if n.is_empty() => {
+                        return Err(err(40157, "the count field must be a non-empty string"))
                     }
+                    Bson::String(n) if n.starts_with('$') => {
+                        return Err(err(40158, "the count field cannot be a $-prefixed path"))
+                    }
+                    Bson::String(n) if n.contains('.') => return Err(err(40160, "the count field cannot contain '.'")),
+                    Bson::String(n) => Stage::Count(n.clone()),
                     _ => return Err(err(40156, "the count field must be a non-empty string")),
                 },
                 "$group" => parse_group(arg, scope)?,
@@ -646,7 +669,23 @@ mod tests {
         let parse = |p: Bson| Pipeline::parse(p.as_array().unwrap()).unwrap_err();
         assert_eq!(parse(bson!([{ "$frob": {} }])).message, "Unrecognized pipeline stage name: '$frob'");
         assert_eq!(parse(bson!([{ "$limit": 0 }])).message, "the limit must be positive");
-        assert_eq!(parse(bson!([{ "$skip": -1 }])).code, 15958);
+        let skip = parse(bson!([{ "$skip": -1 }]));
+        assert_eq!(skip.code, 5107200);
+        assert_eq!(skip.message, "invalid argument to $skip stage: Expected a non-negative number in: $skip: -1");
+        assert_eq!(
+            parse(bson!([{ "$limit": 1.5 }])).message,
+            "invalid argument to $limit stage: Expected an integer: $limit: 1.5"
+        );
+        assert_eq!(
+            parse(bson!([{ "$skip": "x" }])).message,
+            "invalid argument to $skip stage: Expected a number in: $skip: \"x\""
+        );
+        assert_eq!(parse(bson!([{ "$count": "" }])).code, 40157);
+        assert_eq!(parse(bson!([{ "$count": "$n" }])).code, 40158);
+        assert_eq!(parse(bson!([{ "$count": "a.b" }])).code, 40160);
+        assert_eq!(parse(bson!([{ "$unset": [] }])).code, 31119);
+        assert_eq!(parse(bson!([{ "$unset": [1] }])).code, 31120);
+        assert_eq!(parse(bson!([{ "$unset": 1 }])).code, 31002);
         assert_eq!(parse(bson!([{ "$group": { "n": { "$sum": 1 } } }])).code, 15955);
         assert_eq!(parse(bson!([{ "$group": { "_id": 1, "n": { "$frob": 1 } } }])).code, 15952);
         assert_eq!(parse(bson!([{ "$match": {}, "$skip": 1 }])).code, 40323);

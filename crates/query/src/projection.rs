@@ -97,7 +97,10 @@ impl Projection {
             let (path, action) = match path.strip_suffix(".$") {
                 Some(base) => {
                     if positional {
-                        return Err(bad_value("Cannot specify more than one positional proj. per query."));
+                        return Err(FilterError {
+                            code: 31276,
+                            message: "Cannot specify more than one positional projection per query.".into(),
+                        });
                     }
                     positional = true;
                     (base.to_string(), Action::Positional)
@@ -188,12 +191,18 @@ fn flatten(spec: &Document, prefix: &str, scope: &Scope, out: &mut Vec<(String, 
     for (k, v) in spec {
         let path = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
         if k.is_empty() || k.split('.').any(str::is_empty) {
-            return Err(bad_value("FieldPath field names may not be empty strings."));
+            return Err(match k.is_empty() {
+                true => {
+                    FilterError { code: 40352, message: "FieldPath cannot be constructed with empty string".into() }
+                }
+                false => FilterError { code: 15998, message: "FieldPath field names may not be empty strings.".into() },
+            });
         }
         if k.starts_with('$') && k != "$" {
-            return Err(bad_value(
-                "FieldPath field names may not start with '$'. Consider using $getField or $setField.".to_string(),
-            ));
+            return Err(FilterError {
+                code: 16410,
+                message: "FieldPath field names may not start with '$'. Consider using $getField or $setField.".into(),
+            });
         }
         match v {
             Bson::Document(d) if d.keys().next().is_some_and(|k| k.starts_with('$')) => {
@@ -207,11 +216,19 @@ fn flatten(spec: &Document, prefix: &str, scope: &Scope, out: &mut Vec<(String, 
                         "$slice" => parse_slice(arg)?,
                         "$elemMatch" => {
                             if path.contains('.') {
-                                return Err(bad_value("Cannot use $elemMatch projection on a nested field."));
+                                return Err(FilterError {
+                                    code: 31275,
+                                    message: "Cannot use $elemMatch projection on a nested field.".into(),
+                                });
                             }
                             match arg {
                                 Bson::Document(_) => Action::ElemMatch(Filter::parse_element(arg)?),
-                                _ => return Err(bad_value("elemMatch: Invalid argument, object required.")),
+                                _ => {
+                                    return Err(FilterError {
+                                        code: 31274,
+                                        message: "elemMatch: Invalid argument, object required.".into(),
+                                    })
+                                }
                             }
                         }
                         "$literal" => Action::Literal(arg.clone()),

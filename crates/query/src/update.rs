@@ -578,10 +578,13 @@ fn parse_leaf(op: &str, path: &str, value: &Bson) -> Result<Leaf, FilterError> {
                     return Err(bad_value(format!("Found unexpected fields after $each in $addToSet: {other}")));
                 }
                 Some(other) => {
-                    return Err(bad_value(format!(
-                        "The argument to $each in $addToSet must be an array but it was of type {}",
-                        type_name(other)
-                    )))
+                    return Err(FilterError {
+                        code: 14,
+                        message: format!(
+                            "The argument to $each in $addToSet must be an array but it was of type {}",
+                            type_name(other)
+                        ),
+                    })
                 }
                 None => unreachable!(),
             },

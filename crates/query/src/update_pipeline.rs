@@ -30,7 +30,7 @@ pub struct UpdatePipeline {
 
 fn path_parts(path: &str, stage: &str) -> Result<Vec<String>, FilterError> {
     if path.split('.').count() > crate::expr::FIELD_PATH_PARTS_MAX {
-        return Err(err(2, "FieldPath is too long"));
+        return Err(err(15, "FieldPath is too long"));
     }
     if path.is_empty() || path.split('.').any(str::is_empty) {
         return Err(err(
@@ -82,7 +82,15 @@ impl UpdatePipeline {
                 "$replaceRoot" => {
                     let new_root = match arg {
                         Bson::Document(d) => d.get("newRoot"),
-                        _ => None,
+                        other => {
+                            return Err(err(
+                                40229,
+                                format!(
+                                    "expected an object as specification for $replaceRoot stage, got {}",
+                                    crate::update::type_name(other)
+                                ),
+                            ))
+                        }
                     };
                     let Some(new_root) = new_root else {
                         return Err(err(40231, "no newRoot specified for the $replaceRoot stage"));

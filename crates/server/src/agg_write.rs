@@ -57,8 +57,12 @@ fn target(v: &Bson, db: &str, stage: &str) -> Result<Namespace, CommandError> {
                 ))),
             }
         }
+        other if stage == "$out" => Err(CommandError::with_code(
+            16990,
+            format!("$out only supports a string or object argument, but found {}", type_name(other)),
+        )),
         other => Err(CommandError::with_code(
-            if stage == "$out" { 13111 } else { 51178 },
+            51178,
             format!("{stage}'s target must be a string or an object, not {}", type_name(other)),
         )),
     }

@@ -25,15 +25,16 @@ macro_rules! codes {
                 }
             )*
 
-            /// An error with MongoDB's name for `code`. Codes this table
-            /// does not know are assertion sites, which MongoDB names
-            /// "Location<code>"; below 10000 (the named codes' range),
-            /// "UnknownError".
+            /// An error with MongoDB's name for `code` (this table's, else
+            /// `code_names`'); a code MongoDB does not name is an assertion
+            /// site, which it names "Location<code>".
             pub fn with_code(code: i32, errmsg: impl Into<String>) -> CommandError {
                 let code_name = match code {
                     $($code => Cow::Borrowed($name),)*
-                    10_000.. => Cow::Owned(format!("Location{code}")),
-                    _ => Cow::Borrowed("UnknownError"),
+                    _ => match crate::code_names::known(code) {
+                        Some(name) => Cow::Borrowed(name),
+                        None => Cow::Owned(format!("Location{code}")),
+                    },
                 };
                 CommandError { code, code_name, errmsg: errmsg.into(), labels: Vec::new(), extra: None }
             }
@@ -94,7 +95,7 @@ codes! {
     invalid_distinct_key => 40352, "Location40352";
     invalid_uuid => 207, "InvalidUUID";
     transaction_too_old => 225, "TransactionTooOld";
-    not_a_retryable_write_command => 50768, "Location50768";
+    not_a_retryable_write_command => 50768, "NotARetryableWriteCommand";
 }
 
 impl From<query::FilterError> for CommandError {
@@ -134,6 +135,11 @@ mod tests {
     fn codes_outside_the_table_are_named_as_mongodb_names_them() {
         assert_eq!(CommandError::with_code(11000, "dup").code_name, "DuplicateKey");
         assert_eq!(CommandError::with_code(31368, "x").code_name, "Location31368");
-        assert_eq!(CommandError::with_code(9999, "x").code_name, "UnknownError");
+        assert_eq!(CommandError::with_code(9999, "x").code_name, "Location9999");
+        assert_eq!(CommandError::with_code(8, "x").code_name, "UnknownError");
+        assert_eq!(CommandError::with_code(15, "x").code_name, "Overflow");
+        assert_eq!(CommandError::with_code(168, "x").code_name, "InvalidPipelineOperator");
+        assert_eq!(CommandError::with_code(10107, "x").code_name, "NotWritablePrimary");
+        assert_eq!(CommandError::with_code(13113, "x").code_name, "MergeStageNoMatchingDocument");
     }
 }

@@ -10,6 +10,7 @@
 
 pub mod agg_write;
 pub mod bulk;
+pub mod code_names;
 pub mod commands;
 pub mod compression;
 pub mod crud;
