@@ -69,12 +69,23 @@ def test_let_variables_reach_expr_in_every_command(coll):
     ({"$expr": {"$eq": [1]}}, None, 16020),
     ({"$expr": {"$eq": [1, 2], "$gt": [1, 2]}}, None, 15983),
     ({"tags": {"$elemMatch": {"$expr": {"$eq": [1, 1]}}}}, None, 2),
-    ({"$expr": True}, {"Bad": 1}, 16870),
+    ({"$expr": True}, {"Bad": 1}, 9),
+    ({"$expr": True}, {"_x": 1}, 9),
+    ({"$expr": True}, {"a-b": 1}, 9),
 ])
 def test_bad_expressions_are_refused_before_reading(coll, filter, let, code):
     with pytest.raises(OperationFailure) as e:
         list(coll.find(filter, let=let) if let else coll.find(filter))
     assert e.value.code == code, e.value.details
+
+
+def test_variable_names_are_checked_as_mongod_checks_them(coll):
+    for name, message in [("Bad", "'Bad' starts with an invalid character for a user variable name"),
+                          ("a-b", "'a-b' contains an invalid character for a variable name: '-'")]:
+        with pytest.raises(OperationFailure) as e:
+            list(coll.find({"$expr": True}, let={name: 1}))
+        assert (e.value.code, e.value.details["errmsg"]) == (9, message)
+    assert ids(coll.find({"$expr": {"$eq": ["$_id", "$$aB_9"]}}, let={"aB_9": 1})) == [1]
 
 
 def test_an_error_while_evaluating_fails_the_command_and_writes_nothing(coll):

@@ -117,13 +117,20 @@ impl Scope {
     }
 }
 
+/// A user variable's name, checked as mongod checks one it defines:
+/// FailedToParse (9) for an empty name, a first character that is ASCII
+/// but not a lowercase letter, or any other ASCII character outside
+/// `[A-Za-z0-9_]`.
 fn check_var_name(name: &str) -> Result<(), FilterError> {
-    let ok = name.chars().next().is_some_and(|c| c.is_ascii_lowercase() || !c.is_ascii())
-        && name.chars().all(|c| c.is_alphanumeric() || c == '_');
-    if ok {
-        Ok(())
-    } else {
-        Err(err(16870, format!("'{name}' starts with an invalid character for a user variable name")))
+    let Some(first) = name.chars().next() else {
+        return Err(err(9, "empty variable names are not allowed"));
+    };
+    if first.is_ascii() && !first.is_ascii_lowercase() {
+        return Err(err(9, format!("'{name}' starts with an invalid character for a user variable name")));
+    }
+    match name.chars().skip(1).find(|c| c.is_ascii() && !c.is_ascii_alphanumeric() && *c != '_') {
+        Some(c) => Err(err(9, format!("'{name}' contains an invalid character for a variable name: '{c}'"))),
+        None => Ok(()),
     }
 }
 
