@@ -98,3 +98,37 @@ def test_sort_parameters_are_reported_and_checked(client):
     got = client.admin.command("getParameter", 1, internalQueryMaxBlockingSortMemoryUsageBytes=1,
                                allowDiskUseByDefault=1)
     assert (got["internalQueryMaxBlockingSortMemoryUsageBytes"], got["allowDiskUseByDefault"]) == (DEFAULT_LIMIT, True)
+
+
+def test_aggregate_sort_and_group_keep_to_the_limits_without_allow_disk_use(client):
+    c = client.test.aggmem
+    c.insert_many([{"_id": i, "k": i % 3, "pad": "x" * 200} for i in range(200)])
+    client.admin.command({"setParameter": 1, "internalQueryMaxBlockingSortMemoryUsageBytes": 10_000,
+                          "internalDocumentSourceGroupMaxMemoryBytes": 10_000})
+    try:
+        params = client.admin.command({"getParameter": 1, "internalDocumentSourceGroupMaxMemoryBytes": 1})
+        assert params["internalDocumentSourceGroupMaxMemoryBytes"] == 10_000
+        sort = [{"$sort": {"_id": -1}}, {"$limit": 1}]
+        push = [{"$group": {"_id": None, "all": {"$push": "$pad"}}}]
+        for pipeline, message in [(sort, "Sort exceeded memory limit of 10000 bytes"),
+                                  (push, "Exceeded memory limit for $group")]:
+            with pytest.raises(OperationFailure) as e:
+                list(c.aggregate(pipeline, allowDiskUse=False))
+            assert e.value.code == 292 and e.value.details["codeName"] == "QueryExceededMemoryLimitNoDiskUseAllowed"
+            assert message in e.value.details["errmsg"]
+        # Allowed (explicitly or by default), they run; so does a small $group.
+        assert [d["_id"] for d in c.aggregate(sort, allowDiskUse=True)] == [199]
+        assert [d["_id"] for d in c.aggregate(sort)] == [199]
+        assert len(list(c.aggregate(push))[0]["all"]) == 200
+        counts = {d["_id"]: d["n"] for d in c.aggregate([{"$group": {"_id": "$k", "n": {"$sum": 1}}}],
+                                                       allowDiskUse=False)}
+        assert counts == {0: 67, 1: 67, 2: 66}
+        # allowDiskUseByDefault off: no allowDiskUse means none.
+        client.admin.command({"setParameter": 1, "allowDiskUseByDefault": False})
+        with pytest.raises(OperationFailure) as e:
+            list(c.aggregate(sort))
+        assert e.value.code == 292
+    finally:
+        client.admin.command({"setParameter": 1, "internalQueryMaxBlockingSortMemoryUsageBytes": 100 * 1024 * 1024,
+                              "internalDocumentSourceGroupMaxMemoryBytes": 100 * 1024 * 1024,
+                              "allowDiskUseByDefault": True})

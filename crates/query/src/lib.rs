@@ -15,7 +15,7 @@ pub mod update_pipeline;
 
 pub use collation::Collation;
 pub use matcher::{Filter, FilterError};
-pub use pipeline::Pipeline;
+pub use pipeline::{MemoryLimits, Pipeline};
 pub use projection::Projection;
 pub use sort::Sort;
 pub use update::{type_name, Update};

@@ -215,6 +215,29 @@ pub struct Pipeline {
     stages: Vec<Stage>,
     /// Strings compare through it in every stage's expressions.
     collation: Option<std::sync::Arc<crate::Collation>>,
+    /// Without `allowDiskUse`: the most `$sort` and `$group` may hold.
+    memory: Option<MemoryLimits>,
+}
+
+/// What the blocking stages may hold when they may not spill (bytes).
+#[derive(Debug, Clone, Copy)]
+pub struct MemoryLimits {
+    pub sort: usize,
+    pub group: usize,
+}
+
+/// A value's size as BSON (its element, without a name).
+fn bson_size(v: &Bson) -> usize {
+    match v {
+        Bson::Document(d) => doc_size(d),
+        Bson::String(s) => s.len() + 5,
+        Bson::Array(items) => 5 + items.iter().map(|i| bson_size(i) + 2).sum::<usize>(),
+        _ => 8,
+    }
+}
+
+fn doc_size(d: &Document) -> usize {
+    5 + d.iter().map(|(k, v)| k.len() + 2 + bson_size(v)).sum::<usize>()
 }
 
 /// A `$skip` or `$limit` argument: a whole number, not negative (mongod's
@@ -349,7 +372,14 @@ impl Pipeline {
                 other => return Err(err(40324, format!("Unrecognized pipeline stage name: '{other}'"))),
             });
         }
-        Ok(Pipeline { stages: out, collation: None })
+        Ok(Pipeline { stages: out, collation: None, memory: None })
+    }
+
+    /// Hold `$sort` and `$group` to `limits` (292 past them), as without
+    /// `allowDiskUse`; `None`: no limit (they do not spill yet).
+    pub fn with_memory_limits(mut self, limits: Option<MemoryLimits>) -> Pipeline {
+        self.memory = limits;
+        self
     }
 
     /// Run the pipeline over `input`. Stages stream where they can (a
@@ -389,9 +419,25 @@ impl Pipeline {
                     let out = if n == 0 { vec![] } else { vec![bson::doc! { name: n as i32 }] };
                     Box::new(out.into_iter().map(Ok))
                 }
-                Stage::Group { id, fields } => Box::new(group(docs, &id, &fields)?.into_iter().map(Ok)),
+                Stage::Group { id, fields } => {
+                    Box::new(group(docs, &id, &fields, self.memory.map(|m| m.group))?.into_iter().map(Ok))
+                }
                 Stage::Sort(sort) => {
-                    let mut all = docs.collect::<Result<Vec<_>, _>>()?;
+                    let mut all = Vec::new();
+                    let mut held = 0;
+                    for d in docs {
+                        let d = d?;
+                        if let Some(limit) = self.memory.map(|m| m.sort) {
+                            held += doc_size(&d);
+                            if held > limit {
+                                return Err(err(
+                                    292,
+                                    format!("PlanExecutor error during aggregation :: caused by :: Sort exceeded memory limit of {limit} bytes, but did not opt in to external sorting."),
+                                ));
+                            }
+                        }
+                        all.push(d);
+                    }
                     sort.sort(&mut all);
                     Box::new(all.into_iter().map(Ok))
                 }
@@ -459,12 +505,27 @@ enum Acc {
     Push(Vec<Bson>),
 }
 
-/// `$group` over `docs` as they stream in (only the groups are held).
+/// `$group` over `docs` as they stream in (only the groups are held, at
+/// most `limit` bytes of them when given).
 fn group(
     docs: impl Iterator<Item = Result<Document, FilterError>>,
     id: &Expression,
     fields: &[(String, AccKind, Expression)],
+    limit: Option<usize>,
 ) -> Result<Vec<Document>, FilterError> {
+    let mut held = 0;
+    let mut hold = |bytes: usize| {
+        match limit {
+        Some(limit) if held + bytes > limit => Err(err(
+            292,
+            "PlanExecutor error during aggregation :: caused by :: Exceeded memory limit for $group, but didn't allow external spilling; pass allowDiskUse:true to opt in.",
+        )),
+        _ => {
+            held += bytes;
+            Ok(())
+        }
+    }
+    };
     // Keyed by KeyString so 1 and 1.0 share a group, as in MongoDB; under
     // a collation, strings by their collation keys ("a" and "A" share one
     // at strength 2, the first seen naming it).
@@ -476,6 +537,9 @@ fn group(
             Some(collated) => doc::keystring::encode(&collated),
             None => doc::keystring::encode(&key),
         };
+        if limit.is_some() && !groups.contains_key(&k) {
+            hold(k.len() + bson_size(&key) + 48 * fields.len())?;
+        }
         let entry = groups.entry(k).or_insert_with(|| {
             let accs = fields
                 .iter()
@@ -489,7 +553,11 @@ fn group(
             (key.clone(), accs)
         });
         for ((_, kind, operand), acc) in fields.iter().zip(entry.1.iter_mut()) {
-            accumulate(*kind, acc, operand.eval(&d)?);
+            let v = operand.eval(&d)?;
+            if let (Some(_), AccKind::Push, Some(v)) = (limit, kind, &v) {
+                hold(bson_size(v))?;
+            }
+            accumulate(*kind, acc, v);
         }
     }
     Ok(groups

@@ -429,6 +429,7 @@ fn parameters(shared: &Shared) -> Document {
         "logicalSessionTimeoutMinutes": session_timeout_minutes,
         "transactionLifetimeLimitSeconds": 60,
         "internalQueryMaxBlockingSortMemoryUsageBytes": p.sort_memory_limit.load(Ordering::Relaxed) as i32,
+        "internalDocumentSourceGroupMaxMemoryBytes": p.group_memory_limit.load(Ordering::Relaxed) as i64,
         "allowDiskUseByDefault": p.allow_disk_use_by_default.load(Ordering::Relaxed),
     }
 }
@@ -476,16 +477,17 @@ fn set_parameter(shared: &Shared, cmd: &Document) -> CommandResult {
     for (name, value) in settings {
         let bad = |why: &str| CommandError::bad_value(format!("Invalid value for parameter {name}: {why}"));
         match name.as_str() {
-            "internalQueryMaxBlockingSortMemoryUsageBytes" => {
-                let n = match value {
-                    Bson::Int32(i) => i64::from(*i),
-                    Bson::Int64(i) => *i,
-                    Bson::Double(d) if d.fract() == 0.0 && d.abs() < 9.0e15 => *d as i64,
-                    other => return Err(bad(&format!("a number is needed, not {}", type_name(other)))),
-                };
+            "internalQueryMaxBlockingSortMemoryUsageBytes" | "internalDocumentSourceGroupMaxMemoryBytes" => {
+                let n = query::update::integral(value)
+                    .ok_or_else(|| bad(&format!("a number is needed, not {}", type_name(value))))?;
                 let n = usize::try_from(n).ok().filter(|&n| n > 0 && n <= i32::MAX as usize);
                 let n = n.ok_or_else(|| bad("it must be greater than 0 and fit in an int"))?;
-                changes.push(Box::new(move || Bson::Int32(p.sort_memory_limit.swap(n, Ordering::Relaxed) as i32)));
+                changes.push(match name.as_str() {
+                    "internalDocumentSourceGroupMaxMemoryBytes" => {
+                        Box::new(move || Bson::Int64(p.group_memory_limit.swap(n, Ordering::Relaxed) as i64))
+                    }
+                    _ => Box::new(move || Bson::Int32(p.sort_memory_limit.swap(n, Ordering::Relaxed) as i32)),
+                });
             }
             "allowDiskUseByDefault" => {
                 let b = match value {

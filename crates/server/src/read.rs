@@ -25,6 +25,8 @@ const FIRST_BATCH_DEFAULT: usize = 101;
 /// Memory a blocking sort may use by default (MongoDB's
 /// `internalQueryMaxBlockingSortMemoryUsageBytes`, a server parameter).
 pub(crate) const SORT_MEMORY_LIMIT_BYTES: usize = 100 * 1024 * 1024;
+/// `internalDocumentSourceGroupMaxMemoryBytes`' default, as mongod's.
+pub(crate) const GROUP_MEMORY_LIMIT_BYTES: usize = 100 * 1024 * 1024;
 
 /// Documents read per storage scan call.
 const SCAN_CHUNK: usize = 256;
@@ -815,7 +817,19 @@ pub fn aggregate(shared: &Shared, cmd: &Document) -> CommandResult {
         }
         None => (ns.clone(), stages.to_vec()),
     };
-    let pipeline = query::Pipeline::parse_in(&stages, &scope)?.with_collation(collation);
+    // Without allowDiskUse, $sort and $group stay under mongod's limits
+    // (with it they may grow: they do not spill yet).
+    let allow_disk_use = bool_option(
+        cmd,
+        "allowDiskUse",
+        "aggregate",
+        shared.parameters.allow_disk_use_by_default.load(Ordering::Relaxed),
+    )?;
+    let limits = (!allow_disk_use).then(|| query::MemoryLimits {
+        sort: shared.parameters.sort_memory_limit.load(Ordering::Relaxed),
+        group: shared.parameters.group_memory_limit.load(Ordering::Relaxed),
+    });
+    let pipeline = query::Pipeline::parse_in(&stages, &scope)?.with_collation(collation).with_memory_limits(limits);
     let out = match source {
         Some(docs) => pipeline.run(docs.into_iter())?,
         None => {

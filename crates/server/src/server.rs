@@ -58,6 +58,8 @@ pub struct Parameters {
     pub sort_memory_limit: AtomicUsize,
     /// `allowDiskUseByDefault`: a find with no `allowDiskUse` may spill.
     pub allow_disk_use_by_default: AtomicBool,
+    /// `internalDocumentSourceGroupMaxMemoryBytes`.
+    pub group_memory_limit: AtomicUsize,
 }
 
 impl Default for Parameters {
@@ -65,6 +67,7 @@ impl Default for Parameters {
         Parameters {
             sort_memory_limit: AtomicUsize::new(crate::read::SORT_MEMORY_LIMIT_BYTES),
             allow_disk_use_by_default: AtomicBool::new(true),
+            group_memory_limit: AtomicUsize::new(crate::read::GROUP_MEMORY_LIMIT_BYTES),
         }
     }
 }
