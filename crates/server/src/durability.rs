@@ -7,8 +7,9 @@
 //! began, so the writes that arrive during one fsync share the next.
 //! Large write commands still run on the blocking pool and wait there.
 //!
-//! A lone writer: when the write is the only command running on the
-//! server and no fsync is in flight, its task runs the fsync itself
+//! A lone writer: when the server has few connections (a single client:
+//! its pool connection and its monitors), the write is the only command
+//! running and no fsync is in flight, its task runs the fsync itself
 //! instead of handing it to the sync thread and being woken back, as a
 //! PostgreSQL backend flushes its own commit. That saves two thread
 //! wake-ups on the latency of every write from a single client; the
@@ -138,8 +139,11 @@ impl Durability {
     }
 
     /// Wait until every commit made so far is durable. The caller holds
-    /// its [`Running`] (so that a lone writer is recognised as alone).
-    pub async fn wait(&self) -> Result<(), String> {
+    /// its [`Running`] (so that a lone writer is recognised as alone);
+    /// `few_clients` says the server has so few connections that no other
+    /// request can be waiting unseen for this thread, so that a lone
+    /// writer may block it for its fsync.
+    pub async fn wait(&self, few_clients: bool) -> Result<(), String> {
         let Some(last) = self.engine.last_journal_seq() else { return Ok(()) };
         let target = last + 1;
         let mut rx = self.synced.subscribe();
@@ -148,7 +152,8 @@ impl Durability {
         }
         {
             let mut w = self.wanted.lock().unwrap();
-            let alone = self.running.load(Ordering::Acquire) <= 1 && self.writers.load(Ordering::Acquire) == 0;
+            let alone =
+                few_clients && self.running.load(Ordering::Acquire) <= 1 && self.writers.load(Ordering::Acquire) == 0;
             if alone && !w.busy && !w.stop {
                 w.busy = true;
                 drop(w);
@@ -257,18 +262,18 @@ mod tests {
             commit_unsynced(&engine, &table, key);
         }
         let syncs = engine.stats().journal_syncs;
-        durability.wait().await.unwrap();
+        durability.wait(false).await.unwrap();
         let after = engine.stats().journal_syncs;
         assert!(after > syncs, "the wait ran an fsync for the unsynced commits");
         assert!(after - syncs <= 2, "twenty commits shared one group fsync ({} ran)", after - syncs);
-        durability.wait().await.unwrap();
+        durability.wait(false).await.unwrap();
         assert_eq!(engine.stats().journal_syncs, after, "nothing new: no fsync");
         // Many concurrent waiters over new commits: all return, few fsyncs.
         let mut waiters = Vec::new();
         for key in 20..60 {
             commit_unsynced(&engine, &table, key);
             let d = durability.clone();
-            waiters.push(tokio::spawn(async move { d.wait().await }));
+            waiters.push(tokio::spawn(async move { d.wait(false).await }));
         }
         for w in waiters {
             w.await.unwrap().unwrap();
@@ -293,19 +298,19 @@ mod tests {
         commit_unsynced(&engine, &table, 1);
         drop(a);
         let d = durability.clone();
-        let first = tokio::spawn(async move { d.wait().await });
+        let first = tokio::spawn(async move { d.wait(false).await });
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(!first.is_finished(), "the fsync is held for the running writer");
         commit_unsynced(&engine, &table, 2);
         drop(b);
-        durability.wait().await.unwrap();
+        durability.wait(false).await.unwrap();
         first.await.unwrap().unwrap();
         assert_eq!(engine.stats().journal_syncs - syncs, 1, "one fsync covered both writers");
         // A writer that commits nothing releases the fsync when it ends.
         let idle = durability.writer();
         commit_unsynced(&engine, &table, 3);
         let d = durability.clone();
-        let waiting = tokio::spawn(async move { d.wait().await });
+        let waiting = tokio::spawn(async move { d.wait(false).await });
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(!waiting.is_finished());
         drop(idle);
@@ -321,7 +326,7 @@ mod tests {
         let running = durability.running();
         commit_unsynced(&engine, &table, 1);
         let syncs = engine.stats().journal_syncs;
-        durability.wait().await.unwrap();
+        durability.wait(true).await.unwrap();
         drop(running);
         assert_eq!(engine.stats().journal_syncs, syncs + 1, "one fsync ran");
         assert!(durability.synced.borrow().below > engine.last_journal_seq().unwrap(), "the commit is durable");
@@ -330,10 +335,18 @@ mod tests {
         let (mine, other) = (durability.running(), durability.running());
         commit_unsynced(&engine, &table, 2);
         let target = engine.last_journal_seq().unwrap() + 1;
-        durability.wait().await.unwrap();
+        durability.wait(true).await.unwrap();
         drop((mine, other));
         assert_eq!(durability.wanted.lock().unwrap().below, target, "the sync thread was asked");
         assert!(durability.synced.borrow().below >= target);
+        drop(durability.running());
+        // Many clients: never on the waiting task, even alone.
+        let alone = durability.running();
+        commit_unsynced(&engine, &table, 3);
+        let target = engine.last_journal_seq().unwrap() + 1;
+        durability.wait(false).await.unwrap();
+        drop(alone);
+        assert_eq!(durability.wanted.lock().unwrap().below, target, "the sync thread was asked");
         // The sync thread clears `busy` just after it publishes.
         let cleared = Instant::now();
         while durability.wanted.lock().unwrap().busy {
@@ -348,7 +361,7 @@ mod tests {
         let (_dir, engine, table, durability) = started();
         commit_unsynced(&engine, &table, 1);
         engine.clone().close().unwrap();
-        let err = durability.wait().await.unwrap_err();
+        let err = durability.wait(false).await.unwrap_err();
         assert!(err.contains("could not be made durable"), "{err}");
     }
 }

@@ -476,6 +476,11 @@ async fn await_get_more(shared: &Arc<Shared>, conn: &Conn, msg: wire::OpMsg, wai
 
 /// Run an OP_MSG command: on this task when it is quick or a small write
 /// (awaiting its journal fsync here), otherwise on the blocking pool.
+/// At most this many connections: a single client's (its pool connection
+/// and its two monitors, as pymongo and the Rust driver open them), so a
+/// lone writer may run its fsync on its own task (`durability.rs`).
+const FEW_CLIENTS: u64 = 3;
+
 /// Where a command runs.
 #[derive(Clone, Copy, PartialEq)]
 enum Run {
@@ -502,7 +507,10 @@ async fn run_command(shared: &Arc<Shared>, conn: &Conn, msg: wire::OpMsg, how: R
         }))
         .unwrap_or_else(|_| (panicked(), false));
         drop(writer);
-        match if owed { shared.durability.wait().await } else { Ok(()) } {
+        // A single client (one pool connection and its monitors): no other
+        // request can be queued behind this thread unseen.
+        let few_clients = shared.connections_current.load(Ordering::Relaxed) <= FEW_CLIENTS;
+        match if owed { shared.durability.wait(few_clients).await } else { Ok(()) } {
             Ok(()) => reply,
             Err(why) => crate::error::CommandError::internal_error(why).to_document(),
         }
