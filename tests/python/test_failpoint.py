@@ -44,7 +44,7 @@ def test_error_code_fails_that_many_commands_and_changes_nothing(test_server):
     with pytest.raises(OperationFailure) as e:
         c.test.t.insert_one({"_id": 1})
     assert e.value.code == 8 and e.value.details["codeName"] == "UnknownError"
-    assert e.value.details["errmsg"] == "Failing command via 'failCommand' failpoint"
+    assert e.value.details["errmsg"] == "Failing command due to 'failCommand' failpoint"
     assert e.value.has_error_label("Custom")
     # find_one({_id}) would take the point-read fast path: not while armed.
     with pytest.raises(OperationFailure):
@@ -52,6 +52,14 @@ def test_error_code_fails_that_many_commands_and_changes_nothing(test_server):
     assert c.test.t.find_one({"_id": 1}) is None, "spent: the failed insert wrote nothing"
     c.test.t.insert_one({"_id": 1})
     assert fail(c, "off")["count"] == 2
+    # A retryable code on a retryable write is labelled, so the driver
+    # retries it (and the retry succeeds). (Not a "not primary" code: the
+    # driver would wait for its next heartbeat before selecting us again.)
+    r = test_server.client()
+    fail(r, {"times": 1}, failCommands=["insert"], errorCode=6)
+    r.test.t.insert_one({"_id": 2})
+    assert fail(r, "off")["count"] == 3, "a running total"
+    assert r.test.t.find_one({"_id": 2}) == {"_id": 2}
 
 
 def test_close_connection_is_a_network_error(test_server):

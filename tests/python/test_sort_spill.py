@@ -108,7 +108,7 @@ def test_aggregate_sort_and_group_keep_to_the_limits_without_allow_disk_use(clie
     try:
         params = client.admin.command({"getParameter": 1, "internalDocumentSourceGroupMaxMemoryBytes": 1})
         assert params["internalDocumentSourceGroupMaxMemoryBytes"] == 10_000
-        sort = [{"$sort": {"_id": -1}}, {"$limit": 1}]
+        sort = [{"$sort": {"pad": 1, "_id": -1}}]
         push = [{"$group": {"_id": None, "all": {"$push": "$pad"}}}]
         for pipeline, message in [(sort, "Sort exceeded memory limit of 10000 bytes"),
                                   (push, "Exceeded memory limit for $group")]:
@@ -117,8 +117,11 @@ def test_aggregate_sort_and_group_keep_to_the_limits_without_allow_disk_use(clie
             assert e.value.code == 292 and e.value.details["codeName"] == "QueryExceededMemoryLimitNoDiskUseAllowed"
             assert message in e.value.details["errmsg"]
         # Allowed (explicitly or by default), they run; so does a small $group.
-        assert [d["_id"] for d in c.aggregate(sort, allowDiskUse=True)] == [199]
-        assert [d["_id"] for d in c.aggregate(sort)] == [199]
+        assert [d["_id"] for d in c.aggregate(sort, allowDiskUse=True)][:2] == [199, 198]
+        assert [d["_id"] for d in c.aggregate(sort)][:2] == [199, 198]
+        # A $sort then $limit holds only the top k, as mongod's: no limit hit.
+        top = [{"$sort": {"pad": 1, "_id": -1}}, {"$limit": 3}]
+        assert [d["_id"] for d in c.aggregate(top, allowDiskUse=False)] == [199, 198, 197]
         assert len(list(c.aggregate(push))[0]["all"]) == 200
         counts = {d["_id"]: d["n"] for d in c.aggregate([{"$group": {"_id": "$k", "n": {"$sum": 1}}}],
                                                        allowDiskUse=False)}

@@ -230,8 +230,13 @@ pub struct MemoryLimits {
 fn bson_size(v: &Bson) -> usize {
     match v {
         Bson::Document(d) => doc_size(d),
-        Bson::String(s) => s.len() + 5,
+        Bson::String(s) | Bson::JavaScriptCode(s) | Bson::Symbol(s) => s.len() + 5,
         Bson::Array(items) => 5 + items.iter().map(|i| bson_size(i) + 2).sum::<usize>(),
+        Bson::Binary(b) => b.bytes.len() + 5,
+        Bson::RegularExpression(r) => r.pattern.len() + r.options.len() + 2,
+        Bson::JavaScriptCodeWithScope(c) => c.code.len() + doc_size(&c.scope) + 9,
+        Bson::DbPointer(_) => 24,
+        Bson::Decimal128(_) => 16,
         _ => 8,
     }
 }
@@ -392,7 +397,7 @@ impl Pipeline {
     fn run_stages(&self, input: impl Iterator<Item = Document>) -> Result<Vec<Document>, FilterError> {
         type Docs<'a> = Box<dyn Iterator<Item = Result<Document, FilterError>> + 'a>;
         let mut docs: Docs = Box::new(input.map(Ok));
-        for stage in &self.stages {
+        for (i, stage) in self.stages.iter().enumerate() {
             docs = match stage.clone() {
                 Stage::Match(f) => Box::new(docs.filter_map(move |d| match d {
                     Ok(d) => match f.try_matches_at(&d) {
@@ -423,10 +428,22 @@ impl Pipeline {
                     Box::new(group(docs, &id, &fields, self.memory.map(|m| m.group))?.into_iter().map(Ok))
                 }
                 Stage::Sort(sort) => {
+                    // Followed by a $limit: only the top k are ever held.
+                    let top = match self.stages.get(i + 1) {
+                        Some(Stage::Limit(k)) => Some(*k),
+                        _ => None,
+                    };
                     let mut all = Vec::new();
                     let mut held = 0;
                     for d in docs {
                         let d = d?;
+                        if let Some(k) = top {
+                            if all.len() >= 2 * k.max(8) {
+                                sort.sort(&mut all);
+                                all.truncate(k);
+                                held = all.iter().map(doc_size).sum();
+                            }
+                        }
                         if let Some(limit) = self.memory.map(|m| m.sort) {
                             held += doc_size(&d);
                             if held > limit {
@@ -537,7 +554,8 @@ fn group(
             Some(collated) => doc::keystring::encode(&collated),
             None => doc::keystring::encode(&key),
         };
-        if limit.is_some() && !groups.contains_key(&k) {
+        let fresh = limit.is_some() && !groups.contains_key(&k);
+        if fresh {
             hold(k.len() + bson_size(&key) + 48 * fields.len())?;
         }
         let entry = groups.entry(k).or_insert_with(|| {
@@ -554,8 +572,12 @@ fn group(
         });
         for ((_, kind, operand), acc) in fields.iter().zip(entry.1.iter_mut()) {
             let v = operand.eval(&d)?;
-            if let (Some(_), AccKind::Push, Some(v)) = (limit, kind, &v) {
-                hold(bson_size(v))?;
+            // A $push grows with each value; the others hold about one
+            // (counted as the group starts).
+            match (kind, &v) {
+                (AccKind::Push, Some(v)) if limit.is_some() => hold(bson_size(v))?,
+                (AccKind::First | AccKind::Last | AccKind::Min | AccKind::Max, Some(v)) if fresh => hold(bson_size(v))?,
+                _ => {}
             }
             accumulate(*kind, acc, v);
         }

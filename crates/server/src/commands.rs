@@ -345,14 +345,18 @@ pub fn hello_await(shared: &Shared, name: &str, cmd: &Document) -> Result<Option
 /// configuration never changes while the process runs.
 const TOPOLOGY_COUNTER: i64 = 0;
 
+/// A hello's `client.application.name`.
+pub(crate) fn app_name_of(cmd: &Document) -> Option<String> {
+    let app = cmd.get_document("client").and_then(|c| c.get_document("application")).ok()?;
+    app.get_str("name").ok().map(str::to_string)
+}
+
 fn hello(shared: &Shared, conn: &Conn, name: &str, cmd: &Document) -> CommandResult {
     hello_await(shared, name, cmd)?;
     // The client's application name, kept from its first hello (a fail
     // point may be for one application only).
-    if let Ok(app) = cmd.get_document("client").and_then(|c| c.get_document("application")) {
-        if let Ok(app_name) = app.get_str("name") {
-            let _ = conn.app_name.set(app_name.to_string());
-        }
+    if let Some(app_name) = app_name_of(cmd) {
+        let _ = conn.app_name.set(app_name);
     }
     let legacy = name != "hello";
     let me = conn.local.to_string();

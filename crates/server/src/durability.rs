@@ -157,14 +157,22 @@ impl Durability {
             if alone && !w.busy && !w.stop {
                 w.busy = true;
                 drop(w);
-                self.sync_now();
-                let mut w = self.wanted.lock().unwrap();
-                w.busy = false;
-                // Whoever asked meanwhile is the sync thread's.
-                if w.below > self.synced.borrow().below || w.stop {
-                    self.wake.notify_one();
+                // Hand the fsync role back even if this panics, and wake
+                // the sync thread for whoever asked meanwhile.
+                struct Release<'a>(&'a Durability);
+                impl Drop for Release<'_> {
+                    fn drop(&mut self) {
+                        let d = self.0;
+                        let mut w = d.wanted.lock().unwrap_or_else(|p| p.into_inner());
+                        w.busy = false;
+                        if w.below > d.synced.borrow().below || w.stop {
+                            d.wake.notify_one();
+                        }
+                    }
                 }
-                drop(w);
+                let release = Release(self);
+                self.sync_now();
+                drop(release);
                 let synced = self.synced.borrow();
                 return match &synced.failed {
                     Some(why) if synced.below < target => Err(why.clone()),

@@ -29,25 +29,54 @@ pub struct Action {
     pub block: Option<Duration>,
 }
 
+/// Codes a retryable write is retried on (the retryable writes
+/// specification's list): mongod labels them `RetryableWriteError`.
+const RETRYABLE_CODES: &[i32] = &[6, 7, 89, 91, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436];
+
+/// A command's name with hello's aliases as one.
+fn canonical(name: &str) -> &str {
+    match name {
+        "isMaster" | "ismaster" => "hello",
+        other => other,
+    }
+}
+
 impl Action {
-    /// The reply of a command failed by `errorCode`.
-    pub fn error_reply(&self, code: i32) -> Document {
-        let mut e = CommandError::with_code(code, "Failing command via 'failCommand' failpoint").to_document();
+    /// The labels for an error with `code` on `cmd`: the given ones, else
+    /// `RetryableWriteError` for a retryable code on a retryable write.
+    fn labels(&self, code: i32, cmd: &Document) -> Option<Vec<Bson>> {
         if let Some(labels) = &self.error_labels {
-            e.insert("errorLabels", labels.clone());
+            return Some(labels.clone());
+        }
+        let retryable_write = cmd.contains_key("txnNumber") && !cmd.contains_key("autocommit");
+        (retryable_write && RETRYABLE_CODES.contains(&code)).then(|| vec![Bson::from("RetryableWriteError")])
+    }
+
+    /// The reply of command `cmd` failed by `errorCode`.
+    pub fn error_reply(&self, code: i32, cmd: &Document) -> Document {
+        let mut e = CommandError::with_code(code, "Failing command due to 'failCommand' failpoint").to_document();
+        if let Some(labels) = self.labels(code, cmd) {
+            e.insert("errorLabels", labels);
         }
         e
     }
 
-    /// Add the write concern error and labels to the reply of a command
-    /// that ran.
-    pub fn amend(&self, reply: &mut Document) {
+    /// Add the write concern error (and its labels) to the reply of
+    /// command `cmd`, which ran.
+    pub fn amend(&self, reply: &mut Document, cmd: &Document) {
         if let Some(wce) = &self.write_concern_error {
             reply.insert("writeConcernError", wce.clone());
+            let code = wce.get("code").and_then(integral).and_then(|c| i32::try_from(c).ok()).unwrap_or(0);
+            if let Some(labels) = self.labels(code, cmd) {
+                reply.insert("errorLabels", labels);
+            }
         }
-        if let Some(labels) = &self.error_labels {
-            reply.insert("errorLabels", labels.clone());
-        }
+    }
+
+    /// Whether the fail point does anything to a command (mongod's fires
+    /// only then).
+    fn acts(&self) -> bool {
+        self.close_connection || self.error_code.is_some() || self.write_concern_error.is_some() || self.block.is_some()
     }
 }
 
@@ -71,7 +100,7 @@ pub struct FailPoints {
     /// Set while `failCommand` is on: the hot path checks only this.
     armed: AtomicBool,
     fail_command: Mutex<Option<FailCommand>>,
-    /// Times the fail point fired since it was last configured.
+    /// Times the fail point has fired (a running total, as mongod's).
     entered: AtomicU64,
 }
 
@@ -118,7 +147,7 @@ impl FailPoints {
         let mut current = self.fail_command.lock().unwrap();
         self.armed.store(setting.is_some(), Ordering::Release);
         *current = setting;
-        let count = self.entered.swap(0, Ordering::AcqRel);
+        let count = self.entered.load(Ordering::Acquire);
         Ok(doc! { "count": count as i64, "ok": 1.0 })
     }
 
@@ -170,12 +199,12 @@ impl FailPoints {
     /// The action for `command` about to run on a connection of client
     /// `app_name`, when the fail point fires for it (counting it).
     pub fn check(&self, command: &str, app_name: Option<&str>) -> Option<Action> {
-        if !self.is_armed() {
+        if !self.is_armed() || command == "configureFailPoint" {
             return None;
         }
         let mut current = self.fail_command.lock().unwrap();
         let fc = current.as_mut()?;
-        if !fc.commands.iter().any(|c| c == command) {
+        if !fc.action.acts() || !fc.commands.iter().any(|c| canonical(c) == canonical(command)) {
             return None;
         }
         if fc.app_name.as_deref().is_some_and(|want| app_name != Some(want)) {
@@ -218,7 +247,30 @@ mod tests {
         assert!(fp.check("insert", None).is_none(), "spent after two");
         assert!(!fp.is_armed());
         let off = doc! { "configureFailPoint": "failCommand", "mode": "off" };
-        assert_eq!(fp.configure(&off).unwrap().get_i64("count").unwrap(), 2);
+        assert_eq!(fp.configure(&off).unwrap().get_i64("count").unwrap(), 2, "a running total");
+        // Labels alone do nothing: it never fires.
+        let labels = doc! { "configureFailPoint": "failCommand", "mode": "alwaysOn",
+        "data": { "failCommands": ["insert"], "errorLabels": ["X"] } };
+        fp.configure(&labels).unwrap();
+        assert!(fp.check("insert", None).is_none());
+        // hello's aliases are one command; configureFailPoint is exempt.
+        let hello = doc! { "configureFailPoint": "failCommand", "mode": "alwaysOn",
+        "data": { "failCommands": ["isMaster", "configureFailPoint"], "closeConnection": true } };
+        fp.configure(&hello).unwrap();
+        assert!(fp.check("hello", None).is_some());
+        assert!(fp.check("configureFailPoint", None).is_none());
+    }
+
+    #[test]
+    fn retryable_codes_on_retryable_writes_get_the_label() {
+        let action = Action { error_code: Some(10107), ..Action::default() };
+        let write = doc! { "insert": "c", "txnNumber": 1i64 };
+        let labels = action.error_reply(10107, &write).get_array("errorLabels").unwrap().clone();
+        assert_eq!(labels, vec![Bson::from("RetryableWriteError")]);
+        assert!(action.error_reply(10107, &doc! { "insert": "c" }).get("errorLabels").is_none());
+        assert!(action.error_reply(2, &write).get("errorLabels").is_none());
+        let given = Action { error_labels: Some(vec![Bson::from("Mine")]), ..action };
+        assert_eq!(given.error_reply(10107, &write).get_array("errorLabels").unwrap(), &vec![Bson::from("Mine")]);
     }
 
     #[test]

@@ -454,12 +454,12 @@ pub fn find_and_modify(shared: &Shared, cmd: &Document) -> CommandResult {
         None
     };
     check_hint(cmd)?;
+    check_not_view(shared, &ns)?;
     let collation = collation_of(shared, &ns, cmd)?;
     let filter = filter.with_collation(collation.clone());
     let sort = sort.with_collation(collation.clone());
     let update = update.map(|u| u.with_collation(collation.clone()));
     let ack = ack_of(cmd)?;
-    check_not_view(shared, &ns)?;
     let mut retry = Retry::begin(shared, cmd)?;
     if let Some(r) = retry.as_mut() {
         if let Some(mut answer) = r.answered(0) {

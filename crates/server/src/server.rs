@@ -322,17 +322,22 @@ async fn serve_connection(
             Ok(Parsed::Request(Request::Msg(msg))) => {
                 let more_to_come = msg.flags & wire::MORE_TO_COME != 0;
                 let name = msg.body.keys().next().map(String::as_str).unwrap_or("");
-                let failing = shared.fail_points.check(name, conn.app_name.get().map(String::as_str));
+                // A hello names its application before a fail point looks.
+                let app_name = match commands::is_hello(name) {
+                    true => commands::app_name_of(&msg.body).or_else(|| conn.app_name.get().cloned()),
+                    false => conn.app_name.get().cloned(),
+                };
+                let failing = shared.fail_points.check(name, app_name.as_deref());
                 if let Some(action) = &failing {
-                    if let Some(wait) = action.block {
-                        tokio::time::sleep(wait).await;
-                    }
                     if action.close_connection {
                         return Ok(());
                     }
+                    if let Some(wait) = action.block {
+                        tokio::time::sleep(wait).await;
+                    }
                     if let Some(code) = action.error_code {
                         if !more_to_come {
-                            let mut reply = action.error_reply(code);
+                            let mut reply = action.error_reply(code, &msg.body);
                             commands::add_cluster_time(&mut reply);
                             let bytes = wire::encode_msg(shared.request_id(), header.request_id, &reply);
                             send(shared, stream, bytes, compressor).await?;
@@ -392,13 +397,15 @@ async fn serve_connection(
                         reply
                     }
                     (Ok(_turn), Some(wait)) => await_get_more(shared, conn, msg, wait).await,
-                    (Ok(_turn), None) => {
-                        let mut reply = run_command(shared, conn, msg, how).await;
-                        if let Some(action) = &failing {
-                            action.amend(&mut reply);
+                    (Ok(_turn), None) => match &failing {
+                        Some(action) => {
+                            let body = msg.body.clone();
+                            let mut reply = run_command(shared, conn, msg, how).await;
+                            action.amend(&mut reply, &body);
+                            reply
                         }
-                        reply
-                    }
+                        None => run_command(shared, conn, msg, how).await,
+                    },
                 };
                 if more_to_come {
                     continue;
@@ -474,8 +481,6 @@ async fn await_get_more(shared: &Arc<Shared>, conn: &Conn, msg: wire::OpMsg, wai
     }
 }
 
-/// Run an OP_MSG command: on this task when it is quick or a small write
-/// (awaiting its journal fsync here), otherwise on the blocking pool.
 /// At most this many connections: a single client's (its pool connection
 /// and its two monitors, as pymongo and the Rust driver open them), so a
 /// lone writer may run its fsync on its own task (`durability.rs`).
@@ -493,6 +498,8 @@ enum Run {
     Pool,
 }
 
+/// Run an OP_MSG command: on this task when it is quick or a small write
+/// (awaiting its journal fsync here), otherwise on the blocking pool.
 async fn run_command(shared: &Arc<Shared>, conn: &Conn, msg: wire::OpMsg, how: Run) -> Document {
     let panicked = || crate::error::CommandError::internal_error("the command panicked").to_document();
     if how != Run::Pool {
