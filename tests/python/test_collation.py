@@ -198,3 +198,11 @@ def test_a_view_has_its_own_default_collation(client):
         db.command({"collMod": "plain", "viewOn": "folded", "pipeline": []})
     assert e.value.code == 167
     assert ids(db.plain.find({"n": "ann"})) == [1], "the refused collMod changed nothing"
+    # The views that read a view bind it too: "over" reads "folded", so a
+    # "folded" made again must keep its collation.
+    db.drop_collection("folded")
+    with pytest.raises(OperationFailure) as e:
+        db.command({"create": "folded", "viewOn": "people"})
+    assert e.value.code == 167 and "over" in e.value.details["errmsg"]
+    db.command({"create": "folded", "viewOn": "people", "collation": {"locale": "en_US", "strength": 2}})
+    assert ids(db.over.find({"n": "aNN"})) == [1, 2]

@@ -105,3 +105,15 @@ def test_skip_lets_the_first_ones_through(test_server):
             c.test.t.insert_one({"_id": i})
     fail(c, "off")
     assert [d["_id"] for d in c.test.t.find()] == [1]
+
+
+def test_a_handshake_meets_the_fail_point_too(test_server):
+    c = test_server.client()
+    # Only the new client's application: its first handshake (a legacy
+    # OP_QUERY isMaster from pymongo) has the connection closed.
+    before = c.admin.command({"configureFailPoint": "failCommand", "mode": "off"})["count"]
+    fail(c, {"times": 1}, failCommands=["hello", "isMaster"], closeConnection=True, appName="newcomer")
+    newcomer = test_server.client(appname="newcomer")
+    newcomer.test.t.insert_one({"_id": 1})  # after the monitor's retry
+    assert fail(c, "off")["count"] == before + 1, "the handshake met the fail point once"
+    assert c.admin.command("ping")["ok"] == 1.0, "other clients were never touched"

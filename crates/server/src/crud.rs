@@ -326,14 +326,27 @@ fn view_options(shared: &Shared, ns: &Namespace, options: Document, cmd_name: &s
             None => break,
         }
     }
-    // A view reads another view only if both compare strings alike.
+    // A view reads another view only if both compare strings alike: the
+    // view it reads, and the views (left from before) that read it.
+    let mine = query::Collation::parse(options.get("collation"))?;
     let on_ns = Namespace::new(&ns.db, &on)?;
     if shared.catalog.get(&on_ns).is_some_and(|c| c.view_on().is_some()) {
-        let mine = query::Collation::parse(options.get("collation"))?;
         let theirs = crate::read::collation_of(shared, &on_ns, &Document::new())?;
         if !crate::read::same_collation(mine.as_ref(), theirs.as_ref()) {
             return Err(CommandError::option_not_supported_on_view(format!(
                 "View {ns} has a collation that does not match the collation of view {on_ns}"
+            )));
+        }
+    }
+    for reader in shared.catalog.list(&ns.db) {
+        if reader.ns == *ns || reader.view_on().is_none_or(|(o, _)| o != ns.coll) {
+            continue;
+        }
+        let theirs = query::Collation::parse(reader.options.get("collation"))?;
+        if !crate::read::same_collation(theirs.as_ref(), mine.as_ref()) {
+            return Err(CommandError::option_not_supported_on_view(format!(
+                "View {} has a collation that does not match the collation of view {ns}",
+                reader.ns
             )));
         }
     }

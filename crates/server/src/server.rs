@@ -322,19 +322,10 @@ async fn serve_connection(
             Ok(Parsed::Request(Request::Msg(msg))) => {
                 let more_to_come = msg.flags & wire::MORE_TO_COME != 0;
                 let name = msg.body.keys().next().map(String::as_str).unwrap_or("");
-                // A hello names its application before a fail point looks.
-                let app_name = match commands::is_hello(name) {
-                    true => commands::app_name_of(&msg.body).or_else(|| conn.app_name.get().cloned()),
-                    false => conn.app_name.get().cloned(),
+                let Ok(failing) = meet_fail_point(shared, conn, name, &msg.body).await else {
+                    return Ok(());
                 };
-                let failing = shared.fail_points.check(name, app_name.as_deref());
                 if let Some(action) = &failing {
-                    if action.close_connection {
-                        return Ok(());
-                    }
-                    if let Some(wait) = action.block {
-                        tokio::time::sleep(wait).await;
-                    }
                     if let Some(code) = action.error_code {
                         if !more_to_come {
                             let mut reply = action.error_reply(code, &msg.body);
@@ -439,7 +430,20 @@ async fn serve_connection(
                 wire::encode_msg(shared.request_id(), header.request_id, &reply)
             }
             Ok(Parsed::Request(Request::Query(q))) => {
-                let reply = commands::run_query(shared, conn, &q.query);
+                // A legacy handshake meets a fail point as an OP_MSG does.
+                let cmd = q.query.get_document("$query").unwrap_or(&q.query);
+                let name = cmd.keys().next().map(String::as_str).unwrap_or("");
+                let Ok(failing) = meet_fail_point(shared, conn, name, cmd).await else {
+                    return Ok(());
+                };
+                let reply = match failing.as_ref().and_then(|a| a.error_code.map(|code| (a, code))) {
+                    Some((action, code)) => {
+                        let mut reply = action.error_reply(code, cmd);
+                        commands::add_cluster_time(&mut reply);
+                        reply
+                    }
+                    None => commands::run_query(shared, conn, &q.query),
+                };
                 wire::encode_reply(shared.request_id(), header.request_id, &reply)
             }
             // A well-framed OP_MSG whose document is bad gets an error reply,
@@ -479,6 +483,32 @@ async fn await_get_more(shared: &Arc<Shared>, conn: &Conn, msg: wire::OpMsg, wai
             _ = stop.wait_for(|s| *s) => return reply,
         }
     }
+}
+
+/// The fail point command `name` meets (`failpoint.rs`), after the delay
+/// it asks for; `Err` when it closes the connection.
+async fn meet_fail_point(
+    shared: &Shared,
+    conn: &Conn,
+    name: &str,
+    cmd: &Document,
+) -> Result<Option<crate::failpoint::Action>, ()> {
+    if !shared.fail_points.is_armed() {
+        return Ok(None);
+    }
+    // A hello names its application before the fail point looks.
+    let app_name = match commands::is_hello(name) {
+        true => commands::app_name_of(cmd).or_else(|| conn.app_name.get().cloned()),
+        false => conn.app_name.get().cloned(),
+    };
+    let Some(action) = shared.fail_points.check(name, app_name.as_deref()) else { return Ok(None) };
+    if action.close_connection {
+        return Err(());
+    }
+    if let Some(wait) = action.block {
+        tokio::time::sleep(wait).await;
+    }
+    Ok(Some(action))
 }
 
 /// At most this many connections: a single client's (its pool connection
