@@ -55,8 +55,10 @@ enum Stage {
 /// A `$unwind` stage: one document per element of the array at `path`.
 #[derive(Debug, Clone)]
 struct Unwind {
+    /// The field, dotted, and its parts.
+    field: String,
     path: Vec<String>,
-    index: Option<Vec<String>>,
+    index: Option<String>,
     preserve: bool,
 }
 
@@ -96,7 +98,8 @@ impl Unwind {
                                     ),
                                 ));
                             }
-                            index = Some(crate::expr::parse_path(i)?);
+                            crate::expr::parse_path(i)?;
+                            index = Some(i.clone());
                         }
                         ("includeArrayIndex", other) => {
                             return Err(err(
@@ -132,7 +135,7 @@ impl Unwind {
         if field.is_empty() {
             return Err(err(40352, "FieldPath cannot be constructed with empty string"));
         }
-        Ok(Unwind { path: crate::expr::parse_path(field)?, index, preserve })
+        Ok(Unwind { field: field.to_string(), path: crate::expr::parse_path(field)?, index, preserve })
     }
 
     /// The documents `d` unwinds to. The path does not reach into arrays
@@ -142,7 +145,7 @@ impl Unwind {
     fn apply(&self, d: Document) -> Vec<Document> {
         let with_index = |mut d: Document, i: Bson| {
             if let Some(index) = &self.index {
-                set_path(&mut d, index, i);
+                crate::update::set_path(&mut d, index, i);
             }
             d
         };
@@ -154,14 +157,15 @@ impl Unwind {
                     .enumerate()
                     .map(|(i, item)| {
                         let mut out = d.clone();
-                        set_path(&mut out, &self.path, item);
+                        crate::update::set_path(&mut out, &self.field, item);
                         with_index(out, Bson::Int64(i as i64))
                     })
                     .collect()
             }
             Some(Bson::Array(_)) if self.preserve => {
                 let mut out = d;
-                remove_path(&mut out, &self.path);
+                // The path reached `[]` through documents only.
+                crate::update_pipeline::unset(&mut out, &self.path);
                 vec![with_index(out, Bson::Null)]
             }
             None | Some(Bson::Null | Bson::Undefined | Bson::Array(_)) if !self.preserve => Vec::new(),
@@ -178,35 +182,6 @@ fn get_path<'a>(d: &'a Document, path: &[String]) -> Option<&'a Bson> {
         cur = cur.get_document(p).ok()?;
     }
     cur.get(last)
-}
-
-/// Set `path` to `v`, making (or replacing with) documents on the way.
-fn set_path(d: &mut Document, path: &[String], v: Bson) {
-    let Some((first, rest)) = path.split_first() else { return };
-    if rest.is_empty() {
-        d.insert(first.clone(), v);
-        return;
-    }
-    if !matches!(d.get(first), Some(Bson::Document(_))) {
-        d.insert(first.clone(), Document::new());
-    }
-    if let Some(Bson::Document(inner)) = d.get_mut(first) {
-        set_path(inner, rest, v);
-    }
-}
-
-fn remove_path(d: &mut Document, path: &[String]) {
-    match path.split_first() {
-        Some((last, [])) => {
-            d.remove(last);
-        }
-        Some((first, rest)) => {
-            if let Some(Bson::Document(inner)) = d.get_mut(first) {
-                remove_path(inner, rest);
-            }
-        }
-        None => {}
-    }
 }
 
 /// A parsed pipeline.

@@ -1244,7 +1244,7 @@ fn equality_fields(query: &Document, out: &mut Vec<(String, Bson)>) {
 }
 
 /// Set a dotted path in `d`, creating documents on the way.
-fn set_path(d: &mut Document, path: &str, value: Bson) {
+pub(crate) fn set_path(d: &mut Document, path: &str, value: Bson) {
     match path.split_once('.') {
         None => {
             d.insert(path, value);

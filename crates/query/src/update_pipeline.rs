@@ -264,7 +264,9 @@ fn merge(existing: &mut Bson, fields: &[(String, Value)]) {
     }
 }
 
-fn unset(d: &mut Document, path: &[String]) {
+/// Remove `path` from `d` (through embedded documents and the documents
+/// of arrays).
+pub(crate) fn unset(d: &mut Document, path: &[String]) {
     let (head, rest) = path.split_first().expect("paths are not empty");
     if rest.is_empty() {
         d.remove(head);

@@ -7,7 +7,6 @@
 pub fn known(code: i32) -> Option<&'static str> {
     Some(match code {
         3 => "OBSOLETE_DuplicateKey",
-        5 => "GraphContainsCycle",
         6 => "HostUnreachable",
         7 => "HostNotFound",
         8 => "UnknownError",

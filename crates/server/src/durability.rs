@@ -44,6 +44,17 @@ struct Synced {
     failed: Option<String>,
 }
 
+impl Synced {
+    /// A wait for every record below `target`, answered: `Err` only when
+    /// they are not all durable and the fsyncs have failed.
+    fn outcome(&self, target: u64) -> Result<(), String> {
+        match &self.failed {
+            Some(why) if self.below < target => Err(why.clone()),
+            _ => Ok(()),
+        }
+    }
+}
+
 #[derive(Default)]
 struct Wanted {
     /// Waiters need every record below this durable.
@@ -173,11 +184,7 @@ impl Durability {
                 let release = Release(self);
                 self.sync_now();
                 drop(release);
-                let synced = self.synced.borrow();
-                return match &synced.failed {
-                    Some(why) if synced.below < target => Err(why.clone()),
-                    _ => Ok(()),
-                };
+                return Synced::outcome(&self.synced.borrow(), target);
             }
             if w.below < target {
                 w.below = target;
@@ -185,10 +192,7 @@ impl Durability {
             }
         }
         let synced = rx.wait_for(|s| s.below >= target || s.failed.is_some()).await.map_err(|e| e.to_string())?;
-        match &synced.failed {
-            Some(why) if synced.below < target => Err(why.clone()),
-            _ => Ok(()),
-        }
+        Synced::outcome(&synced, target)
     }
 
     /// Stop the sync thread (at shutdown, before the engine closes).
