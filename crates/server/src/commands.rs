@@ -38,6 +38,8 @@ const COMMANDS: &[(&str, &str)] = &[
     ("listCommands", "this list"),
     ("endSessions", "ends sessions"),
     ("killAllSessions", "ends every session"),
+    ("killSessions", "ends sessions and closes their cursors"),
+    ("startSession", "starts a session"),
     ("shutdown", "checkpoint and stop the server"),
     ("insert", "insert documents"),
     ("delete", "delete documents"),
@@ -69,7 +71,19 @@ pub fn run(shared: &Shared, conn: &Conn, msg: &OpMsg) -> Document {
     shared.opcounters.command.fetch_add(1, Ordering::Relaxed);
     let result = match msg.body.keys().next() {
         None => Err(CommandError::failed_to_parse("Empty command object")),
-        Some(name) => crate::session::session_fields(name, &msg.body).and_then(|_| dispatch(shared, conn, name, msg)),
+        Some(name) => crate::session::session_fields(name, &msg.body).and_then(|f| match f.lsid {
+            None => dispatch(shared, conn, name, msg),
+            Some(lsid) => {
+                shared.sessions.vivify(lsid)?;
+                let reply = dispatch(shared, conn, name, msg)?;
+                if let Some(id) = reply.get_document("cursor").ok().and_then(|c| c.get_i64("id").ok()) {
+                    if id != 0 {
+                        shared.cursors.bind_session(id, lsid);
+                    }
+                }
+                Ok(reply)
+            }
+        }),
     };
     let mut reply = result.unwrap_or_else(|e| e.to_document());
     add_cluster_time(&mut reply);
@@ -145,6 +159,9 @@ pub fn runs_inline(name: &str) -> bool {
             | "listDatabases"
             | "serverStatus"
             | "endSessions"
+            | "startSession"
+            | "killSessions"
+            | "killAllSessions"
             | "whatsmyuri"
             | "connectionStatus"
             | "getParameter"
@@ -180,7 +197,8 @@ fn dispatch(shared: &Shared, conn: &Conn, name: &str, msg: &OpMsg) -> CommandRes
             "ok": 1.0,
         }),
         "listCommands" => Ok(list_commands()),
-        "endSessions" | "killAllSessions" | "killSessions" => Ok(ok()),
+        "startSession" => crate::session::start_session(shared),
+        "endSessions" | "killAllSessions" | "killSessions" => crate::session::end_sessions(shared, name, cmd),
         "insert" => crate::crud::insert(shared, msg),
         "bulkWrite" => crate::bulk::bulk_write(shared, msg),
         "delete" => crate::crud::delete(shared, msg),

@@ -41,7 +41,7 @@ pub fn find_by_id(shared: &Shared, header: &Header, body: &[u8]) -> Option<Vec<u
     let (RawBsonRef::String(coll), "find") = (coll, first) else { return None };
     // Whatever the limit and singleBatch, at most one document matches and
     // the first batch (up to 101 by default) ends the cursor.
-    let (mut db, mut id) = (None, None);
+    let (mut db, mut id, mut lsid) = (None, None, None);
     for element in elements {
         let (key, value) = element.ok()?;
         match (key, value) {
@@ -52,7 +52,7 @@ pub fn find_by_id(shared: &Shared, header: &Header, body: &[u8]) -> Option<Vec<u
             ("$db", RawBsonRef::String(d)) => db = Some(d),
             // A well-formed session id (anything else is the general
             // path's error to report, `session.rs`).
-            ("lsid", RawBsonRef::Document(lsid)) if valid_lsid(lsid) => {}
+            ("lsid", RawBsonRef::Document(session)) => lsid = Some(session_id(session)?),
             // Gossip fields the general path ignores too.
             ("$clusterTime" | "$readPreference", RawBsonRef::Document(_)) => {}
             _ => return None,
@@ -62,6 +62,9 @@ pub fn find_by_id(shared: &Shared, header: &Header, body: &[u8]) -> Option<Vec<u
     // Not a view, and no default collation (the `_id` index is binary).
     let coll = shared.catalog.get(&ns).filter(|c| c.view_on().is_none() && !c.options.contains_key("collation"))?;
     let found = coll.find_raw_by_id(shared.catalog.engine(), &id?).ok()?;
+    if let Some(lsid) = lsid {
+        shared.sessions.vivify(lsid).ok()?;
+    }
     shared.opcounters.command.fetch_add(1, Ordering::Relaxed);
     shared.opcounters.query.fetch_add(1, Ordering::Relaxed);
     shared.opcounters.point_reads.fetch_add(1, Ordering::Relaxed);
@@ -117,8 +120,11 @@ fn depth_within<'a>(values: &mut dyn Iterator<Item = bson::raw::Result<RawBsonRe
     true
 }
 
-/// `lsid` as `session::session_fields` accepts it: `id` a 16-byte UUID.
-fn valid_lsid(lsid: &bson::RawDocument) -> bool {
-    matches!(lsid.get("id"), Ok(Some(RawBsonRef::Binary(b)))
-        if b.subtype == bson::spec::BinarySubtype::Uuid && b.bytes.len() == 16)
+/// The session id of an `lsid` as `session::session_fields` accepts it:
+/// `id` a 16-byte UUID.
+fn session_id(lsid: &bson::RawDocument) -> Option<doc::sessions::SessionId> {
+    match lsid.get("id") {
+        Ok(Some(RawBsonRef::Binary(b))) if b.subtype == bson::spec::BinarySubtype::Uuid => b.bytes.try_into().ok(),
+        _ => None,
+    }
 }

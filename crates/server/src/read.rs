@@ -66,6 +66,8 @@ pub(crate) struct CursorState {
     /// A tailable cursor's collection: if it is dropped (or renamed, or
     /// replaced), the cursor dies.
     tailing: Option<std::sync::Weak<Collection>>,
+    /// The session that opened the cursor: killing the session kills it.
+    lsid: Option<doc::sessions::SessionId>,
 }
 
 #[derive(Default)]
@@ -74,6 +76,22 @@ pub struct Cursors {
 }
 
 impl Cursors {
+    /// Tie an open cursor to the session whose command opened it.
+    pub fn bind_session(&self, id: i64, lsid: doc::sessions::SessionId) {
+        if let Some(c) = self.open.lock().unwrap().get_mut(&id) {
+            c.lsid = Some(lsid);
+        }
+    }
+
+    /// Close the cursors of killed sessions (`None`: of every session).
+    pub fn kill_sessions(&self, ids: Option<&[doc::sessions::SessionId]>) {
+        self.open.lock().unwrap().retain(|_, c| match (c.lsid, ids) {
+            (None, _) => true,
+            (Some(_), None) => false,
+            (Some(lsid), Some(ids)) => !ids.contains(&lsid),
+        });
+    }
+
     fn reap(open: &mut HashMap<i64, CursorState>) {
         open.retain(|_, c| c.last_used.elapsed() < Duration::from_secs(cursor_idle_timeout_secs));
     }
@@ -647,6 +665,7 @@ pub fn find(shared: &Shared, cmd: &Document) -> CommandResult {
         tailable,
         await_data,
         tailing: None,
+        lsid: None,
     };
     if tailable {
         state.tailing = coll.as_ref().map(Arc::downgrade);
@@ -755,6 +774,9 @@ pub fn kill_cursors(shared: &Shared, cmd: &Document) -> CommandResult {
     })
 }
 
+/// The stage that lists the local session cache (`{aggregate: 1}` only).
+const LOCAL_SESSIONS: &str = "$listLocalSessions";
+
 pub fn aggregate(shared: &Shared, cmd: &Document) -> CommandResult {
     let deadline = Deadline::of(cmd)?;
     // `{aggregate: 1}`: a database-level pipeline, starting from `$documents`.
@@ -790,7 +812,22 @@ pub fn aggregate(shared: &Shared, cmd: &Document) -> CommandResult {
     check_hint(cmd)?;
     let collation = collation_of(shared, &ns, cmd)?;
     let view = resolve_view(shared, &ns)?;
+    if stages.iter().skip(1).any(|s| s.as_document().is_some_and(|d| d.contains_key(LOCAL_SESSIONS))) {
+        return Err(CommandError::with_code(
+            40602,
+            format!("{LOCAL_SESSIONS} is only valid as the first stage in a pipeline"),
+        ));
+    }
     let (source, stages) = match stages.first() {
+        Some(Bson::Document(d)) if d.len() == 1 && d.contains_key(LOCAL_SESSIONS) => {
+            if !collectionless {
+                return Err(CommandError::invalid_namespace(format!(
+                    "{LOCAL_SESSIONS} must be run against the database with {{aggregate: 1}}, not a collection"
+                )));
+            }
+            let spec = d.get(LOCAL_SESSIONS).expect("checked");
+            (Some(crate::session::list_local_sessions(shared, spec)?), &stages[1..])
+        }
         Some(Bson::Document(d)) if d.contains_key("$collStats") => {
             if view.is_some() {
                 return Err(crate::crud::not_on_view(&ns));
@@ -869,6 +906,7 @@ pub(crate) fn buffered_cursor(
         tailable: false,
         await_data: false,
         tailing: None,
+        lsid: None,
     };
     first_batch(shared, state, batch_size, false, &Deadline::none())
 }

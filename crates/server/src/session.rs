@@ -15,6 +15,12 @@
 //! those statements in `retriedStmtIds`. A txnNumber below the session's
 //! newest is refused with TransactionTooOld.
 //!
+//! Every command with an `lsid` also marks its session used in the local
+//! session cache (mongod's logical session cache): `$listLocalSessions`
+//! lists it, `startSession` adds one, `endSessions` / `killSessions` /
+//! `killAllSessions` forget them (the kills also close their cursors), and
+//! sessions unused for `logicalSessionTimeoutMinutes` expire.
+//!
 //! Invariants:
 //! 1. A session is checked out by at most one command at a time, so a
 //!    statement cannot run twice concurrently under one txnNumber.
@@ -47,6 +53,165 @@ fn wrong_type(field: &str, v: &Bson, expected: &str) -> CommandError {
     ))
 }
 
+/// A session id field (`path` names it in errors): a 16-byte UUID.
+fn session_id(path: &str, v: Option<&Bson>) -> Result<SessionId, CommandError> {
+    match v {
+        None => {
+            Err(CommandError::missing_required_field(format!("BSON field '{path}' is missing but a required field")))
+        }
+        Some(Bson::Binary(b)) if b.subtype != BinarySubtype::Uuid => Err(CommandError::type_mismatch(format!(
+            "BSON field '{path}' is the wrong binData type '{}', expected type 'UUID'",
+            subtype_name(b.subtype)
+        ))),
+        Some(Bson::Binary(b)) => b
+            .bytes
+            .as_slice()
+            .try_into()
+            .map_err(|_| CommandError::invalid_uuid("uuid must be a 16-byte binary field with UUID (4) subtype")),
+        Some(other) => Err(CommandError::type_mismatch(format!(
+            "BSON field '{path}' is the wrong type '{}', expected type 'binData'",
+            type_name(other)
+        ))),
+    }
+}
+
+/// The array a session command takes (`{endSessions: [...]}`), each
+/// element an object.
+fn session_list<'c>(name: &str, cmd: &'c Document) -> Result<Vec<&'c Document>, CommandError> {
+    let wrong = |v: &Bson, expected: &str| {
+        CommandError::type_mismatch(format!(
+            "BSON field '{name}.{name}' is the wrong type '{}', expected type '{expected}'",
+            type_name(v)
+        ))
+    };
+    match cmd.get(name) {
+        Some(Bson::Array(list)) => list
+            .iter()
+            .map(|v| match v {
+                Bson::Document(d) => Ok(d),
+                other => Err(wrong(other, "object")),
+            })
+            .collect(),
+        Some(other) => Err(wrong(other, "array")),
+        None => Ok(Vec::new()),
+    }
+}
+
+/// `startSession`: a new session, in the local cache.
+pub(crate) fn start_session(shared: &Shared) -> Result<Document, CommandError> {
+    let id = bson::Uuid::new();
+    shared.sessions.vivify(id.bytes())?;
+    Ok(bson::doc! {
+        "id": { "id": id },
+        "timeoutMinutes": crate::limits::session_timeout_minutes,
+        "ok": 1.0,
+    })
+}
+
+/// `endSessions`, `killSessions` and `killAllSessions`: forget the
+/// sessions named (a kill with an empty list: every session); the kills
+/// also close their cursors.
+pub(crate) fn end_sessions(shared: &Shared, name: &str, cmd: &Document) -> Result<Document, CommandError> {
+    let list = session_list(name, cmd)?;
+    let ids: Option<Vec<SessionId>> = match name {
+        "killAllSessions" => {
+            let mut all = list.is_empty();
+            for user in &list {
+                let field = |f: &str| match user.get(f) {
+                    Some(Bson::String(s)) => Ok(s.is_empty()),
+                    None => Err(CommandError::missing_required_field(format!(
+                        "BSON field 'KillAllSessionsUser.{f}' is missing but a required field"
+                    ))),
+                    Some(other) => Err(CommandError::type_mismatch(format!(
+                        "BSON field 'KillAllSessionsUser.{f}' is the wrong type '{}', expected type 'string'",
+                        type_name(other)
+                    ))),
+                };
+                // Without authentication every session is the empty user's.
+                all |= field("user")? & field("db")?;
+            }
+            if all {
+                None
+            } else {
+                Some(Vec::new())
+            }
+        }
+        _ => {
+            let ids = list
+                .iter()
+                .map(|d| session_id("LogicalSessionFromClient.id", d.get("id")))
+                .collect::<Result<Vec<_>, _>>()?;
+            match name == "killSessions" && ids.is_empty() {
+                true => None,
+                false => Some(ids),
+            }
+        }
+    };
+    shared.sessions.forget(ids.as_deref());
+    if name != "endSessions" {
+        shared.cursors.kill_sessions(ids.as_deref());
+    }
+    Ok(bson::doc! { "ok": 1.0 })
+}
+
+/// The documents of `{$listLocalSessions: spec}`: the cached sessions of
+/// the users `spec` names (`{}`: the caller's; `{allUsers: true}`; `{users:
+/// [{user, db}, ...]}`). Without authentication every session is the
+/// empty user's, the caller's own.
+pub(crate) fn list_local_sessions(shared: &Shared, spec: &Bson) -> Result<Vec<Document>, CommandError> {
+    const STAGE: &str = "$listLocalSessions";
+    let Bson::Document(spec) = spec else {
+        return Err(CommandError::type_mismatch(format!(
+            "{STAGE} options must be specified in an object, but found: {}",
+            type_name(spec)
+        )));
+    };
+    let wrong = |field: &str, v: &Bson, expected: &str| {
+        CommandError::type_mismatch(format!(
+            "BSON field '{field}' is the wrong type '{}', expected type '{expected}'",
+            type_name(v)
+        ))
+    };
+    let (mut all_users, mut users) = (false, Vec::new());
+    for (key, value) in spec {
+        match (key.as_str(), value) {
+            ("allUsers", Bson::Boolean(b)) => all_users = *b,
+            ("allUsers", other) => return Err(wrong("$listLocalSessions.allUsers", other, "bool")),
+            ("users", Bson::Array(list)) => {
+                for (i, user) in list.iter().enumerate() {
+                    let Bson::Document(user) = user else {
+                        return Err(wrong(&format!("{STAGE}.users.{i}"), user, "object"));
+                    };
+                    let field = |f: &str| match user.get(f) {
+                        Some(Bson::String(s)) => Ok(s.clone()),
+                        None => Err(CommandError::with_code(
+                            40414,
+                            format!("BSON field '{STAGE}.users.{f}' is missing but a required field"),
+                        )),
+                        Some(other) => Err(wrong(&format!("{STAGE}.users.{f}"), other, "string")),
+                    };
+                    users.push((field("user")?, field("db")?));
+                }
+            }
+            ("users", other) => return Err(wrong("$listLocalSessions.users", other, "array")),
+            (other, _) => {
+                return Err(CommandError::with_code(
+                    40415,
+                    format!("BSON field '{STAGE}.{other}' is an unknown field."),
+                ))
+            }
+        }
+    }
+    if all_users && !users.is_empty() {
+        return Err(CommandError::with_code(
+            12,
+            format!("{STAGE} may not specify {{allUsers:true}} and {{users:[...]}} at the same time"),
+        ));
+    }
+    let mine = all_users || users.is_empty() || users.iter().any(|(user, db)| user.is_empty() && db.is_empty());
+    Ok(if mine { shared.sessions.local_sessions() } else { Vec::new() })
+}
+
 /// mongod's name for a binary subtype.
 fn subtype_name(s: BinarySubtype) -> String {
     match s {
@@ -71,25 +236,7 @@ pub(crate) fn session_fields(name: &str, cmd: &Document) -> Result<SessionFields
     let mut f = SessionFields::default();
     match cmd.get("lsid") {
         None => {}
-        Some(Bson::Document(lsid)) => match lsid.get("id") {
-            None => {
-                return Err(CommandError::missing_required_field(
-                    "BSON field 'OperationSessionInfo.lsid.id' is missing but a required field",
-                ))
-            }
-            Some(Bson::Binary(b)) if b.subtype != BinarySubtype::Uuid => {
-                return Err(CommandError::type_mismatch(format!(
-                    "BSON field 'OperationSessionInfo.lsid.id' is the wrong binData type '{}', expected type 'UUID'",
-                    subtype_name(b.subtype)
-                )))
-            }
-            Some(Bson::Binary(b)) => {
-                f.lsid = Some(b.bytes.as_slice().try_into().map_err(|_| {
-                    CommandError::invalid_uuid("uuid must be a 16-byte binary field with UUID (4) subtype")
-                })?)
-            }
-            Some(other) => return Err(wrong_type("lsid.id", other, "binData")),
-        },
+        Some(Bson::Document(lsid)) => f.lsid = Some(session_id("OperationSessionInfo.lsid.id", lsid.get("id"))?),
         Some(other) => return Err(wrong_type("lsid", other, "object")),
     }
     match cmd.get("txnNumber") {
@@ -157,7 +304,20 @@ pub struct SessionCatalog {
     /// retryable write (`take_turn`): one command per session at a time,
     /// and no network thread ever blocks on it.
     turns: Mutex<HashMap<SessionId, Arc<tokio::sync::Mutex<()>>>>,
+    /// The local session cache: every session a command named, with when
+    /// it was last used.
+    local: Mutex<HashMap<SessionId, bson::DateTime>>,
 }
+
+/// The most sessions the cache holds (mongod's `maxSessions` default).
+const MAX_LOCAL_SESSIONS: usize = 1_000_000;
+
+/// The user digest of every session without authentication: SHA-256 of
+/// the empty string (mongod's `kNoAuthDigest`).
+const NO_AUTH_DIGEST: [u8; 32] = [
+    0xe3, 0xb0, 0xc4, 0x42, 0x98, 0xfc, 0x1c, 0x14, 0x9a, 0xfb, 0xf4, 0xc8, 0x99, 0x6f, 0xb9, 0x24, 0x27, 0xae, 0x41,
+    0xe4, 0x64, 0x9b, 0x93, 0x4c, 0xa4, 0x95, 0x99, 0x1b, 0x78, 0x52, 0xb8, 0x55,
+];
 
 /// The session of a command that will check one out: a retryable write
 /// (`txnNumber` and a well-formed `lsid`).
@@ -176,7 +336,65 @@ fn session_timeout() -> Duration {
 
 impl SessionCatalog {
     pub fn open(engine: &storage::Engine) -> Result<SessionCatalog, doc::catalog::DocError> {
-        Ok(SessionCatalog { store: Sessions::open(engine)?, live: Mutex::default(), turns: Mutex::default() })
+        Ok(SessionCatalog {
+            store: Sessions::open(engine)?,
+            live: Mutex::default(),
+            turns: Mutex::default(),
+            local: Mutex::default(),
+        })
+    }
+
+    /// Mark a session used now (mongod's `vivify`); a new one fails with
+    /// TooManyLogicalSessions when the cache is full.
+    pub fn vivify(&self, lsid: SessionId) -> Result<(), CommandError> {
+        let mut local = self.local.lock().unwrap();
+        let now = bson::DateTime::now();
+        if let Some(last_use) = local.get_mut(&lsid) {
+            *last_use = now;
+            return Ok(());
+        }
+        if local.len() >= MAX_LOCAL_SESSIONS {
+            return Err(CommandError::with_code(
+                261,
+                format!(
+                    "Unable to add session into the cache because the number of active sessions is too high: {}",
+                    local.len()
+                ),
+            ));
+        }
+        local.insert(lsid, now);
+        Ok(())
+    }
+
+    /// Forget sessions (`endSessions`, `killSessions`); `None`: all of them.
+    pub fn forget(&self, ids: Option<&[SessionId]>) {
+        let mut local = self.local.lock().unwrap();
+        match ids {
+            None => local.clear(),
+            Some(ids) => {
+                for id in ids {
+                    local.remove(id);
+                }
+            }
+        }
+    }
+
+    /// The cached sessions as `$listLocalSessions` shows them: `{_id: {id,
+    /// uid}, lastUse}`.
+    pub fn local_sessions(&self) -> Vec<Document> {
+        let local = self.local.lock().unwrap();
+        local
+            .iter()
+            .map(|(id, last_use)| {
+                bson::doc! {
+                    "_id": {
+                        "id": bson::Binary { subtype: BinarySubtype::Uuid, bytes: id.to_vec() },
+                        "uid": bson::Binary { subtype: BinarySubtype::Generic, bytes: NO_AUTH_DIGEST.to_vec() },
+                    },
+                    "lastUse": *last_use,
+                }
+            })
+            .collect()
     }
 
     /// Wait, without blocking a thread, until no other command of the
@@ -214,6 +432,8 @@ impl SessionCatalog {
             .retain(|id, s| turns.contains_key(id) || s.last_used.is_some_and(|t| t.elapsed() < session_timeout()));
         drop(turns);
         let now = bson::DateTime::now().timestamp_millis();
+        let expired = now - session_timeout().as_millis() as i64;
+        self.local.lock().unwrap().retain(|_, last_use| last_use.timestamp_millis() >= expired);
         self.store.reap(engine, now - session_timeout().as_millis() as i64)
     }
 }
