@@ -117,6 +117,61 @@ def test_a_collection_default_collation_applies_unless_a_command_gives_one(datad
         assert s.stop() == 0
 
 
+def test_the_id_index_keeps_the_collection_default_collation(datadir):
+    from conftest import Server
+    from pymongo.errors import BulkWriteError, DuplicateKeyError
+
+    s = Server(datadir / "db")
+    try:
+        with s.client() as c:
+            c.test.create_collection("ci", collation=Collation(locale="en", strength=2))
+            ci = c.test.ci
+            ci.insert_one({"_id": "ann", "n": 1})
+            with pytest.raises(DuplicateKeyError) as e:
+                ci.insert_one({"_id": "ANN"})
+            assert e.value.code == 11000
+            msg = e.value.details["errmsg"]
+            assert msg.startswith('E11000 duplicate key error collection: test.ci index: _id_ collation: '
+                                  '{ locale: "en", caseLevel: false, caseFirst: "off", strength: 2,'), msg
+            assert ' dup key: { _id: "0x' in msg
+            assert e.value.details["keyValue"] == {"_id": "ANN"}
+            assert e.value.details["collation"]["strength"] == 2
+            with pytest.raises(BulkWriteError) as e:
+                ci.insert_many([{"_id": "bob"}, {"_id": "BOB"}, {"_id": "Ann"}, {"_id": "cy"}], ordered=False)
+            assert [w["index"] for w in e.value.details["writeErrors"]] == [1, 2]
+            assert sorted(d["_id"] for d in ci.find()) == ["ann", "bob", "cy"]
+            # Numbers are as in any `_id` index: 1 and 1.0 are one key.
+            ci.insert_one({"_id": 1})
+            with pytest.raises(DuplicateKeyError):
+                ci.insert_one({"_id": 1.0})
+            # Lookups by `_id` go through the index under the default collation ...
+            assert ci.find_one({"_id": "ANN"}) == {"_id": "ann", "n": 1}
+            assert ci.find_one({"_id": "ANN"}, {"n": 1}) == {"_id": "ann", "n": 1}
+            # ... and scan under another one.
+            assert ci.find_one({"_id": "ANN"}, collation=Collation(locale="simple")) is None
+            assert ci.update_one({"_id": "BOB"}, {"$set": {"x": 1}}).modified_count == 1
+            r = ci.update_one({"_id": "CY"}, {"$set": {"y": 1}}, upsert=True)
+            assert (r.matched_count, r.upserted_id) == (1, None)
+            assert ci.find_one_and_update({"_id": "Bob"}, {"$inc": {"x": 1}}, return_document=True)["x"] == 2
+            idx = list(ci.list_indexes())
+            assert idx[0]["name"] == "_id_" and idx[0]["collation"]["locale"] == "en"
+            info = next(c.test.list_collections(filter={"name": "ci"}))
+            assert info["idIndex"]["collation"]["strength"] == 2
+            c.test.plain.insert_one({"_id": "ann"})
+            c.test.plain.insert_one({"_id": "ANN"})
+            assert "collation" not in list(c.test.plain.list_indexes())[0]
+        assert s.stop() == 0
+        s = Server(datadir / "db", port=s.port)
+        with s.client() as c:
+            with pytest.raises(DuplicateKeyError):
+                c.test.ci.insert_one({"_id": "Cy"})
+            assert c.test.ci.delete_one({"_id": "ANN"}).deleted_count == 1
+            assert [d["_id"] for d in c.test.ci.find({}, {"_id": 1}).sort("_id", 1)] == [1, "bob", "cy"]
+            c.test.ci.insert_one({"_id": "Ann"})  # the key went with the document
+    finally:
+        assert s.stop() == 0
+
+
 def test_update_operators_and_pipeline_expressions_use_the_collation(client):
     c = client.test.ops
     c.insert_one({"_id": 1, "tags": ["a", "b"], "s": "m", "w": "x"})

@@ -31,11 +31,13 @@ const CATALOG: &str = "_catalog";
 
 #[derive(Debug, thiserror::Error)]
 pub enum DocError {
-    #[error(
-        "E11000 duplicate key error collection: {ns} index: _id_ dup key: {{ _id: {} }}",
-        crate::format::value(key)
-    )]
-    DuplicateKey { ns: String, key: Box<Bson> },
+    #[error("{}", duplicate_key_message(ns, key, collation.as_deref()))]
+    DuplicateKey {
+        ns: String,
+        key: Box<Bson>,
+        /// The `_id` index's collation and the key's collated form.
+        collation: Option<Box<(Document, Bson)>>,
+    },
     #[error("Collection {0} already exists.")]
     NamespaceExists(String),
     #[error("Source collection {0} does not exist")]
@@ -49,6 +51,25 @@ pub enum DocError {
     ExceedsCappedSize,
     #[error(transparent)]
     Storage(#[from] StorageError),
+}
+
+/// mongod's E11000 message. Under a collation it names the collation and
+/// shows a string key as its collation key, hex encoded.
+fn duplicate_key_message(ns: &str, key: &Bson, collation: Option<&(Document, Bson)>) -> String {
+    let Some((spec, collated)) = collation else {
+        return format!(
+            "E11000 duplicate key error collection: {ns} index: _id_ dup key: {{ _id: {} }}",
+            crate::format::spaced(key)
+        );
+    };
+    let shown = match collated {
+        Bson::String(hex) => format!("\"0x{hex}\""),
+        _ => crate::format::spaced(key),
+    };
+    format!(
+        "E11000 duplicate key error collection: {ns} index: _id_ collation: {} dup key: {{ _id: {shown} }}",
+        crate::format::spaced(&Bson::Document(spec.clone()))
+    )
 }
 
 /// A database and collection name, checked as MongoDB checks them.
@@ -94,12 +115,30 @@ pub fn check_db_name(db: &str) -> Result<(), DocError> {
     Ok(())
 }
 
+/// A collection's default collation as its `_id` index applies it (the
+/// query layer implements it with ICU; this crate only stores its keys).
+pub trait IdCollation: Send + Sync {
+    /// `id` with every string replaced so that the binary order of its
+    /// KeyString is the collation's order: two `_id`s the collation finds
+    /// equal get one key.
+    fn key_of(&self, id: &Bson) -> Bson;
+    /// The collation in full, as the `_id` index entry records it.
+    fn full_spec(&self) -> Document;
+}
+
+/// Makes the `IdCollation` of a collation specification (`None`: the
+/// simple collation, binary keys).
+pub type IdCollations = fn(&Document) -> Option<Arc<dyn IdCollation>>;
+
 /// One collection: its record store and `_id` index.
 pub struct Collection {
     pub ns: Namespace,
     pub options: Document,
     records: Table,
     id_index: Table,
+    /// The `_id` index's collation (the collection's default one, from
+    /// its catalog entry); `None`: binary keys.
+    id_collation: Option<Arc<dyn IdCollation>>,
     /// Shared with the collection's renamed self, so that writers still
     /// holding this one allocate from the same sequence.
     next_record: Arc<AtomicU64>,
@@ -148,18 +187,19 @@ pub struct Catalog {
     collections: RwLock<BTreeMap<Namespace, Arc<Collection>>>,
     /// The next collection ident.
     next_ident: AtomicU64,
+    id_collations: Option<IdCollations>,
 }
 
-/// The table names of a catalog entry.
-fn entry_tables(ns: &Namespace, entry: &Document) -> (String, String) {
+/// The table names of a catalog entry, and its `_id` index's collation.
+fn entry_tables(ns: &Namespace, entry: &Document) -> (String, String, Option<Document>) {
     let records = entry.get_str("records").map(str::to_string).unwrap_or_else(|_| format!("c/{ns}"));
-    let id_index = entry
+    let index = entry
         .get_array("indexes")
         .ok()
-        .and_then(|ix| ix.iter().filter_map(Bson::as_document).find(|i| i.get_str("name") == Ok("_id_")))
-        .and_then(|i| i.get_str("table").ok().map(str::to_string))
-        .unwrap_or_else(|| format!("i/{ns}/_id_"));
-    (records, id_index)
+        .and_then(|ix| ix.iter().filter_map(Bson::as_document).find(|i| i.get_str("name") == Ok("_id_")));
+    let id_index =
+        index.and_then(|i| i.get_str("table").ok().map(str::to_string)).unwrap_or_else(|| format!("i/{ns}/_id_"));
+    (records, id_index, index.and_then(|i| i.get_document("collation").ok().cloned()))
 }
 
 /// Index tables get smaller leaves than record tables (16 KiB against
@@ -181,17 +221,35 @@ pub const INSERT_CHUNK_DOCS: usize = 256;
 /// A chunk closes once its documents reach this many bytes.
 pub const INSERT_CHUNK_BYTES: usize = 1024 * 1024;
 
-fn catalog_entry(ns: &Namespace, options: &Document, records: &str, id_index: &str) -> Document {
+fn catalog_entry(
+    ns: &Namespace,
+    options: &Document,
+    records: &str,
+    id_index: &str,
+    id_collation: Option<&Arc<dyn IdCollation>>,
+) -> Document {
+    let mut index = doc! { "v": 2, "key": { "_id": 1 }, "name": "_id_", "table": id_index };
+    if let Some(c) = id_collation {
+        index.insert("collation", c.full_spec());
+    }
     doc! {
         "ns": ns.to_string(),
         "options": options.clone(),
         "records": records,
-        "indexes": [{ "v": 2, "key": { "_id": 1 }, "name": "_id_", "table": id_index }],
+        "indexes": [index],
     }
 }
 
 impl Catalog {
+    /// Open the catalog of a collection that has no collations (every
+    /// `_id` index binary).
     pub fn open(engine: Engine) -> Result<Catalog, DocError> {
+        Catalog::open_with(engine, None)
+    }
+
+    /// Open the catalog; `id_collations` makes the `_id` index collations
+    /// of collections with a default collation.
+    pub fn open_with(engine: Engine, id_collations: Option<IdCollations>) -> Result<Catalog, DocError> {
         let meta = match engine.table(CATALOG) {
             Ok(t) => t,
             Err(StorageError::TableNotFound(_)) => engine.create_table(CATALOG, TableConfig::default())?,
@@ -205,8 +263,14 @@ impl Catalog {
             let ns = Namespace::parse(&full).ok_or_else(|| DocError::Corrupt(format!("catalog key {full:?}")))?;
             let meta_doc = Document::from_reader(&value[..]).map_err(|e| DocError::Corrupt(e.to_string()))?;
             let options = meta_doc.get_document("options").cloned().unwrap_or_default();
-            let (records, id_index) = entry_tables(&ns, &meta_doc);
-            let c = Collection::load(&engine, ns.clone(), options, &records, &id_index)?;
+            let (records, id_index, collation) = entry_tables(&ns, &meta_doc);
+            let id_collation = match collation {
+                None => None,
+                Some(spec) => Some(id_collations.and_then(|make| make(&spec)).ok_or_else(|| {
+                    DocError::Corrupt(format!("the _id index of {ns} has a collation this catalog cannot apply"))
+                })?),
+            };
+            let c = Collection::load(&engine, ns.clone(), options, &records, &id_index, id_collation)?;
             collections.insert(ns, Arc::new(c));
             entry = cursor.next()?;
         }
@@ -222,7 +286,13 @@ impl Catalog {
                 engine.drop_table(&t)?;
             }
         }
-        Ok(Catalog { engine, meta, collections: RwLock::new(collections), next_ident: AtomicU64::new(next_ident) })
+        Ok(Catalog {
+            engine,
+            meta,
+            collections: RwLock::new(collections),
+            next_ident: AtomicU64::new(next_ident),
+            id_collations,
+        })
     }
 
     pub fn engine(&self) -> &Engine {
@@ -247,9 +317,12 @@ impl Catalog {
             }
             self.engine.create_table(name, config)?;
         }
-        let entry = catalog_entry(ns, &options, &records, &id_index);
+        // The `_id` index keeps the collection's default collation.
+        let id_collation =
+            options.get_document("collation").ok().and_then(|spec| self.id_collations.and_then(|make| make(spec)));
+        let entry = catalog_entry(ns, &options, &records, &id_index, id_collation.as_ref());
         self.engine.put(&self.meta, ns.to_string().as_bytes(), &bson::to_vec(&entry).expect("BSON encodes"))?;
-        let c = Arc::new(Collection::load(&self.engine, ns.clone(), options, &records, &id_index)?);
+        let c = Arc::new(Collection::load(&self.engine, ns.clone(), options, &records, &id_index, id_collation)?);
         all.insert(ns.clone(), c.clone());
         Ok(c)
     }
@@ -295,7 +368,7 @@ impl Catalog {
             existing => existing.cloned(),
         };
         let (records, id_index) = (c.records.name().to_string(), c.id_index.name().to_string());
-        let entry = catalog_entry(to, &c.options, &records, &id_index);
+        let entry = catalog_entry(to, &c.options, &records, &id_index, c.id_collation.as_ref());
         loop {
             let txn = self.engine.begin(TxnOptions::default())?;
             let attempt = txn
@@ -318,6 +391,7 @@ impl Catalog {
             options: c.options.clone(),
             records: c.records.clone(),
             id_index: c.id_index.clone(),
+            id_collation: c.id_collation.clone(),
             next_record: c.next_record.clone(),
             capped: c.capped.clone(),
         };
@@ -336,13 +410,14 @@ impl Catalog {
     pub fn set_options(&self, ns: &Namespace, options: Document) -> Result<(), DocError> {
         let mut all = self.collections.write().unwrap();
         let Some(c) = all.get(ns).cloned() else { return Err(DocError::NamespaceNotFound(ns.to_string())) };
-        let entry = catalog_entry(ns, &options, c.records.name(), c.id_index.name());
+        let entry = catalog_entry(ns, &options, c.records.name(), c.id_index.name(), c.id_collation.as_ref());
         self.engine.put(&self.meta, ns.to_string().as_bytes(), &bson::to_vec(&entry).expect("BSON encodes"))?;
         let changed = Collection {
             ns: ns.clone(),
             options,
             records: c.records.clone(),
             id_index: c.id_index.clone(),
+            id_collation: c.id_collation.clone(),
             next_record: c.next_record.clone(),
             capped: c.capped.clone(),
         };
@@ -389,6 +464,7 @@ impl Collection {
         options: Document,
         records: &str,
         id_index: &str,
+        id_collation: Option<Arc<dyn IdCollation>>,
     ) -> Result<Collection, DocError> {
         let records = engine.table(records)?;
         let id_index = engine.table(id_index)?;
@@ -396,13 +472,39 @@ impl Collection {
             Some((k, _)) => record_id(&k)? + 1,
             None => 1,
         };
-        let mut c =
-            Collection { ns, options, records, id_index, next_record: Arc::new(AtomicU64::new(next)), capped: None };
+        let mut c = Collection {
+            ns,
+            options,
+            records,
+            id_index,
+            id_collation,
+            next_record: Arc::new(AtomicU64::new(next)),
+            capped: None,
+        };
         if let Some((size, max)) = Capped::of(&c.options) {
             let used = c.count_and_size(engine)?;
             c.capped = Some(Arc::new(Capped { size, max, used: Mutex::new((used.1, used.0)) }));
         }
         Ok(c)
+    }
+
+    /// The `_id` index's collation (`None`: binary).
+    pub fn id_collation(&self) -> Option<&Arc<dyn IdCollation>> {
+        self.id_collation.as_ref()
+    }
+
+    /// The `_id` index key of `id`: its KeyString, strings by their
+    /// collation keys under the index's collation.
+    fn id_key(&self, id: &Bson) -> Vec<u8> {
+        match &self.id_collation {
+            Some(c) => keystring::encode(&c.key_of(id)),
+            None => keystring::encode(id),
+        }
+    }
+
+    fn duplicate(&self, id: Bson) -> DocError {
+        let collation = self.id_collation.as_ref().map(|c| Box::new((c.full_spec(), c.key_of(&id))));
+        DocError::DuplicateKey { ns: self.ns.to_string(), key: Box::new(id), collation }
     }
 
     /// For a view: the collection or view it reads, and its pipeline.
@@ -430,7 +532,7 @@ impl Collection {
                     .and_then(|d| d.get("_id").ok().flatten())
                     .and_then(|v| Bson::try_from(v).ok())
                     .ok_or_else(|| DocError::Corrupt("a capped document without _id".into()))?;
-                victims.push((key.to_vec(), keystring::encode(&id)));
+                victims.push((key.to_vec(), self.id_key(&id)));
                 used = (used.0.saturating_sub(value.len() as u64), used.1.saturating_sub(1));
                 entry = c.next()?;
             }
@@ -454,7 +556,7 @@ impl Collection {
     ) -> Result<Document, DocError> {
         let doc = with_id_first(doc);
         let id = doc.get("_id").expect("with_id_first adds one").clone();
-        let key = keystring::encode(&id);
+        let key = self.id_key(&id);
         let bytes = bson::to_vec(&doc).expect("BSON encodes");
         let mut capped_used = self.capped_lock();
         if self.capped.as_ref().is_some_and(|c| bytes.len() as u64 > c.size) {
@@ -463,7 +565,7 @@ impl Collection {
         loop {
             let txn = engine.begin(ack.txn_options())?;
             if txn.get(&self.id_index, &key)?.is_some() {
-                return Err(DocError::DuplicateKey { ns: self.ns.to_string(), key: Box::new(id) });
+                return Err(self.duplicate(id));
             }
             let rid = self.next_record.fetch_add(1, Ordering::Relaxed);
             let written = (|| {
@@ -572,7 +674,7 @@ impl Collection {
                 // A document fails alone on a duplicate `_id`; anything
                 // else the engine refuses ends the chunk before it
                 // (`failed_at`).
-                let key = keystring::encode(id);
+                let key = self.id_key(id);
                 let duplicate = !seen.insert(key.clone())
                     || match txn.get(&self.id_index, &key) {
                         Ok(found) => found.is_some(),
@@ -595,7 +697,7 @@ impl Collection {
                     results.push(Ok(()));
                     continue;
                 }
-                results.push(Err(DocError::DuplicateKey { ns: self.ns.to_string(), key: Box::new(id.clone()) }));
+                results.push(Err(self.duplicate(id.clone())));
                 if ordered {
                     stopped = true;
                     break;
@@ -632,7 +734,7 @@ impl Collection {
         ack: Ack,
         stamp: Option<&dyn Stamp>,
     ) -> Result<bool, DocError> {
-        let key = keystring::encode(doc.get("_id").ok_or_else(|| DocError::Corrupt("a document without _id".into()))?);
+        let key = self.id_key(doc.get("_id").ok_or_else(|| DocError::Corrupt("a document without _id".into()))?);
         let mut capped_used = self.capped_lock();
         loop {
             let txn = engine.begin(ack.txn_options())?;
@@ -712,7 +814,7 @@ impl Collection {
     /// The stored BSON bytes of the document with this `_id` and its record
     /// id, if any: a point read that never builds a `Document`.
     pub fn find_raw_by_id(&self, engine: &Engine, id: &Bson) -> Result<Option<(u64, Bytes)>, DocError> {
-        let key = keystring::encode(id);
+        let key = self.id_key(id);
         let Some(rid) = engine.get(&self.id_index, &key)? else { return Ok(None) };
         let rid = record_id(&rid)?;
         match engine.get(&self.records, &rid.to_be_bytes())? {
@@ -846,6 +948,65 @@ mod tests {
         let e = engine(dir.path());
         let cat = Catalog::open(e.clone()).unwrap();
         (dir, e, cat)
+    }
+
+    /// A stand-in collation for the catalog's tests: case-insensitive.
+    struct Folded;
+
+    impl IdCollation for Folded {
+        fn key_of(&self, id: &Bson) -> Bson {
+            match id {
+                Bson::String(s) => Bson::String(s.to_lowercase()),
+                other => other.clone(),
+            }
+        }
+        fn full_spec(&self) -> Document {
+            doc! { "locale": "folded" }
+        }
+    }
+
+    fn folded(spec: &Document) -> Option<Arc<dyn IdCollation>> {
+        (spec.get_str("locale") == Ok("folded")).then(|| Arc::new(Folded) as Arc<dyn IdCollation>)
+    }
+
+    #[test]
+    fn the_id_index_applies_the_collection_collation_and_keeps_it_across_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ci, plain) = (Namespace::new("test", "ci").unwrap(), Namespace::new("test", "plain").unwrap());
+        let spec = doc! { "collation": { "locale": "folded" } };
+        {
+            let e = engine(dir.path());
+            let cat = Catalog::open_with(e.clone(), Some(folded)).unwrap();
+            let c = cat.create(&ci, spec.clone()).unwrap();
+            let p = cat.create(&plain, Document::new()).unwrap();
+            c.insert(&e, &doc! { "_id": "Ann" }, Ack::Journaled, None).unwrap();
+            p.insert(&e, &doc! { "_id": "Ann" }, Ack::Journaled, None).unwrap();
+            p.insert(&e, &doc! { "_id": "ANN" }, Ack::Journaled, None).unwrap();
+            match c.insert(&e, &doc! { "_id": "ANN" }, Ack::Journaled, None) {
+                Err(e @ DocError::DuplicateKey { .. }) => {
+                    assert!(e.to_string().contains("collation: { locale: \"folded\" } dup key: { _id: \"0xann\" }"))
+                }
+                other => panic!("expected a duplicate key, got {other:?}"),
+            }
+            assert_eq!(c.find_by_id(&e, &Bson::from("aNN")).unwrap(), Some(doc! { "_id": "Ann" }));
+            assert_eq!(p.find_by_id(&e, &Bson::from("aNN")).unwrap(), None);
+            cat.rename(&ci, &Namespace::new("test", "ci2").unwrap(), false).unwrap();
+        }
+        let e = engine(dir.path());
+        let ci2 = Namespace::new("test", "ci2").unwrap();
+        let cat = Catalog::open_with(e.clone(), Some(folded)).unwrap();
+        let c = cat.get(&ci2).unwrap();
+        assert!(c.id_collation().is_some() && cat.get(&plain).unwrap().id_collation().is_none());
+        assert!(matches!(
+            c.insert(&e, &doc! { "_id": "aNn" }, Ack::Journaled, None),
+            Err(DocError::DuplicateKey { .. })
+        ));
+        let (rid, d) = c.find_rid_by_id(&e, &Bson::from("ann")).unwrap().unwrap();
+        assert!(c.delete(&e, rid, &d, Ack::Journaled, None).unwrap());
+        c.insert(&e, &doc! { "_id": "aNn" }, Ack::Journaled, None).unwrap();
+        drop(cat);
+        // A catalog that cannot apply the collation refuses to open.
+        assert!(matches!(Catalog::open(e.clone()), Err(DocError::Corrupt(_))));
     }
 
     #[test]

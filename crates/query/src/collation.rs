@@ -246,6 +246,26 @@ pub(crate) fn with_collation<T>(c: Option<&Arc<Collation>>, f: impl FnOnce() -> 
     f()
 }
 
+/// The `_id` index applies a collection's default collation through its
+/// sort keys (`Collation::key_of`). They are stored, so the ICU version
+/// that makes them is pinned (Cargo.lock), as mongod records "57.1".
+impl doc::catalog::IdCollation for Collation {
+    fn key_of(&self, id: &Bson) -> Bson {
+        Collation::key_of(self, id)
+    }
+
+    fn full_spec(&self) -> Document {
+        Collation::full_spec(self)
+    }
+}
+
+/// The `_id` index collation of a stored collation spec, for
+/// `Catalog::open_with`.
+pub fn id_collation(spec: &Document) -> Option<Arc<dyn doc::catalog::IdCollation>> {
+    let c = Collation::parse(Some(&Bson::Document(spec.clone()))).ok().flatten()?;
+    Some(c)
+}
+
 /// Under a collation in force: `v` in a form whose binary comparison
 /// treats strings as the collation does (see `Collation::key_of`).
 pub(crate) fn collation_key(v: &Bson) -> Option<Bson> {

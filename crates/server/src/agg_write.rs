@@ -270,7 +270,8 @@ fn merge(
                 WhenMatched::KeepExisting => break,
                 WhenMatched::Fail => {
                     let mut e = CommandError::duplicate_key(format!(
-                        "E11000 duplicate key error collection: {ns} index: _id_ dup key: {{ _id: {id} }}"
+                        "E11000 duplicate key error collection: {ns} index: _id_ dup key: {{ _id: {} }}",
+                        doc::format::spaced(&id)
                     ));
                     e.extra = Some(Box::new(doc! { "keyPattern": { "_id": 1 }, "keyValue": { "_id": id.clone() } }));
                     return Err(e);

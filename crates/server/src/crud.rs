@@ -19,10 +19,16 @@ pub(crate) type CommandResult = Result<Document, CommandError>;
 impl From<DocError> for CommandError {
     fn from(e: DocError) -> CommandError {
         match e {
-            DocError::DuplicateKey { ref key, .. } => {
+            DocError::DuplicateKey { ref key, ref collation, .. } => {
                 let msg = e.to_string();
                 let mut err = CommandError::duplicate_key(msg);
-                err.extra = Some(Box::new(doc! { "keyPattern": { "_id": 1 }, "keyValue": { "_id": (**key).clone() } }));
+                // keyValue is the `_id` given, also under a collation (where
+                // mongod shows the collation key).
+                let mut extra = doc! { "keyPattern": { "_id": 1 }, "keyValue": { "_id": (**key).clone() } };
+                if let Some(c) = collation {
+                    extra.insert("collation", c.0.clone());
+                }
+                err.extra = Some(Box::new(extra));
                 err
             }
             DocError::NamespaceExists(_) => CommandError::namespace_exists(e.to_string()),
@@ -490,7 +496,7 @@ pub fn list_collections(shared: &Shared, cmd: &Document) -> CommandResult {
             "info": { "readOnly": view },
         };
         if !view {
-            entry.insert("idIndex", crate::indexes::id_index_spec());
+            entry.insert("idIndex", crate::indexes::id_index_spec(&c));
         }
         if filter.matches(&entry) {
             batch.push(Bson::Document(if name_only {
@@ -971,7 +977,7 @@ pub(crate) fn delete_one_spec(
     let engine = shared.catalog.engine();
     let record = log.map(|l| l.record(doc! { "n": 1i64 }));
     let stamp = record.as_ref().map(|r| r as &dyn Stamp);
-    if let Some(id) = crate::read::point_id(&filter_doc, collation.as_ref()) {
+    if let Some(id) = crate::read::point_id(&filter_doc, collation.as_ref(), &coll) {
         return Ok(match coll.find_rid_by_id(engine, id)? {
             Some((rid, d)) => i64::from(coll.delete(engine, rid, &d, ack, stamp)?),
             None => 0,

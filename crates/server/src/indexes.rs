@@ -10,9 +10,14 @@ use crate::server::Shared;
 use bson::{doc, Bson, Document};
 use doc::catalog::Namespace;
 
-/// The `_id` index as `listIndexes` and `listCollections` describe it.
-pub(crate) fn id_index_spec() -> Document {
-    doc! { "v": 2, "key": { "_id": 1 }, "name": "_id_" }
+/// The `_id` index as `listIndexes` and `listCollections` describe it
+/// (with its collation, the collection's default one, if any).
+pub(crate) fn id_index_spec(coll: &doc::catalog::Collection) -> Document {
+    let mut spec = doc! { "v": 2, "key": { "_id": 1 }, "name": "_id_" };
+    if let Some(c) = coll.id_collation() {
+        spec.insert("collation", c.full_spec());
+    }
+    spec
 }
 
 /// `{_id: 1}`: the `_id` index's key pattern.
@@ -49,7 +54,8 @@ pub fn list_indexes(shared: &Shared, cmd: &Document) -> CommandResult {
         }
     };
     let cursor_ns = Namespace { db: ns.db.clone(), coll: format!("$cmd.listIndexes.{}", ns.coll) };
-    crate::read::buffered_cursor(shared, cursor_ns, vec![id_index_spec()], batch_size)
+    let spec = shared.catalog.get(&ns).map(|c| id_index_spec(&c)).into_iter().collect();
+    crate::read::buffered_cursor(shared, cursor_ns, spec, batch_size)
 }
 
 pub fn create_indexes(shared: &Shared, cmd: &Document) -> CommandResult {

@@ -273,10 +273,11 @@ pub(crate) fn run_statement(
             }
         }
     } else if let Some(coll) = shared.catalog.get(ns) {
-        let candidates: Box<dyn Iterator<Item = (u64, Document)>> = match point_id(&st.query, st.collation.as_ref()) {
-            Some(id) => Box::new(coll.find_rid_by_id(shared.catalog.engine(), id)?.into_iter()),
-            None => Box::new(ScanIter::new(shared, ns)),
-        };
+        let candidates: Box<dyn Iterator<Item = (u64, Document)>> =
+            match point_id(&st.query, st.collation.as_ref(), &coll) {
+                Some(id) => Box::new(coll.find_rid_by_id(shared.catalog.engine(), id)?.into_iter()),
+                None => Box::new(ScanIter::new(shared, ns)),
+            };
         for (rid, d) in candidates {
             let (ok, pos) = st.filter.try_matches_at(&d)?;
             if !ok {
@@ -374,7 +375,7 @@ fn first_match(
     sort: &Sort,
     deadline: &Deadline,
 ) -> Result<Option<(u64, Document, Option<usize>)>, CommandError> {
-    if let Some(id) = point_id(query, collation) {
+    if let Some(id) = point_id(query, collation, coll) {
         return Ok(coll.find_rid_by_id(shared.catalog.engine(), id)?.map(|(rid, d)| (rid, d, None)));
     }
     let mut best: Option<(u64, Document, Option<usize>)> = None;

@@ -59,8 +59,12 @@ pub fn find_by_id(shared: &Shared, header: &Header, body: &[u8]) -> Option<Vec<u
         }
     }
     let ns = Namespace::new(db?, coll).ok()?;
-    // Not a view, and no default collation (the `_id` index is binary).
-    let coll = shared.catalog.get(&ns).filter(|c| c.view_on().is_none() && !c.options.contains_key("collation"))?;
+    // Not a view; a default collation only if the `_id` index applies it
+    // (collections made before it did have a binary `_id` index).
+    let coll = shared
+        .catalog
+        .get(&ns)
+        .filter(|c| c.view_on().is_none() && (!c.options.contains_key("collation") || c.id_collation().is_some()))?;
     let found = coll.find_raw_by_id(shared.catalog.engine(), &id?).ok()?;
     if let Some(lsid) = lsid {
         shared.sessions.vivify(lsid).ok()?;

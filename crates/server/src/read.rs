@@ -546,9 +546,14 @@ pub(crate) fn same_collation(a: Option<&Arc<Collation>>, b: Option<&Arc<Collatio
     }
 }
 
-/// The `_id` a filter pins when the binary `_id` index can find it: not
-/// when a collation compares a string in it differently.
-pub(crate) fn point_id<'a>(query: &'a Document, collation: Option<&Arc<Collation>>) -> Option<&'a Bson> {
+/// The `_id` a filter pins when `coll`'s `_id` index can find it: not
+/// when the operation's collation compares a string in it otherwise than
+/// the index's collation does.
+pub(crate) fn point_id<'a>(
+    query: &'a Document,
+    collation: Option<&Arc<Collation>>,
+    coll: &Collection,
+) -> Option<&'a Bson> {
     fn holds_string(v: &Bson) -> bool {
         match v {
             Bson::String(_) | Bson::Symbol(_) => true,
@@ -557,7 +562,12 @@ pub(crate) fn point_id<'a>(query: &'a Document, collation: Option<&Arc<Collation
             _ => false,
         }
     }
-    Filter::id_equality(query).filter(|id| collation.is_none() || !holds_string(id))
+    let same = match (collation, coll.id_collation()) {
+        (None, None) => true,
+        (Some(a), Some(b)) => a.full_spec() == b.full_spec(),
+        _ => false,
+    };
+    Filter::id_equality(query).filter(|id| same || !holds_string(id))
 }
 
 pub fn find(shared: &Shared, cmd: &Document) -> CommandResult {
@@ -675,7 +685,11 @@ pub fn find(shared: &Shared, cmd: &Document) -> CommandResult {
         return Err(crate::crud::not_on_view(&ns));
     }
     // A point lookup when the filter is exactly {_id: value}.
-    if let (Some(id), Some(coll), false) = (point_id(&filter_doc, collation.as_ref()), &coll, is_view || tailable) {
+    let point = coll
+        .as_ref()
+        .filter(|_| !is_view && !tailable)
+        .and_then(|c| Some((point_id(&filter_doc, collation.as_ref(), c)?, c)));
+    if let Some((id, coll)) = point {
         let found = coll.find_rid_by_id(shared.catalog.engine(), id)?;
         let hits: Vec<Hit> = found.into_iter().skip(skip).map(|(rid, doc)| Hit { rid, doc, pos: None }).collect();
         state.source = Source::Buffer(hits.into_iter());

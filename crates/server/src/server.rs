@@ -142,7 +142,7 @@ impl Server {
             listeners.push(TcpListener::bind(SocketAddr::new(*ip, options.port)).await?);
         }
         let (tx, _) = watch::channel(false);
-        let catalog = doc::catalog::Catalog::open(engine.clone())
+        let catalog = doc::catalog::Catalog::open_with(engine.clone(), Some(query::collation::id_collation))
             .map_err(|e| std::io::Error::other(format!("opening the catalog: {e}")))?;
         commands::record_startup(&catalog, &options)
             .map_err(|e| std::io::Error::other(format!("recording the start in local.startup_log: {e}")))?;
