@@ -28,13 +28,14 @@ def free_port():
 class Server:
     """One server process over one data directory."""
 
-    def __init__(self, dbpath, port=None, extra=()):
+    def __init__(self, dbpath, port=None, extra=(), env=None):
         self.dbpath = Path(dbpath)
         self.port = port or free_port()
         self.log = self.dbpath.parent / f"{self.dbpath.name}-{self.port}.log"
         self.proc = subprocess.Popen(
             [str(BIN), "serve", "--dbpath", str(self.dbpath), "--port", str(self.port), *extra],
             stderr=open(self.log, "ab"),
+            env={**os.environ, **(env or {})},
         )
         deadline = time.monotonic() + 20
         while True:

@@ -126,6 +126,39 @@ pub fn is_small_write(name: &str, msg: &OpMsg) -> bool {
     in_body + in_sequences <= SMALL_WRITE_STATEMENTS
 }
 
+/// Whether a command the connection's task runs may take long: a read or
+/// small write whose filter is not one `_id` (it scans, or sorts), or a
+/// `getMore`. `server.rs` runs those under `block_in_place`, so that the
+/// other connections of this network thread carry on meanwhile.
+pub fn may_scan(name: &str, msg: &OpMsg) -> bool {
+    let pinned = |q: Option<&Bson>| match q {
+        Some(Bson::Document(f)) => query::Filter::id_equality(f).is_some(),
+        _ => false,
+    };
+    let empty = |q: Option<&Bson>| match q {
+        None | Some(Bson::Null) => true,
+        Some(Bson::Document(f)) => f.is_empty(),
+        _ => false,
+    };
+    let body = &msg.body;
+    match name {
+        // An unfiltered, unsorted find stops at its first batch.
+        "find" => {
+            let quick = empty(body.get("filter")) && empty(body.get("sort"));
+            !(pinned(body.get("filter")) || quick)
+        }
+        "count" | "distinct" => !pinned(body.get("query")),
+        "getMore" => true,
+        "update" | "delete" => {
+            let list = if name == "update" { "updates" } else { "deletes" };
+            let in_body = body.get_array(list).map(|a| a.iter().collect::<Vec<_>>()).unwrap_or_default();
+            let docs = msg.sequences.iter().flat_map(|(_, d)| d.iter());
+            in_body.into_iter().filter_map(Bson::as_document).chain(docs).any(|st| !pinned(st.get("q")))
+        }
+        _ => false,
+    }
+}
+
 /// Whether a write command targets a capped collection: its writes
 /// serialize on the collection's lock, so it runs on the blocking pool,
 /// never blocking a network thread.

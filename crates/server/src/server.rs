@@ -539,10 +539,21 @@ async fn run_command(shared: &Arc<Shared>, conn: &Conn, msg: wire::OpMsg, how: R
         // request.
         let _running = shared.durability.running();
         let writer = (how == Run::InlineWrite).then(|| shared.durability.writer());
-        let (reply, owed) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            crate::crud::deferring_sync(|| commands::run(shared, conn, &msg))
-        }))
-        .unwrap_or_else(|_| (panicked(), false));
+        let run = || {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                crate::crud::deferring_sync(|| commands::run(shared, conn, &msg))
+            }))
+            .unwrap_or_else(|_| (panicked(), false))
+        };
+        // A command that may scan gives this thread's other connections
+        // to another thread while it runs.
+        let name = msg.body.keys().next().map_or("", String::as_str);
+        let multi_thread =
+            tokio::runtime::Handle::current().runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread;
+        let (reply, owed) = match multi_thread && commands::may_scan(name, &msg) {
+            true => tokio::task::block_in_place(run),
+            false => run(),
+        };
         drop(writer);
         // A single client (one pool connection and its monitors): no other
         // request can be queued behind this thread unseen.
