@@ -12,6 +12,7 @@ pub mod schema;
 pub mod sort;
 pub mod update;
 pub mod update_pipeline;
+pub mod validation_error;
 
 pub use collation::Collation;
 pub use matcher::{Filter, FilterError};

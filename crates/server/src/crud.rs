@@ -679,6 +679,8 @@ fn filesystem_sizes(dir: &std::path::Path) -> (u64, u64) {
 /// `validationAction`), checked on insert and update.
 pub(crate) struct Validator {
     filter: Filter,
+    /// The validator as written, which `errInfo.details` explains.
+    spec: Document,
     /// `moderate`: updates of documents that did not pass are not checked.
     moderate: bool,
     /// `warn`: log instead of refusing.
@@ -714,7 +716,7 @@ impl Validator {
         if spec.is_empty() || level == "off" {
             return Ok(None);
         }
-        Ok(Some(Validator { filter, moderate: level == "moderate", warn: action == "warn" }))
+        Ok(Some(Validator { filter, spec: spec.clone(), moderate: level == "moderate", warn: action == "warn" }))
     }
 
     /// Check `new` (replacing `old`, for an update); `bypass` is the
@@ -723,14 +725,16 @@ impl Validator {
         if bypass || self.filter.matches(new) || (self.moderate && old.is_some_and(|o| !self.filter.matches(o))) {
             return Ok(());
         }
+        let err_info = doc! {
+            "failingDocumentId": new.get("_id").cloned().unwrap_or(Bson::Null),
+            "details": query::validation_error::details(&self.spec, new),
+        };
         if self.warn {
-            tracing::warn!(id = ?new.get("_id"), "Document would fail validation");
+            tracing::warn!(id = 20294, errInfo = %err_info, "Document would fail validation");
             return Ok(());
         }
         let mut e = CommandError::document_validation_failure("Document failed validation");
-        e.extra = Some(Box::new(doc! {
-            "errInfo": { "failingDocumentId": new.get("_id").cloned().unwrap_or(Bson::Null) },
-        }));
+        e.extra = Some(Box::new(doc! { "errInfo": err_info }));
         Err(e)
     }
 }
