@@ -80,3 +80,12 @@ def test_project_computes_fields_in_aggregate_and_find(sales):
     with pytest.raises(OperationFailure) as e:
         sales.find_one({"_id": 1}, {"bad": {"$add": ["$item", 1]}})
     assert e.value.code == 16554
+
+
+def test_sum_and_avg_add_as_mongod_does(client):
+    from bson.int64 import Int64
+    c = client.test.sums
+    c.insert_many([{"g": "tenth", "v": 0.1} for _ in range(10)] + [{"g": "long", "v": Int64(5)}, {"g": "long", "v": 2}])
+    out = {d["_id"]: d for d in c.aggregate([{"$group": {"_id": "$g", "s": {"$sum": "$v"}, "a": {"$avg": "$v"}}}])}
+    assert out["tenth"]["s"] == 1.0 and out["tenth"]["a"] == 0.1
+    assert out["long"]["s"] == 7 and type(out["long"]["s"]) is Int64

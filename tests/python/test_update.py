@@ -77,6 +77,12 @@ def test_positional_and_array_filters(client):
         c.update_one({"_id": 1}, {"$set": {"a.$[x]": 1}})
     assert e.value.code == 2
     assert "No array filter found for identifier 'x'" in str(e.value)
+    for bad in [{"$expr": {"$gt": ["$x", 1]}}, {"x": 1, "$expr": True}, {"$or": [{"x": 1}, {"$expr": True}]}]:
+        with pytest.raises(WriteError) as e:
+            c.update_one({"_id": 1}, {"$set": {"items.$[x].q": 0}}, array_filters=[bad])
+        assert e.value.code == 224, bad
+        assert "$expr is not allowed in this context" in str(e.value)
+    assert [i["q"] for i in c.find_one({"_id": 1})["items"]] == [2, 6, 10]
 
 
 def test_replacement(client):

@@ -477,19 +477,79 @@ fn parse_group(arg: &Bson, scope: &Scope) -> Result<Stage, FilterError> {
     Ok(Stage::Group { id, fields })
 }
 
+/// A sum kept as two doubles (mongod's `DoubleDoubleSummation`): doubles
+/// add with twice a double's precision (ten 0.1s make 1), integers add
+/// exactly (each split in two halves a double holds exactly), and
+/// infinities and NaN are summed apart.
+#[derive(Debug, Clone, Copy, Default)]
+struct DoubleDouble {
+    hi: f64,
+    lo: f64,
+    /// The sum of the non-finite values, if any came.
+    special: Option<f64>,
+}
+
+impl DoubleDouble {
+    fn add(&mut self, x: f64) {
+        if !x.is_finite() {
+            self.special = Some(self.special.unwrap_or(0.0) + x);
+            return;
+        }
+        // Knuth's two-sum, then renormalise so that |lo| stays below hi's ulp.
+        let sum = self.hi + x;
+        let b = sum - self.hi;
+        let error = (self.hi - (sum - b)) + (x - b);
+        let lo = self.lo + error;
+        self.hi = sum + lo;
+        self.lo = lo - (self.hi - sum);
+    }
+
+    fn add_long(&mut self, x: i64) {
+        let high = x / (1 << 32) * (1 << 32);
+        self.add(high as f64);
+        self.add((x - high) as f64);
+    }
+
+    /// The total as a long, if it is a whole number that fits one (an
+    /// integer total is exact: `hi + lo` to the unit).
+    fn as_long(&self) -> Option<i64> {
+        if self.special.is_some() || self.hi.fract() != 0.0 || self.lo.fract() != 0.0 {
+            return None;
+        }
+        // Whole numbers; as i128 (saturating far out of range) they add
+        // exactly wherever the total could be a long.
+        let (hi, lo) = (self.hi as i128, self.lo as i128);
+        i64::try_from(hi.checked_add(lo)?).ok()
+    }
+
+    fn value(&self) -> f64 {
+        match self.special {
+            Some(special) => special + self.hi,
+            None => self.hi + self.lo,
+        }
+    }
+}
+
+/// The widest numeric type a `$sum` has seen: its result's type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Widest {
+    Int,
+    Long,
+    Double,
+}
+
 /// One group's running accumulators.
 #[derive(Debug, Clone)]
 enum Acc {
     /// `dec`: the total of Decimal128 values, once one is seen (the
     /// result is then a decimal, as mongod's).
     Sum {
-        int: i64,
-        float: f64,
-        is_float: bool,
+        total: DoubleDouble,
+        widest: Widest,
         dec: Option<Dec>,
     },
     Avg {
-        total: f64,
+        total: DoubleDouble,
         n: u64,
         dec: Option<Dec>,
     },
@@ -537,8 +597,8 @@ fn group(
             let accs = fields
                 .iter()
                 .map(|(_, kind, _)| match kind {
-                    AccKind::Sum => Acc::Sum { int: 0, float: 0.0, is_float: false, dec: None },
-                    AccKind::Avg => Acc::Avg { total: 0.0, n: 0, dec: None },
+                    AccKind::Sum => Acc::Sum { total: DoubleDouble::default(), widest: Widest::Int, dec: None },
+                    AccKind::Avg => Acc::Avg { total: DoubleDouble::default(), n: 0, dec: None },
                     AccKind::Push => Acc::Push(Vec::new()),
                     _ => Acc::Pick(None),
                 })
@@ -583,31 +643,26 @@ fn accumulate(kind: AccKind, acc: &mut Acc, v: Option<Bson>) {
         }
     }
     match (kind, acc) {
-        (AccKind::Sum, Acc::Sum { int, float, is_float, .. }) => match v.as_ref().and_then(number) {
-            Some(Number::Int(i)) if !*is_float => match int.checked_add(i) {
-                Some(s) => *int = s,
-                None => {
-                    *is_float = true;
-                    *float = *int as f64 + i as f64;
+        (AccKind::Sum, Acc::Sum { total, widest, .. }) => match v.as_ref().and_then(number) {
+            Some(Number::Int(i)) => {
+                if matches!(v, Some(Bson::Int64(_))) {
+                    *widest = (*widest).max(Widest::Long);
                 }
-            },
-            Some(Number::Int(i)) => *float += i as f64,
+                total.add_long(i);
+            }
             Some(Number::Float(f)) => {
-                if !*is_float {
-                    *is_float = true;
-                    *float = *int as f64;
-                }
-                *float += f;
+                *widest = Widest::Double;
+                total.add(f);
             }
             None => {}
         },
         (AccKind::Avg, Acc::Avg { total, n, .. }) => match v.as_ref().and_then(number) {
             Some(Number::Int(i)) => {
-                *total += i as f64;
+                total.add_long(i);
                 *n += 1;
             }
             Some(Number::Float(f)) => {
-                *total += f;
+                total.add(f);
                 *n += 1;
             }
             None => {}
@@ -652,26 +707,31 @@ fn add_decimal(total: &mut Option<Dec>, v: &Bson) {
     });
 }
 
-/// The total of the numbers that were not decimals, as a decimal (mongod
-/// converts its double sum with 34 digits).
-fn non_decimal_total(int: i64, float: f64, is_float: bool) -> Dec {
-    let v = if is_float { Bson::Double(float) } else { Bson::Int64(int) };
-    Dec::from_bson(&v, DoubleDigits::ThirtyFour).expect("a number")
+/// A `$sum` of numbers that were not decimals: an int if every one was
+/// and it fits, a long if the widest was a long (or an int sum outgrew
+/// int), else a double (also when an integer sum overflows a long).
+fn non_decimal_sum(total: &DoubleDouble, widest: Widest) -> Bson {
+    match (widest, total.as_long()) {
+        (Widest::Int, Some(i)) => i32::try_from(i).map_or(Bson::Int64(i), Bson::Int32),
+        (Widest::Long, Some(i)) => Bson::Int64(i),
+        _ => Bson::Double(total.value()),
+    }
+}
+
+/// As a decimal (mongod converts its double sum with 34 digits).
+fn as_decimal(v: &Bson) -> Dec {
+    Dec::from_bson(v, DoubleDigits::ThirtyFour).expect("a number")
 }
 
 fn finish(acc: Acc) -> Bson {
     match acc {
-        Acc::Sum { int, float, is_float, dec: Some(dec) } => {
-            dec.add(&non_decimal_total(int, float, is_float)).to_bson()
+        Acc::Sum { total, widest, dec: Some(dec) } => dec.add(&as_decimal(&non_decimal_sum(&total, widest))).to_bson(),
+        Acc::Avg { total, n, dec: Some(dec) } => {
+            dec.add(&as_decimal(&Bson::Double(total.value()))).div_count(n).to_bson()
         }
-        Acc::Avg { total, n, dec: Some(dec) } => dec.add(&non_decimal_total(0, total, true)).div_count(n).to_bson(),
-        Acc::Sum { int, is_float: false, .. } => match i32::try_from(int) {
-            Ok(i) => Bson::Int32(i),
-            Err(_) => Bson::Int64(int),
-        },
-        Acc::Sum { float, .. } => Bson::Double(float),
+        Acc::Sum { total, widest, dec: None } => non_decimal_sum(&total, widest),
         Acc::Avg { n: 0, .. } => Bson::Null,
-        Acc::Avg { total, n, .. } => Bson::Double(total / n as f64),
+        Acc::Avg { total, n, .. } => Bson::Double(total.value() / n as f64),
         Acc::Pick(v) => v.unwrap_or(Bson::Null),
         Acc::Push(items) => Bson::Array(items),
     }
@@ -694,6 +754,30 @@ mod tests {
             doc! { "name": "c", "team": "x", "age": 40 },
             doc! { "name": "d", "team": "y" },
         ]
+    }
+
+    #[test]
+    fn sum_and_avg_keep_precision_and_mongod_result_types() {
+        let sum = |values: Vec<Bson>| {
+            let docs = values.into_iter().map(|v| doc! { "v": v }).collect();
+            let out = run(bson!([{ "$group": { "_id": null, "s": { "$sum": "$v" }, "a": { "$avg": "$v" } } }]), docs);
+            (out[0].get("s").unwrap().clone(), out[0].get("a").unwrap().clone())
+        };
+        // Twice a double's precision: ten 0.1s make 1, their mean 0.1.
+        assert_eq!(sum(vec![Bson::Double(0.1); 10]), (Bson::Double(1.0), Bson::Double(0.1)));
+        assert_eq!(sum(vec![Bson::Double(1e100), Bson::Double(1.0), Bson::Double(-1e100)]).0, Bson::Double(1.0));
+        // The widest integer type seen, growing from int to long.
+        assert_eq!(sum(vec![Bson::Int32(1), Bson::Int32(2)]).0, Bson::Int32(3));
+        assert_eq!(sum(vec![Bson::Int64(5)]).0, Bson::Int64(5));
+        assert_eq!(sum(vec![Bson::Int32(i32::MAX), Bson::Int32(1)]).0, Bson::Int64(1 << 31));
+        // A long overflow turns to a double, exactly summed.
+        assert_eq!(sum(vec![Bson::Int64(i64::MAX), Bson::Int64(i64::MAX)]).0, Bson::Double(2.0 * i64::MAX as f64));
+        assert_eq!(sum(vec![Bson::Int64(i64::MAX), Bson::Int64(1), Bson::Int64(-2)]).0, Bson::Int64(i64::MAX - 1));
+        assert_eq!(sum(vec![Bson::Int32(1), Bson::Double(0.5)]).0, Bson::Double(1.5));
+        // Infinities and NaN as doubles add them.
+        assert_eq!(sum(vec![Bson::Double(f64::INFINITY), Bson::Int32(1)]).0, Bson::Double(f64::INFINITY));
+        let (s, _) = sum(vec![Bson::Double(f64::INFINITY), Bson::Double(f64::NEG_INFINITY)]);
+        assert!(matches!(s, Bson::Double(x) if x.is_nan()));
     }
 
     #[test]

@@ -408,8 +408,20 @@ fn check_replacement(update: &Document) -> Result<(), FilterError> {
 }
 
 fn parse_array_filters(array_filters: &[Document]) -> Result<ArrayFilters, FilterError> {
+    /// `$expr` anywhere in the filter's logical tree (mongod parses array
+    /// filters with it banned, before it looks for the identifier).
+    fn has_expr(f: &Document) -> bool {
+        f.iter().any(|(k, v)| match (k.as_str(), v) {
+            ("$expr", _) => true,
+            ("$and" | "$or" | "$nor", Bson::Array(items)) => items.iter().filter_map(Bson::as_document).any(has_expr),
+            _ => false,
+        })
+    }
     let mut out = ArrayFilters::default();
     for f in array_filters {
+        if has_expr(f) {
+            return Err(err(224, "Error parsing array filter :: caused by :: $expr is not allowed in this context"));
+        }
         let mut name: Option<&str> = None;
         for key in f.keys() {
             if key.starts_with('$') {
