@@ -89,3 +89,12 @@ def test_sum_and_avg_add_as_mongod_does(client):
     out = {d["_id"]: d for d in c.aggregate([{"$group": {"_id": "$g", "s": {"$sum": "$v"}, "a": {"$avg": "$v"}}}])}
     assert out["tenth"]["s"] == 1.0 and out["tenth"]["a"] == 0.1
     assert out["long"]["s"] == 7 and type(out["long"]["s"]) is Int64
+
+
+def test_decimal_prices_add_multiply_and_subtract(client):
+    from bson.decimal128 import Decimal128
+    c = client.test.prices
+    c.insert_one({"_id": 1, "price": Decimal128("19.99"), "qty": 3, "discount": Decimal128("5.00")})
+    out = c.find_one({}, {"total": {"$subtract": [{"$multiply": ["$price", "$qty"]}, "$discount"]},
+                          "plus_tax": {"$add": ["$price", Decimal128("1.60")]}})
+    assert out == {"_id": 1, "total": Decimal128("54.97"), "plus_tax": Decimal128("21.59")}

@@ -205,6 +205,26 @@ impl Dec {
         }
     }
 
+    /// `-self`.
+    pub fn neg(&self) -> Dec {
+        match self {
+            Dec::NaN => Dec::NaN,
+            Dec::Inf { negative } => Dec::Inf { negative: !negative },
+            Dec::Finite { negative, digits, exp } => {
+                Dec::Finite { negative: !negative, digits: digits.clone(), exp: *exp }
+            }
+        }
+    }
+
+    /// `|self|`.
+    pub fn abs(&self) -> Dec {
+        match self {
+            Dec::NaN => Dec::NaN,
+            Dec::Inf { .. } => Dec::Inf { negative: false },
+            Dec::Finite { digits, exp, .. } => Dec::Finite { negative: false, digits: digits.clone(), exp: *exp },
+        }
+    }
+
     /// `self × other`.
     pub fn mul(&self, other: &Dec) -> Dec {
         let zero = |d: &Dec| matches!(d, Dec::Finite { digits, .. } if digits.is_empty());

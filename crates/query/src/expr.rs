@@ -527,6 +527,11 @@ fn num(v: &Bson) -> Option<Num> {
     }
 }
 
+/// A number of any numeric type, decimals included.
+fn is_number(v: &Bson) -> bool {
+    num(v).is_some() || matches!(v, Bson::Decimal128(_))
+}
+
 fn f64_of(n: Num) -> f64 {
     match n {
         Num::Int(i) => i as f64,
@@ -569,6 +574,12 @@ fn long(n: Num) -> i64 {
         Num::Long(i) => i,
         Num::Double(d) => d as i64,
     }
+}
+
+/// A number as a decimal operand: a double keeps 15 digits, as mongod's
+/// expressions convert it.
+fn to_dec(v: &Bson) -> Dec {
+    Dec::from_bson(v, DoubleDigits::Fifteen).unwrap_or(Dec::NaN)
 }
 
 fn decimal_unsupported(name: &str) -> FilterError {
@@ -742,6 +753,8 @@ fn eval_op(op: Op, nodes: &[Node], env: &Env) -> Result<Option<Bson>, FilterErro
             let name = if op == Op::Add { "$add" } else { "$multiply" };
             let mut acc = Num::Int(if op == Op::Add { 0 } else { 1 });
             let mut date: Option<i64> = None;
+            // Once a decimal comes, the total is a decimal.
+            let mut decimal: Option<Dec> = None;
             for v in vals(env)? {
                 let v = match v {
                     None | Some(Bson::Null | Bson::Undefined) => return Ok(Some(Bson::Null)),
@@ -754,13 +767,19 @@ fn eval_op(op: Op, nodes: &[Node], env: &Env) -> Result<Option<Bson>, FilterErro
                         }
                         date = Some(d.timestamp_millis());
                     }
-                    (Bson::Decimal128(_), _) => return Err(decimal_unsupported(name)),
                     _ => {
-                        let Some(n) = num(&v) else {
+                        if !is_number(&v) {
                             let what = if op == Op::Add { "numeric or date types" } else { "numeric types" };
                             let code = if op == Op::Add { 16554 } else { 16555 };
                             return Err(err(code, format!("{name} only supports {what}, not {}", type_name(&v))));
-                        };
+                        }
+                        if decimal.is_some() || matches!(v, Bson::Decimal128(_)) {
+                            let total = decimal.take().unwrap_or_else(|| to_dec(&bson_of(acc)));
+                            let operand = to_dec(&v);
+                            decimal = Some(if op == Op::Add { total.add(&operand) } else { total.mul(&operand) });
+                            continue;
+                        }
+                        let n = num(&v).expect("a number, not a decimal");
                         acc = match op {
                             Op::Add => arith(acc, n, i64::checked_add, |a, b| a + b),
                             _ => arith(acc, n, i64::checked_mul, |a, b| a * b),
@@ -768,15 +787,17 @@ fn eval_op(op: Op, nodes: &[Node], env: &Env) -> Result<Option<Bson>, FilterErro
                     }
                 }
             }
-            match date {
-                Some(ms) => {
+            match (date, decimal) {
+                (Some(_), Some(_)) => return Err(decimal_unsupported("$add of a date")),
+                (None, Some(total)) => total.to_bson(),
+                (Some(ms), None) => {
                     let add = match acc {
                         Num::Double(d) => d.round() as i64,
                         other => long(other),
                     };
                     Bson::DateTime(bson::DateTime::from_millis(ms.wrapping_add(add)))
                 }
-                None => bson_of(acc),
+                (None, None) => bson_of(acc),
             }
         }
         Op::Subtract | Op::Divide | Op::Mod | Op::Pow => {
@@ -793,7 +814,12 @@ fn eval_op(op: Op, nodes: &[Node], env: &Env) -> Result<Option<Bson>, FilterErro
                 _ => "$pow",
             };
             if matches!(a, Bson::Decimal128(_)) || matches!(b, Bson::Decimal128(_)) {
-                return Err(decimal_unsupported(name));
+                if op == Op::Subtract && is_number(&a) && is_number(&b) {
+                    return Ok(Some(to_dec(&a).add(&to_dec(&b).neg()).to_bson()));
+                }
+                if is_number(&a) && is_number(&b) {
+                    return Err(decimal_unsupported(name));
+                }
             }
             if op == Op::Subtract {
                 match (&a, &b) {
@@ -875,6 +901,9 @@ fn eval_op(op: Op, nodes: &[Node], env: &Env) -> Result<Option<Bson>, FilterErro
             }
             let v = v.expect("not missing");
             if matches!(v, Bson::Decimal128(_)) {
+                if op == Op::Abs {
+                    return Ok(Some(to_dec(&v).abs().to_bson()));
+                }
                 return Err(decimal_unsupported(name));
             }
             let Some(n) = num(&v) else {
@@ -1054,6 +1083,22 @@ mod tests {
 
     fn eval(e: Bson, d: Document) -> Result<Option<Bson>, FilterError> {
         Expression::parse(&e, &Scope::default())?.eval(&d)
+    }
+
+    #[test]
+    fn add_multiply_subtract_and_abs_take_decimals() {
+        let dec = |s: &str| Bson::Decimal128(s.parse().unwrap());
+        let d = doc! { "p": dec("1.10"), "q": 2 };
+        let run = |e: Bson| eval(e, d.clone()).unwrap().unwrap();
+        // A double joins as 15 digits, as mongod converts it.
+        assert_eq!(run(bson::bson!({ "$add": ["$p", 2.2] })), dec("3.30000000000000"));
+        assert_eq!(run(bson::bson!({ "$add": [1, "$p", "$q"] })), dec("4.10"));
+        assert_eq!(run(bson::bson!({ "$multiply": ["$p", "$q"] })), dec("2.20"));
+        assert_eq!(run(bson::bson!({ "$subtract": [5, "$p"] })), dec("3.90"));
+        assert_eq!(run(bson::bson!({ "$abs": { "$subtract": ["$p", 3] } })), dec("1.90"));
+        assert_eq!(run(bson::bson!({ "$add": ["$p", null] })), Bson::Null);
+        assert_eq!(eval(bson::bson!({ "$add": ["$p", "x"] }), d.clone()).unwrap_err().code, 16554);
+        assert_eq!(eval(bson::bson!({ "$divide": ["$p", 2] }), d).unwrap_err().code, 238);
     }
 
     #[test]
