@@ -261,3 +261,14 @@ def test_a_view_has_its_own_default_collation(client):
     assert e.value.code == 167 and "over" in e.value.details["errmsg"]
     db.command({"create": "folded", "viewOn": "people", "collation": {"locale": "en_US", "strength": 2}})
     assert ids(db.over.find({"n": "aNN"})) == [1, 2]
+
+
+def test_merge_into_a_collated_collection_keeps_the_stored_id(client):
+    db = client.test
+    db.create_collection("target", collation=Collation(locale="en", strength=2))
+    db.target.insert_one({"_id": "ann", "n": 1})
+    db.src.insert_one({"_id": "ANN", "n": 2})
+    with pytest.raises(OperationFailure) as e:
+        list(db.src.aggregate([{"$merge": {"into": "target", "whenMatched": "replace"}}]))
+    assert e.value.code == 66
+    assert db.target.find_one() == {"_id": "ann", "n": 1}

@@ -1,7 +1,7 @@
 """The local session cache: every command with an `lsid` marks its session
 used; `$listLocalSessions` lists the sessions; `startSession` adds one;
-`endSessions`, `killSessions` and `killAllSessions` forget them, the kills
-closing their cursors too (as mongod's logical session cache)."""
+`endSessions` forgets them; `killSessions` and `killAllSessions` close
+their cursors (as mongod's logical session cache)."""
 
 import hashlib
 
@@ -95,7 +95,8 @@ def test_kill_sessions_closes_their_cursors_and_end_sessions_checks_its_list(cli
         theirs = client.test.t.find({}, batch_size=2, session=other)
         assert [next(mine)["_id"], next(theirs)["_id"]] == [0, 0]
         client.admin.command("killSessions", [s.session_id])
-        assert uuid_of(s) not in listed(client) and uuid_of(other) in listed(client)
+        # Killed, not ended: both are still listed.
+        assert uuid_of(s) in listed(client) and uuid_of(other) in listed(client)
         with pytest.raises(OperationFailure) as e:
             list(mine)
         assert e.value.code == 43
@@ -106,12 +107,16 @@ def test_kill_sessions_closes_their_cursors_and_end_sessions_checks_its_list(cli
         assert e.value.code == code, bad
 
 
-def test_kill_all_sessions_forgets_every_session(client):
+def test_kill_all_sessions_closes_every_session_cursor(client):
+    client.test.t.insert_many([{"_id": i} for i in range(10)])
     with client.start_session() as s:
-        client.test.t.find_one({}, session=s)
+        cursor = client.test.t.find({}, batch_size=2, session=s)
+        assert next(cursor)["_id"] == 0
         client.admin.command("killAllSessions", [{"user": "ann", "db": "admin"}])
-        assert uuid_of(s) in listed(client)
+        assert next(cursor)["_id"] == 1  # another user's sessions: none here
         client.admin.command("killAllSessions", [])
-        # Only the listing's own session is left.
-        assert uuid_of(s) not in listed(client)
-        assert len(listed(client)) == 1
+        with pytest.raises(OperationFailure) as e:
+            list(cursor)
+        assert e.value.code == 43
+        assert uuid_of(s) in listed(client)
+    assert len(list(client.test.t.find({}, batch_size=3))) == 10

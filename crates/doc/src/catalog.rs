@@ -124,6 +124,9 @@ pub trait IdCollation: Send + Sync {
     fn key_of(&self, id: &Bson) -> Bson;
     /// The collation in full, as the `_id` index entry records it.
     fn full_spec(&self) -> Document;
+    /// Names the code and data that make the keys: an index whose entry
+    /// names another is not opened (its keys may not match this build's).
+    fn key_format(&self) -> &'static str;
 }
 
 /// Makes the `IdCollation` of a collation specification (`None`: the
@@ -190,8 +193,9 @@ pub struct Catalog {
     id_collations: Option<IdCollations>,
 }
 
-/// The table names of a catalog entry, and its `_id` index's collation.
-fn entry_tables(ns: &Namespace, entry: &Document) -> (String, String, Option<Document>) {
+/// The table names of a catalog entry, and its `_id` index's collation
+/// with the format of its keys.
+fn entry_tables(ns: &Namespace, entry: &Document) -> (String, String, Option<(Document, String)>) {
     let records = entry.get_str("records").map(str::to_string).unwrap_or_else(|_| format!("c/{ns}"));
     let index = entry
         .get_array("indexes")
@@ -199,7 +203,11 @@ fn entry_tables(ns: &Namespace, entry: &Document) -> (String, String, Option<Doc
         .and_then(|ix| ix.iter().filter_map(Bson::as_document).find(|i| i.get_str("name") == Ok("_id_")));
     let id_index =
         index.and_then(|i| i.get_str("table").ok().map(str::to_string)).unwrap_or_else(|| format!("i/{ns}/_id_"));
-    (records, id_index, index.and_then(|i| i.get_document("collation").ok().cloned()))
+    let collation = index.and_then(|i| {
+        let spec = i.get_document("collation").ok()?.clone();
+        Some((spec, i.get_str("keyFormat").unwrap_or_default().to_string()))
+    });
+    (records, id_index, collation)
 }
 
 /// Index tables get smaller leaves than record tables (16 KiB against
@@ -231,6 +239,7 @@ fn catalog_entry(
     let mut index = doc! { "v": 2, "key": { "_id": 1 }, "name": "_id_", "table": id_index };
     if let Some(c) = id_collation {
         index.insert("collation", c.full_spec());
+        index.insert("keyFormat", c.key_format());
     }
     doc! {
         "ns": ns.to_string(),
@@ -266,9 +275,18 @@ impl Catalog {
             let (records, id_index, collation) = entry_tables(&ns, &meta_doc);
             let id_collation = match collation {
                 None => None,
-                Some(spec) => Some(id_collations.and_then(|make| make(&spec)).ok_or_else(|| {
-                    DocError::Corrupt(format!("the _id index of {ns} has a collation this catalog cannot apply"))
-                })?),
+                Some((spec, format)) => {
+                    let c = id_collations.and_then(|make| make(&spec)).ok_or_else(|| {
+                        DocError::Corrupt(format!("the _id index of {ns} has a collation this catalog cannot apply"))
+                    })?;
+                    if c.key_format() != format {
+                        return Err(DocError::Corrupt(format!(
+                            "the _id index of {ns} holds collation keys of format {format:?}, this build makes {:?}",
+                            c.key_format()
+                        )));
+                    }
+                    Some(c)
+                }
             };
             let c = Collection::load(&engine, ns.clone(), options, &records, &id_index, id_collation)?;
             collections.insert(ns, Arc::new(c));
@@ -950,8 +968,9 @@ mod tests {
         (dir, e, cat)
     }
 
-    /// A stand-in collation for the catalog's tests: case-insensitive.
-    struct Folded;
+    /// A stand-in collation for the catalog's tests: case-insensitive,
+    /// its keys of the format named.
+    struct Folded(&'static str);
 
     impl IdCollation for Folded {
         fn key_of(&self, id: &Bson) -> Bson {
@@ -963,10 +982,17 @@ mod tests {
         fn full_spec(&self) -> Document {
             doc! { "locale": "folded" }
         }
+        fn key_format(&self) -> &'static str {
+            self.0
+        }
     }
 
     fn folded(spec: &Document) -> Option<Arc<dyn IdCollation>> {
-        (spec.get_str("locale") == Ok("folded")).then(|| Arc::new(Folded) as Arc<dyn IdCollation>)
+        (spec.get_str("locale") == Ok("folded")).then(|| Arc::new(Folded("lowercase")) as Arc<dyn IdCollation>)
+    }
+
+    fn folded_otherwise(spec: &Document) -> Option<Arc<dyn IdCollation>> {
+        (spec.get_str("locale") == Ok("folded")).then(|| Arc::new(Folded("lowercase-2")) as Arc<dyn IdCollation>)
     }
 
     #[test]
@@ -1005,8 +1031,13 @@ mod tests {
         assert!(c.delete(&e, rid, &d, Ack::Journaled, None).unwrap());
         c.insert(&e, &doc! { "_id": "aNn" }, Ack::Journaled, None).unwrap();
         drop(cat);
-        // A catalog that cannot apply the collation refuses to open.
+        // A catalog that cannot apply the collation, or makes keys of
+        // another format, refuses to open.
         assert!(matches!(Catalog::open(e.clone()), Err(DocError::Corrupt(_))));
+        match Catalog::open_with(e.clone(), Some(folded_otherwise)) {
+            Err(DocError::Corrupt(why)) => assert!(why.contains("\"lowercase\""), "{why}"),
+            other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
+        }
     }
 
     #[test]

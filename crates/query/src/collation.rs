@@ -257,7 +257,17 @@ impl doc::catalog::IdCollation for Collation {
     fn full_spec(&self) -> Document {
         Collation::full_spec(self)
     }
+
+    fn key_format(&self) -> &'static str {
+        ID_KEY_FORMAT
+    }
 }
+
+/// The sort keys `_id` indexes store: ICU4X's collator 2.4 with its
+/// compiled CLDR data. A dependency update that changes any key must
+/// change this name (`id_keys_are_stable` pins sample keys), so that an
+/// index with keys of the old format is refused rather than misread.
+pub const ID_KEY_FORMAT: &str = "icu4x-collator-2.4";
 
 /// The `_id` index collation of a stored collation spec, for
 /// `Catalog::open_with`.
@@ -301,6 +311,25 @@ mod tests {
         // Inside documents and arrays; other types as MongoDB orders them.
         assert_eq!(s2.compare(&bson!({ "a": ["X"] }), &bson!({ "a": ["x"] })), Ordering::Equal);
         assert_eq!(s2.compare(&bson!(1), &bson!("a")), Ordering::Less);
+    }
+
+    /// `en`, strength 2: "ann", "ANN", "Ärger", "a10".
+    const PINNED_KEYS: [&str; 4] = ["2b45450107", "2b45450107", "2b4d37334d01459608", "2b14120107"];
+
+    #[test]
+    fn id_keys_are_stable() {
+        use doc::catalog::IdCollation;
+        let s2 = c(doc! { "locale": "en", "strength": 2 });
+        let keys: Vec<String> = ["ann", "ANN", "Ärger", "a10"]
+            .iter()
+            .map(|s| match IdCollation::key_of(&*s2, &bson!(*s)) {
+                Bson::String(k) => k,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(keys[0], keys[1]);
+        // Were these to change, ID_KEY_FORMAT must change with them.
+        assert_eq!(keys, PINNED_KEYS, "collation sort keys changed: bump ID_KEY_FORMAT");
     }
 
     #[test]

@@ -817,7 +817,8 @@ fn eval_op(op: Op, nodes: &[Node], env: &Env) -> Result<Option<Bson>, FilterErro
                 if op == Op::Subtract && is_number(&a) && is_number(&b) {
                     return Ok(Some(to_dec(&a).add(&to_dec(&b).neg()).to_bson()));
                 }
-                if is_number(&a) && is_number(&b) {
+                // A date with a decimal, and the other operators' decimals.
+                if is_number(&a) && is_number(&b) || matches!(a, Bson::DateTime(_)) || matches!(b, Bson::DateTime(_)) {
                     return Err(decimal_unsupported(name));
                 }
             }

@@ -723,12 +723,20 @@ fn as_decimal(v: &Bson) -> Dec {
     Dec::from_bson(v, DoubleDigits::ThirtyFour).expect("a number")
 }
 
+/// A double-double total joining a decimal total: each half converted
+/// with 34 digits, so the pair's extra precision is kept.
+fn add_to_decimal(dec: &Dec, total: &DoubleDouble, widest: Widest) -> Dec {
+    match (widest, total.as_long(), total.special) {
+        (Widest::Int | Widest::Long, Some(i), _) => dec.add(&as_decimal(&Bson::Int64(i))),
+        (_, _, Some(special)) => dec.add(&as_decimal(&Bson::Double(special + total.hi))),
+        _ => dec.add(&as_decimal(&Bson::Double(total.hi))).add(&as_decimal(&Bson::Double(total.lo))),
+    }
+}
+
 fn finish(acc: Acc) -> Bson {
     match acc {
-        Acc::Sum { total, widest, dec: Some(dec) } => dec.add(&as_decimal(&non_decimal_sum(&total, widest))).to_bson(),
-        Acc::Avg { total, n, dec: Some(dec) } => {
-            dec.add(&as_decimal(&Bson::Double(total.value()))).div_count(n).to_bson()
-        }
+        Acc::Sum { total, widest, dec: Some(dec) } => add_to_decimal(&dec, &total, widest).to_bson(),
+        Acc::Avg { total, n, dec: Some(dec) } => add_to_decimal(&dec, &total, Widest::Double).div_count(n).to_bson(),
         Acc::Sum { total, widest, dec: None } => non_decimal_sum(&total, widest),
         Acc::Avg { n: 0, .. } => Bson::Null,
         Acc::Avg { total, n, .. } => Bson::Double(total.value() / n as f64),
@@ -778,6 +786,11 @@ mod tests {
         assert_eq!(sum(vec![Bson::Double(f64::INFINITY), Bson::Int32(1)]).0, Bson::Double(f64::INFINITY));
         let (s, _) = sum(vec![Bson::Double(f64::INFINITY), Bson::Double(f64::NEG_INFINITY)]);
         assert!(matches!(s, Bson::Double(x) if x.is_nan()));
+        // Joining a decimal, both halves of the double total count.
+        let mut tenths = vec![Bson::Double(0.1); 10];
+        tenths.push(Bson::Decimal128("0".parse().unwrap()));
+        let Bson::Decimal128(d) = sum(tenths).0 else { panic!("a decimal") };
+        assert!(d.to_string().starts_with("1.00000000000000005551115123125"), "{d}");
     }
 
     #[test]

@@ -33,9 +33,44 @@ use std::collections::BTreeSet;
 /// At most this many considered values are shown (mongod's default).
 const MAX_CONSIDERED: usize = 10;
 
+/// The most an `errInfo` may take (mongod's 12 MiB).
+const MAX_ERR_INFO_BYTES: usize = 12 << 20;
+
 /// The `details` of a document failing `validator`.
 pub fn details(validator: &Document, doc: &Document) -> Document {
     explain_clauses(validator, doc, false)
+}
+
+/// The `errInfo` of a document failing `validator`: `{failingDocumentId,
+/// details}`; past 12 MiB, the details without what was specified and
+/// considered (`truncated: true`); past that again, only a note (as
+/// mongod's).
+pub fn err_info(validator: &Document, doc: &Document) -> Document {
+    let id = doc.get("_id").cloned().unwrap_or(Bson::Null);
+    let mut details = details(validator, doc);
+    let size = |d: &Document| bson::to_vec(d).map_or(usize::MAX, |b| b.len());
+    if size(&details) <= MAX_ERR_INFO_BYTES {
+        return doc! { "failingDocumentId": id, "details": details };
+    }
+    strip(&mut details);
+    if size(&details) <= MAX_ERR_INFO_BYTES {
+        return doc! { "failingDocumentId": id, "truncated": true, "details": details };
+    }
+    doc! { "failingDocumentId": id, "note": "detailed error was too large" }
+}
+
+/// Drop what was specified and considered, everywhere in `d`.
+fn strip(d: &mut Document) {
+    for key in ["specifiedAs", "consideredValue", "consideredValues", "consideredValuesTruncated"] {
+        d.remove(key);
+    }
+    for (_, v) in d.iter_mut() {
+        match v {
+            Bson::Document(inner) => strip(inner),
+            Bson::Array(items) => items.iter_mut().filter_map(Bson::as_document_mut).for_each(strip),
+            _ => {}
+        }
+    }
 }
 
 /// The clauses of a filter document, as mongod's parser lays them out at
@@ -536,6 +571,20 @@ mod tests {
     fn explain(validator: Document, d: Document) -> Document {
         assert!(!matches(&validator, &d), "the document must fail the validator");
         details(&validator, &d)
+    }
+
+    #[test]
+    fn an_over_large_explanation_is_truncated_then_left_out() {
+        let big: Vec<String> = (0..35_000).map(|i| format!("{i:0>400}")).collect();
+        let d = doc! { "_id": 1, "a": "x" };
+        let info = err_info(&doc! { "a": { "$in": big } }, &d);
+        assert_eq!(info.get_bool("truncated"), Ok(true));
+        assert_eq!(
+            info.get_document("details").unwrap(),
+            &doc! { "operatorName": "$in", "reason": "no matching value found in array" }
+        );
+        let small = err_info(&doc! { "a": 1 }, &d);
+        assert!(small.get_document("details").unwrap().contains_key("specifiedAs"));
     }
 
     #[test]

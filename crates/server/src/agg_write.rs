@@ -293,6 +293,16 @@ fn merge(
                     with_id_first(&out)
                 }
             };
+            // Under a collation the `_id` found may differ from the new
+            // one ("ann" for "ANN"): `_id` stays immutable.
+            if let (Some(was), Some(now)) = (old.get("_id"), merged.get("_id")) {
+                if doc::compare::compare(was, now).is_ne() {
+                    return Err(CommandError::immutable_field(format!(
+                        "After applying the update, the (immutable) field '_id' was found to have been altered to {}",
+                        doc::format::field("_id", now)
+                    )));
+                }
+            }
             if let Some((v, bypass)) = &validator {
                 v.check(&merged, Some(&old), *bypass)?;
             }

@@ -76,9 +76,13 @@ pub fn run(shared: &Shared, conn: &Conn, msg: &OpMsg) -> Document {
             Some(lsid) => {
                 shared.sessions.vivify(lsid)?;
                 let reply = dispatch(shared, conn, name, msg)?;
-                if let Some(id) = reply.get_document("cursor").ok().and_then(|c| c.get_i64("id").ok()) {
-                    if id != 0 {
-                        shared.cursors.bind_session(id, lsid);
+                // The session that opens a cursor owns it (a getMore from
+                // another session does not take it over).
+                if name != "getMore" {
+                    if let Some(id) = reply.get_document("cursor").ok().and_then(|c| c.get_i64("id").ok()) {
+                        if id != 0 {
+                            shared.cursors.bind_session(id, lsid);
+                        }
                     }
                 }
                 Ok(reply)
@@ -126,11 +130,13 @@ pub fn is_small_write(name: &str, msg: &OpMsg) -> bool {
     in_body + in_sequences <= SMALL_WRITE_STATEMENTS
 }
 
-/// Whether a command the connection's task runs may take long: a read or
-/// small write whose filter is not one `_id` (it scans, or sorts), or a
-/// `getMore`. `server.rs` runs those under `block_in_place`, so that the
-/// other connections of this network thread carry on meanwhile.
-pub fn may_scan(name: &str, msg: &OpMsg) -> bool {
+/// Whether a command the connection's task runs may take long: anything
+/// but a `find` by one `_id` (under the collection's collation) or an
+/// unfiltered, unsorted, unskipped `find` of a collection (which stops at
+/// its first batch), and a small write whose statements each name one
+/// `_id`. `server.rs` runs those under `block_in_place`, so that the other
+/// connections of this network thread carry on meanwhile.
+pub fn may_scan(shared: &Shared, name: &str, msg: &OpMsg) -> bool {
     let pinned = |q: Option<&Bson>| match q {
         Some(Bson::Document(f)) => query::Filter::id_equality(f).is_some(),
         _ => false,
@@ -141,21 +147,37 @@ pub fn may_scan(name: &str, msg: &OpMsg) -> bool {
         _ => false,
     };
     let body = &msg.body;
+    // A view computes its whole pipeline; a collation may keep a string
+    // `_id` off the index.
+    let plain_collection = || {
+        !body.contains_key("collation")
+            && match (body.get_str(name), body.get_str("$db")) {
+                (Ok(coll), Ok(db)) => doc::catalog::Namespace::new(db, coll)
+                    .ok()
+                    .and_then(|ns| shared.catalog.get(&ns))
+                    .is_none_or(|c| c.view_on().is_none()),
+                _ => false,
+            }
+    };
     match name {
-        // An unfiltered, unsorted find stops at its first batch.
         "find" => {
-            let quick = empty(body.get("filter")) && empty(body.get("sort"));
-            !(pinned(body.get("filter")) || quick)
+            let skip = !matches!(body.get("skip"), None | Some(Bson::Int32(0) | Bson::Int64(0)));
+            let first_batch = empty(body.get("filter")) && empty(body.get("sort")) && !skip;
+            !((pinned(body.get("filter")) || first_batch) && plain_collection())
         }
-        "count" | "distinct" => !pinned(body.get("query")),
-        "getMore" => true,
         "update" | "delete" => {
             let list = if name == "update" { "updates" } else { "deletes" };
             let in_body = body.get_array(list).map(|a| a.iter().collect::<Vec<_>>()).unwrap_or_default();
             let docs = msg.sequences.iter().flat_map(|(_, d)| d.iter());
-            in_body.into_iter().filter_map(Bson::as_document).chain(docs).any(|st| !pinned(st.get("q")))
+            let scans = in_body
+                .into_iter()
+                .filter_map(Bson::as_document)
+                .chain(docs)
+                .any(|st| !pinned(st.get("q")) || st.contains_key("collation"));
+            scans || !plain_collection()
         }
-        _ => false,
+        // count, distinct and getMore may scan whatever their filter.
+        _ => matches!(name, "count" | "distinct" | "getMore"),
     }
 }
 

@@ -725,10 +725,7 @@ impl Validator {
         if bypass || self.filter.matches(new) || (self.moderate && old.is_some_and(|o| !self.filter.matches(o))) {
             return Ok(());
         }
-        let err_info = doc! {
-            "failingDocumentId": new.get("_id").cloned().unwrap_or(Bson::Null),
-            "details": query::validation_error::details(&self.spec, new),
-        };
+        let err_info = query::validation_error::err_info(&self.spec, new);
         if self.warn {
             tracing::warn!(id = 20294, errInfo = %err_info, "Document would fail validation");
             return Ok(());
@@ -840,6 +837,10 @@ pub(crate) fn write_reply<T>(
     let (mut n, mut modified) = (0i64, 0i64);
     let mut upserted = Vec::new();
     let mut errors = Vec::new();
+    // Validation details stop once they take 8 MiB of the reply, so that
+    // a batch of failing documents cannot build an unbounded reply.
+    const DETAILS_BUDGET: usize = 8 << 20;
+    let mut details_bytes = 0;
     for (i, item) in items.iter().enumerate() {
         match run(i, item) {
             Ok(o) => {
@@ -851,8 +852,18 @@ pub(crate) fn write_reply<T>(
             }
             Err(e) => {
                 let mut we = doc! { "index": i as i32, "code": e.code, "errmsg": &e.errmsg };
-                if let Some(extra) = &e.extra {
-                    we.extend((**extra).clone());
+                if let Some(extra) = e.extra {
+                    let mut extra = *extra;
+                    if let Ok(info) = extra.get_document_mut("errInfo") {
+                        if info.contains_key("details") {
+                            details_bytes += bson::to_vec(&*info).map_or(0, |b| b.len());
+                            if details_bytes > DETAILS_BUDGET {
+                                info.remove("details");
+                                info.insert("note", "detailed error was left out: the reply's details reached 8 MiB");
+                            }
+                        }
+                    }
+                    we.extend(extra);
                 }
                 errors.push(Bson::Document(we));
                 if ordered {

@@ -550,7 +550,7 @@ async fn run_command(shared: &Arc<Shared>, conn: &Conn, msg: wire::OpMsg, how: R
         let name = msg.body.keys().next().map_or("", String::as_str);
         let multi_thread =
             tokio::runtime::Handle::current().runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread;
-        let (reply, owed) = match multi_thread && commands::may_scan(name, &msg) {
+        let (reply, owed) = match multi_thread && commands::may_scan(shared, name, &msg) {
             true => tokio::task::block_in_place(run),
             false => run(),
         };

@@ -108,9 +108,10 @@ pub(crate) fn start_session(shared: &Shared) -> Result<Document, CommandError> {
     })
 }
 
-/// `endSessions`, `killSessions` and `killAllSessions`: forget the
-/// sessions named (a kill with an empty list: every session); the kills
-/// also close their cursors.
+/// `endSessions` forgets the sessions named (at once, where mongod drops
+/// them at its next refresh); `killSessions` and `killAllSessions` close
+/// the cursors of the sessions named (an empty list: every session's),
+/// which stay listed, as mongod's.
 pub(crate) fn end_sessions(shared: &Shared, name: &str, cmd: &Document) -> Result<Document, CommandError> {
     let list = session_list(name, cmd)?;
     let ids: Option<Vec<SessionId>> = match name {
@@ -147,9 +148,9 @@ pub(crate) fn end_sessions(shared: &Shared, name: &str, cmd: &Document) -> Resul
             }
         }
     };
-    shared.sessions.forget(ids.as_deref());
-    if name != "endSessions" {
-        shared.cursors.kill_sessions(ids.as_deref());
+    match name {
+        "endSessions" => shared.sessions.forget(ids.as_deref().unwrap_or_default()),
+        _ => shared.cursors.kill_sessions(ids.as_deref()),
     }
     Ok(bson::doc! { "ok": 1.0 })
 }
@@ -366,23 +367,21 @@ impl SessionCatalog {
         Ok(())
     }
 
-    /// Forget sessions (`endSessions`, `killSessions`); `None`: all of them.
-    pub fn forget(&self, ids: Option<&[SessionId]>) {
+    /// Forget sessions (`endSessions`).
+    pub fn forget(&self, ids: &[SessionId]) {
         let mut local = self.local.lock().unwrap();
-        match ids {
-            None => local.clear(),
-            Some(ids) => {
-                for id in ids {
-                    local.remove(id);
-                }
-            }
+        for id in ids {
+            local.remove(id);
         }
     }
 
     /// The cached sessions as `$listLocalSessions` shows them: `{_id: {id,
     /// uid}, lastUse}`.
     pub fn local_sessions(&self) -> Vec<Document> {
-        let local = self.local.lock().unwrap();
+        // Copied out, so the documents are built without holding the lock
+        // every command with a session takes.
+        let local: Vec<(SessionId, bson::DateTime)> =
+            self.local.lock().unwrap().iter().map(|(id, t)| (*id, *t)).collect();
         local
             .iter()
             .map(|(id, last_use)| {
