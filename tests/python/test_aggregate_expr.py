@@ -98,3 +98,10 @@ def test_decimal_prices_add_multiply_and_subtract(client):
     out = c.find_one({}, {"total": {"$subtract": [{"$multiply": ["$price", "$qty"]}, "$discount"]},
                           "plus_tax": {"$add": ["$price", Decimal128("1.60")]}})
     assert out == {"_id": 1, "total": Decimal128("54.97"), "plus_tax": Decimal128("21.59")}
+    per = c.find_one({}, {"_id": 0, "each": {"$divide": ["$discount", 3]}, "floor": {"$floor": "$price"},
+                          "ceil": {"$ceil": "$price"}})
+    assert per == {"each": Decimal128("1.666666666666666666666666666666667"), "floor": Decimal128("19"),
+                   "ceil": Decimal128("20")}
+    with pytest.raises(OperationFailure) as e:
+        c.find_one({}, {"x": {"$divide": ["$price", Decimal128("0")]}})
+    assert e.value.code == 2

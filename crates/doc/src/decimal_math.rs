@@ -33,6 +33,14 @@ pub enum Dec {
     Finite { negative: bool, digits: Vec<u8>, exp: i32 },
 }
 
+/// The direction `Dec::to_integral` rounds in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Integral {
+    Floor,
+    Ceil,
+    Trunc,
+}
+
 /// How many significant digits a double keeps when it becomes a decimal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DoubleDigits {
@@ -267,6 +275,83 @@ impl Dec {
         finish(*negative, quotient, q_exp, remainder != 0)
     }
 
+    /// The integer `self` rounds to, toward minus infinity (`Floor`),
+    /// plus infinity (`Ceil`) or zero (`Trunc`), sign kept (`ceil(-0.5)`
+    /// is `-0`), exponent raised to 0 where it was below.
+    pub fn to_integral(&self, mode: Integral) -> Dec {
+        let Dec::Finite { negative, digits, exp } = self else { return self.clone() };
+        if *exp >= 0 {
+            return self.clone();
+        }
+        let whole = (digits.len() as i64 + i64::from(*exp)).max(0) as usize;
+        let (mut int, fraction) = (digits[..whole].to_vec(), &digits[whole..]);
+        let up = fraction.iter().any(|&d| d != 0)
+            && match mode {
+                Integral::Floor => *negative,
+                Integral::Ceil => !negative,
+                Integral::Trunc => false,
+            };
+        if up {
+            // Add one to the magnitude.
+            let mut i = int.len();
+            loop {
+                if i == 0 {
+                    int.insert(0, 1);
+                    break;
+                }
+                i -= 1;
+                if int[i] == 9 {
+                    int[i] = 0;
+                } else {
+                    int[i] += 1;
+                    break;
+                }
+            }
+        }
+        strip_leading_zeros(&mut int);
+        Dec::Finite { negative: *negative, digits: int, exp: 0 }
+    }
+
+    /// `self ÷ other`; `None` for a zero divisor (the caller's error, as
+    /// mongod checks it first). An exact quotient keeps IEEE's ideal
+    /// exponent (the dividend's minus the divisor's) where it can.
+    pub fn div(&self, other: &Dec) -> Option<Dec> {
+        let negative = self.negative() != other.negative();
+        match (self, other) {
+            (_, Dec::Finite { digits, .. }) if digits.is_empty() => None,
+            (Dec::NaN, _) | (_, Dec::NaN) => Some(Dec::NaN),
+            (Dec::Inf { .. }, Dec::Inf { .. }) => Some(Dec::NaN),
+            (Dec::Inf { .. }, _) => Some(Dec::Inf { negative }),
+            (_, Dec::Inf { .. }) => Some(Dec::Finite { negative, digits: Vec::new(), exp: EXP_MIN }),
+            (Dec::Finite { digits: da, exp: ea, .. }, Dec::Finite { digits: db, exp: eb, .. }) => {
+                let ideal = ea - eb;
+                if da.is_empty() {
+                    return Some(Dec::Finite { negative, digits: Vec::new(), exp: ideal.clamp(EXP_MIN, EXP_MAX) });
+                }
+                // The divisor has at most 34 digits, so it and every
+                // remainder (times 10, plus a digit) fit a u128.
+                let divisor = db.iter().fold(0u128, |acc, &d| acc * 10 + u128::from(d));
+                // Enough dividend digits for a quotient of 35 or more.
+                let scale = (PRECISION as i32 + 2 + db.len() as i32 - da.len() as i32).max(0);
+                let mut quotient = Vec::with_capacity(da.len() + scale as usize);
+                let mut remainder = 0u128;
+                for &digit in da.iter().chain(std::iter::repeat_n(&0, scale as usize)) {
+                    remainder = remainder * 10 + u128::from(digit);
+                    quotient.push((remainder / divisor) as u8);
+                    remainder %= divisor;
+                }
+                let mut exp = ideal - scale;
+                if remainder == 0 {
+                    while exp < ideal && quotient.last() == Some(&0) {
+                        quotient.pop();
+                        exp += 1;
+                    }
+                }
+                Some(finish(negative, quotient, exp, remainder != 0))
+            }
+        }
+    }
+
     fn negative(&self) -> bool {
         match self {
             Dec::NaN => false,
@@ -466,6 +551,54 @@ mod tests {
         for (a, b, want) in cases {
             assert_eq!(text(d(a).add(&d(b))), want, "{a} + {b}");
             assert_eq!(text(d(b).add(&d(a))), want, "{b} + {a}");
+        }
+    }
+
+    #[test]
+    fn quotients_round_once_and_keep_the_ideal_exponent_when_exact() {
+        let cases = [
+            ("1", "3", "0.3333333333333333333333333333333333"),
+            ("2", "3", "0.6666666666666666666666666666666667"),
+            ("5", "2", "2.5"),
+            ("1", "10", "0.1"),
+            ("12", "12", "1"),
+            ("8.00", "2", "4.00"),
+            ("2.400", "2.0", "1.20"),
+            ("1000", "100", "10"),
+            ("1000", "1", "1000"),
+            ("2.40E+6", "2", "1.20E+6"),
+            ("-1", "4", "-0.25"),
+            ("0.00", "2", "0.00"),
+            ("1", "Infinity", "0E-6176"),
+            ("-Infinity", "2", "-Infinity"),
+            ("Infinity", "Infinity", "NaN"),
+            ("1E+6111", "1E-6176", "Infinity"),
+            ("9999999999999999999999999999999999", "3", "3333333333333333333333333333333333"),
+        ];
+        for (a, b, want) in cases {
+            assert_eq!(text(d(a).div(&d(b)).unwrap()), want, "{a} / {b}");
+        }
+        assert!(d("1").div(&d("0.00")).is_none());
+    }
+
+    #[test]
+    fn integral_values_round_in_their_direction() {
+        let cases = [
+            ("2.50", "2", "3", "2"),
+            ("-2.5", "-3", "-2", "-2"),
+            ("-0.5", "-1", "-0", "-0"),
+            ("0.5", "0", "1", "0"),
+            ("9.99", "9", "10", "9"),
+            ("-9.99", "-10", "-9", "-9"),
+            ("1E+2", "1E+2", "1E+2", "1E+2"),
+            ("7", "7", "7", "7"),
+            ("1E-6176", "0", "1", "0"),
+            ("Infinity", "Infinity", "Infinity", "Infinity"),
+        ];
+        for (x, floor, ceil, trunc) in cases {
+            assert_eq!(text(d(x).to_integral(Integral::Floor)), floor, "floor {x}");
+            assert_eq!(text(d(x).to_integral(Integral::Ceil)), ceil, "ceil {x}");
+            assert_eq!(text(d(x).to_integral(Integral::Trunc)), trunc, "trunc {x}");
         }
     }
 

@@ -20,7 +20,7 @@
 use crate::matcher::FilterError;
 use crate::update::type_name;
 use bson::{Bson, Document};
-use doc::decimal_math::{Dec, DoubleDigits};
+use doc::decimal_math::{Dec, DoubleDigits, Integral};
 use std::cmp::Ordering;
 
 fn err(code: i32, message: impl Into<String>) -> FilterError {
@@ -817,6 +817,12 @@ fn eval_op(op: Op, nodes: &[Node], env: &Env) -> Result<Option<Bson>, FilterErro
                 if op == Op::Subtract && is_number(&a) && is_number(&b) {
                     return Ok(Some(to_dec(&a).add(&to_dec(&b).neg()).to_bson()));
                 }
+                if op == Op::Divide && is_number(&a) && is_number(&b) {
+                    return match to_dec(&a).div(&to_dec(&b)) {
+                        Some(q) => Ok(Some(q.to_bson())),
+                        None => Err(err(2, "can't $divide by zero")),
+                    };
+                }
                 // A date with a decimal, and the other operators' decimals.
                 if is_number(&a) && is_number(&b) || matches!(a, Bson::DateTime(_)) || matches!(b, Bson::DateTime(_)) {
                     return Err(decimal_unsupported(name));
@@ -902,10 +908,15 @@ fn eval_op(op: Op, nodes: &[Node], env: &Env) -> Result<Option<Bson>, FilterErro
             }
             let v = v.expect("not missing");
             if matches!(v, Bson::Decimal128(_)) {
-                if op == Op::Abs {
-                    return Ok(Some(to_dec(&v).abs().to_bson()));
-                }
-                return Err(decimal_unsupported(name));
+                let x = to_dec(&v);
+                let out = match op {
+                    Op::Abs => x.abs(),
+                    Op::Ceil => x.to_integral(Integral::Ceil),
+                    Op::Floor => x.to_integral(Integral::Floor),
+                    Op::Trunc if nodes.len() == 1 => x.to_integral(Integral::Trunc),
+                    _ => return Err(decimal_unsupported(name)),
+                };
+                return Ok(Some(out.to_bson()));
             }
             let Some(n) = num(&v) else {
                 return Err(err(28765, format!("{name} only supports numeric types, not {}", type_name(&v))));
@@ -1099,7 +1110,12 @@ mod tests {
         assert_eq!(run(bson::bson!({ "$abs": { "$subtract": ["$p", 3] } })), dec("1.90"));
         assert_eq!(run(bson::bson!({ "$add": ["$p", null] })), Bson::Null);
         assert_eq!(eval(bson::bson!({ "$add": ["$p", "x"] }), d.clone()).unwrap_err().code, 16554);
-        assert_eq!(eval(bson::bson!({ "$divide": ["$p", 2] }), d).unwrap_err().code, 238);
+        assert_eq!(run(bson::bson!({ "$divide": ["$p", 4] })), dec("0.275"));
+        assert_eq!(run(bson::bson!({ "$floor": { "$multiply": ["$p", -1] } })), dec("-2"));
+        assert_eq!(run(bson::bson!({ "$ceil": "$p" })), dec("2"));
+        assert_eq!(run(bson::bson!({ "$trunc": "$p" })), dec("1"));
+        assert_eq!(eval(bson::bson!({ "$divide": [1, { "$multiply": ["$p", 0] }] }), d.clone()).unwrap_err().code, 2);
+        assert_eq!(eval(bson::bson!({ "$mod": ["$p", 2] }), d).unwrap_err().code, 238);
     }
 
     #[test]
