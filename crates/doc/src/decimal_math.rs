@@ -58,6 +58,24 @@ fn digits_of(v: u128) -> Vec<u8> {
     v.to_string().bytes().map(|b| b - b'0').collect()
 }
 
+/// Add one to a digit string (`999` becomes `1000`).
+fn increment(digits: &mut Vec<u8>) {
+    let mut i = digits.len();
+    loop {
+        if i == 0 {
+            digits.insert(0, 1);
+            return;
+        }
+        i -= 1;
+        if digits[i] == 9 {
+            digits[i] = 0;
+        } else {
+            digits[i] += 1;
+            return;
+        }
+    }
+}
+
 fn strip_leading_zeros(digits: &mut Vec<u8>) {
     let zeros = digits.iter().take_while(|&&d| d == 0).count();
     digits.drain(..zeros);
@@ -77,20 +95,7 @@ fn round(digits: &mut Vec<u8>, keep: usize, sticky: bool) -> i32 {
     let odd = digits.last().is_some_and(|d| d % 2 == 1);
     let mut shift = dropped as i32;
     if first > 5 || (first == 5 && (rest || odd)) {
-        let mut i = digits.len();
-        loop {
-            if i == 0 {
-                digits.insert(0, 1);
-                break;
-            }
-            i -= 1;
-            if digits[i] == 9 {
-                digits[i] = 0;
-            } else {
-                digits[i] += 1;
-                break;
-            }
-        }
+        increment(digits);
         if keep > 0 && digits.len() > keep {
             digits.pop(); // a zero: 999 rounded up to 1000
             shift += 1;
@@ -292,21 +297,7 @@ impl Dec {
                 Integral::Trunc => false,
             };
         if up {
-            // Add one to the magnitude.
-            let mut i = int.len();
-            loop {
-                if i == 0 {
-                    int.insert(0, 1);
-                    break;
-                }
-                i -= 1;
-                if int[i] == 9 {
-                    int[i] = 0;
-                } else {
-                    int[i] += 1;
-                    break;
-                }
-            }
+            increment(&mut int);
         }
         strip_leading_zeros(&mut int);
         Dec::Finite { negative: *negative, digits: int, exp: 0 }
