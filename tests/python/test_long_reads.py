@@ -1,14 +1,24 @@
 """A read that scans runs without holding up the other connections of its
 network thread: the server gives the thread's other work to another
 thread meanwhile (`block_in_place`). With one network thread, a `ping`
-sent while a long scan runs answers before the scan does."""
+sent while a long scan runs answers before the scan does, and a kill of
+the session whose `getMore` is scanning ends that cursor."""
 
 import threading
 import time
 
 import pytest
 
+from pymongo.errors import OperationFailure
+
 from conftest import Server
+
+
+def fill(c):
+    """300,000 documents: a scan of them all takes a few hundred ms."""
+    batch = [{"x": i, "pad": "p" * 100} for i in range(20_000)]
+    for _ in range(15):
+        c.test.big.insert_many([dict(d) for d in batch])
 
 
 @pytest.fixture
@@ -20,9 +30,7 @@ def one_worker(datadir):
 
 def test_a_ping_answers_while_a_scan_runs_on_the_only_network_thread(one_worker):
     c = one_worker.client()
-    batch = [{"x": i, "pad": "p" * 100} for i in range(20_000)]
-    for _ in range(15):
-        c.test.big.insert_many([dict(d) for d in batch])
+    fill(c)
     scanner = one_worker.client()
     scanner.test.big.find_one({"x": -1})  # connect and warm up
     c.admin.command("ping")
@@ -46,3 +54,32 @@ def test_a_ping_answers_while_a_scan_runs_on_the_only_network_thread(one_worker)
     assert pings >= 2
     # Held behind the scan, a ping would wait for most of it.
     assert worst < done["scan"] / 2, (worst, done["scan"])
+
+
+def test_a_session_killed_during_its_get_more_loses_the_cursor(one_worker):
+    c = one_worker.client()
+    c.test.big.insert_one({"x": "first"})
+    fill(c)
+    c.test.big.insert_one({"x": "last"})
+    reader = one_worker.client()
+    outcome = {}
+    with reader.start_session() as s:
+        # The first document matches at once; the getMore scans to the end.
+        cursor = reader.test.big.find({"x": {"$in": ["first", "last"]}}, batch_size=1, session=s)
+        assert next(cursor)["x"] == "first"
+
+        def more():
+            began = time.monotonic()
+            try:
+                outcome["doc"] = next(cursor)
+            except OperationFailure as e:
+                outcome["code"] = e.code
+            outcome["took"] = time.monotonic() - began
+
+        t = threading.Thread(target=more)
+        t.start()
+        time.sleep(0.05)
+        c.admin.command("killSessions", [s.session_id])
+        t.join()
+    assert outcome["took"] > 0.1, ("the getMore was too quick to show anything", outcome)
+    assert outcome.get("code") == 237, outcome

@@ -73,6 +73,26 @@ pub(crate) struct CursorState {
 #[derive(Default)]
 pub struct Cursors {
     open: Mutex<HashMap<i64, CursorState>>,
+    /// Cursors a `getMore` has out of `open` while it fills a batch, with
+    /// their session and whether a kill came meanwhile (then the cursor
+    /// is not put back, and the `getMore` fails with CursorKilled).
+    busy: Mutex<HashMap<i64, (Option<doc::sessions::SessionId>, bool)>>,
+}
+
+/// A cursor out for a `getMore`: leaves `Cursors::busy` when dropped.
+struct Busy<'a>(&'a Cursors, i64);
+
+impl Busy<'_> {
+    /// Whether the cursor was killed while out.
+    fn killed(&self) -> bool {
+        self.0.busy.lock().unwrap().get(&self.1).is_some_and(|b| b.1)
+    }
+}
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.0.busy.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.1);
+    }
 }
 
 impl Cursors {
@@ -83,13 +103,18 @@ impl Cursors {
         }
     }
 
-    /// Close the cursors of killed sessions (`None`: of every session).
+    /// Close the cursors of killed sessions (`None`: of every session),
+    /// those out for a `getMore` included.
     pub fn kill_sessions(&self, ids: Option<&[doc::sessions::SessionId]>) {
-        self.open.lock().unwrap().retain(|_, c| match (c.lsid, ids) {
-            (None, _) => true,
-            (Some(_), None) => false,
-            (Some(lsid), Some(ids)) => !ids.contains(&lsid),
-        });
+        let killed = |lsid: Option<doc::sessions::SessionId>| match (lsid, ids) {
+            (None, _) => false,
+            (Some(_), None) => true,
+            (Some(lsid), Some(ids)) => ids.contains(&lsid),
+        };
+        self.open.lock().unwrap().retain(|_, c| !killed(c.lsid));
+        for (lsid, dead) in self.busy.lock().unwrap().values_mut() {
+            *dead |= killed(*lsid);
+        }
     }
 
     fn reap(open: &mut HashMap<i64, CursorState>) {
@@ -741,7 +766,10 @@ pub fn get_more(shared: &Shared, cmd: &Document) -> CommandResult {
         let mut open = shared.cursors.open.lock().unwrap();
         Cursors::reap(&mut open);
         match open.remove(&id) {
-            Some(s) if s.ns == ns => s,
+            Some(s) if s.ns == ns => {
+                shared.cursors.busy.lock().unwrap().insert(id, (s.lsid, false));
+                s
+            }
             Some(s) => {
                 let msg = format!(
                     "Requested getMore on namespace '{ns}', but cursor belongs to a different namespace {}",
@@ -753,17 +781,26 @@ pub fn get_more(shared: &Shared, cmd: &Document) -> CommandResult {
             None => return Err(CommandError::cursor_not_found(format!("cursor id {id} not found"))),
         }
     };
+    let busy = Busy(&shared.cursors, id);
     if state.tailable {
         check_tail_position(shared, &mut state)?;
     }
     let (batch, done) = fill(shared, &mut state, batch_size, &Deadline(None))?;
-    let id = if done {
-        0
-    } else {
-        state.last_used = Instant::now();
-        shared.cursors.open.lock().unwrap().insert(id, state);
-        id
+    // Put back under the lock `killCursors` takes, unless killed meanwhile.
+    let id = {
+        let mut open = shared.cursors.open.lock().unwrap();
+        if busy.killed() {
+            return Err(CommandError::with_code(237, format!("cursor id {id} was killed")));
+        }
+        if done {
+            0
+        } else {
+            state.last_used = Instant::now();
+            open.insert(id, state);
+            id
+        }
     };
+    drop(busy);
     Ok(cursor_reply(&ns, id, "nextBatch", batch))
 }
 
@@ -777,7 +814,8 @@ pub fn kill_cursors(shared: &Shared, cmd: &Document) -> CommandResult {
         let Bson::Int64(id) = id else {
             return Err(CommandError::type_mismatch("cursor ids must be longs"));
         };
-        if open.remove(id).is_some() {
+        let out = shared.cursors.busy.lock().unwrap().get_mut(id).map(|b| b.1 = true).is_some();
+        if open.remove(id).is_some() || out {
             killed.push(*id);
         } else {
             not_found.push(*id);
