@@ -119,15 +119,21 @@ pub fn run_query(shared: &Shared, conn: &Conn, query: &Document) -> Document {
 /// blocking pool, so that no network thread is busy for long.
 pub fn is_small_write(name: &str, msg: &OpMsg) -> bool {
     const SMALL_WRITE_STATEMENTS: usize = 16;
+    write_statements(name, msg).is_some_and(|st| st.count() <= SMALL_WRITE_STATEMENTS)
+}
+
+/// The statements of an `insert`, `update` or `delete` before they are
+/// checked: the body's array (its documents) and the document sequences.
+fn write_statements<'m>(name: &str, msg: &'m OpMsg) -> Option<impl Iterator<Item = &'m Document>> {
     let list = match name {
         "insert" => "documents",
         "update" => "updates",
         "delete" => "deletes",
-        _ => return false,
+        _ => return None,
     };
-    let in_body = msg.body.get_array(list).map_or(0, |a| a.len());
-    let in_sequences: usize = msg.sequences.iter().map(|(_, docs)| docs.len()).sum();
-    in_body + in_sequences <= SMALL_WRITE_STATEMENTS
+    let in_body = msg.body.get_array(list).map(|a| a.iter().filter_map(Bson::as_document));
+    let in_sequences = msg.sequences.iter().flat_map(|(_, docs)| docs.iter());
+    Some(in_body.into_iter().flatten().chain(in_sequences))
 }
 
 /// Whether a command the connection's task runs may take long: anything
@@ -166,14 +172,8 @@ pub fn may_scan(shared: &Shared, name: &str, msg: &OpMsg) -> bool {
             !((pinned(body.get("filter")) || first_batch) && plain_collection())
         }
         "update" | "delete" => {
-            let list = if name == "update" { "updates" } else { "deletes" };
-            let in_body = body.get_array(list).map(|a| a.iter().collect::<Vec<_>>()).unwrap_or_default();
-            let docs = msg.sequences.iter().flat_map(|(_, d)| d.iter());
-            let scans = in_body
-                .into_iter()
-                .filter_map(Bson::as_document)
-                .chain(docs)
-                .any(|st| !pinned(st.get("q")) || st.contains_key("collation"));
+            let scans = write_statements(name, msg)
+                .is_some_and(|mut st| st.any(|st| !pinned(st.get("q")) || st.contains_key("collation")));
             scans || !plain_collection()
         }
         // count, distinct and getMore may scan whatever their filter.

@@ -47,10 +47,28 @@ pub(crate) struct SessionFields {
 }
 
 fn wrong_type(field: &str, v: &Bson, expected: &str) -> CommandError {
+    wrong_type_at(&format!("OperationSessionInfo.{field}"), v, expected)
+}
+
+/// IDL's error for a field of the wrong type; `path` names the field.
+fn wrong_type_at(path: &str, v: &Bson, expected: &str) -> CommandError {
     CommandError::type_mismatch(format!(
-        "BSON field 'OperationSessionInfo.{field}' is the wrong type '{}', expected type '{expected}'",
+        "BSON field '{path}' is the wrong type '{}', expected type '{expected}'",
         type_name(v)
     ))
+}
+
+/// Whether a `{user, db}` (both strings; `path` names them in errors) is
+/// the empty user, whose every session is without authentication.
+fn is_empty_user(user: &Document, path: &str) -> Result<bool, CommandError> {
+    let field = |f: &str| match user.get(f) {
+        Some(Bson::String(s)) => Ok(s.is_empty()),
+        None => Err(CommandError::missing_required_field(format!(
+            "BSON field '{path}.{f}' is missing but a required field"
+        ))),
+        Some(other) => Err(wrong_type_at(&format!("{path}.{f}"), other, "string")),
+    };
+    Ok(field("user")? & field("db")?)
 }
 
 /// A session id field (`path` names it in errors): a 16-byte UUID.
@@ -68,22 +86,14 @@ fn session_id(path: &str, v: Option<&Bson>) -> Result<SessionId, CommandError> {
             .as_slice()
             .try_into()
             .map_err(|_| CommandError::invalid_uuid("uuid must be a 16-byte binary field with UUID (4) subtype")),
-        Some(other) => Err(CommandError::type_mismatch(format!(
-            "BSON field '{path}' is the wrong type '{}', expected type 'binData'",
-            type_name(other)
-        ))),
+        Some(other) => Err(wrong_type_at(path, other, "binData")),
     }
 }
 
 /// The array a session command takes (`{endSessions: [...]}`), each
 /// element an object.
 fn session_list<'c>(name: &str, cmd: &'c Document) -> Result<Vec<&'c Document>, CommandError> {
-    let wrong = |v: &Bson, expected: &str| {
-        CommandError::type_mismatch(format!(
-            "BSON field '{name}.{name}' is the wrong type '{}', expected type '{expected}'",
-            type_name(v)
-        ))
-    };
+    let wrong = |v: &Bson, expected: &str| wrong_type_at(&format!("{name}.{name}"), v, expected);
     match cmd.get(name) {
         Some(Bson::Array(list)) => list
             .iter()
@@ -118,18 +128,7 @@ pub(crate) fn end_sessions(shared: &Shared, name: &str, cmd: &Document) -> Resul
         "killAllSessions" => {
             let mut all = list.is_empty();
             for user in &list {
-                let field = |f: &str| match user.get(f) {
-                    Some(Bson::String(s)) => Ok(s.is_empty()),
-                    None => Err(CommandError::missing_required_field(format!(
-                        "BSON field 'KillAllSessionsUser.{f}' is missing but a required field"
-                    ))),
-                    Some(other) => Err(CommandError::type_mismatch(format!(
-                        "BSON field 'KillAllSessionsUser.{f}' is the wrong type '{}', expected type 'string'",
-                        type_name(other)
-                    ))),
-                };
-                // Without authentication every session is the empty user's.
-                all |= field("user")? & field("db")?;
+                all |= is_empty_user(user, "KillAllSessionsUser")?;
             }
             if all {
                 None
@@ -167,49 +166,36 @@ pub(crate) fn list_local_sessions(shared: &Shared, spec: &Bson) -> Result<Vec<Do
             type_name(spec)
         )));
     };
-    let wrong = |field: &str, v: &Bson, expected: &str| {
-        CommandError::type_mismatch(format!(
-            "BSON field '{field}' is the wrong type '{}', expected type '{expected}'",
-            type_name(v)
-        ))
-    };
-    let (mut all_users, mut users) = (false, Vec::new());
+    // `users` named: how many, and whether the empty user is among them.
+    let (mut all_users, mut users, mut names_empty_user) = (false, 0, false);
     for (key, value) in spec {
         match (key.as_str(), value) {
             ("allUsers", Bson::Boolean(b)) => all_users = *b,
-            ("allUsers", other) => return Err(wrong("$listLocalSessions.allUsers", other, "bool")),
+            ("allUsers", other) => return Err(wrong_type_at("$listLocalSessions.allUsers", other, "bool")),
             ("users", Bson::Array(list)) => {
                 for (i, user) in list.iter().enumerate() {
                     let Bson::Document(user) = user else {
-                        return Err(wrong(&format!("{STAGE}.users.{i}"), user, "object"));
+                        return Err(wrong_type_at(&format!("{STAGE}.users.{i}"), user, "object"));
                     };
-                    let field = |f: &str| match user.get(f) {
-                        Some(Bson::String(s)) => Ok(s.clone()),
-                        None => Err(CommandError::with_code(
-                            40414,
-                            format!("BSON field '{STAGE}.users.{f}' is missing but a required field"),
-                        )),
-                        Some(other) => Err(wrong(&format!("{STAGE}.users.{f}"), other, "string")),
-                    };
-                    users.push((field("user")?, field("db")?));
+                    names_empty_user |= is_empty_user(user, &format!("{STAGE}.users"))?;
+                    users += 1;
                 }
             }
-            ("users", other) => return Err(wrong("$listLocalSessions.users", other, "array")),
+            ("users", other) => return Err(wrong_type_at("$listLocalSessions.users", other, "array")),
             (other, _) => {
-                return Err(CommandError::with_code(
-                    40415,
-                    format!("BSON field '{STAGE}.{other}' is an unknown field."),
-                ))
+                return Err(CommandError::unknown_parameter(format!(
+                    "BSON field '{STAGE}.{other}' is an unknown field."
+                )))
             }
         }
     }
-    if all_users && !users.is_empty() {
+    if all_users && users > 0 {
         return Err(CommandError::with_code(
             12,
             format!("{STAGE} may not specify {{allUsers:true}} and {{users:[...]}} at the same time"),
         ));
     }
-    let mine = all_users || users.is_empty() || users.iter().any(|(user, db)| user.is_empty() && db.is_empty());
+    let mine = all_users || users == 0 || names_empty_user;
     Ok(if mine { shared.sessions.local_sessions() } else { Vec::new() })
 }
 
