@@ -135,3 +135,62 @@ def test_aggregate_sort_and_group_keep_to_the_limits_without_allow_disk_use(clie
         client.admin.command({"setParameter": 1, "internalQueryMaxBlockingSortMemoryUsageBytes": 100 * 1024 * 1024,
                               "internalDocumentSourceGroupMaxMemoryBytes": 100 * 1024 * 1024,
                               "allowDiskUseByDefault": True})
+
+
+def group_spills(client):
+    return client.admin.command("serverStatus")["metrics"]["query"]["group"]
+
+
+AGG_PIPELINES = [
+    [{"$sort": {"k": 1, "_id": -1}}],
+    [{"$match": {"g": {"$ne": 3}}}, {"$sort": {"pad": -1, "_id": 1}}, {"$limit": 1200}, {"$project": {"pad": 0}}],
+    [{"$group": {"_id": "$k", "n": {"$sum": 1}, "ids": {"$push": "$_id"}, "first": {"$first": "$_id"},
+                 "last": {"$last": "$_id"}, "avg": {"$avg": "$g"}, "max": {"$max": "$pad"}}},
+     {"$sort": {"_id": 1}}],
+    [{"$group": {"_id": None, "pads": {"$push": "$pad"}, "total": {"$sum": "$k"}}}],
+]
+
+
+@pytest.mark.parametrize("pipeline", AGG_PIPELINES)
+def test_aggregate_sort_and_group_spill_with_allow_disk_use(client, coll, pipeline):
+    expected = list(coll.aggregate(pipeline))
+    before_sort, before_group = spills(client), group_spills(client)
+    assert (before_sort, before_group["spills"]) == (0, 0)
+    client.admin.command({"setParameter": 1, "internalQueryMaxBlockingSortMemoryUsageBytes": SMALL_LIMIT,
+                          "internalDocumentSourceGroupMaxMemoryBytes": SMALL_LIMIT})
+    try:
+        with pytest.raises(OperationFailure) as e:
+            list(coll.aggregate(pipeline, allowDiskUse=False))
+        assert e.value.code == 292
+        got = list(coll.aggregate(pipeline, allowDiskUse=True, batchSize=50))
+        assert got == expected and len(got) > 0
+        after = group_spills(client)
+        if "$group" in pipeline[0]:
+            assert after["spills"] > 1 and after["spilledRecords"] > 0 and after["spilledDataStorageSize"] > 0
+        else:
+            assert spills(client) > 1
+    finally:
+        client.admin.command({"setParameter": 1, "internalQueryMaxBlockingSortMemoryUsageBytes": DEFAULT_LIMIT,
+                              "internalDocumentSourceGroupMaxMemoryBytes": DEFAULT_LIMIT})
+
+
+def test_an_aggregate_cursor_produces_its_output_as_it_is_read(client):
+    """The first batch comes before the pipeline has read the collection:
+    an expression failing on a later document fails the getMore that
+    reaches it, as in mongod (before, the whole aggregate failed)."""
+    c = client.test.stream
+    c.insert_many([{"_id": i, "d": 0 if i == 500 else 2} for i in range(1000)])
+    pipeline = [{"$match": {"_id": {"$gte": 0}}}, {"$project": {"q": {"$divide": [10, "$d"]}}}]
+    cursor = c.aggregate(pipeline, batchSize=100)
+    first = [next(cursor) for _ in range(100)]
+    assert first == [{"_id": i, "q": 5.0} for i in range(100)]
+    with pytest.raises(OperationFailure) as e:
+        list(cursor)
+    assert e.value.code == 2 and "can't $divide by zero" in e.value.details["errmsg"]
+    # Dropping the collection kills a cursor still reading it.
+    cursor = c.aggregate([{"$match": {"d": 2}}], batchSize=10)
+    assert len([next(cursor) for _ in range(10)]) == 10
+    c.drop()
+    with pytest.raises(OperationFailure) as e:
+        list(cursor)
+    assert e.value.code == 175 and e.value.details["codeName"] == "QueryPlanKilled"

@@ -1,9 +1,11 @@
 //! The query language over documents: filters (`matcher.rs`), and later
 //! update operators, projection, the planner, executor stages, explain and
-//! aggregation. Performs no I/O of its own.
+//! aggregation. Performs no I/O of its own, but for the runs of an external
+//! sort (`external.rs`).
 
 pub mod collation;
 pub mod expr;
+pub mod external;
 pub mod matcher;
 pub mod pipeline;
 pub mod projection;

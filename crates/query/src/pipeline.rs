@@ -8,6 +8,7 @@
 //! Runs over documents handed in by the caller (no I/O of its own).
 
 use crate::expr::{Expression, Scope};
+use crate::external::{Runs, Spill};
 use crate::matcher::{Filter, FilterError};
 use crate::update::type_name;
 use crate::update_pipeline::UpdatePipeline;
@@ -17,6 +18,8 @@ use doc::compare::{number, Number};
 use doc::decimal_math::{Dec, DoubleDigits};
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering as Atomic};
+use std::sync::Arc;
 
 fn err(code: i32, message: impl Into<String>) -> FilterError {
     FilterError { code, message: message.into() }
@@ -190,8 +193,51 @@ pub struct Pipeline {
     stages: Vec<Stage>,
     /// Strings compare through it in every stage's expressions.
     collation: Option<std::sync::Arc<crate::Collation>>,
-    /// Without `allowDiskUse`: the most `$sort` and `$group` may hold.
+    /// The most `$sort` and `$group` may hold (`None`: no limit).
     memory: Option<MemoryLimits>,
+    /// With `allowDiskUse`: past their limits, `$sort` and `$group`
+    /// spill here instead of failing.
+    spill: Option<SpillTo>,
+}
+
+/// Where blocking stages spill, and the counters they report spills to
+/// (`serverStatus`' `metrics.query`).
+#[derive(Debug, Clone)]
+pub struct SpillTo {
+    pub dir: std::path::PathBuf,
+    pub counters: Arc<SpillCounters>,
+}
+
+#[derive(Debug, Default)]
+pub struct SpillCounters {
+    /// Sorted runs written by sorts (`metrics.query.sort.spillToDisk`).
+    pub sort_spills: AtomicU64,
+    /// `$group`'s spills, the partial groups written, and their bytes.
+    pub group_spills: AtomicU64,
+    pub group_records: AtomicU64,
+    pub group_bytes: AtomicU64,
+}
+
+/// The documents a pipeline produces, as they are read.
+pub type DocStream<'a> = Box<dyn Iterator<Item = Result<Document, FilterError>> + Send + 'a>;
+
+/// A stream whose stages' expressions compare strings through a collation
+/// (kept in force while each document is produced).
+struct Collated<'a> {
+    inner: DocStream<'a>,
+    collation: Arc<crate::Collation>,
+}
+
+impl Iterator for Collated<'_> {
+    type Item = Result<Document, FilterError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        crate::collation::with_collation(Some(&self.collation), || self.inner.next())
+    }
+}
+
+fn spill_error(e: std::io::Error) -> FilterError {
+    err(1, format!("a blocking stage could not spill to disk: {e}"))
 }
 
 /// What the blocking stages may hold when they may not spill (bytes).
@@ -352,26 +398,47 @@ impl Pipeline {
                 other => return Err(err(40324, format!("Unrecognized pipeline stage name: '{other}'"))),
             });
         }
-        Ok(Pipeline { stages: out, collation: None, memory: None })
+        Ok(Pipeline { stages: out, collation: None, memory: None, spill: None })
     }
 
-    /// Hold `$sort` and `$group` to `limits` (292 past them), as without
-    /// `allowDiskUse`; `None`: no limit (they do not spill yet).
+    /// Hold `$sort` and `$group` to `limits`: past them they fail with
+    /// 292, or spill when given somewhere to (`with_spill`). `None`: no
+    /// limit.
     pub fn with_memory_limits(mut self, limits: Option<MemoryLimits>) -> Pipeline {
         self.memory = limits;
         self
     }
 
-    /// Run the pipeline over `input`. Stages stream where they can (a
-    /// `$limit` stops the reading); the first error an expression meets
-    /// ends the run.
-    pub fn run(&self, input: impl Iterator<Item = Document>) -> Result<Vec<Document>, FilterError> {
-        crate::collation::with_collation(self.collation.as_ref(), || self.run_stages(input))
+    /// Let `$sort` and `$group` spill past their memory limits
+    /// (`allowDiskUse`).
+    pub fn with_spill(mut self, spill: Option<SpillTo>) -> Pipeline {
+        self.spill = spill;
+        self
     }
 
-    fn run_stages(&self, input: impl Iterator<Item = Document>) -> Result<Vec<Document>, FilterError> {
-        type Docs<'a> = Box<dyn Iterator<Item = Result<Document, FilterError>> + 'a>;
-        let mut docs: Docs = Box::new(input.map(Ok));
+    /// Run the pipeline over `input`, collecting its output.
+    pub fn run(&self, input: impl Iterator<Item = Document> + Send) -> Result<Vec<Document>, FilterError> {
+        self.stream(input.map(Ok))?.collect()
+    }
+
+    /// The pipeline's output over `input`, produced as it is read. Stages
+    /// stream where they can (a `$limit` stops the reading); `$sort`,
+    /// `$group` and `$count` take in all their input here, so their
+    /// errors come back at once. Errors from streaming stages come as
+    /// items: the first ends the run. An error in `input` ends it too.
+    pub fn stream<'a>(
+        &self,
+        input: impl Iterator<Item = Result<Document, FilterError>> + Send + 'a,
+    ) -> Result<DocStream<'a>, FilterError> {
+        let collation = self.collation.clone();
+        let inner = crate::collation::with_collation(collation.as_ref(), || self.stages_over(Box::new(input)))?;
+        Ok(match collation {
+            Some(collation) => Box::new(Collated { inner, collation }),
+            None => inner,
+        })
+    }
+
+    fn stages_over<'a>(&self, mut docs: DocStream<'a>) -> Result<DocStream<'a>, FilterError> {
         for (i, stage) in self.stages.iter().enumerate() {
             docs = match stage.clone() {
                 Stage::Match(f) => Box::new(docs.filter_map(move |d| match d {
@@ -395,43 +462,22 @@ impl Pipeline {
                 }
                 Stage::Limit(n) => Box::new(docs.take(n)),
                 Stage::Count(name) => {
-                    let n = docs.collect::<Result<Vec<_>, _>>()?.len();
+                    let mut n = 0usize;
+                    for d in docs {
+                        d?;
+                        n += 1;
+                    }
                     let out = if n == 0 { vec![] } else { vec![bson::doc! { name: n as i32 }] };
                     Box::new(out.into_iter().map(Ok))
                 }
-                Stage::Group { id, fields } => {
-                    Box::new(group(docs, &id, &fields, self.memory.map(|m| m.group))?.into_iter().map(Ok))
-                }
+                Stage::Group { id, fields } => self.group(docs, &id, &fields)?,
                 Stage::Sort(sort) => {
                     // Followed by a $limit: only the top k are ever held.
                     let top = match self.stages.get(i + 1) {
                         Some(Stage::Limit(k)) => Some(*k),
                         _ => None,
                     };
-                    let mut all = Vec::new();
-                    let mut held = 0;
-                    for d in docs {
-                        let d = d?;
-                        if let Some(k) = top {
-                            if all.len() >= 2 * k.max(8) {
-                                sort.sort(&mut all);
-                                all.truncate(k);
-                                held = all.iter().map(doc_size).sum();
-                            }
-                        }
-                        if let Some(limit) = self.memory.map(|m| m.sort) {
-                            held += doc_size(&d);
-                            if held > limit {
-                                return Err(err(
-                                    292,
-                                    format!("PlanExecutor error during aggregation :: caused by :: Sort exceeded memory limit of {limit} bytes, but did not opt in to external sorting."),
-                                ));
-                            }
-                        }
-                        all.push(d);
-                    }
-                    sort.sort(&mut all);
-                    Box::new(all.into_iter().map(Ok))
+                    self.sort(docs, sort, top)?
                 }
                 Stage::Project(p) => Box::new(docs.map(move |d| d.and_then(|d| p.apply(&d, None)))),
                 Stage::Reshape(p) => Box::new(docs.map(move |d| d.and_then(|d| p.apply(&d)))),
@@ -441,7 +487,189 @@ impl Pipeline {
                 })),
             };
         }
-        docs.collect()
+        Ok(docs)
+    }
+
+    /// A `$sort` (of the best `top` only, when a `$limit` follows). Past
+    /// the memory limit it spills sorted runs, merged as they are read, or
+    /// fails with 292.
+    fn sort<'a>(&self, docs: DocStream<'a>, sort: Sort, top: Option<usize>) -> Result<DocStream<'a>, FilterError> {
+        let limit = self.memory.map(|m| m.sort);
+        let mut all = Vec::new();
+        let mut held = 0;
+        let mut runs: Option<Runs<Document>> = None;
+        for d in docs {
+            let d = d?;
+            if let Some(k) = top {
+                if all.len() >= 2 * k.max(8) {
+                    sort.sort(&mut all);
+                    all.truncate(k);
+                    held = all.iter().map(doc_size).sum();
+                }
+            }
+            if let Some(limit) = limit {
+                held += doc_size(&d);
+                if held > limit {
+                    let Some(to) = &self.spill else {
+                        return Err(err(
+                            292,
+                            format!("PlanExecutor error during aggregation :: caused by :: Sort exceeded memory limit of {limit} bytes, but did not opt in to external sorting."),
+                        ));
+                    };
+                    all.push(d);
+                    let by = sort.clone();
+                    let runs =
+                        runs.get_or_insert_with(|| Runs::new(to.dir.clone(), Arc::new(move |a, b| by.compare(a, b))));
+                    runs.spill(&mut all, top).map_err(spill_error)?;
+                    to.counters.sort_spills.fetch_add(1, Atomic::Relaxed);
+                    held = 0;
+                    continue;
+                }
+            }
+            all.push(d);
+        }
+        let Some(mut runs) = runs else {
+            sort.sort(&mut all);
+            return Ok(Box::new(all.into_iter().map(Ok)));
+        };
+        runs.finish(all).map_err(spill_error)?;
+        Ok(Box::new(std::iter::from_fn(move || runs.pop().map_err(spill_error).transpose())))
+    }
+
+    /// `$group` over `docs` as they stream in: only the groups are held.
+    /// Past the memory limit, the groups so far are written out in key
+    /// order as a run of partial groups, and the runs are merged at the
+    /// end, combining a key's partials in arrival order; without
+    /// somewhere to spill, 292.
+    fn group<'a>(
+        &self,
+        docs: DocStream<'a>,
+        id: &Expression,
+        fields: &[(String, AccKind, Expression)],
+    ) -> Result<DocStream<'a>, FilterError> {
+        let limit = self.memory.map(|m| m.group);
+        let mut held = 0;
+        // Keyed by KeyString so 1 and 1.0 share a group, as in MongoDB; under
+        // a collation, strings by their collation keys ("a" and "A" share one
+        // at strength 2, the first seen naming it).
+        let mut groups: BTreeMap<Vec<u8>, (Bson, Vec<Acc>)> = BTreeMap::new();
+        let mut runs: Option<Runs<Partial>> = None;
+        for d in docs {
+            let d = d?;
+            let key = id.eval(&d)?.unwrap_or(Bson::Null);
+            let k = match crate::collation::collation_key(&key) {
+                Some(collated) => doc::keystring::encode(&collated),
+                None => doc::keystring::encode(&key),
+            };
+            let fresh = !groups.contains_key(&k);
+            // A group holds its key and about one value per accumulator
+            // (counted as it starts); a $push grows with each value.
+            let mut bytes = if fresh { k.len() + bson_size(&key) + 48 * fields.len() } else { 0 };
+            let entry =
+                groups.entry(k).or_insert_with(|| (key, fields.iter().map(|(_, kind, _)| Acc::new(*kind)).collect()));
+            for ((_, kind, operand), acc) in fields.iter().zip(entry.1.iter_mut()) {
+                let v = operand.eval(&d)?;
+                match (kind, &v) {
+                    (AccKind::Push, Some(v)) => bytes += bson_size(v),
+                    (AccKind::First | AccKind::Last | AccKind::Min | AccKind::Max, Some(v)) if fresh => {
+                        bytes += bson_size(v)
+                    }
+                    _ => {}
+                }
+                accumulate(*kind, acc, v);
+            }
+            held += bytes;
+            if limit.is_none_or(|l| held <= l) {
+                continue;
+            }
+            let Some(to) = &self.spill else {
+                return Err(err(
+                    292,
+                    "PlanExecutor error during aggregation :: caused by :: Exceeded memory limit for $group, but didn't allow external spilling; pass allowDiskUse:true to opt in.",
+                ));
+            };
+            let runs = runs.get_or_insert_with(|| {
+                Runs::new(to.dir.clone(), Arc::new(|a: &Partial, b: &Partial| a.key.cmp(&b.key)))
+            });
+            let mut partials: Vec<Partial> =
+                std::mem::take(&mut groups).into_iter().map(|(key, (id, accs))| Partial { key, id, accs }).collect();
+            to.counters.group_records.fetch_add(partials.len() as u64, Atomic::Relaxed);
+            let before = runs.bytes;
+            runs.spill(&mut partials, None).map_err(spill_error)?;
+            to.counters.group_spills.fetch_add(1, Atomic::Relaxed);
+            to.counters.group_bytes.fetch_add(runs.bytes - before, Atomic::Relaxed);
+            held = 0;
+        }
+        let kinds: Vec<AccKind> = fields.iter().map(|(_, kind, _)| *kind).collect();
+        let fields: Vec<(String, AccKind)> = fields.iter().map(|(name, kind, _)| (name.clone(), *kind)).collect();
+        let output = move |id: Bson, accs: Vec<Acc>| {
+            let mut out = Document::new();
+            out.insert("_id", id);
+            for ((name, _), acc) in fields.iter().zip(accs) {
+                out.insert(name.clone(), finish(acc));
+            }
+            out
+        };
+        let Some(mut runs) = runs else {
+            return Ok(Box::new(groups.into_values().map(move |(id, accs)| Ok(output(id, accs)))));
+        };
+        runs.finish(groups.into_iter().map(|(key, (id, accs))| Partial { key, id, accs }).collect())
+            .map_err(spill_error)?;
+        // Partials of one key come together, the earliest first.
+        let mut pending: Option<Partial> = None;
+        Ok(Box::new(std::iter::from_fn(move || loop {
+            let next = match runs.pop() {
+                Ok(next) => next,
+                Err(e) => return Some(Err(spill_error(e))),
+            };
+            match (pending.take(), next) {
+                (None, None) => return None,
+                (None, Some(p)) => pending = Some(p),
+                (Some(mut p), Some(q)) if p.key == q.key => {
+                    for ((a, b), kind) in p.accs.iter_mut().zip(q.accs).zip(&kinds) {
+                        a.combine(*kind, b);
+                    }
+                    pending = Some(p);
+                }
+                (Some(p), next) => {
+                    pending = next;
+                    return Some(Ok(output(p.id, p.accs)));
+                }
+            }
+        })))
+    }
+}
+
+/// A group spilled before the end of its input: its key (as grouped
+/// by), its `_id`, and its accumulators so far.
+struct Partial {
+    key: Vec<u8>,
+    id: Bson,
+    accs: Vec<Acc>,
+}
+
+impl Spill for Partial {
+    fn write_to(&self, w: &mut dyn std::io::Write) -> std::io::Result<()> {
+        let accs: Vec<Bson> = self.accs.iter().map(|a| Bson::Document(a.to_document())).collect();
+        let d = bson::doc! {
+            "k": bson::Binary { subtype: bson::spec::BinarySubtype::Generic, bytes: self.key.clone() },
+            "id": self.id.clone(),
+            "a": accs,
+        };
+        d.write_to(w)
+    }
+
+    fn read_from(r: &mut dyn std::io::Read) -> std::io::Result<Option<Partial>> {
+        let Some(d) = crate::external::read_document(r)? else { return Ok(None) };
+        let bad = || std::io::Error::other("a malformed partial group in a spill run");
+        let key = match d.get("k") {
+            Some(Bson::Binary(b)) => b.bytes.clone(),
+            _ => return Err(bad()),
+        };
+        let id = d.get("id").cloned().ok_or_else(bad)?;
+        let accs = d.get_array("a").map_err(|_| bad())?;
+        let accs = accs.iter().map(|a| a.as_document().and_then(Acc::from_document).ok_or_else(bad));
+        Ok(Some(Partial { key, id, accs: accs.collect::<Result<_, _>>()? }))
     }
 }
 
@@ -504,6 +732,15 @@ impl DoubleDouble {
         self.lo = lo - (self.hi - sum);
     }
 
+    /// Add another sum (both halves, and its non-finite part).
+    fn merge(&mut self, other: &DoubleDouble) {
+        self.add(other.hi);
+        self.add(other.lo);
+        if let Some(sp) = other.special {
+            self.add(sp);
+        }
+    }
+
     fn add_long(&mut self, x: i64) {
         let high = x / (1 << 32) * (1 << 32);
         self.add(high as f64);
@@ -557,77 +794,90 @@ enum Acc {
     Push(Vec<Bson>),
 }
 
-/// `$group` over `docs` as they stream in (only the groups are held, at
-/// most `limit` bytes of them when given).
-fn group(
-    docs: impl Iterator<Item = Result<Document, FilterError>>,
-    id: &Expression,
-    fields: &[(String, AccKind, Expression)],
-    limit: Option<usize>,
-) -> Result<Vec<Document>, FilterError> {
-    let mut held = 0;
-    let mut hold = |bytes: usize| {
-        match limit {
-        Some(limit) if held + bytes > limit => Err(err(
-            292,
-            "PlanExecutor error during aggregation :: caused by :: Exceeded memory limit for $group, but didn't allow external spilling; pass allowDiskUse:true to opt in.",
-        )),
-        _ => {
-            held += bytes;
-            Ok(())
+impl Acc {
+    fn new(kind: AccKind) -> Acc {
+        match kind {
+            AccKind::Sum => Acc::Sum { total: DoubleDouble::default(), widest: Widest::Int, dec: None },
+            AccKind::Avg => Acc::Avg { total: DoubleDouble::default(), n: 0, dec: None },
+            AccKind::Push => Acc::Push(Vec::new()),
+            AccKind::Min | AccKind::Max | AccKind::First | AccKind::Last => Acc::Pick(None),
         }
     }
-    };
-    // Keyed by KeyString so 1 and 1.0 share a group, as in MongoDB; under
-    // a collation, strings by their collation keys ("a" and "A" share one
-    // at strength 2, the first seen naming it).
-    let mut groups: BTreeMap<Vec<u8>, (Bson, Vec<Acc>)> = BTreeMap::new();
-    for d in docs {
-        let d = d?;
-        let key = id.eval(&d)?.unwrap_or(Bson::Null);
-        let k = match crate::collation::collation_key(&key) {
-            Some(collated) => doc::keystring::encode(&collated),
-            None => doc::keystring::encode(&key),
+
+    /// Fold in `later`, the same group's accumulator over later input.
+    fn combine(&mut self, kind: AccKind, later: Acc) {
+        let add_dec = |dec: &mut Option<Dec>, other: Option<Dec>| {
+            if let Some(o) = other {
+                *dec = Some(match dec.take() {
+                    Some(d) => d.add(&o),
+                    None => o,
+                });
+            }
         };
-        let fresh = limit.is_some() && !groups.contains_key(&k);
-        if fresh {
-            hold(k.len() + bson_size(&key) + 48 * fields.len())?;
-        }
-        let entry = groups.entry(k).or_insert_with(|| {
-            let accs = fields
-                .iter()
-                .map(|(_, kind, _)| match kind {
-                    AccKind::Sum => Acc::Sum { total: DoubleDouble::default(), widest: Widest::Int, dec: None },
-                    AccKind::Avg => Acc::Avg { total: DoubleDouble::default(), n: 0, dec: None },
-                    AccKind::Push => Acc::Push(Vec::new()),
-                    _ => Acc::Pick(None),
-                })
-                .collect();
-            (key.clone(), accs)
-        });
-        for ((_, kind, operand), acc) in fields.iter().zip(entry.1.iter_mut()) {
-            let v = operand.eval(&d)?;
-            // A $push grows with each value; the others hold about one
-            // (counted as the group starts).
-            match (kind, &v) {
-                (AccKind::Push, Some(v)) if limit.is_some() => hold(bson_size(v))?,
-                (AccKind::First | AccKind::Last | AccKind::Min | AccKind::Max, Some(v)) if fresh => hold(bson_size(v))?,
-                _ => {}
+        match (self, later) {
+            (Acc::Sum { total, widest, dec }, Acc::Sum { total: t, widest: w, dec: d }) => {
+                total.merge(&t);
+                *widest = (*widest).max(w);
+                add_dec(dec, d);
             }
-            accumulate(*kind, acc, v);
+            (Acc::Avg { total, n, dec }, Acc::Avg { total: t, n: m, dec: d }) => {
+                total.merge(&t);
+                *n += m;
+                add_dec(dec, d);
+            }
+            (Acc::Push(items), Acc::Push(more)) => items.extend(more),
+            // What the later input would have done to this accumulator.
+            (acc @ Acc::Pick(_), Acc::Pick(Some(v))) => accumulate(kind, acc, Some(v)),
+            (Acc::Pick(_), Acc::Pick(None)) => {}
+            _ => unreachable!("partials of one group have the same accumulators"),
         }
     }
-    Ok(groups
-        .into_values()
-        .map(|(key, accs)| {
-            let mut out = Document::new();
-            out.insert("_id", key);
-            for ((name, _, _), acc) in fields.iter().zip(accs) {
-                out.insert(name.clone(), finish(acc));
+
+    /// As written to a spill run.
+    fn to_document(&self) -> Document {
+        let total_doc = |t: &DoubleDouble| {
+            let mut d = bson::doc! { "hi": t.hi, "lo": t.lo };
+            if let Some(sp) = t.special {
+                d.insert("sp", sp);
             }
-            out
-        })
-        .collect())
+            d
+        };
+        let mut d = match self {
+            Acc::Sum { total, widest, .. } => bson::doc! { "sum": total_doc(total), "w": *widest as i32 },
+            Acc::Avg { total, n, .. } => bson::doc! { "avg": total_doc(total), "n": *n as i64 },
+            Acc::Pick(v) => v.iter().map(|v| ("v".to_string(), v.clone())).collect(),
+            Acc::Push(items) => bson::doc! { "push": items.clone() },
+        };
+        if let Acc::Sum { dec: Some(dec), .. } | Acc::Avg { dec: Some(dec), .. } = self {
+            d.insert("dec", dec.to_bson());
+        }
+        d
+    }
+
+    fn from_document(d: &Document) -> Option<Acc> {
+        let total = |t: &Document| {
+            Some(DoubleDouble { hi: t.get_f64("hi").ok()?, lo: t.get_f64("lo").ok()?, special: t.get_f64("sp").ok() })
+        };
+        let dec = match d.get("dec") {
+            Some(v) => Some(Dec::from_bson(v, DoubleDigits::ThirtyFour)?),
+            None => None,
+        };
+        if let Ok(t) = d.get_document("sum") {
+            let widest = match d.get_i32("w").ok()? {
+                0 => Widest::Int,
+                1 => Widest::Long,
+                _ => Widest::Double,
+            };
+            return Some(Acc::Sum { total: total(t)?, widest, dec });
+        }
+        if let Ok(t) = d.get_document("avg") {
+            return Some(Acc::Avg { total: total(t)?, n: u64::try_from(d.get_i64("n").ok()?).ok()?, dec });
+        }
+        if let Ok(items) = d.get_array("push") {
+            return Some(Acc::Push(items.clone()));
+        }
+        Some(Acc::Pick(d.get("v").cloned()))
+    }
 }
 
 fn accumulate(kind: AccKind, acc: &mut Acc, v: Option<Bson>) {
@@ -791,6 +1041,76 @@ mod tests {
         tenths.push(Bson::Decimal128("0".parse().unwrap()));
         let Bson::Decimal128(d) = sum(tenths).0 else { panic!("a decimal") };
         assert!(d.to_string().starts_with("1.00000000000000005551115123125"), "{d}");
+    }
+
+    #[test]
+    fn spilled_sorts_and_groups_answer_as_in_memory_ones() {
+        let docs: Vec<Document> = (0..3000)
+            .map(|i| {
+                let v: Bson = match i % 4 {
+                    0 => Bson::Int32(i),
+                    1 => Bson::Int64(i as i64 * 3),
+                    2 => Bson::Double(i as f64 * 0.5),
+                    _ => Bson::Decimal128(format!("{i}.25").parse().unwrap()),
+                };
+                doc! { "k": (i * 7919) % 503, "g": i % 37, "s": format!("s{}", i % 11), "v": v, "i": i }
+            })
+            .collect();
+        let pipelines = [
+            bson!([{ "$sort": { "k": 1, "i": -1 } }]),
+            bson!([{ "$sort": { "s": -1, "k": 1 } }, { "$limit": 700 }, { "$skip": 5 }]),
+            bson!([{ "$group": {
+                "_id": "$g", "sum": { "$sum": "$v" }, "avg": { "$avg": "$v" }, "min": { "$min": "$k" },
+                "max": { "$max": "$s" }, "first": { "$first": "$i" }, "last": { "$last": "$i" },
+                "all": { "$push": "$i" },
+            } }]),
+            bson!([{ "$group": { "_id": { "s": "$s", "k": { "$mod": ["$k", 50] } }, "n": { "$sum": 1 } } },
+                   { "$sort": { "n": -1, "_id.s": 1, "_id.k": 1 } }]),
+            // One group holding everything: its partials are concatenated.
+            bson!([{ "$group": { "_id": null, "all": { "$push": "$k" }, "n": { "$sum": "$i" } } }]),
+        ];
+        let limits = Some(MemoryLimits { sort: 4000, group: 4000 });
+        for p in pipelines {
+            let parsed = Pipeline::parse(p.as_array().unwrap()).unwrap();
+            let want = parsed.run(docs.clone().into_iter()).unwrap();
+            let refused = parsed.clone().with_memory_limits(limits).run(docs.clone().into_iter()).unwrap_err();
+            assert_eq!(refused.code, 292, "{p}");
+            let dir = tempfile::tempdir().unwrap();
+            let counters = Arc::new(SpillCounters::default());
+            let spill = SpillTo { dir: dir.path().to_path_buf(), counters: counters.clone() };
+            let got = parsed.with_memory_limits(limits).with_spill(Some(spill)).run(docs.clone().into_iter()).unwrap();
+            assert_eq!(got, want, "{p}");
+            let spills = counters.sort_spills.load(Atomic::Relaxed) + counters.group_spills.load(Atomic::Relaxed);
+            assert!(spills > 2, "{p}: {spills} spills");
+            assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        }
+    }
+
+    #[test]
+    fn a_partial_group_survives_its_run() {
+        let accs = vec![
+            Acc::Sum { total: DoubleDouble { hi: 1.5, lo: 1e-20, special: None }, widest: Widest::Long, dec: None },
+            Acc::Avg {
+                total: DoubleDouble { hi: 2.0, lo: 0.0, special: Some(f64::INFINITY) },
+                n: 7,
+                dec: Some(
+                    Dec::from_bson(&Bson::Decimal128("1.10".parse().unwrap()), DoubleDigits::ThirtyFour).unwrap(),
+                ),
+            },
+            Acc::Pick(None),
+            Acc::Pick(Some(Bson::Null)),
+            Acc::Push(vec![Bson::Int32(1), Bson::String("x".into())]),
+        ];
+        let p = Partial { key: vec![1, 2, 0], id: Bson::String("a".into()), accs };
+        let mut bytes = Vec::new();
+        p.write_to(&mut bytes).unwrap();
+        let back = Partial::read_from(&mut &bytes[..]).unwrap().unwrap();
+        assert_eq!((back.key.clone(), back.id.clone()), (p.key.clone(), p.id.clone()));
+        assert_eq!(format!("{:?}", back.accs), format!("{:?}", p.accs));
+        assert!(Partial::read_from(&mut &bytes[..0]).unwrap().is_none());
+        let mut bad = Vec::new();
+        doc! { "k": 1 }.write_to(&mut bad).unwrap();
+        assert!(Partial::read_from(&mut &bad[..]).is_err());
     }
 
     #[test]

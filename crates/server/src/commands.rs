@@ -613,7 +613,14 @@ fn server_status(shared: &Shared) -> Document {
         "network": network(shared),
         "metrics": {
             "operation": { "writeConflicts": s.write_conflicts as i64 },
-            "query": { "sort": { "spillToDisk": load(&c.sort_spills) } },
+            "query": {
+                "sort": { "spillToDisk": load(&c.spills.sort_spills) },
+                "group": {
+                    "spills": load(&c.spills.group_spills),
+                    "spilledRecords": load(&c.spills.group_records),
+                    "spilledDataStorageSize": load(&c.spills.group_bytes),
+                },
+            },
         },
         "storageEngine": { "name": "arbordb", "supportsCommittedReads": true, "persistent": true },
         "arbordb": ours,

@@ -18,7 +18,7 @@ use crate::server::Shared;
 use crate::session::{Retry, StmtLog};
 use crate::wire::OpMsg;
 use bson::{doc, Bson, Document};
-use doc::catalog::{with_id_first, Ack, Collection, Namespace};
+use doc::catalog::{with_id_first, Ack, Collection, DocError, Namespace};
 use doc::sessions::Stamp;
 use query::expr::Scope;
 use query::{Collation, Filter, Projection, Sort, Update};
@@ -273,12 +273,13 @@ pub(crate) fn run_statement(
             }
         }
     } else if let Some(coll) = shared.catalog.get(ns) {
-        let candidates: Box<dyn Iterator<Item = (u64, Document)>> =
+        let candidates: Box<dyn Iterator<Item = Result<(u64, Document), DocError>>> =
             match point_id(&st.query, st.collation.as_ref(), &coll) {
-                Some(id) => Box::new(coll.find_rid_by_id(shared.catalog.engine(), id)?.into_iter()),
-                None => Box::new(ScanIter::new(shared, ns)),
+                Some(id) => Box::new(coll.find_rid_by_id(shared.catalog.engine(), id)?.into_iter().map(Ok)),
+                None => Box::new(ScanIter::new(shared, ns).results()),
             };
-        for (rid, d) in candidates {
+        for candidate in candidates {
+            let (rid, d) = candidate?;
             let (ok, pos) = st.filter.try_matches_at(&d)?;
             if !ok {
                 continue;

@@ -47,6 +47,13 @@ enum Source {
     Buffer(std::vec::IntoIter<Hit>),
     /// A sort that spilled to disk, merged as it is read.
     Merge(Box<crate::spill::Spilled>),
+    /// An aggregation's output, produced as it is read; `scanning`: the
+    /// collection its first stage reads (if it is dropped or replaced,
+    /// the cursor dies).
+    Stream {
+        docs: std::iter::Peekable<query::pipeline::DocStream<'static>>,
+        scanning: Option<(Namespace, Arc<Collection>)>,
+    },
 }
 
 /// A cursor between batches.
@@ -68,6 +75,24 @@ pub(crate) struct CursorState {
     tailing: Option<std::sync::Weak<Collection>>,
     /// The session that opened the cursor: killing the session kills it.
     lsid: Option<doc::sessions::SessionId>,
+}
+
+impl CursorState {
+    /// A cursor over `source` as it is: no projection, limit or tailing.
+    fn of(ns: Namespace, source: Source) -> CursorState {
+        CursorState {
+            ns,
+            source,
+            projection: None,
+            record_id: false,
+            remaining: None,
+            last_used: Instant::now(),
+            tailable: false,
+            await_data: false,
+            tailing: None,
+            lsid: None,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -161,31 +186,53 @@ impl Deadline {
 }
 
 /// The collection's documents in record-id order, read in chunks; a
-/// storage error ends the iteration and is kept in `error`.
-pub(crate) struct ScanIter<'a> {
-    shared: &'a Shared,
+/// storage error ends the iteration and is kept in `error`. Owns what it
+/// reads with, so a cursor may keep it between batches.
+pub(crate) struct ScanIter {
+    engine: storage::Engine,
     coll: Option<Arc<Collection>>,
     after: u64,
     pending: VecDeque<(u64, Document)>,
     pub error: Option<DocError>,
 }
 
-impl<'a> ScanIter<'a> {
-    pub fn new(shared: &'a Shared, ns: &Namespace) -> ScanIter<'a> {
-        ScanIter { shared, coll: shared.catalog.get(ns), after: 0, pending: VecDeque::new(), error: None }
+impl ScanIter {
+    pub fn new(shared: &Shared, ns: &Namespace) -> ScanIter {
+        let engine = shared.catalog.engine().clone();
+        ScanIter { engine, coll: shared.catalog.get(ns), after: 0, pending: VecDeque::new(), error: None }
+    }
+
+    /// The records, a storage error as the last item.
+    pub fn results(mut self) -> impl Iterator<Item = Result<(u64, Document), DocError>> + Send {
+        std::iter::from_fn(move || match self.next() {
+            Some(record) => Some(Ok(record)),
+            None => self.error.take().map(Err),
+        })
+    }
+
+    /// The documents, a storage error as the last item (as a pipeline
+    /// takes them).
+    pub fn fallible(self) -> impl Iterator<Item = Result<Document, query::FilterError>> + Send {
+        self.results().map(|r| {
+            r.map(|(_, d)| d).map_err(|e| {
+                let e = CommandError::from(e);
+                query::FilterError { code: e.code, message: e.errmsg }
+            })
+        })
     }
 }
 
-impl Iterator for ScanIter<'_> {
+impl Iterator for ScanIter {
     type Item = (u64, Document);
 
     fn next(&mut self) -> Option<(u64, Document)> {
         if self.pending.is_empty() {
             let coll = self.coll.as_ref()?;
-            match coll.scan(self.shared.catalog.engine(), self.after, SCAN_CHUNK) {
+            match coll.scan(&self.engine, self.after, SCAN_CHUNK) {
                 Ok(chunk) => self.pending.extend(chunk),
                 Err(e) => {
                     self.error = Some(e);
+                    self.coll = None;
                     return None;
                 }
             }
@@ -201,6 +248,10 @@ fn next_hit(shared: &Shared, c: &mut CursorState) -> Result<Option<Hit>, Command
     match &mut c.source {
         Source::Buffer(items) => Ok(items.next()),
         Source::Merge(runs) => runs.next(),
+        Source::Stream { docs, .. } => match docs.next() {
+            Some(d) => Ok(Some(Hit { rid: 0, doc: d?, pos: None })),
+            None => Ok(None),
+        },
         Source::Scan { filter, after, pending, reverse } => loop {
             if pending.is_empty() {
                 let Some(coll) = shared.catalog.get(&c.ns) else { return Ok(None) };
@@ -319,9 +370,10 @@ fn fill(
             break;
         }
     }
-    let exhausted = match &c.source {
+    let exhausted = match &mut c.source {
         Source::Buffer(items) => items.len() == 0,
         Source::Merge(runs) => runs.is_done(),
+        Source::Stream { docs, .. } => docs.peek().is_none(),
         Source::Scan { .. } => false,
     };
     Ok((out, exhausted))
@@ -409,9 +461,9 @@ fn sorted_hits(
                     "Executor error during find command :: caused by :: Sort exceeded memory limit of {memory_limit} bytes, but did not opt in to external sorting."
                 )));
             }
-            let runs = spilled.get_or_insert_with(|| crate::spill::Spilled::new(sort.clone()));
-            runs.spill(&shared.options.dbpath.join("_tmp"), &mut buf, keep)?;
-            shared.opcounters.sort_spills.fetch_add(1, Ordering::Relaxed);
+            let runs = spilled.get_or_insert_with(|| crate::spill::Spilled::new(&spill_dir(shared), sort.clone()));
+            runs.spill(&mut buf, keep)?;
+            shared.opcounters.spills.sort_spills.fetch_add(1, Ordering::Relaxed);
             bytes = 0;
         }
     }
@@ -425,6 +477,11 @@ fn sorted_hits(
         out.truncate(l);
     }
     Ok(Source::Buffer(out.into_iter()))
+}
+
+/// Where blocking sorts and groups spill to (`allowDiskUse`).
+pub(crate) fn spill_dir(shared: &Shared) -> std::path::PathBuf {
+    shared.options.dbpath.join("_tmp")
 }
 
 /// How many views may stack (MongoDB's limit).
@@ -785,6 +842,13 @@ pub fn get_more(shared: &Shared, cmd: &Document) -> CommandResult {
     if state.tailable {
         check_tail_position(shared, &mut state)?;
     }
+    if let Source::Stream { scanning: Some((base, coll)), .. } = &state.source {
+        if !shared.catalog.get(base).is_some_and(|now| Arc::ptr_eq(coll, &now)) {
+            return Err(CommandError::query_plan_killed(format!(
+                "PlanExecutor error during aggregation :: caused by :: collection dropped or renamed: {base}"
+            )));
+        }
+    }
     let (batch, done) = fill(shared, &mut state, batch_size, &Deadline(None))?;
     // Put back under the lock `killCursors` takes, unless killed meanwhile.
     let id = {
@@ -906,37 +970,42 @@ pub fn aggregate(shared: &Shared, cmd: &Document) -> CommandResult {
         }
         None => (ns.clone(), stages.to_vec()),
     };
-    // Without allowDiskUse, $sort and $group stay under mongod's limits
-    // (with it they may grow: they do not spill yet).
+    // Past mongod's memory limits $sort and $group fail, or spill with
+    // allowDiskUse.
     let allow_disk_use = bool_option(
         cmd,
         "allowDiskUse",
         "aggregate",
         shared.parameters.allow_disk_use_by_default.load(Ordering::Relaxed),
     )?;
-    let limits = (!allow_disk_use).then(|| query::MemoryLimits {
+    let limits = query::MemoryLimits {
         sort: shared.parameters.sort_memory_limit.load(Ordering::Relaxed),
         group: shared.parameters.group_memory_limit.load(Ordering::Relaxed),
-    });
-    let pipeline = query::Pipeline::parse_in(&stages, &scope)?.with_collation(collation).with_memory_limits(limits);
-    let out = match source {
-        Some(docs) => pipeline.run(docs.into_iter())?,
+    };
+    let spill = allow_disk_use
+        .then(|| query::pipeline::SpillTo { dir: spill_dir(shared), counters: shared.opcounters.spills.clone() });
+    let pipeline = query::Pipeline::parse_in(&stages, &scope)?
+        .with_collation(collation)
+        .with_memory_limits(Some(limits))
+        .with_spill(spill);
+    let (docs, scanning) = match source {
+        Some(docs) => (pipeline.stream(docs.into_iter().map(Ok))?, None),
         None => {
-            let mut scan = ScanIter::new(shared, &base);
-            let out = pipeline.run(scan.by_ref().map(|(_, d)| d));
-            if let Some(e) = scan.error {
-                return Err(e.into());
-            }
-            out?
+            let scan = ScanIter::new(shared, &base);
+            let coll = scan.coll.clone().map(|c| (base.clone(), c));
+            (pipeline.stream(scan.fallible())?, coll)
         }
     };
     deadline.check()?;
     if let Some(write) = write {
         // The results went to a collection; the cursor is empty.
+        let out = docs.collect::<Result<Vec<_>, _>>()?;
+        deadline.check()?;
         crate::agg_write::write(shared, cmd, &write, out)?;
         return buffered_cursor(shared, ns, Vec::new(), None);
     }
-    buffered_cursor(shared, ns, out, batch_size.map(|b| b as usize))
+    let state = CursorState::of(ns, Source::Stream { docs: docs.peekable(), scanning });
+    first_batch(shared, state, batch_size.map(|b| b as usize), false, &deadline)
 }
 
 /// Reply with the first batch of documents computed up front, keeping a
@@ -948,18 +1017,7 @@ pub(crate) fn buffered_cursor(
     batch_size: Option<usize>,
 ) -> CommandResult {
     let hits: Vec<Hit> = docs.into_iter().map(|doc| Hit { rid: 0, doc, pos: None }).collect();
-    let state = CursorState {
-        ns,
-        source: Source::Buffer(hits.into_iter()),
-        projection: None,
-        record_id: false,
-        remaining: None,
-        last_used: Instant::now(),
-        tailable: false,
-        await_data: false,
-        tailing: None,
-        lsid: None,
-    };
+    let state = CursorState::of(ns, Source::Buffer(hits.into_iter()));
     first_batch(shared, state, batch_size, false, &Deadline::none())
 }
 

@@ -47,9 +47,9 @@ pub struct Opcounters {
     /// Finds answered by the point-read fast path (`point.rs`), also
     /// counted in `query` and `command`.
     pub point_reads: AtomicU64,
-    /// Sorted runs blocking sorts wrote to disk
-    /// (`metrics.query.sort.spillToDisk`).
-    pub sort_spills: AtomicU64,
+    /// Runs blocking sorts and groups wrote to disk
+    /// (`metrics.query.sort.spillToDisk`, `metrics.query.group`).
+    pub spills: Arc<query::pipeline::SpillCounters>,
 }
 
 /// Server parameters `setParameter` can change at run time.
