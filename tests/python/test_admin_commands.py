@@ -116,6 +116,10 @@ def test_validators(client):
     with pytest.raises(OperationFailure) as e:
         db.create_collection("series", timeseries={"timeField": "t"})
     assert e.value.code == 72, "time series collections are refused, not ignored"
+    with pytest.raises(OperationFailure) as e:
+        db.command("create", "typo", cappd=True)
+    assert e.value.code == 40415 and e.value.details["errmsg"] == "BSON field 'create.cappd' is an unknown field."
+    assert "typo" not in db.list_collection_names()
 
 
 def test_admin_config_and_local_exist_and_each_start_is_logged(datadir):

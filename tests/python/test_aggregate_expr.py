@@ -3,6 +3,7 @@ arguments, `$addFields`/`$set`, `$replaceRoot`/`$replaceWith`, `let`,
 and errors met while evaluating."""
 
 import pytest
+from bson import Decimal128, Int64
 from pymongo.errors import OperationFailure
 
 
@@ -105,3 +106,80 @@ def test_decimal_prices_add_multiply_and_subtract(client):
     with pytest.raises(OperationFailure) as e:
         c.find_one({}, {"x": {"$divide": ["$price", Decimal128("0")]}})
     assert e.value.code == 2
+
+
+ROUND_TRUNC = [
+    # One argument.
+    ({"$trunc": Int64(4)}, Int64(4)),
+    ({"$trunc": -2.0}, -2.0),
+    ({"$trunc": 0.9}, 0.0),
+    ({"$trunc": -1.2}, -1.0),
+    ({"$trunc": Decimal128("-1.6")}, Decimal128("-1")),
+    ({"$trunc": None}, None),
+    ({"$round": Int64(4)}, Int64(4)),
+    ({"$round": 0.9}, 1.0),
+    ({"$round": -1.2}, -1.0),
+    ({"$round": 2.5}, 2.0),
+    ({"$round": 3.5}, 4.0),
+    ({"$round": Decimal128("-1.6")}, Decimal128("-2")),
+    ({"$round": float("inf")}, float("inf")),
+    # A place.
+    ({"$trunc": [1.298, 1]}, 1.2),
+    ({"$trunc": [23.298, -1]}, 20.0),
+    ({"$trunc": [Decimal128("1.298"), 1]}, Decimal128("1.2")),
+    ({"$trunc": [Decimal128("23.298"), -1]}, Decimal128("2E+1")),
+    ({"$trunc": [1.298, 100]}, 1.298),
+    ({"$trunc": [Decimal128("1.298912343250054252245154325"), Int64(20)]}, Decimal128("1.29891234325005425224")),
+    ({"$trunc": [Decimal128("1.298"), Decimal128("100")]}, Decimal128("1.298000000000000000000000000000000")),
+    ({"$round": [1.298, 1]}, 1.3),
+    ({"$round": [2.567, 2]}, 2.57),
+    ({"$round": [23.298, -1]}, 20.0),
+    ({"$round": [Decimal128("23.298"), -1]}, Decimal128("2E+1")),
+    ({"$round": [Decimal128("1.298912343250054252245154325"), Int64(20)]}, Decimal128("1.29891234325005425225")),
+    ({"$round": [1234, -2]}, 1200),
+    ({"$round": [1250, -2]}, 1200),
+    ({"$round": [Int64(1350), -2]}, Int64(1400)),
+    ({"$round": [2147483647, -1]}, Int64(2147483650)),
+    ({"$round": [Decimal128("Infinity"), 0]}, Decimal128("Infinity")),
+    ({"$round": [5, None]}, None),
+    # Decimal $mod and $sqrt.
+    ({"$mod": [Decimal128("7.5"), 2]}, Decimal128("1.5")),
+    ({"$mod": [Decimal128("-7.5"), 2]}, Decimal128("-1.5")),
+    ({"$mod": [10, Decimal128("3.0")]}, Decimal128("1.0")),
+    ({"$sqrt": Decimal128("4.00")}, Decimal128("2.0")),
+    ({"$sqrt": Decimal128("2")}, Decimal128("1.414213562373095048801688724209698")),
+]
+
+
+@pytest.mark.parametrize("expr, want", ROUND_TRUNC)
+def test_round_trunc_mod_and_sqrt_as_mongod(client, expr, want):
+    c = client.test.r
+    c.insert_one({"_id": 1})
+    got = c.find_one({}, {"_id": 0, "r": expr})["r"]
+    assert got == want and type(got) is type(want)
+
+
+@pytest.mark.parametrize("expr, code", [
+    ({"$round": [Int64(9223372036854775806), -1]}, 51080),
+    ({"$trunc": [1, 2, 3]}, 28667),
+    ({"$round": [1, 2, 3]}, 28667),
+    ({"$round": "string"}, 51081),
+    ({"$trunc": "string"}, 51081),
+    ({"$round": [1, Int64(101)]}, 51083),
+    ({"$round": [1, -21]}, 51083),
+    ({"$trunc": [1, Decimal128("101")]}, 51083),
+    ({"$round": [1, Decimal128("1.4")]}, 51082),
+    ({"$trunc": [1, 10.5]}, 51082),
+    ({"$round": [1, "2"]}, 16004),
+    ({"$mod": [Decimal128("1"), Decimal128("0")]}, 16610),
+    ({"$sqrt": Decimal128("-1")}, 28714),
+])
+def test_round_and_trunc_errors(client, expr, code):
+    c = client.test.r
+    c.insert_one({"_id": 1})
+    with pytest.raises(OperationFailure) as e:
+        list(c.aggregate([{"$project": {"a": expr}}]))
+    assert e.value.code == code
+    if code == 51083:
+        assert e.value.details["errmsg"].startswith("cannot apply $") and "value must be in [-20, 100]" in \
+            e.value.details["errmsg"]

@@ -33,12 +33,14 @@ pub enum Dec {
     Finite { negative: bool, digits: Vec<u8>, exp: i32 },
 }
 
-/// The direction `Dec::to_integral` rounds in.
+/// The direction `Dec::quantize` (and `to_integral`) rounds in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Integral {
     Floor,
     Ceil,
     Trunc,
+    /// To nearest, ties to even (`$round`).
+    HalfEven,
 }
 
 /// How many significant digits a double keeps when it becomes a decimal.
@@ -280,27 +282,167 @@ impl Dec {
         finish(*negative, quotient, q_exp, remainder != 0)
     }
 
-    /// The integer `self` rounds to, toward minus infinity (`Floor`),
-    /// plus infinity (`Ceil`) or zero (`Trunc`), sign kept (`ceil(-0.5)`
-    /// is `-0`), exponent raised to 0 where it was below.
+    /// The integer `self` rounds to in `mode` (`Floor`: toward minus
+    /// infinity, `Ceil`: plus infinity, `Trunc`: zero), as IEEE's
+    /// quantize to exponent 0: `ceil(-0.5)` is `-0`, `1E+2` becomes `100`.
     pub fn to_integral(&self, mode: Integral) -> Dec {
-        let Dec::Finite { negative, digits, exp } = self else { return self.clone() };
-        if *exp >= 0 {
-            return self.clone();
+        self.quantize(0, mode)
+    }
+
+    /// `self` with exponent `exp` (a multiple of `10^exp`), rounded in
+    /// `mode`, sign kept: IEEE 754's quantize, except that where the
+    /// coefficient would need more than 34 digits it gets 34 and the
+    /// exponent stops above `exp` (as mongod's `Decimal128::quantize`:
+    /// `1.298` to 100 places is `1.298000000000000000000000000000000`);
+    /// infinities and NaN stay.
+    pub fn quantize(&self, exp: i32, mode: Integral) -> Dec {
+        let Dec::Finite { negative, digits, exp: from } = self else { return self.clone() };
+        let negative = *negative;
+        if digits.is_empty() {
+            return Dec::Finite { negative, digits: Vec::new(), exp };
         }
-        let whole = (digits.len() as i64 + i64::from(*exp)).max(0) as usize;
-        let (mut int, fraction) = (digits[..whole].to_vec(), &digits[whole..]);
-        let up = fraction.iter().any(|&d| d != 0)
+        if *from >= exp {
+            let pad = (*from - exp).min(PRECISION.saturating_sub(digits.len()) as i32);
+            let mut out = digits.clone();
+            out.extend(std::iter::repeat_n(0, pad as usize));
+            return Dec::Finite { negative, digits: out, exp: *from - pad };
+        }
+        // Drop the digits below 10^exp, then round the rest in `mode`.
+        let keep = digits.len() as i64 - (i64::from(exp) - i64::from(*from));
+        let (mut out, dropped): (Vec<u8>, &[u8]) = match usize::try_from(keep) {
+            Ok(k) => (digits[..k].to_vec(), &digits[k..]),
+            Err(_) => (Vec::new(), &[]),
+        };
+        let nonzero = keep < 0 || dropped.iter().any(|&d| d != 0);
+        let up = nonzero
             && match mode {
-                Integral::Floor => *negative,
+                Integral::Floor => negative,
                 Integral::Ceil => !negative,
                 Integral::Trunc => false,
+                Integral::HalfEven => match dropped.first() {
+                    // Below 10^exp by more than a digit: under a half.
+                    None => false,
+                    Some(&first) => {
+                        let rest = dropped[1..].iter().any(|&d| d != 0);
+                        let odd = out.last().is_some_and(|d| d % 2 == 1);
+                        first > 5 || (first == 5 && (rest || odd))
+                    }
+                },
             };
         if up {
-            increment(&mut int);
+            increment(&mut out);
         }
-        strip_leading_zeros(&mut int);
-        Dec::Finite { negative: *negative, digits: int, exp: 0 }
+        strip_leading_zeros(&mut out);
+        Dec::Finite { negative, digits: out, exp }
+    }
+
+    /// `self mod other`, the remainder of a quotient truncated toward
+    /// zero (the dividend's sign; its exponent the smaller of the two):
+    /// `7.5 mod 2` is `1.5`. `None` for a zero divisor.
+    pub fn rem(&self, other: &Dec) -> Option<Dec> {
+        match (self, other) {
+            (_, Dec::Finite { digits, .. }) if digits.is_empty() => None,
+            (Dec::NaN, _) | (_, Dec::NaN) | (Dec::Inf { .. }, _) => Some(Dec::NaN),
+            (x, Dec::Inf { .. }) => Some(x.clone()),
+            (Dec::Finite { negative, digits: da, exp: ea }, Dec::Finite { digits: db, exp: eb, .. }) => {
+                let exp = (*ea).min(*eb);
+                let align = |d: &[u8], e: i32| {
+                    let mut v = d.to_vec();
+                    if !v.is_empty() {
+                        v.extend(std::iter::repeat_n(0, (e - exp) as usize));
+                    }
+                    v
+                };
+                let (x, y) = (align(da, *ea), align(db, *eb));
+                if cmp_digits(&x, &y) == Ordering::Less {
+                    return Some(Dec::Finite { negative: *negative, digits: x, exp });
+                }
+                // |x| ≥ |y|: y is not the one zeros were appended to
+                // beyond x's, so it has at most 34 digits.
+                let divisor = y.iter().fold(0u128, |acc, &d| acc * 10 + u128::from(d));
+                let remainder = x.iter().fold(0u128, |r, &d| (r * 10 + u128::from(d)) % divisor);
+                Some(finish(*negative, digits_of(remainder), exp, false))
+            }
+        }
+    }
+
+    /// `√self`, correctly rounded (half to even); `None` below zero (`-0`
+    /// is its own root). An exact root keeps IEEE's ideal exponent (half
+    /// the operand's, rounded down) where it can: `√4.00` is `2.0`.
+    pub fn sqrt(&self) -> Option<Dec> {
+        let (digits, exp) = match self {
+            Dec::NaN => return Some(Dec::NaN),
+            Dec::Inf { negative: true } => return None,
+            Dec::Inf { .. } => return Some(self.clone()),
+            Dec::Finite { negative, digits, exp } if digits.is_empty() => {
+                return Some(Dec::Finite { negative: *negative, digits: Vec::new(), exp: exp.div_euclid(2) })
+            }
+            Dec::Finite { negative: true, .. } => return None,
+            Dec::Finite { digits, exp, .. } => (digits, *exp),
+        };
+        let ideal = exp.div_euclid(2);
+        // c × 10^e with e even and c of 72 digits or more, so that the
+        // root has 36 or more: enough for one rounding to 34.
+        let mut c = digits.clone();
+        let mut e = exp;
+        let mut extra = 72usize.saturating_sub(c.len()) + (e.rem_euclid(2) as usize);
+        if (e as i64 - extra as i64).rem_euclid(2) != 0 {
+            extra += 1;
+        }
+        c.extend(std::iter::repeat_n(0, extra));
+        e -= extra as i32;
+        if c.len() % 2 == 1 {
+            c.insert(0, 0);
+        }
+        // Long-hand: one root digit per pair of digits.
+        let (mut root, mut rest): (Vec<u8>, Vec<u8>) = (Vec::new(), Vec::new());
+        let tidy = |mut v: Vec<u8>| {
+            strip_leading_zeros(&mut v);
+            v
+        };
+        for pair in c.chunks(2) {
+            rest.extend_from_slice(pair);
+            rest = tidy(rest);
+            let mut twenty = tidy(mul_digits(&root, &[2]));
+            if !twenty.is_empty() {
+                twenty.push(0);
+            }
+            let mut x = 9u8;
+            loop {
+                let trial = tidy(mul_digits(&tidy(add_digits(&twenty, &[x])), &[x]));
+                if cmp_digits(&trial, &rest) != Ordering::Greater {
+                    rest = tidy(sub_digits(&rest, &trial));
+                    break;
+                }
+                x -= 1;
+            }
+            root.push(x);
+        }
+        let mut root = tidy(root);
+        let mut exp = e / 2;
+        let exact = rest.is_empty();
+        if exact {
+            while exp < ideal && root.last() == Some(&0) {
+                root.pop();
+                exp += 1;
+            }
+        }
+        Some(finish(false, root, exp, !exact))
+    }
+
+    /// The nearest double (ties to even; ±Infinity past the range).
+    pub fn to_f64(&self) -> f64 {
+        match self {
+            Dec::NaN => f64::NAN,
+            Dec::Inf { negative: true } => f64::NEG_INFINITY,
+            Dec::Inf { negative: false } => f64::INFINITY,
+            Dec::Finite { negative, digits, exp } => {
+                let text: String = digits.iter().map(|d| char::from(b'0' + d)).collect();
+                let sign = if *negative { "-" } else { "" };
+                let zero = if text.is_empty() { "0" } else { "" };
+                format!("{sign}{zero}{text}e{exp}").parse().unwrap_or(f64::NAN)
+            }
+        }
     }
 
     /// `self ÷ other`; `None` for a zero divisor (the caller's error, as
@@ -581,7 +723,14 @@ mod tests {
             ("0.5", "0", "1", "0"),
             ("9.99", "9", "10", "9"),
             ("-9.99", "-10", "-9", "-9"),
-            ("1E+2", "1E+2", "1E+2", "1E+2"),
+            ("1E+2", "100", "100", "100"),
+            (
+                "1E+34",
+                "1.000000000000000000000000000000000E+34",
+                "1.000000000000000000000000000000000E+34",
+                "1.000000000000000000000000000000000E+34",
+            ),
+            ("-0.00", "-0", "-0", "-0"),
             ("7", "7", "7", "7"),
             ("1E-6176", "0", "1", "0"),
             ("Infinity", "Infinity", "Infinity", "Infinity"),
@@ -591,6 +740,99 @@ mod tests {
             assert_eq!(text(d(x).to_integral(Integral::Ceil)), ceil, "ceil {x}");
             assert_eq!(text(d(x).to_integral(Integral::Trunc)), trunc, "trunc {x}");
         }
+    }
+
+    #[test]
+    fn quantize_rounds_to_an_exponent() {
+        use Integral::*;
+        let cases = [
+            ("2.5", 0, HalfEven, "2"),
+            ("3.5", 0, HalfEven, "4"),
+            ("-2.51", 0, HalfEven, "-3"),
+            ("1.2345", -2, HalfEven, "1.23"),
+            ("1.2350", -2, HalfEven, "1.24"),
+            ("1.2250", -2, HalfEven, "1.22"),
+            ("1.2250001", -2, HalfEven, "1.23"),
+            ("1.5", -3, HalfEven, "1.500"),
+            ("1234", 2, HalfEven, "1.2E+3"),
+            ("1250", 2, HalfEven, "1.2E+3"),
+            ("-0.4", 0, HalfEven, "-0"),
+            ("0.0004", -2, HalfEven, "0.00"),
+            ("0.005", -2, HalfEven, "0.00"),
+            ("0.0051", -2, HalfEven, "0.01"),
+            ("9.99", -1, HalfEven, "10.0"),
+            ("5E-10", 0, Ceil, "1"),
+            ("-5E-10", 0, Floor, "-1"),
+            ("1.99", -1, Trunc, "1.9"),
+            ("-1.99", -1, Trunc, "-1.9"),
+            ("1E+28", -5, HalfEven, "10000000000000000000000000000.00000"),
+            ("1E+30", -5, HalfEven, "1000000000000000000000000000000.000"),
+            ("1.298", -100, HalfEven, "1.298000000000000000000000000000000"),
+            ("NaN", 0, HalfEven, "NaN"),
+            ("-Infinity", 0, HalfEven, "-Infinity"),
+        ];
+        for (x, exp, mode, want) in cases {
+            assert_eq!(text(d(x).quantize(exp, mode)), want, "{x} at {exp} {mode:?}");
+        }
+    }
+
+    #[test]
+    fn remainders_keep_the_dividend_sign_and_the_smaller_exponent() {
+        let cases = [
+            ("7", "2", "1"),
+            ("7.5", "2", "1.5"),
+            ("-7.5", "2", "-1.5"),
+            ("7.5", "-2", "1.5"),
+            ("10", "3.0", "1.0"),
+            ("1", "3", "1"),
+            ("0.3", "0.1", "0.0"),
+            ("1E+6000", "7", "1"), // 10^6 ≡ 1 (mod 7)
+            ("1E+6001", "7", "3"),
+            ("5", "1E+6000", "5"),
+            ("-0", "3", "-0"),
+            ("Infinity", "3", "NaN"),
+            ("3", "Infinity", "3"),
+            ("NaN", "3", "NaN"),
+        ];
+        for (a, b, want) in cases {
+            assert_eq!(text(d(a).rem(&d(b)).unwrap()), want, "{a} mod {b}");
+        }
+        assert!(d("1").rem(&d("0E+5")).is_none());
+    }
+
+    #[test]
+    fn square_roots_round_once_and_keep_the_ideal_exponent() {
+        let cases = [
+            ("4", "2"),
+            ("4.00", "2.0"),
+            ("0.04", "0.2"),
+            ("1E+2", "1E+1"),
+            ("1E+3", "31.62277660168379331998893544432719"),
+            ("2", "1.414213562373095048801688724209698"),
+            ("10", "3.162277660168379331998893544432719"),
+            ("1E-6176", "1E-3088"),
+            ("152.2756", "12.34"),
+            ("9999999999999999999999999999999999", "99999999999999999.99999999999999999"),
+            ("-0", "-0"),
+            ("0E+3", "0E+1"),
+            ("Infinity", "Infinity"),
+            ("NaN", "NaN"),
+        ];
+        for (x, want) in cases {
+            assert_eq!(text(d(x).sqrt().unwrap()), want, "sqrt {x}");
+        }
+        assert!(d("-1E-10").sqrt().is_none());
+        assert!(d("-Infinity").sqrt().is_none());
+    }
+
+    #[test]
+    fn decimals_convert_to_the_nearest_double() {
+        assert_eq!(d("0.1").to_f64(), 0.1);
+        assert_eq!(d("-2.50").to_f64(), -2.5);
+        assert_eq!(d("1E+400").to_f64(), f64::INFINITY);
+        assert_eq!(d("1E-400").to_f64(), 0.0);
+        assert_eq!(d("-0").to_f64().to_bits(), (-0.0f64).to_bits());
+        assert!(d("NaN").to_f64().is_nan());
     }
 
     #[test]

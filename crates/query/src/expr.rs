@@ -70,6 +70,7 @@ enum Op {
     Ceil,
     Floor,
     Trunc,
+    Round,
     Sqrt,
     Pow,
     Concat,
@@ -291,6 +292,7 @@ fn parse_operator(name: &str, arg: &Bson, scope: &Scope) -> Result<Node, FilterE
         "$ceil" => Op::Ceil,
         "$floor" => Op::Floor,
         "$trunc" => Op::Trunc,
+        "$round" => Op::Round,
         "$sqrt" => Op::Sqrt,
         "$pow" => Op::Pow,
         "$concat" => Op::Concat,
@@ -462,11 +464,11 @@ fn parse_operator(name: &str, arg: &Bson, scope: &Scope) -> Result<Node, FilterE
         | Op::IsArray
         | Op::IsNumber
         | Op::Type => exactly(1, nodes)?,
-        Op::Trunc if nodes.is_empty() || nodes.len() > 2 => {
+        Op::Trunc | Op::Round if nodes.is_empty() || nodes.len() > 2 => {
             return Err(err(
                 28667,
                 format!(
-                    "Expression $trunc takes at least 1 argument, and at most 2, but {} were passed in.",
+                    "Expression {name} takes at least 1 arguments, and at most 2, but {} were passed in.",
                     nodes.len()
                 ),
             ))
@@ -580,6 +582,97 @@ fn long(n: Num) -> i64 {
 /// expressions convert it.
 fn to_dec(v: &Bson) -> Dec {
     Dec::from_bson(v, DoubleDigits::Fifteen).unwrap_or(Dec::NaN)
+}
+
+/// `$round` and `$trunc`: `v` to `place` decimal places (0 when not
+/// given; -20 to 100), as mongod computes them. A double goes through a
+/// 34-digit decimal and back; an integer is kept (places ≥ 0) or rounded
+/// to a multiple of a power of ten, an int growing into a long; 51080
+/// when that overflows a long.
+fn round_or_trunc(
+    name: &str,
+    mode: Integral,
+    v: Option<Bson>,
+    place: Option<Option<Bson>>,
+) -> Result<Option<Bson>, FilterError> {
+    if nullish(&v) {
+        return Ok(Some(Bson::Null));
+    }
+    let v = v.expect("not missing");
+    if !is_number(&v) {
+        return Err(err(51081, format!("{name} only supports numeric types, not {}", type_name(&v))));
+    }
+    let places = match place {
+        None => 0,
+        Some(p) if nullish(&p) => return Ok(Some(Bson::Null)),
+        Some(p) => {
+            let p = p.expect("not missing");
+            let (n, integral) = match &p {
+                Bson::Int32(i) => (i64::from(*i), true),
+                Bson::Int64(i) => (*i, true),
+                Bson::Double(d) if d.is_finite() && d.abs() < 9.2e18 => (*d as i64, d.fract() == 0.0),
+                Bson::Decimal128(_) => {
+                    let d = to_dec(&p);
+                    let whole = d.to_integral(Integral::Trunc).to_f64();
+                    if !whole.is_finite() || whole.abs() >= 9.2e18 {
+                        return Err(err(31109, format!("Can't coerce out of range value {p} to long")));
+                    }
+                    (whole as i64, d.to_integral(Integral::Trunc).to_f64() == d.to_f64())
+                }
+                Bson::Double(d) => return Err(err(31109, format!("Can't coerce out of range value {d} to long"))),
+                other => return Err(err(16004, format!("can't convert from BSON type {} to long", type_name(other)))),
+            };
+            if !integral {
+                return Err(err(51082, format!("precision argument to  {name} must be a integral value")));
+            }
+            if !(-20..=100).contains(&n) {
+                return Err(err(
+                    51083,
+                    format!("cannot apply {name} with precision value {n} value must be in [-20, 100]"),
+                ));
+            }
+            n
+        }
+    };
+    let exp = -(places as i32);
+    Ok(Some(match &v {
+        Bson::Decimal128(_) => to_dec(&v).quantize(exp, mode).to_bson(),
+        Bson::Double(d) if !d.is_finite() => v,
+        Bson::Double(_) => {
+            let x = Dec::from_bson(&v, DoubleDigits::ThirtyFour).expect("a double");
+            Bson::Double(x.quantize(exp, mode).to_f64())
+        }
+        _ if places >= 0 => v,
+        _ => {
+            let n = long(num(&v).expect("a number"));
+            let rounded = Dec::from_bson(&Bson::Int64(n), DoubleDigits::Fifteen).expect("a long").quantize(exp, mode);
+            let out = match &rounded {
+                Dec::Finite { negative, digits, exp } => {
+                    let magnitude =
+                        digits.iter().fold(0i128, |acc, &d| acc * 10 + i128::from(d)) * 10i128.pow(*exp as u32);
+                    i64::try_from(if *negative { -magnitude } else { magnitude }).ok()
+                }
+                _ => None,
+            };
+            let Some(out) = out else {
+                return Err(err(
+                    51080,
+                    format!(
+                        "invalid conversion from Decimal128 result in {name} resulting from arguments: [{n}, {places}]"
+                    ),
+                ));
+            };
+            match (&v, i32::try_from(out)) {
+                (Bson::Int32(_), Ok(i)) => Bson::Int32(i),
+                _ => Bson::Int64(out),
+            }
+        }
+    }))
+}
+
+/// Missing, null or undefined: what most operators answer null for.
+fn nullish(v: &Option<Bson>) -> bool {
+    matches!(v, None | Some(Bson::Null | Bson::Undefined))
 }
 
 fn decimal_unsupported(name: &str) -> FilterError {
@@ -703,7 +796,6 @@ fn eval_op(op: Op, nodes: &[Node], env: &Env) -> Result<Option<Bson>, FilterErro
         (Some(_), None) => Ordering::Greater,
         (Some(x), Some(y)) => crate::collation::collated(x, y),
     };
-    let nullish = |v: &Option<Bson>| matches!(v, None | Some(Bson::Null | Bson::Undefined));
     Ok(Some(match op {
         Op::Cmp(want, or_equal) => {
             let v = vals(env)?;
@@ -817,6 +909,12 @@ fn eval_op(op: Op, nodes: &[Node], env: &Env) -> Result<Option<Bson>, FilterErro
                 if op == Op::Subtract && is_number(&a) && is_number(&b) {
                     return Ok(Some(to_dec(&a).add(&to_dec(&b).neg()).to_bson()));
                 }
+                if op == Op::Mod && is_number(&a) && is_number(&b) {
+                    return match to_dec(&a).rem(&to_dec(&b)) {
+                        Some(r) => Ok(Some(r.to_bson())),
+                        None => Err(err(16610, "can't $mod by zero")),
+                    };
+                }
                 if op == Op::Divide && is_number(&a) && is_number(&b) {
                     return match to_dec(&a).div(&to_dec(&b)) {
                         Some(q) => Ok(Some(q.to_bson())),
@@ -894,7 +992,15 @@ fn eval_op(op: Op, nodes: &[Node], env: &Env) -> Result<Option<Bson>, FilterErro
                 },
             }
         }
-        Op::Abs | Op::Ceil | Op::Floor | Op::Trunc | Op::Sqrt => {
+        Op::Trunc | Op::Round => {
+            let v = nodes[0].eval(env)?;
+            let place = nodes.get(1).map(|p| p.eval(env)).transpose()?;
+            match op {
+                Op::Trunc => return round_or_trunc("$trunc", Integral::Trunc, v, place),
+                _ => return round_or_trunc("$round", Integral::HalfEven, v, place),
+            }
+        }
+        Op::Abs | Op::Ceil | Op::Floor | Op::Sqrt => {
             let v = nodes[0].eval(env)?;
             let name = match op {
                 Op::Abs => "$abs",
@@ -913,17 +1019,16 @@ fn eval_op(op: Op, nodes: &[Node], env: &Env) -> Result<Option<Bson>, FilterErro
                     Op::Abs => x.abs(),
                     Op::Ceil => x.to_integral(Integral::Ceil),
                     Op::Floor => x.to_integral(Integral::Floor),
-                    Op::Trunc if nodes.len() == 1 => x.to_integral(Integral::Trunc),
-                    _ => return Err(decimal_unsupported(name)),
+                    _ => match x.sqrt() {
+                        Some(root) => root,
+                        None => return Err(err(28714, "$sqrt's argument must be greater than or equal to 0")),
+                    },
                 };
                 return Ok(Some(out.to_bson()));
             }
             let Some(n) = num(&v) else {
                 return Err(err(28765, format!("{name} only supports numeric types, not {}", type_name(&v))));
             };
-            if op == Op::Trunc && nodes.len() == 2 {
-                return Err(err(238, "$trunc with a place argument is not supported yet"));
-            }
             match (op, n) {
                 (Op::Abs, Num::Int(i)) => match i.checked_abs() {
                     Some(a) => Bson::Int32(a),
@@ -943,8 +1048,7 @@ fn eval_op(op: Op, nodes: &[Node], env: &Env) -> Result<Option<Bson>, FilterErro
                 }
                 (_, Num::Double(d)) => Bson::Double(match op {
                     Op::Ceil => d.ceil(),
-                    Op::Floor => d.floor(),
-                    _ => d.trunc(),
+                    _ => d.floor(),
                 }),
                 (_, n) => bson_of(n),
             }
@@ -1115,7 +1219,10 @@ mod tests {
         assert_eq!(run(bson::bson!({ "$ceil": "$p" })), dec("2"));
         assert_eq!(run(bson::bson!({ "$trunc": "$p" })), dec("1"));
         assert_eq!(eval(bson::bson!({ "$divide": [1, { "$multiply": ["$p", 0] }] }), d.clone()).unwrap_err().code, 2);
-        assert_eq!(eval(bson::bson!({ "$mod": ["$p", 2] }), d).unwrap_err().code, 238);
+        assert_eq!(run(bson::bson!({ "$mod": ["$p", 2] })), dec("1.10"));
+        assert_eq!(run(bson::bson!({ "$round": ["$p", 1] })), dec("1.1"));
+        assert_eq!(run(bson::bson!({ "$sqrt": { "$multiply": ["$p", "$p"] } })), dec("1.10"));
+        assert_eq!(eval(bson::bson!({ "$pow": ["$p", 2] }), d).unwrap_err().code, 238);
     }
 
     #[test]

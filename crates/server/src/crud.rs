@@ -268,6 +268,25 @@ pub fn create(shared: &Shared, cmd: &Document) -> CommandResult {
                 | "collation"
         )
     }) {
+        // mongod's other create options are refused as not supported;
+        // anything else is not a create option at all.
+        const OTHERS: &[&str] = &[
+            "timeseries",
+            "clusteredIndex",
+            "expireAfterSeconds",
+            "changeStreamPreAndPostImages",
+            "encryptedFields",
+            "storageEngine",
+            "indexOptionDefaults",
+            "idIndex",
+            "autoIndexId",
+            "temp",
+            "flags",
+            "recordIdsReplicated",
+        ];
+        if !OTHERS.contains(&k.as_str()) {
+            return Err(CommandError::with_code(40415, format!("BSON field 'create.{k}' is an unknown field.")));
+        }
         return Err(CommandError::invalid_options(format!("collection option {k} is not supported yet")));
     }
     // A default collation is kept in full, as mongod reports it; the
