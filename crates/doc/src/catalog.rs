@@ -31,9 +31,11 @@ const CATALOG: &str = "_catalog";
 
 #[derive(Debug, thiserror::Error)]
 pub enum DocError {
-    #[error("{}", duplicate_key_message(ns, key, collation.as_deref()))]
+    #[error("{}", duplicate_key_message(ns, *clustered, key, collation.as_deref()))]
     DuplicateKey {
         ns: String,
+        /// A clustered collection's: its message names no index, as mongod's.
+        clustered: bool,
         key: Box<Bson>,
         /// The `_id` index's collation and the key's collated form.
         collation: Option<Box<(Document, Bson)>>,
@@ -55,10 +57,11 @@ pub enum DocError {
 
 /// mongod's E11000 message. Under a collation it names the collation and
 /// shows a string key as its collation key, hex encoded.
-fn duplicate_key_message(ns: &str, key: &Bson, collation: Option<&(Document, Bson)>) -> String {
+fn duplicate_key_message(ns: &str, clustered: bool, key: &Bson, collation: Option<&(Document, Bson)>) -> String {
+    let index = if clustered { "" } else { " index: _id_" };
     let Some((spec, collated)) = collation else {
         return format!(
-            "E11000 duplicate key error collection: {ns} index: _id_ dup key: {{ _id: {} }}",
+            "E11000 duplicate key error collection: {ns}{index} dup key: {{ _id: {} }}",
             crate::format::spaced(key)
         );
     };
@@ -67,7 +70,7 @@ fn duplicate_key_message(ns: &str, key: &Bson, collation: Option<&(Document, Bso
         _ => crate::format::spaced(key),
     };
     format!(
-        "E11000 duplicate key error collection: {ns} index: _id_ collation: {} dup key: {{ _id: {shown} }}",
+        "E11000 duplicate key error collection: {ns}{index} collation: {} dup key: {{ _id: {shown} }}",
         crate::format::spaced(&Bson::Document(spec.clone()))
     )
 }
@@ -181,6 +184,18 @@ impl Capped {
     fn over(&self, (bytes, count): (u64, u64)) -> bool {
         bytes > self.size || self.max.is_some_and(|m| count > m)
     }
+}
+
+/// Where a natural-order scan resumes (`Collection::natural`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum ScanFrom {
+    #[default]
+    Start,
+    /// After (or before, backwards) this record id: record-id order.
+    Record(u64),
+    /// After (or before) this `_id` index key: a clustered collection's
+    /// `_id` order.
+    Key(Vec<u8>),
 }
 
 /// Every collection, loaded at open.
@@ -522,7 +537,7 @@ impl Collection {
 
     fn duplicate(&self, id: Bson) -> DocError {
         let collation = self.id_collation.as_ref().map(|c| Box::new((c.full_spec(), c.key_of(&id))));
-        DocError::DuplicateKey { ns: self.ns.to_string(), key: Box::new(id), collation }
+        DocError::DuplicateKey { ns: self.ns.to_string(), clustered: self.is_clustered(), key: Box::new(id), collation }
     }
 
     /// For a view: the collection or view it reads, and its pipeline.
@@ -846,6 +861,84 @@ impl Collection {
         Ok(self.find_rid_by_id(engine, id)?.map(|(_, d)| d))
     }
 
+    /// Whether the collection is clustered by `_id` (`clusteredIndex`):
+    /// its natural order is `_id` order (the `_id` index's).
+    pub fn is_clustered(&self) -> bool {
+        self.options.contains_key("clusteredIndex")
+    }
+
+    /// Up to `max` documents (0: all) in natural order after `from` (before
+    /// it, backwards, when `reverse`), each with the position to resume
+    /// after it and its record id. Natural order is record-id (insertion)
+    /// order, or `_id` order for a clustered collection, read through the
+    /// `_id` index; a record deleted between its index entry and its read
+    /// is skipped, as a delete just before the scan would be.
+    pub fn natural(
+        &self,
+        engine: &Engine,
+        from: &ScanFrom,
+        reverse: bool,
+        max: usize,
+    ) -> Result<Vec<(ScanFrom, u64, Document)>, DocError> {
+        if !self.is_clustered() {
+            let rid = match from {
+                ScanFrom::Record(rid) => *rid,
+                _ => 0,
+            };
+            let found = if reverse { self.scan_back(engine, rid, max)? } else { self.scan(engine, rid, max)? };
+            return Ok(found.into_iter().map(|(rid, d)| (ScanFrom::Record(rid), rid, d)).collect());
+        }
+        use std::ops::Bound::{Excluded, Unbounded};
+        let mut c = engine.cursor(&self.id_index)?;
+        if let ScanFrom::Key(k) = from {
+            match reverse {
+                false => c.set_bounds(Excluded(k.clone()), Unbounded),
+                true => c.set_bounds(Unbounded, Excluded(k.clone())),
+            }
+        }
+        let mut out = Vec::new();
+        let mut e = if reverse { c.last()? } else { c.first()? };
+        while let Some((k, v)) = e {
+            let rid = record_id(&v)?;
+            if let Some(bytes) = engine.get(&self.records, &rid.to_be_bytes())? {
+                out.push((ScanFrom::Key(k.to_vec()), rid, decode(&bytes)?));
+                if max != 0 && out.len() >= max {
+                    break;
+                }
+            }
+            e = if reverse { c.prev()? } else { c.next()? };
+        }
+        Ok(out)
+    }
+
+    /// Up to `max` documents whose `_id` is a date from 1970-01-01 to
+    /// `until_ms` (both included), in `_id` order, with their record ids:
+    /// what a clustered collection's TTL (`expireAfterSeconds`) removes.
+    /// Other `_id` types are never expired, as in mongod.
+    pub fn expired(&self, engine: &Engine, until_ms: i64, max: usize) -> Result<Vec<(u64, Document)>, DocError> {
+        use std::ops::Bound::Included;
+        if until_ms < 0 {
+            return Ok(Vec::new());
+        }
+        let lo = self.id_key(&Bson::DateTime(bson::DateTime::from_millis(0)));
+        let hi = self.id_key(&Bson::DateTime(bson::DateTime::from_millis(until_ms)));
+        let mut c = engine.cursor(&self.id_index)?;
+        c.set_bounds(Included(lo), Included(hi));
+        let mut out = Vec::new();
+        let mut e = c.first()?;
+        while let Some((_, v)) = e {
+            let rid = record_id(&v)?;
+            if let Some(bytes) = engine.get(&self.records, &rid.to_be_bytes())? {
+                out.push((rid, decode(&bytes)?));
+                if out.len() >= max {
+                    break;
+                }
+            }
+            e = c.next()?;
+        }
+        Ok(out)
+    }
+
     /// Up to `max` documents with record ids above `after`, in record-id
     /// order, each with its record id; `max` = 0 means all.
     pub fn scan(&self, engine: &Engine, after: u64, max: usize) -> Result<Vec<(u64, Document)>, DocError> {
@@ -1038,6 +1131,52 @@ mod tests {
             Err(DocError::Corrupt(why)) => assert!(why.contains("\"lowercase\""), "{why}"),
             other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
         }
+    }
+
+    #[test]
+    fn a_clustered_collection_scans_in_id_order_and_expires_date_ids() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = engine(dir.path());
+        let cat = Catalog::open(e.clone()).unwrap();
+        let ns = Namespace::new("test", "c").unwrap();
+        let c = cat
+            .create(&ns, doc! { "clusteredIndex": { "v": 2, "key": { "_id": 1 }, "name": "_id_", "unique": true } })
+            .unwrap();
+        assert!(c.is_clustered());
+        let date = |ms: i64| Bson::DateTime(bson::DateTime::from_millis(ms));
+        for id in
+            [Bson::Int32(4), date(5_000), Bson::String("x".into()), Bson::Int32(2), date(-1), date(0), date(9_000)]
+        {
+            c.insert(&e, &doc! { "_id": id }, Ack::Journaled, None).unwrap();
+        }
+        let ids = |found: Vec<(ScanFrom, u64, Document)>| -> Vec<Bson> {
+            found.into_iter().map(|(_, _, d)| d.get("_id").unwrap().clone()).collect()
+        };
+        let all =
+            vec![Bson::Int32(2), Bson::Int32(4), Bson::String("x".into()), date(-1), date(0), date(5_000), date(9_000)];
+        assert_eq!(ids(c.natural(&e, &ScanFrom::Start, false, 0).unwrap()), all);
+        // Resuming after a position, in chunks, both ways.
+        let first = c.natural(&e, &ScanFrom::Start, false, 3).unwrap();
+        let resume = first[2].0.clone();
+        assert_eq!(ids(c.natural(&e, &resume, false, 0).unwrap()), all[3..].to_vec());
+        let mut back = all[..2].to_vec();
+        back.reverse();
+        assert_eq!(ids(c.natural(&e, &resume, true, 0).unwrap()), back);
+        // Expiry takes dates from 1970 to the cutoff, both included.
+        let expired: Vec<Bson> =
+            c.expired(&e, 5_000, 10).unwrap().into_iter().map(|(_, d)| d.get("_id").unwrap().clone()).collect();
+        assert_eq!(expired, vec![date(0), date(5_000)]);
+        assert!(c.expired(&e, -10, 10).unwrap().is_empty());
+        // An ordinary collection's natural order is insertion order.
+        let plain = cat.get_or_create(&Namespace::new("test", "plain").unwrap()).unwrap();
+        for id in [3, 1, 2] {
+            plain.insert(&e, &doc! { "_id": id }, Ack::Journaled, None).unwrap();
+        }
+        assert_eq!(
+            ids(plain.natural(&e, &ScanFrom::Start, false, 0).unwrap()),
+            vec![Bson::Int32(3), Bson::Int32(1), Bson::Int32(2)]
+        );
+        e.close().unwrap();
     }
 
     #[test]

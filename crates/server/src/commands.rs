@@ -508,6 +508,8 @@ fn parameters(shared: &Shared) -> Document {
         "internalQueryMaxBlockingSortMemoryUsageBytes": p.sort_memory_limit.load(Ordering::Relaxed) as i32,
         "internalDocumentSourceGroupMaxMemoryBytes": p.group_memory_limit.load(Ordering::Relaxed) as i64,
         "allowDiskUseByDefault": p.allow_disk_use_by_default.load(Ordering::Relaxed),
+        "ttlMonitorEnabled": shared.ttl.enabled.load(Ordering::Relaxed),
+        "ttlMonitorSleepSecs": shared.ttl.sleep_secs.load(Ordering::Relaxed) as i32,
     }
 }
 
@@ -566,12 +568,23 @@ fn set_parameter(shared: &Shared, cmd: &Document) -> CommandResult {
                     _ => Box::new(move || Bson::Int32(p.sort_memory_limit.swap(n, Ordering::Relaxed) as i32)),
                 });
             }
-            "allowDiskUseByDefault" => {
+            "allowDiskUseByDefault" | "ttlMonitorEnabled" => {
                 let b = match value {
                     Bson::Boolean(b) => *b,
                     other => return Err(bad(&format!("a boolean is needed, not {}", type_name(other)))),
                 };
-                changes.push(Box::new(move || Bson::Boolean(p.allow_disk_use_by_default.swap(b, Ordering::Relaxed))));
+                let flag = match name.as_str() {
+                    "ttlMonitorEnabled" => &shared.ttl.enabled,
+                    _ => &p.allow_disk_use_by_default,
+                };
+                changes.push(Box::new(move || Bson::Boolean(flag.swap(b, Ordering::Relaxed))));
+            }
+            "ttlMonitorSleepSecs" => {
+                let n = query::update::integral(value)
+                    .and_then(|n| u64::try_from(n).ok())
+                    .filter(|&n| n > 0 && n <= i32::MAX as u64)
+                    .ok_or_else(|| bad("it must be a whole number of seconds, at least 1"))?;
+                changes.push(Box::new(move || Bson::Int32(shared.ttl.sleep_secs.swap(n, Ordering::Relaxed) as i32)));
             }
             _ => {
                 return Err(CommandError::unknown_parameter(format!(
@@ -613,6 +626,7 @@ fn server_status(shared: &Shared) -> Document {
         "network": network(shared),
         "metrics": {
             "operation": { "writeConflicts": s.write_conflicts as i64 },
+            "ttl": { "passes": load(&shared.ttl.passes), "deletedDocuments": load(&shared.ttl.deleted) },
             "query": {
                 "sort": { "spillToDisk": load(&c.spills.sort_spills) },
                 "group": {

@@ -266,14 +266,14 @@ pub fn create(shared: &Shared, cmd: &Document) -> CommandResult {
                 | "viewOn"
                 | "pipeline"
                 | "collation"
+                | "clusteredIndex"
+                | "expireAfterSeconds"
         )
     }) {
         // mongod's other create options are refused as not supported;
         // anything else is not a create option at all.
         const OTHERS: &[&str] = &[
             "timeseries",
-            "clusteredIndex",
-            "expireAfterSeconds",
             "changeStreamPreAndPostImages",
             "encryptedFields",
             "storageEngine",
@@ -297,7 +297,11 @@ pub fn create(shared: &Shared, cmd: &Document) -> CommandResult {
             options.insert("collation", c.full_spec());
         }
     }
+    let options = clustered_options(options)?;
     if options.contains_key("viewOn") || options.contains_key("pipeline") {
+        if options.contains_key("clusteredIndex") {
+            return Err(CommandError::with_code(6026500, "The 'clusteredIndex' option is not supported with views"));
+        }
         let options = view_options(shared, &ns, options, "create")?;
         shared.catalog.create(&ns, options)?;
         return Ok(doc! { "ok": 1.0 });
@@ -306,6 +310,158 @@ pub fn create(shared: &Shared, cmd: &Document) -> CommandResult {
     let options = capped_options(cmd, options)?;
     shared.catalog.create(&ns, options)?;
     Ok(doc! { "ok": 1.0 })
+}
+
+/// Check `clusteredIndex` and `expireAfterSeconds` as mongod's `create`
+/// does, in its order, and store them normalized: the index as
+/// `{v: 2, key, name, unique: true}` (`name` "_id_" by default), the TTL
+/// as a long. `clusteredIndex: false` is an ordinary collection.
+fn clustered_options(mut options: Document) -> Result<Document, CommandError> {
+    let wrong_type = |field: &str, v: &Bson, expected: &str| {
+        CommandError::type_mismatch(format!(
+            "BSON field 'create.{field}' is the wrong type '{}', expected {expected}",
+            type_name(v)
+        ))
+    };
+    let ttl = match options.get("expireAfterSeconds") {
+        None => None,
+        Some(v @ (Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_))) => Some(
+            number_of(v).ok_or_else(|| wrong_type("expireAfterSeconds", v, "types '[long, int, decimal, double']"))?,
+        ),
+        Some(v) => return Err(wrong_type("expireAfterSeconds", v, "types '[long, int, decimal, double']")),
+    };
+    // The IDL parse: a bool (or a number read as one), or a strict spec.
+    let spec = match options.get("clusteredIndex") {
+        None => None,
+        Some(Bson::Boolean(b)) => Some(Err(*b)),
+        Some(v @ (Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_))) => Some(Err(number_of(v) != Some(0))),
+        Some(Bson::Document(d)) => {
+            for (k, v) in d {
+                match (k.as_str(), v) {
+                    ("v" | "unique", Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_)) => {}
+                    ("unique", Bson::Boolean(_)) | ("key", Bson::Document(_)) | ("name", Bson::String(_)) => {}
+                    ("v", other) => return Err(wrong_type("v", other, "types '[long, int, decimal, double']")),
+                    ("unique", other) => {
+                        return Err(wrong_type("unique", other, "types '[bool, long, int, decimal, double']"))
+                    }
+                    ("key", other) => return Err(wrong_type("key", other, "type 'object'")),
+                    ("name", other) => return Err(wrong_type("name", other, "type 'string'")),
+                    (other, _) => {
+                        return Err(CommandError::with_code(
+                            40415,
+                            format!("BSON field 'create.{other}' is an unknown field."),
+                        ))
+                    }
+                }
+            }
+            for required in ["key", "unique"] {
+                if !d.contains_key(required) {
+                    return Err(CommandError::with_code(
+                        40414,
+                        format!("BSON field 'create.{required}' is missing but a required field"),
+                    ));
+                }
+            }
+            Some(Ok(d.clone()))
+        }
+        Some(other) => return Err(wrong_type("clusteredIndex", other, "types '[bool']")),
+    };
+    if spec.is_some() {
+        let refuse = |code: i32, field: &str| {
+            CommandError::with_code(code, format!(
+                "'{field}' field for capped collections is not allowed on clustered collections. Did you mean 'capped: true' with 'expireAfterSeconds'?"
+            ))
+        };
+        if options.contains_key("size") {
+            return Err(refuse(6049200, "size"));
+        }
+        if options.contains_key("max") {
+            return Err(refuse(6049204, "max"));
+        }
+        if options.get("capped").is_some_and(|c| !matches!(c, Bson::Boolean(false)) && number_of(c) != Some(0)) {
+            return Err(CommandError::with_code(
+                6127800,
+                "Clustered capped collection only available with 'enableTestCommands' server parameter",
+            ));
+        }
+    }
+    let spec = match spec {
+        None if ttl.is_some() => {
+            return Err(CommandError::invalid_options(
+                "'expireAfterSeconds' is only supported on time-series collections or when the 'clusteredIndex' option is specified",
+            ))
+        }
+        None => return Ok(options),
+        Some(Err(false)) if ttl.is_some() => {
+            return Err(CommandError::invalid_options(
+                "'expireAfterSeconds' can be used only for clustered collections or timeseries collections",
+            ))
+        }
+        Some(Err(false)) => {
+            options.remove("clusteredIndex");
+            return Ok(options);
+        }
+        Some(Err(true)) => {
+            return Err(CommandError::with_code(
+                5979703,
+                "The 'clusteredIndex' legacy format {clusteredIndex: <bool>} is only supported for specific internal collections and vice versa",
+            ))
+        }
+        Some(Ok(spec)) => spec,
+    };
+    let truthy = |v: &Bson| matches!(v, Bson::Boolean(true)) || number_of(v).is_some_and(|n| n != 0);
+    if !spec.get("unique").is_some_and(truthy) {
+        return Err(CommandError::with_code(
+            5979700,
+            "The clusteredIndex option requires unique: true to be specified",
+        ));
+    }
+    let key = spec.get_document("key").expect("checked above");
+    let id_key = key.len() == 1 && key.get("_id").and_then(number_of) == Some(1);
+    if !id_key {
+        return Err(CommandError::with_code(197, "The clusteredIndex option is only supported for key: {_id: 1}"));
+    }
+    if ttl.is_some_and(|t| t < 0) {
+        return Err(CommandError::invalid_options("TTL index 'expireAfterSeconds' option cannot be less than 0"));
+    }
+    if ttl.is_some_and(|t| t > i64::MAX / 1000) {
+        return Err(CommandError::invalid_options(
+            "TTL index 'expireAfterSeconds' option must be within an acceptable range, try a lower number",
+        ));
+    }
+    let name = spec.get_str("name").unwrap_or("_id_").to_string();
+    let v = spec.get("v").map_or(Some(2), number_of);
+    let normalized = doc! { "v": v.unwrap_or(0) as i32, "key": key.clone(), "name": name, "unique": true };
+    if v != Some(2) {
+        return Err(CommandError::with_code(
+            5979704,
+            format!(
+                "Invalid clusteredIndex specification {}; cannot create a clusteredIndex with v={}",
+                doc::format::spaced(&Bson::Document(normalized.clone())),
+                v.map_or("?".to_string(), |v| v.to_string())
+            ),
+        ));
+    }
+    options.insert("clusteredIndex", normalized);
+    if let Some(ttl) = ttl {
+        options.insert("expireAfterSeconds", ttl);
+    }
+    Ok(options)
+}
+
+/// A number's integer value (truncated), if it is a number.
+fn number_of(v: &Bson) -> Option<i64> {
+    match v {
+        Bson::Int32(i) => Some(i64::from(*i)),
+        Bson::Int64(i) => Some(*i),
+        Bson::Double(d) if d.is_finite() => Some(*d as i64),
+        Bson::Decimal128(_) => {
+            let d = doc::decimal_math::Dec::from_bson(v, doc::decimal_math::DoubleDigits::Fifteen)?;
+            let f = d.to_integral(doc::decimal_math::Integral::Trunc).to_f64();
+            f.is_finite().then_some(f as i64)
+        }
+        _ => None,
+    }
 }
 
 /// Check a view's `viewOn` and `pipeline`; the view may read a missing
@@ -387,10 +543,9 @@ fn view_options(shared: &Shared, ns: &Namespace, options: Document, cmd_name: &s
 /// (`viewOn`, `pipeline`), checked as `create` checks them.
 pub fn coll_mod(shared: &Shared, cmd: &Document) -> CommandResult {
     const CHANGES: &[&str] = &["validator", "validationLevel", "validationAction", "viewOn", "pipeline"];
-    const NOT_YET: &[&str] =
-        &["index", "cappedSize", "cappedMax", "expireAfterSeconds", "changeStreamPreAndPostImages", "timeseries"];
+    const NOT_YET: &[&str] = &["index", "cappedSize", "cappedMax", "changeStreamPreAndPostImages", "timeseries"];
     let ns = namespace(cmd, "collMod")?;
-    let known: Vec<&str> = CHANGES.iter().chain(NOT_YET).chain(&["dryRun"]).copied().collect();
+    let known: Vec<&str> = CHANGES.iter().chain(NOT_YET).chain(&["dryRun", "expireAfterSeconds"]).copied().collect();
     check_fields(cmd, "collMod", &known, false)?;
     if let Some(k) = NOT_YET.iter().find(|k| cmd.contains_key(**k)) {
         return Err(CommandError::not_implemented(format!("collMod with '{k}' is not supported yet")));
@@ -400,6 +555,49 @@ pub fn coll_mod(shared: &Shared, cmd: &Document) -> CommandResult {
     };
     let is_view = c.view_on().is_some();
     let mut options = c.options.clone();
+    // A clustered collection's TTL: seconds, or "off" to remove it.
+    if let Some(ttl) = cmd.get("expireAfterSeconds") {
+        if is_view {
+            return Err(CommandError::invalid_options("option not supported on a view: expireAfterSeconds"));
+        }
+        let seconds = match ttl {
+            Bson::String(s) if s == "off" => None,
+            Bson::String(s) => {
+                return Err(CommandError::invalid_options(format!(
+                    "Invalid string value for the 'clusteredIndex::expireAfterSeconds' option. Got: '{s}'. Accepted value is 'off'"
+                )))
+            }
+            other => Some(number_of(other).ok_or_else(|| {
+                CommandError::type_mismatch(format!(
+                    "BSON field 'collMod.expireAfterSeconds' is the wrong type '{}', expected types '[string, long, int, decimal, double']",
+                    type_name(other)
+                ))
+            })?),
+        };
+        if !c.is_clustered() {
+            return Err(CommandError::invalid_options(
+                "'expireAfterSeconds' option is only supported on collections clustered by _id",
+            ));
+        }
+        match seconds {
+            Some(n) if n < 0 => {
+                return Err(CommandError::invalid_options(
+                    "TTL index 'expireAfterSeconds' option cannot be less than 0",
+                ))
+            }
+            Some(n) if n > i64::MAX / 1000 => {
+                return Err(CommandError::invalid_options(
+                    "TTL index 'expireAfterSeconds' option must be within an acceptable range, try a lower number",
+                ))
+            }
+            Some(n) => {
+                options.insert("expireAfterSeconds", n);
+            }
+            None => {
+                options.remove("expireAfterSeconds");
+            }
+        }
+    }
     for (k, v) in cmd.iter().skip(1).filter(|(k, _)| CHANGES.contains(&k.as_str())) {
         let view_option = matches!(k.as_str(), "viewOn" | "pipeline");
         if view_option != is_view {
@@ -514,7 +712,8 @@ pub fn list_collections(shared: &Shared, cmd: &Document) -> CommandResult {
             "options": c.options.clone(),
             "info": { "readOnly": view },
         };
-        if !view {
+        // A clustered collection has no separate `_id` index to show.
+        if !view && !c.is_clustered() {
             entry.insert("idIndex", crate::indexes::id_index_spec(&c));
         }
         if filter.matches(&entry) {
@@ -1017,21 +1216,16 @@ pub(crate) fn delete_one_spec(
             None => 0,
         });
     }
+    // In natural order: a single delete takes the first match.
     let mut deleted = 0;
-    let mut after = 0;
-    loop {
-        let chunk = coll.scan(engine, after, 256)?;
-        if chunk.is_empty() {
-            return Ok(deleted);
-        }
-        for (rid, d) in chunk {
-            after = rid;
-            if filter.try_matches_at(&d)?.0 && coll.delete(engine, rid, &d, ack, stamp)? {
-                deleted += 1;
-                if limit == 1 {
-                    return Ok(deleted);
-                }
+    for record in crate::read::ScanIter::new(shared, ns).results() {
+        let (rid, d) = record?;
+        if filter.try_matches_at(&d)?.0 && coll.delete(engine, rid, &d, ack, stamp)? {
+            deleted += 1;
+            if limit == 1 {
+                break;
             }
         }
     }
+    Ok(deleted)
 }

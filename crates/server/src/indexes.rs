@@ -12,12 +12,32 @@ use doc::catalog::Namespace;
 
 /// The `_id` index as `listIndexes` and `listCollections` describe it
 /// (with its collation, the collection's default one, if any).
+/// A clustered collection's is its clustered index:
+/// `{v, key, name, unique: true, [collation], [expireAfterSeconds], clustered: true}`.
 pub(crate) fn id_index_spec(coll: &doc::catalog::Collection) -> Document {
-    let mut spec = doc! { "v": 2, "key": { "_id": 1 }, "name": "_id_" };
+    let clustered = coll.options.get_document("clusteredIndex").ok();
+    let mut spec = match clustered {
+        Some(c) => c.clone(),
+        None => doc! { "v": 2, "key": { "_id": 1 }, "name": "_id_" },
+    };
     if let Some(c) = coll.id_collation() {
         spec.insert("collation", c.full_spec());
     }
+    if clustered.is_some() {
+        if let Some(ttl) = coll.options.get("expireAfterSeconds") {
+            spec.insert("expireAfterSeconds", ttl.clone());
+        }
+        spec.insert("clustered", true);
+    }
     spec
+}
+
+/// The `_id` index's name: `_id_`, or a clustered index's own.
+fn id_index_name(coll: &doc::catalog::Collection) -> String {
+    match coll.options.get_document("clusteredIndex") {
+        Ok(c) => c.get_str("name").unwrap_or("_id_").to_string(),
+        Err(_) => "_id_".to_string(),
+    }
 }
 
 /// `{_id: 1}`: the `_id` index's key pattern.
@@ -93,8 +113,14 @@ pub fn create_indexes(shared: &Shared, cmd: &Document) -> CommandResult {
             }
         };
         // `{_id: 1}` under any name (drivers name it `_id_1`) is the
-        // index that is already there.
-        let plain = spec.keys().all(|k| matches!(k.as_str(), "key" | "name" | "v"));
+        // index that is already there (a clustered collection's spec, as
+        // listIndexes shows it, too).
+        let clustered = shared.catalog.get(&ns).is_some_and(|c| c.is_clustered());
+        let plain = spec.keys().all(|k| match k.as_str() {
+            "key" | "name" | "v" => true,
+            "unique" | "clustered" => clustered && matches!(spec.get(k), Some(Bson::Boolean(true))),
+            _ => false,
+        });
         if !(is_id_key(key) && plain) {
             return Err(CommandError::not_implemented(format!(
                 "secondary indexes are not supported yet (asked for {spec}); every collection has its _id index"
@@ -115,11 +141,13 @@ pub fn create_indexes(shared: &Shared, cmd: &Document) -> CommandResult {
 
 pub fn drop_indexes(shared: &Shared, cmd: &Document) -> CommandResult {
     check_fields(cmd, "dropIndexes", &["index"], false)?;
-    existing(shared, cmd, "dropIndexes")?;
+    let ns = existing(shared, cmd, "dropIndexes")?;
+    let coll = shared.catalog.get(&ns).expect("checked by existing");
+    let id_name = id_index_name(&coll);
     let names: Vec<String> = match cmd.get("index") {
         Some(Bson::String(name)) => vec![name.clone()],
         Some(Bson::Array(names)) => names.iter().map(|n| n.as_str().unwrap_or_default().to_string()).collect(),
-        Some(Bson::Document(key)) if is_id_key(key) => vec!["_id_".to_string()],
+        Some(Bson::Document(key)) if is_id_key(key) => vec![id_name.clone()],
         Some(Bson::Document(key)) => {
             return Err(CommandError::with_code(27, format!("can't find index with key: {key}")));
         }
@@ -139,7 +167,10 @@ pub fn drop_indexes(shared: &Shared, cmd: &Document) -> CommandResult {
         match name.as_str() {
             // Every index but `_id_`: there are none.
             "*" => {}
-            "_id_" => return Err(CommandError::invalid_options("cannot drop _id index")),
+            n if n == id_name && coll.is_clustered() => {
+                return Err(CommandError::with_code(5979800, "It is illegal to drop the clusteredIndex"))
+            }
+            n if n == id_name => return Err(CommandError::invalid_options("cannot drop _id index")),
             other => return Err(CommandError::with_code(27, format!("index not found with name [{other}]"))),
         }
     }

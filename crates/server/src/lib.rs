@@ -25,6 +25,7 @@ pub mod read;
 pub mod server;
 pub mod session;
 pub mod spill;
+pub mod ttl;
 pub mod wire;
 
 pub use server::{parsed_options, Server, ServerOptions};

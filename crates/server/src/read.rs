@@ -11,7 +11,7 @@ use crate::error::CommandError;
 use crate::limits::*;
 use crate::server::Shared;
 use bson::{doc, Bson, Document};
-use doc::catalog::{Collection, DocError, Namespace};
+use doc::catalog::{Collection, DocError, Namespace, ScanFrom};
 use doc::compare::compare;
 use query::{Collation, Filter, Projection, Sort};
 use std::collections::{BTreeSet, HashMap, VecDeque};
@@ -40,9 +40,9 @@ pub(crate) struct Hit {
 }
 
 enum Source {
-    /// Scanning the collection in record-id order (natural order), or in
-    /// reverse; `after` is the last record id examined.
-    Scan { filter: Filter, after: u64, pending: VecDeque<(u64, Document)>, reverse: bool },
+    /// Scanning the collection in natural order (`Collection::natural`),
+    /// or in reverse; `after` is where the last record examined was.
+    Scan { filter: Filter, after: ScanFrom, pending: VecDeque<(ScanFrom, u64, Document)>, reverse: bool },
     /// Results computed up front (a sort, a point lookup, a pipeline).
     Buffer(std::vec::IntoIter<Hit>),
     /// A sort that spilled to disk, merged as it is read.
@@ -191,15 +191,15 @@ impl Deadline {
 pub(crate) struct ScanIter {
     engine: storage::Engine,
     coll: Option<Arc<Collection>>,
-    after: u64,
-    pending: VecDeque<(u64, Document)>,
+    after: ScanFrom,
+    pending: VecDeque<(ScanFrom, u64, Document)>,
     pub error: Option<DocError>,
 }
 
 impl ScanIter {
     pub fn new(shared: &Shared, ns: &Namespace) -> ScanIter {
         let engine = shared.catalog.engine().clone();
-        ScanIter { engine, coll: shared.catalog.get(ns), after: 0, pending: VecDeque::new(), error: None }
+        ScanIter { engine, coll: shared.catalog.get(ns), after: ScanFrom::Start, pending: VecDeque::new(), error: None }
     }
 
     /// The records, a storage error as the last item.
@@ -228,7 +228,7 @@ impl Iterator for ScanIter {
     fn next(&mut self) -> Option<(u64, Document)> {
         if self.pending.is_empty() {
             let coll = self.coll.as_ref()?;
-            match coll.scan(&self.engine, self.after, SCAN_CHUNK) {
+            match coll.natural(&self.engine, &self.after, false, SCAN_CHUNK) {
                 Ok(chunk) => self.pending.extend(chunk),
                 Err(e) => {
                     self.error = Some(e);
@@ -237,8 +237,8 @@ impl Iterator for ScanIter {
                 }
             }
         }
-        let (rid, d) = self.pending.pop_front()?;
-        self.after = rid;
+        let (at, rid, d) = self.pending.pop_front()?;
+        self.after = at;
         Some((rid, d))
     }
 }
@@ -256,16 +256,13 @@ fn next_hit(shared: &Shared, c: &mut CursorState) -> Result<Option<Hit>, Command
             if pending.is_empty() {
                 let Some(coll) = shared.catalog.get(&c.ns) else { return Ok(None) };
                 let engine = shared.catalog.engine();
-                match reverse {
-                    false => pending.extend(coll.scan(engine, *after, SCAN_CHUNK)?),
-                    true => pending.extend(coll.scan_back(engine, *after, SCAN_CHUNK)?),
-                }
+                pending.extend(coll.natural(engine, after, *reverse, SCAN_CHUNK)?);
                 if pending.is_empty() {
                     return Ok(None);
                 }
             }
-            let (rid, d) = pending.pop_front().expect("refilled above");
-            *after = rid;
+            let (at, rid, d) = pending.pop_front().expect("refilled above");
+            *after = at;
             let (ok, pos) = filter.try_matches_at(&d)?;
             if ok {
                 return Ok(Some(Hit { rid, doc: d, pos }));
@@ -306,9 +303,8 @@ fn check_tail_position(shared: &Shared, c: &mut CursorState) -> Result<(), Comma
     }
     let Source::Scan { after, pending, .. } = &mut c.source else { return Ok(()) };
     pending.clear();
-    if *after == 0 {
-        return Ok(());
-    }
+    // Capped collections are never clustered: positions are record ids.
+    let ScanFrom::Record(after) = after else { return Ok(()) };
     let Some(coll) = shared.catalog.get(&c.ns) else { return Ok(()) };
     if coll.get(shared.catalog.engine(), *after)?.is_some() {
         return Ok(());
@@ -788,7 +784,7 @@ pub fn find(shared: &Shared, cmd: &Document) -> CommandResult {
         let page: Vec<Hit> = hits.into_iter().skip(skip).take(limit.unwrap_or(usize::MAX)).collect();
         state.source = Source::Buffer(page.into_iter());
     } else {
-        state.source = Source::Scan { filter, after: 0, pending: VecDeque::new(), reverse: natural < 0 };
+        state.source = Source::Scan { filter, after: ScanFrom::Start, pending: VecDeque::new(), reverse: natural < 0 };
         for _ in 0..skip {
             deadline.check()?;
             if next_hit(shared, &mut state)?.is_none() {

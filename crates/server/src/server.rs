@@ -103,6 +103,8 @@ pub struct Shared {
     pub capped_inserts: watch::Sender<u64>,
     /// `configureFailPoint`'s `failCommand` (test commands only).
     pub fail_points: crate::failpoint::FailPoints,
+    /// The TTL monitor's parameters and counters (`ttl.rs`).
+    pub ttl: crate::ttl::Ttl,
     next_request_id: AtomicI32,
     shutdown: watch::Sender<bool>,
 }
@@ -162,6 +164,7 @@ impl Server {
             parameters: Parameters::default(),
             durability: crate::durability::Durability::start(engine.clone())?,
             capped_inserts: watch::channel(0).0,
+            ttl: crate::ttl::Ttl::default(),
             fail_points: crate::failpoint::FailPoints::default(),
             next_request_id: AtomicI32::new(1),
             shutdown: tx,
@@ -218,6 +221,7 @@ impl Server {
                 }
             }
         });
+        tokio::spawn(crate::ttl::monitor(self.shared.clone(), self.shared.shutdown.subscribe()));
         let signals = async {
             let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
                 .expect("SIGTERM handler installs");
