@@ -120,6 +120,9 @@ def test_validators(client):
         db.command("create", "typo", cappd=True)
     assert e.value.code == 40415 and e.value.details["errmsg"] == "BSON field 'create.cappd' is an unknown field."
     assert "typo" not in db.list_collection_names()
+    # Generic command fields are not create options.
+    db.command("create", "stable", apiVersion="1", maxTimeMS=5000, readConcern={"level": "local"})
+    assert db.stable.options() == {}
 
 
 def test_admin_config_and_local_exist_and_each_start_is_logged(datadir):

@@ -169,6 +169,7 @@ def test_round_trunc_mod_and_sqrt_as_mongod(client, expr, want):
     ({"$round": [1, -21]}, 51083),
     ({"$trunc": [1, Decimal128("101")]}, 51083),
     ({"$round": [1, Decimal128("1.4")]}, 51082),
+    ({"$round": [1, Decimal128("1.0000000000000000001")]}, 51082),
     ({"$trunc": [1, 10.5]}, 51082),
     ({"$round": [1, "2"]}, 16004),
     ({"$mod": [Decimal128("1"), Decimal128("0")]}, 16610),

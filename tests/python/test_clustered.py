@@ -80,6 +80,7 @@ def test_the_clustered_index_stays(client):
     ({"clusteredIndex": {"key": {"a": 1}, "unique": True}}, 197,
      "The clusteredIndex option is only supported for key: {_id: 1}"),
     ({"clusteredIndex": {"key": {"_id": -1}, "unique": True}}, 197, None),
+    ({"clusteredIndex": {"key": {"_id": 1.5}, "unique": True}}, 197, None),
     ({"clusteredIndex": {"key": {"_id": 1}}}, 40414, "BSON field 'create.unique' is missing but a required field"),
     ({"clusteredIndex": {"key": {"_id": 1}, "unique": True, "randField": 1}}, 40415,
      "BSON field 'create.randField' is an unknown field."),

@@ -194,3 +194,23 @@ def test_an_aggregate_cursor_produces_its_output_as_it_is_read(client):
     with pytest.raises(OperationFailure) as e:
         list(cursor)
     assert e.value.code == 175 and e.value.details["codeName"] == "QueryPlanKilled"
+
+
+def test_an_aggregate_cursor_outlives_a_coll_mod_and_keeps_its_time_limit(client):
+    c = client.test.big
+    c.insert_many([{"_id": i, "rare": i in (0, 149_999)} for i in range(150_000)])
+    cursor = c.aggregate([{"$match": {"rare": {"$ne": None}}}], batchSize=10)
+    assert len([next(cursor) for _ in range(10)]) == 10
+    client.test.command("collMod", "big", validator={"rare": {"$exists": True}})
+    assert len(list(cursor)) == 149_990, "a collMod does not kill the cursor"
+    # maxTimeMS bounds the cursor's work across its getMores, as mongod's:
+    # the first batch is the first document, the next needs a whole scan.
+    reply = client.test.command("aggregate", "big", pipeline=[{"$match": {"rare": True}}],
+                                cursor={"batchSize": 1}, maxTimeMS=40)
+    assert reply["cursor"]["firstBatch"] == [{"_id": 0, "rare": True}]
+    with pytest.raises(OperationFailure) as e:
+        client.test.command("getMore", reply["cursor"]["id"], collection="big")
+    assert e.value.code == 50
+    with pytest.raises(OperationFailure) as e:
+        client.test.command("getMore", reply["cursor"]["id"], collection="big")
+    assert e.value.code == 43, "the expired cursor is gone"

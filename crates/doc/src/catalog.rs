@@ -861,6 +861,12 @@ impl Collection {
         Ok(self.find_rid_by_id(engine, id)?.map(|(_, d)| d))
     }
 
+    /// The name of the record store's table: the same across `collMod`s
+    /// (which replace the `Collection`), new for a re-created collection.
+    pub fn records_table(&self) -> &str {
+        self.records.name()
+    }
+
     /// Whether the collection is clustered by `_id` (`clusteredIndex`):
     /// its natural order is `_id` order (the `_id` index's).
     pub fn is_clustered(&self) -> bool {

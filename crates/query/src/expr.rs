@@ -617,7 +617,10 @@ fn round_or_trunc(
                     if !whole.is_finite() || whole.abs() >= 9.2e18 {
                         return Err(err(31109, format!("Can't coerce out of range value {p} to long")));
                     }
-                    (whole as i64, d.to_integral(Integral::Trunc).to_f64() == d.to_f64())
+                    // Whole when nothing is left dividing by 1, exactly.
+                    let one = Dec::Finite { negative: false, digits: vec![1], exp: 0 };
+                    let fraction = d.rem(&one);
+                    (whole as i64, matches!(fraction, Some(Dec::Finite { ref digits, .. }) if digits.is_empty()))
                 }
                 Bson::Double(d) => return Err(err(31109, format!("Can't coerce out of range value {d} to long"))),
                 other => return Err(err(16004, format!("can't convert from BSON type {} to long", type_name(other)))),

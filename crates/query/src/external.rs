@@ -67,15 +67,21 @@ impl<T: Spill> Run<T> {
     }
 }
 
-/// Runs kept apart at most; past this they are merged into one, so a sort
-/// holds few files and merges in few comparisons per item.
-pub const RUNS_MAX: usize = 32;
+/// Runs merged at once: when the newest `FAN_IN` runs are all of one
+/// level (each merged from as many runs of the level below), they become
+/// one run of the next level. A run is so rewritten once per level, and a
+/// sort holds at most `FAN_IN - 1` runs per level (few files, few
+/// comparisons per item), however many it spills.
+pub const FAN_IN: usize = 16;
 
 /// Items gathered in sorted runs; merged in order once gathering ends.
 pub struct Runs<T> {
     dir: PathBuf,
     compare: Compare<T>,
     runs: Vec<Run<T>>,
+    /// Each run's level: 0 for a spilled buffer, n + 1 for a merge of
+    /// runs of level n.
+    levels: Vec<u32>,
     /// Each run's next item (`None`: the run is done).
     heads: Vec<Option<T>>,
     /// Runs written to disk so far (merges included).
@@ -104,12 +110,12 @@ impl<W: Write> Write for Counting<W> {
 
 impl<T: Spill> Runs<T> {
     pub fn new(dir: PathBuf, compare: Compare<T>) -> Runs<T> {
-        Runs { dir, compare, runs: Vec::new(), heads: Vec::new(), spills: 0, bytes: 0 }
+        Runs { dir, compare, runs: Vec::new(), levels: Vec::new(), heads: Vec::new(), spills: 0, bytes: 0 }
     }
 
-    /// Write `items` to a new run file (in their order), leaving `items`
-    /// empty.
-    fn write_run(&mut self, items: impl Iterator<Item = io::Result<T>>) -> io::Result<()> {
+    /// Write `items` to a new run file (in their order), the newest run,
+    /// of `level`.
+    fn write_run(&mut self, items: impl Iterator<Item = io::Result<T>>, level: u32) -> io::Result<()> {
         std::fs::create_dir_all(&self.dir)?;
         let mut w = Counting { inner: BufWriter::new(tempfile::tempfile_in(&self.dir)?), bytes: 0 };
         for item in items {
@@ -120,6 +126,7 @@ impl<T: Spill> Runs<T> {
         let mut file = w.inner.into_inner().map_err(|e| e.into_error())?;
         file.rewind()?;
         self.runs.push(Run::File(BufReader::new(file)));
+        self.levels.push(level);
         Ok(())
     }
 
@@ -131,22 +138,31 @@ impl<T: Spill> Runs<T> {
         if let Some(k) = keep {
             items.truncate(k);
         }
-        self.write_run(items.drain(..).map(Ok))?;
-        if self.runs.len() >= RUNS_MAX {
-            self.merge_runs(keep)?;
+        self.write_run(items.drain(..).map(Ok), 0)?;
+        // Merge the newest runs while they make a full level.
+        while self.runs.len() >= FAN_IN {
+            let start = self.runs.len() - FAN_IN;
+            let level = self.levels[start];
+            if self.levels[start..].iter().any(|&l| l != level) {
+                break;
+            }
+            self.merge_newest(start, keep, level + 1)?;
         }
         Ok(())
     }
 
-    /// Merge every run into one (its first `keep` items, if limited).
-    fn merge_runs(&mut self, keep: Option<usize>) -> io::Result<()> {
-        let mut runs = std::mem::take(&mut self.runs);
-        let mut merged = Runs { runs: Vec::new(), ..Runs::new(self.dir.clone(), self.compare.clone()) };
+    /// Merge the runs from `start` on into one run of `level` (its first
+    /// `keep` items, if limited). They are the newest, so runs stay in
+    /// arrival order and the merge stays stable.
+    fn merge_newest(&mut self, start: usize, keep: Option<usize>, level: u32) -> io::Result<()> {
+        let mut runs = self.runs.split_off(start);
+        self.levels.truncate(start);
+        let mut merged = Runs::new(self.dir.clone(), self.compare.clone());
         merged.heads = runs.iter_mut().map(Run::next).collect::<io::Result<_>>()?;
         merged.runs = runs;
         let limit = keep.unwrap_or(usize::MAX);
         let items = std::iter::from_fn(|| merged.pop().transpose()).take(limit);
-        self.write_run(items)
+        self.write_run(items, level)
     }
 
     /// End gathering with the items still in memory (any order) as the
@@ -155,6 +171,7 @@ impl<T: Spill> Runs<T> {
         let compare = self.compare.clone();
         rest.sort_by(|a, b| compare(a, b));
         self.runs.push(Run::Memory(rest.into_iter()));
+        self.levels.push(0);
         self.heads = self.runs.iter_mut().map(Run::next).collect::<io::Result<_>>()?;
         Ok(())
     }
@@ -204,7 +221,7 @@ mod tests {
         let mut runs = Runs::new(dir.path().to_path_buf(), by_k());
         let mut want = Vec::new();
         let mut seq = 0;
-        for run in 0..(RUNS_MAX * 2 + 3) as i32 {
+        for run in 0..(FAN_IN * FAN_IN + 3) as i32 {
             let mut items: Vec<Document> = (0..5)
                 .map(|i| {
                     seq += 1;
@@ -214,7 +231,7 @@ mod tests {
             want.extend(items.iter().map(|d| (d.get_i32("k").unwrap(), d.get_i32("seq").unwrap())));
             runs.spill(&mut items, None).unwrap();
             assert!(items.is_empty());
-            assert!(runs.run_count() < RUNS_MAX);
+            assert!(runs.run_count() < 2 * FAN_IN, "{} runs", runs.run_count());
         }
         let rest = vec![doc! { "k": 3, "seq": 10_000 }, doc! { "k": 1, "seq": 10_001 }];
         want.extend([(3, 10_000), (1, 10_001)]);
@@ -226,7 +243,9 @@ mod tests {
         }
         assert!(runs.is_done());
         assert_eq!(got, want);
-        assert!(runs.spills > (RUNS_MAX * 2) as u64 && runs.bytes > 0);
+        // 259 spills, 16 merges of level 1 and one of level 2.
+        assert_eq!(runs.spills, (FAN_IN * FAN_IN + 3 + FAN_IN + 1) as u64);
+        assert!(runs.bytes > 0);
         // Run files are anonymous: nothing is left in the directory.
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
@@ -235,15 +254,16 @@ mod tests {
     fn a_kept_prefix_bounds_each_run_and_each_merge() {
         let dir = tempfile::tempdir().unwrap();
         let mut runs = Runs::new(dir.path().to_path_buf(), by_k());
-        for run in 0..(RUNS_MAX + 1) as i32 {
+        for run in 0..(2 * FAN_IN + 1) as i32 {
             let mut items: Vec<Document> = (0..20).map(|i| doc! { "k": 1000 - run * 20 - i }).collect();
             runs.spill(&mut items, Some(3)).unwrap();
         }
         runs.finish(Vec::new()).unwrap();
         let got: Vec<i32> = std::iter::from_fn(|| runs.pop().unwrap()).map(|d| d.get_i32("k").unwrap()).collect();
-        // The smallest three overall lead, whatever else the last run kept.
+        // The smallest three overall lead; two merged runs and the last
+        // spilled one kept three each.
         assert_eq!(&got[..3], &[1000 - 32 * 20 - 19, 1000 - 32 * 20 - 18, 1000 - 32 * 20 - 17]);
-        assert!(got.len() <= 3 + 3, "{}", got.len());
+        assert_eq!(got.len(), 3 * 3);
     }
 
     #[test]

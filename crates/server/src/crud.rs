@@ -249,9 +249,7 @@ pub fn create(shared: &Shared, cmd: &Document) -> CommandResult {
     let options: Document = cmd
         .iter()
         .skip(1)
-        .filter(|(k, _)| {
-            !k.starts_with('$') && !matches!(k.as_str(), "lsid" | "txnNumber" | "writeConcern" | "comment")
-        })
+        .filter(|(k, _)| !k.starts_with('$') && !GENERIC_FIELDS.contains(&k.as_str()))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     if let Some(k) = options.keys().find(|k| {
@@ -417,7 +415,11 @@ fn clustered_options(mut options: Document) -> Result<Document, CommandError> {
         ));
     }
     let key = spec.get_document("key").expect("checked above");
-    let id_key = key.len() == 1 && key.get("_id").and_then(number_of) == Some(1);
+    let one = |v: &Bson| match v {
+        Bson::Decimal128(_) => doc::compare::compare(v, &Bson::Int32(1)).is_eq(),
+        _ => matches!(v, Bson::Int32(1) | Bson::Int64(1)) || v.as_f64() == Some(1.0),
+    };
+    let id_key = key.len() == 1 && key.get("_id").is_some_and(one);
     if !id_key {
         return Err(CommandError::with_code(197, "The clusteredIndex option is only supported for key: {_id: 1}"));
     }

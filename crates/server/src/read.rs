@@ -75,6 +75,10 @@ pub(crate) struct CursorState {
     tailing: Option<std::sync::Weak<Collection>>,
     /// The session that opened the cursor: killing the session kills it.
     lsid: Option<doc::sessions::SessionId>,
+    /// What is left of the opening command's `maxTimeMS`: it bounds the
+    /// cursor's work across its `getMore`s, as mongod's (not for an
+    /// awaitData cursor, whose `getMore` brings its own wait).
+    time_left: Option<Duration>,
 }
 
 impl CursorState {
@@ -91,6 +95,7 @@ impl CursorState {
             await_data: false,
             tailing: None,
             lsid: None,
+            time_left: None,
         }
     }
 }
@@ -417,6 +422,7 @@ fn first_batch(
     // A tailable cursor whose query finds nothing dies at once, as
     // MongoDB's does.
     let dead = state.tailable && first > 0 && batch.is_empty();
+    state.time_left = deadline.left();
     let id = if done || single || dead { 0 } else { register(shared, state) };
     Ok(cursor_reply(&ns, id, "firstBatch", batch))
 }
@@ -754,6 +760,7 @@ pub fn find(shared: &Shared, cmd: &Document) -> CommandResult {
         await_data,
         tailing: None,
         lsid: None,
+        time_left: None,
     };
     if tailable {
         state.tailing = coll.as_ref().map(Arc::downgrade);
@@ -838,14 +845,22 @@ pub fn get_more(shared: &Shared, cmd: &Document) -> CommandResult {
     if state.tailable {
         check_tail_position(shared, &mut state)?;
     }
+    // The same collection (a collMod makes a new `Collection` over the
+    // same tables); a drop, rename or re-creation kills the cursor.
     if let Source::Stream { scanning: Some((base, coll)), .. } = &state.source {
-        if !shared.catalog.get(base).is_some_and(|now| Arc::ptr_eq(coll, &now)) {
+        if shared.catalog.get(base).is_none_or(|now| now.records_table() != coll.records_table()) {
             return Err(CommandError::query_plan_killed(format!(
                 "PlanExecutor error during aggregation :: caused by :: collection dropped or renamed: {base}"
             )));
         }
     }
-    let (batch, done) = fill(shared, &mut state, batch_size, &Deadline(None))?;
+    let deadline = match state.await_data {
+        true => Deadline::none(),
+        false => Deadline(state.time_left.map(|left| Instant::now() + left)),
+    };
+    // Past the time limit the cursor is gone (not put back), as mongod's.
+    let (batch, done) = fill(shared, &mut state, batch_size, &deadline)?;
+    state.time_left = deadline.left();
     // Put back under the lock `killCursors` takes, unless killed meanwhile.
     let id = {
         let mut open = shared.cursors.open.lock().unwrap();
