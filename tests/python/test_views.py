@@ -120,3 +120,29 @@ def test_views_persist_across_restart(datadir):
             assert [d["_id"] for d in c.test.stock.find()] == [3, 4]
     finally:
         assert s.stop() == 0
+
+
+def test_a_find_on_a_view_produces_its_documents_as_it_is_read(client):
+    """The first batch comes before the view's pipeline has read its
+    collection: an expression failing on a later document fails the
+    getMore that reaches it, as a mongod view read does."""
+    db = client.test
+    db.nums.insert_many([{"_id": i, "d": 0 if i == 700 else 2} for i in range(1000)])
+    db.command("create", "ratios", viewOn="nums", pipeline=[{"$project": {"q": {"$divide": [10, "$d"]}}}])
+    cursor = db.ratios.find({"q": 5}, skip=3, batch_size=100)
+    first = [next(cursor) for _ in range(100)]
+    assert first == [{"_id": i, "q": 5.0} for i in range(3, 103)]
+    with pytest.raises(OperationFailure) as e:
+        list(cursor)
+    assert e.value.code == 2
+    # Positional projection still sees the view filter's match position.
+    db.arr.insert_many([{"_id": 1, "a": [1, 5, 9]}, {"_id": 2, "a": [7]}])
+    db.command("create", "arrv", viewOn="arr", pipeline=[])
+    assert list(db.arrv.find({"a": {"$gt": 6}}, {"a.$": 1})) == [{"_id": 1, "a": [9]}, {"_id": 2, "a": [7]}]
+    # Dropping the collection under the view kills a cursor still reading it.
+    cursor = db.ratios.find({}, limit=600, batch_size=10)
+    assert len([next(cursor) for _ in range(10)]) == 10
+    db.nums.drop()
+    with pytest.raises(OperationFailure) as e:
+        list(cursor)
+    assert e.value.code == 175

@@ -50,9 +50,11 @@ enum Source {
     /// An aggregation's output, produced as it is read; `scanning`: the
     /// collection its first stage reads (if it is dropped or replaced,
     /// the cursor dies).
+    /// A `find` on a view filters the view's output (`filter`).
     Stream {
         docs: std::iter::Peekable<query::pipeline::DocStream<'static>>,
-        scanning: Option<(Namespace, Arc<Collection>)>,
+        scanning: Scanning,
+        filter: Option<Filter>,
     },
 }
 
@@ -217,11 +219,19 @@ impl ScanIter {
 
     /// The documents, a storage error as the last item (as a pipeline
     /// takes them).
+    /// A collection dropped under the scan ends it with QueryPlanKilled
+    /// (175), as mongod's.
     pub fn fallible(self) -> impl Iterator<Item = Result<Document, query::FilterError>> + Send {
         self.results().map(|r| {
-            r.map(|(_, d)| d).map_err(|e| {
-                let e = CommandError::from(e);
-                query::FilterError { code: e.code, message: e.errmsg }
+            r.map(|(_, d)| d).map_err(|e| match e {
+                DocError::Storage(storage::StorageError::TableNotFound(_)) => query::FilterError {
+                    code: 175,
+                    message: "PlanExecutor error during aggregation :: caused by :: collection dropped".into(),
+                },
+                e => {
+                    let e = CommandError::from(e);
+                    query::FilterError { code: e.code, message: e.errmsg }
+                }
             })
         })
     }
@@ -253,9 +263,16 @@ fn next_hit(shared: &Shared, c: &mut CursorState) -> Result<Option<Hit>, Command
     match &mut c.source {
         Source::Buffer(items) => Ok(items.next()),
         Source::Merge(runs) => runs.next(),
-        Source::Stream { docs, .. } => match docs.next() {
-            Some(d) => Ok(Some(Hit { rid: 0, doc: d?, pos: None })),
-            None => Ok(None),
+        Source::Stream { docs, filter, .. } => loop {
+            let Some(doc) = docs.next().transpose()? else { return Ok(None) };
+            let pos = match filter {
+                None => None,
+                Some(f) => match f.try_matches_at(&doc)? {
+                    (true, pos) => pos,
+                    (false, _) => continue,
+                },
+            };
+            return Ok(Some(Hit { rid: 0, doc, pos }));
         },
         Source::Scan { filter, after, pending, reverse } => loop {
             if pending.is_empty() {
@@ -274,6 +291,17 @@ fn next_hit(shared: &Shared, c: &mut CursorState) -> Result<Option<Hit>, Command
             }
         },
     }
+}
+
+/// Pass over the first `skip` hits of a cursor's source.
+fn skip_hits(shared: &Shared, c: &mut CursorState, skip: usize, deadline: &Deadline) -> Result<(), CommandError> {
+    for _ in 0..skip {
+        deadline.check()?;
+        if next_hit(shared, c)?.is_none() {
+            break;
+        }
+    }
+    Ok(())
 }
 
 /// The direction of `{$natural: n}` (the only key): -1 for a negative n.
@@ -519,12 +547,21 @@ fn view_documents(
     collation: Option<&Arc<Collation>>,
 ) -> Result<Vec<Document>, CommandError> {
     let pipeline = query::Pipeline::parse(stages)?.with_collation(collation.cloned());
-    let mut scan = ScanIter::new(shared, base);
-    let out = pipeline.run(scan.by_ref().map(|(_, d)| d));
-    match scan.error {
-        Some(e) => Err(e.into()),
-        None => Ok(out?),
-    }
+    let (docs, _) = stream_over(shared, base, &pipeline)?;
+    Ok(docs.collect::<Result<_, _>>()?)
+}
+
+/// `pipeline` over the collection `base`, produced as it is read, with
+/// the collection it scans (for a cursor to check it is still there).
+type Scanning = Option<(Namespace, Arc<Collection>)>;
+fn stream_over(
+    shared: &Shared,
+    base: &Namespace,
+    pipeline: &query::Pipeline,
+) -> Result<(query::pipeline::DocStream<'static>, Scanning), CommandError> {
+    let scan = ScanIter::new(shared, base);
+    let scanning = scan.coll.clone().map(|c| (base.clone(), c));
+    Ok((pipeline.stream(scan.fallible())?, scanning))
 }
 
 /// The hits of `filter` over a whole collection, or over a view's
@@ -785,19 +822,17 @@ pub fn find(shared: &Shared, cmd: &Document) -> CommandResult {
         // A spilled sort applied the skip but not the limit.
         state.remaining = limit.filter(|_| matches!(state.source, Source::Merge(_)));
     } else if is_view {
-        // A view's documents come from its pipeline, already in memory:
-        // kept in their order, no blocking sort.
-        let hits: Vec<Hit> = scan_hits(shared, &ns, &filter).collect::<Result<_, _>>()?;
-        let page: Vec<Hit> = hits.into_iter().skip(skip).take(limit.unwrap_or(usize::MAX)).collect();
-        state.source = Source::Buffer(page.into_iter());
+        // A view's documents come from its pipeline as the cursor is read,
+        // in the pipeline's order, filtered; no blocking sort.
+        let (base, stages) = resolve_view(shared, &ns)?.expect("a view");
+        let pipeline = query::Pipeline::parse(&stages)?.with_collation(filter.collation().cloned());
+        let (docs, scanning) = stream_over(shared, &base, &pipeline)?;
+        state.source = Source::Stream { docs: docs.peekable(), scanning, filter: Some(filter) };
+        skip_hits(shared, &mut state, skip, &deadline)?;
+        state.remaining = limit;
     } else {
         state.source = Source::Scan { filter, after: ScanFrom::Start, pending: VecDeque::new(), reverse: natural < 0 };
-        for _ in 0..skip {
-            deadline.check()?;
-            if next_hit(shared, &mut state)?.is_none() {
-                break;
-            }
-        }
+        skip_hits(shared, &mut state, skip, &deadline)?;
         state.remaining = limit;
     }
     first_batch(shared, state, batch_size.map(|b| b as usize), single, &deadline)
@@ -1001,11 +1036,7 @@ pub fn aggregate(shared: &Shared, cmd: &Document) -> CommandResult {
         .with_spill(spill);
     let (docs, scanning) = match source {
         Some(docs) => (pipeline.stream(docs.into_iter().map(Ok))?, None),
-        None => {
-            let scan = ScanIter::new(shared, &base);
-            let coll = scan.coll.clone().map(|c| (base.clone(), c));
-            (pipeline.stream(scan.fallible())?, coll)
-        }
+        None => stream_over(shared, &base, &pipeline)?,
     };
     deadline.check()?;
     if let Some(write) = write {
@@ -1015,7 +1046,7 @@ pub fn aggregate(shared: &Shared, cmd: &Document) -> CommandResult {
         crate::agg_write::write(shared, cmd, &write, out)?;
         return buffered_cursor(shared, ns, Vec::new(), None);
     }
-    let state = CursorState::of(ns, Source::Stream { docs: docs.peekable(), scanning });
+    let state = CursorState::of(ns, Source::Stream { docs: docs.peekable(), scanning, filter: None });
     first_batch(shared, state, batch_size.map(|b| b as usize), false, &deadline)
 }
 
