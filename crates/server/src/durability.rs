@@ -79,6 +79,8 @@ pub struct Durability {
     gather_max: Duration,
     /// Commands running on connections' tasks (see [`Running`]).
     running: AtomicUsize,
+    /// The sync thread, joined by `stop`.
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 /// A command running on a connection's task, from its start until its
@@ -130,9 +132,11 @@ impl Durability {
             gathering: AtomicBool::new(false),
             gather_max,
             running: AtomicUsize::new(0),
+            thread: Mutex::new(None),
         });
         let worker = d.clone();
-        std::thread::Builder::new().name("arbordb-sync".into()).spawn(move || worker.run())?;
+        let thread = std::thread::Builder::new().name("arbordb-sync".into()).spawn(move || worker.run())?;
+        *d.thread.lock().unwrap() = Some(thread);
         Ok(d)
     }
 
@@ -195,10 +199,16 @@ impl Durability {
         Synced::outcome(&synced, target)
     }
 
-    /// Stop the sync thread (at shutdown, before the engine closes).
+    /// Stop the sync thread (at shutdown, before the engine closes) and
+    /// wait for it: an fsync in flight, and the last one for whoever still
+    /// waits, finish before the engine closes.
     pub fn stop(&self) {
         self.wanted.lock().unwrap().stop = true;
-        self.wake.notify_one();
+        self.wake.notify_all();
+        let thread = self.thread.lock().unwrap().take();
+        if let Some(thread) = thread.filter(|t| t.thread().id() != std::thread::current().id()) {
+            let _ = thread.join();
+        }
     }
 
     fn run(&self) {
@@ -293,6 +303,25 @@ mod tests {
         let last = engine.last_journal_seq().unwrap();
         assert!(durability.synced.borrow().below > last);
         durability.stop();
+    }
+
+    #[test]
+    fn stop_returns_after_the_last_fsync() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Engine::open(dir.path(), Config::default()).unwrap();
+        let table = engine.create_table("t", TableConfig::default()).unwrap();
+        let durability = Durability::start(engine.clone()).unwrap();
+        for key in 0..50 {
+            commit_unsynced(&engine, &table, key);
+            let last = engine.last_journal_seq().unwrap();
+            durability.wanted.lock().unwrap().below = last + 1;
+        }
+        let last = engine.last_journal_seq().unwrap();
+        durability.stop();
+        // Joined: the thread is gone and its last fsync covered everything.
+        assert!(durability.thread.lock().unwrap().is_none());
+        assert!(durability.synced.borrow().below > last);
+        engine.close().unwrap();
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
