@@ -433,9 +433,13 @@ fn parse_operator(name: &str, arg: &Bson, scope: &Scope) -> Result<Node, FilterE
             let mut inner = scope.clone();
             let mut bound = Vec::new();
             for (k, v) in vars {
-                check_var_name(k)?;
+                // CURRENT is the one system variable a $let may rebind
+                // (field paths then read from it), as in mongod.
+                if k != "CURRENT" {
+                    check_var_name(k)?;
+                    inner.bound.push(k.clone());
+                }
                 bound.push((k.clone(), parse(v, scope)?));
-                inner.bound.push(k.clone());
             }
             return Ok(Node::Let(bound, Box::new(parse(body, &inner)?)));
         }
@@ -743,13 +747,19 @@ impl Node {
                 }
             }
             Node::Let(bound, body) => {
+                // Every value is computed in the outer scope first.
                 let mut values = Vec::new();
+                let mut current = None;
                 for (k, n) in bound {
-                    values.push((k.clone(), n.eval(env)?));
+                    let v = n.eval(env)?;
+                    match k.as_str() {
+                        "CURRENT" => current = Some(v.unwrap_or(Bson::Null)),
+                        _ => values.push((k.clone(), v)),
+                    }
                 }
                 let mut vars = env.vars.clone();
                 vars.extend(values);
-                body.eval(&Env { root: env.root, current: env.current, vars })?
+                body.eval(&Env { root: env.root, current: current.as_ref().or(env.current), vars })?
             }
             Node::GetField(field, input) => match input.eval(env)? {
                 Some(Bson::Document(d)) => d.get(field).cloned(),
@@ -1239,6 +1249,12 @@ mod tests {
         assert_eq!(eval(Bson::String("$$ROOT.a".into()), d.clone()).unwrap(), Some(Bson::Document(doc! { "b": 2 })));
         let e = bson::bson!({ "$let": { "vars": { "v": "$a.b" }, "in": { "$multiply": ["$$v", 10] } } });
         assert_eq!(eval(e, d.clone()).unwrap(), Some(Bson::Int32(20)));
+        // Rebinding CURRENT moves field paths; ROOT stays.
+        let e = bson::bson!({ "$let": { "vars": { "CURRENT": "$a", "v": "$a.b" },
+                                         "in": ["$b", "$$CURRENT.b", "$$ROOT.a.b", "$$v"] } });
+        assert_eq!(eval(e, d.clone()).unwrap(), Some(bson::bson!([2, 2, 2, 2])));
+        let e = bson::bson!({ "$let": { "vars": { "ROOT": 1 }, "in": 1 } });
+        assert_eq!(eval(e, d.clone()).unwrap_err().code, 9);
         assert_eq!(eval(Bson::String("$$undefined".into()), d).unwrap_err().code, 17276);
     }
 
