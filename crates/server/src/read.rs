@@ -538,19 +538,6 @@ pub(crate) fn resolve_view(shared: &Shared, ns: &Namespace) -> Result<Option<(Na
     Ok((depth > 0).then_some((current, stages)))
 }
 
-/// A view's documents: its base collection through its stages, strings
-/// compared through the view's collation.
-fn view_documents(
-    shared: &Shared,
-    base: &Namespace,
-    stages: &[Bson],
-    collation: Option<&Arc<Collation>>,
-) -> Result<Vec<Document>, CommandError> {
-    let pipeline = query::Pipeline::parse(stages)?.with_collation(collation.cloned());
-    let (docs, _) = stream_over(shared, base, &pipeline)?;
-    Ok(docs.collect::<Result<_, _>>()?)
-}
-
 /// `pipeline` over the collection `base`, produced as it is read, with
 /// the collection it scans (for a cursor to check it is still there).
 type Scanning = Option<(Namespace, Arc<Collection>)>;
@@ -574,13 +561,21 @@ fn scan_hits<'a>(
     match resolve_view(shared, ns) {
         Err(e) => return Box::new(std::iter::once(Err(e))),
         Ok(Some((base, stages))) => {
-            return match view_documents(shared, &base, &stages, filter.collation()) {
+            // The view's documents as its pipeline produces them.
+            let pipeline = query::Pipeline::parse(&stages).map(|p| p.with_collation(filter.collation().cloned()));
+            return match pipeline.map_err(CommandError::from).and_then(|p| stream_over(shared, &base, &p)) {
                 Err(e) => Box::new(std::iter::once(Err(e))),
-                Ok(docs) => Box::new(docs.into_iter().filter_map(move |doc| match filter.try_matches_at(&doc) {
-                    Ok((ok, pos)) => ok.then_some(Ok(Hit { rid: 0, doc, pos })),
-                    Err(e) => Some(Err(e.into())),
+                Ok((docs, _)) => Box::new(docs.filter_map(move |doc| {
+                    let doc = match doc {
+                        Ok(doc) => doc,
+                        Err(e) => return Some(Err(e.into())),
+                    };
+                    match filter.try_matches_at(&doc) {
+                        Ok((ok, pos)) => ok.then_some(Ok(Hit { rid: 0, doc, pos })),
+                        Err(e) => Some(Err(e.into())),
+                    }
                 })),
-            }
+            };
         }
         Ok(None) => {}
     }
