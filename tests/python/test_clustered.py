@@ -72,6 +72,11 @@ def test_the_clustered_index_stays(client):
         assert e.value.code == 5979800 and e.value.details["errmsg"] == "It is illegal to drop the clusteredIndex"
     db.command("dropIndexes", "c", index="*")
     assert len(list(db.c.list_indexes())) == 1
+    # Its _id index is part of its storage, as mongod's clustered index.
+    db.c.insert_many([{"_id": i, "pad": "x" * 100} for i in range(2000)])
+    stats = db.command("collStats", "c")
+    assert (stats["nindexes"], stats["indexSizes"], stats["totalIndexSize"]) == (1, {}, 0)
+    assert stats["totalSize"] == stats["storageSize"]
 
 
 @pytest.mark.parametrize("options, code, message", [

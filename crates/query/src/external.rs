@@ -52,6 +52,10 @@ impl Spill for Document {
 /// The order runs are sorted and merged in.
 pub type Compare<T> = Arc<dyn Fn(&T, &T) -> Ordering + Send + Sync>;
 
+/// Folds an item into an equal earlier one (`$group`'s partial groups of
+/// one key).
+pub type Combine<T> = Arc<dyn Fn(&mut T, T) + Send + Sync>;
+
 /// One sorted run being read.
 enum Run<T> {
     File(BufReader<File>),
@@ -84,6 +88,10 @@ pub struct Runs<T> {
     levels: Vec<u32>,
     /// Each run's next item (`None`: the run is done).
     heads: Vec<Option<T>>,
+    /// With a `combine`, equal items are folded together in every merge.
+    combine: Option<Combine<T>>,
+    /// The item `pop_combined` read past the last one it returned.
+    pending: Option<T>,
     /// Runs written to disk so far (merges included).
     pub spills: u64,
     /// Bytes written to disk so far.
@@ -110,7 +118,24 @@ impl<W: Write> Write for Counting<W> {
 
 impl<T: Spill> Runs<T> {
     pub fn new(dir: PathBuf, compare: Compare<T>) -> Runs<T> {
-        Runs { dir, compare, runs: Vec::new(), levels: Vec::new(), heads: Vec::new(), spills: 0, bytes: 0 }
+        Runs {
+            dir,
+            compare,
+            runs: Vec::new(),
+            levels: Vec::new(),
+            heads: Vec::new(),
+            combine: None,
+            pending: None,
+            spills: 0,
+            bytes: 0,
+        }
+    }
+
+    /// Fold equal items together (the later into the earlier) whenever
+    /// runs merge, and in `pop_combined`.
+    pub fn with_combine(mut self, combine: Combine<T>) -> Runs<T> {
+        self.combine = Some(combine);
+        self
     }
 
     /// Write `items` to a new run file (in their order), the newest run,
@@ -158,10 +183,11 @@ impl<T: Spill> Runs<T> {
         let mut runs = self.runs.split_off(start);
         self.levels.truncate(start);
         let mut merged = Runs::new(self.dir.clone(), self.compare.clone());
+        merged.combine = self.combine.clone();
         merged.heads = runs.iter_mut().map(Run::next).collect::<io::Result<_>>()?;
         merged.runs = runs;
         let limit = keep.unwrap_or(usize::MAX);
-        let items = std::iter::from_fn(|| merged.pop().transpose()).take(limit);
+        let items = std::iter::from_fn(|| merged.pop_combined().transpose()).take(limit);
         self.write_run(items, level)
     }
 
@@ -195,9 +221,31 @@ impl<T: Spill> Runs<T> {
         Ok(std::mem::replace(&mut self.heads[b], next))
     }
 
+    /// The next item in order, with the equal items after it folded into
+    /// it in arrival order (just `pop` without a `combine`).
+    pub fn pop_combined(&mut self) -> io::Result<Option<T>> {
+        let Some(combine) = self.combine.clone() else { return self.pop() };
+        let mut first = match self.pending.take() {
+            Some(item) => item,
+            None => match self.pop()? {
+                Some(item) => item,
+                None => return Ok(None),
+            },
+        };
+        loop {
+            match self.pop()? {
+                Some(next) if (self.compare)(&first, &next).is_eq() => combine(&mut first, next),
+                next => {
+                    self.pending = next;
+                    return Ok(Some(first));
+                }
+            }
+        }
+    }
+
     /// Whether every item was returned.
     pub fn is_done(&self) -> bool {
-        self.heads.iter().all(Option::is_none)
+        self.pending.is_none() && self.heads.iter().all(Option::is_none)
     }
 
     /// Runs held now (files and the in-memory rest).
@@ -264,6 +312,40 @@ mod tests {
         // spilled one kept three each.
         assert_eq!(&got[..3], &[1000 - 32 * 20 - 19, 1000 - 32 * 20 - 18, 1000 - 32 * 20 - 17]);
         assert_eq!(got.len(), 3 * 3);
+    }
+
+    #[test]
+    fn combining_runs_fold_equal_items_in_every_merge() {
+        let dir = tempfile::tempdir().unwrap();
+        // Items {k, n, seq}: equal keys add their counts and keep the
+        // first arrival's seq.
+        let combine: Combine<Document> = Arc::new(|a: &mut Document, b: Document| {
+            let n = a.get_i32("n").unwrap() + b.get_i32("n").unwrap();
+            a.insert("n", n);
+        });
+        let mut runs = Runs::new(dir.path().to_path_buf(), by_k()).with_combine(combine);
+        let mut seq = 0;
+        for _ in 0..(FAN_IN * 2) {
+            let mut items: Vec<Document> = (0..10)
+                .map(|k| {
+                    seq += 1;
+                    doc! { "k": k, "n": 1, "seq": seq }
+                })
+                .collect();
+            runs.spill(&mut items, None).unwrap();
+        }
+        let before = runs.bytes;
+        runs.finish(vec![doc! { "k": 3, "n": 5, "seq": 0 }]).unwrap();
+        let got: Vec<(i32, i32, i32)> = std::iter::from_fn(|| runs.pop_combined().unwrap())
+            .map(|d| (d.get_i32("k").unwrap(), d.get_i32("n").unwrap(), d.get_i32("seq").unwrap()))
+            .collect();
+        let want: Vec<(i32, i32, i32)> = (0..10).map(|k| (k, if k == 3 { 37 } else { 32 }, k + 1)).collect();
+        assert_eq!(got, want);
+        assert!(runs.is_done());
+        // 32 spills of 10 items, and two level-1 merges of 10 folded items
+        // each (not 160): every item is the same size.
+        let item = bson::to_vec(&doc! { "k": 0, "n": 1, "seq": 1 }).unwrap().len() as u64;
+        assert_eq!(before, (32 * 10 + 2 * 10) * item);
     }
 
     #[test]

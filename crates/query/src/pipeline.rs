@@ -589,7 +589,14 @@ impl Pipeline {
                 ));
             };
             let runs = runs.get_or_insert_with(|| {
-                Runs::new(to.dir.clone(), Arc::new(|a: &Partial, b: &Partial| a.key.cmp(&b.key)))
+                let kinds: Vec<AccKind> = fields.iter().map(|(_, kind, _)| *kind).collect();
+                Runs::new(to.dir.clone(), Arc::new(|a: &Partial, b: &Partial| a.key.cmp(&b.key))).with_combine(
+                    Arc::new(move |a: &mut Partial, b: Partial| {
+                        for ((x, y), kind) in a.accs.iter_mut().zip(b.accs).zip(&kinds) {
+                            x.combine(*kind, y);
+                        }
+                    }),
+                )
             });
             let mut partials: Vec<Partial> =
                 std::mem::take(&mut groups).into_iter().map(|(key, (id, accs))| Partial { key, id, accs }).collect();
@@ -600,7 +607,6 @@ impl Pipeline {
             to.counters.group_bytes.fetch_add(runs.bytes - before, Atomic::Relaxed);
             held = 0;
         }
-        let kinds: Vec<AccKind> = fields.iter().map(|(_, kind, _)| *kind).collect();
         let fields: Vec<(String, AccKind)> = fields.iter().map(|(name, kind, _)| (name.clone(), *kind)).collect();
         let output = move |id: Bson, accs: Vec<Acc>| {
             let mut out = Document::new();
@@ -615,27 +621,11 @@ impl Pipeline {
         };
         runs.finish(groups.into_iter().map(|(key, (id, accs))| Partial { key, id, accs }).collect())
             .map_err(spill_error)?;
-        // Partials of one key come together, the earliest first.
-        let mut pending: Option<Partial> = None;
-        Ok(Box::new(std::iter::from_fn(move || loop {
-            let next = match runs.pop() {
-                Ok(next) => next,
-                Err(e) => return Some(Err(spill_error(e))),
-            };
-            match (pending.take(), next) {
-                (None, None) => return None,
-                (None, Some(p)) => pending = Some(p),
-                (Some(mut p), Some(q)) if p.key == q.key => {
-                    for ((a, b), kind) in p.accs.iter_mut().zip(q.accs).zip(&kinds) {
-                        a.combine(*kind, b);
-                    }
-                    pending = Some(p);
-                }
-                (Some(p), next) => {
-                    pending = next;
-                    return Some(Ok(output(p.id, p.accs)));
-                }
-            }
+        // Partials of one key come together, folded in arrival order.
+        Ok(Box::new(std::iter::from_fn(move || match runs.pop_combined() {
+            Ok(Some(p)) => Some(Ok(output(p.id, p.accs))),
+            Ok(None) => None,
+            Err(e) => Some(Err(spill_error(e))),
         })))
     }
 }

@@ -813,8 +813,15 @@ fn collection_sizes(shared: &Shared, ns: &Namespace) -> Result<(i64, i64, i64, i
 /// The storage statistics of a collection, as `collStats` and
 /// `$collStats: {storageStats: {}}` report them.
 pub(crate) fn storage_stats(shared: &Shared, ns: &Namespace, scale: i64) -> Result<Document, CommandError> {
-    let (count, size, storage, index) = collection_sizes(shared, ns)?;
+    let (count, size, mut storage, mut index) = collection_sizes(shared, ns)?;
     let capped = shared.catalog.get(ns).and_then(|c| c.capped.as_ref().map(|c| (c.size, c.max)));
+    // A clustered collection's `_id` index is part of its record store,
+    // as mongod's: no index sizes (the clustered index is still counted).
+    let clustered = shared.catalog.get(ns).is_some_and(|c| c.is_clustered());
+    if clustered {
+        storage += index;
+        index = 0;
+    }
     let mut stats = doc! {
         "size": size / scale,
         "count": count,
@@ -826,7 +833,7 @@ pub(crate) fn storage_stats(shared: &Shared, ns: &Namespace, scale: i64) -> Resu
         "indexBuilds": [],
         "totalIndexSize": index / scale,
         "totalSize": (storage + index) / scale,
-        "indexSizes": { "_id_": index / scale },
+        "indexSizes": if clustered { doc! {} } else { doc! { "_id_": index / scale } },
         "scaleFactor": scale,
     };
     if let Some((max_size, max)) = capped {
