@@ -415,12 +415,7 @@ fn clustered_options(mut options: Document) -> Result<Document, CommandError> {
         ));
     }
     let key = spec.get_document("key").expect("checked above");
-    let one = |v: &Bson| match v {
-        Bson::Decimal128(_) => doc::compare::compare(v, &Bson::Int32(1)).is_eq(),
-        _ => matches!(v, Bson::Int32(1) | Bson::Int64(1)) || v.as_f64() == Some(1.0),
-    };
-    let id_key = key.len() == 1 && key.get("_id").is_some_and(one);
-    if !id_key {
+    if !crate::indexes::is_id_key(key) {
         return Err(CommandError::with_code(197, "The clusteredIndex option is only supported for key: {_id: 1}"));
     }
     if ttl.is_some_and(|t| t < 0) {

@@ -40,14 +40,13 @@ fn id_index_name(coll: &doc::catalog::Collection) -> String {
     }
 }
 
-/// `{_id: 1}`: the `_id` index's key pattern.
-fn is_id_key(key: &Document) -> bool {
+/// `{_id: 1}`: the `_id` index's key pattern (1 as any number type).
+pub(crate) fn is_id_key(key: &Document) -> bool {
     key.len() == 1
-        && match key.get("_id") {
-            Some(Bson::Int32(1) | Bson::Int64(1)) => true,
-            Some(Bson::Double(v)) => *v == 1.0,
-            _ => false,
-        }
+        && key.get("_id").is_some_and(|v| {
+            matches!(v, Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_))
+                && doc::compare::compare(v, &Bson::Int32(1)).is_eq()
+        })
 }
 
 /// The collection a command names, which must exist and not be a view.
