@@ -1,10 +1,14 @@
 //! Reads: `find`, `getMore`, `killCursors`, `count`, `distinct`,
 //! `aggregate`.
 //!
-//! An unsorted find cursor keeps its position (the last record id it
-//! examined), not a snapshot: a `getMore` sees later commits, as a MongoDB
-//! cursor with read concern "local" may. A sorted find or an aggregate
-//! holds its results. Idle cursors are dropped after 10 minutes.
+//! An unsorted find cursor keeps its position (after the last record it
+//! examined: a record id, or an `_id` key in a clustered collection), not
+//! a snapshot: a `getMore` sees later commits, as a MongoDB cursor with
+//! read concern "local" may. An aggregate (or a find on a view) keeps its
+//! pipeline, producing documents as they are read; a sorted find holds
+//! its results or its spilled runs. A cursor keeps what is left of its
+//! `maxTimeMS` for its `getMore`s. Idle cursors are dropped after 10
+//! minutes.
 
 use crate::crud::{bool_option, check_fields, count_option, db_of, filter_of, namespace, type_name, CommandResult};
 use crate::error::CommandError;
