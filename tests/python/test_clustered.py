@@ -41,6 +41,50 @@ def test_natural_order_is_id_order(client):
     assert e.value.details["errmsg"] == "E11000 duplicate key error collection: test.c dup key: { _id: 5.0 }"
 
 
+def test_a_hint_names_the_clustered_index_by_its_own_name(client):
+    db = client.test
+    create(db, "c", clusteredIndex={**SPEC, "name": "by id"})
+    db.c.insert_many([{"_id": i, "n": i % 2} for i in range(6)])
+    assert [d["_id"] for d in db.c.find({"n": 1}, hint="by id")] == [1, 3, 5]
+    assert [d["_id"] for d in db.c.find({"n": 1}, hint=[("_id", 1)])] == [1, 3, 5]
+    assert db.c.count_documents({"n": 0}, hint="by id") == 3
+    assert [d["_id"] for d in db.c.aggregate([{"$match": {"n": 0}}], hint="by id")] == [0, 2, 4]
+    assert db.c.update_many({"n": 0}, {"$set": {"m": 1}}, hint="by id").modified_count == 3
+    assert db.c.delete_one({"n": 1}, hint="by id").deleted_count == 1
+    assert db.c.find_one_and_update({"_id": 3}, {"$set": {"m": 2}}, hint="by id")["_id"] == 3
+    # The default name is not this collection's index; nor is {_id: -1}.
+    for hint in ["_id_", [("_id", -1)], "other"]:
+        with pytest.raises(OperationFailure) as e:
+            list(db.c.find(hint=hint))
+        assert e.value.code == 2, hint
+        assert "hint provided does not correspond to an existing index" in e.value.details["errmsg"]
+    # An ordinary collection's _id index is "_id_".
+    db.plain.insert_one({"_id": 1})
+    assert db.plain.find_one({}, hint="_id_") == {"_id": 1}
+    with pytest.raises(OperationFailure) as e:
+        db.plain.find_one({}, hint="by id")
+    assert e.value.code == 2
+
+
+def test_show_record_id_gives_the_id_key_as_bindata(client):
+    """A clustered collection's record id is its _id's key (mongod: the
+    KeyString of _id), shown as BinData subtype 0; it orders as _id does."""
+    db = client.test
+    create(db, "c", clusteredIndex=SPEC)
+    db.c.insert_many([{"_id": i} for i in [3, "a", 1, 2.5]])
+    docs = list(db.c.find({}, {"_id": 0}, show_record_id=True, batch_size=2))
+    ids = [d["$recordId"] for d in docs]
+    assert all(type(i) is bytes for i in ids), ids
+    assert ids == sorted(ids) and len(set(ids)) == 4, "keys order as the _id values do"
+    assert [d for d in docs if set(d) != {"$recordId"}] == [], "the projection still applies"
+    # The same _id has the same record id after an update.
+    db.c.update_one({"_id": 3}, {"$set": {"x": 1}})
+    assert db.c.find_one({"_id": 3}, show_record_id=True)["$recordId"] == ids[2]
+    # An ordinary collection's record id is a long.
+    db.plain.insert_one({"_id": 1})
+    assert type(db.plain.find_one({}, show_record_id=True)["$recordId"]) is Int64
+
+
 def test_listing_shows_the_clustered_index_only(client):
     db = client.test
     create(db, "c", clusteredIndex={**SPEC, "name": "test index"})

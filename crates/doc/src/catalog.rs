@@ -528,7 +528,7 @@ impl Collection {
 
     /// The `_id` index key of `id`: its KeyString, strings by their
     /// collation keys under the index's collation.
-    fn id_key(&self, id: &Bson) -> Vec<u8> {
+    pub fn id_key(&self, id: &Bson) -> Vec<u8> {
         match &self.id_collation {
             Some(c) => keystring::encode(&c.key_of(id)),
             None => keystring::encode(id),

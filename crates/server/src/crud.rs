@@ -1159,7 +1159,7 @@ pub fn delete(shared: &Shared, msg: &OpMsg) -> CommandResult {
     for spec in &specs {
         check_fields(spec, "delete.deletes", &["q", "limit", "collation", "hint"], true)?;
         query::Collation::parse(spec.get("collation"))?;
-        crate::read::check_hint(spec)?;
+        crate::read::check_hint(shared, &ns, spec)?;
         if !spec.contains_key("q") {
             return Err(CommandError::failed_to_parse("BSON field 'delete.deletes.q' is missing but a required field"));
         }

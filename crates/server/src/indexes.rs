@@ -33,7 +33,7 @@ pub(crate) fn id_index_spec(coll: &doc::catalog::Collection) -> Document {
 }
 
 /// The `_id` index's name: `_id_`, or a clustered index's own.
-fn id_index_name(coll: &doc::catalog::Collection) -> String {
+pub(crate) fn id_index_name(coll: &doc::catalog::Collection) -> String {
     match coll.options.get_document("clusteredIndex") {
         Ok(c) => c.get_str("name").unwrap_or("_id_").to_string(),
         Err(_) => "_id_".to_string(),

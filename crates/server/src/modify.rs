@@ -111,7 +111,7 @@ pub(crate) fn parse_statement(
     if multi && update.is_replacement() {
         return Err(CommandError::failed_to_parse("multi update is not supported for replacement-style update"));
     }
-    check_hint(spec)?;
+    check_hint(shared, ns, spec)?;
     let collation = collation_of(shared, ns, spec)?;
     let filter = filter.with_collation(collation.clone());
     let sort = match spec.get("sort") {
@@ -455,7 +455,7 @@ pub fn find_and_modify(shared: &Shared, cmd: &Document) -> CommandResult {
     } else {
         None
     };
-    check_hint(cmd)?;
+    check_hint(shared, &ns, cmd)?;
     check_not_view(shared, &ns)?;
     let collation = collation_of(shared, &ns, cmd)?;
     let filter = filter.with_collation(collation.clone());

@@ -67,8 +67,8 @@ pub(crate) struct CursorState {
     ns: Namespace,
     source: Source,
     projection: Option<Projection>,
-    /// `showRecordId`: add `$recordId` to each document.
-    record_id: bool,
+    /// `showRecordId`: whether and how `$recordId` is added.
+    record_id: RecordIds,
     /// Documents still allowed by `limit` (`None`: no limit).
     remaining: Option<usize>,
     last_used: Instant,
@@ -87,6 +87,17 @@ pub(crate) struct CursorState {
     time_left: Option<Duration>,
 }
 
+/// `showRecordId`'s `$recordId`.
+enum RecordIds {
+    Hidden,
+    /// The record id, a long.
+    Long,
+    /// A clustered collection's: BinData (subtype 0) holding its `_id`
+    /// index key, as mongod's record id there is the KeyString of `_id`
+    /// (an opaque value to clients; ours is our KeyString's bytes).
+    Key(Arc<Collection>),
+}
+
 impl CursorState {
     /// A cursor over `source` as it is: no projection, limit or tailing.
     fn of(ns: Namespace, source: Source) -> CursorState {
@@ -94,7 +105,7 @@ impl CursorState {
             ns,
             source,
             projection: None,
-            record_id: false,
+            record_id: RecordIds::Hidden,
             remaining: None,
             last_used: Instant::now(),
             tailable: false,
@@ -363,12 +374,19 @@ impl Cursors {
 
 /// A hit as the client sees it: projected, with `$recordId` if asked.
 fn render(c: &CursorState, hit: Hit) -> Result<Document, CommandError> {
+    let record_id = match &c.record_id {
+        RecordIds::Hidden => None,
+        RecordIds::Long => Some(Bson::Int64(hit.rid as i64)),
+        RecordIds::Key(coll) => hit.doc.get("_id").map(|id| {
+            Bson::Binary(bson::Binary { subtype: bson::spec::BinarySubtype::Generic, bytes: coll.id_key(id) })
+        }),
+    };
     let mut d = match &c.projection {
         Some(p) => p.apply(&hit.doc, hit.pos)?,
         None => hit.doc,
     };
-    if c.record_id {
-        d.insert("$recordId", hit.rid as i64);
+    if let Some(record_id) = record_id {
+        d.insert("$recordId", record_id);
     }
     Ok(d)
 }
@@ -615,14 +633,18 @@ fn document_option(cmd: &Document, name: &str) -> Result<Option<Document>, Comma
     }
 }
 
-/// `hint`: only the `_id` index and `$natural` exist until secondary
+/// `hint`: only the `_id` index (by its name, `_id_` or a clustered
+/// index's own, or by `{_id: 1}`) and `$natural` exist until secondary
 /// indexes are built.
-pub(crate) fn check_hint(cmd: &Document) -> Result<(), CommandError> {
+pub(crate) fn check_hint(shared: &Shared, ns: &Namespace, cmd: &Document) -> Result<(), CommandError> {
     let ok = match cmd.get("hint") {
         None | Some(Bson::Null) => true,
-        Some(Bson::String(name)) => name == "_id_",
+        Some(Bson::String(name)) => match shared.catalog.get(ns) {
+            Some(coll) => *name == crate::indexes::id_index_name(&coll),
+            None => name == "_id_",
+        },
         Some(Bson::Document(d)) => {
-            d.is_empty() || *d == doc! { "_id": 1 } || d.keys().next().is_some_and(|k| k == "$natural")
+            d.is_empty() || crate::indexes::is_id_key(d) || d.keys().next().is_some_and(|k| k == "$natural")
         }
         Some(_) => false,
     };
@@ -764,7 +786,7 @@ pub fn find(shared: &Shared, cmd: &Document) -> CommandResult {
             return Err(CommandError::bad_value("cannot use tailable option with a sort other than {$natural: 1}"));
         }
     }
-    check_hint(cmd)?;
+    check_hint(shared, &ns, cmd)?;
     let collation = collation_of(shared, &ns, cmd)?;
     let filter = filter.with_collation(collation.clone());
     let sort = sort.with_collation(collation.clone());
@@ -784,7 +806,11 @@ pub fn find(shared: &Shared, cmd: &Document) -> CommandResult {
     let single = bool_option(cmd, "singleBatch", "find", false)?;
     let allow_disk_use =
         bool_option(cmd, "allowDiskUse", "find", shared.parameters.allow_disk_use_by_default.load(Ordering::Relaxed))?;
-    let record_id = bool_option(cmd, "showRecordId", "find", false)?;
+    let record_id = match (bool_option(cmd, "showRecordId", "find", false)?, &coll) {
+        (false, _) => RecordIds::Hidden,
+        (true, Some(c)) if c.is_clustered() => RecordIds::Key(c.clone()),
+        (true, _) => RecordIds::Long,
+    };
     let mut state = CursorState {
         ns: ns.clone(),
         source: Source::Buffer(Vec::new().into_iter()),
@@ -970,7 +996,7 @@ pub fn aggregate(shared: &Shared, cmd: &Document) -> CommandResult {
     if batch_size.is_some_and(|b| b < 0) {
         return Err(CommandError::bad_value("batchSize value must be non-negative"));
     }
-    check_hint(cmd)?;
+    check_hint(shared, &ns, cmd)?;
     let collation = collation_of(shared, &ns, cmd)?;
     let view = resolve_view(shared, &ns)?;
     if stages.iter().skip(1).any(|s| s.as_document().is_some_and(|d| d.contains_key(LOCAL_SESSIONS))) {
@@ -1106,7 +1132,7 @@ pub fn count(shared: &Shared, cmd: &Document) -> CommandResult {
     let deadline = Deadline::of(cmd)?;
     let ns = namespace(cmd, "count")?;
     let (_, filter) = filter_of(cmd, "query", &query::expr::Scope::default())?;
-    check_hint(cmd)?;
+    check_hint(shared, &ns, cmd)?;
     let filter = filter.with_collation(collation_of(shared, &ns, cmd)?);
     let skip = count_option(cmd, "skip")?.unwrap_or(0);
     if skip < 0 {
@@ -1149,7 +1175,7 @@ pub fn distinct(shared: &Shared, cmd: &Document) -> CommandResult {
         return Err(CommandError::with_code(16410, "FieldPath field names may not start with '$'."));
     }
     let (_, filter) = filter_of(cmd, "query", &query::expr::Scope::default())?;
-    check_hint(cmd)?;
+    check_hint(shared, &ns, cmd)?;
     let collation = collation_of(shared, &ns, cmd)?;
     let filter = filter.with_collation(collation.clone());
     // Values equal by MongoDB's comparison (1 and 1.0; under a collation,

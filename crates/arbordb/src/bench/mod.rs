@@ -19,6 +19,7 @@
 //!    check that every key is found and that scans return consecutive keys.
 
 mod arbor;
+mod canned;
 mod lmdb_peer;
 mod measure;
 mod redb_peer;
@@ -133,6 +134,9 @@ enum BenchTarget {
     Smallbank(smallbank::SmallBankArgs),
     /// YCSB A and C (W2) through the network: ArborDB vs PostgreSQL.
     Ycsb(ycsb::YcsbArgs),
+    /// The prepared-reply server of `ycsb --driver-ceiling` (no database).
+    #[command(hide = true)]
+    CannedServer(canned::CannedArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -181,6 +185,7 @@ pub fn run(args: BenchArgs) -> BenchResult<()> {
         BenchTarget::Engine(a) => run_engine_bench(a),
         BenchTarget::Smallbank(a) => smallbank::run(a),
         BenchTarget::Ycsb(a) => ycsb::run(a),
+        BenchTarget::CannedServer(a) => canned::run(a),
     }
 }
 

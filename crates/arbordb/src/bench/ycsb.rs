@@ -70,10 +70,17 @@ pub struct YcsbArgs {
     /// minus 1 GB) would; 0 keeps the server's default (512 MiB).
     #[arg(long, default_value_t = 4096)]
     arbordb_cache_mib: u64,
+    /// Also run the workloads through the same driver code against a server
+    /// that does no database work (`bench canned-server`: prepared replies),
+    /// the ceiling of any server reached through this driver on this machine.
+    #[arg(long)]
+    driver_ceiling: bool,
 }
 
-const FIELDS: usize = 10;
-const FIELD_BYTES: usize = 100;
+/// The canned-reply server's rows (`--driver-ceiling`).
+const CEILING: &str = "driver-ceiling";
+pub(super) const FIELDS: usize = 10;
+pub(super) const FIELD_BYTES: usize = 100;
 const LOAD_BATCH: u64 = 1000;
 const LOAD_TASKS: u64 = 4;
 
@@ -150,6 +157,9 @@ trait Store: Send + Sync + 'static {
 }
 
 struct Arbor {
+    /// Whether the server is the canned-reply driver ceiling, which stores
+    /// nothing: no load, no fsyncs.
+    canned: bool,
     coll: mongodb::Collection<mongodb::bson::Document>,
     /// The same collection, read as raw BSON.
     raw: mongodb::Collection<mongodb::bson::RawDocumentBuf>,
@@ -159,6 +169,9 @@ struct Arbor {
 
 impl Store for Arbor {
     async fn load(&self, first: u64, count: u64, rng: &mut SmallRng) -> BenchResult<()> {
+        if self.canned {
+            return Ok(());
+        }
         let docs: Vec<_> = (first..first + count)
             .map(|n| {
                 let mut d = mongodb::bson::doc! { "_id": key(n) };
@@ -199,6 +212,9 @@ impl Store for Arbor {
     }
 
     async fn fsyncs(&self) -> BenchResult<u64> {
+        if self.canned {
+            return Ok(0);
+        }
         let status = self.admin.run_command(mongodb::bson::doc! { "serverStatus": 1 }).await?;
         Ok(status.get_document("arbordb")?.get_i64("journal_syncs")? as u64)
     }
@@ -387,6 +403,22 @@ fn max_threads(a: &YcsbArgs) -> usize {
     a.threads.iter().copied().max().unwrap_or(1)
 }
 
+/// The driver's view of a server speaking the MongoDB protocol on `port`:
+/// ArborDB's, or the canned-reply ceiling's.
+async fn mongo_store(port: u16, a: &YcsbArgs, server_pid: u32, canned: bool) -> BenchResult<Arbor> {
+    wait_listening(port).await?;
+    let uri = format!("mongodb://127.0.0.1:{port}/?directConnection=true&maxPoolSize={}", max_threads(a) + 8);
+    let client = mongodb::Client::with_uri_str(&uri).await?;
+    let db = client.database("ycsb");
+    Ok(Arbor {
+        canned,
+        coll: db.collection("usertable"),
+        raw: db.collection("usertable"),
+        admin: client.database("admin"),
+        server_pid,
+    })
+}
+
 async fn bench_system<S: Store>(name: &str, store: Arc<S>, a: &YcsbArgs) -> BenchResult<Vec<serde_json::Value>> {
     let load_secs = load(name, &store, a.records, a.seed).await?;
     let mut rows = Vec::new();
@@ -420,8 +452,8 @@ async fn bench_system<S: Store>(name: &str, store: Arc<S>, a: &YcsbArgs) -> Benc
             "updates": updates,
             "fsyncs": fsyncs,
             "updates_per_fsync": if fsyncs > 0 && updates > 0 { json!(updates as f64 / fsyncs as f64) } else { json!(null) },
-            "load_seconds": load_secs,
-            "load_records_per_sec": a.records as f64 / load_secs,
+            "load_seconds": if name == CEILING { json!(null) } else { json!(load_secs) },
+            "load_records_per_sec": if name == CEILING { json!(null) } else { json!(a.records as f64 / load_secs) },
         }));
     }
     Ok(rows)
@@ -450,15 +482,7 @@ async fn run_async(a: YcsbArgs) -> BenchResult<()> {
                 .stderr(Stdio::null())
                 .spawn()?,
         );
-        let server_pid = server.0.id();
-        wait_listening(port).await?;
-        let uri = format!("mongodb://127.0.0.1:{port}/?directConnection=true&maxPoolSize={}", max_threads(&a) + 8);
-        let client = mongodb::Client::with_uri_str(&uri).await?;
-        let coll = client.database("ycsb").collection("usertable");
-        let raw = client.database("ycsb").collection("usertable");
-        let admin = client.database("admin");
-        rows.extend(bench_system("arbordb", Arc::new(Arbor { coll, raw, admin, server_pid }), &a).await?);
-        drop(client);
+        rows.extend(bench_system("arbordb", Arc::new(mongo_store(port, &a, server.0.id(), false).await?), &a).await?);
         drop(server);
     }
     // PostgreSQL.
@@ -486,7 +510,19 @@ async fn run_async(a: YcsbArgs) -> BenchResult<()> {
         }
         rows.extend(bench_system("postgresql", Arc::new(Postgres { conns }), &a).await?);
     }
+    // The driver's ceiling: the same client code against prepared replies.
+    if a.driver_ceiling {
+        let port = free_port()?;
+        let server = ServerProcess(
+            Command::new(std::env::current_exe()?)
+                .args(["bench", "canned-server", "--port", &port.to_string()])
+                .spawn()?,
+        );
+        let store = mongo_store(port, &a, server.0.id(), true).await?;
+        rows.extend(bench_system(CEILING, Arc::new(store), &a).await?);
+    }
     let (mut ratios, mut server_cpu_ratios) = (serde_json::Map::new(), serde_json::Map::new());
+    let mut ceiling_ratios = serde_json::Map::new();
     // Keyed "workload@tasks" (`a@8`).
     for (&t, w) in a.threads.iter().flat_map(|t| a.workloads.iter().map(move |w| (t, w))) {
         let field = |sys: &str, name: &str| {
@@ -497,6 +533,9 @@ async fn run_async(a: YcsbArgs) -> BenchResult<()> {
         let key = format!("{w}@{t}");
         if let (Some(x), Some(y)) = (field("arbordb", "ops_per_sec"), field("postgresql", "ops_per_sec")) {
             ratios.insert(key.clone(), json!(x / y));
+        }
+        if let (Some(x), Some(y)) = (field(CEILING, "ops_per_sec"), field("postgresql", "ops_per_sec")) {
+            ceiling_ratios.insert(key.clone(), json!(x / y));
         }
         let cpu = |sys| field(sys, "server_cpu_us_per_op").filter(|c| *c > 0.0);
         if let (Some(x), Some(y)) = (cpu("arbordb"), cpu("postgresql")) {
@@ -536,6 +575,12 @@ async fn run_async(a: YcsbArgs) -> BenchResult<()> {
     for (w, r) in &ratios {
         println!("workload {w} tasks: ArborDB / PostgreSQL throughput = {:.2}x", r.as_f64().unwrap_or(0.0));
     }
+    for (w, r) in &ceiling_ratios {
+        println!(
+            "workload {w} tasks: driver ceiling (a server doing no work) / PostgreSQL throughput = {:.2}x",
+            r.as_f64().unwrap_or(0.0)
+        );
+    }
     for (w, r) in &server_cpu_ratios {
         println!(
             "workload {w} tasks: server CPU per operation, PostgreSQL / ArborDB = {:.2}x (above 1: ArborDB uses less)",
@@ -558,6 +603,7 @@ async fn run_async(a: YcsbArgs) -> BenchResult<()> {
         "results": rows,
         "arbordb_over_postgresql_throughput": ratios,
         "postgresql_over_arbordb_server_cpu_per_op": server_cpu_ratios,
+        "driver_ceiling_over_postgresql_throughput": ceiling_ratios,
     });
     report::write_json(&a.out, &doc)?;
     eprintln!("wrote {}", a.out.display());
