@@ -58,6 +58,13 @@ def test_a_hint_names_the_clustered_index_by_its_own_name(client):
             list(db.c.find(hint=hint))
         assert e.value.code == 2, hint
         assert "hint provided does not correspond to an existing index" in e.value.details["errmsg"]
+    # A view's reads take the hint of the collection under it.
+    db.command("create", "v", viewOn="c", pipeline=[{"$match": {"n": 0}}])
+    assert [d["_id"] for d in db.v.find({}, hint="by id")] == [0, 2, 4]
+    assert db.v.count_documents({}, hint="by id") == 3
+    with pytest.raises(OperationFailure) as e:
+        list(db.v.find({}, hint="_id_"))
+    assert e.value.code == 2
     # An ordinary collection's _id index is "_id_".
     db.plain.insert_one({"_id": 1})
     assert db.plain.find_one({}, hint="_id_") == {"_id": 1}

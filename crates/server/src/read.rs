@@ -635,11 +635,14 @@ fn document_option(cmd: &Document, name: &str) -> Result<Option<Document>, Comma
 
 /// `hint`: only the `_id` index (by its name, `_id_` or a clustered
 /// index's own, or by `{_id: 1}`) and `$natural` exist until secondary
-/// indexes are built.
+/// indexes are built. On a view, the index is the base collection's.
 pub(crate) fn check_hint(shared: &Shared, ns: &Namespace, cmd: &Document) -> Result<(), CommandError> {
     let ok = match cmd.get("hint") {
         None | Some(Bson::Null) => true,
-        Some(Bson::String(name)) => match shared.catalog.get(ns) {
+        // A view's reads go to the collection under it, hint and all.
+        Some(Bson::String(name)) => match resolve_view(shared, ns)?
+            .map_or_else(|| shared.catalog.get(ns), |(base, _)| shared.catalog.get(&base))
+        {
             Some(coll) => *name == crate::indexes::id_index_name(&coll),
             None => name == "_id_",
         },

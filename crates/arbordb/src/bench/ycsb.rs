@@ -75,6 +75,12 @@ pub struct YcsbArgs {
     /// the ceiling of any server reached through this driver on this machine.
     #[arg(long)]
     driver_ceiling: bool,
+    /// Threads of the client's tokio runtime, shared by every client task
+    /// and the drivers' own tasks: 0 is tokio's default (one per CPU); 1
+    /// runs the client on one thread (a current-thread runtime), leaving
+    /// the other CPU to the server.
+    #[arg(long, default_value_t = 0)]
+    client_threads: usize,
 }
 
 /// The canned-reply server's rows (`--driver-ceiling`).
@@ -420,7 +426,7 @@ async fn mongo_store(port: u16, a: &YcsbArgs, server_pid: u32, canned: bool) -> 
 }
 
 async fn bench_system<S: Store>(name: &str, store: Arc<S>, a: &YcsbArgs) -> BenchResult<Vec<serde_json::Value>> {
-    let load_secs = load(name, &store, a.records, a.seed).await?;
+    let load_secs = if name == CEILING { 0.0 } else { load(name, &store, a.records, a.seed).await? };
     let mut rows = Vec::new();
     for (&threads, w) in a.threads.iter().flat_map(|t| a.workloads.iter().map(move |w| (t, w))) {
         let update_percent = match w.as_str() {
@@ -543,7 +549,7 @@ async fn run_async(a: YcsbArgs) -> BenchResult<()> {
         }
     }
     println!(
-        "{:<11} {:>8} {:>6} {:>12} {:>9} {:>9} {:>9} {:>10} {:>14} {:>14} {:>13}",
+        "{:<14} {:>8} {:>6} {:>12} {:>9} {:>9} {:>9} {:>10} {:>14} {:>14} {:>13}",
         "system",
         "workload",
         "tasks",
@@ -558,7 +564,7 @@ async fn run_async(a: YcsbArgs) -> BenchResult<()> {
     );
     for r in &rows {
         println!(
-            "{:<11} {:>8} {:>6} {:>12.0} {:>9} {:>9} {:>9} {:>10.1} {:>14.1} {:>14.1} {:>13}",
+            "{:<14} {:>8} {:>6} {:>12.0} {:>9} {:>9} {:>9} {:>10.1} {:>14.1} {:>14.1} {:>13}",
             r["system"].as_str().unwrap_or(""),
             r["workload"].as_str().unwrap_or(""),
             r["threads"],
@@ -600,6 +606,7 @@ async fn run_async(a: YcsbArgs) -> BenchResult<()> {
         "durability": "ArborDB: journal fsync per acknowledged write (group commit); PostgreSQL: synchronous_commit=on, fsync=on",
         "reads": "ArborDB: find_one({_id}) into RawDocumentBuf; PostgreSQL: prepared SELECT doc, the row's jsonb undecoded",
         "machine_cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "client_runtime_threads": if a.client_threads == 0 { json!("one per CPU") } else { json!(a.client_threads) },
         "results": rows,
         "arbordb_over_postgresql_throughput": ratios,
         "postgresql_over_arbordb_server_cpu_per_op": server_cpu_ratios,
@@ -611,5 +618,10 @@ async fn run_async(a: YcsbArgs) -> BenchResult<()> {
 }
 
 pub fn run(a: YcsbArgs) -> BenchResult<()> {
-    tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(run_async(a))
+    let runtime = match a.client_threads {
+        0 => tokio::runtime::Builder::new_multi_thread().enable_all().build()?,
+        1 => tokio::runtime::Builder::new_current_thread().enable_all().build()?,
+        n => tokio::runtime::Builder::new_multi_thread().worker_threads(n).enable_all().build()?,
+    };
+    runtime.block_on(run_async(a))
 }
