@@ -87,6 +87,25 @@ def test_hint_and_collation(people):
     assert e.value.code == 2 and "hint provided does not correspond to an existing index" in str(e.value)
 
 
+def test_a_write_statement_hinting_no_index_fails_alone(client):
+    """A hint naming no index is a planner error of its statement: the
+    other statements of the command run (ordered: false), as in mongod."""
+    db = client.test
+    db.h.insert_many([{"_id": i} for i in range(4)])
+    for command, statements in [
+        ("delete", [{"q": {"_id": 0}, "limit": 1}, {"q": {"_id": 1}, "limit": 1, "hint": "nope_1"},
+                    {"q": {"_id": 2}, "limit": 1, "hint": "_id_"}]),
+        ("update", [{"q": {"_id": 3}, "u": {"$set": {"x": 1}}}, {"q": {}, "u": {"$set": {"y": 1}}, "hint": "nope_1"}]),
+    ]:
+        key = "deletes" if command == "delete" else "updates"
+        reply = db.command(command, "h", **{key: statements}, ordered=False)
+        assert reply["n"] == (2 if command == "delete" else 1), reply
+        [error] = reply["writeErrors"]
+        assert error["index"] == 1 and error["code"] == 2, error
+        assert "hint provided does not correspond to an existing index" in error["errmsg"]
+    assert list(db.h.find()) == [{"_id": 1}, {"_id": 3, "x": 1}]
+
+
 def test_distinct(people):
     assert people.distinct("age") == [25, 30], "30 and 30.0 are one value"
     assert people.distinct("tags") == ["a", "b", "m", "z"]

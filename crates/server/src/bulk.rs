@@ -370,7 +370,6 @@ fn run_op(
             log.as_ref(),
         )?,
         Op::Delete { statement, .. } => {
-            crate::read::check_hint(shared, ns, statement)?;
             Outcome { n: delete_one_spec(shared, ns, statement, scope, log.as_ref())?, ..Outcome::default() }
         }
     };

@@ -1159,7 +1159,6 @@ pub fn delete(shared: &Shared, msg: &OpMsg) -> CommandResult {
     for spec in &specs {
         check_fields(spec, "delete.deletes", &["q", "limit", "collation", "hint"], true)?;
         query::Collation::parse(spec.get("collation"))?;
-        crate::read::check_hint(shared, &ns, spec)?;
         if !spec.contains_key("q") {
             return Err(CommandError::failed_to_parse("BSON field 'delete.deletes.q' is missing but a required field"));
         }
@@ -1207,6 +1206,8 @@ pub(crate) fn delete_one_spec(
 ) -> Result<i64, CommandError> {
     let ack = STATEMENT_ACK;
     let (filter_doc, filter) = filter_of(spec, "q", scope)?;
+    // A hint naming no index fails its statement only, as a planner error.
+    crate::read::check_hint(shared, ns, spec)?;
     let collation = crate::read::collation_of(shared, ns, spec)?;
     let filter = filter.with_collation(collation.clone());
     let limit = count_option(spec, "limit")?.unwrap_or(0);
