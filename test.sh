@@ -26,10 +26,10 @@ python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ig
 cargo build --release --quiet -p arbordb
 python3 -m pytest -q tests/python
 
-echo "== fuzz smoke: OP_MSG frames and the query language (cargo fuzz, fixed seed corpus and seed)"
+echo "== fuzz smoke: OP_MSG frames, the query language and aggregation pipelines (cargo fuzz, fixed seed corpus and seed)"
 rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
 command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked --quiet
-for target in op_msg filter; do
+for target in op_msg filter pipeline; do
   corpus=$(mktemp -d)
   cp fuzz/seeds/$target/* "$corpus"/
   if ! (cd fuzz && cargo +nightly fuzz run "$target" "$corpus" -- -seed=1 -runs=100000 -max_total_time=60 >"$corpus.log" 2>&1); then
