@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""Draw a grouped bar chart of ops/s per workload per engine from the JSON
-written by `arbordb bench engine`.
+"""Draw a grouped bar chart of ops/s from the JSON written by
+`arbordb bench engine` or `arbordb bench ycsb`.
 
-One group of bars per (workload, threads, batch) row, one bar per engine,
-log-scale y axis (batch-1 writes and batched writes differ by orders of
-magnitude). Each bar is labelled with the engine's ops/s.
+Engine bench: one group of bars per (workload, threads, batch) row, one bar
+per engine, log-scale y axis (batch-1 writes and batched writes differ by
+orders of magnitude). YCSB: one group per (workload, client tasks), one bar
+per system (ArborDB, PostgreSQL, and the no-work driver ceiling when it
+ran), linear y axis. Each bar is labelled with its ops/s.
 
 Usage: python3 bench/chart.py RESULTS.json [OUT.png]
 (default OUT: RESULTS with .png in place of .json)
@@ -19,10 +21,15 @@ from pathlib import Path
 
 
 def groups_of(results):
-    """(workload, threads, batch) in first-seen order, and ops/s per engine."""
+    """Group keys in first-seen order, the series (engines or systems), and
+    ops/s per (key, series)."""
     order, engines, ops = [], [], {}
     for r in results:
-        key = (r["workload"], r["threads"], r["batch_ops_per_commit"])
+        if "system" in r:  # bench ycsb
+            r = {**r, "engine": r["system"]}
+            key = (r["workload"].upper(), r["threads"])
+        else:
+            key = (r["workload"], r["threads"], r["batch_ops_per_commit"])
         if key not in order:
             order.append(key)
         if r["engine"] not in engines:
@@ -32,6 +39,9 @@ def groups_of(results):
 
 
 def label(key):
+    if len(key) == 2:
+        workload, tasks = key
+        return f"{workload}\n{tasks} task{'s' if tasks != 1 else ''}"
     workload, threads, batch = key
     batch = "read" if batch is None else f"b{batch}"
     return f"{workload}\nt{threads} {batch}"
@@ -66,17 +76,26 @@ def main():
                 ax.annotate(f"{y:,.0f}", (bar.get_x() + bar.get_width() / 2, y),
                             ha="center", va="bottom", fontsize=6, rotation=90,
                             xytext=(0, 2), textcoords="offset points")
-    ax.set_yscale("log")
-    ax.set_ylabel("ops/s (log scale)")
     ax.set_xticks(range(len(order)))
     ax.set_xticklabels([label(k) for k in order], fontsize=7)
-    config = doc.get("config", {})
-    machine = doc.get("machine", {})
-    ax.set_title(
-        f"ArborDB engine bench (W6): {config.get('num', '?'):,} keys, "
-        f"{config.get('durability', '?')}, {machine.get('cpus', '?')} CPUs, "
-        f"commit {str(doc.get('commit'))[:12]}",
-        fontsize=9)
+    if "benchmark" in doc and doc["benchmark"].startswith("ycsb"):
+        ax.set_ylabel("ops/s")
+        ax.margins(y=0.12)
+        ax.set_title(
+            f"YCSB (W2) through the network: {doc.get('records', '?'):,} records, "
+            f"{doc.get('seconds_per_workload', '?')} s per run, {doc.get('machine_cpus', '?')} CPUs, "
+            f"{doc.get('time', '')}",
+            fontsize=9)
+    else:
+        ax.set_yscale("log")
+        ax.set_ylabel("ops/s (log scale)")
+        config = doc.get("config", {})
+        machine = doc.get("machine", {})
+        ax.set_title(
+            f"ArborDB engine bench (W6): {config.get('num', '?'):,} keys, "
+            f"{config.get('durability', '?')}, {machine.get('cpus', '?')} CPUs, "
+            f"commit {str(doc.get('commit'))[:12]}",
+            fontsize=9)
     ax.legend()
     ax.grid(axis="y", which="both", alpha=0.3)
     fig.tight_layout()
