@@ -150,3 +150,30 @@ def test_elem_match_and_bits(people):
     with pytest.raises(OperationFailure) as e:
         list(people.find({"$where": "this.a == 1"}))
     assert e.value.code == 2 and "no globalScriptEngine in $where parsing" in str(e.value)
+
+
+@pytest.mark.parametrize("size,message", [
+    (float("nan"), "Failed to parse $size. Expected an integer, but found NaN in: $size: nan.0"),
+    (float("inf"), "Failed to parse $size. Cannot represent as a 64-bit integer: $size: inf.0"),
+    (2.1, "Failed to parse $size. Expected an integer: $size: 2.1"),
+    (-1, "Failed to parse $size. Expected a non-negative number in: $size: -1"),
+    ({"$gt": 1}, "Failed to parse $size. Expected a number in: $size: { $gt: 1 }"),
+])
+def test_size_argument_errors_as_mongod(client, size, message):
+    with pytest.raises(OperationFailure) as e:
+        list(client.test.s.find({"v": {"$size": size}}))
+    assert e.value.code == 2 and e.value.details["errmsg"] == message
+
+
+def test_skip_and_limit_of_nan_or_infinity_as_mongod(client):
+    client.test.s.insert_one({"_id": 1})
+    with pytest.raises(OperationFailure) as e:
+        list(client.test.s.aggregate([{"$limit": float("nan")}]))
+    assert e.value.code == 5107201
+    assert e.value.details["errmsg"] == \
+        "invalid argument to $limit stage: Expected an integer, but found NaN in: $limit: nan.0"
+    with pytest.raises(OperationFailure) as e:
+        list(client.test.s.aggregate([{"$skip": float("-inf")}]))
+    assert e.value.details["errmsg"] == \
+        "invalid argument to $skip stage: Cannot represent as a 64-bit integer: $skip: -inf.0"
+    assert list(client.test.s.aggregate([{"$skip": 0.0}, {"$limit": 2.0}])) == [{"_id": 1}]

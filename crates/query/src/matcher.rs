@@ -297,13 +297,9 @@ fn parse_operator(path: &str, op: &str, arg: &Bson) -> Result<Expr, FilterError>
             };
             Expr::Type(p, items.iter().map(type_code).collect::<Result<_, _>>()?)
         }
-        "$size" => match number(arg) {
-            Some(Number::Int(n)) if n >= 0 => Expr::Size(p, n as usize),
-            Some(Number::Float(f)) if f >= 0.0 && f.fract() == 0.0 => Expr::Size(p, f as usize),
-            Some(Number::Int(_) | Number::Float(_)) => {
-                return Err(bad_value("$size may not be negative or fractional"))
-            }
-            None => return Err(bad_value("$size needs a number")),
+        "$size" => match crate::integer::parse("$size", arg, true) {
+            Ok(n) => Expr::Size(p, usize::try_from(n).unwrap_or(usize::MAX)),
+            Err(why) => return Err(bad_value(format!("Failed to parse $size. {why}"))),
         },
         "$all" => {
             let Bson::Array(items) = arg else {

@@ -270,27 +270,12 @@ fn doc_size(d: &Document) -> usize {
 /// 5107200 and 5107201); `$limit` also not 0 (15958).
 fn positive(stage: &str, v: &Bson) -> Result<usize, FilterError> {
     let code = if stage == "$skip" { 5107200 } else { 5107201 };
-    let shown = match v {
-        Bson::String(s) => format!("\"{s}\""),
-        other => other.to_string(),
-    };
-    let invalid = |why: &str| err(code, format!("invalid argument to {stage} stage: {why}: {stage}: {shown}"));
-    let n = match number(v) {
-        Some(Number::Int(i)) => i as f64,
-        Some(Number::Float(f)) if f.fract() == 0.0 && f.abs() < 9.2e18 => f,
-        Some(Number::Float(f)) if f.is_finite() && f.fract() == 0.0 => {
-            return Err(invalid("Cannot represent as a 64-bit integer"))
-        }
-        Some(Number::Float(_)) => return Err(invalid("Expected an integer")),
-        None => return Err(invalid("Expected a number in")),
-    };
-    if n < 0.0 {
-        return Err(invalid("Expected a non-negative number in"));
-    }
-    if stage == "$limit" && n == 0.0 {
+    let n = crate::integer::parse(stage, v, true)
+        .map_err(|why| err(code, format!("invalid argument to {stage} stage: {why}")))?;
+    if stage == "$limit" && n == 0 {
         return Err(err(15958, "the limit must be positive"));
     }
-    Ok(n as usize)
+    Ok(usize::try_from(n).unwrap_or(usize::MAX))
 }
 
 /// The field paths of a `$unset` stage: a string or a nonempty array of
@@ -1155,6 +1140,14 @@ mod tests {
         assert_eq!(
             parse(bson!([{ "$skip": "x" }])).message,
             "invalid argument to $skip stage: Expected a number in: $skip: \"x\""
+        );
+        assert_eq!(
+            parse(bson!([{ "$limit": f64::NAN }])).message,
+            "invalid argument to $limit stage: Expected an integer, but found NaN in: $limit: nan.0"
+        );
+        assert_eq!(
+            parse(bson!([{ "$skip": f64::INFINITY }])).message,
+            "invalid argument to $skip stage: Cannot represent as a 64-bit integer: $skip: inf.0"
         );
         assert_eq!(parse(bson!([{ "$count": "" }])).code, 40157);
         assert_eq!(parse(bson!([{ "$count": "$n" }])).code, 40158);
