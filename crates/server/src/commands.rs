@@ -303,7 +303,7 @@ pub(crate) fn add_cluster_time(reply: &mut Document) {
 }
 
 /// `$clusterTime` and `operationTime`, which every reply carries.
-pub(crate) fn cluster_time_fields() -> [(&'static str, Bson); 2] {
+pub fn cluster_time_fields() -> [(&'static str, Bson); 2] {
     let ts = cluster_time();
     [
         (

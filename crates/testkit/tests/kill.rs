@@ -31,11 +31,7 @@ fn kill_9_loses_no_acknowledged_commit() {
             max_acked = Some(max_acked.map_or(a, |m| m.max(a)));
         }
 
-        // Killed during the very first open, before its root file was
-        // written (initialization fsyncs several files): nothing was
-        // committed, and the next open initializes again (it refuses to
-        // when journal files exist without a root).
-        if !dir.path().join(storage::engine::ROOT_FILE).exists() {
+        if crash::killed_before_first_root(dir.path()) {
             assert!(max_acked.is_none(), "cycle {cycle} (seed {seed}): the root file is gone after commits");
             continue;
         }

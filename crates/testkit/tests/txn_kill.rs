@@ -34,10 +34,7 @@ fn kill_9_during_concurrent_transactions_loses_nothing_acknowledged() {
             let a = acked.entry(thread).or_insert(seq);
             *a = (*a).max(seq);
         }
-        // Killed during the very first open, before its root file was
-        // written: nothing was committed, and the next open initializes
-        // again (as in `kill.rs`).
-        if !dir.path().join(storage::engine::ROOT_FILE).exists() {
+        if crash::killed_before_first_root(dir.path()) {
             assert!(acked.is_empty(), "cycle {cycle} (seed {seed}): the root file is gone after commits");
             continue;
         }

@@ -26,7 +26,7 @@
 //! ArborDB has read faster than it at 8 client tasks.
 
 use super::BenchResult;
-use bson::{doc, rawdoc, Binary, RawDocument, RawDocumentBuf, Timestamp};
+use bson::{doc, rawdoc, RawDocument, RawDocumentBuf};
 use clap::Args;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
@@ -59,13 +59,12 @@ fn now_seconds() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
-/// `body` with `$clusterTime` and `operationTime` appended, as every reply
-/// of a replica-set member has.
+/// `body` with the `$clusterTime` and `operationTime` every reply of
+/// `arbordb serve` carries (`commands::cluster_time_fields`).
 fn with_cluster_time(mut body: RawDocumentBuf) -> RawDocumentBuf {
-    let ts = Timestamp { time: now_seconds() as u32, increment: 1 };
-    let signature = Binary { subtype: bson::spec::BinarySubtype::Generic, bytes: vec![0; 20] };
-    body.append("$clusterTime", rawdoc! { "clusterTime": ts, "signature": { "hash": signature, "keyId": 0i64 } });
-    body.append("operationTime", ts);
+    for (key, value) in server::commands::cluster_time_fields() {
+        body.append(key, bson::RawBson::try_from(value).expect("cluster time fields convert to raw BSON"));
+    }
     body
 }
 
