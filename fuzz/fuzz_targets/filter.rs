@@ -3,12 +3,12 @@
 //! parses must evaluate on sample documents without panicking.
 #![no_main]
 
-use bson::{doc, Document};
+use bson::doc;
 use libfuzzer_sys::fuzz_target;
 use query::{Filter, Projection, Sort, Update};
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(spec) = Document::from_reader(data) else { return };
+    let Ok(spec) = doc::bson_bytes::decode(data) else { return };
     let samples = [
         doc! { "_id": 1, "a": 1, "b": [1, 2, { "c": "x" }], "d": { "e": [ { "f": 1.5 } ] } },
         doc! { "_id": 2, "a": [[1], []], "s": "hello", "n": null, "bits": 255i64 },

@@ -1,6 +1,6 @@
 //! The wire frame parser: header, OP_COMPRESSED, OP_MSG sections and
 //! checksum, OP_QUERY. Any input must give a request or an error, never a
-//! panic, a hang or an out-of-bounds read.
+//! panic, a hang or an out-of-bounds read; a parsed body round-trips.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -20,6 +20,11 @@ fuzz_target!(|data: &[u8]| {
         return;
     }
     if let Ok(wire::Request::Msg(msg)) = wire::parse(&header, body) {
-        let _ = wire::nesting(&msg.body);
+        // What parses writes back and reads again as the same document
+        // (doc::bson_bytes, invariant 4).
+        // Bytes compared, not documents: NaN is not equal to itself.
+        let bytes = doc::bson_bytes::encode(&msg.body).expect("a decoded document encodes");
+        let again = doc::bson_bytes::decode(&bytes).expect("its own bytes decode");
+        assert_eq!(doc::bson_bytes::encode(&again).expect("encodes"), bytes);
     }
 });

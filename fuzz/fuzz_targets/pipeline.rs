@@ -24,7 +24,7 @@ fn samples(spec: &Document) -> Vec<Document> {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(spec) = Document::from_reader(data) else { return };
+    let Ok(spec) = doc::bson_bytes::decode(data) else { return };
     let stages = match spec.get_array("p") {
         Ok(p) => p.clone(),
         Err(_) => vec![Bson::Document(spec.clone())],

@@ -71,7 +71,7 @@ impl Layout {
 
 /// A document as one line of relaxed Extended JSON, or why it is not one.
 fn ext_json(bytes: &[u8]) -> String {
-    match bson::Document::from_reader(bytes) {
+    match doc::bson_bytes::decode(bytes) {
         Ok(d) => bson::Bson::Document(d).into_relaxed_extjson().to_string(),
         Err(e) => format!("<not BSON: {e}>"),
     }

@@ -51,6 +51,9 @@ pub enum DocError {
     /// A document larger than its capped collection.
     #[error("object to insert exceeds cappedMaxSize")]
     ExceedsCappedSize,
+    /// A document BSON cannot hold (a field name with a null byte).
+    #[error(transparent)]
+    Unencodable(#[from] crate::bson_bytes::EncodeError),
     #[error(transparent)]
     Storage(#[from] StorageError),
 }
@@ -285,7 +288,7 @@ impl Catalog {
         while let Some((key, value)) = entry {
             let full = String::from_utf8_lossy(&key).into_owned();
             let ns = Namespace::parse(&full).ok_or_else(|| DocError::Corrupt(format!("catalog key {full:?}")))?;
-            let meta_doc = Document::from_reader(&value[..]).map_err(|e| DocError::Corrupt(e.to_string()))?;
+            let meta_doc = decode(&value)?;
             let options = meta_doc.get_document("options").cloned().unwrap_or_default();
             let (records, id_index, collation) = entry_tables(&ns, &meta_doc);
             let id_collation = match collation {
@@ -354,7 +357,7 @@ impl Catalog {
         let id_collation =
             options.get_document("collation").ok().and_then(|spec| self.id_collations.and_then(|make| make(spec)));
         let entry = catalog_entry(ns, &options, &records, &id_index, id_collation.as_ref());
-        self.engine.put(&self.meta, ns.to_string().as_bytes(), &bson::to_vec(&entry).expect("BSON encodes"))?;
+        self.engine.put(&self.meta, ns.to_string().as_bytes(), &encode(&entry)?)?;
         let c = Arc::new(Collection::load(&self.engine, ns.clone(), options, &records, &id_index, id_collation)?);
         all.insert(ns.clone(), c.clone());
         Ok(c)
@@ -401,14 +404,12 @@ impl Catalog {
             existing => existing.cloned(),
         };
         let (records, id_index) = (c.records.name().to_string(), c.id_index.name().to_string());
-        let entry = catalog_entry(to, &c.options, &records, &id_index, c.id_collation.as_ref());
+        let entry = encode(&catalog_entry(to, &c.options, &records, &id_index, c.id_collation.as_ref()))?;
         loop {
             let txn = self.engine.begin(TxnOptions::default())?;
             let attempt = txn
                 .delete(&self.meta, from.to_string().as_bytes())
-                .and_then(|_| {
-                    txn.put(&self.meta, to.to_string().as_bytes(), &bson::to_vec(&entry).expect("BSON encodes"))
-                })
+                .and_then(|_| txn.put(&self.meta, to.to_string().as_bytes(), &entry))
                 .and_then(|_| txn.commit());
             match attempt {
                 Ok(_) => break,
@@ -444,7 +445,7 @@ impl Catalog {
         let mut all = self.collections.write().unwrap();
         let Some(c) = all.get(ns).cloned() else { return Err(DocError::NamespaceNotFound(ns.to_string())) };
         let entry = catalog_entry(ns, &options, c.records.name(), c.id_index.name(), c.id_collation.as_ref());
-        self.engine.put(&self.meta, ns.to_string().as_bytes(), &bson::to_vec(&entry).expect("BSON encodes"))?;
+        self.engine.put(&self.meta, ns.to_string().as_bytes(), &encode(&entry)?)?;
         let changed = Collection {
             ns: ns.clone(),
             options,
@@ -590,7 +591,7 @@ impl Collection {
         let doc = with_id_first(doc);
         let id = doc.get("_id").expect("with_id_first adds one").clone();
         let key = self.id_key(&id);
-        let bytes = bson::to_vec(&doc).expect("BSON encodes");
+        let bytes = encode(&doc)?;
         let mut capped_used = self.capped_lock();
         if self.capped.as_ref().is_some_and(|c| bytes.len() as u64 > c.size) {
             return Err(DocError::ExceedsCappedSize);
@@ -717,7 +718,7 @@ impl Collection {
                         }
                     };
                 if !duplicate {
-                    let bytes = bson::to_vec(&doc).expect("BSON encodes");
+                    let bytes = encode(&doc)?;
                     bytes_total += bytes.len();
                     let rid = self.next_record.fetch_add(1, Ordering::Relaxed);
                     let put = txn
@@ -771,7 +772,7 @@ impl Collection {
         let mut capped_used = self.capped_lock();
         loop {
             let txn = engine.begin(ack.txn_options())?;
-            let expected = bson::to_vec(doc).expect("BSON encodes");
+            let expected = encode(doc)?;
             match txn.get(&self.records, &rid.to_be_bytes())? {
                 Some(bytes) if *bytes == *expected => {}
                 _ => return Ok(false),
@@ -807,8 +808,8 @@ impl Collection {
         ack: Ack,
         stamp: Option<&dyn Stamp>,
     ) -> Result<bool, DocError> {
-        let expected = bson::to_vec(old).expect("BSON encodes");
-        let bytes = bson::to_vec(new).expect("BSON encodes");
+        let expected = encode(old)?;
+        let bytes = encode(new)?;
         let mut capped_used = self.capped_lock();
         loop {
             let txn = engine.begin(ack.txn_options())?;
@@ -1012,8 +1013,13 @@ fn record_id(bytes: &[u8]) -> Result<u64, DocError> {
     Ok(u64::from_be_bytes(b))
 }
 
+/// A document's bytes as stored (`bson_bytes`: exactly as sent).
+fn encode(doc: &Document) -> Result<Vec<u8>, DocError> {
+    Ok(crate::bson_bytes::encode(doc)?)
+}
+
 fn decode(bytes: &[u8]) -> Result<Document, DocError> {
-    Document::from_reader(bytes).map_err(|e| DocError::Corrupt(e.to_string()))
+    crate::bson_bytes::decode(bytes).map_err(|e| DocError::Corrupt(e.to_string()))
 }
 
 /// Write `stamp` (for the statements `done`), then commit.

@@ -12,6 +12,7 @@
 //!
 //! Decimal128 compares exactly with every number type (`decimal.rs`).
 
+use crate::bson_bytes::pointer_value;
 use bson::{Bson, Document};
 use std::cmp::Ordering;
 
@@ -154,17 +155,6 @@ fn str_of(v: &Bson) -> &[u8] {
         Bson::String(s) | Bson::Symbol(s) => s.as_bytes(),
         _ => unreachable!("strings only"),
     }
-}
-
-/// A DBPointer's value bytes as stored: namespace (length-prefixed, with
-/// its terminator) then the ObjectId. MongoDB compares sizes, then bytes.
-pub(crate) fn pointer_value(v: &Bson) -> Vec<u8> {
-    let mut d = Document::new();
-    d.insert("p", v.clone());
-    let mut raw = Vec::new();
-    d.to_writer(&mut raw).expect("writing to a Vec cannot fail");
-    // [doc len 4][type 1]["p\0" 2] value [doc terminator 1]
-    raw[7..raw.len() - 1].to_vec()
 }
 
 #[cfg(test)]

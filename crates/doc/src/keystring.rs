@@ -21,7 +21,7 @@
 //! Invariant (checked by the property test): for all supported `a`, `b`,
 //! `encode(a).cmp(&encode(b)) == compare(a, b)`.
 
-use crate::compare::pointer_value;
+use crate::bson_bytes::pointer_value;
 use crate::decimal_math::{split_at_double, Remainder};
 use bson::{Bson, Document};
 

@@ -6,10 +6,12 @@
 //! record stores and `_id` indexes (`catalog.rs`). Depends only on
 //! `storage` (arrows point down; see ARCHITECTURE.md).
 
+pub mod bson_bytes;
 pub mod catalog;
 pub mod compare;
 pub mod decimal;
 pub mod decimal_math;
 pub mod format;
 pub mod keystring;
+pub mod limits;
 pub mod sessions;

@@ -63,7 +63,7 @@ fn session_bounds(lsid: &SessionId) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
 
 /// A record's txnNumber and document.
 fn decode_record(value: &[u8]) -> Result<(i64, Document), DocError> {
-    let record = Document::from_reader(value).map_err(corrupt)?;
+    let record = crate::bson_bytes::decode(value).map_err(corrupt)?;
     Ok((record.get_i64("n").map_err(corrupt)?, record))
 }
 
@@ -218,7 +218,9 @@ impl Stamp for Record<'_> {
             "t": bson::DateTime::from_millis(now_ms()),
         };
         let key = record_key(&self.lsid, self.stmt_ids[first]);
-        txn.put(&self.sessions.table, &key, &bson::to_vec(&value).expect("BSON encodes"))
+        // The outcome holds only documents the write itself encoded first.
+        let bytes = crate::bson_bytes::encode(&value).expect("a statement record encodes");
+        txn.put(&self.sessions.table, &key, &bytes)
     }
 }
 

@@ -183,7 +183,9 @@ pub(crate) fn parse_path(s: &str) -> Result<Vec<String>, FilterError> {
     if parts.iter().any(String::is_empty) {
         return Err(err(15998, "FieldPath field names may not be empty strings."));
     }
-    if parts.iter().any(|p| p.starts_with('$')) {
+    // A DBRef's fields are the `$` names a path may name (mongod's
+    // FieldPath::kAllowedDollarPrefixedFields, less its internal ones).
+    if parts.iter().any(|p| p.starts_with('$') && !matches!(p.as_str(), "$id" | "$ref" | "$db")) {
         return Err(err(
             16410,
             format!("FieldPath field names may not start with '$'. Consider using $getField or $setField. (in '{s}')"),

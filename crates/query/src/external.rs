@@ -36,12 +36,12 @@ pub fn read_document(r: &mut dyn Read) -> io::Result<Option<Document>> {
     let mut bytes = vec![0u8; n];
     bytes[..4].copy_from_slice(&len);
     r.read_exact(&mut bytes[4..])?;
-    Document::from_reader(&bytes[..]).map(Some).map_err(io::Error::other)
+    doc::bson_bytes::decode(&bytes).map(Some).map_err(io::Error::other)
 }
 
 impl Spill for Document {
     fn write_to(&self, w: &mut dyn Write) -> io::Result<()> {
-        self.to_writer(w).map_err(io::Error::other)
+        w.write_all(&doc::bson_bytes::encode(self).map_err(io::Error::other)?)
     }
 
     fn read_from(r: &mut dyn Read) -> io::Result<Option<Document>> {
@@ -344,7 +344,7 @@ mod tests {
         assert!(runs.is_done());
         // 32 spills of 10 items, and two level-1 merges of 10 folded items
         // each (not 160): every item is the same size.
-        let item = bson::to_vec(&doc! { "k": 0, "n": 1, "seq": 1 }).unwrap().len() as u64;
+        let item = doc::bson_bytes::encoded_len(&doc! { "k": 0, "n": 1, "seq": 1 }) as u64;
         assert_eq!(before, (32 * 10 + 2 * 10) * item);
     }
 

@@ -6,6 +6,7 @@
 pub mod collation;
 pub mod expr;
 pub mod external;
+pub mod field_names;
 pub(crate) mod integer;
 pub mod matcher;
 pub mod pipeline;

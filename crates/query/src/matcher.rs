@@ -191,6 +191,9 @@ fn parse_document(filter: &Document, scope: Option<&Scope>) -> Result<Expr, Filt
                 Some(scope) => Expr::Agg(Box::new(Expression::parse(value, scope)?)),
                 None => return Err(bad_value("$expr can only be applied to the top-level document")),
             },
+            // A DBRef's fields are matched by equality, as fields (mongod's
+            // parseDBRef): `{$ref: "users", $id: 5}` inside `$elemMatch`.
+            "$ref" | "$id" | "$db" => Expr::Compare(key.clone(), Cmp::Eq, value.clone()),
             k if k.starts_with('$') => return Err(bad_value(format!("unknown top level operator: {k}"))),
             path => parse_condition(path, value)?,
         });
@@ -228,18 +231,34 @@ fn parse_elem_cond(cond: &Bson) -> Result<ElemCond, FilterError> {
     }
 }
 
-/// `{$gt: 1, $lt: 5}` is a condition on the value itself; a document with
-/// field names or top-level logical operators is a filter on documents.
+/// `{$gt: 1, $lt: 5}` is a condition on the value itself; a document whose
+/// first field is a field name, a top-level operator or part of a DBRef is
+/// a filter on documents (mongod's `isExpressionDocument(e, true)` and
+/// its pathless-operator test, both on the first field).
 fn is_value_condition(d: &Document) -> bool {
-    d.keys().next().is_some_and(|k| k.starts_with('$'))
-        && !d.keys().any(|k| matches!(k.as_str(), "$and" | "$or" | "$nor" | "$where" | "$expr" | "$comment"))
+    d.keys().next().is_some_and(|k| {
+        k.starts_with('$')
+            && !matches!(
+                k.as_str(),
+                "$and" | "$or" | "$nor" | "$where" | "$expr" | "$comment" | "$jsonSchema" | "$ref" | "$id" | "$db"
+            )
+    }) && !is_dbref(d, true)
 }
 
-fn is_operator_document(v: &Bson) -> Option<&Document> {
+/// A document of operators (`{$gt: 5}`), not a value to compare with. A
+/// DBRef (`{$ref: "c", $id: 5}`) is a value, as in mongod.
+pub(crate) fn is_operator_document(v: &Bson) -> Option<&Document> {
     match v {
-        Bson::Document(d) if d.keys().next().is_some_and(|k| k.starts_with('$')) => Some(d),
+        Bson::Document(d) if d.keys().next().is_some_and(|k| k.starts_with('$')) && !is_dbref(d, false) => Some(d),
         _ => None,
     }
+}
+
+/// mongod's `isDBRefDocument`: `$ref` and `$id` anywhere among the fields,
+/// or, where `incomplete` is allowed, any one of `$ref`, `$id`, `$db`.
+pub(crate) fn is_dbref(d: &Document, incomplete: bool) -> bool {
+    let (has_ref, has_id) = (d.contains_key("$ref"), d.contains_key("$id"));
+    (has_ref && has_id) || (incomplete && (has_ref || has_id || d.contains_key("$db")))
 }
 
 fn parse_condition(path: &str, value: &Bson) -> Result<Expr, FilterError> {

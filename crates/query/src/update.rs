@@ -161,7 +161,6 @@ impl Update {
                     "arrayFilters may only be specified for update operators, not replacement documents",
                 ));
             }
-            check_replacement(update)?;
             return Ok(Update { kind: Kind::Replacement(update.clone()), filters, collation: None });
         }
         let mut root = Node::default();
@@ -238,17 +237,6 @@ impl Update {
         let old_id = doc.get("_id");
         match &self.kind {
             Kind::Replacement(r) => {
-                if let (Some(old), Some(new)) = (old_id, r.get("_id")) {
-                    if !same_value(old, new) {
-                        return Err(err(
-                            IMMUTABLE_FIELD,
-                            format!(
-                                "After applying the update, the (immutable) field '_id' was found to have been altered to {}",
-                                format::field("_id", new)
-                            ),
-                        ));
-                    }
-                }
                 let mut out = Document::new();
                 if let Some(id) = old_id.or(r.get("_id")) {
                     out.insert("_id", id.clone());
@@ -258,6 +246,9 @@ impl Update {
                         out.insert(k.clone(), v.clone());
                     }
                 }
+                // mongod checks field names before the immutable `_id`.
+                crate::field_names::check_updated(&out, false)?;
+                check_id_unchanged(old_id, r.get("_id"))?;
                 Ok(out)
             }
             Kind::Operators(root) => {
@@ -286,17 +277,8 @@ impl Update {
                     }
                     _ => out,
                 };
-                if let (Some(old), Some(new)) = (old_id, out.get("_id")) {
-                    if !same_value(old, new) {
-                        return Err(err(
-                            IMMUTABLE_FIELD,
-                            format!(
-                                "After applying the update, the (immutable) field '_id' was found to have been altered to {}",
-                                format::field("_id", new)
-                            ),
-                        ));
-                    }
-                }
+                crate::field_names::check_updated(&out, true)?;
+                check_id_unchanged(old_id, out.get("_id"))?;
                 Ok(out)
             }
         }
@@ -396,15 +378,18 @@ pub fn type_name(v: &Bson) -> &'static str {
     }
 }
 
-/// A replacement document may not contain update operators.
-fn check_replacement(update: &Document) -> Result<(), FilterError> {
-    if let Some(k) = update.keys().find(|k| k.starts_with('$')) {
-        return Err(err(
-            52,
-            format!("The dollar ($) prefixed field '{k}' in '{k}' is not allowed in the context of an update's replacement document. Consider using an aggregation pipeline with $replaceWith."),
-        ));
+/// A replacement or pipeline may not change a document's `_id`.
+fn check_id_unchanged(old: Option<&Bson>, new: Option<&Bson>) -> Result<(), FilterError> {
+    match (old, new) {
+        (Some(old), Some(new)) if !same_value(old, new) => Err(err(
+            IMMUTABLE_FIELD,
+            format!(
+                "After applying the update, the (immutable) field '_id' was found to have been altered to {}",
+                format::field("_id", new)
+            ),
+        )),
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 fn parse_array_filters(array_filters: &[Document]) -> Result<ArrayFilters, FilterError> {
@@ -1244,7 +1229,7 @@ fn equality_fields(query: &Document, out: &mut Vec<(String, Bson)>) {
             continue;
         }
         match v {
-            Bson::Document(d) if d.keys().next().is_some_and(|k| k.starts_with('$')) => {
+            Bson::Document(d) if crate::matcher::is_operator_document(v).is_some() => {
                 if let Some(eq) = d.get("$eq") {
                     out.push((k.clone(), eq.clone()));
                 }

@@ -48,7 +48,7 @@ pub fn details(validator: &Document, doc: &Document) -> Document {
 pub fn err_info(validator: &Document, doc: &Document) -> Document {
     let id = doc.get("_id").cloned().unwrap_or(Bson::Null);
     let mut details = details(validator, doc);
-    let size = |d: &Document| bson::to_vec(d).map_or(usize::MAX, |b| b.len());
+    let size = doc::bson_bytes::encoded_len;
     if size(&details) <= MAX_ERR_INFO_BYTES {
         return doc! { "failingDocumentId": id, "details": details };
     }

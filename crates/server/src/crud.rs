@@ -34,6 +34,7 @@ impl From<DocError> for CommandError {
             DocError::NamespaceExists(_) => CommandError::namespace_exists(e.to_string()),
             DocError::NamespaceNotFound(_) => CommandError::namespace_not_found(e.to_string()),
             DocError::InvalidNamespace(m) => CommandError::invalid_namespace(m),
+            DocError::Unencodable(why) => CommandError::bad_value(why.to_string()),
             DocError::ExceedsCappedSize => CommandError::bad_value(e.to_string()),
             DocError::Corrupt(_) | DocError::Storage(_) => CommandError::internal_error(e.to_string()),
         }
@@ -1025,10 +1026,8 @@ pub fn insert(shared: &Shared, msg: &OpMsg) -> CommandResult {
 /// A document's own checks before it is inserted: its `_id`, and the
 /// collection's validator (with the command's bypass flag).
 pub(crate) fn check_insert(d: &Document, validator: Option<&(Validator, bool)>) -> Result<(), CommandError> {
-    match d.get("_id") {
-        Some(Bson::Array(_)) => return Err(CommandError::bad_value("can't use an array for _id")),
-        Some(Bson::RegularExpression(_)) => return Err(CommandError::bad_value("can't use a regex for _id")),
-        _ => {}
+    if let Some(id) = d.get("_id") {
+        query::field_names::check_id_for_insert(id, query::field_names::IdFor::Insert)?;
     }
     match validator {
         Some((v, bypass)) => v.check(d, None, *bypass),
@@ -1078,7 +1077,7 @@ pub(crate) fn write_reply<T>(
                     let mut extra = *extra;
                     if let Ok(info) = extra.get_document_mut("errInfo") {
                         if info.contains_key("details") {
-                            details_bytes += bson::to_vec(&*info).map_or(0, |b| b.len());
+                            details_bytes += doc::bson_bytes::encoded_len(info);
                             if details_bytes > DETAILS_BUDGET {
                                 info.remove("details");
                                 info.insert("note", "detailed error was left out: the reply's details reached 8 MiB");

@@ -202,7 +202,7 @@ fn update_document(
     loop {
         let new = update.apply(&doc, pos, false)?;
         check_size(&new)?;
-        if bson::to_vec(&new).ok() == bson::to_vec(&doc).ok() {
+        if doc::bson_bytes::encode(&new).ok() == doc::bson_bytes::encode(&doc).ok() {
             return Ok(Some((doc, new, false)));
         }
         change.validate(&new, Some(&doc))?;
@@ -226,10 +226,8 @@ fn upsert(shared: &Shared, ns: &Namespace, query: &Document, change: &Change) ->
     let (update, ack) = (change.update, change.ack);
     let new = update.upsert_document(query)?;
     change.validate(&new, None)?;
-    match new.get("_id") {
-        Some(Bson::Array(_)) => return Err(CommandError::with_code(53, "can't use an array for _id")),
-        Some(Bson::RegularExpression(_)) => return Err(CommandError::with_code(53, "can't use a regex for _id")),
-        _ => {}
+    if let Some(id) = new.get("_id") {
+        query::field_names::check_id_for_insert(id, query::field_names::IdFor::Upsert)?;
     }
     check_size(&new)?;
     let new = with_id_first(&new);

@@ -431,9 +431,7 @@ fn fill(
 }
 
 /// A document's BSON size.
-pub(crate) fn encoded_len(d: &Document) -> usize {
-    bson::to_vec(d).map(|v| v.len()).unwrap_or(0)
-}
+pub(crate) use doc::bson_bytes::encoded_len;
 
 fn register(shared: &Shared, state: CursorState) -> i64 {
     let mut open = shared.cursors.open.lock().unwrap();

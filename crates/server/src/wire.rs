@@ -144,38 +144,10 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// Parse one whole BSON document (exactly `bytes`), checking its nesting.
+/// Parse one whole BSON document (exactly `bytes`), checking its nesting,
+/// as the client wrote it (no Extended JSON is interpreted: `doc::bson_bytes`).
 pub fn parse_document(bytes: &[u8]) -> Result<Document, WireError> {
-    let doc = Document::from_reader(bytes).map_err(|e| WireError::InvalidBson(e.to_string()))?;
-    let depth = nesting(&doc);
-    if depth > bson_depth_max {
-        return Err(WireError::InvalidBson(format!(
-            "document nesting depth {depth} exceeds the maximum of {bson_depth_max}"
-        )));
-    }
-    Ok(doc)
-}
-
-/// Depth of objects and arrays (a flat document is 1), without recursion
-/// so a hostile document cannot overflow the stack.
-pub fn nesting(doc: &Document) -> usize {
-    let mut deepest = 0;
-    let mut stack: Vec<(&bson::Bson, usize)> = doc.values().map(|v| (v, 1)).collect();
-    deepest = deepest.max(1);
-    while let Some((v, d)) = stack.pop() {
-        match v {
-            bson::Bson::Document(inner) => {
-                deepest = deepest.max(d + 1);
-                stack.extend(inner.values().map(|v| (v, d + 1)));
-            }
-            bson::Bson::Array(items) => {
-                deepest = deepest.max(d + 1);
-                stack.extend(items.iter().map(|v| (v, d + 1)));
-            }
-            _ => {}
-        }
-    }
-    deepest
+    doc::bson_bytes::decode_with_depth(bytes, bson_depth_max).map_err(|e| WireError::InvalidBson(e.to_string()))
 }
 
 /// Parse the message after its header (`body` is `header.length - 16` bytes).
@@ -267,8 +239,18 @@ pub fn encode_msg_flags(request_id: i32, response_to: i32, flags: u32, doc: &Doc
     let mut out = frame(request_id, response_to, OP_MSG);
     out.extend_from_slice(&flags.to_le_bytes());
     out.push(0);
-    doc.to_writer(&mut out).expect("writing to a Vec cannot fail");
+    write_reply_document(&mut out, doc);
     finish(out)
+}
+
+/// A reply's document; one that BSON cannot hold (a field name with a null
+/// byte, built by an expression) becomes an error reply instead.
+fn write_reply_document(out: &mut Vec<u8>, doc: &Document) {
+    let bytes = doc::bson_bytes::encode(doc).unwrap_or_else(|e| {
+        let error = crate::error::CommandError::bad_value(e.to_string()).to_document();
+        doc::bson_bytes::encode(&error).expect("an error reply encodes")
+    });
+    out.extend_from_slice(&bytes);
 }
 
 /// An OP_MSG reply holding the already encoded document `doc`.
@@ -287,7 +269,7 @@ pub fn encode_reply(request_id: i32, response_to: i32, doc: &Document) -> Vec<u8
     out.extend_from_slice(&0i64.to_le_bytes()); // cursorID
     out.extend_from_slice(&0i32.to_le_bytes()); // startingFrom
     out.extend_from_slice(&1i32.to_le_bytes()); // numberReturned
-    doc.to_writer(&mut out).expect("writing to a Vec cannot fail");
+    write_reply_document(&mut out, doc);
     finish(out)
 }
 
@@ -342,7 +324,7 @@ mod tests {
 
     fn body_section(d: &Document) -> Vec<u8> {
         let mut s = vec![0u8];
-        d.to_writer(&mut s).unwrap();
+        s.extend(doc::bson_bytes::encode(d).unwrap());
         s
     }
 
@@ -352,7 +334,7 @@ mod tests {
         let docs = [doc! { "_id": 1 }, doc! { "_id": 2 }];
         let mut seq = b"documents\0".to_vec();
         for d in &docs {
-            d.to_writer(&mut seq).unwrap();
+            seq.extend(doc::bson_bytes::encode(d).unwrap());
         }
         sections.push(1);
         sections.extend_from_slice(&((seq.len() + 4) as i32).to_le_bytes());
@@ -392,15 +374,18 @@ mod tests {
 
     #[test]
     fn nesting_is_bounded() {
-        let mut d = doc! { "x": 1 };
-        for _ in 0..bson_depth_max {
-            d = doc! { "x": d };
-        }
-        let mut bytes = Vec::new();
-        d.to_writer(&mut bytes).unwrap();
-        assert!(matches!(parse_document(&bytes), Err(WireError::InvalidBson(m)) if m.contains("nesting")));
-        assert_eq!(nesting(&doc! { "a": 1 }), 1);
-        assert_eq!(nesting(&doc! { "a": [1, { "b": 2 }] }), 3);
+        let nested = |levels: usize| {
+            let mut d = doc! { "x": { "$numberLong": "5" } };
+            for _ in 2..levels {
+                d = doc! { "x": d };
+            }
+            let mut bytes = Vec::new();
+            bytes.extend(doc::bson_bytes::encode(&d).unwrap());
+            bytes
+        };
+        assert!(parse_document(&nested(bson_depth_max)).is_ok());
+        let too_deep = parse_document(&nested(bson_depth_max + 1));
+        assert!(matches!(too_deep, Err(WireError::InvalidBson(m)) if m.contains("nesting")));
     }
 
     #[test]
@@ -410,7 +395,7 @@ mod tests {
         m.extend_from_slice(b"admin.$cmd\0");
         m.extend_from_slice(&0i32.to_le_bytes());
         m.extend_from_slice(&(-1i32).to_le_bytes());
-        doc! { "isMaster": 1 }.to_writer(&mut m).unwrap();
+        m.extend(doc::bson_bytes::encode(&doc! { "isMaster": 1 }).unwrap());
         let m = finish(m);
         let (h, body) = split(&m);
         let Request::Query(q) = parse(&h, body).unwrap() else { panic!() };

@@ -93,12 +93,17 @@ impl Replies {
     }
 }
 
+/// A document's bytes as the server writes them.
+fn raw(d: &bson::Document) -> BenchResult<RawDocumentBuf> {
+    Ok(RawDocumentBuf::from_bytes(doc::bson_bytes::encode(d)?)?)
+}
+
 /// The handshake reply: a one-member replica set's primary, reachable at
 /// `me`, without `topologyVersion` (so the driver polls once per heartbeat
 /// rather than streaming, and this server never holds a reply back).
 fn hello(me: &str, legacy: bool) -> BenchResult<RawDocumentBuf> {
     let primary_field = if legacy { "ismaster" } else { "isWritablePrimary" };
-    let mut d = bson::to_raw_document_buf(&doc! {
+    let mut d = raw(&doc! {
         "hosts": [me],
         "setName": server::commands::SET_NAME,
         "setVersion": 1,

@@ -1,0 +1,364 @@
+//! BSON bytes to a [`Document`] and back, exactly as they were written: the
+//! one way bytes from a client or from storage become a document, and the
+//! one way a document becomes bytes to store or send.
+//!
+//! The `bson` crate's serde path (`Document::from_reader`, `bson::from_slice`,
+//! `bson::from_document`) reads a subdocument whose keys look like Extended
+//! JSON as the value it describes: `{$numberLong: "5"}` becomes the int64 5,
+//! `{$binary: ..., $type: ...}` fails. mongod stores such subdocuments as
+//! they are, so this module converts element by element instead, and
+//! `clippy.toml` forbids the serde readers everywhere else. The crate's
+//! serde writer (`to_writer`, `to_vec`) sorts a regex's options; mongod
+//! keeps them as sent, so [`encode`] writes element by element too.
+//!
+//! Invariants:
+//! 1. No Extended JSON is interpreted: every element keeps its BSON type,
+//!    its key and its place (duplicate keys aside, which a [`Document`]
+//!    cannot hold: the last value wins, at the first key's place).
+//! 2. Nesting is measured on the bytes, without recursion, before anything
+//!    recursive runs, so hostile nesting cannot overflow the stack.
+//! 3. Every length and string is checked (the raw reader validates as it
+//!    goes); a malformed document is an error, never a panic.
+//! 4. `decode(encode(d)) == d` and `encode(decode(b)) == b` for every
+//!    document `b` without duplicate keys (tested here, and through the
+//!    server by the BSON corpus and the random-document test).
+
+use bson::raw::{RawBsonRef, RawDocument};
+use bson::spec::BinarySubtype;
+use bson::{Binary, Bson, Document, JavaScriptCodeWithScope, Regex};
+
+use crate::limits::decode_depth_max;
+
+/// Why bytes are not a document we accept.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    #[error("{0}")]
+    Malformed(String),
+    #[error("document nesting depth {depth} exceeds the maximum of {max}")]
+    TooDeep { depth: usize, max: usize },
+}
+
+impl From<bson::raw::Error> for DecodeError {
+    fn from(e: bson::raw::Error) -> Self {
+        DecodeError::Malformed(e.to_string())
+    }
+}
+
+/// Decode one whole document (exactly `bytes`), refusing nesting deeper
+/// than `depth_max` (a flat document has depth 1).
+pub fn decode_with_depth(bytes: &[u8], depth_max: usize) -> Result<Document, DecodeError> {
+    let raw = RawDocument::from_bytes(bytes)?;
+    let max = depth_max.min(decode_depth_max);
+    let depth = nesting(raw, max)?;
+    if depth > max {
+        return Err(DecodeError::TooDeep { depth, max });
+    }
+    document(raw)
+}
+
+/// Decode one whole document (exactly `bytes`) of any sane nesting: for
+/// bytes this process wrote itself (records, catalog entries, spill runs).
+pub fn decode(bytes: &[u8]) -> Result<Document, DecodeError> {
+    decode_with_depth(bytes, decode_depth_max)
+}
+
+/// Convert a raw document element by element (see invariant 1). Callers
+/// have checked its nesting.
+pub fn document(raw: &RawDocument) -> Result<Document, DecodeError> {
+    let mut out = Document::new();
+    for element in raw {
+        let (key, value) = element?;
+        out.insert(key, value_of(value)?);
+    }
+    Ok(out)
+}
+
+/// One raw value as a [`Bson`], without interpreting its keys.
+pub fn value_of(value: RawBsonRef<'_>) -> Result<Bson, DecodeError> {
+    Ok(match value {
+        RawBsonRef::Document(d) => Bson::Document(document(d)?),
+        RawBsonRef::Array(a) => {
+            let mut items = Vec::new();
+            for item in a {
+                items.push(value_of(item?)?);
+            }
+            Bson::Array(items)
+        }
+        // Kept exactly: `Regex::new` would sort the options.
+        RawBsonRef::RegularExpression(r) => {
+            Bson::RegularExpression(Regex { pattern: r.pattern.to_string(), options: r.options.to_string() })
+        }
+        RawBsonRef::JavaScriptCodeWithScope(c) => Bson::JavaScriptCodeWithScope(JavaScriptCodeWithScope {
+            code: c.code.to_string(),
+            scope: document(c.scope)?,
+        }),
+        // Scalars: the crate's conversion copies no nested bytes.
+        scalar => Bson::try_from(scalar)?,
+    })
+}
+
+/// Depth of objects, arrays and code scopes in `raw` (a flat document is
+/// 1), walking the bytes with an explicit stack; stops counting past
+/// `stop_after` so the stack stays bounded.
+pub fn nesting(raw: &RawDocument, stop_after: usize) -> Result<usize, DecodeError> {
+    let mut stack = vec![raw.iter()];
+    let mut deepest = 1;
+    while let Some(top) = stack.last_mut() {
+        let Some(element) = top.next() else {
+            stack.pop();
+            continue;
+        };
+        let inner = match element?.1 {
+            RawBsonRef::Document(d) => d,
+            RawBsonRef::Array(a) => RawDocument::from_bytes(a.as_bytes())?,
+            RawBsonRef::JavaScriptCodeWithScope(c) => c.scope,
+            _ => continue,
+        };
+        deepest = deepest.max(stack.len() + 1);
+        if deepest > stop_after {
+            return Ok(deepest);
+        }
+        stack.push(inner.iter());
+    }
+    Ok(deepest)
+}
+
+/// Why a document cannot be written as BSON.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EncodeError {
+    #[error("field name {0:?} contains a null byte, which BSON cannot store")]
+    NulInName(String),
+    #[error("a regular expression's {0} contains a null byte, which BSON cannot store")]
+    NulInRegex(&'static str),
+}
+
+/// The BSON bytes of `doc`, element by element (see invariant 4).
+pub fn encode(doc: &Document) -> Result<Vec<u8>, EncodeError> {
+    let mut out = Vec::with_capacity(64);
+    write_document(&mut out, doc.iter().map(|(k, v)| (k.as_str(), v)))?;
+    Ok(out)
+}
+
+/// The size `encode(doc)` has (or would have, if a name holds a null byte),
+/// computed without writing anything.
+pub fn encoded_len(doc: &Document) -> usize {
+    fields_len(doc.iter().map(|(k, v)| (k.len(), v)))
+}
+
+fn fields_len<'a>(fields: impl Iterator<Item = (usize, &'a Bson)>) -> usize {
+    4 + fields.map(|(name, v)| 1 + name + 1 + value_len(v)).sum::<usize>() + 1
+}
+
+fn value_len(v: &Bson) -> usize {
+    match v {
+        Bson::Double(_) | Bson::DateTime(_) | Bson::Timestamp(_) | Bson::Int64(_) => 8,
+        Bson::String(s) | Bson::JavaScriptCode(s) | Bson::Symbol(s) => 4 + s.len() + 1,
+        Bson::Document(d) => encoded_len(d),
+        Bson::Array(items) => fields_len(items.iter().enumerate().map(|(i, v)| (decimal_digits(i), v))),
+        Bson::Binary(b) if b.subtype == BinarySubtype::BinaryOld => 4 + 1 + 4 + b.bytes.len(),
+        Bson::Binary(b) => 4 + 1 + b.bytes.len(),
+        Bson::ObjectId(_) => 12,
+        Bson::Boolean(_) => 1,
+        Bson::RegularExpression(r) => r.pattern.len() + 1 + r.options.len() + 1,
+        Bson::JavaScriptCodeWithScope(c) => 4 + 4 + c.code.len() + 1 + encoded_len(&c.scope),
+        Bson::Int32(_) => 4,
+        Bson::Decimal128(_) => 16,
+        Bson::DbPointer(_) => pointer_value(v).len(),
+        Bson::Null | Bson::Undefined | Bson::MinKey | Bson::MaxKey => 0,
+    }
+}
+
+fn decimal_digits(i: usize) -> usize {
+    i.checked_ilog10().map_or(1, |d| d as usize + 1)
+}
+
+fn write_document<'a>(out: &mut Vec<u8>, fields: impl Iterator<Item = (&'a str, &'a Bson)>) -> Result<(), EncodeError> {
+    let start = out.len();
+    out.extend_from_slice(&[0; 4]);
+    for (name, value) in fields {
+        out.push(value.element_type() as u8);
+        write_cstring(out, name).map_err(|()| EncodeError::NulInName(name.to_string()))?;
+        write_value(out, value)?;
+    }
+    out.push(0);
+    patch_length(out, start);
+    Ok(())
+}
+
+/// Fill in the i32 length prefix at `start` with the bytes written since.
+fn patch_length(out: &mut [u8], start: usize) {
+    let len = i32::try_from(out.len() - start).expect("a document under 2 GiB");
+    out[start..start + 4].copy_from_slice(&len.to_le_bytes());
+}
+
+fn write_cstring(out: &mut Vec<u8>, s: &str) -> Result<(), ()> {
+    if s.as_bytes().contains(&0) {
+        return Err(());
+    }
+    out.extend_from_slice(s.as_bytes());
+    out.push(0);
+    Ok(())
+}
+
+fn write_string(out: &mut Vec<u8>, s: &str) {
+    out.extend_from_slice(&(s.len() as i32 + 1).to_le_bytes());
+    out.extend_from_slice(s.as_bytes());
+    out.push(0);
+}
+
+fn write_value(out: &mut Vec<u8>, value: &Bson) -> Result<(), EncodeError> {
+    match value {
+        Bson::Double(f) => out.extend_from_slice(&f.to_le_bytes()),
+        Bson::String(s) | Bson::JavaScriptCode(s) | Bson::Symbol(s) => write_string(out, s),
+        Bson::Document(d) => write_document(out, d.iter().map(|(k, v)| (k.as_str(), v)))?,
+        Bson::Array(items) => {
+            let names: Vec<String> = (0..items.len()).map(|i| i.to_string()).collect();
+            write_document(out, names.iter().map(String::as_str).zip(items))?;
+        }
+        Bson::Binary(b) => write_binary(out, b),
+        Bson::ObjectId(id) => out.extend_from_slice(&id.bytes()),
+        Bson::Boolean(b) => out.push(u8::from(*b)),
+        Bson::DateTime(t) => out.extend_from_slice(&t.timestamp_millis().to_le_bytes()),
+        Bson::RegularExpression(r) => {
+            write_cstring(out, &r.pattern).map_err(|()| EncodeError::NulInRegex("pattern"))?;
+            write_cstring(out, &r.options).map_err(|()| EncodeError::NulInRegex("options"))?;
+        }
+        Bson::JavaScriptCodeWithScope(c) => {
+            let start = out.len();
+            out.extend_from_slice(&[0; 4]);
+            write_string(out, &c.code);
+            write_document(out, c.scope.iter().map(|(k, v)| (k.as_str(), v)))?;
+            patch_length(out, start);
+        }
+        Bson::Int32(n) => out.extend_from_slice(&n.to_le_bytes()),
+        Bson::Timestamp(t) => {
+            out.extend_from_slice(&t.increment.to_le_bytes());
+            out.extend_from_slice(&t.time.to_le_bytes());
+        }
+        Bson::Int64(n) => out.extend_from_slice(&n.to_le_bytes()),
+        Bson::Decimal128(d) => out.extend_from_slice(&d.bytes()),
+        Bson::DbPointer(_) => out.extend_from_slice(&pointer_value(value)),
+        Bson::Null | Bson::Undefined | Bson::MinKey | Bson::MaxKey => {}
+    }
+    Ok(())
+}
+
+fn write_binary(out: &mut Vec<u8>, b: &Binary) {
+    if b.subtype == BinarySubtype::BinaryOld {
+        // The old subtype repeats the length inside (the reader strips it).
+        out.extend_from_slice(&(b.bytes.len() as i32 + 4).to_le_bytes());
+        out.push(u8::from(b.subtype));
+        out.extend_from_slice(&(b.bytes.len() as i32).to_le_bytes());
+    } else {
+        out.extend_from_slice(&(b.bytes.len() as i32).to_le_bytes());
+        out.push(u8::from(b.subtype));
+    }
+    out.extend_from_slice(&b.bytes);
+}
+
+/// A DBPointer's value bytes as stored: namespace (length-prefixed, with
+/// its terminator) then the ObjectId. The crate keeps its fields private,
+/// so its own writer renders a one-field document and the value is cut out.
+pub fn pointer_value(v: &Bson) -> Vec<u8> {
+    assert!(matches!(v, Bson::DbPointer(_)), "a DBPointer");
+    let mut d = Document::new();
+    d.insert("p", v.clone());
+    #[allow(clippy::disallowed_methods)] // no regex inside: the crate's writer is exact here
+    let raw = bson::to_vec(&d).expect("a DBPointer encodes");
+    // [doc len 4][type 1]["p\0" 2] value [doc terminator 1]
+    raw[7..raw.len() - 1].to_vec()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bson::doc;
+
+    fn bytes(d: &Document) -> Vec<u8> {
+        encode(d).unwrap()
+    }
+
+    #[test]
+    fn encode_agrees_with_the_crate_writer_but_for_regex_options() {
+        use bson::{oid::ObjectId, DateTime, Decimal128, Timestamp};
+        let d = doc! {
+            "f": 1.5, "s": "x", "d": { "a": [1, { "b": null }] }, "bin": Binary { subtype: BinarySubtype::Generic, bytes: vec![1, 2] },
+            "old": Binary { subtype: BinarySubtype::BinaryOld, bytes: vec![7; 3] }, "u": Bson::Undefined,
+            "o": ObjectId::from_bytes([9; 12]), "t": true, "dt": DateTime::from_millis(-5), "n": null,
+            "r": Regex { pattern: "p".into(), options: "im".into() }, "c": Bson::JavaScriptCode("c".into()),
+            "sym": Bson::Symbol("y".into()),
+            "cws": JavaScriptCodeWithScope { code: "z".into(), scope: doc! { "q": 1 } },
+            "i": 3, "ts": Timestamp { time: 7, increment: 9 }, "l": 5i64, "dec": Decimal128::from_bytes([3; 16]),
+            "min": Bson::MinKey, "max": Bson::MaxKey,
+        };
+        #[allow(clippy::disallowed_methods)]
+        let theirs = bson::to_vec(&d).unwrap();
+        assert_eq!(encode(&d).unwrap(), theirs);
+        assert_eq!(encoded_len(&d), theirs.len());
+        let long = doc! { "a": (0..1001).map(Bson::Int32).collect::<Vec<_>>() };
+        assert_eq!(encoded_len(&long), encode(&long).unwrap().len());
+        assert_eq!(decode(&theirs).unwrap(), d);
+        assert!(matches!(encode(&doc! { "a\0b": 1 }), Err(EncodeError::NulInName(_))));
+    }
+
+    #[test]
+    fn extended_json_shaped_subdocuments_stay_subdocuments() {
+        let d = doc! {
+            "_id": 1,
+            "a": { "$numberLong": "5" },
+            "b": { "$binary": "aGVsbG8=", "$type": "00" },
+            "c": [{ "$oid": "5f1d7e1e2b5c0a3b4c5d6e7f" }, { "$date": "2020-01-01" }],
+            "d": { "x": { "$minKey": 1 }, "$undefined": true },
+        };
+        let raw = bytes(&d);
+        let back = decode(&raw).unwrap();
+        assert_eq!(back, d);
+        assert_eq!(bytes(&back), raw);
+        assert!(matches!(back.get("a"), Some(Bson::Document(_))));
+    }
+
+    #[test]
+    fn regex_options_keep_their_order() {
+        let d = doc! { "r": Bson::RegularExpression(Regex { pattern: "a".into(), options: "xi".into() }) };
+        let raw = bytes(&d);
+        assert_eq!(bytes(&decode(&raw).unwrap()), raw);
+    }
+
+    #[test]
+    fn nesting_is_counted_and_bounded() {
+        let mut d = doc! { "x": 1 };
+        for _ in 0..9 {
+            d = doc! { "n": [d] };
+        }
+        let raw = bytes(&d);
+        assert_eq!(nesting(RawDocument::from_bytes(&raw).unwrap(), 100).unwrap(), 19);
+        assert!(decode_with_depth(&raw, 19).is_ok());
+        assert_eq!(decode_with_depth(&raw, 18), Err(DecodeError::TooDeep { depth: 19, max: 18 }));
+    }
+
+    #[test]
+    fn hostile_nesting_is_refused_without_recursion() {
+        // 100,000 levels of {"": {...}} built as bytes: far past any stack.
+        let levels = 100_000;
+        let mut raw = Vec::new();
+        for i in 0..levels {
+            let len = (levels - i) * 7 + 5;
+            raw.extend_from_slice(&(len as i32).to_le_bytes());
+            raw.extend_from_slice(&[0x03, 0x00]);
+        }
+        raw.extend_from_slice(&5i32.to_le_bytes());
+        raw.push(0);
+        raw.extend(std::iter::repeat_n(0u8, levels));
+        assert!(matches!(decode(&raw), Err(DecodeError::TooDeep { .. })));
+    }
+
+    #[test]
+    fn malformed_bytes_are_an_error() {
+        let mut raw = bytes(&doc! { "s": "text" });
+        let at = raw.len() - 3;
+        raw[at] = 0xff; // invalid UTF-8 inside the string
+        assert!(matches!(decode(&raw), Err(DecodeError::Malformed(_))));
+        assert!(decode(&raw[..raw.len() - 1]).is_err());
+        assert!(decode(&[]).is_err());
+    }
+}
