@@ -18,6 +18,11 @@ echo "== formatting and lints"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 
+echo "== the server binary links no benchmark peer (they live in arbordb-bench)"
+if cargo tree -p arbordb -e normal --prefix none | grep -E '^(redb|heed|mongodb|tokio-postgres|arbordb-testkit) '; then
+  echo "arbordb links a benchmark-only crate"; exit 1
+fi
+
 echo "== unit, model, crash, fault and concurrency tests"
 cargo test --workspace --quiet
 
@@ -42,20 +47,20 @@ done
 
 echo "== engine benchmark smoke run (tiny scale; the real run is in README)"
 out=$(mktemp -d)
-cargo run --release --quiet -p arbordb -- bench engine --num 5000 --num-sync 200 --dir "$out" --out "$out/smoke.json" >/dev/null
+cargo run --release --quiet -p arbordb-bench -- engine --num 5000 --num-sync 200 --dir "$out" --out "$out/smoke.json" >/dev/null
 python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert r['results'], 'no results'; print('bench smoke:', len(r['results']), 'rows')" "$out/smoke.json"
 rm -rf "$out"
 
 echo "== SmallBank smoke run (SI and serializable; fails on an SI violation or a serializable anomaly)"
 out=$(mktemp -d)
-cargo run --release --quiet -p arbordb -- bench smallbank --customers 500 --hotspot 20 --seconds 1 --rounds 1 \
+cargo run --release --quiet -p arbordb-bench -- smallbank --customers 500 --hotspot 20 --seconds 1 --rounds 1 \
   --dir "$out" --out "$out/smallbank.json" >/dev/null
 python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert len(r['runs']) == 4; print('smallbank smoke:', [round(x, 2) for x in r['serializable_over_si_throughput'].values()])" "$out/smallbank.json"
 rm -rf "$out"
 
 echo "== YCSB smoke run (ArborDB through the mongodb driver; the full run with PostgreSQL is in README)"
 out=$(mktemp -d)
-cargo run --release --quiet -p arbordb -- bench ycsb --records 2000 --seconds 1 --threads 4 --skip-peer \
+cargo run --release --quiet -p arbordb-bench -- ycsb --records 2000 --seconds 1 --threads 4 --skip-peer \
   --dir "$out" --out "$out/ycsb.json" >/dev/null
 python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert len(r['results']) == 2 and all(x['ops'] > 0 for x in r['results']); print('ycsb smoke:', [round(x['ops_per_sec']) for x in r['results']])" "$out/ycsb.json"
 rm -rf "$out"

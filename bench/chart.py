@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Draw a grouped bar chart of ops/s from the JSON written by
-`arbordb bench engine` or `arbordb bench ycsb`.
+`arbordb-bench engine` or `arbordb-bench ycsb`.
 
 Engine bench: one group of bars per (workload, threads, batch) row, one bar
 per engine, log-scale y axis (batch-1 writes and batched writes differ by

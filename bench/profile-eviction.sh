@@ -12,9 +12,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out=bench/results
 mkdir -p "$out"
-cargo build --release -p arbordb
+cargo build --release -p arbordb-bench
 perf record -F 499 --call-graph dwarf,32768 -o /tmp/arbordb-eviction.perf -- \
-    ./target/release/arbordb bench engine --engines arbordb --num 300000 --num-sync 30000 \
+    ./target/release/arbordb-bench engine --engines arbordb --num 300000 --num-sync 30000 \
     --threads 2 --batch 10 --cache-mib 4 --reads 100000 --out "$out/eviction-run.json"
 perf script -i /tmp/arbordb-eviction.perf 2>/dev/null | inferno-collapse-perf > "$out/eviction-profile.folded"
 inferno-flamegraph --title "ArborDB: update-heavy run, 4 MiB cache, eviction active" \

@@ -1,11 +1,10 @@
 //! The `arbordb` command-line tool: one binary, one subcommand per job.
 //!
-//! `arbordb serve` (the server, `serve.rs`), `arbordb bench engine` (the W6
-//! engine benchmark, in `bench/`),
-//! `arbordb verify` and `arbordb dump` (in `tools.rs`). Each subcommand lives
-//! in its own module and this file only parses arguments and dispatches.
+//! `arbordb serve` (the server, `serve.rs`), `arbordb verify` and `arbordb
+//! dump` (in `tools.rs`). Each subcommand lives in its own module and this
+//! file only parses arguments and dispatches. The benchmarks are another
+//! binary, `arbordb-bench` (`crates/bench`), so this one links no peer.
 
-mod bench;
 mod serve;
 mod tools;
 
@@ -29,8 +28,6 @@ struct Cli {
 enum Command {
     /// Run the MongoDB-compatible server.
     Serve(serve::ServeArgs),
-    /// Benchmarks (see bench/ for results and charts).
-    Bench(bench::BenchArgs),
     /// Check every page, checksum, key range and extent list of a data directory.
     Verify(tools::VerifyArgs),
     /// Print tables, pages and journal records of a data directory.
@@ -39,15 +36,14 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result = match cli.command {
-        Command::Serve(args) => serve::run(args).map_err(|e| e.to_string().into()),
-        Command::Bench(args) => bench::run(args),
+    let result: Result<(), String> = match cli.command {
+        Command::Serve(args) => serve::run(args).map_err(|e| e.to_string()),
         Command::Verify(args) => match tools::verify(args) {
             Ok(true) => Ok(()),
             Ok(false) => return ExitCode::FAILURE,
-            Err(e) => Err(e.into()),
+            Err(e) => Err(e),
         },
-        Command::Dump(args) => tools::dump(args).map_err(Into::into),
+        Command::Dump(args) => tools::dump(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -2,9 +2,12 @@
 //! config, results, ArborDB-to-peer ratios), the progress line on stderr and
 //! the compact table on stdout.
 
-use super::measure::{self, DirSize, IoDelta};
-use super::workload::{PhaseOutcome, PhaseSpec, KEY_BYTES, SEEK_ENTRIES, VALUE_BYTES};
-use super::{BenchResult, EngineBenchArgs, EngineKind, OpenOptions};
+use crate::engine::EngineBenchArgs;
+use crate::engine::EngineKind;
+use crate::engine::OpenOptions;
+use crate::measure::{self, DirSize, IoDelta};
+use crate::workload::{PhaseOutcome, PhaseSpec, KEY_BYTES, SEEK_ENTRIES, VALUE_BYTES};
+use crate::BenchResult;
 use serde::Serialize;
 use serde_json::json;
 use std::path::Path;

@@ -5,7 +5,9 @@
 //! with the default `TableConfig`. `settle` writes a checkpoint, which moves
 //! the journaled changes into the table file and trims the journal.
 
-use super::{BenchEngine, BenchResult, OpenOptions};
+use crate::engine::BenchEngine;
+use crate::engine::OpenOptions;
+use crate::BenchResult;
 use std::path::Path;
 use storage::{Config, Engine, SyncMode, Table, TableConfig, WriteBatch};
 

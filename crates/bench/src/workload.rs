@@ -11,7 +11,10 @@
 //! permutation); overwrite and the random reads pick keys at random from
 //! `0..keys_in_db`; readseq gives each thread a contiguous key slice.
 
-use super::{BenchEngine, BenchError, BenchResult, EngineKind};
+use crate::engine::BenchEngine;
+use crate::engine::EngineKind;
+use crate::BenchError;
+use crate::BenchResult;
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, RngCore, SeedableRng};

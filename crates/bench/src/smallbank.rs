@@ -1,4 +1,4 @@
-//! `arbordb bench smallbank`: workload W5, the price of serializability, at
+//! `arbordb-bench smallbank`: workload W5, the price of serializability, at
 //! engine level.
 //!
 //! SmallBank (Alomari, Cahill, Fekete, Röhm, ICDE 2008): customers with a
@@ -16,7 +16,8 @@
 //! that had to be removed, one per cycle found, until the dependency graph
 //! was acyclic. Serializable runs must show none.
 
-use super::{measure, BenchResult};
+use crate::measure;
+use crate::BenchResult;
 use clap::{Args, ValueEnum};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -465,7 +466,7 @@ pub fn run(a: SmallBankArgs) -> BenchResult<()> {
         "serializable_over_si_throughput": ratios,
         "serializable_over_si_commits_per_cpu_second": cpu_ratios,
     });
-    super::report::write_json(&out, &doc)?;
+    crate::report::write_json(&out, &doc)?;
     println!(
         "{:<13} {:<6} {:>12} {:>12} {:>9} {:>9} {:>9} {:>9} {:>7} {:>10}",
         "isolation",

@@ -1,4 +1,4 @@
-//! `arbordb bench canned-server` (hidden): the YCSB driver ceiling.
+//! `arbordb-bench canned-server` (hidden): the YCSB driver ceiling.
 //!
 //! A server that speaks just enough of the wire protocol for the Rust
 //! `mongodb` driver to run YCSB against it, and does no database work:
@@ -12,7 +12,7 @@
 //! with one system call (reading as `arbordb serve` does, through a
 //! buffer): the least a server can do per operation.
 //!
-//! `arbordb bench ycsb --driver-ceiling` runs the workloads against it:
+//! `arbordb-bench ycsb --driver-ceiling` runs the workloads against it:
 //! the throughput it measures estimates what a server reached through this
 //! driver can reach on the same machine, with client and server sharing
 //! the CPUs as they do for ArborDB and PostgreSQL.
@@ -25,7 +25,7 @@
 //! depends on how replies arrive (their timing across connections), and
 //! ArborDB has read faster than it at 8 client tasks.
 
-use super::BenchResult;
+use crate::BenchResult;
 use bson::{doc, rawdoc, RawDocument, RawDocumentBuf};
 use clap::Args;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
@@ -72,8 +72,8 @@ impl Replies {
     fn new() -> Replies {
         let mut record = RawDocumentBuf::new();
         record.append("_id", "user0000000000000000000");
-        for f in 0..super::ycsb::FIELDS {
-            record.append(format!("field{f}"), "x".repeat(super::ycsb::FIELD_BYTES));
+        for f in 0..crate::ycsb::FIELDS {
+            record.append(format!("field{f}"), "x".repeat(crate::ycsb::FIELD_BYTES));
         }
         let mut batch = bson::RawArrayBuf::new();
         batch.push(record);

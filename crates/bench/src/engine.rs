@@ -1,4 +1,4 @@
-//! `arbordb bench engine`: the W6 raw storage engine benchmark, db_bench
+//! `arbordb-bench engine`: the W6 raw storage engine benchmark, db_bench
 //! style, comparing ArborDB's storage engine with redb and LMDB in one run.
 //!
 //! Layout: this file holds the command-line arguments, the small
@@ -18,25 +18,11 @@
 //!    engine built, whose keys are exactly `0..keys_in_db`; the readers
 //!    check that every key is found and that scans return consecutive keys.
 
-mod arbor;
-mod canned;
-mod lmdb_peer;
-mod measure;
-mod redb_peer;
-mod report;
-mod smallbank;
-mod workload;
-mod ycsb;
-
-use clap::{Args, Subcommand, ValueEnum};
+use crate::workload::{self, PhaseSpec, Workload};
+use crate::{arbor, lmdb_peer, measure, redb_peer, report, BenchResult};
+use clap::{Args, ValueEnum};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use workload::{PhaseSpec, Workload};
-
-/// Errors of the benchmark: engines have unrelated error types, and the
-/// benchmark only reports them.
-pub type BenchError = Box<dyn std::error::Error + Send + Sync>;
-pub type BenchResult<T> = Result<T, BenchError>;
 
 /// The operations the benchmark needs from an engine. Implementations are
 /// shared by all worker threads of a phase.
@@ -87,7 +73,7 @@ impl EngineKind {
     }
 
     /// What "fsync per commit" means for this engine, for the JSON config.
-    fn durability_detail(self, opts: &OpenOptions) -> String {
+    pub(crate) fn durability_detail(self, opts: &OpenOptions) -> String {
         match self {
             EngineKind::Arbordb => format!(
                 "SyncMode::Fsync: the journal is fsynced before write() returns (concurrent \
@@ -110,7 +96,7 @@ impl EngineKind {
         }
     }
 
-    fn open(self, dir: &Path, opts: &OpenOptions) -> BenchResult<Box<dyn BenchEngine>> {
+    pub(crate) fn open(self, dir: &Path, opts: &OpenOptions) -> BenchResult<Box<dyn BenchEngine>> {
         std::fs::create_dir_all(dir)?;
         Ok(match self {
             EngineKind::Arbordb => Box::new(arbor::ArborEngine::open(dir, opts)?),
@@ -120,73 +106,45 @@ impl EngineKind {
     }
 }
 
-#[derive(Args, Debug)]
-pub struct BenchArgs {
-    #[command(subcommand)]
-    target: BenchTarget,
-}
-
-#[derive(Subcommand, Debug)]
-enum BenchTarget {
-    /// Raw storage engine benchmark (W6): ArborDB vs redb vs LMDB.
-    Engine(EngineBenchArgs),
-    /// SmallBank (W5) at engine level: snapshot isolation vs serializable.
-    Smallbank(smallbank::SmallBankArgs),
-    /// YCSB A and C (W2) through the network: ArborDB vs PostgreSQL.
-    Ycsb(ycsb::YcsbArgs),
-    /// The prepared-reply server of `ycsb --driver-ceiling` (no database).
-    #[command(hide = true)]
-    CannedServer(canned::CannedArgs),
-}
-
 #[derive(Args, Debug, Clone)]
 pub struct EngineBenchArgs {
     /// Keys per database (fills write 0..num; reads run num ops).
     #[arg(long, default_value_t = 1_000_000)]
-    num: u64,
+    pub(crate) num: u64,
     /// Cap on durable commits per write phase: a write phase does
     /// min(num, num_sync * batch) ops, so with --batch 1 it does num_sync.
     #[arg(long, default_value_t = 20_000)]
-    num_sync: u64,
+    pub(crate) num_sync: u64,
     /// Read ops per read phase (default: --num).
     #[arg(long)]
-    reads: Option<u64>,
+    pub(crate) reads: Option<u64>,
     /// Thread counts to run, comma separated.
     #[arg(long, value_delimiter = ',', default_value = "1,2")]
-    threads: Vec<usize>,
+    pub(crate) threads: Vec<usize>,
     /// Ops per durable commit, comma separated. Reads run once per engine and
     /// thread count, on the database of the largest batch size.
     #[arg(long, value_delimiter = ',', default_value = "1000,1")]
-    batch: Vec<usize>,
+    pub(crate) batch: Vec<usize>,
     /// Engines to run, comma separated.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "arbordb,redb,lmdb")]
-    engines: Vec<EngineKind>,
+    pub(crate) engines: Vec<EngineKind>,
     /// Where to write the JSON (default bench/results/engine-<UTC timestamp>.json).
     #[arg(long)]
-    out: Option<PathBuf>,
+    pub(crate) out: Option<PathBuf>,
     /// Parent of the data directories (a fresh temporary directory is made
     /// inside it and removed at the end). Default: the system temp dir.
     #[arg(long)]
-    dir: Option<PathBuf>,
+    pub(crate) dir: Option<PathBuf>,
     /// ArborDB checkpoint timer in seconds; 0 turns it off.
     #[arg(long, default_value_t = 60)]
-    arbordb_checkpoint_secs: u64,
+    pub(crate) arbordb_checkpoint_secs: u64,
     /// Cache size in MiB for ArborDB and redb (default: their defaults,
     /// 512 MiB and 1 GiB). LMDB has no cache of its own.
     #[arg(long)]
-    cache_mib: Option<usize>,
+    pub(crate) cache_mib: Option<usize>,
     /// Seed of every random choice (key order, values).
     #[arg(long, default_value_t = 1)]
-    seed: u64,
-}
-
-pub fn run(args: BenchArgs) -> BenchResult<()> {
-    match args.target {
-        BenchTarget::Engine(a) => run_engine_bench(a),
-        BenchTarget::Smallbank(a) => smallbank::run(a),
-        BenchTarget::Ycsb(a) => ycsb::run(a),
-        BenchTarget::CannedServer(a) => canned::run(a),
-    }
+    pub(crate) seed: u64,
 }
 
 fn validate(a: &EngineBenchArgs) -> BenchResult<()> {
@@ -218,7 +176,7 @@ struct Plan {
     batch_for_reads: usize,
 }
 
-fn run_engine_bench(mut args: EngineBenchArgs) -> BenchResult<()> {
+pub fn run(mut args: EngineBenchArgs) -> BenchResult<()> {
     validate(&args)?;
     args.batch.dedup();
     args.threads.dedup();

@@ -6,7 +6,9 @@
 //! so `commit` returns once the data is fsynced. Reads open one read
 //! transaction per op, like a point read through the public API would.
 
-use super::{BenchEngine, BenchResult, OpenOptions};
+use crate::engine::BenchEngine;
+use crate::engine::OpenOptions;
+use crate::BenchResult;
 use redb::{Database, Durability, TableDefinition};
 use std::path::Path;
 

@@ -1,7 +1,8 @@
-//! `arbordb bench ycsb`: workload W2, YCSB A (50% read, 50% update) and C
+//! `arbordb-bench ycsb`: workload W2, YCSB A (50% read, 50% update) and C
 //! (read only) through the network, ArborDB against PostgreSQL in one run.
 //!
-//! - ArborDB: the harness starts `arbordb serve` (this executable) on a
+//! - ArborDB: the harness starts `arbordb serve` (the `arbordb` binary
+//!   beside this one, or `--arbordb-bin`) on a
 //!   fresh data directory and a free port, and drives it with the official
 //!   Rust `mongodb` driver: reads are `find_one({_id})`, updates
 //!   `update_one({_id}, {$set: {fieldN: <100 bytes>}})`. Reads return the
@@ -21,7 +22,9 @@
 //! (theta 0.99). The systems run one after the other, never together, with
 //! the same client task count, key sequence seeds and durations.
 
-use super::{measure, report, BenchResult};
+use crate::measure;
+use crate::report;
+use crate::BenchResult;
 use clap::Args;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -71,7 +74,7 @@ pub struct YcsbArgs {
     #[arg(long, default_value_t = 4096)]
     arbordb_cache_mib: u64,
     /// Also run the workloads through the same driver code against a server
-    /// that does no database work (`bench canned-server`: prepared replies),
+    /// that does no database work (`arbordb-bench canned-server`: prepared replies),
     /// the ceiling of any server reached through this driver on this machine.
     #[arg(long)]
     driver_ceiling: bool,
@@ -81,12 +84,32 @@ pub struct YcsbArgs {
     /// the other CPU to the server.
     #[arg(long, default_value_t = 0)]
     client_threads: usize,
+    /// The server binary (default: `arbordb` in this executable's folder,
+    /// as `cargo build --release --workspace --bins` leaves it).
+    #[arg(long)]
+    arbordb_bin: Option<PathBuf>,
+}
+
+/// The `arbordb` binary to start: `--arbordb-bin`, else the one beside this.
+fn arbordb_bin(a: &YcsbArgs) -> BenchResult<PathBuf> {
+    let path = match &a.arbordb_bin {
+        Some(p) => p.clone(),
+        None => std::env::current_exe()?.with_file_name("arbordb"),
+    };
+    if !path.is_file() {
+        return Err(format!(
+            "no server binary at {}: build it (cargo build --release -p arbordb) or pass --arbordb-bin",
+            path.display()
+        )
+        .into());
+    }
+    Ok(path)
 }
 
 /// The canned-reply server's rows (`--driver-ceiling`).
 const CEILING: &str = "driver-ceiling";
-pub(super) const FIELDS: usize = 10;
-pub(super) const FIELD_BYTES: usize = 100;
+pub(crate) const FIELDS: usize = 10;
+pub(crate) const FIELD_BYTES: usize = 100;
 const LOAD_BATCH: u64 = 1000;
 const LOAD_TASKS: u64 = 4;
 
@@ -298,7 +321,7 @@ async fn load<S: Store>(name: &str, store: &Arc<S>, records: u64, seed: u64) -> 
                 done.fetch_add(count, std::sync::atomic::Ordering::Relaxed);
                 first += LOAD_TASKS * LOAD_BATCH;
             }
-            Ok::<(), super::BenchError>(())
+            Ok::<(), crate::BenchError>(())
         }));
     }
     let mut last = Instant::now();
@@ -348,7 +371,7 @@ async fn run_workload<S: Store>(
                 }
                 latencies.push(began.elapsed().as_micros().min(u128::from(u32::MAX)) as u32);
             }
-            Ok::<_, super::BenchError>((latencies, updates))
+            Ok::<_, crate::BenchError>((latencies, updates))
         }));
     }
     let (mut all, mut updates) = (Vec::new(), 0);
@@ -476,7 +499,7 @@ async fn run_async(a: YcsbArgs) -> BenchResult<()> {
         let dir = tempfile::Builder::new().prefix("arbordb-ycsb-").tempdir_in(parent)?;
         let port = free_port()?;
         let server = ServerProcess(
-            Command::new(std::env::current_exe()?)
+            Command::new(arbordb_bin(&a)?)
                 .args(["serve", "--dbpath"])
                 .arg(dir.path().join("db"))
                 .args(["--port", &port.to_string()])
@@ -520,9 +543,7 @@ async fn run_async(a: YcsbArgs) -> BenchResult<()> {
     if a.driver_ceiling {
         let port = free_port()?;
         let server = ServerProcess(
-            Command::new(std::env::current_exe()?)
-                .args(["bench", "canned-server", "--port", &port.to_string()])
-                .spawn()?,
+            Command::new(std::env::current_exe()?).args(["canned-server", "--port", &port.to_string()]).spawn()?,
         );
         let store = mongo_store(port, &a, server.0.id(), true).await?;
         rows.extend(bench_system(CEILING, Arc::new(store), &a).await?);

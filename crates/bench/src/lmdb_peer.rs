@@ -5,7 +5,9 @@
 //! `WRITE_MAP`, so every commit is fsynced. The unnamed database holds the
 //! data. Reads open one read transaction per op.
 
-use super::{BenchEngine, BenchResult, OpenOptions};
+use crate::engine::BenchEngine;
+use crate::engine::OpenOptions;
+use crate::BenchResult;
 use heed::types::Bytes;
 use heed::{Database, Env, EnvOpenOptions};
 use std::ops::Bound;

@@ -1,0 +1,70 @@
+//! `arbordb-bench`: the benchmarks, one subcommand per workload, each
+//! comparing ArborDB with a peer in the same run (see `bench/` for results
+//! and charts, and `../shared/workloads/` for the workloads).
+//!
+//! A binary of its own, not a subcommand or a cargo feature of `arbordb`:
+//! the peers (redb, LMDB through heed, PostgreSQL through
+//! `tokio-postgres`), the `mongodb` driver and the test kit are then never
+//! linked into the server, whatever features a build turns on, and
+//! `cargo tree -p arbordb -e normal` shows it. `ycsb` starts the server as
+//! a separate process (`arbordb serve`), as a user would.
+
+mod arbor;
+mod canned;
+mod engine;
+mod lmdb_peer;
+mod measure;
+mod redb_peer;
+mod report;
+mod smallbank;
+mod workload;
+mod ycsb;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// Errors of the benchmarks: engines and drivers have unrelated error
+/// types, and the benchmarks only report them.
+pub type BenchError = Box<dyn std::error::Error + Send + Sync>;
+pub type BenchResult<T> = Result<T, BenchError>;
+
+/// mimalloc, as the server uses: the harness's own allocations should not
+/// weigh on the comparison more than the server's do.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[derive(Parser, Debug)]
+#[command(name = "arbordb-bench", version, about = "ArborDB benchmarks against their peers")]
+struct Cli {
+    #[command(subcommand)]
+    target: Target,
+}
+
+#[derive(Subcommand, Debug)]
+enum Target {
+    /// Raw storage engine benchmark (W6): ArborDB vs redb vs LMDB.
+    Engine(engine::EngineBenchArgs),
+    /// SmallBank (W5) at engine level: snapshot isolation vs serializable.
+    Smallbank(smallbank::SmallBankArgs),
+    /// YCSB A and C (W2) through the network: ArborDB vs PostgreSQL.
+    Ycsb(ycsb::YcsbArgs),
+    /// The prepared-reply server of `ycsb --driver-ceiling` (no database).
+    #[command(hide = true)]
+    CannedServer(canned::CannedArgs),
+}
+
+fn main() -> ExitCode {
+    let result = match Cli::parse().target {
+        Target::Engine(a) => engine::run(a),
+        Target::Smallbank(a) => smallbank::run(a),
+        Target::Ycsb(a) => ycsb::run(a),
+        Target::CannedServer(a) => canned::run(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("arbordb-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
