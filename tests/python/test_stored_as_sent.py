@@ -457,3 +457,87 @@ def test_dbref_fields_are_path_components(client):
     with pytest.raises(OperationFailure) as e:
         list(c.aggregate([{"$project": {"i": "$owner.$foo"}}]))
     assert e.value.code == 16410
+
+
+def test_upserts_follow_insert_rules_and_replacements_check_the_new_id(client):
+    c = client.sent.upsert_rules
+    # The manual's example: an upsert that inserts may set a top-level $ field...
+    c.update_one({"date": "2021-07-07"}, {"$set": {"phone": 25.17, "$hotel": 320.10}}, upsert=True)
+    assert c.find_one({"date": "2021-07-07"}, {"_id": 0}) == {"date": "2021-07-07", "phone": 25.17, "$hotel": 320.10}
+    # ...the same update matching that document fails, and changes nothing.
+    with pytest.raises(WriteError) as e:
+        c.update_one({"date": "2021-07-07"}, {"$set": {"phone": 1, "$hotel": 1}}, upsert=True)
+    assert e.value.code == 52
+    assert c.find_one({"date": "2021-07-07"})["phone"] == 25.17
+    c.replace_one({"_id": "r"}, {"x": 1, "$y": 2}, upsert=True)
+    assert c.find_one({"_id": "r"}) == {"_id": "r", "x": 1, "$y": 2}
+    # A replacement's own _id is checked before it is compared with the stored one.
+    c.insert_one({"_id": 0})
+    with pytest.raises(WriteError) as e:
+        c.replace_one({"_id": 0}, {"_id": {"a": {"$b": 1}}})
+    assert e.value.code == 52 and "'$b' in '_id.a.$b'" in e.value.details["errmsg"]
+    with pytest.raises(WriteError) as e:
+        c.replace_one({"_id": 0}, {"_id": [1]})
+    assert e.value.code == 53
+    with pytest.raises(WriteError) as e:
+        c.replace_one({"_id": 0}, {"_id": 1})
+    assert e.value.code == 66
+
+
+def test_merge_modes_check_names_as_their_updates_do(client):
+    db = client.sent
+    db.merge_src.insert_many([{"_id": 1, "$x": 1}])
+    db.merge_dst.insert_many([{"_id": 1, "y": 1}])
+    for mode, code in [("replace", 52), ("merge", 52)]:
+        with pytest.raises(OperationFailure) as e:
+            db.merge_src.aggregate([{"$merge": {"into": "merge_dst", "whenMatched": mode}}])
+        assert e.value.code == code, mode
+    with pytest.raises(OperationFailure) as e:
+        db.merge_src.aggregate([{"$merge": {"into": "merge_dst", "whenMatched": [{"$set": {"_id": 2}}]}}])
+    assert e.value.code == 66
+    # A pipeline may set a top-level $ name.
+    db.merge_src.aggregate([{"$merge": {"into": "merge_dst", "whenMatched": [
+        {"$replaceWith": {"$setField": {"field": {"$literal": "$z"}, "value": 3, "input": "$$ROOT"}}}]}}])
+    assert db.merge_dst.find_one({"_id": 1}) == {"_id": 1, "y": 1, "$z": 3}
+
+
+def test_documents_deeper_than_mongod_stores_are_refused(client):
+    c = client.sent.deep
+    c.insert_one({"_id": 1, "a": 1})
+    wrap = [{"$replaceWith": {"a": "$$ROOT"}}] * 200
+    with pytest.raises(WriteError) as e:
+        c.update_one({"_id": 1}, wrap)
+    assert e.value.code == 15
+    with pytest.raises(OperationFailure) as e:
+        c.aggregate([*wrap, {"$set": {"_id": 2}}, {"$out": "deep_out"}])
+    assert e.value.code == 15
+    # Nothing unreadable was stored: both collections scan.
+    assert list(c.find({"a": 1})) == [{"_id": 1, "a": 1}]
+    assert list(client.sent.deep_out.find({})) == []
+    c.update_one({"_id": 1}, wrap[:170])  # 171 levels: stored and read back
+    assert c.count_documents({}) == 1 and len(list(c.find({}))) == 1
+    # Update operators reach the limit too: 20 more levels under the deepest path.
+    deep = 1
+    for _ in range(20):
+        deep = {"d": deep}
+    with pytest.raises(WriteError) as e:
+        c.update_one({"_id": 1}, {"$set": {".".join(["a"] * 170) + ".x": deep}})
+    assert (e.value.code, e.value.details["errmsg"]) == (15, "Document exceeds maximum nesting depth of 180")
+    assert c.find_one({"_id": 1}, {"_id": 1}) == {"_id": 1}
+
+
+def test_names_with_a_null_byte_are_refused_not_a_crash(client):
+    c = client.sent.nul
+    c.insert_one({"_id": 1})
+    with client.start_session() as s:  # a retryable findAndModify records its answer
+        with pytest.raises(OperationFailure) as e:
+            c.find_one_and_update({"_id": 1}, {"$set": {"x": 1}}, session=s,
+                                  projection={"y": {"$setField": {"field": "a\x00b", "input": {}, "value": 1}}})
+        assert e.value.code == 16411
+    with pytest.raises(OperationFailure) as e:
+        list(c.aggregate([{"$count": "a\x00b"}]))
+    assert e.value.code == 40159
+    with pytest.raises(OperationFailure) as e:
+        list(c.aggregate([{"$project": {"v": "$a\x00b"}}]))
+    assert e.value.code == 16411
+    assert c.find_one({"_id": 1}) == {"_id": 1}

@@ -20,8 +20,10 @@
 //! 3. Every length and string is checked (the raw reader validates as it
 //!    goes); a malformed document is an error, never a panic.
 //! 4. `decode(encode(d)) == d` and `encode(decode(b)) == b` for every
-//!    document `b` without duplicate keys (tested here, and through the
-//!    server by the BSON corpus and the random-document test).
+//!    document `b` without duplicate keys whose arrays are keyed "0", "1",
+//!    ... (a [`Document`] keeps neither duplicates nor array keys; tested
+//!    here, and through the server by the BSON corpus and the
+//!    random-document test).
 
 use bson::raw::{RawBsonRef, RawDocument};
 use bson::spec::BinarySubtype;
@@ -63,8 +65,8 @@ pub fn decode(bytes: &[u8]) -> Result<Document, DecodeError> {
 }
 
 /// Convert a raw document element by element (see invariant 1). Callers
-/// have checked its nesting.
-pub fn document(raw: &RawDocument) -> Result<Document, DecodeError> {
+/// have checked its nesting (invariant 2).
+fn document(raw: &RawDocument) -> Result<Document, DecodeError> {
     let mut out = Document::new();
     for element in raw {
         let (key, value) = element?;
@@ -74,7 +76,7 @@ pub fn document(raw: &RawDocument) -> Result<Document, DecodeError> {
 }
 
 /// One raw value as a [`Bson`], without interpreting its keys.
-pub fn value_of(value: RawBsonRef<'_>) -> Result<Bson, DecodeError> {
+fn value_of(value: RawBsonRef<'_>) -> Result<Bson, DecodeError> {
     Ok(match value {
         RawBsonRef::Document(d) => Bson::Document(document(d)?),
         RawBsonRef::Array(a) => {
@@ -95,6 +97,25 @@ pub fn value_of(value: RawBsonRef<'_>) -> Result<Bson, DecodeError> {
         // Scalars: the crate's conversion copies no nested bytes.
         scalar => Bson::try_from(scalar)?,
     })
+}
+
+/// Whether `doc` nests deeper than `max` (objects and arrays; the top
+/// level counts as one). Recursion stops at `max`, so the stack is bounded.
+pub fn deeper_than(doc: &Document, max: usize) -> bool {
+    fn value(v: &Bson, room: usize) -> bool {
+        match v {
+            Bson::Document(d) => fields(d.values(), room),
+            Bson::Array(items) => fields(items.iter(), room),
+            _ => false,
+        }
+    }
+    fn fields<'a>(mut values: impl Iterator<Item = &'a Bson>, room: usize) -> bool {
+        match room {
+            0 => true,
+            _ => values.any(|v| value(v, room - 1)),
+        }
+    }
+    fields(doc.values(), max)
 }
 
 /// Depth of objects, arrays and code scopes in `raw` (a flat document is
@@ -130,6 +151,8 @@ pub enum EncodeError {
     NulInName(String),
     #[error("a regular expression's {0} contains a null byte, which BSON cannot store")]
     NulInRegex(&'static str),
+    #[error("a document of more than 2 GiB cannot be written as BSON")]
+    TooLarge,
 }
 
 /// The BSON bytes of `doc`, element by element (see invariant 4).
@@ -181,14 +204,14 @@ fn write_document<'a>(out: &mut Vec<u8>, fields: impl Iterator<Item = (&'a str, 
         write_value(out, value)?;
     }
     out.push(0);
-    patch_length(out, start);
-    Ok(())
+    patch_length(out, start)
 }
 
 /// Fill in the i32 length prefix at `start` with the bytes written since.
-fn patch_length(out: &mut [u8], start: usize) {
-    let len = i32::try_from(out.len() - start).expect("a document under 2 GiB");
+fn patch_length(out: &mut [u8], start: usize) -> Result<(), EncodeError> {
+    let len = i32::try_from(out.len() - start).map_err(|_| EncodeError::TooLarge)?;
     out[start..start + 4].copy_from_slice(&len.to_le_bytes());
+    Ok(())
 }
 
 fn write_cstring(out: &mut Vec<u8>, s: &str) -> Result<(), ()> {
@@ -228,7 +251,7 @@ fn write_value(out: &mut Vec<u8>, value: &Bson) -> Result<(), EncodeError> {
             out.extend_from_slice(&[0; 4]);
             write_string(out, &c.code);
             write_document(out, c.scope.iter().map(|(k, v)| (k.as_str(), v)))?;
-            patch_length(out, start);
+            patch_length(out, start)?;
         }
         Bson::Int32(n) => out.extend_from_slice(&n.to_le_bytes()),
         Bson::Timestamp(t) => {

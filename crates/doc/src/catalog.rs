@@ -51,6 +51,9 @@ pub enum DocError {
     /// A document larger than its capped collection.
     #[error("object to insert exceeds cappedMaxSize")]
     ExceedsCappedSize,
+    /// A document nested deeper than `limits::stored_depth_max`.
+    #[error("cannot insert document because it exceeds {0} levels of nesting")]
+    TooDeep(usize),
     /// A document BSON cannot hold (a field name with a null byte).
     #[error(transparent)]
     Unencodable(#[from] crate::bson_bytes::EncodeError),
@@ -591,7 +594,7 @@ impl Collection {
         let doc = with_id_first(doc);
         let id = doc.get("_id").expect("with_id_first adds one").clone();
         let key = self.id_key(&id);
-        let bytes = encode(&doc)?;
+        let bytes = encode_record(&doc)?;
         let mut capped_used = self.capped_lock();
         if self.capped.as_ref().is_some_and(|c| bytes.len() as u64 > c.size) {
             return Err(DocError::ExceedsCappedSize);
@@ -718,7 +721,11 @@ impl Collection {
                         }
                     };
                 if !duplicate {
-                    let bytes = encode(&doc)?;
+                    // A document that cannot be stored fails alone too.
+                    let Ok(bytes) = encode_record(&doc) else {
+                        failed_at = Some(i);
+                        break;
+                    };
                     bytes_total += bytes.len();
                     let rid = self.next_record.fetch_add(1, Ordering::Relaxed);
                     let put = txn
@@ -809,7 +816,7 @@ impl Collection {
         stamp: Option<&dyn Stamp>,
     ) -> Result<bool, DocError> {
         let expected = encode(old)?;
-        let bytes = encode(new)?;
+        let bytes = encode_record(new)?;
         let mut capped_used = self.capped_lock();
         loop {
             let txn = engine.begin(ack.txn_options())?;
@@ -1016,6 +1023,16 @@ fn record_id(bytes: &[u8]) -> Result<u64, DocError> {
 /// A document's bytes as stored (`bson_bytes`: exactly as sent).
 fn encode(doc: &Document) -> Result<Vec<u8>, DocError> {
     Ok(crate::bson_bytes::encode(doc)?)
+}
+
+/// A record's bytes: also refused past `stored_depth_max`, so that every
+/// stored record decodes again (`limits.rs`).
+fn encode_record(doc: &Document) -> Result<Vec<u8>, DocError> {
+    let max = crate::limits::stored_depth_max;
+    if crate::bson_bytes::deeper_than(doc, max) {
+        return Err(DocError::TooDeep(max));
+    }
+    encode(doc)
 }
 
 fn decode(bytes: &[u8]) -> Result<Document, DocError> {

@@ -141,14 +141,17 @@ impl Sessions {
 
     /// The [`Stamp`] recording statements of `(lsid, txn_number)`: the
     /// write's statement `i` has id `stmt_ids[i]`; they answer `outcome`.
+    /// An outcome BSON cannot hold (a name with a null byte, projected by
+    /// findAndModify) is refused here, before anything is written.
     pub fn record<'a>(
         &'a self,
         lsid: SessionId,
         txn_number: i64,
         stmt_ids: &'a [i32],
         outcome: Document,
-    ) -> Record<'a> {
-        Record { sessions: self, lsid, txn_number, stmt_ids, outcome }
+    ) -> Result<Record<'a>, crate::bson_bytes::EncodeError> {
+        crate::bson_bytes::encode(&outcome)?;
+        Ok(Record { sessions: self, lsid, txn_number, stmt_ids, outcome })
     }
 
     /// Delete records written before `cutoff_ms` (milliseconds since the
@@ -218,7 +221,7 @@ impl Stamp for Record<'_> {
             "t": bson::DateTime::from_millis(now_ms()),
         };
         let key = record_key(&self.lsid, self.stmt_ids[first]);
-        // The outcome holds only documents the write itself encoded first.
+        // `record` checked that the outcome encodes; the rest is ours.
         let bytes = crate::bson_bytes::encode(&value).expect("a statement record encodes");
         txn.put(&self.sessions.table, &key, &bytes)
     }
@@ -248,9 +251,9 @@ mod tests {
         let (a, b) = ([1u8; 16], [2u8; 16]);
         assert_eq!(s.latest_txn_number(&e, &a).unwrap(), None);
         let ids = [0, 1, 2, 3];
-        commit(&e, &s.record(a, 5, &ids, Document::new()), &[0, 1]);
-        commit(&e, &s.record(a, 5, &ids, Document::new()), &[3]);
-        commit(&e, &s.record(b, 9, &ids[..1], doc! { "n": 1 }), &[0]);
+        commit(&e, &s.record(a, 5, &ids, Document::new()).unwrap(), &[0, 1]);
+        commit(&e, &s.record(a, 5, &ids, Document::new()).unwrap(), &[3]);
+        commit(&e, &s.record(b, 9, &ids[..1], doc! { "n": 1 }).unwrap(), &[0]);
         let got = s.executed(&e, &a, 5).unwrap();
         let mut keys: Vec<i32> = got.keys().copied().collect();
         keys.sort();
@@ -261,7 +264,7 @@ mod tests {
         // txnNumber 6 on session a overwrites 5's record at statement 0;
         // 5's record at statement 3 lingers until reaped (the server
         // refuses txnNumber 5 by now); b is left alone.
-        commit(&e, &s.record(a, 6, &ids[..1], doc! { "n": 1 }), &[0]);
+        commit(&e, &s.record(a, 6, &ids[..1], doc! { "n": 1 }).unwrap(), &[0]);
         assert_eq!(s.executed(&e, &a, 5).unwrap().keys().collect::<Vec<_>>(), vec![&3]);
         assert_eq!(s.executed(&e, &a, 6).unwrap().len(), 1);
         assert_eq!(s.executed(&e, &a, 6).unwrap()[&0], doc! { "n": 1 });
@@ -292,7 +295,7 @@ mod tests {
         {
             let e = Engine::open(dir.path(), Config::default()).unwrap();
             let s = Sessions::open(&e).unwrap();
-            commit(&e, &s.record([7; 16], 0, &[4], doc! { "n": 1 }), &[0]);
+            commit(&e, &s.record([7; 16], 0, &[4], doc! { "n": 1 }).unwrap(), &[0]);
             e.close().unwrap();
         }
         let e = Engine::open(dir.path(), Config::default()).unwrap();

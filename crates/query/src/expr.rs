@@ -183,6 +183,9 @@ pub(crate) fn parse_path(s: &str) -> Result<Vec<String>, FilterError> {
     if parts.iter().any(String::is_empty) {
         return Err(err(15998, "FieldPath field names may not be empty strings."));
     }
+    if s.contains('\0') {
+        return Err(err(16411, "FieldPath field names may not contain '\\0'."));
+    }
     // A DBRef's fields are the `$` names a path may name (mongod's
     // FieldPath::kAllowedDollarPrefixedFields, less its internal ones).
     if parts.iter().any(|p| p.starts_with('$') && !matches!(p.as_str(), "$id" | "$ref" | "$db")) {
@@ -398,6 +401,10 @@ fn parse_operator(name: &str, arg: &Bson, scope: &Scope) -> Result<Node, FilterE
                 other => (other, None, None),
             };
             let field = match parse(field, scope)? {
+                // A name BSON cannot store; refused as a field path's would be.
+                Node::Const(Bson::String(f)) if f.contains('\0') => {
+                    return Err(err(16411, "FieldPath field names may not contain '\\0'."))
+                }
                 Node::Const(Bson::String(f)) => f,
                 _ => {
                     return Err(err(

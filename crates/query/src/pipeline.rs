@@ -348,6 +348,9 @@ impl Pipeline {
                     Bson::String(n) if n.starts_with('$') => {
                         return Err(err(40158, "the count field cannot be a $-prefixed path"))
                     }
+                    Bson::String(n) if n.contains('\0') => {
+                        return Err(err(40159, "the count field cannot contain a null byte"))
+                    }
                     Bson::String(n) if n.contains('.') => return Err(err(40160, "the count field cannot contain '.'")),
                     Bson::String(n) => Stage::Count(n.clone()),
                     _ => return Err(err(40156, "the count field must be a non-empty string")),

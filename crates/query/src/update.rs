@@ -34,11 +34,16 @@ const CONFLICTING_UPDATE_OPERATORS: i32 = 40;
 const NOT_SINGLE_VALUE_FIELD: i32 = 54;
 const EMPTY_FIELD_NAME: i32 = 56;
 const IMMUTABLE_FIELD: i32 = 66;
+const OVERFLOW: i32 = 15;
 
 /// A parsed update.
 #[derive(Debug, Clone)]
 pub struct Update {
     kind: Kind,
+    /// An operator path whose first field starts with `$` (`{$set:
+    /// {$hotel: 1}}`): refused when it updates a document, allowed when an
+    /// upsert inserts one (insert rules, as mongod's manual shows).
+    dollar_path: Option<String>,
     filters: ArrayFilters,
     /// Strings compare through it (`$pull`, `$addToSet`, `$min`/`$max`,
     /// arrayFilters, pipeline expressions).
@@ -161,10 +166,11 @@ impl Update {
                     "arrayFilters may only be specified for update operators, not replacement documents",
                 ));
             }
-            return Ok(Update { kind: Kind::Replacement(update.clone()), filters, collation: None });
+            return Ok(Update { kind: Kind::Replacement(update.clone()), dollar_path: None, filters, collation: None });
         }
         let mut root = Node::default();
         let mut used = Vec::new();
+        let mut dollar_path = None;
         for (op, arg) in update {
             let Bson::Document(fields) = arg else {
                 return Err(err(
@@ -179,6 +185,9 @@ impl Update {
             for (path, value) in fields {
                 let leaf = parse_leaf(op, path, value)?;
                 check_path(path, &filters, &mut used)?;
+                if dollar_path.is_none() && starts_with_dollar_name(path) {
+                    dollar_path = Some(path.clone());
+                }
                 if let Leaf::RenameTo(_) = leaf {
                     let Bson::String(to) = value else { unreachable!("parse_leaf checked the target") };
                     check_path(to, &filters, &mut used)?;
@@ -198,7 +207,7 @@ impl Update {
                 ),
             ));
         }
-        Ok(Update { kind: Kind::Operators(root), filters, collation: None })
+        Ok(Update { kind: Kind::Operators(root), dollar_path, filters, collation: None })
     }
 
     /// A pipeline-style update (`u: [stages]`), its expressions seeing
@@ -208,7 +217,12 @@ impl Update {
             return Err(err(FAILED_TO_PARSE, "arrayFilters may not be specified for pipeline-style updates"));
         }
         let pipeline = UpdatePipeline::parse(stages, scope)?;
-        Ok(Update { kind: Kind::Pipeline(pipeline), filters: parse_array_filters(&[])?, collation: None })
+        Ok(Update {
+            kind: Kind::Pipeline(pipeline),
+            dollar_path: None,
+            filters: parse_array_filters(&[])?,
+            collation: None,
+        })
     }
 
     /// This update with strings compared through `collation`.
@@ -225,7 +239,14 @@ impl Update {
     /// The document `doc` becomes. `position` is the array position the
     /// query matched (for `$`); `inserting` is set for an upsert's insert.
     pub fn apply(&self, doc: &Document, position: Option<usize>, inserting: bool) -> Result<Document, FilterError> {
-        crate::collation::with_collation(self.collation.as_ref(), || self.apply_collated(doc, position, inserting))
+        let out = crate::collation::with_collation(self.collation.as_ref(), || {
+            self.apply_collated(doc, position, inserting)
+        })?;
+        let max = doc::limits::stored_depth_max;
+        if doc::bson_bytes::deeper_than(&out, max) {
+            return Err(err(OVERFLOW, format!("Document exceeds maximum nesting depth of {max}")));
+        }
+        Ok(out)
     }
 
     fn apply_collated(
@@ -238,7 +259,7 @@ impl Update {
         match &self.kind {
             Kind::Replacement(r) => {
                 let mut out = Document::new();
-                if let Some(id) = old_id.or(r.get("_id")) {
+                if let Some(id) = r.get("_id").or(old_id) {
                     out.insert("_id", id.clone());
                 }
                 for (k, v) in r {
@@ -246,12 +267,26 @@ impl Update {
                         out.insert(k.clone(), v.clone());
                     }
                 }
-                // mongod checks field names before the immutable `_id`.
-                crate::field_names::check_updated(&out, false)?;
+                // mongod checks the new document's names (its own `_id`
+                // included) before the immutable `_id`; an upsert's new
+                // document follows the insert rules instead (the caller's).
+                if !inserting {
+                    crate::field_names::check_updated(&out, false)?;
+                }
                 check_id_unchanged(old_id, r.get("_id"))?;
+                if let Some(id) = old_id {
+                    out.insert("_id", id.clone()); // the stored `_id` stays as it was
+                }
                 Ok(out)
             }
             Kind::Operators(root) => {
+                if let (Some(path), false) = (&self.dollar_path, inserting) {
+                    let part = path.split('.').next().unwrap_or(path);
+                    return Err(err(
+                        52,
+                        format!("The dollar ($) prefixed field '{part}' in '{path}' is not valid for storage."),
+                    ));
+                }
                 let mut cx = Cx {
                     position,
                     inserting,
@@ -277,7 +312,9 @@ impl Update {
                     }
                     _ => out,
                 };
-                crate::field_names::check_updated(&out, true)?;
+                if !inserting {
+                    crate::field_names::check_updated(&out, true)?;
+                }
                 check_id_unchanged(old_id, out.get("_id"))?;
                 Ok(out)
             }
@@ -481,14 +518,15 @@ fn check_path(path: &str, filters: &ArrayFilters, used: &mut Vec<String>) -> Res
                     used.push(ident.to_string());
                 }
             }
-        } else if part.starts_with('$') && i == 0 {
-            return Err(err(
-                52,
-                format!("The dollar ($) prefixed field '{part}' in '{path}' is not valid for storage."),
-            ));
         }
     }
     Ok(())
+}
+
+/// A path whose first field is a `$` name (not a positional operator).
+fn starts_with_dollar_name(path: &str) -> bool {
+    let first = path.split('.').next().unwrap_or(path);
+    first.starts_with('$') && first != "$" && !first.starts_with("$[")
 }
 
 /// Add a leaf at `path`, refusing conflicts with paths already there.

@@ -148,22 +148,11 @@ impl UpdatePipeline {
     }
 }
 
-/// The deepest nesting a pipeline may produce (mongod refuses to store
-/// documents nested more than 100 levels; this stops runaway growth).
-const DEPTH_MAX: usize = 180;
-
-/// Refuse a document nested deeper than [`DEPTH_MAX`], without recursion.
+/// Refuse a document nested deeper than a stored document may be, after
+/// every stage, so a pipeline cannot grow one without bound.
 pub(crate) fn check_depth(d: &Document) -> Result<(), FilterError> {
-    let mut stack: Vec<(&Bson, usize)> = d.values().map(|v| (v, 1)).collect();
-    while let Some((v, depth)) = stack.pop() {
-        if depth > DEPTH_MAX {
-            return Err(err(15, "BSONObj exceeds maximum nested object depth"));
-        }
-        match v {
-            Bson::Document(inner) => stack.extend(inner.values().map(|v| (v, depth + 1))),
-            Bson::Array(items) => stack.extend(items.iter().map(|v| (v, depth + 1))),
-            _ => {}
-        }
+    if doc::bson_bytes::deeper_than(d, doc::limits::stored_depth_max) {
+        return Err(err(15, "BSONObj exceeds maximum nested object depth"));
     }
     Ok(())
 }

@@ -13,6 +13,7 @@ use crate::server::Shared;
 use bson::{doc, Bson, Document};
 use doc::catalog::{with_id_first, Namespace};
 use query::expr::{Expression, Scope};
+use query::field_names;
 use query::update_pipeline::UpdatePipeline;
 
 /// The name prefix of `$out`'s temporary collections (dropped at start).
@@ -276,8 +277,18 @@ fn merge(
                     e.extra = Some(Box::new(doc! { "keyPattern": { "_id": 1 }, "keyValue": { "_id": id.clone() } }));
                     return Err(e);
                 }
-                WhenMatched::Replace => new.clone(),
+                // Each mode checks names as the update it stands for would:
+                // a replacement, a `$set` of the new fields, a pipeline.
+                WhenMatched::Replace => {
+                    field_names::check_updated(&new, false)?;
+                    new.clone()
+                }
                 WhenMatched::Merge => {
+                    if let Some(k) = new.keys().find(|k| k.starts_with('$')) {
+                        return Err(CommandError::dollar_prefixed_field_name(format!(
+                            "The dollar ($) prefixed field '{k}' in '{k}' is not valid for storage."
+                        )));
+                    }
                     let mut m = old.clone();
                     for (k, v) in &new {
                         m.insert(k.clone(), v.clone());
@@ -287,7 +298,10 @@ fn merge(
                 WhenMatched::Pipeline(stages) => {
                     let p = UpdatePipeline::parse(stages, &new_scope(&new)?)?;
                     let mut out = p.apply(&old)?;
-                    if out.get("_id") != Some(&id) {
+                    field_names::check_updated(&out, true)?;
+                    // A pipeline that drops `_id` keeps the document's own;
+                    // one that changes it fails below (immutable).
+                    if !out.contains_key("_id") {
                         out.insert("_id", id.clone());
                     }
                     with_id_first(&out)

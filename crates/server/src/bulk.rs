@@ -354,7 +354,7 @@ fn run_op(
             let validator = validator_of(shared, ns, cmd)?;
             check_insert(document, validator.as_ref())?;
             let coll = shared.catalog.get_or_create(ns)?;
-            let record = log.as_ref().map(|l| l.record(doc! { "n": 1i64 }));
+            let record = log.as_ref().map(|l| l.record(doc! { "n": 1i64 })).transpose()?;
             coll.insert(shared.catalog.engine(), document, STATEMENT_ACK, record.as_ref().map(|r| r as &dyn Stamp))?;
             if coll.capped.is_some() {
                 shared.capped_inserts.send_modify(|n| *n += 1);

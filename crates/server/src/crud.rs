@@ -35,6 +35,7 @@ impl From<DocError> for CommandError {
             DocError::NamespaceNotFound(_) => CommandError::namespace_not_found(e.to_string()),
             DocError::InvalidNamespace(m) => CommandError::invalid_namespace(m),
             DocError::Unencodable(why) => CommandError::bad_value(why.to_string()),
+            DocError::TooDeep(_) => CommandError::with_code(15, e.to_string()),
             DocError::ExceedsCappedSize => CommandError::bad_value(e.to_string()),
             DocError::Corrupt(_) | DocError::Storage(_) => CommandError::internal_error(e.to_string()),
         }
@@ -995,7 +996,7 @@ pub fn insert(shared: &Shared, msg: &OpMsg) -> CommandResult {
     }
     let to_insert: Vec<&Document> = tried.iter().map(|&i| &docs[i]).collect();
     let stmt_ids: Vec<i32> = retry.as_ref().map_or_else(Vec::new, |r| tried.iter().map(|&i| r.stmt_id(i)).collect());
-    let record = retry.as_ref().map(|r| r.record(&stmt_ids, Document::new()));
+    let record = retry.as_ref().map(|r| r.record(&stmt_ids, Document::new())).transpose()?;
     let inserted =
         coll.insert_many(engine, &to_insert, ordered, STATEMENT_ACK, record.as_ref().map(|r| r as &dyn Stamp));
     let ran = inserted.len();
@@ -1212,7 +1213,7 @@ pub(crate) fn delete_one_spec(
     let limit = count_option(spec, "limit")?.unwrap_or(0);
     let Some(coll) = shared.catalog.get(ns) else { return Ok(0) };
     let engine = shared.catalog.engine();
-    let record = log.map(|l| l.record(doc! { "n": 1i64 }));
+    let record = log.map(|l| l.record(doc! { "n": 1i64 })).transpose()?;
     let stamp = record.as_ref().map(|r| r as &dyn Stamp);
     if let Some(id) = crate::read::point_id(&filter_doc, collation.as_ref(), &coll) {
         return Ok(match coll.find_rid_by_id(engine, id)? {

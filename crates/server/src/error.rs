@@ -98,6 +98,12 @@ codes! {
     not_a_retryable_write_command => 50768, "NotARetryableWriteCommand";
 }
 
+impl From<doc::bson_bytes::EncodeError> for CommandError {
+    fn from(e: doc::bson_bytes::EncodeError) -> Self {
+        CommandError::bad_value(e.to_string())
+    }
+}
+
 impl From<query::FilterError> for CommandError {
     fn from(e: query::FilterError) -> CommandError {
         CommandError::with_code(e.code, e.message)

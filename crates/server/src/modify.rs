@@ -175,7 +175,7 @@ impl Change<'_> {
         new: &Document,
         pos: Option<usize>,
     ) -> Result<Option<doc::sessions::Record<'_>>, CommandError> {
-        self.log.map(|(log, answer)| Ok(log.record(answer(old, new, pos)?))).transpose()
+        self.log.map(|(log, answer)| log.record(answer(old, new, pos)?)).transpose()
     }
 }
 
@@ -225,10 +225,11 @@ fn update_document(
 fn upsert(shared: &Shared, ns: &Namespace, query: &Document, change: &Change) -> Result<Document, CommandError> {
     let (update, ack) = (change.update, change.ack);
     let new = update.upsert_document(query)?;
-    change.validate(&new, None)?;
+    // Insert rules for the new document's names, before its validator.
     if let Some(id) = new.get("_id") {
         query::field_names::check_id_for_insert(id, query::field_names::IdFor::Upsert)?;
     }
+    change.validate(&new, None)?;
     check_size(&new)?;
     let new = with_id_first(&new);
     let record = change.record(None, &new, None)?;
@@ -516,7 +517,7 @@ pub fn find_and_modify(shared: &Shared, cmd: &Document) -> CommandResult {
                 None => {
                     shared.opcounters.delete.fetch_add(1, Ordering::Relaxed);
                     let reply = doc! { "lastErrorObject": { "n": 1 }, "value": project(&d, pos)? };
-                    let record = log.as_ref().map(|l| l.record(reply.clone()));
+                    let record = log.as_ref().map(|l| l.record(reply.clone())).transpose()?;
                     if coll.delete(engine, rid, &d, ack, record.as_ref().map(|r| r as &dyn Stamp))? {
                         return with_ok(reply);
                     }

@@ -546,8 +546,8 @@ impl<'a> Retry<'a> {
 
     /// The record of statements `stmt_ids` answering `outcome`, to write
     /// with them.
-    pub fn record<'r>(&'r self, stmt_ids: &'r [i32], outcome: Document) -> Record<'r> {
-        self.sessions.store.record(self.lsid, self.txn_number, stmt_ids, outcome)
+    pub fn record<'r>(&'r self, stmt_ids: &'r [i32], outcome: Document) -> Result<Record<'r>, CommandError> {
+        Ok(self.sessions.store.record(self.lsid, self.txn_number, stmt_ids, outcome)?)
     }
 
     /// Add `retriedStmtIds` to a write command's reply (before `ok`).
@@ -581,7 +581,7 @@ impl<'a> StmtLog<'a> {
     }
 
     /// The record of this statement answering `outcome`.
-    pub fn record(&self, outcome: Document) -> Record<'_> {
+    pub fn record(&self, outcome: Document) -> Result<Record<'_>, CommandError> {
         self.retry.record(&self.id, outcome)
     }
 }
