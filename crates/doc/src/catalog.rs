@@ -22,9 +22,10 @@
 use crate::keystring;
 use crate::sessions::Stamp;
 use bson::{doc, oid::ObjectId, Bson, Document};
+use parking_lot::{Mutex, RwLock};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
 use storage::{Bytes, Engine, StorageError, Table, TableConfig, Txn, TxnOptions};
 
 const CATALOG: &str = "_catalog";
@@ -339,12 +340,12 @@ impl Catalog {
     }
 
     pub fn get(&self, ns: &Namespace) -> Option<Arc<Collection>> {
-        self.collections.read().unwrap().get(ns).cloned()
+        self.collections.read().get(ns).cloned()
     }
 
     /// Create a collection; fails if it exists.
     pub fn create(&self, ns: &Namespace, options: Document) -> Result<Arc<Collection>, DocError> {
-        let mut all = self.collections.write().unwrap();
+        let mut all = self.collections.write();
         if all.contains_key(ns) {
             return Err(DocError::NamespaceExists(ns.to_string()));
         }
@@ -380,7 +381,7 @@ impl Catalog {
 
     /// Drop a collection; returns whether it existed.
     pub fn drop(&self, ns: &Namespace) -> Result<bool, DocError> {
-        let mut all = self.collections.write().unwrap();
+        let mut all = self.collections.write();
         let Some(c) = all.remove(ns) else { return Ok(false) };
         self.engine.delete(&self.meta, ns.to_string().as_bytes())?;
         for name in [c.records.name(), c.id_index.name()] {
@@ -396,7 +397,7 @@ impl Catalog {
         if from == to {
             return Err(DocError::NamespaceExists(to.to_string()));
         }
-        let mut all = self.collections.write().unwrap();
+        let mut all = self.collections.write();
         let Some(c) = all.get(from).cloned() else { return Err(DocError::NamespaceNotFound(from.to_string())) };
         // A dropped target goes in the same transaction: its entry is
         // overwritten, so a crash leaves the old target or the renamed
@@ -445,7 +446,7 @@ impl Catalog {
     /// rewritten; writers that already hold the collection keep the old
     /// options until their next lookup.
     pub fn set_options(&self, ns: &Namespace, options: Document) -> Result<(), DocError> {
-        let mut all = self.collections.write().unwrap();
+        let mut all = self.collections.write();
         let Some(c) = all.get(ns).cloned() else { return Err(DocError::NamespaceNotFound(ns.to_string())) };
         let entry = catalog_entry(ns, &options, c.records.name(), c.id_index.name(), c.id_collation.as_ref());
         self.engine.put(&self.meta, ns.to_string().as_bytes(), &encode(&entry)?)?;
@@ -464,12 +465,12 @@ impl Catalog {
 
     /// The collections of `db`, by name.
     pub fn list(&self, db: &str) -> Vec<Arc<Collection>> {
-        self.collections.read().unwrap().values().filter(|c| c.ns.db == db).cloned().collect()
+        self.collections.read().values().filter(|c| c.ns.db == db).cloned().collect()
     }
 
     /// Databases that hold at least one collection.
     pub fn databases(&self) -> Vec<String> {
-        let mut dbs: Vec<String> = self.collections.read().unwrap().keys().map(|ns| ns.db.clone()).collect();
+        let mut dbs: Vec<String> = self.collections.read().keys().map(|ns| ns.db.clone()).collect();
         dbs.dedup();
         dbs
     }
@@ -551,8 +552,8 @@ impl Collection {
     }
 
     /// For a capped collection: hold its write lock.
-    fn capped_lock(&self) -> Option<std::sync::MutexGuard<'_, (u64, u64)>> {
-        self.capped.as_ref().map(|c| c.used.lock().unwrap())
+    fn capped_lock(&self) -> Option<parking_lot::MutexGuard<'_, (u64, u64)>> {
+        self.capped.as_ref().map(|c| c.used.lock())
     }
 
     /// In `txn`, delete the oldest documents until the capped collection

@@ -31,8 +31,9 @@
 //!    failed one fails every waiter (the engine is poisoned and refuses
 //!    further writes).
 
+use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use storage::Engine;
 use tokio::sync::watch;
@@ -106,7 +107,7 @@ impl Drop for Writer<'_> {
         // it committed nothing (so it never calls `wait`). Under the lock:
         // the sync thread checks `writers` and sleeps holding it.
         if d.writers.fetch_sub(1, Ordering::AcqRel) == 1 && d.gathering.load(Ordering::Acquire) {
-            let _held = d.wanted.lock().unwrap();
+            let _held = d.wanted.lock();
             d.wake.notify_one();
         }
     }
@@ -136,7 +137,7 @@ impl Durability {
         });
         let worker = d.clone();
         let thread = std::thread::Builder::new().name("arbordb-sync".into()).spawn(move || worker.run())?;
-        *d.thread.lock().unwrap() = Some(thread);
+        *d.thread.lock() = Some(thread);
         Ok(d)
     }
 
@@ -166,7 +167,7 @@ impl Durability {
             return Ok(());
         }
         {
-            let mut w = self.wanted.lock().unwrap();
+            let mut w = self.wanted.lock();
             let alone =
                 few_clients && self.running.load(Ordering::Acquire) <= 1 && self.writers.load(Ordering::Acquire) == 0;
             if alone && !w.busy && !w.stop {
@@ -178,7 +179,7 @@ impl Durability {
                 impl Drop for Release<'_> {
                     fn drop(&mut self) {
                         let d = self.0;
-                        let mut w = d.wanted.lock().unwrap_or_else(|p| p.into_inner());
+                        let mut w = d.wanted.lock();
                         w.busy = false;
                         if w.below > d.synced.borrow().below || w.stop {
                             d.wake.notify_one();
@@ -203,9 +204,9 @@ impl Durability {
     /// wait for it: an fsync in flight, and the last one for whoever still
     /// waits, finish before the engine closes.
     pub fn stop(&self) {
-        self.wanted.lock().unwrap().stop = true;
+        self.wanted.lock().stop = true;
         self.wake.notify_all();
-        let thread = self.thread.lock().unwrap().take();
+        let thread = self.thread.lock().take();
         if let Some(thread) = thread.filter(|t| t.thread().id() != std::thread::current().id()) {
             let _ = thread.join();
         }
@@ -214,9 +215,9 @@ impl Durability {
     fn run(&self) {
         loop {
             let stop = {
-                let mut w = self.wanted.lock().unwrap();
+                let mut w = self.wanted.lock();
                 while w.busy || (!w.stop && w.below <= self.synced.borrow().below) {
-                    w = self.wake.wait(w).unwrap();
+                    self.wake.wait(&mut w);
                 }
                 w.busy = true;
                 // Gather: writers still running will append soon; each
@@ -229,13 +230,13 @@ impl Durability {
                     if now >= deadline {
                         break;
                     }
-                    w = self.wake.wait_timeout(w, deadline - now).unwrap().0;
+                    self.wake.wait_for(&mut w, deadline - now);
                 }
                 self.gathering.store(false, Ordering::Release);
                 w.stop
             };
             self.sync_now();
-            self.wanted.lock().unwrap().busy = false;
+            self.wanted.lock().busy = false;
             // Stopped (after a last fsync for whoever still waits), or
             // poisoned: every later wait fails at once.
             if stop || self.synced.borrow().failed.is_some() {
@@ -314,12 +315,12 @@ mod tests {
         for key in 0..50 {
             commit_unsynced(&engine, &table, key);
             let last = engine.last_journal_seq().unwrap();
-            durability.wanted.lock().unwrap().below = last + 1;
+            durability.wanted.lock().below = last + 1;
         }
         let last = engine.last_journal_seq().unwrap();
         durability.stop();
         // Joined: the thread is gone and its last fsync covered everything.
-        assert!(durability.thread.lock().unwrap().is_none());
+        assert!(durability.thread.lock().is_none());
         assert!(durability.synced.borrow().below > last);
         engine.close().unwrap();
     }
@@ -371,14 +372,14 @@ mod tests {
         drop(running);
         assert_eq!(engine.stats().journal_syncs, syncs + 1, "one fsync ran");
         assert!(durability.synced.borrow().below > engine.last_journal_seq().unwrap(), "the commit is durable");
-        assert_eq!(durability.wanted.lock().unwrap().below, 0, "the sync thread was not asked");
+        assert_eq!(durability.wanted.lock().below, 0, "the sync thread was not asked");
         // Another command running: the wait hands the fsync to the sync thread.
         let (mine, other) = (durability.running(), durability.running());
         commit_unsynced(&engine, &table, 2);
         let target = engine.last_journal_seq().unwrap() + 1;
         durability.wait(true).await.unwrap();
         drop((mine, other));
-        assert_eq!(durability.wanted.lock().unwrap().below, target, "the sync thread was asked");
+        assert_eq!(durability.wanted.lock().below, target, "the sync thread was asked");
         assert!(durability.synced.borrow().below >= target);
         drop(durability.running());
         // Many clients: never on the waiting task, even alone.
@@ -387,10 +388,10 @@ mod tests {
         let target = engine.last_journal_seq().unwrap() + 1;
         durability.wait(false).await.unwrap();
         drop(alone);
-        assert_eq!(durability.wanted.lock().unwrap().below, target, "the sync thread was asked");
+        assert_eq!(durability.wanted.lock().below, target, "the sync thread was asked");
         // The sync thread clears `busy` just after it publishes.
         let cleared = Instant::now();
-        while durability.wanted.lock().unwrap().busy {
+        while durability.wanted.lock().busy {
             assert!(cleared.elapsed() < Duration::from_secs(5), "no fsync is left marked as running");
             std::thread::sleep(Duration::from_millis(1));
         }

@@ -14,9 +14,9 @@
 
 use crate::error::CommandError;
 use bson::{doc, Bson, Document};
+use parking_lot::Mutex;
 use query::update::integral;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
 use std::time::Duration;
 
 /// What a matching command meets.
@@ -144,7 +144,7 @@ impl FailPoints {
             None => None,
             Some(mode) => Some(Self::parse_data(mode, cmd.get("data"))?),
         };
-        let mut current = self.fail_command.lock().unwrap();
+        let mut current = self.fail_command.lock();
         self.armed.store(setting.is_some(), Ordering::Release);
         *current = setting;
         let count = self.entered.load(Ordering::Acquire);
@@ -202,7 +202,7 @@ impl FailPoints {
         if !self.is_armed() || command == "configureFailPoint" {
             return None;
         }
-        let mut current = self.fail_command.lock().unwrap();
+        let mut current = self.fail_command.lock();
         let fc = current.as_mut()?;
         if !fc.action.acts() || !fc.commands.iter().any(|c| canonical(c) == canonical(command)) {
             return None;

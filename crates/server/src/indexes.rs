@@ -8,7 +8,8 @@ use crate::crud::{check_fields, check_not_view, namespace, type_name, CommandRes
 use crate::error::CommandError;
 use crate::server::Shared;
 use bson::{doc, Bson, Document};
-use doc::catalog::Namespace;
+use doc::catalog::{Collection, Namespace};
+use std::sync::Arc;
 
 /// The `_id` index as `listIndexes` and `listCollections` describe it
 /// (with its collation, the collection's default one, if any).
@@ -50,18 +51,20 @@ pub(crate) fn is_id_key(key: &Document) -> bool {
 }
 
 /// The collection a command names, which must exist and not be a view.
-fn existing(shared: &Shared, cmd: &Document, name: &str) -> Result<Namespace, CommandError> {
+/// The command's collection, looked up once: a concurrent drop between a
+/// check and a use cannot make it vanish (the `Arc` keeps it).
+fn existing(shared: &Shared, cmd: &Document, name: &str) -> Result<(Namespace, Arc<Collection>), CommandError> {
     let ns = namespace(cmd, name)?;
-    if shared.catalog.get(&ns).is_none() {
+    let Some(coll) = shared.catalog.get(&ns) else {
         return Err(CommandError::namespace_not_found(format!("ns does not exist: {ns}")));
-    }
+    };
     check_not_view(shared, &ns)?;
-    Ok(ns)
+    Ok((ns, coll))
 }
 
 pub fn list_indexes(shared: &Shared, cmd: &Document) -> CommandResult {
     check_fields(cmd, "listIndexes", &["cursor", "includeBuildUUIDs", "includeIndexBuildInfo"], false)?;
-    let ns = existing(shared, cmd, "listIndexes")?;
+    let (ns, _) = existing(shared, cmd, "listIndexes")?;
     let batch_size = match cmd.get("cursor") {
         None => None,
         Some(Bson::Document(c)) => crate::crud::count_option(c, "batchSize")?.map(|n| n.max(0) as usize),
@@ -140,8 +143,7 @@ pub fn create_indexes(shared: &Shared, cmd: &Document) -> CommandResult {
 
 pub fn drop_indexes(shared: &Shared, cmd: &Document) -> CommandResult {
     check_fields(cmd, "dropIndexes", &["index"], false)?;
-    let ns = existing(shared, cmd, "dropIndexes")?;
-    let coll = shared.catalog.get(&ns).expect("checked by existing");
+    let (_, coll) = existing(shared, cmd, "dropIndexes")?;
     let id_name = id_index_name(&coll);
     let names: Vec<String> = match cmd.get("index") {
         Some(Bson::String(name)) => vec![name.clone()],

@@ -17,10 +17,11 @@ use crate::server::Shared;
 use bson::{doc, Bson, Document};
 use doc::catalog::{Collection, DocError, Namespace, ScanFrom};
 use doc::compare::compare;
+use parking_lot::Mutex;
 use query::{Collation, Filter, Projection, Sort};
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Default size of a first batch (MongoDB's).
@@ -132,20 +133,20 @@ struct Busy<'a>(&'a Cursors, i64);
 impl Busy<'_> {
     /// Whether the cursor was killed while out.
     fn killed(&self) -> bool {
-        self.0.busy.lock().unwrap().get(&self.1).is_some_and(|b| b.1)
+        self.0.busy.lock().get(&self.1).is_some_and(|b| b.1)
     }
 }
 
 impl Drop for Busy<'_> {
     fn drop(&mut self) {
-        self.0.busy.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.1);
+        self.0.busy.lock().remove(&self.1);
     }
 }
 
 impl Cursors {
     /// Tie an open cursor to the session whose command opened it.
     pub fn bind_session(&self, id: i64, lsid: doc::sessions::SessionId) {
-        if let Some(c) = self.open.lock().unwrap().get_mut(&id) {
+        if let Some(c) = self.open.lock().get_mut(&id) {
             c.lsid = Some(lsid);
         }
     }
@@ -158,8 +159,8 @@ impl Cursors {
             (Some(_), None) => true,
             (Some(lsid), Some(ids)) => ids.contains(&lsid),
         };
-        self.open.lock().unwrap().retain(|_, c| !killed(c.lsid));
-        for (lsid, dead) in self.busy.lock().unwrap().values_mut() {
+        self.open.lock().retain(|_, c| !killed(c.lsid));
+        for (lsid, dead) in self.busy.lock().values_mut() {
             *dead |= killed(*lsid);
         }
     }
@@ -366,7 +367,7 @@ impl Cursors {
     /// How long a `getMore` on cursor `id` may wait for inserts at its
     /// end: `maxTimeMS` (default 1 s) for an awaitData cursor.
     pub fn await_data(&self, id: i64, cmd: &Document) -> Option<Duration> {
-        let open = self.open.lock().unwrap();
+        let open = self.open.lock();
         open.get(&id).filter(|c| c.await_data)?;
         Some(Deadline::of(cmd).ok().and_then(|d| d.left()).unwrap_or(Duration::from_secs(1)))
     }
@@ -434,7 +435,7 @@ fn fill(
 pub(crate) use doc::bson_bytes::encoded_len;
 
 fn register(shared: &Shared, state: CursorState) -> i64 {
-    let mut open = shared.cursors.open.lock().unwrap();
+    let mut open = shared.cursors.open.lock();
     Cursors::reap(&mut open);
     loop {
         let id = (rand_u64() >> 1) as i64;
@@ -850,12 +851,14 @@ pub fn find(shared: &Shared, cmd: &Document) -> CommandResult {
     } else if is_view {
         // A view's documents come from its pipeline as the cursor is read,
         // in the pipeline's order, filtered; no blocking sort.
-        let (base, stages) = resolve_view(shared, &ns)?.expect("a view");
-        let pipeline = query::Pipeline::parse(&stages)?.with_collation(filter.collation().cloned());
-        let (docs, scanning) = stream_over(shared, &base, &pipeline)?;
-        state.source = Source::Stream { docs: docs.peekable(), scanning, filter: Some(filter) };
-        skip_hits(shared, &mut state, skip, &deadline)?;
-        state.remaining = limit;
+        // Dropped since it was looked up: as any missing namespace, empty.
+        if let Some((base, stages)) = resolve_view(shared, &ns)? {
+            let pipeline = query::Pipeline::parse(&stages)?.with_collation(filter.collation().cloned());
+            let (docs, scanning) = stream_over(shared, &base, &pipeline)?;
+            state.source = Source::Stream { docs: docs.peekable(), scanning, filter: Some(filter) };
+            skip_hits(shared, &mut state, skip, &deadline)?;
+            state.remaining = limit;
+        }
     } else {
         state.source = Source::Scan { filter, after: ScanFrom::Start, pending: VecDeque::new(), reverse: natural < 0 };
         skip_hits(shared, &mut state, skip, &deadline)?;
@@ -884,11 +887,11 @@ pub fn get_more(shared: &Shared, cmd: &Document) -> CommandResult {
     };
     let batch_size = count_option(cmd, "batchSize")?.filter(|b| *b > 0).map(|b| b as usize).unwrap_or(usize::MAX);
     let mut state = {
-        let mut open = shared.cursors.open.lock().unwrap();
+        let mut open = shared.cursors.open.lock();
         Cursors::reap(&mut open);
         match open.remove(&id) {
             Some(s) if s.ns == ns => {
-                shared.cursors.busy.lock().unwrap().insert(id, (s.lsid, false));
+                shared.cursors.busy.lock().insert(id, (s.lsid, false));
                 s
             }
             Some(s) => {
@@ -924,7 +927,7 @@ pub fn get_more(shared: &Shared, cmd: &Document) -> CommandResult {
     state.time_left = deadline.left();
     // Put back under the lock `killCursors` takes, unless killed meanwhile.
     let id = {
-        let mut open = shared.cursors.open.lock().unwrap();
+        let mut open = shared.cursors.open.lock();
         if busy.killed() {
             return Err(CommandError::with_code(237, format!("cursor id {id} was killed")));
         }
@@ -945,12 +948,12 @@ pub fn kill_cursors(shared: &Shared, cmd: &Document) -> CommandResult {
     let ids =
         cmd.get_array("cursors").map_err(|_| CommandError::failed_to_parse("killCursors needs a cursors array"))?;
     let (mut killed, mut not_found) = (Vec::new(), Vec::new());
-    let mut open = shared.cursors.open.lock().unwrap();
+    let mut open = shared.cursors.open.lock();
     for id in ids {
         let Bson::Int64(id) = id else {
             return Err(CommandError::type_mismatch("cursor ids must be longs"));
         };
-        let out = shared.cursors.busy.lock().unwrap().get_mut(id).map(|b| b.1 = true).is_some();
+        let out = shared.cursors.busy.lock().get_mut(id).map(|b| b.1 = true).is_some();
         if open.remove(id).is_some() || out {
             killed.push(*id);
         } else {
@@ -1240,5 +1243,21 @@ mod tests {
         assert_eq!(of(Bson::String("x".into())).err().map(|e| e.code), Some(2));
         assert_eq!(of(Bson::Int64(-1)).err().map(|e| e.code), Some(2));
         assert_eq!(Deadline::of(&bson::doc! { "find": "c" }).unwrap().left(), None);
+    }
+
+    /// A command that panics while it holds the registry (the panic is
+    /// caught and answered as InternalError) leaves it usable by the next.
+    #[test]
+    fn the_cursor_registry_survives_a_panic_while_locked() {
+        let cursors = Arc::new(Cursors::default());
+        let held = Arc::clone(&cursors);
+        let panicked = std::thread::spawn(move || {
+            let _guard = held.open.lock();
+            panic!("a command fails while it holds the registry");
+        })
+        .join();
+        assert!(panicked.is_err());
+        assert!(cursors.open.lock().is_empty(), "the registry is still usable");
+        assert!(cursors.busy.lock().is_empty());
     }
 }

@@ -32,9 +32,10 @@ use crate::error::CommandError;
 use crate::server::Shared;
 use bson::{spec::BinarySubtype, Bson, Document};
 use doc::sessions::{Record, SessionId, Sessions};
+use parking_lot::Mutex;
 use query::type_name;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The session fields of a command.
@@ -334,7 +335,7 @@ impl SessionCatalog {
     /// Mark a session used now (mongod's `vivify`); a new one fails with
     /// TooManyLogicalSessions when the cache is full.
     pub fn vivify(&self, lsid: SessionId) -> Result<(), CommandError> {
-        let mut local = self.local.lock().unwrap();
+        let mut local = self.local.lock();
         let now = bson::DateTime::now();
         if let Some(last_use) = local.get_mut(&lsid) {
             *last_use = now;
@@ -355,7 +356,7 @@ impl SessionCatalog {
 
     /// Forget sessions (`endSessions`).
     pub fn forget(&self, ids: &[SessionId]) {
-        let mut local = self.local.lock().unwrap();
+        let mut local = self.local.lock();
         for id in ids {
             local.remove(id);
         }
@@ -366,8 +367,7 @@ impl SessionCatalog {
     pub fn local_sessions(&self) -> Vec<Document> {
         // Copied out, so the documents are built without holding the lock
         // every command with a session takes.
-        let local: Vec<(SessionId, bson::DateTime)> =
-            self.local.lock().unwrap().iter().map(|(id, t)| (*id, *t)).collect();
+        let local: Vec<(SessionId, bson::DateTime)> = self.local.lock().iter().map(|(id, t)| (*id, *t)).collect();
         local
             .iter()
             .map(|(id, last_use)| {
@@ -385,7 +385,7 @@ impl SessionCatalog {
     /// Wait, without blocking a thread, until no other command of the
     /// session runs; the guard holds the turn.
     pub async fn take_turn(&self, lsid: SessionId) -> tokio::sync::OwnedMutexGuard<()> {
-        let turn = self.turns.lock().unwrap().entry(lsid).or_default().clone();
+        let turn = self.turns.lock().entry(lsid).or_default().clone();
         turn.lock_owned().await
     }
 
@@ -393,13 +393,13 @@ impl SessionCatalog {
     /// stored records. The caller holds the session's turn (`take_turn`,
     /// taken in `server.rs` for every command `retryable_session` names).
     fn check_out(&self, lsid: SessionId) -> (Option<i64>, bool) {
-        let mut live = self.live.lock().unwrap();
+        let mut live = self.live.lock();
         let s = live.entry(lsid).or_default();
         (s.newest, s.loaded)
     }
 
     fn check_in(&self, lsid: SessionId, newest: Option<i64>, loaded: bool) {
-        let mut live = self.live.lock().unwrap();
+        let mut live = self.live.lock();
         let s = live.entry(lsid).or_default();
         s.newest = s.newest.max(newest);
         s.loaded |= loaded;
@@ -409,16 +409,15 @@ impl SessionCatalog {
     /// Forget sessions unused for the session timeout, and their records.
     pub fn reap(&self, engine: &storage::Engine) -> Result<usize, doc::catalog::DocError> {
         // A turn someone holds or awaits keeps its session.
-        let mut turns = self.turns.lock().unwrap();
+        let mut turns = self.turns.lock();
         turns.retain(|_, t| Arc::strong_count(t) > 1);
         self.live
             .lock()
-            .unwrap()
             .retain(|id, s| turns.contains_key(id) || s.last_used.is_some_and(|t| t.elapsed() < session_timeout()));
         drop(turns);
         let now = bson::DateTime::now().timestamp_millis();
         let expired = now - session_timeout().as_millis() as i64;
-        self.local.lock().unwrap().retain(|_, last_use| last_use.timestamp_millis() >= expired);
+        self.local.lock().retain(|_, last_use| last_use.timestamp_millis() >= expired);
         self.store.reap(engine, now - session_timeout().as_millis() as i64)
     }
 }
