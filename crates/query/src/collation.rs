@@ -7,21 +7,22 @@
 //! Strings compare through the collator wherever they sit: alone, inside
 //! arrays and inside documents (whose field names stay binary), as in
 //! MongoDB. The `_id` index is binary, so a collated query never takes
-//! the `_id` point lookup for a string.
+//! the `_id` point lookup for a string. A filter, sort, update or pipeline
+//! hands its collation to the comparisons in its evaluation context
+//! (`context.rs`).
 
-use crate::matcher::FilterError;
-use crate::update::type_name;
+use crate::error::{bad_value, FilterError};
+use crate::types::type_name;
 use bson::{Bson, Document};
 use doc::compare::{canonical_type, compare};
 use icu_collator::options::{AlternateHandling, CaseLevel, CollatorOptions, MaxVariable, Strength};
 use icu_collator::preferences::{CollationCaseFirst, CollationNumericOrdering};
 use icu_collator::{Collator, CollatorBorrowed, CollatorPreferences};
-use std::cell::RefCell;
 use std::cmp::Ordering;
 use std::sync::Arc;
 
 fn bad(spec: &Document, field: &str) -> FilterError {
-    FilterError { code: 2, message: format!("Field '{field}' is invalid in: {spec}") }
+    bad_value(format!("Field '{field}' is invalid in: {spec}"))
 }
 
 /// A non-simple collation.
@@ -186,7 +187,7 @@ impl Collation {
 
     /// `v` with every string replaced by its sort key (as hex text): values
     /// equal under the collation get equal binary forms (a `$group` key).
-    fn key_of(&self, v: &Bson) -> Bson {
+    pub(crate) fn key_of(&self, v: &Bson) -> Bson {
         match v {
             Bson::String(s) | Bson::Symbol(s) => {
                 let mut key: Vec<u8> = Vec::new();
@@ -223,29 +224,6 @@ fn strength_level(spec: &Document) -> Option<i32> {
     }
 }
 
-thread_local! {
-    /// The collation of the filter being matched on this thread.
-    static CURRENT: RefCell<Option<Arc<Collation>>> = const { RefCell::new(None) };
-}
-
-/// Run `f` with `c` as the collation comparisons use ([`collated`]).
-pub(crate) fn with_collation<T>(c: Option<&Arc<Collation>>, f: impl FnOnce() -> T) -> T {
-    // The common case: no collation here and none in force.
-    if c.is_none() && CURRENT.with_borrow(Option::is_none) {
-        return f();
-    }
-    let previous = CURRENT.with_borrow_mut(|cur| std::mem::replace(cur, c.cloned()));
-    struct Restore(Option<Option<Arc<Collation>>>);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            let previous = self.0.take().flatten();
-            CURRENT.with_borrow_mut(|cur| *cur = previous);
-        }
-    }
-    let _restore = Restore(Some(previous));
-    f()
-}
-
 /// The `_id` index applies a collection's default collation through its
 /// sort keys (`Collation::key_of`). They are stored, so the ICU version
 /// that makes them is pinned (Cargo.lock), as mongod records "57.1".
@@ -274,20 +252,6 @@ pub const ID_KEY_FORMAT: &str = "icu4x-collator-2.4";
 pub fn id_collation(spec: &Document) -> Option<Arc<dyn doc::catalog::IdCollation>> {
     let c = Collation::parse(Some(&Bson::Document(spec.clone()))).ok().flatten()?;
     Some(c)
-}
-
-/// Under a collation in force: `v` in a form whose binary comparison
-/// treats strings as the collation does (see `Collation::key_of`).
-pub(crate) fn collation_key(v: &Bson) -> Option<Bson> {
-    CURRENT.with_borrow(|c| c.as_ref().map(|c| c.key_of(v)))
-}
-
-/// `compare`, with strings collated when a collation is in force.
-pub(crate) fn collated(a: &Bson, b: &Bson) -> Ordering {
-    CURRENT.with_borrow(|c| match c {
-        Some(c) => c.compare(a, b),
-        None => compare(a, b),
-    })
 }
 
 #[cfg(test)]

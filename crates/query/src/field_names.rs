@@ -14,18 +14,9 @@
 //!
 //! Dots are allowed everywhere; only the query language reads them as paths.
 
-use crate::matcher::FilterError;
-use crate::update::type_name;
+use crate::error::{err, FilterError, BAD_VALUE, DBREF_INVALID, DOLLAR_PREFIXED_FIELD_NAME, ID_FIELD_INVALID};
+use crate::types::type_name;
 use bson::{Bson, Document};
-
-const BAD_VALUE: i32 = 2;
-const DBREF_INVALID: i32 = 10;
-const DOLLAR_PREFIXED_FIELD_NAME: i32 = 52;
-const ID_FIELD_INVALID: i32 = 53;
-
-fn err(code: i32, message: impl Into<String>) -> FilterError {
-    FilterError { code, message: message.into() }
-}
 
 /// Whose `_id` is checked: an insert command's document answers a bad type
 /// with BadValue, an upsert's with InvalidIdField (as mongod 8.0 does).

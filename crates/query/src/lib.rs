@@ -1,9 +1,16 @@
-//! The query language over documents: filters (`matcher.rs`), and later
-//! update operators, projection, the planner, executor stages, explain and
-//! aggregation. Performs no I/O of its own, but for the runs of an external
+//! The query language over documents: filters (`matcher.rs`), update
+//! operators, projection, sorts, aggregation expressions (`expr/`) and
+//! pipelines. Performs no I/O of its own, but for the runs of an external
 //! sort (`external.rs`).
+//!
+//! Two leaves under everything: `error.rs` (the layer's error and its
+//! codes) and `types.rs` (type names and other shared type helpers). What
+//! an evaluation reads besides the document (the collation) travels as a
+//! parameter, the evaluation context (`context.rs`).
 
 pub mod collation;
+pub(crate) mod context;
+pub mod error;
 pub mod expr;
 pub mod external;
 pub mod field_names;
@@ -14,13 +21,16 @@ pub mod projection;
 pub mod regex;
 pub mod schema;
 pub mod sort;
+pub mod types;
 pub mod update;
 pub mod update_pipeline;
 pub mod validation_error;
 
 pub use collation::Collation;
-pub use matcher::{Filter, FilterError};
+pub use error::FilterError;
+pub use matcher::Filter;
 pub use pipeline::{MemoryLimits, Pipeline};
 pub use projection::Projection;
 pub use sort::Sort;
-pub use update::{type_name, Update};
+pub use types::type_name;
+pub use update::Update;

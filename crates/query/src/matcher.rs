@@ -12,27 +12,26 @@
 //! path offers both itself and its elements. Comparisons only compare
 //! values of the same canonical type ("type bracketing"); `null` equality
 //! also matches a missing field.
+//!
+//! Matching cannot fail: strings compare through the evaluation context's
+//! collation, and an `$expr`'s error goes to the context's error slot, for
+//! [`Filter::try_matches_at`] to report (`context.rs`).
 
-use crate::collation::{collated, with_collation, Collation};
-use crate::expr::{truthy, Expression, Scope};
+use crate::collation::Collation;
+use crate::context::EvalContext;
+use crate::error::{bad_value, err, TYPE_MISMATCH};
+use crate::expr::{Expression, Scope};
 use crate::regex::Regex;
+use crate::schema::JsonSchema;
+use crate::types::{has_type, truthy, type_code};
 use bson::{Bson, Document};
 use doc::compare::{canonical_type, number, Number};
 use doc::format;
 use std::cmp::Ordering;
 use std::sync::Arc;
 
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{message}")]
-pub struct FilterError {
-    /// MongoDB's error code (2 BadValue for most parse errors).
-    pub code: i32,
-    pub message: String,
-}
-
-pub(crate) fn bad_value(message: impl Into<String>) -> FilterError {
-    FilterError { code: 2, message: message.into() }
-}
+/// The layer's error (`error.rs`), also at the path other crates use.
+pub use crate::error::FilterError;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Cmp {
@@ -60,16 +59,10 @@ enum Expr {
     Bits(String, BitTest, Vec<u64>),
     ElemMatch(String, Box<ElemCond>),
     /// `$jsonSchema`, on the whole document.
-    Schema(Box<crate::schema::JsonSchema>),
+    Schema(Box<JsonSchema>),
     /// `$expr`: an aggregation expression, true when its value is truthy.
     Agg(Box<Expression>),
     True,
-}
-
-thread_local! {
-    /// The first error an `$expr` met while matching (matching itself
-    /// cannot fail; [`Filter::try_matches_at`] reports it).
-    static EXPR_ERROR: std::cell::RefCell<Option<FilterError>> = const { std::cell::RefCell::new(None) };
 }
 
 /// Which of the `$bits*` operators.
@@ -113,9 +106,9 @@ impl Filter {
     /// As [`Filter::matches_at`], but an error an `$expr` meets (a type
     /// error in `$add`, say) fails the match, as it fails mongod's query.
     pub fn try_matches_at(&self, doc: &Document) -> Result<(bool, Option<usize>), FilterError> {
-        EXPR_ERROR.with_borrow_mut(|e| *e = None);
-        let found = self.matches_at(doc);
-        match EXPR_ERROR.with_borrow_mut(Option::take) {
+        let cx = EvalContext::new(self.collation.as_deref());
+        let found = self.matches_in(doc, &cx);
+        match cx.into_expr_error() {
             Some(e) => Err(e),
             None => Ok(found),
         }
@@ -128,8 +121,12 @@ impl Filter {
     /// Whether `doc` matches, and the array position the positional `$`
     /// operator of an update or projection uses.
     pub fn matches_at(&self, doc: &Document) -> (bool, Option<usize>) {
+        self.matches_in(doc, &EvalContext::new(self.collation.as_deref()))
+    }
+
+    fn matches_in(&self, doc: &Document, cx: &EvalContext) -> (bool, Option<usize>) {
         let mut pos = None;
-        let ok = with_collation(self.collation.as_ref(), || eval(&self.root, doc, &mut pos));
+        let ok = eval(&self.root, doc, &mut pos, cx);
         (ok, pos)
     }
 
@@ -181,8 +178,8 @@ fn parse_document(filter: &Document, scope: Option<&Scope>) -> Result<Expr, Filt
             }
             "$comment" => Expr::True,
             "$jsonSchema" => match value {
-                Bson::Document(schema) => Expr::Schema(Box::new(crate::schema::JsonSchema::parse(schema)?)),
-                _ => return Err(FilterError { code: 14, message: "$jsonSchema must be an object".into() }),
+                Bson::Document(schema) => Expr::Schema(Box::new(JsonSchema::parse(schema)?)),
+                _ => return Err(err(TYPE_MISMATCH, "$jsonSchema must be an object")),
             },
             // mongod answers this when server-side JavaScript is off, as it
             // always is here.
@@ -206,8 +203,14 @@ fn parse_document(filter: &Document, scope: Option<&Scope>) -> Result<Expr, Filt
 pub struct ElementFilter(ElemCond);
 
 impl ElementFilter {
+    /// Does `v` satisfy it, strings compared binary?
     pub fn matches(&self, v: &Bson) -> bool {
-        elem_matches(&self.0, v)
+        self.matches_in(v, &EvalContext::new(None))
+    }
+
+    /// Does `v` satisfy it, strings compared as `cx` says?
+    pub(crate) fn matches_in(&self, v: &Bson, cx: &EvalContext) -> bool {
+        elem_matches(&self.0, v, cx)
     }
 }
 
@@ -377,74 +380,6 @@ fn parse_operator(path: &str, op: &str, arg: &Bson) -> Result<Expr, FilterError>
     })
 }
 
-/// A `$type` argument as a BSON type number; "number" is -2 here.
-pub(crate) fn type_code(v: &Bson) -> Result<i32, FilterError> {
-    const NAMES: &[(&str, i32)] = &[
-        ("double", 1),
-        ("string", 2),
-        ("object", 3),
-        ("array", 4),
-        ("binData", 5),
-        ("undefined", 6),
-        ("objectId", 7),
-        ("bool", 8),
-        ("date", 9),
-        ("null", 10),
-        ("regex", 11),
-        ("dbPointer", 12),
-        ("javascript", 13),
-        ("symbol", 14),
-        ("javascriptWithScope", 15),
-        ("int", 16),
-        ("timestamp", 17),
-        ("long", 18),
-        ("decimal", 19),
-        ("minKey", -1),
-        ("maxKey", 127),
-        ("number", -2),
-    ];
-    match v {
-        Bson::String(s) => NAMES
-            .iter()
-            .find(|(n, _)| n == s)
-            .map(|(_, c)| *c)
-            .ok_or_else(|| bad_value(format!("Unknown type name alias: {s}"))),
-        other => match number(other) {
-            Some(Number::Int(i)) if NAMES.iter().any(|(_, c)| i64::from(*c) == i && *c != -2) => Ok(i as i32),
-            Some(Number::Float(f)) if NAMES.iter().any(|(_, c)| f64::from(*c) == f && *c != -2) => Ok(f as i32),
-            Some(_) => Err(bad_value(format!("Invalid numerical type code: {other}"))),
-            None => Err(FilterError { code: 14, message: "type must be represented as a number or a string".into() }),
-        },
-    }
-}
-
-pub(crate) fn has_type(v: &Bson, codes: &[i32]) -> bool {
-    let code = match v {
-        Bson::Double(_) => 1,
-        Bson::String(_) => 2,
-        Bson::Document(_) => 3,
-        Bson::Array(_) => 4,
-        Bson::Binary(_) => 5,
-        Bson::Undefined => 6,
-        Bson::ObjectId(_) => 7,
-        Bson::Boolean(_) => 8,
-        Bson::DateTime(_) => 9,
-        Bson::Null => 10,
-        Bson::RegularExpression(_) => 11,
-        Bson::DbPointer(_) => 12,
-        Bson::JavaScriptCode(_) => 13,
-        Bson::Symbol(_) => 14,
-        Bson::JavaScriptCodeWithScope(_) => 15,
-        Bson::Int32(_) => 16,
-        Bson::Timestamp(_) => 17,
-        Bson::Int64(_) => 18,
-        Bson::Decimal128(_) => 19,
-        Bson::MinKey => -1,
-        Bson::MaxKey => 127,
-    };
-    codes.iter().any(|c| *c == code || (*c == -2 && matches!(code, 1 | 16 | 18 | 19)))
-}
-
 /// A `$bits*` argument as the positions of the bits it tests (from a
 /// non-negative integer, an array of positions, or binary data read
 /// little-endian).
@@ -536,7 +471,7 @@ fn regex_operator(arg: &Bson, options: Option<&Bson>) -> Result<Regex, FilterErr
     match arg {
         Bson::String(pattern) => Regex::new(pattern, extra),
         Bson::RegularExpression(r) if !extra.is_empty() && !r.options.is_empty() => {
-            Err(FilterError { code: 51075, message: "options set in both $regex and $options".into() })
+            Err(err(51075, "options set in both $regex and $options"))
         }
         Bson::RegularExpression(r) => Regex::new(&r.pattern, if extra.is_empty() { &r.options } else { extra }),
         _ => Err(bad_value("$regex has to be a string")),
@@ -545,35 +480,34 @@ fn regex_operator(arg: &Bson, options: Option<&Bson>) -> Result<Regex, FilterErr
 
 /// Evaluate `e` on `doc`. `pos` receives the array position MongoDB's
 /// positional `$` operator uses: the index, in the first array a matching
-/// path crossed, of the element that matched.
-fn eval(e: &Expr, doc: &Document, pos: &mut Option<usize>) -> bool {
+/// path crossed, of the element that matched; `cx`, the collation and
+/// where an `$expr`'s error goes.
+fn eval(e: &Expr, doc: &Document, pos: &mut Option<usize>, cx: &EvalContext) -> bool {
     match e {
         Expr::True => true,
         Expr::Schema(schema) => schema.matches_document(doc),
-        Expr::Agg(e) => match e.eval(doc) {
+        Expr::Agg(e) => match e.eval_in(doc, cx) {
             Ok(v) => truthy(&v),
-            Err(err) => {
-                EXPR_ERROR.with_borrow_mut(|first| {
-                    first.get_or_insert(err);
-                });
+            Err(e) => {
+                cx.note_expr_error(e);
                 false
             }
         },
-        Expr::And(subs) => subs.iter().all(|s| eval(s, doc, pos)),
-        Expr::Or(subs) => subs.iter().any(|s| eval(s, doc, pos)),
-        Expr::Nor(subs) => !subs.iter().any(|s| eval(s, doc, &mut None)),
-        Expr::Not(sub) => !eval(sub, doc, &mut None),
+        Expr::And(subs) => subs.iter().all(|s| eval(s, doc, pos, cx)),
+        Expr::Or(subs) => subs.iter().any(|s| eval(s, doc, pos, cx)),
+        Expr::Nor(subs) => !subs.iter().any(|s| eval(s, doc, &mut None, cx)),
+        Expr::Not(sub) => !eval(sub, doc, &mut None, cx),
         Expr::Compare(path, cmp, target) => {
             let mut missing = false;
-            let found = any_value(doc, path, pos, &mut missing, &mut |v| compare_one(v, *cmp, target));
+            let found = any_value(doc, path, pos, &mut missing, &mut |v| compare_one(v, *cmp, target, cx));
             found || (missing && matches!(target, Bson::Null) && matches!(cmp, Cmp::Eq | Cmp::Gte | Cmp::Lte))
         }
         Expr::In(path, items) => items.iter().any(|t| match t {
             Bson::RegularExpression(r) => match Regex::from_bson(r) {
-                Ok(re) => eval(&Expr::Regex(path.clone(), Box::new(re)), doc, pos),
+                Ok(re) => eval(&Expr::Regex(path.clone(), Box::new(re)), doc, pos, cx),
                 Err(_) => false,
             },
-            t => eval(&Expr::Compare(path.clone(), Cmp::Eq, t.clone()), doc, pos),
+            t => eval(&Expr::Compare(path.clone(), Cmp::Eq, t.clone()), doc, pos, cx),
         }),
         Expr::Regex(path, re) => any_value(doc, path, pos, &mut false, &mut |v| re.matches(v)),
         Expr::Type(path, codes) => any_value(doc, path, pos, &mut false, &mut |v| has_type(v, codes)),
@@ -605,7 +539,7 @@ fn eval(e: &Expr, doc: &Document, pos: &mut Option<usize>) -> bool {
                     return;
                 }
                 if let Some(Bson::Array(items)) = v {
-                    if let Some(i) = items.iter().position(|item| elem_matches(cond, item)) {
+                    if let Some(i) = items.iter().position(|item| elem_matches(cond, item, cx)) {
                         found = true;
                         *pos = pos.or(at).or(Some(i));
                     }
@@ -617,11 +551,11 @@ fn eval(e: &Expr, doc: &Document, pos: &mut Option<usize>) -> bool {
 }
 
 /// Does one array element satisfy an `$elemMatch`?
-fn elem_matches(cond: &ElemCond, item: &Bson) -> bool {
+fn elem_matches(cond: &ElemCond, item: &Bson, cx: &EvalContext) -> bool {
     match cond {
-        ElemCond::Object(e) => matches!(item, Bson::Document(d) if eval(e, d, &mut None)),
-        ElemCond::Value(e) => eval(e, &wrap(item), &mut None),
-        ElemCond::Equal(v) => collated(v, item) == Ordering::Equal && canonical_type(v) == canonical_type(item),
+        ElemCond::Object(e) => matches!(item, Bson::Document(d) if eval(e, d, &mut None, cx)),
+        ElemCond::Value(e) => eval(e, &wrap(item), &mut None, cx),
+        ElemCond::Equal(v) => cx.compare(v, item) == Ordering::Equal && canonical_type(v) == canonical_type(item),
     }
 }
 
@@ -667,7 +601,7 @@ fn any_value(
     found
 }
 
-fn compare_one(v: &Bson, cmp: Cmp, target: &Bson) -> bool {
+fn compare_one(v: &Bson, cmp: Cmp, target: &Bson, cx: &EvalContext) -> bool {
     // A regular expression as an equality target matches strings.
     if let (Bson::RegularExpression(r), Cmp::Eq) = (target, cmp) {
         if let Ok(re) = Regex::from_bson(r) {
@@ -680,7 +614,7 @@ fn compare_one(v: &Bson, cmp: Cmp, target: &Bson) -> bool {
     if !bracketed {
         return false;
     }
-    let o = collated(v, target);
+    let o = cx.compare(v, target);
     match cmp {
         Cmp::Eq => o == Ordering::Equal,
         Cmp::Gt => o == Ordering::Greater,

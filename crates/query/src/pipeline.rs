@@ -5,14 +5,22 @@
 //! for the drivers' `countDocuments` and everyday grouping and reshaping;
 //! other stages are refused as unknown, with MongoDB's message.
 //!
-//! Runs over documents handed in by the caller (no I/O of its own).
+//! Runs over documents handed in by the caller (no I/O of its own, but
+//! for spills). A pipeline's collation reaches every stage: `$match` and
+//! `$sort` hold it themselves; the others build their evaluation context
+//! from it for each document they produce, as it is read.
 
-use crate::expr::{Expression, Scope};
-use crate::external::{Runs, Spill};
-use crate::matcher::{Filter, FilterError};
-use crate::update::type_name;
-use crate::update_pipeline::UpdatePipeline;
-use crate::{Projection, Sort};
+use crate::collation::Collation;
+use crate::context::EvalContext;
+use crate::error::{err, FilterError};
+use crate::expr::{parse_path, Expression, Scope};
+use crate::external::{read_document, Runs, Spill};
+use crate::matcher::Filter;
+use crate::projection::Projection;
+use crate::sort::Sort;
+use crate::types::type_name;
+use crate::update::set_path;
+use crate::update_pipeline::{stage_of, unset, unset_fields, UpdatePipeline};
 use bson::{Bson, Document};
 use doc::compare::{number, Number};
 use doc::decimal_math::{Dec, DoubleDigits};
@@ -20,10 +28,6 @@ use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering as Atomic};
 use std::sync::Arc;
-
-fn err(code: i32, message: impl Into<String>) -> FilterError {
-    FilterError { code, message: message.into() }
-}
 
 #[derive(Debug, Clone, Copy)]
 enum AccKind {
@@ -101,7 +105,7 @@ impl Unwind {
                                     ),
                                 ));
                             }
-                            crate::expr::parse_path(i)?;
+                            parse_path(i)?;
                             index = Some(i.clone());
                         }
                         ("includeArrayIndex", other) => {
@@ -138,7 +142,7 @@ impl Unwind {
         if field.is_empty() {
             return Err(err(40352, "FieldPath cannot be constructed with empty string"));
         }
-        Ok(Unwind { field: field.to_string(), path: crate::expr::parse_path(field)?, index, preserve })
+        Ok(Unwind { field: field.to_string(), path: parse_path(field)?, index, preserve })
     }
 
     /// The documents `d` unwinds to. The path does not reach into arrays
@@ -148,7 +152,7 @@ impl Unwind {
     fn apply(&self, d: Document) -> Vec<Document> {
         let with_index = |mut d: Document, i: Bson| {
             if let Some(index) = &self.index {
-                crate::update::set_path(&mut d, index, i);
+                set_path(&mut d, index, i);
             }
             d
         };
@@ -160,7 +164,7 @@ impl Unwind {
                     .enumerate()
                     .map(|(i, item)| {
                         let mut out = d.clone();
-                        crate::update::set_path(&mut out, &self.field, item);
+                        set_path(&mut out, &self.field, item);
                         with_index(out, Bson::Int64(i as i64))
                     })
                     .collect()
@@ -168,7 +172,7 @@ impl Unwind {
             Some(Bson::Array(_)) if self.preserve => {
                 let mut out = d;
                 // The path reached `[]` through documents only.
-                crate::update_pipeline::unset(&mut out, &self.path);
+                unset(&mut out, &self.path);
                 vec![with_index(out, Bson::Null)]
             }
             None | Some(Bson::Null | Bson::Undefined | Bson::Array(_)) if !self.preserve => Vec::new(),
@@ -192,7 +196,7 @@ fn get_path<'a>(d: &'a Document, path: &[String]) -> Option<&'a Bson> {
 pub struct Pipeline {
     stages: Vec<Stage>,
     /// Strings compare through it in every stage's expressions.
-    collation: Option<std::sync::Arc<crate::Collation>>,
+    collation: Option<Arc<Collation>>,
     /// The most `$sort` and `$group` may hold (`None`: no limit).
     memory: Option<MemoryLimits>,
     /// With `allowDiskUse`: past their limits, `$sort` and `$group`
@@ -220,21 +224,6 @@ pub struct SpillCounters {
 
 /// The documents a pipeline produces, as they are read.
 pub type DocStream<'a> = Box<dyn Iterator<Item = Result<Document, FilterError>> + Send + 'a>;
-
-/// A stream whose stages' expressions compare strings through a collation
-/// (kept in force while each document is produced).
-struct Collated<'a> {
-    inner: DocStream<'a>,
-    collation: Arc<crate::Collation>,
-}
-
-impl Iterator for Collated<'_> {
-    type Item = Result<Document, FilterError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        crate::collation::with_collation(Some(&self.collation), || self.inner.next())
-    }
-}
 
 fn spill_error(e: std::io::Error) -> FilterError {
     err(1, format!("a blocking stage could not spill to disk: {e}"))
@@ -278,39 +267,10 @@ fn positive(stage: &str, v: &Bson) -> Result<usize, FilterError> {
     Ok(usize::try_from(n).unwrap_or(usize::MAX))
 }
 
-/// The field paths of a `$unset` stage: a string or a nonempty array of
-/// strings.
-pub(crate) fn unset_fields(arg: &Bson) -> Result<Vec<String>, FilterError> {
-    match arg {
-        Bson::String(f) => Ok(vec![f.clone()]),
-        Bson::Array(items) if items.is_empty() => {
-            Err(err(31119, "$unset specification must be a string or an array with at least one field"))
-        }
-        Bson::Array(items) if items.iter().all(|i| matches!(i, Bson::String(_))) => {
-            Ok(items.iter().filter_map(|i| i.as_str().map(str::to_string)).collect())
-        }
-        Bson::Array(_) => {
-            Err(err(31120, "$unset specification must be a string or an array containing only string values"))
-        }
-        _ => Err(err(31002, "$unset specification must be a string or an array")),
-    }
-}
-
-/// A stage's name and argument: each stage is a one-field document.
-pub(crate) fn stage_of(s: &Bson) -> Result<(&String, &Bson), FilterError> {
-    let Bson::Document(d) = s else {
-        return Err(err(14, "Each element of the 'pipeline' array must be an object"));
-    };
-    if d.len() != 1 {
-        return Err(err(40323, "A pipeline stage specification object must contain exactly one field."));
-    }
-    Ok(d.iter().next().expect("one field"))
-}
-
 impl Pipeline {
     /// This pipeline with strings compared through `collation` in its
     /// `$match` and `$sort` stages (group keys stay binary for now).
-    pub fn with_collation(mut self, collation: Option<std::sync::Arc<crate::Collation>>) -> Pipeline {
+    pub fn with_collation(mut self, collation: Option<Arc<Collation>>) -> Pipeline {
         if collation.is_none() {
             return self;
         }
@@ -418,15 +378,7 @@ impl Pipeline {
         &self,
         input: impl Iterator<Item = Result<Document, FilterError>> + Send + 'a,
     ) -> Result<DocStream<'a>, FilterError> {
-        let collation = self.collation.clone();
-        let inner = crate::collation::with_collation(collation.as_ref(), || self.stages_over(Box::new(input)))?;
-        Ok(match collation {
-            Some(collation) => Box::new(Collated { inner, collation }),
-            None => inner,
-        })
-    }
-
-    fn stages_over<'a>(&self, mut docs: DocStream<'a>) -> Result<DocStream<'a>, FilterError> {
+        let mut docs: DocStream<'a> = Box::new(input);
         for (i, stage) in self.stages.iter().enumerate() {
             docs = match stage.clone() {
                 Stage::Match(f) => Box::new(docs.filter_map(move |d| match d {
@@ -467,8 +419,19 @@ impl Pipeline {
                     };
                     self.sort(docs, sort, top)?
                 }
-                Stage::Project(p) => Box::new(docs.map(move |d| d.and_then(|d| p.apply(&d, None)))),
-                Stage::Reshape(p) => Box::new(docs.map(move |d| d.and_then(|d| p.apply(&d)))),
+                // Each document's context is made as it is read.
+                Stage::Project(p) => {
+                    let collation = self.collation.clone();
+                    Box::new(
+                        docs.map(move |d| {
+                            d.and_then(|d| p.apply_in(&d, None, &EvalContext::new(collation.as_deref())))
+                        }),
+                    )
+                }
+                Stage::Reshape(p) => {
+                    let collation = self.collation.clone();
+                    Box::new(docs.map(move |d| d.and_then(|d| p.apply_in(&d, &EvalContext::new(collation.as_deref())))))
+                }
                 Stage::Unwind(u) => Box::new(docs.flat_map(move |d| match d {
                     Ok(d) => u.apply(d).into_iter().map(Ok).collect::<Vec<_>>(),
                     Err(e) => vec![Err(e)],
@@ -536,6 +499,7 @@ impl Pipeline {
         fields: &[(String, AccKind, Expression)],
     ) -> Result<DocStream<'a>, FilterError> {
         let limit = self.memory.map(|m| m.group);
+        let cx = EvalContext::new(self.collation.as_deref());
         let mut held = 0;
         // Keyed by KeyString so 1 and 1.0 share a group, as in MongoDB; under
         // a collation, strings by their collation keys ("a" and "A" share one
@@ -544,8 +508,8 @@ impl Pipeline {
         let mut runs: Option<Runs<Partial>> = None;
         for d in docs {
             let d = d?;
-            let key = id.eval(&d)?.unwrap_or(Bson::Null);
-            let k = match crate::collation::collation_key(&key) {
+            let key = id.eval_in(&d, &cx)?.unwrap_or(Bson::Null);
+            let k = match cx.collation_key(&key) {
                 Some(collated) => doc::keystring::encode(&collated),
                 None => doc::keystring::encode(&key),
             };
@@ -556,7 +520,7 @@ impl Pipeline {
             let entry =
                 groups.entry(k).or_insert_with(|| (key, fields.iter().map(|(_, kind, _)| Acc::new(*kind)).collect()));
             for ((_, kind, operand), acc) in fields.iter().zip(entry.1.iter_mut()) {
-                let v = operand.eval(&d)?;
+                let v = operand.eval_in(&d, &cx)?;
                 match (kind, &v) {
                     (AccKind::Push, Some(v)) => bytes += bson_size(v),
                     (AccKind::First | AccKind::Last | AccKind::Min | AccKind::Max, Some(v)) if fresh => {
@@ -564,7 +528,7 @@ impl Pipeline {
                     }
                     _ => {}
                 }
-                accumulate(*kind, acc, v);
+                accumulate(*kind, acc, v, &cx);
             }
             held += bytes;
             if limit.is_none_or(|l| held <= l) {
@@ -578,10 +542,12 @@ impl Pipeline {
             };
             let runs = runs.get_or_insert_with(|| {
                 let kinds: Vec<AccKind> = fields.iter().map(|(_, kind, _)| *kind).collect();
+                let collation = self.collation.clone();
                 Runs::new(to.dir.clone(), Arc::new(|a: &Partial, b: &Partial| a.key.cmp(&b.key))).with_combine(
                     Arc::new(move |a: &mut Partial, b: Partial| {
+                        let cx = EvalContext::new(collation.as_deref());
                         for ((x, y), kind) in a.accs.iter_mut().zip(b.accs).zip(&kinds) {
-                            x.combine(*kind, y);
+                            x.combine(*kind, y, &cx);
                         }
                     }),
                 )
@@ -638,7 +604,7 @@ impl Spill for Partial {
     }
 
     fn read_from(r: &mut dyn std::io::Read) -> std::io::Result<Option<Partial>> {
-        let Some(d) = crate::external::read_document(r)? else { return Ok(None) };
+        let Some(d) = read_document(r)? else { return Ok(None) };
         let bad = || std::io::Error::other("a malformed partial group in a spill run");
         let key = match d.get("k") {
             Some(Bson::Binary(b)) => b.bytes.clone(),
@@ -783,7 +749,7 @@ impl Acc {
     }
 
     /// Fold in `later`, the same group's accumulator over later input.
-    fn combine(&mut self, kind: AccKind, later: Acc) {
+    fn combine(&mut self, kind: AccKind, later: Acc, cx: &EvalContext) {
         let add_dec = |dec: &mut Option<Dec>, other: Option<Dec>| {
             if let Some(o) = other {
                 *dec = Some(match dec.take() {
@@ -805,7 +771,7 @@ impl Acc {
             }
             (Acc::Push(items), Acc::Push(more)) => items.extend(more),
             // What the later input would have done to this accumulator.
-            (acc @ Acc::Pick(_), Acc::Pick(Some(v))) => accumulate(kind, acc, Some(v)),
+            (acc @ Acc::Pick(_), Acc::Pick(Some(v))) => accumulate(kind, acc, Some(v), cx),
             (Acc::Pick(_), Acc::Pick(None)) => {}
             _ => unreachable!("partials of one group have the same accumulators"),
         }
@@ -858,7 +824,7 @@ impl Acc {
     }
 }
 
-fn accumulate(kind: AccKind, acc: &mut Acc, v: Option<Bson>) {
+fn accumulate(kind: AccKind, acc: &mut Acc, v: Option<Bson>, cx: &EvalContext) {
     // A decimal joins the decimal total of $sum and $avg.
     if let Some(d @ Bson::Decimal128(_)) = &v {
         match acc {
@@ -900,7 +866,7 @@ fn accumulate(kind: AccKind, acc: &mut Acc, v: Option<Bson>) {
             let better = match cur {
                 None => true,
                 Some(c) => {
-                    let o = crate::collation::collated(&v, c);
+                    let o = cx.compare(&v, c);
                     if matches!(kind, AccKind::Min) {
                         o == Ordering::Less
                     } else {

@@ -7,15 +7,12 @@
 //! Inclusion keeps the document's own field order, `_id` first; computed
 //! fields come after, in the projection's order.
 
+use crate::context::EvalContext;
+use crate::error::{bad_value, err, FilterError};
 use crate::expr::{Expression, Scope};
-use crate::matcher::{bad_value, ElementFilter};
-use crate::{Filter, FilterError};
+use crate::matcher::{ElementFilter, Filter};
 use bson::{Bson, Document};
 use doc::format;
-
-fn err(code: i32, message: impl Into<String>) -> FilterError {
-    FilterError { code, message: message.into() }
-}
 
 #[derive(Debug, Clone)]
 enum Action {
@@ -130,7 +127,18 @@ impl Projection {
     }
 
     /// Project `doc`; `position` is where the query matched (for `a.$`).
+    /// Strings compare binary (in `$elemMatch` and computed fields).
     pub fn apply(&self, doc: &Document, position: Option<usize>) -> Result<Document, FilterError> {
+        self.apply_in(doc, position, &EvalContext::new(None))
+    }
+
+    /// [`Projection::apply`], strings compared as `cx` says.
+    pub(crate) fn apply_in(
+        &self,
+        doc: &Document,
+        position: Option<usize>,
+        cx: &EvalContext,
+    ) -> Result<Document, FilterError> {
         Ok(if self.inclusion {
             let mut out = Document::new();
             if self.include_id {
@@ -138,8 +146,8 @@ impl Projection {
                     out.insert("_id", id.clone());
                 }
             }
-            include(&self.root, doc, &mut out, position)?;
-            add_computed(&self.root, doc, &mut out)?;
+            include(&self.root, doc, &mut out, position, cx)?;
+            add_computed(&self.root, doc, &mut out, cx)?;
             out
         } else {
             let mut out = exclude(&self.root, doc);
@@ -302,7 +310,13 @@ fn slice(items: &[Bson], skip: i64, limit: Option<i64>) -> Vec<Bson> {
 }
 
 /// Inclusion: copy what the tree names, in the document's order.
-fn include(node: &Node, doc: &Document, out: &mut Document, position: Option<usize>) -> Result<(), FilterError> {
+fn include(
+    node: &Node,
+    doc: &Document,
+    out: &mut Document,
+    position: Option<usize>,
+    cx: &EvalContext,
+) -> Result<(), FilterError> {
     for (k, v) in doc {
         let Some(child) = node.get(k) else { continue };
         match &child.action {
@@ -317,7 +331,7 @@ fn include(node: &Node, doc: &Document, out: &mut Document, position: Option<usi
             }
             Some(Action::ElemMatch(cond)) => {
                 if let Bson::Array(items) = v {
-                    if let Some(first) = items.iter().find(|i| cond.matches(i)) {
+                    if let Some(first) = items.iter().find(|i| cond.matches_in(i, cx)) {
                         out.insert(k.clone(), vec![first.clone()]);
                     }
                 }
@@ -338,11 +352,11 @@ fn include(node: &Node, doc: &Document, out: &mut Document, position: Option<usi
             None => match v {
                 Bson::Document(d) => {
                     let mut sub = Document::new();
-                    include(child, d, &mut sub, position)?;
+                    include(child, d, &mut sub, position, cx)?;
                     out.insert(k.clone(), sub);
                 }
                 Bson::Array(items) => {
-                    out.insert(k.clone(), include_array(child, items, position)?);
+                    out.insert(k.clone(), include_array(child, items, position, cx)?);
                 }
                 _ => {}
             },
@@ -351,16 +365,21 @@ fn include(node: &Node, doc: &Document, out: &mut Document, position: Option<usi
     Ok(())
 }
 
-fn include_array(node: &Node, items: &[Bson], position: Option<usize>) -> Result<Vec<Bson>, FilterError> {
+fn include_array(
+    node: &Node,
+    items: &[Bson],
+    position: Option<usize>,
+    cx: &EvalContext,
+) -> Result<Vec<Bson>, FilterError> {
     let mut out = Vec::new();
     for item in items {
         match item {
             Bson::Document(d) => {
                 let mut sub = Document::new();
-                include(node, d, &mut sub, position)?;
+                include(node, d, &mut sub, position, cx)?;
                 out.push(Bson::Document(sub));
             }
-            Bson::Array(inner) => out.push(Bson::Array(include_array(node, inner, position)?)),
+            Bson::Array(inner) => out.push(Bson::Array(include_array(node, inner, position, cx)?)),
             _ => {}
         }
     }
@@ -368,14 +387,14 @@ fn include_array(node: &Node, items: &[Bson], position: Option<usize>) -> Result
 }
 
 /// Computed fields (literals, `$field` references), in projection order.
-fn add_computed(node: &Node, doc: &Document, out: &mut Document) -> Result<(), FilterError> {
+fn add_computed(node: &Node, doc: &Document, out: &mut Document, cx: &EvalContext) -> Result<(), FilterError> {
     for (k, child) in &node.children {
         match &child.action {
             Some(Action::Literal(v)) => {
                 out.insert(k.clone(), v.clone());
             }
             Some(Action::Computed(e)) => {
-                if let Some(v) = e.eval(doc)? {
+                if let Some(v) = e.eval_in(doc, cx)? {
                     out.insert(k.clone(), v);
                 }
             }
@@ -384,7 +403,7 @@ fn add_computed(node: &Node, doc: &Document, out: &mut Document) -> Result<(), F
                     Some(Bson::Document(d)) => d.clone(),
                     _ => Document::new(),
                 };
-                add_computed(child, doc, &mut sub)?;
+                add_computed(child, doc, &mut sub, cx)?;
                 out.insert(k.clone(), sub);
             }
             _ => {}

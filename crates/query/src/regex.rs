@@ -3,8 +3,7 @@
 //! MongoDB's options `i m s x` (and `u`, which changes nothing: patterns
 //! are always Unicode here).
 
-use crate::matcher::bad_value;
-use crate::FilterError;
+use crate::error::{bad_value, err, FilterError};
 use bson::Bson;
 
 #[derive(Debug, Clone)]
@@ -25,17 +24,15 @@ impl Regex {
                     }
                 }
                 'u' => {}
-                other => {
-                    return Err(FilterError { code: 51108, message: format!("invalid flag in regex options: {other}") })
-                }
+                other => return Err(err(51108, format!("invalid flag in regex options: {other}"))),
             }
         }
         if pattern.contains('\0') {
             return Err(bad_value("Regular expression cannot contain an embedded null byte"));
         }
         let source = if flags.is_empty() { pattern.to_string() } else { format!("(?{flags}){pattern}") };
-        let compiled = fancy_regex::Regex::new(&source)
-            .map_err(|e| FilterError { code: 51091, message: format!("Regular expression is invalid: {e}") })?;
+        let compiled =
+            fancy_regex::Regex::new(&source).map_err(|e| err(51091, format!("Regular expression is invalid: {e}")))?;
         let mut sorted: Vec<char> = options.chars().collect();
         sorted.sort_unstable();
         Ok(Regex { pattern: pattern.to_string(), options: sorted.into_iter().collect(), compiled })

@@ -8,19 +8,19 @@
 //! as single fields, without array traversal. Parse errors carry mongod's
 //! codes and messages (FailedToParse for unknown or unsupported keywords).
 
-use crate::matcher::{bad_value, has_type, type_code};
+use crate::error::{bad_value, err, FilterError, FAILED_TO_PARSE, TYPE_MISMATCH};
 use crate::regex::Regex;
-use crate::FilterError;
+use crate::types::{has_type, type_code};
 use bson::{Bson, Document};
 use doc::compare::{compare, number, Number};
 use std::cmp::Ordering;
 
 fn failed_to_parse(message: impl Into<String>) -> FilterError {
-    FilterError { code: 9, message: message.into() }
+    err(FAILED_TO_PARSE, message)
 }
 
 fn type_mismatch(message: impl Into<String>) -> FilterError {
-    FilterError { code: 14, message: message.into() }
+    err(TYPE_MISMATCH, message)
 }
 
 /// What properties not named in `properties` (nor matched by

@@ -2,9 +2,10 @@
 //! an array is its smallest element ascending and its largest descending;
 //! a missing field sorts as null, and an empty array before null.
 
-use crate::collation::{collated, with_collation, Collation};
+use crate::collation::Collation;
+use crate::context::EvalContext;
+use crate::error::{err, FilterError};
 use crate::matcher::walk;
-use crate::FilterError;
 use bson::{Bson, Document};
 use doc::format;
 use std::cmp::Ordering;
@@ -24,10 +25,7 @@ impl Sort {
         let mut fields = Vec::new();
         for (path, dir) in spec {
             if path.is_empty() || path.split('.').any(str::is_empty) {
-                return Err(FilterError {
-                    code: 2,
-                    message: "FieldPath field names may not be empty strings.".to_string(),
-                });
+                return Err(err(2, "FieldPath field names may not be empty strings."));
             }
             let desc = match dir {
                 Bson::Int32(1) | Bson::Int64(1) => false,
@@ -35,22 +33,16 @@ impl Sort {
                 Bson::Double(d) if *d == 1.0 => false,
                 Bson::Double(d) if *d == -1.0 => true,
                 Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_) => {
-                    return Err(FilterError {
-                        code: 15975,
-                        message: "$sort key ordering must be 1 (for ascending) or -1 (for descending)".into(),
-                    })
+                    return Err(err(15975, "$sort key ordering must be 1 (for ascending) or -1 (for descending)"))
                 }
                 Bson::Document(d) if d.contains_key("$meta") => {
-                    return Err(FilterError {
-                        code: 238,
-                        message: "$meta sort keys are not supported yet: text search is not built".into(),
-                    })
+                    return Err(err(238, "$meta sort keys are not supported yet: text search is not built"))
                 }
                 other => {
-                    return Err(FilterError {
-                        code: 15974,
-                        message: format!("Illegal key in $sort specification: {}", format::field(path, other)),
-                    })
+                    return Err(err(
+                        15974,
+                        format!("Illegal key in $sort specification: {}", format::field(path, other)),
+                    ))
                 }
             };
             fields.push((path.clone(), desc));
@@ -70,16 +62,15 @@ impl Sort {
 
     /// The order of two documents.
     pub fn compare(&self, a: &Document, b: &Document) -> Ordering {
-        with_collation(self.collation.as_ref(), || {
-            for (path, desc) in &self.fields {
-                let o = compare_keys(&sort_key(a, path, *desc), &sort_key(b, path, *desc));
-                let o = if *desc { o.reverse() } else { o };
-                if o != Ordering::Equal {
-                    return o;
-                }
+        let cx = EvalContext::new(self.collation.as_deref());
+        for (path, desc) in &self.fields {
+            let o = compare_keys(&sort_key(a, path, *desc, &cx), &sort_key(b, path, *desc, &cx), &cx);
+            let o = if *desc { o.reverse() } else { o };
+            if o != Ordering::Equal {
+                return o;
             }
-            Ordering::Equal
-        })
+        }
+        Ordering::Equal
     }
 
     /// Sort `docs` in place (stable, so equal keys keep their order).
@@ -90,13 +81,13 @@ impl Sort {
 
 /// A field's sort key: `None` stands for an empty array, which sorts
 /// before every value.
-fn sort_key(d: &Document, path: &str, desc: bool) -> Option<Bson> {
+fn sort_key(d: &Document, path: &str, desc: bool, cx: &EvalContext) -> Option<Bson> {
     let mut best: Option<Option<Bson>> = None;
     let mut offer = |k: Option<Bson>| {
         let better = match &best {
             None => true,
             Some(cur) => {
-                let o = compare_keys(&k, cur);
+                let o = compare_keys(&k, cur, cx);
                 if desc {
                     o == Ordering::Greater
                 } else {
@@ -117,12 +108,12 @@ fn sort_key(d: &Document, path: &str, desc: bool) -> Option<Bson> {
     best.unwrap_or(Some(Bson::Null))
 }
 
-fn compare_keys(a: &Option<Bson>, b: &Option<Bson>) -> Ordering {
+fn compare_keys(a: &Option<Bson>, b: &Option<Bson>, cx: &EvalContext) -> Ordering {
     match (a, b) {
         (None, None) => Ordering::Equal,
         (None, Some(_)) => Ordering::Less,
         (Some(_), None) => Ordering::Greater,
-        (Some(x), Some(y)) => collated(x, y),
+        (Some(x), Some(y)) => cx.compare(x, y),
     }
 }
 

@@ -10,11 +10,17 @@
 //! the order MongoDB 5.0+ creates them: numeric names in numeric order,
 //! others in byte order.
 
-use crate::collation::collated;
-use crate::expr::Scope;
-use crate::matcher::{bad_value, ElementFilter};
+use crate::collation::Collation;
+use crate::context::EvalContext;
+use crate::error::{
+    bad_value, err, FilterError, CONFLICTING_UPDATE_OPERATORS, DOLLAR_PREFIXED_FIELD_NAME, EMPTY_FIELD_NAME,
+    FAILED_TO_PARSE, IMMUTABLE_FIELD, NOT_SINGLE_VALUE_FIELD, OVERFLOW, PATH_NOT_VIABLE, TYPE_MISMATCH,
+};
+use crate::expr::{Scope, FIELD_PATH_PARTS_MAX};
+use crate::field_names::check_updated;
+use crate::matcher::{is_operator_document, ElementFilter, Filter};
+use crate::types::is_number;
 use crate::update_pipeline::UpdatePipeline;
-use crate::{Filter, FilterError};
 use bson::{Bson, Document, Timestamp};
 use doc::compare::{canonical_type, compare};
 use doc::decimal_math::{Dec, DoubleDigits};
@@ -22,19 +28,10 @@ use doc::format;
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU32, Ordering as AtomicOrdering};
+use std::sync::Arc;
 
-fn err(code: i32, message: impl Into<String>) -> FilterError {
-    FilterError { code, message: message.into() }
-}
-
-const FAILED_TO_PARSE: i32 = 9;
-const TYPE_MISMATCH: i32 = 14;
-const PATH_NOT_VIABLE: i32 = 28;
-const CONFLICTING_UPDATE_OPERATORS: i32 = 40;
-const NOT_SINGLE_VALUE_FIELD: i32 = 54;
-const EMPTY_FIELD_NAME: i32 = 56;
-const IMMUTABLE_FIELD: i32 = 66;
-const OVERFLOW: i32 = 15;
+/// mongod's type names (`types.rs`), also at the path other crates use.
+pub use crate::types::type_name;
 
 /// A parsed update.
 #[derive(Debug, Clone)]
@@ -46,8 +43,8 @@ pub struct Update {
     dollar_path: Option<String>,
     filters: ArrayFilters,
     /// Strings compare through it (`$pull`, `$addToSet`, `$min`/`$max`,
-    /// arrayFilters, pipeline expressions).
-    collation: Option<std::sync::Arc<crate::Collation>>,
+    /// pipeline expressions; not arrayFilters, which have their own).
+    collation: Option<Arc<Collation>>,
 }
 
 #[derive(Debug, Clone)]
@@ -152,6 +149,8 @@ struct Cx<'a> {
     id: String,
     filters: &'a ArrayFilters,
     renamed: HashMap<String, Option<Bson>>,
+    /// The update's collation, for the comparisons its operators make.
+    eval: &'a EvalContext<'a>,
 }
 
 impl Update {
@@ -226,7 +225,7 @@ impl Update {
     }
 
     /// This update with strings compared through `collation`.
-    pub fn with_collation(mut self, collation: Option<std::sync::Arc<crate::Collation>>) -> Update {
+    pub fn with_collation(mut self, collation: Option<Arc<Collation>>) -> Update {
         self.collation = collation;
         self
     }
@@ -239,9 +238,7 @@ impl Update {
     /// The document `doc` becomes. `position` is the array position the
     /// query matched (for `$`); `inserting` is set for an upsert's insert.
     pub fn apply(&self, doc: &Document, position: Option<usize>, inserting: bool) -> Result<Document, FilterError> {
-        let out = crate::collation::with_collation(self.collation.as_ref(), || {
-            self.apply_collated(doc, position, inserting)
-        })?;
+        let out = self.apply_in(doc, position, inserting, &EvalContext::new(self.collation.as_deref()))?;
         let max = doc::limits::stored_depth_max;
         if doc::bson_bytes::deeper_than(&out, max) {
             return Err(err(OVERFLOW, format!("Document exceeds maximum nesting depth of {max}")));
@@ -249,11 +246,12 @@ impl Update {
         Ok(out)
     }
 
-    fn apply_collated(
+    fn apply_in(
         &self,
         doc: &Document,
         position: Option<usize>,
         inserting: bool,
+        eval: &EvalContext,
     ) -> Result<Document, FilterError> {
         let old_id = doc.get("_id");
         match &self.kind {
@@ -271,7 +269,7 @@ impl Update {
                 // included) before the immutable `_id`; an upsert's new
                 // document follows the insert rules instead (the caller's).
                 if !inserting {
-                    crate::field_names::check_updated(&out, false)?;
+                    check_updated(&out, false)?;
                 }
                 check_id_unchanged(old_id, r.get("_id"))?;
                 if let Some(id) = old_id {
@@ -283,7 +281,7 @@ impl Update {
                 if let (Some(path), false) = (&self.dollar_path, inserting) {
                     let part = path.split('.').next().unwrap_or(path);
                     return Err(err(
-                        52,
+                        DOLLAR_PREFIXED_FIELD_NAME,
                         format!("The dollar ($) prefixed field '{part}' in '{path}' is not valid for storage."),
                     ));
                 }
@@ -293,6 +291,7 @@ impl Update {
                     id: old_id.map(|id| format!("{{{}}}", format::field("_id", id))).unwrap_or_else(|| "{}".into()),
                     filters: &self.filters,
                     renamed: HashMap::new(),
+                    eval,
                 };
                 collect_renames(root, doc, &mut cx)?;
                 let mut out = doc.clone();
@@ -301,7 +300,7 @@ impl Update {
                 Ok(out)
             }
             Kind::Pipeline(p) => {
-                let out = p.apply(doc)?;
+                let out = p.apply_in(doc, eval)?;
                 // A pipeline that drops `_id` keeps the document's own, first.
                 let out = match (old_id, out.contains_key("_id")) {
                     (Some(id), false) => {
@@ -313,7 +312,7 @@ impl Update {
                     _ => out,
                 };
                 if !inserting {
-                    crate::field_names::check_updated(&out, true)?;
+                    check_updated(&out, true)?;
                 }
                 check_id_unchanged(old_id, out.get("_id"))?;
                 Ok(out)
@@ -380,39 +379,12 @@ fn is_prefix(a: &str, b: &str) -> bool {
 /// `_id`, as MongoDB's comparison says, but `1` and `"1"` are not).
 /// [`same_value`] with strings compared through the collation in force
 /// (`$addToSet`, `$pullAll`); `_id` checks stay binary.
-fn same_collated(a: &Bson, b: &Bson) -> bool {
-    canonical_type(a) == canonical_type(b) && collated(a, b) == Ordering::Equal
+fn same_collated(a: &Bson, b: &Bson, cx: &EvalContext) -> bool {
+    canonical_type(a) == canonical_type(b) && cx.compare(a, b) == Ordering::Equal
 }
 
 fn same_value(a: &Bson, b: &Bson) -> bool {
     canonical_type(a) == canonical_type(b) && compare(a, b) == Ordering::Equal
-}
-
-/// The type's name as MongoDB's errors spell it (`$type`'s aliases).
-pub fn type_name(v: &Bson) -> &'static str {
-    match v {
-        Bson::Double(_) => "double",
-        Bson::String(_) => "string",
-        Bson::Document(_) => "object",
-        Bson::Array(_) => "array",
-        Bson::Binary(_) => "binData",
-        Bson::Undefined => "undefined",
-        Bson::ObjectId(_) => "objectId",
-        Bson::Boolean(_) => "bool",
-        Bson::DateTime(_) => "date",
-        Bson::Null => "null",
-        Bson::RegularExpression(_) => "regex",
-        Bson::DbPointer(_) => "dbPointer",
-        Bson::JavaScriptCode(_) => "javascript",
-        Bson::Symbol(_) => "symbol",
-        Bson::JavaScriptCodeWithScope(_) => "javascriptWithScope",
-        Bson::Int32(_) => "int",
-        Bson::Timestamp(_) => "timestamp",
-        Bson::Int64(_) => "long",
-        Bson::Decimal128(_) => "decimal",
-        Bson::MinKey => "minKey",
-        Bson::MaxKey => "maxKey",
-    }
 }
 
 /// A replacement or pipeline may not change a document's `_id`.
@@ -487,8 +459,8 @@ fn check_path(path: &str, filters: &ArrayFilters, used: &mut Vec<String>) -> Res
     if path.is_empty() {
         return Err(err(EMPTY_FIELD_NAME, "An empty update path is not valid."));
     }
-    if path.split('.').count() > crate::expr::FIELD_PATH_PARTS_MAX {
-        let max = crate::expr::FIELD_PATH_PARTS_MAX;
+    if path.split('.').count() > FIELD_PATH_PARTS_MAX {
+        let max = FIELD_PATH_PARTS_MAX;
         return Err(err(FAILED_TO_PARSE, format!("The update path is too long: more than {max} parts")));
     }
     let mut positional = 0;
@@ -563,10 +535,6 @@ pub fn integral(v: &Bson) -> Option<i64> {
     }
 }
 
-fn is_number(v: &Bson) -> bool {
-    matches!(v, Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_))
-}
-
 fn parse_leaf(op: &str, path: &str, value: &Bson) -> Result<Leaf, FilterError> {
     let field = || format::field(path, value);
     Ok(match op {
@@ -613,13 +581,13 @@ fn parse_leaf(op: &str, path: &str, value: &Bson) -> Result<Leaf, FilterError> {
                     return Err(bad_value(format!("Found unexpected fields after $each in $addToSet: {other}")));
                 }
                 Some(other) => {
-                    return Err(FilterError {
-                        code: 14,
-                        message: format!(
+                    return Err(err(
+                        TYPE_MISMATCH,
+                        format!(
                             "The argument to $each in $addToSet must be an array but it was of type {}",
                             type_name(other)
                         ),
-                    })
+                    ))
                 }
                 None => unreachable!(),
             },
@@ -982,12 +950,12 @@ fn create_leaf(leaf: &Leaf, cx: &Cx) -> Result<Option<Bson>, FilterError> {
         Leaf::SetOnInsert(v) => cx.inserting.then(|| v.clone()),
         Leaf::Push(p) => {
             let mut items = Vec::new();
-            push(p, &mut items);
+            push(p, &mut items, cx.eval);
             Some(Bson::Array(items))
         }
         Leaf::AddToSet(each) => {
             let mut items = Vec::new();
-            add_to_set(each, &mut items);
+            add_to_set(each, &mut items, cx.eval);
             Some(Bson::Array(items))
         }
         Leaf::RenameTo(src) => cx.renamed.get(src).cloned().flatten(),
@@ -1034,12 +1002,12 @@ fn apply_leaf(leaf: &Leaf, v: &mut Bson, cx: &Cx, path: &str, field: &str) -> Re
             })?;
         }
         Leaf::Min(x) => {
-            if collated(x, v) == Ordering::Less {
+            if cx.eval.compare(x, v) == Ordering::Less {
                 *v = x.clone()
             }
         }
         Leaf::Max(x) => {
-            if collated(x, v) == Ordering::Greater {
+            if cx.eval.compare(x, v) == Ordering::Greater {
                 *v = x.clone()
             }
         }
@@ -1050,7 +1018,7 @@ fn apply_leaf(leaf: &Leaf, v: &mut Bson, cx: &Cx, path: &str, field: &str) -> Re
             }
         }
         Leaf::Push(p) => match v {
-            Bson::Array(items) => push(p, items),
+            Bson::Array(items) => push(p, items, cx.eval),
             _ => {
                 return Err(bad_value(format!(
                     "The field '{path}' must be an array but is of type {} in document {}",
@@ -1060,7 +1028,7 @@ fn apply_leaf(leaf: &Leaf, v: &mut Bson, cx: &Cx, path: &str, field: &str) -> Re
             }
         },
         Leaf::AddToSet(each) => match v {
-            Bson::Array(items) => add_to_set(each, items),
+            Bson::Array(items) => add_to_set(each, items, cx.eval),
             _ => {
                 return Err(bad_value(format!(
                     "Cannot apply $addToSet to non-array field. Field named '{field}' has non-array type {}",
@@ -1084,11 +1052,11 @@ fn apply_leaf(leaf: &Leaf, v: &mut Bson, cx: &Cx, path: &str, field: &str) -> Re
             }
         },
         Leaf::Pull(cond) => match v {
-            Bson::Array(items) => items.retain(|item| !cond.matches(item)),
+            Bson::Array(items) => items.retain(|item| !cond.matches_in(item, cx.eval)),
             _ => return Err(bad_value("Cannot apply $pull to a non-array value")),
         },
         Leaf::PullAll(values) => match v {
-            Bson::Array(items) => items.retain(|item| !values.iter().any(|x| same_collated(x, item))),
+            Bson::Array(items) => items.retain(|item| !values.iter().any(|x| same_collated(x, item, cx.eval))),
             _ => return Err(bad_value("Cannot apply $pull to a non-array value")),
         },
         Leaf::Bit(ops) => {
@@ -1186,7 +1154,7 @@ fn bit(v: &Bson, ops: &[(BitOp, Bson)]) -> Bson {
     }
 }
 
-fn push(p: &Push, items: &mut Vec<Bson>) {
+fn push(p: &Push, items: &mut Vec<Bson>, cx: &EvalContext) {
     let at = match p.position {
         None => items.len(),
         Some(n) if n >= 0 => (n as usize).min(items.len()),
@@ -1194,10 +1162,10 @@ fn push(p: &Push, items: &mut Vec<Bson>) {
     };
     items.splice(at..at, p.each.iter().cloned());
     match &p.sort {
-        Some(PushSort::Whole(desc)) => items.sort_by(|a, b| directed(collated(a, b), *desc)),
+        Some(PushSort::Whole(desc)) => items.sort_by(|a, b| directed(cx.compare(a, b), *desc)),
         Some(PushSort::Fields(fields)) => items.sort_by(|a, b| {
             for (path, desc) in fields {
-                let o = collated(&field_value(a, path), &field_value(b, path));
+                let o = cx.compare(&field_value(a, path), &field_value(b, path));
                 if o != Ordering::Equal {
                     return directed(o, *desc);
                 }
@@ -1241,9 +1209,9 @@ fn field_value(v: &Bson, path: &str) -> Bson {
     cur.clone()
 }
 
-fn add_to_set(each: &[Bson], items: &mut Vec<Bson>) {
+fn add_to_set(each: &[Bson], items: &mut Vec<Bson>, cx: &EvalContext) {
     for v in each {
-        if !items.iter().any(|x| same_collated(x, v)) {
+        if !items.iter().any(|x| same_collated(x, v, cx)) {
             items.push(v.clone());
         }
     }
@@ -1267,7 +1235,7 @@ fn equality_fields(query: &Document, out: &mut Vec<(String, Bson)>) {
             continue;
         }
         match v {
-            Bson::Document(d) if crate::matcher::is_operator_document(v).is_some() => {
+            Bson::Document(d) if is_operator_document(v).is_some() => {
                 if let Some(eq) = d.get("$eq") {
                     out.push((k.clone(), eq.clone()));
                 }

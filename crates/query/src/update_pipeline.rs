@@ -1,17 +1,16 @@
 //! Pipeline-style updates (`u: [stages]`): `$addFields`/`$set`,
 //! `$unset`, `$project` (inclusion or exclusion), `$replaceRoot` and
 //! `$replaceWith`, each over the document the previous stage produced.
-//! Expressions see the stage's input document (`expr.rs`).
+//! Expressions see the stage's input document (`expr/`). Also the stage
+//! helpers `pipeline.rs` shares (`stage_of`, `unset_fields`, `unset`):
+//! it runs these stages, so it builds on this file, not the reverse.
 
-use crate::expr::{Expression, Scope};
-use crate::matcher::FilterError;
-use crate::update::type_name;
-use crate::Projection;
+use crate::context::EvalContext;
+use crate::error::{err, FilterError};
+use crate::expr::{Expression, Scope, FIELD_PATH_PARTS_MAX};
+use crate::projection::Projection;
+use crate::types::type_name;
 use bson::{Bson, Document};
-
-fn err(code: i32, message: impl Into<String>) -> FilterError {
-    FilterError { code, message: message.into() }
-}
 
 #[derive(Debug, Clone)]
 enum Stage {
@@ -29,7 +28,7 @@ pub struct UpdatePipeline {
 }
 
 fn path_parts(path: &str, stage: &str) -> Result<Vec<String>, FilterError> {
-    if path.split('.').count() > crate::expr::FIELD_PATH_PARTS_MAX {
+    if path.split('.').count() > FIELD_PATH_PARTS_MAX {
         return Err(err(15, "FieldPath is too long"));
     }
     if path.is_empty() || path.split('.').any(str::is_empty) {
@@ -53,7 +52,7 @@ impl UpdatePipeline {
     pub fn parse(stages: &[Bson], scope: &Scope) -> Result<UpdatePipeline, FilterError> {
         let mut out = Vec::new();
         for s in stages {
-            let (name, arg) = crate::pipeline::stage_of(s)?;
+            let (name, arg) = stage_of(s)?;
             out.push(match name.as_str() {
                 "$addFields" | "$set" => {
                     let Bson::Document(fields) = arg else {
@@ -69,7 +68,7 @@ impl UpdatePipeline {
                     Stage::AddFields(parsed)
                 }
                 "$unset" => {
-                    let paths = crate::pipeline::unset_fields(arg)?;
+                    let paths = unset_fields(arg)?;
                     let parsed = paths.iter().map(|p| path_parts(p, name)).collect::<Result<_, _>>()?;
                     Stage::Unset(parsed)
                 }
@@ -87,7 +86,7 @@ impl UpdatePipeline {
                                 40229,
                                 format!(
                                     "expected an object as specification for $replaceRoot stage, got {}",
-                                    crate::update::type_name(other)
+                                    type_name(other)
                                 ),
                             ))
                         }
@@ -106,15 +105,20 @@ impl UpdatePipeline {
         Ok(UpdatePipeline { stages: out })
     }
 
-    /// The document the pipeline makes of `doc`.
+    /// The document the pipeline makes of `doc`, strings compared binary.
     pub fn apply(&self, doc: &Document) -> Result<Document, FilterError> {
+        self.apply_in(doc, &EvalContext::new(None))
+    }
+
+    /// [`UpdatePipeline::apply`], strings compared as `cx` says.
+    pub(crate) fn apply_in(&self, doc: &Document, cx: &EvalContext) -> Result<Document, FilterError> {
         let mut cur = doc.clone();
         for stage in &self.stages {
             cur = match stage {
                 Stage::AddFields(fields) => {
                     let input = cur.clone();
                     for (path, e) in fields {
-                        set(&mut cur, path, &Value::of(e, &input)?);
+                        set(&mut cur, path, &Value::of(e, &input, cx)?);
                     }
                     cur
                 }
@@ -124,8 +128,8 @@ impl UpdatePipeline {
                     }
                     cur
                 }
-                Stage::Project(p) => p.apply(&cur, None)?,
-                Stage::ReplaceRoot(e) => match e.eval(&cur)? {
+                Stage::Project(p) => p.apply_in(&cur, None, cx)?,
+                Stage::ReplaceRoot(e) => match e.eval_in(&cur, cx)? {
                     Some(Bson::Document(d)) => d,
                     other => {
                         return Err(err(
@@ -148,6 +152,35 @@ impl UpdatePipeline {
     }
 }
 
+/// The field paths of a `$unset` stage: a string or a nonempty array of
+/// strings.
+pub(crate) fn unset_fields(arg: &Bson) -> Result<Vec<String>, FilterError> {
+    match arg {
+        Bson::String(f) => Ok(vec![f.clone()]),
+        Bson::Array(items) if items.is_empty() => {
+            Err(err(31119, "$unset specification must be a string or an array with at least one field"))
+        }
+        Bson::Array(items) if items.iter().all(|i| matches!(i, Bson::String(_))) => {
+            Ok(items.iter().filter_map(|i| i.as_str().map(str::to_string)).collect())
+        }
+        Bson::Array(_) => {
+            Err(err(31120, "$unset specification must be a string or an array containing only string values"))
+        }
+        _ => Err(err(31002, "$unset specification must be a string or an array")),
+    }
+}
+
+/// A stage's name and argument: each stage is a one-field document.
+pub(crate) fn stage_of(s: &Bson) -> Result<(&String, &Bson), FilterError> {
+    let Bson::Document(d) = s else {
+        return Err(err(14, "Each element of the 'pipeline' array must be an object"));
+    };
+    if d.len() != 1 {
+        return Err(err(40323, "A pipeline stage specification object must contain exactly one field."));
+    }
+    Ok(d.iter().next().expect("one field"))
+}
+
 /// Refuse a document nested deeper than a stored document may be, after
 /// every stage, so a pipeline cannot grow one without bound.
 pub(crate) fn check_depth(d: &Document) -> Result<(), FilterError> {
@@ -167,15 +200,15 @@ enum Value {
 }
 
 impl Value {
-    fn of(e: &Expression, input: &Document) -> Result<Value, FilterError> {
+    fn of(e: &Expression, input: &Document, cx: &EvalContext) -> Result<Value, FilterError> {
         if let Some(fields) = e.as_object() {
             let mut out = Vec::new();
             for (k, sub) in fields {
-                out.push((k.to_string(), Value::of(&sub, input)?));
+                out.push((k.to_string(), Value::of(&sub, input, cx)?));
             }
             return Ok(Value::Object(out));
         }
-        Ok(match e.eval(input)? {
+        Ok(match e.eval_in(input, cx)? {
             None => Value::Missing,
             Some(v) => Value::Plain(v),
         })

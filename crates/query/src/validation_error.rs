@@ -22,11 +22,11 @@
 //! it was given): `patternProperties`, `dependencies` and
 //! `additionalItems` in a schema.
 
-use crate::expr::{truthy, Expression, Scope};
-use crate::matcher::walk;
+use crate::expr::{Expression, Scope};
+use crate::matcher::{walk, Filter};
+use crate::regex::Regex;
 use crate::schema::JsonSchema;
-use crate::update::type_name;
-use crate::Filter;
+use crate::types::{truthy, type_name};
 use bson::{doc, Bson, Document};
 use std::collections::BTreeSet;
 
@@ -469,9 +469,9 @@ fn properties(arg: &Bson, v: &Bson) -> Option<Document> {
 fn additional_properties(schema: &Document, arg: &Bson, v: &Bson) -> Option<Document> {
     let Bson::Document(d) = v else { return None };
     let named = schema.get_document("properties").ok();
-    let patterns: Vec<crate::regex::Regex> = schema
+    let patterns: Vec<Regex> = schema
         .get_document("patternProperties")
-        .map(|p| p.keys().filter_map(|k| crate::regex::Regex::new(k, "").ok()).collect())
+        .map(|p| p.keys().filter_map(|k| Regex::new(k, "").ok()).collect())
         .unwrap_or_default();
     let extra = d.iter().filter(|(k, _)| {
         !named.is_some_and(|n| n.contains_key(k.as_str()))
