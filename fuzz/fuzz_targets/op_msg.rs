@@ -5,7 +5,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use server::limits::header_bytes;
-use server::wire::{self, Header};
+use server::net::wire::{self, Header};
 
 fuzz_target!(|data: &[u8]| {
     let Some((head, body)) = data.split_first_chunk::<{ header_bytes }>() else { return };
@@ -13,7 +13,7 @@ fuzz_target!(|data: &[u8]| {
     // The server reads exactly `length` bytes; feed what the input has.
     header.length = body.len() + header_bytes;
     if header.op_code == wire::OP_COMPRESSED {
-        if let Ok((op_code, inner, _)) = server::compression::decompress(body) {
+        if let Ok((op_code, inner, _)) = server::net::compression::decompress(body) {
             let inner_header = Header { op_code, length: inner.len() + header_bytes, ..header };
             let _ = wire::parse(&inner_header, &inner);
         }

@@ -3,6 +3,7 @@
 //! so the mapping lives in one place.
 
 use bson::{doc, Document};
+use doc::catalog::DocError;
 use std::borrow::Cow;
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -121,6 +122,32 @@ impl CommandError {
             d.insert("errorLabels", self.labels.clone());
         }
         d
+    }
+}
+
+impl From<DocError> for CommandError {
+    fn from(e: DocError) -> CommandError {
+        match e {
+            DocError::DuplicateKey { ref key, ref collation, .. } => {
+                let msg = e.to_string();
+                let mut err = CommandError::duplicate_key(msg);
+                // keyValue is the `_id` given, also under a collation (where
+                // mongod shows the collation key).
+                let mut extra = doc! { "keyPattern": { "_id": 1 }, "keyValue": { "_id": (**key).clone() } };
+                if let Some(c) = collation {
+                    extra.insert("collation", c.0.clone());
+                }
+                err.extra = Some(Box::new(extra));
+                err
+            }
+            DocError::NamespaceExists(_) => CommandError::namespace_exists(e.to_string()),
+            DocError::NamespaceNotFound(_) => CommandError::namespace_not_found(e.to_string()),
+            DocError::InvalidNamespace(m) => CommandError::invalid_namespace(m),
+            DocError::Unencodable(why) => CommandError::bad_value(why.to_string()),
+            DocError::TooDeep(_) => CommandError::with_code(15, e.to_string()),
+            DocError::ExceedsCappedSize => CommandError::bad_value(e.to_string()),
+            DocError::Corrupt(_) | DocError::Storage(_) => CommandError::internal_error(e.to_string()),
+        }
     }
 }
 

@@ -29,13 +29,21 @@
 //!    yet durable.
 
 use crate::error::CommandError;
+
 use crate::server::Shared;
+
 use bson::{spec::BinarySubtype, Bson, Document};
+
 use doc::sessions::{Record, SessionId, Sessions};
+
 use parking_lot::Mutex;
+
 use query::type_name;
+
 use std::collections::HashMap;
+
 use std::sync::Arc;
+
 use std::time::{Duration, Instant};
 
 /// The session fields of a command.
@@ -47,12 +55,12 @@ pub(crate) struct SessionFields {
     pub start_transaction: Option<bool>,
 }
 
-fn wrong_type(field: &str, v: &Bson, expected: &str) -> CommandError {
+pub(crate) fn wrong_type(field: &str, v: &Bson, expected: &str) -> CommandError {
     wrong_type_at(&format!("OperationSessionInfo.{field}"), v, expected)
 }
 
 /// IDL's error for a field of the wrong type; `path` names the field.
-fn wrong_type_at(path: &str, v: &Bson, expected: &str) -> CommandError {
+pub(crate) fn wrong_type_at(path: &str, v: &Bson, expected: &str) -> CommandError {
     CommandError::type_mismatch(format!(
         "BSON field '{path}' is the wrong type '{}', expected type '{expected}'",
         type_name(v)
@@ -61,7 +69,7 @@ fn wrong_type_at(path: &str, v: &Bson, expected: &str) -> CommandError {
 
 /// Whether a `{user, db}` (both strings; `path` names them in errors) is
 /// the empty user, whose every session is without authentication.
-fn is_empty_user(user: &Document, path: &str) -> Result<bool, CommandError> {
+pub(crate) fn is_empty_user(user: &Document, path: &str) -> Result<bool, CommandError> {
     let field = |f: &str| match user.get(f) {
         Some(Bson::String(s)) => Ok(s.is_empty()),
         None => Err(CommandError::missing_required_field(format!(
@@ -73,7 +81,7 @@ fn is_empty_user(user: &Document, path: &str) -> Result<bool, CommandError> {
 }
 
 /// A session id field (`path` names it in errors): a 16-byte UUID.
-fn session_id(path: &str, v: Option<&Bson>) -> Result<SessionId, CommandError> {
+pub(crate) fn session_id(path: &str, v: Option<&Bson>) -> Result<SessionId, CommandError> {
     match v {
         None => {
             Err(CommandError::missing_required_field(format!("BSON field '{path}' is missing but a required field")))
@@ -93,7 +101,7 @@ fn session_id(path: &str, v: Option<&Bson>) -> Result<SessionId, CommandError> {
 
 /// The array a session command takes (`{endSessions: [...]}`), each
 /// element an object.
-fn session_list<'c>(name: &str, cmd: &'c Document) -> Result<Vec<&'c Document>, CommandError> {
+pub(crate) fn session_list<'c>(name: &str, cmd: &'c Document) -> Result<Vec<&'c Document>, CommandError> {
     let wrong = |v: &Bson, expected: &str| wrong_type_at(&format!("{name}.{name}"), v, expected);
     match cmd.get(name) {
         Some(Bson::Array(list)) => list
@@ -106,53 +114,6 @@ fn session_list<'c>(name: &str, cmd: &'c Document) -> Result<Vec<&'c Document>, 
         Some(other) => Err(wrong(other, "array")),
         None => Ok(Vec::new()),
     }
-}
-
-/// `startSession`: a new session, in the local cache.
-pub(crate) fn start_session(shared: &Shared) -> Result<Document, CommandError> {
-    let id = bson::Uuid::new();
-    shared.sessions.vivify(id.bytes())?;
-    Ok(bson::doc! {
-        "id": { "id": id },
-        "timeoutMinutes": crate::limits::session_timeout_minutes,
-        "ok": 1.0,
-    })
-}
-
-/// `endSessions` forgets the sessions named (at once, where mongod drops
-/// them at its next refresh); `killSessions` and `killAllSessions` close
-/// the cursors of the sessions named (an empty list: every session's),
-/// which stay listed, as mongod's.
-pub(crate) fn end_sessions(shared: &Shared, name: &str, cmd: &Document) -> Result<Document, CommandError> {
-    let list = session_list(name, cmd)?;
-    let ids: Option<Vec<SessionId>> = match name {
-        "killAllSessions" => {
-            let mut all = list.is_empty();
-            for user in &list {
-                all |= is_empty_user(user, "KillAllSessionsUser")?;
-            }
-            if all {
-                None
-            } else {
-                Some(Vec::new())
-            }
-        }
-        _ => {
-            let ids = list
-                .iter()
-                .map(|d| session_id("LogicalSessionFromClient.id", d.get("id")))
-                .collect::<Result<Vec<_>, _>>()?;
-            match name == "killSessions" && ids.is_empty() {
-                true => None,
-                false => Some(ids),
-            }
-        }
-    };
-    match name {
-        "endSessions" => shared.sessions.forget(ids.as_deref().unwrap_or_default()),
-        _ => shared.cursors.kill_sessions(ids.as_deref()),
-    }
-    Ok(bson::doc! { "ok": 1.0 })
 }
 
 /// The documents of `{$listLocalSessions: spec}`: the cached sessions of

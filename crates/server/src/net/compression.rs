@@ -8,7 +8,8 @@
 //! states, and that size is bounded by `message_size_max_bytes`.
 
 use crate::limits::*;
-use crate::wire::{WireError, OP_COMPRESSED};
+use crate::net::wire::WireError;
+use crate::net::wire::OP_COMPRESSED;
 use std::io::Read;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,7 +136,7 @@ pub fn compress(message: &[u8], c: Compressor) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::{encode_msg, Header, OP_MSG};
+    use crate::net::wire::{encode_msg, Header, OP_MSG};
     use bson::doc;
 
     #[test]

@@ -5,10 +5,15 @@
 //! into a collection by `_id`). Also `$documents`, the source of a
 //! database-level aggregate (`{aggregate: 1}`).
 
-use crate::crud::{
-    ack_of, acknowledge, bool_option, check_insert, check_not_view, type_name, Validator, STATEMENT_ACK,
-};
+use crate::args::ack_of;
+use crate::args::bool_option;
+use crate::args::type_name;
 use crate::error::CommandError;
+use crate::exec::views::check_not_view;
+use crate::exec::write::acknowledge;
+use crate::exec::write::check_insert;
+use crate::exec::write::Validator;
+use crate::exec::write::STATEMENT_ACK;
 use crate::server::Shared;
 use bson::{doc, Bson, Document};
 use doc::catalog::{with_id_first, Namespace};
@@ -107,7 +112,7 @@ fn parse_merge(arg: &Bson, db: &str) -> Result<WriteStage, CommandError> {
             ))
         }
     };
-    crate::crud::check_fields(&spec, "$merge", &["into", "on", "whenMatched", "whenNotMatched", "let"], true)?;
+    crate::args::check_fields(&spec, "$merge", &["into", "on", "whenMatched", "whenNotMatched", "let"], true)?;
     let into = target(
         spec.get("into").ok_or_else(|| {
             CommandError::missing_required_field("BSON field '$merge.into' is missing but a required field")

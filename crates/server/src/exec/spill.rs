@@ -8,7 +8,7 @@
 //! for none), the document's BSON.
 
 use crate::error::CommandError;
-use crate::read::Hit;
+use crate::exec::scan::Hit;
 use query::external::{read_document, Runs, Spill};
 use query::Sort;
 use std::io::{self, Read, Write};

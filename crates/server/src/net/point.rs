@@ -14,8 +14,9 @@
 //!    it accepts nothing the general parser would refuse.
 
 use crate::commands::cluster_time_fields;
+use crate::net::wire;
+use crate::net::wire::Header;
 use crate::server::Shared;
-use crate::wire::{self, Header};
 use bson::raw::{RawArrayBuf, RawBsonRef, RawDocument, RawDocumentBuf};
 use bson::Bson;
 use doc::catalog::Namespace;

@@ -1,59 +1,27 @@
-//! Index commands over the one index every collection has, `_id_`:
-//! `listIndexes` lists it, `createIndexes` accepts it (it always exists),
-//! `dropIndexes` refuses to drop it. Secondary indexes come with their
-//! own issue; until then asking for one answers NotImplemented (238)
-//! instead of pretending.
+//! `listIndexes`, `createIndexes` and `dropIndexes`.
 
-use crate::crud::{check_fields, check_not_view, namespace, type_name, CommandResult};
+use crate::args::check_fields;
+use crate::args::namespace;
+use crate::args::type_name;
+use crate::args::CommandResult;
 use crate::error::CommandError;
+use crate::exec::id_index::id_index_name;
+use crate::exec::id_index::id_index_spec;
+use crate::exec::id_index::is_id_key;
+use crate::exec::views::check_not_view;
 use crate::server::Shared;
 use bson::{doc, Bson, Document};
 use doc::catalog::{Collection, Namespace};
 use std::sync::Arc;
 
-/// The `_id` index as `listIndexes` and `listCollections` describe it
-/// (with its collation, the collection's default one, if any).
-/// A clustered collection's is its clustered index:
-/// `{v, key, name, unique: true, [collation], [expireAfterSeconds], clustered: true}`.
-pub(crate) fn id_index_spec(coll: &doc::catalog::Collection) -> Document {
-    let clustered = coll.options.get_document("clusteredIndex").ok();
-    let mut spec = match clustered {
-        Some(c) => c.clone(),
-        None => doc! { "v": 2, "key": { "_id": 1 }, "name": "_id_" },
-    };
-    if let Some(c) = coll.id_collation() {
-        spec.insert("collation", c.full_spec());
-    }
-    if clustered.is_some() {
-        if let Some(ttl) = coll.options.get("expireAfterSeconds") {
-            spec.insert("expireAfterSeconds", ttl.clone());
-        }
-        spec.insert("clustered", true);
-    }
-    spec
-}
-
-/// The `_id` index's name: `_id_`, or a clustered index's own.
-pub(crate) fn id_index_name(coll: &doc::catalog::Collection) -> String {
-    match coll.options.get_document("clusteredIndex") {
-        Ok(c) => c.get_str("name").unwrap_or("_id_").to_string(),
-        Err(_) => "_id_".to_string(),
-    }
-}
-
-/// `{_id: 1}`: the `_id` index's key pattern (1 as any number type).
-pub(crate) fn is_id_key(key: &Document) -> bool {
-    key.len() == 1
-        && key.get("_id").is_some_and(|v| {
-            matches!(v, Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_))
-                && doc::compare::compare(v, &Bson::Int32(1)).is_eq()
-        })
-}
-
 /// The collection a command names, which must exist and not be a view.
 /// The command's collection, looked up once: a concurrent drop between a
 /// check and a use cannot make it vanish (the `Arc` keeps it).
-fn existing(shared: &Shared, cmd: &Document, name: &str) -> Result<(Namespace, Arc<Collection>), CommandError> {
+pub(crate) fn existing(
+    shared: &Shared,
+    cmd: &Document,
+    name: &str,
+) -> Result<(Namespace, Arc<Collection>), CommandError> {
     let ns = namespace(cmd, name)?;
     let Some(coll) = shared.catalog.get(&ns) else {
         return Err(CommandError::namespace_not_found(format!("ns does not exist: {ns}")));
@@ -67,7 +35,7 @@ pub fn list_indexes(shared: &Shared, cmd: &Document) -> CommandResult {
     let (ns, _) = existing(shared, cmd, "listIndexes")?;
     let batch_size = match cmd.get("cursor") {
         None => None,
-        Some(Bson::Document(c)) => crate::crud::count_option(c, "batchSize")?.map(|n| n.max(0) as usize),
+        Some(Bson::Document(c)) => crate::args::count_option(c, "batchSize")?.map(|n| n.max(0) as usize),
         Some(other) => {
             return Err(CommandError::type_mismatch(format!(
                 "BSON field 'listIndexes.cursor' is the wrong type '{}', expected type 'object'",
@@ -77,7 +45,7 @@ pub fn list_indexes(shared: &Shared, cmd: &Document) -> CommandResult {
     };
     let cursor_ns = Namespace { db: ns.db.clone(), coll: format!("$cmd.listIndexes.{}", ns.coll) };
     let spec = shared.catalog.get(&ns).map(|c| id_index_spec(&c)).into_iter().collect();
-    crate::read::buffered_cursor(shared, cursor_ns, spec, batch_size)
+    crate::exec::cursors::buffered_cursor(shared, cursor_ns, spec, batch_size)
 }
 
 pub fn create_indexes(shared: &Shared, cmd: &Document) -> CommandResult {

@@ -15,15 +15,28 @@
 //! 2. An operation's failure is its own `{ok: 0, idx, code, ...}` entry,
 //!    never the command's.
 
-use crate::crud::{
-    ack_of, acknowledge, bool_option, check_fields, check_insert, check_not_view, count_option, db_of, delete_one_spec,
-    scope_of, statements, type_name, validator_of, CommandResult, Outcome, STATEMENT_ACK,
-};
+use crate::args::ack_of;
+use crate::args::bool_option;
+use crate::args::check_fields;
+use crate::args::count_option;
+use crate::args::db_of;
+use crate::args::scope_of;
+use crate::args::statements;
+use crate::args::type_name;
+use crate::args::CommandResult;
 use crate::error::CommandError;
-use crate::modify::{parse_statement, run_statement};
+use crate::exec::modify::delete_one_spec;
+use crate::exec::modify::parse_statement;
+use crate::exec::modify::run_statement;
+use crate::exec::views::check_not_view;
+use crate::exec::write::acknowledge;
+use crate::exec::write::check_insert;
+use crate::exec::write::validator_of;
+use crate::exec::write::Outcome;
+use crate::exec::write::STATEMENT_ACK;
+use crate::net::wire::OpMsg;
 use crate::server::Shared;
 use crate::session::{Retry, StmtLog};
-use crate::wire::OpMsg;
 use bson::{doc, Bson, Document};
 use doc::catalog::Namespace;
 use doc::sessions::Stamp;
@@ -291,7 +304,7 @@ pub fn bulk_write(shared: &Shared, msg: &OpMsg) -> CommandResult {
     drop(retry);
     let ns = Namespace { db: "admin".into(), coll: CURSOR_COLLECTION.into() };
     let docs = results.into_iter().filter_map(|b| b.as_document().cloned()).collect();
-    let mut reply = crate::read::buffered_cursor(shared, ns, docs, batch_size.or(Some(usize::MAX)))?;
+    let mut reply = crate::exec::cursors::buffered_cursor(shared, ns, docs, batch_size.or(Some(usize::MAX)))?;
     reply.remove("ok");
     reply.insert("nErrors", errors);
     reply.insert("nInserted", inserted);

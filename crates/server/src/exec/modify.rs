@@ -1,47 +1,92 @@
-//! Updates: the `update` command (multi, upsert, replacement, arrayFilters)
-//! and `findAndModify`.
-//!
-//! A document is updated by compare-and-swap on its stored bytes
-//! ([`Collection::replace`]): if another writer changed it between the
-//! read and the write, it is read again, matched again and the update
-//! applied again, so no concurrent update is lost. Record ids do not change
-//! on update, so a multi-update scan never meets a document twice.
+//! Update and delete statements: parsing, matching, applying and
+//! upserting one statement (shared by `update`, `delete`,
+//! `findAndModify` and `bulkWrite`).
 
-use crate::crud::{
-    ack_of, acknowledge, bool_option, check_fields, check_not_view, filter_of, namespace, scope_of, statements,
-    type_name, validator_of, write_reply, CommandResult, Outcome, Validator, STATEMENT_ACK,
-};
+use crate::args::bool_option;
+use crate::args::count_option;
+use crate::args::filter_of;
 use crate::error::CommandError;
+use crate::exec::deadline::Deadline;
+use crate::exec::scan::check_hint;
+use crate::exec::scan::collation_of;
+use crate::exec::scan::point_id;
+use crate::exec::scan::ScanIter;
+use crate::exec::write::validator_of;
+use crate::exec::write::Outcome;
+use crate::exec::write::Validator;
+use crate::exec::write::STATEMENT_ACK;
 use crate::limits::*;
-use crate::read::{check_hint, collation_of, encoded_len, point_id, Deadline, ScanIter};
 use crate::server::Shared;
-use crate::session::{Retry, StmtLog};
-use crate::wire::OpMsg;
+use crate::session::StmtLog;
 use bson::{doc, Bson, Document};
-use doc::catalog::{with_id_first, Ack, Collection, DocError, Namespace};
+use doc::bson_bytes::encoded_len;
+use doc::catalog::{with_id_first, Collection};
+use doc::catalog::{Ack, DocError, Namespace};
 use doc::sessions::Stamp;
 use query::expr::Scope;
-use query::{Collation, Filter, Projection, Sort, Update};
-use std::sync::atomic::Ordering;
+pub(crate) use query::type_name;
+use query::Filter;
+use query::{Collation, Sort, Update};
 use std::sync::Arc;
+
+/// One `{q, limit}` statement: delete the first match (limit 1) or all,
+/// its filter's `$expr`s seeing `scope`'s variables. A retryable one
+/// (`log`; limit 1) records itself with its delete.
+pub(crate) fn delete_one_spec(
+    shared: &Shared,
+    ns: &Namespace,
+    spec: &Document,
+    scope: &Scope,
+    log: Option<&StmtLog>,
+) -> Result<i64, CommandError> {
+    let ack = STATEMENT_ACK;
+    let (filter_doc, filter) = filter_of(spec, "q", scope)?;
+    // A hint naming no index fails its statement only, as a planner error.
+    crate::exec::scan::check_hint(shared, ns, spec)?;
+    let collation = crate::exec::scan::collation_of(shared, ns, spec)?;
+    let filter = filter.with_collation(collation.clone());
+    let limit = count_option(spec, "limit")?.unwrap_or(0);
+    let Some(coll) = shared.catalog.get(ns) else { return Ok(0) };
+    let engine = shared.catalog.engine();
+    let record = log.map(|l| l.record(doc! { "n": 1i64 })).transpose()?;
+    let stamp = record.as_ref().map(|r| r as &dyn Stamp);
+    if let Some(id) = crate::exec::scan::point_id(&filter_doc, collation.as_ref(), &coll) {
+        return Ok(match coll.find_rid_by_id(engine, id)? {
+            Some((rid, d)) => i64::from(coll.delete(engine, rid, &d, ack, stamp)?),
+            None => 0,
+        });
+    }
+    // In natural order: a single delete takes the first match.
+    let mut deleted = 0;
+    for record in crate::exec::scan::ScanIter::new(shared, ns).results() {
+        let (rid, d) = record?;
+        if filter.try_matches_at(&d)?.0 && coll.delete(engine, rid, &d, ack, stamp)? {
+            deleted += 1;
+            if limit == 1 {
+                break;
+            }
+        }
+    }
+    Ok(deleted)
+}
 
 /// One parsed update statement.
 #[derive(Clone)]
 pub(crate) struct Statement {
-    query: Document,
-    filter: Filter,
-    update: Update,
-    multi: bool,
-    upsert: bool,
+    pub(crate) query: Document,
+    pub(crate) filter: Filter,
+    pub(crate) update: Update,
+    pub(crate) multi: bool,
+    pub(crate) upsert: bool,
     /// Which document a single update picks (MongoDB 8.0's `sort`).
-    sort: Sort,
+    pub(crate) sort: Sort,
     /// The statement's collation (`None`: simple).
-    collation: Option<Arc<Collation>>,
+    pub(crate) collation: Option<Arc<Collation>>,
     /// Already retried after losing an upsert race.
-    retried: bool,
+    pub(crate) retried: bool,
 }
 
-fn parse_update_field(
+pub(crate) fn parse_update_field(
     v: Option<&Bson>,
     array_filters: &[Document],
     cmd: &str,
@@ -58,7 +103,7 @@ fn parse_update_field(
     }
 }
 
-fn array_filters(spec: &Document) -> Result<Vec<Document>, CommandError> {
+pub(crate) fn array_filters(spec: &Document) -> Result<Vec<Document>, CommandError> {
     match spec.get("arrayFilters") {
         None | Some(Bson::Null) => Ok(Vec::new()),
         Some(Bson::Array(items)) => items
@@ -133,7 +178,7 @@ pub(crate) fn parse_statement(
 }
 
 /// The update result must still be a storable document.
-fn check_size(d: &Document) -> Result<(), CommandError> {
+pub(crate) fn check_size(d: &Document) -> Result<(), CommandError> {
     if encoded_len(d) > bson_object_size_max_bytes {
         return Err(CommandError::document_too_large_after_update(format!(
             "Resulting document after update is larger than {bson_object_size_max_bytes}"
@@ -144,20 +189,20 @@ fn check_size(d: &Document) -> Result<(), CommandError> {
 
 /// What a statement answers once it wrote, given the document before
 /// (`None`: an upsert inserted it), after, and the matched array position.
-type Answer<'a> = &'a dyn Fn(Option<&Document>, &Document, Option<usize>) -> Result<Document, CommandError>;
+pub(crate) type Answer<'a> = &'a dyn Fn(Option<&Document>, &Document, Option<usize>) -> Result<Document, CommandError>;
 
 /// What an update does: to documents matching `filter`, apply `update`,
 /// acknowledged as `ack` asks.
 #[derive(Clone, Copy)]
-struct Change<'a> {
-    filter: &'a Filter,
-    update: &'a Update,
-    ack: Ack,
+pub(crate) struct Change<'a> {
+    pub(crate) filter: &'a Filter,
+    pub(crate) update: &'a Update,
+    pub(crate) ack: Ack,
     /// The collection's validator and the command's bypass flag.
-    validator: Option<&'a (Validator, bool)>,
+    pub(crate) validator: Option<&'a (Validator, bool)>,
     /// A retryable statement: its record, written with its write, holds
     /// its answer.
-    log: Option<(&'a StmtLog<'a>, Answer<'a>)>,
+    pub(crate) log: Option<(&'a StmtLog<'a>, Answer<'a>)>,
 }
 
 impl Change<'_> {
@@ -180,7 +225,11 @@ impl Change<'_> {
 }
 
 /// An update statement's answer: `n`, `nModified` and an upsert's `_id`.
-fn update_answer(old: Option<&Document>, new: &Document, _pos: Option<usize>) -> Result<Document, CommandError> {
+pub(crate) fn update_answer(
+    old: Option<&Document>,
+    new: &Document,
+    _pos: Option<usize>,
+) -> Result<Document, CommandError> {
     Ok(match old {
         Some(_) => doc! { "n": 1i64, "nModified": 1i64 },
         None => doc! { "n": 1i64, "nModified": 0i64, "upserted": new.get("_id").cloned().unwrap_or(Bson::Null) },
@@ -190,7 +239,7 @@ fn update_answer(old: Option<&Document>, new: &Document, _pos: Option<usize>) ->
 /// Update the document at `rid` (last seen as `doc`, matched at `pos`):
 /// returns the document before and after, or `None` if it no longer
 /// exists or matches.
-fn update_document(
+pub(crate) fn update_document(
     shared: &Shared,
     coll: &Collection,
     rid: u64,
@@ -222,7 +271,12 @@ fn update_document(
 }
 
 /// Insert an upsert's document; returns it (with its `_id`).
-fn upsert(shared: &Shared, ns: &Namespace, query: &Document, change: &Change) -> Result<Document, CommandError> {
+pub(crate) fn upsert(
+    shared: &Shared,
+    ns: &Namespace,
+    query: &Document,
+    change: &Change,
+) -> Result<Document, CommandError> {
     let (update, ack) = (change.update, change.ack);
     let new = update.upsert_document(query)?;
     // Insert rules for the new document's names, before its validator.
@@ -309,65 +363,9 @@ pub(crate) fn run_statement(
     Ok(out)
 }
 
-pub fn update(shared: &Shared, msg: &OpMsg) -> CommandResult {
-    let cmd = &msg.body;
-    let ns = namespace(cmd, "update")?;
-    let specs = statements(msg, "update", "updates")?;
-    check_fields(cmd, "update", &["updates", "ordered"], false)?;
-    for spec in &specs {
-        check_fields(
-            spec,
-            "update.updates",
-            &["q", "u", "c", "upsert", "multi", "arrayFilters", "collation", "hint", "sort", "upsertSupplied"],
-            true,
-        )?;
-        for field in ["q", "u"] {
-            if !spec.contains_key(field) {
-                return Err(CommandError::failed_to_parse(format!(
-                    "BSON field 'update.updates.{field}' is missing but a required field"
-                )));
-            }
-        }
-        // Option types fail the whole command, as mongod's parser does.
-        for field in ["multi", "upsert"] {
-            bool_option(spec, field, "update.updates", false)?;
-        }
-    }
-    let ordered = bool_option(cmd, "ordered", "update", true)?;
-    let ack = ack_of(cmd)?;
-    check_not_view(shared, &ns)?;
-    let scope = scope_of(cmd)?;
-    let mut retry = Retry::begin(shared, cmd)?;
-    let mut reply = write_reply(&specs, ordered, true, |index, spec| {
-        shared.opcounters.update.fetch_add(1, Ordering::Relaxed);
-        let st = parse_statement(shared, &ns, spec, &scope)?;
-        let log = match retry.as_mut() {
-            None => None,
-            Some(_) if st.multi => {
-                return Err(CommandError::invalid_options("Cannot use (or request) retryable writes with multi=true"))
-            }
-            Some(r) => match r.answered(index) {
-                Some(a) => {
-                    return Ok(Outcome {
-                        n: a.get_i64("n").unwrap_or(1),
-                        modified: a.get_i64("nModified").unwrap_or(0),
-                        upserted: a.get("upserted").cloned(),
-                    })
-                }
-                None => Some(StmtLog::new(r, index)),
-            },
-        };
-        run_statement(shared, &ns, cmd, &st, STATEMENT_ACK, log.as_ref())
-    });
-    if let Some(retry) = retry {
-        retry.finish_reply(&mut reply);
-    }
-    acknowledge(shared, ack, reply)
-}
-
 /// The first match of `query` (parsed as `filter`, under `collation`) in
 /// sort order (or record order without a sort).
-fn first_match(
+pub(crate) fn first_match(
     shared: &Shared,
     coll: &Arc<Collection>,
     ns: &Namespace,
@@ -397,147 +395,4 @@ fn first_match(
         return Err(e.into());
     }
     Ok(best)
-}
-
-pub fn find_and_modify(shared: &Shared, cmd: &Document) -> CommandResult {
-    let deadline = Deadline::of(cmd)?;
-    let name = cmd.keys().next().cloned().unwrap_or_default();
-    let ns = namespace(cmd, &name)?;
-    check_fields(
-        cmd,
-        "findAndModify",
-        &["query", "sort", "remove", "update", "new", "fields", "upsert", "arrayFilters", "collation", "hint"],
-        false,
-    )?;
-    let scope = scope_of(cmd)?;
-    let (query, filter) = filter_of(cmd, "query", &scope)?;
-    let sort = Sort::parse(&match cmd.get("sort") {
-        None | Some(Bson::Null) => Document::new(),
-        Some(Bson::Document(d)) => d.clone(),
-        Some(other) => {
-            return Err(CommandError::type_mismatch(format!(
-                "BSON field 'findAndModify.sort' is the wrong type '{}', expected type 'object'",
-                type_name(other)
-            )))
-        }
-    })?;
-    let fields = match cmd.get("fields") {
-        Some(Bson::Document(f)) if !f.is_empty() => Some(Projection::parse_in(f, &scope)?),
-        None | Some(Bson::Null) | Some(Bson::Document(_)) => None,
-        Some(other) => {
-            return Err(CommandError::type_mismatch(format!(
-                "BSON field 'findAndModify.fields' is the wrong type '{}', expected type 'object'",
-                type_name(other)
-            )))
-        }
-    };
-    let remove = bool_option(cmd, "remove", "findAndModify", false)?;
-    let return_new = bool_option(cmd, "new", "findAndModify", false)?;
-    let upsert_wanted = bool_option(cmd, "upsert", "findAndModify", false)?;
-    let has_update = cmd.get("update").is_some_and(|u| !matches!(u, Bson::Null));
-    if remove && has_update {
-        return Err(CommandError::failed_to_parse("Cannot specify both an update and remove=true"));
-    }
-    if !remove && !has_update {
-        return Err(CommandError::failed_to_parse("Either an update or remove=true must be specified"));
-    }
-    if remove && upsert_wanted {
-        return Err(CommandError::failed_to_parse("Cannot specify both upsert=true and remove=true "));
-    }
-    if remove && return_new {
-        return Err(CommandError::failed_to_parse(
-            "Cannot specify both new=true and remove=true; 'remove' always returns the deleted document",
-        ));
-    }
-    let update = if has_update {
-        Some(parse_update_field(cmd.get("update"), &array_filters(cmd)?, "findAndModify.update", &scope)?)
-    } else {
-        None
-    };
-    check_hint(shared, &ns, cmd)?;
-    check_not_view(shared, &ns)?;
-    let collation = collation_of(shared, &ns, cmd)?;
-    let filter = filter.with_collation(collation.clone());
-    let sort = sort.with_collation(collation.clone());
-    let update = update.map(|u| u.with_collation(collation.clone()));
-    let ack = ack_of(cmd)?;
-    let mut retry = Retry::begin(shared, cmd)?;
-    if let Some(r) = retry.as_mut() {
-        if let Some(mut answer) = r.answered(0) {
-            // Ran before under this txnNumber: the same answer, written
-            // nothing again.
-            answer.insert("retriedStmtId", r.stmt_id(0));
-            answer.insert("ok", 1.0);
-            return acknowledge(shared, ack, answer);
-        }
-    }
-    let log = retry.as_ref().map(|r| StmtLog::new(r, 0));
-    let validator = validator_of(shared, &ns, cmd)?;
-    let project = |d: &Document, pos: Option<usize>| -> Result<Bson, CommandError> {
-        Ok(Bson::Document(match &fields {
-            Some(p) => p.apply(d, pos)?,
-            None => d.clone(),
-        }))
-    };
-    // The reply (without `ok`) once the statement wrote.
-    let answer = |old: Option<&Document>, new: &Document, pos: Option<usize>| -> Result<Document, CommandError> {
-        Ok(match old {
-            Some(old) => doc! {
-                "lastErrorObject": { "n": 1, "updatedExisting": true },
-                "value": if return_new { project(new, pos)? } else { project(old, pos)? },
-            },
-            None => doc! {
-                "lastErrorObject": {
-                    "n": 1,
-                    "updatedExisting": false,
-                    "upserted": new.get("_id").cloned().unwrap_or(Bson::Null),
-                },
-                "value": if return_new { project(new, None)? } else { Bson::Null },
-            },
-        })
-    };
-    let with_ok = |mut reply: Document| {
-        reply.insert("ok", 1.0);
-        Ok(reply)
-    };
-    let change = |u| Change {
-        filter: &filter,
-        update: u,
-        ack,
-        validator: validator.as_ref(),
-        log: log.as_ref().map(|l| (l, &answer as Answer)),
-    };
-    let engine = shared.catalog.engine();
-    if let Some(coll) = shared.catalog.get(&ns) {
-        // Retried when the chosen document changes before it is written.
-        while let Some((rid, d, pos)) =
-            first_match(shared, &coll, &ns, (&query, &filter, collation.as_ref()), &sort, &deadline)?
-        {
-            match &update {
-                None => {
-                    shared.opcounters.delete.fetch_add(1, Ordering::Relaxed);
-                    let reply = doc! { "lastErrorObject": { "n": 1 }, "value": project(&d, pos)? };
-                    let record = log.as_ref().map(|l| l.record(reply.clone())).transpose()?;
-                    if coll.delete(engine, rid, &d, ack, record.as_ref().map(|r| r as &dyn Stamp))? {
-                        return with_ok(reply);
-                    }
-                }
-                Some(u) => {
-                    shared.opcounters.update.fetch_add(1, Ordering::Relaxed);
-                    if let Some((old, new, _)) = update_document(shared, &coll, rid, (d, pos), &change(u))? {
-                        return with_ok(answer(Some(&old), &new, pos)?);
-                    }
-                }
-            }
-        }
-    }
-    match &update {
-        Some(u) if upsert_wanted => {
-            shared.opcounters.update.fetch_add(1, Ordering::Relaxed);
-            let new = upsert(shared, &ns, &query, &change(u))?;
-            with_ok(answer(None, &new, None)?)
-        }
-        Some(_) => Ok(doc! { "lastErrorObject": { "n": 0, "updatedExisting": false }, "value": Bson::Null, "ok": 1.0 }),
-        None => Ok(doc! { "lastErrorObject": { "n": 0 }, "value": Bson::Null, "ok": 1.0 }),
-    }
 }

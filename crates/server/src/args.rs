@@ -1,0 +1,221 @@
+//! Argument parsing shared by every command, as mongod's IDL does it:
+//! field checks, namespaces, options, filters, write concerns.
+
+use crate::error::CommandError;
+use crate::limits::*;
+use crate::net::wire::OpMsg;
+use bson::{Bson, Document};
+use doc::catalog::{check_db_name, Ack, Namespace};
+use query::expr::Scope;
+pub(crate) use query::type_name;
+use query::Filter;
+
+pub(crate) type CommandResult = Result<Document, CommandError>;
+
+/// The acknowledgement a write command's `writeConcern` asks for: after
+/// the journal fsync (the default, `j: true`), or after the journal write
+/// (`j: false`).
+pub(crate) fn ack_of(cmd: &Document) -> Result<Ack, CommandError> {
+    let Some(wc) = cmd.get("writeConcern") else { return Ok(Ack::Journaled) };
+    let wc = match wc {
+        Bson::Document(wc) => wc,
+        Bson::Null => return Ok(Ack::Journaled),
+        other => {
+            return Err(CommandError::type_mismatch(format!(
+                "BSON field 'writeConcern' is the wrong type '{}', expected type 'object'",
+                type_name(other)
+            )))
+        }
+    };
+    match wc.get("j") {
+        None | Some(Bson::Null) | Some(Bson::Boolean(true)) => Ok(Ack::Journaled),
+        Some(Bson::Boolean(false)) if wc.get_bool("fsync") == Ok(true) => Ok(Ack::Journaled),
+        Some(Bson::Boolean(false)) => Ok(Ack::Written),
+        Some(other @ (Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_))) => {
+            let zero = matches!(other, Bson::Int32(0) | Bson::Int64(0)) || other.as_f64() == Some(0.0);
+            Ok(if zero { Ack::Written } else { Ack::Journaled })
+        }
+        Some(other) => Err(CommandError::failed_to_parse(format!(
+            "j must be numeric or a boolean value, found: {}",
+            type_name(other)
+        ))),
+    }
+}
+
+/// Fields every command may carry (sessions, transactions, read and
+/// write concerns, the stable API, driver metadata).
+pub(crate) const GENERIC_FIELDS: &[&str] = &[
+    "lsid",
+    "txnNumber",
+    "autocommit",
+    "startTransaction",
+    "stmtId",
+    "readConcern",
+    "writeConcern",
+    "comment",
+    "maxTimeMS",
+    "apiVersion",
+    "apiStrict",
+    "apiDeprecationErrors",
+    "bypassDocumentValidation",
+    "mayBypassWriteBlocking",
+    "let",
+];
+
+/// Refuse fields a command (or one of its statements, `path`
+/// "update.updates") does not know, as MongoDB's command parser does.
+pub(crate) fn check_fields(doc: &Document, path: &str, known: &[&str], statement: bool) -> Result<(), CommandError> {
+    for (i, k) in doc.keys().enumerate() {
+        if (!statement && i == 0) || known.contains(&k.as_str()) {
+            continue;
+        }
+        if !statement && (k.starts_with('$') || GENERIC_FIELDS.contains(&k.as_str())) {
+            continue;
+        }
+        return Err(CommandError::unknown_parameter(format!("BSON field '{path}.{k}' is an unknown field.")));
+    }
+    Ok(())
+}
+
+pub(crate) fn db_of(cmd: &Document) -> Result<&str, CommandError> {
+    let db = cmd.get_str("$db").map_err(|_| CommandError::failed_to_parse("the command needs a $db string"))?;
+    check_db_name(db).map_err(CommandError::from)?;
+    Ok(db)
+}
+
+/// The namespace a command's first field names (`{find: "coll", $db}`).
+pub(crate) fn namespace(cmd: &Document, name: &str) -> Result<Namespace, CommandError> {
+    let db = db_of(cmd)?;
+    match cmd.get(name) {
+        Some(Bson::String(coll)) => Namespace::new(db, coll).map_err(CommandError::from),
+        _ => Err(CommandError::invalid_namespace(format!(
+            "collection name has invalid type {}",
+            cmd.get(name).map(type_name).unwrap_or("missing")
+        ))),
+    }
+}
+
+/// A boolean option read as MongoDB's IDL reads `safeBool`: a bool or a
+/// number (non-zero is true); missing or null is `default`. `context` is
+/// the command (or statement) path the error names, e.g. `find` or
+/// `update.updates`.
+pub(crate) fn bool_option(doc: &Document, field: &str, context: &str, default: bool) -> Result<bool, CommandError> {
+    match doc.get(field) {
+        None | Some(Bson::Null) => Ok(default),
+        Some(Bson::Boolean(b)) => Ok(*b),
+        Some(Bson::Int32(n)) => Ok(*n != 0),
+        Some(Bson::Int64(n)) => Ok(*n != 0),
+        Some(Bson::Double(d)) => Ok(*d != 0.0),
+        Some(Bson::Decimal128(d)) => Ok(decimal_is_nonzero(d.bytes())),
+        // MongoDB's IDL puts the closing quote inside the bracket.
+        Some(other) => Err(CommandError::type_mismatch(format!(
+            "BSON field '{context}.{field}' is the wrong type '{}', expected types '[bool, long, int, decimal, double']",
+            type_name(other)
+        ))),
+    }
+}
+
+/// Whether an IEEE 754-2008 BID decimal128 (little-endian bytes) is not
+/// zero: infinities and NaN are not; a non-canonical coefficient is zero.
+pub(crate) fn decimal_is_nonzero(bytes: [u8; 16]) -> bool {
+    let v = u128::from_le_bytes(bytes);
+    if (v >> 125) & 0b11 == 0b11 {
+        return (v >> 122) & 0b11111 >= 0b11110;
+    }
+    v & ((1u128 << 113) - 1) != 0
+}
+
+/// A non-negative integer option (int, long or integral double).
+pub(crate) fn count_option(cmd: &Document, name: &str) -> Result<Option<i64>, CommandError> {
+    match cmd.get(name) {
+        None | Some(Bson::Null) => Ok(None),
+        Some(Bson::Int32(i)) => Ok(Some((*i).into())),
+        Some(Bson::Int64(i)) => Ok(Some(*i)),
+        Some(Bson::Double(d)) if d.fract() == 0.0 => Ok(Some(*d as i64)),
+        Some(other) => Err(CommandError::type_mismatch(format!(
+            "BSON field '{name}' is the wrong type '{}', expected types '[long, int, decimal, double']",
+            type_name(other)
+        ))),
+    }
+}
+
+/// The variables of a command's `let` (constants for its `$expr`s).
+pub(crate) fn scope_of(cmd: &Document) -> Result<Scope, CommandError> {
+    match cmd.get("let") {
+        None | Some(Bson::Null) => Ok(Scope::default()),
+        Some(Bson::Document(vars)) => Ok(Scope::with_let(Some(vars))?),
+        Some(other) => Err(CommandError::type_mismatch(format!(
+            "BSON field 'let' is the wrong type '{}', expected type 'object'",
+            type_name(other)
+        ))),
+    }
+}
+
+/// The filter in field `name` of `cmd` (missing or null: everything),
+/// parsed with `scope`'s variables.
+pub(crate) fn filter_of(cmd: &Document, name: &str, scope: &Scope) -> Result<(Document, Filter), CommandError> {
+    let f = match cmd.get(name) {
+        None | Some(Bson::Null) => Document::new(),
+        Some(Bson::Document(d)) => d.clone(),
+        Some(other) => {
+            return Err(CommandError::type_mismatch(format!(
+                "BSON field '{name}' is the wrong type '{}', expected type 'object'",
+                type_name(other)
+            )))
+        }
+    };
+    let parsed = Filter::parse_in(&f, scope)?;
+    Ok((f, parsed))
+}
+
+/// The statements of a write command: the body's array or the document
+/// sequence of the same name.
+pub(crate) fn statements(msg: &OpMsg, cmd_name: &str, field: &str) -> Result<Vec<Document>, CommandError> {
+    let cmd = &msg.body;
+    let docs: Vec<Document> = match (cmd.get(field), msg.sequences.iter().find(|(id, _)| id == field)) {
+        (Some(Bson::Array(items)), None) => items
+            .iter()
+            .enumerate()
+            .map(|(i, d)| match d {
+                Bson::Document(d) => Ok(d.clone()),
+                other => Err(CommandError::type_mismatch(format!(
+                    "BSON field '{cmd_name}.{field}.{i}' is the wrong type '{}', expected type 'object'",
+                    type_name(other)
+                ))),
+            })
+            .collect::<Result<_, _>>()?,
+        (None, Some((_, seq))) => seq.clone(),
+        (Some(_), Some(_)) => {
+            return Err(CommandError::bad_value(format!("{field} given both in the body and as a sequence")))
+        }
+        (Some(other), None) => {
+            return Err(CommandError::type_mismatch(format!(
+                "BSON field '{cmd_name}.{field}' is the wrong type '{}', expected type 'array'",
+                type_name(other)
+            )))
+        }
+        (None, None) => {
+            return Err(CommandError::failed_to_parse(format!(
+                "BSON field '{cmd_name}.{field}' is missing but a required field"
+            )))
+        }
+    };
+    if docs.is_empty() || docs.len() > write_batch_size_max {
+        return Err(CommandError::invalid_length(format!(
+            "Write batch sizes must be between 1 and {write_batch_size_max}. Got {} operations.",
+            docs.len()
+        )));
+    }
+    Ok(docs)
+}
+
+pub(crate) fn document_option(cmd: &Document, name: &str) -> Result<Option<Document>, CommandError> {
+    match cmd.get(name) {
+        None | Some(Bson::Null) => Ok(None),
+        Some(Bson::Document(d)) => Ok(Some(d.clone())),
+        Some(other) => Err(CommandError::type_mismatch(format!(
+            "BSON field 'find.{name}' is the wrong type '{}', expected type 'object'",
+            type_name(other)
+        ))),
+    }
+}

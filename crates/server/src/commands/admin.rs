@@ -1,0 +1,369 @@
+//! Handshake and administration: `hello`, `buildInfo`, parameters,
+//! `serverStatus`, `hostInfo`, `listCommands`, the startup log.
+
+use crate::args::CommandResult;
+use crate::commands::cluster_time;
+use crate::commands::COMMANDS;
+use crate::commands::SET_NAME;
+use crate::commands::VERSION;
+use crate::error::CommandError;
+use crate::limits::*;
+use crate::server::hostname;
+use crate::server::{Conn, Shared};
+use bson::{doc, oid::ObjectId, Bson, DateTime, Document};
+use query::type_name;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// How long an awaitable `hello` waits before it answers, as a replica-set
+/// primary does: a request with `topologyVersion` and `maxAwaitTimeMS`
+/// whose topology version is the current one waits up to `maxAwaitTimeMS`
+/// for a topology change (ours never changes while the process runs), so
+/// a driver's monitor hears from us once per heartbeat, not in a busy loop.
+/// `None` answers at once: no awaitable options, another process's (or an
+/// older) topology version. Bad options are errors, as mongod reports them.
+pub fn hello_await(shared: &Shared, name: &str, cmd: &Document) -> Result<Option<Duration>, CommandError> {
+    let wrong_type = |field: &str, value: &Bson, expected: &str| {
+        CommandError::type_mismatch(format!(
+            "BSON field '{field}' is the wrong type '{}', expected type '{expected}'",
+            crate::args::type_name(value)
+        ))
+    };
+    let topology = match cmd.get("topologyVersion") {
+        None => None,
+        Some(Bson::Document(tv)) => {
+            let (mut process_id, mut counter) = (None, None);
+            for (key, value) in tv {
+                let path = format!("{name}.topologyVersion.{key}");
+                match (key.as_str(), value) {
+                    ("processId", Bson::ObjectId(id)) => process_id = Some(*id),
+                    ("processId", other) => return Err(wrong_type(&path, other, "objectId")),
+                    ("counter", Bson::Int64(n)) => counter = Some(*n),
+                    ("counter", other) => return Err(wrong_type(&path, other, "long")),
+                    _ => {
+                        return Err(CommandError::unknown_parameter(format!(
+                            "BSON field '{path}' is an unknown field."
+                        )))
+                    }
+                }
+            }
+            let missing = |field: &str| {
+                CommandError::missing_required_field(format!(
+                    "BSON field '{name}.topologyVersion.{field}' is missing but a required field"
+                ))
+            };
+            Some((process_id.ok_or_else(|| missing("processId"))?, counter.ok_or_else(|| missing("counter"))?))
+        }
+        Some(_) => {
+            return Err(CommandError::with_code(10065, "invalid parameter: expected an object (topologyVersion)"))
+        }
+    };
+    let max_await_ms = match cmd.get("maxAwaitTimeMS") {
+        None => None,
+        Some(Bson::Int32(n)) => Some(i64::from(*n)),
+        Some(Bson::Int64(n)) => Some(*n),
+        Some(Bson::Double(d)) => Some(*d as i64),
+        Some(other) => {
+            return Err(CommandError::type_mismatch(format!(
+            "BSON field '{name}.maxAwaitTimeMS' is the wrong type '{}', expected types '[long, int, decimal, double']",
+            crate::args::type_name(other)
+        )))
+        }
+    };
+    let ((process_id, counter), max_await_ms) = match (topology, max_await_ms) {
+        (None, None) => return Ok(None),
+        (Some(tv), Some(ms)) => (tv, ms),
+        (Some(_), None) => {
+            return Err(CommandError::with_code(
+                31368,
+                "A request with a 'topologyVersion' must include 'maxAwaitTimeMS'",
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(CommandError::with_code(
+                31368,
+                "A request with 'maxAwaitTimeMS' must include a 'topologyVersion'",
+            ))
+        }
+    };
+    if max_await_ms < 0 {
+        return Err(CommandError::with_code(31373, "maxAwaitTimeMS must be a non-negative integer"));
+    }
+    if counter < 0 {
+        return Err(CommandError::with_code(31372, "topologyVersion must have a non-negative counter"));
+    }
+    if process_id != shared.process_id || counter < TOPOLOGY_COUNTER {
+        return Ok(None);
+    }
+    if counter > TOPOLOGY_COUNTER {
+        return Err(CommandError::with_code(
+            31382,
+            format!(
+                "Received a topology version with counter: {counter} which is greater than the server topology \
+                 version counter: {TOPOLOGY_COUNTER}"
+            ),
+        ));
+    }
+    Ok(Some(Duration::from_millis(max_await_ms as u64)))
+}
+
+/// The counter of our topology version: a one-member set whose
+/// configuration never changes while the process runs.
+pub(crate) const TOPOLOGY_COUNTER: i64 = 0;
+
+/// A hello's `client.application.name`.
+pub(crate) fn app_name_of(cmd: &Document) -> Option<String> {
+    let app = cmd.get_document("client").and_then(|c| c.get_document("application")).ok()?;
+    app.get_str("name").ok().map(str::to_string)
+}
+
+pub(crate) fn hello(shared: &Shared, conn: &Conn, name: &str, cmd: &Document) -> CommandResult {
+    hello_await(shared, name, cmd)?;
+    // The client's application name, kept from its first hello (a fail
+    // point may be for one application only).
+    if let Some(app_name) = app_name_of(cmd) {
+        let _ = conn.app_name.set(app_name);
+    }
+    let legacy = name != "hello";
+    let me = conn.local.to_string();
+    let ts = cluster_time();
+    let now = DateTime::now();
+    let mut d = doc! {
+        "topologyVersion": { "processId": shared.process_id, "counter": TOPOLOGY_COUNTER },
+        "hosts": [me.clone()],
+        "setName": SET_NAME,
+        "setVersion": 1,
+    };
+    d.insert(if legacy { "ismaster" } else { "isWritablePrimary" }, true);
+    d.extend(doc! {
+        "secondary": false,
+        "primary": me.clone(),
+        "me": me,
+        "electionId": ObjectId::from_bytes([0x7f, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 1]),
+        "lastWrite": {
+            "opTime": { "ts": ts, "t": 1i64 },
+            "lastWriteDate": now,
+            "majorityOpTime": { "ts": ts, "t": 1i64 },
+            "majorityWriteDate": now,
+        },
+        "maxBsonObjectSize": bson_object_size_max_bytes as i32,
+        "maxMessageSizeBytes": message_size_max_bytes as i32,
+        "maxWriteBatchSize": write_batch_size_max as i32,
+        "localTime": now,
+        "logicalSessionTimeoutMinutes": session_timeout_minutes,
+        "connectionId": conn.id as i32,
+        "minWireVersion": 0,
+        "maxWireVersion": wire_version_max,
+        "readOnly": false,
+        "ok": 1.0,
+    });
+    Ok(d)
+}
+
+/// Answer the client's `compression` list with the compressors we share.
+pub(crate) fn with_compression(mut reply: Document, cmd: &Document) -> Document {
+    if let Ok(asked) = cmd.get_array("compression") {
+        let names: Vec<String> = asked.iter().filter_map(|b| b.as_str().map(str::to_string)).collect();
+        let ok = reply.remove("ok");
+        reply.insert("compression", crate::net::compression::negotiate(&names));
+        if let Some(ok) = ok {
+            reply.insert("ok", ok);
+        }
+    }
+    reply
+}
+
+/// Parameters `getParameter` knows, with their values.
+pub(crate) fn parameters(shared: &Shared) -> Document {
+    let p = &shared.parameters;
+    doc! {
+        "featureCompatibilityVersion": { "version": "8.0" },
+        "maxBSONDepth": bson_depth_max as i32,
+        "logicalSessionTimeoutMinutes": session_timeout_minutes,
+        "transactionLifetimeLimitSeconds": 60,
+        "internalQueryMaxBlockingSortMemoryUsageBytes": p.sort_memory_limit.load(Ordering::Relaxed) as i32,
+        "internalDocumentSourceGroupMaxMemoryBytes": p.group_memory_limit.load(Ordering::Relaxed) as i64,
+        "allowDiskUseByDefault": p.allow_disk_use_by_default.load(Ordering::Relaxed),
+        "ttlMonitorEnabled": shared.ttl.enabled.load(Ordering::Relaxed),
+        "ttlMonitorSleepSecs": shared.ttl.sleep_secs.load(Ordering::Relaxed) as i32,
+    }
+}
+
+pub(crate) fn get_parameter(shared: &Shared, cmd: &Document) -> CommandResult {
+    let all = parameters(shared);
+    let want = cmd.get("getParameter").cloned().unwrap_or(Bson::Null);
+    // {getParameter: "*"} or {getParameter: {allParameters: true}}: everything.
+    let everything = want.as_str() == Some("*")
+        || match want.as_document() {
+            Some(d) => crate::args::bool_option(d, "allParameters", "getParameter", false)?,
+            None => false,
+        };
+    let mut out = Document::new();
+    if everything {
+        out.extend(all);
+    } else {
+        for (k, _) in cmd.iter().skip(1).filter(|(k, _)| !k.starts_with('$') && *k != "lsid" && *k != "comment") {
+            match all.get(k) {
+                Some(v) => {
+                    out.insert(k, v.clone());
+                }
+                None => return Err(CommandError::invalid_options("no option found to get")),
+            }
+        }
+        if out.is_empty() {
+            return Err(CommandError::invalid_options("no option found to get"));
+        }
+    }
+    out.insert("ok", 1.0);
+    Ok(out)
+}
+
+/// `setParameter` for the parameters that change at run time; replies
+/// with the last one's previous value (`was`), as mongod does.
+pub(crate) fn set_parameter(shared: &Shared, cmd: &Document) -> CommandResult {
+    let settings: Vec<(&String, &Bson)> =
+        cmd.iter().skip(1).filter(|(k, _)| !k.starts_with('$') && !matches!(k.as_str(), "lsid" | "comment")).collect();
+    if settings.is_empty() {
+        return Err(CommandError::no_such_key("no option found to set, use help:true to see options "));
+    }
+    // Every value is checked before any is set.
+    let mut changes: Vec<Box<dyn Fn() -> Bson>> = Vec::new();
+    let p = &shared.parameters;
+    for (name, value) in settings {
+        let bad = |why: &str| CommandError::bad_value(format!("Invalid value for parameter {name}: {why}"));
+        match name.as_str() {
+            "internalQueryMaxBlockingSortMemoryUsageBytes" | "internalDocumentSourceGroupMaxMemoryBytes" => {
+                let n = query::update::integral(value)
+                    .ok_or_else(|| bad(&format!("a number is needed, not {}", type_name(value))))?;
+                let n = usize::try_from(n).ok().filter(|&n| n > 0 && n <= i32::MAX as usize);
+                let n = n.ok_or_else(|| bad("it must be greater than 0 and fit in an int"))?;
+                changes.push(match name.as_str() {
+                    "internalDocumentSourceGroupMaxMemoryBytes" => {
+                        Box::new(move || Bson::Int64(p.group_memory_limit.swap(n, Ordering::Relaxed) as i64))
+                    }
+                    _ => Box::new(move || Bson::Int32(p.sort_memory_limit.swap(n, Ordering::Relaxed) as i32)),
+                });
+            }
+            "allowDiskUseByDefault" | "ttlMonitorEnabled" => {
+                let b = match value {
+                    Bson::Boolean(b) => *b,
+                    other => return Err(bad(&format!("a boolean is needed, not {}", type_name(other)))),
+                };
+                let flag = match name.as_str() {
+                    "ttlMonitorEnabled" => &shared.ttl.enabled,
+                    _ => &p.allow_disk_use_by_default,
+                };
+                changes.push(Box::new(move || Bson::Boolean(flag.swap(b, Ordering::Relaxed))));
+            }
+            "ttlMonitorSleepSecs" => {
+                let n = query::update::integral(value)
+                    .and_then(|n| u64::try_from(n).ok())
+                    .filter(|&n| n > 0 && n <= i32::MAX as u64)
+                    .ok_or_else(|| bad("it must be a whole number of seconds, at least 1"))?;
+                changes.push(Box::new(move || Bson::Int32(shared.ttl.sleep_secs.swap(n, Ordering::Relaxed) as i32)));
+            }
+            _ => {
+                return Err(CommandError::unknown_parameter(format!(
+                    "attempted to set unrecognized parameter [{name}]"
+                )))
+            }
+        }
+    }
+    let mut was = Bson::Null;
+    for change in changes {
+        was = change();
+    }
+    Ok(doc! { "was": was, "ok": 1.0 })
+}
+
+pub(crate) fn server_status(shared: &Shared) -> Document {
+    let s = shared.catalog.engine().stats();
+    let c = &shared.opcounters;
+    let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed) as i64;
+    let mut ours = stats_document(&s);
+    ours.insert("pointReadsFastPath", load(&c.point_reads));
+    doc! {
+        "host": hostname(),
+        "version": VERSION,
+        "process": "arbordb",
+        "pid": std::process::id() as i64,
+        "uptime": shared.started.elapsed().as_secs_f64().floor(),
+        "uptimeMillis": shared.started.elapsed().as_millis() as i64,
+        "localTime": DateTime::now(),
+        "connections": {
+            "current": load(&shared.connections_current) as i32,
+            "available": 1_000_000 - load(&shared.connections_current) as i32,
+            "totalCreated": load(&shared.connections_total),
+        },
+        "opcounters": {
+            "insert": load(&c.insert), "query": load(&c.query), "update": load(&c.update),
+            "delete": load(&c.delete), "getmore": load(&c.getmore), "command": load(&c.command),
+        },
+        "network": network(shared),
+        "metrics": {
+            "operation": { "writeConflicts": s.write_conflicts as i64 },
+            "ttl": { "passes": load(&shared.ttl.passes), "deletedDocuments": load(&shared.ttl.deleted) },
+            "query": {
+                "sort": { "spillToDisk": load(&c.spills.sort_spills) },
+                "group": {
+                    "spills": load(&c.spills.group_spills),
+                    "spilledRecords": load(&c.spills.group_records),
+                    "spilledDataStorageSize": load(&c.spills.group_bytes),
+                },
+            },
+        },
+        "storageEngine": { "name": "arbordb", "supportsCommittedReads": true, "persistent": true },
+        "arbordb": ours,
+        "ok": 1.0,
+    }
+}
+
+pub(crate) fn network(shared: &Shared) -> Document {
+    let n = &shared.network;
+    let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed) as i64;
+    let mut compression = Document::new();
+    for (name, id) in [("snappy", 1), ("zlib", 2), ("zstd", 3)] {
+        let c = &n.compression[id];
+        compression.insert(
+            name,
+            doc! {
+                "compressor": { "bytesIn": load(&c[2]), "bytesOut": load(&c[3]) },
+                "decompressor": { "bytesIn": load(&c[0]), "bytesOut": load(&c[1]) },
+            },
+        );
+    }
+    doc! {
+        "bytesIn": load(&n.bytes_in),
+        "bytesOut": load(&n.bytes_out),
+        "numRequests": load(&n.requests),
+        "compression": compression,
+    }
+}
+
+/// Every engine counter, by its name.
+pub(crate) fn stats_document(s: &storage::Stats) -> Document {
+    s.fields().into_iter().map(|(k, v)| (k.to_string(), Bson::Int64(v as i64))).collect()
+}
+
+pub(crate) fn host_info() -> Document {
+    let mem_mb = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| s.lines().next().and_then(|l| l.split_whitespace().nth(1)).and_then(|k| k.parse::<i64>().ok()))
+        .map(|kib| kib / 1024)
+        .unwrap_or(0);
+    let cores = std::thread::available_parallelism().map(|n| n.get() as i32).unwrap_or(1);
+    doc! {
+        "system": { "currentTime": DateTime::now(), "hostname": hostname(), "cpuAddrSize": 64, "memSizeMB": mem_mb, "numCores": cores, "cpuArch": std::env::consts::ARCH },
+        "os": { "type": std::env::consts::OS },
+        "extra": {},
+        "ok": 1.0,
+    }
+}
+
+pub(crate) fn list_commands() -> Document {
+    let mut cmds = Document::new();
+    for (name, help) in COMMANDS {
+        cmds.insert(*name, doc! { "help": *help, "adminOnly": false });
+    }
+    doc! { "commands": cmds, "ok": 1.0 }
+}

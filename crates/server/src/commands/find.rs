@@ -1,0 +1,291 @@
+//! `find`, `getMore` and `killCursors`.
+
+use crate::args::bool_option;
+use crate::args::check_fields;
+use crate::args::count_option;
+use crate::args::db_of;
+use crate::args::document_option;
+use crate::args::filter_of;
+use crate::args::namespace;
+use crate::args::type_name;
+use crate::args::CommandResult;
+use crate::error::CommandError;
+use crate::exec::cursors::check_tail_position;
+use crate::exec::cursors::cursor_reply;
+use crate::exec::cursors::fill;
+use crate::exec::cursors::first_batch;
+use crate::exec::cursors::natural_direction;
+use crate::exec::cursors::skip_hits;
+use crate::exec::cursors::Busy;
+use crate::exec::cursors::CursorState;
+use crate::exec::cursors::Cursors;
+use crate::exec::cursors::RecordIds;
+use crate::exec::cursors::Source;
+use crate::exec::deadline::Deadline;
+use crate::exec::scan::check_hint;
+use crate::exec::scan::collation_of;
+use crate::exec::scan::point_id;
+use crate::exec::scan::scan_hits;
+use crate::exec::scan::sorted_hits;
+use crate::exec::scan::Hit;
+use crate::exec::views::resolve_view;
+use crate::exec::views::stream_over;
+use crate::server::Shared;
+use bson::{doc, Bson, Document};
+use doc::catalog::{Namespace, ScanFrom};
+use query::{Projection, Sort};
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+pub fn find(shared: &Shared, cmd: &Document) -> CommandResult {
+    shared.opcounters.query.fetch_add(1, Ordering::Relaxed);
+    let deadline = Deadline::of(cmd)?;
+    let ns = namespace(cmd, "find")?;
+    check_fields(
+        cmd,
+        "find",
+        &[
+            "filter",
+            "sort",
+            "projection",
+            "hint",
+            "skip",
+            "limit",
+            "batchSize",
+            "singleBatch",
+            "max",
+            "min",
+            "returnKey",
+            "showRecordId",
+            "tailable",
+            "oplogReplay",
+            "noCursorTimeout",
+            "awaitData",
+            "allowPartialResults",
+            "collation",
+            "allowDiskUse",
+            "readOnce",
+            "term",
+        ],
+        false,
+    )?;
+    let scope = crate::args::scope_of(cmd)?;
+    let (filter_doc, filter) = filter_of(cmd, "filter", &scope)?;
+    let sort_doc = document_option(cmd, "sort")?.unwrap_or_default();
+    // `{$natural: ±1}`, as the sort or (without one) as the hint: the
+    // collection's order, forwards or backwards.
+    let hint_natural = cmd.get_document("hint").ok().and_then(natural_direction);
+    let (sort, natural) = match natural_direction(&sort_doc) {
+        Some(n) => (Sort::default(), n),
+        None if sort_doc.is_empty() => (Sort::default(), hint_natural.unwrap_or(1)),
+        None => (Sort::parse(&sort_doc)?, 1),
+    };
+    let projection = match document_option(cmd, "projection")? {
+        Some(p) if !p.is_empty() => Some(Projection::parse_in(&p, &scope)?),
+        _ => None,
+    };
+    for unsupported in ["min", "max"] {
+        if cmd.get_document(unsupported).is_ok_and(|d| !d.is_empty()) {
+            return Err(CommandError::not_implemented(format!(
+                "find with {unsupported} needs secondary indexes, not built yet"
+            )));
+        }
+    }
+    if bool_option(cmd, "returnKey", "find", false)? {
+        return Err(CommandError::not_implemented("returnKey needs secondary indexes, not built yet"));
+    }
+    let tailable = bool_option(cmd, "tailable", "find", false)?;
+    let await_data = bool_option(cmd, "awaitData", "find", false)?;
+    if await_data && !tailable {
+        return Err(CommandError::failed_to_parse("Cannot set 'awaitData' without also setting 'tailable'"));
+    }
+    // The collection (or view) read, looked up once.
+    let coll = shared.catalog.get(&ns);
+    if tailable {
+        if coll.as_ref().is_some_and(|c| c.capped.is_none()) {
+            return Err(CommandError::bad_value(format!(
+                "error processing query: ns={ns} tailable cursor requested on non capped collection"
+            )));
+        }
+        if !sort.is_empty() || natural < 0 {
+            return Err(CommandError::bad_value("cannot use tailable option with a sort other than {$natural: 1}"));
+        }
+    }
+    check_hint(shared, &ns, cmd)?;
+    let collation = collation_of(shared, &ns, cmd)?;
+    let filter = filter.with_collation(collation.clone());
+    let sort = sort.with_collation(collation.clone());
+    let skip = count_option(cmd, "skip")?.unwrap_or(0);
+    let limit = count_option(cmd, "limit")?.unwrap_or(0);
+    let batch_size = count_option(cmd, "batchSize")?;
+    if skip < 0 {
+        return Err(CommandError::bad_value("skip value must be non-negative"));
+    }
+    if limit < 0 {
+        return Err(CommandError::bad_value("limit value must be non-negative"));
+    }
+    if batch_size.is_some_and(|b| b < 0) {
+        return Err(CommandError::bad_value("batchSize value must be non-negative"));
+    }
+    let (skip, limit) = (skip as usize, (limit > 0).then_some(limit as usize));
+    let single = bool_option(cmd, "singleBatch", "find", false)?;
+    let allow_disk_use =
+        bool_option(cmd, "allowDiskUse", "find", shared.parameters.allow_disk_use_by_default.load(Ordering::Relaxed))?;
+    let record_id = match (bool_option(cmd, "showRecordId", "find", false)?, &coll) {
+        (false, _) => RecordIds::Hidden,
+        (true, Some(c)) if c.is_clustered() => RecordIds::Key(c.clone()),
+        (true, _) => RecordIds::Long,
+    };
+    let mut state = CursorState {
+        ns: ns.clone(),
+        source: Source::Buffer(Vec::new().into_iter()),
+        projection,
+        record_id,
+        remaining: None,
+        last_used: Instant::now(),
+        tailable,
+        await_data,
+        tailing: None,
+        lsid: None,
+        time_left: None,
+    };
+    if tailable {
+        state.tailing = coll.as_ref().map(Arc::downgrade);
+    }
+    let is_view = coll.as_ref().is_some_and(|c| c.view_on().is_some());
+    if is_view && tailable {
+        return Err(crate::exec::views::not_on_view(&ns));
+    }
+    // A point lookup when the filter is exactly {_id: value}.
+    let point = coll
+        .as_ref()
+        .filter(|_| !is_view && !tailable)
+        .and_then(|c| Some((point_id(&filter_doc, collation.as_ref(), c)?, c)));
+    if let Some((id, coll)) = point {
+        let found = coll.find_rid_by_id(shared.catalog.engine(), id)?;
+        let hits: Vec<Hit> = found.into_iter().skip(skip).map(|(rid, doc)| Hit { rid, doc, pos: None }).collect();
+        state.source = Source::Buffer(hits.into_iter());
+        state.remaining = limit;
+    } else if !sort.is_empty() {
+        let hits = &mut scan_hits(shared, &ns, &filter);
+        state.source = sorted_hits(shared, hits, &sort, (skip, limit), allow_disk_use, &deadline)?;
+        // A spilled sort applied the skip but not the limit.
+        state.remaining = limit.filter(|_| matches!(state.source, Source::Merge(_)));
+    } else if is_view {
+        // A view's documents come from its pipeline as the cursor is read,
+        // in the pipeline's order, filtered; no blocking sort.
+        // Dropped since it was looked up: as any missing namespace, empty.
+        if let Some((base, stages)) = resolve_view(shared, &ns)? {
+            let pipeline = query::Pipeline::parse(&stages)?.with_collation(filter.collation().cloned());
+            let (docs, scanning) = stream_over(shared, &base, &pipeline)?;
+            state.source = Source::Stream { docs: docs.peekable(), scanning, filter: Some(filter) };
+            skip_hits(shared, &mut state, skip, &deadline)?;
+            state.remaining = limit;
+        }
+    } else {
+        state.source = Source::Scan { filter, after: ScanFrom::Start, pending: VecDeque::new(), reverse: natural < 0 };
+        skip_hits(shared, &mut state, skip, &deadline)?;
+        state.remaining = limit;
+    }
+    first_batch(shared, state, batch_size.map(|b| b as usize), single, &deadline)
+}
+
+pub fn get_more(shared: &Shared, cmd: &Document) -> CommandResult {
+    shared.opcounters.getmore.fetch_add(1, Ordering::Relaxed);
+    let id = match cmd.get("getMore") {
+        Some(Bson::Int64(i)) => *i,
+        Some(other) => {
+            return Err(CommandError::type_mismatch(format!(
+                "BSON field 'getMore.getMore' is the wrong type '{}', expected type 'long'",
+                type_name(other)
+            )))
+        }
+        None => return Err(CommandError::failed_to_parse("getMore needs a cursor id")),
+    };
+    // Command cursors (`bulkWrite`'s results, `listIndexes`) live on
+    // `$cmd.` namespaces, which no collection may have.
+    let ns = match (cmd.get_str("collection"), db_of(cmd)) {
+        (Ok(coll), Ok(db)) if coll.starts_with("$cmd.") => Namespace { db: db.into(), coll: coll.into() },
+        _ => namespace(cmd, "collection")?,
+    };
+    let batch_size = count_option(cmd, "batchSize")?.filter(|b| *b > 0).map(|b| b as usize).unwrap_or(usize::MAX);
+    let mut state = {
+        let mut open = shared.cursors.open.lock();
+        Cursors::reap(&mut open);
+        match open.remove(&id) {
+            Some(s) if s.ns == ns => {
+                shared.cursors.busy.lock().insert(id, (s.lsid, false));
+                s
+            }
+            Some(s) => {
+                let msg = format!(
+                    "Requested getMore on namespace '{ns}', but cursor belongs to a different namespace {}",
+                    s.ns
+                );
+                open.insert(id, s);
+                return Err(CommandError::unauthorized(msg));
+            }
+            None => return Err(CommandError::cursor_not_found(format!("cursor id {id} not found"))),
+        }
+    };
+    let busy = Busy(&shared.cursors, id);
+    if state.tailable {
+        check_tail_position(shared, &mut state)?;
+    }
+    // The same collection (a collMod makes a new `Collection` over the
+    // same tables); a drop, rename or re-creation kills the cursor.
+    if let Source::Stream { scanning: Some((base, coll)), .. } = &state.source {
+        if shared.catalog.get(base).is_none_or(|now| now.records_table() != coll.records_table()) {
+            return Err(CommandError::query_plan_killed(format!(
+                "PlanExecutor error during aggregation :: caused by :: collection dropped or renamed: {base}"
+            )));
+        }
+    }
+    let deadline = match state.await_data {
+        true => Deadline::none(),
+        false => Deadline(state.time_left.map(|left| Instant::now() + left)),
+    };
+    // Past the time limit the cursor is gone (not put back), as mongod's.
+    let (batch, done) = fill(shared, &mut state, batch_size, &deadline)?;
+    state.time_left = deadline.left();
+    // Put back under the lock `killCursors` takes, unless killed meanwhile.
+    let id = {
+        let mut open = shared.cursors.open.lock();
+        if busy.killed() {
+            return Err(CommandError::with_code(237, format!("cursor id {id} was killed")));
+        }
+        if done {
+            0
+        } else {
+            state.last_used = Instant::now();
+            open.insert(id, state);
+            id
+        }
+    };
+    drop(busy);
+    Ok(cursor_reply(&ns, id, "nextBatch", batch))
+}
+
+pub fn kill_cursors(shared: &Shared, cmd: &Document) -> CommandResult {
+    namespace(cmd, "killCursors")?;
+    let ids =
+        cmd.get_array("cursors").map_err(|_| CommandError::failed_to_parse("killCursors needs a cursors array"))?;
+    let (mut killed, mut not_found) = (Vec::new(), Vec::new());
+    let mut open = shared.cursors.open.lock();
+    for id in ids {
+        let Bson::Int64(id) = id else {
+            return Err(CommandError::type_mismatch("cursor ids must be longs"));
+        };
+        let out = shared.cursors.busy.lock().get_mut(id).map(|b| b.1 = true).is_some();
+        if open.remove(id).is_some() || out {
+            killed.push(*id);
+        } else {
+            not_found.push(*id);
+        }
+    }
+    Ok(doc! {
+        "cursorsKilled": killed, "cursorsNotFound": not_found, "cursorsAlive": [], "cursorsUnknown": [], "ok": 1.0,
+    })
+}

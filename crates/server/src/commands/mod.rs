@@ -1,0 +1,340 @@
+//! Command dispatch: the table of commands, how each runs (inline, on
+//! the blocking pool), and the cluster time every reply carries. One file
+//! per command family beside this one; a command file never imports
+//! another (checked by `tests/layout.rs`).
+
+pub mod admin;
+pub mod aggregate;
+pub mod bulk_write;
+pub mod count_distinct;
+pub mod ddl;
+pub mod delete;
+pub mod find;
+pub mod indexes;
+pub mod insert;
+pub mod sessions;
+pub mod stats;
+pub mod update;
+
+use crate::args::CommandResult;
+use crate::commands::admin::get_parameter;
+use crate::commands::admin::hello;
+use crate::commands::admin::host_info;
+use crate::commands::admin::list_commands;
+use crate::commands::admin::server_status;
+use crate::commands::admin::set_parameter;
+use crate::commands::admin::with_compression;
+use crate::error::CommandError;
+use crate::net::wire::OpMsg;
+use crate::server::build_info;
+use crate::server::{Conn, Shared};
+use bson::{doc, spec::BinarySubtype, Binary, Bson, DateTime, Document, Timestamp};
+use std::sync::atomic::Ordering;
+
+/// The replica set name `hello` reports.
+pub const SET_NAME: &str = "arbordb";
+
+/// The MongoDB version we answer as (drivers and mongosh gate features on it).
+pub const VERSION: &str = "8.0.0";
+
+/// Commands we answer, with a line of help each (for `listCommands`).
+pub(crate) const COMMANDS: &[(&str, &str)] = &[
+    ("hello", "the handshake: topology and limits"),
+    ("isMaster", "the legacy handshake"),
+    ("ping", "answers ok"),
+    ("buildInfo", "version and build"),
+    ("getParameter", "server parameters"),
+    ("setParameter", "change a server parameter"),
+    ("serverStatus", "counters and storage engine statistics"),
+    ("hostInfo", "the machine"),
+    ("whatsmyuri", "the client's address"),
+    ("getCmdLineOpts", "the server's options"),
+    ("connectionStatus", "authentication state"),
+    ("listCommands", "this list"),
+    ("endSessions", "ends sessions"),
+    ("killAllSessions", "ends every session"),
+    ("killSessions", "ends sessions and closes their cursors"),
+    ("startSession", "starts a session"),
+    ("shutdown", "checkpoint and stop the server"),
+    ("insert", "insert documents"),
+    ("delete", "delete documents"),
+    ("bulkWrite", "inserts, updates and deletes across collections (run against admin)"),
+    ("find", "query a collection"),
+    ("getMore", "the next batch of a cursor"),
+    ("killCursors", "close cursors"),
+    ("count", "count matching documents"),
+    ("distinct", "the distinct values of a field"),
+    ("renameCollection", "rename a collection"),
+    ("collStats", "a collection's sizes"),
+    ("dbStats", "a database's sizes"),
+    ("update", "update documents"),
+    ("findAndModify", "update or remove one document and return it"),
+    ("aggregate", "run a pipeline ($match, $skip, $limit, $count, $group, $sort, $project, $unset, $addFields, $set, $replaceRoot, $replaceWith, $out, $merge; $documents with aggregate: 1)"),
+    ("create", "create a collection"),
+    ("collMod", "change a collection's validator or a view's definition"),
+    ("listIndexes", "a collection's indexes (its _id index)"),
+    ("createIndexes", "the _id index (always there); secondary indexes are not supported yet"),
+    ("dropIndexes", "drop indexes ('*': every index but _id_)"),
+    ("drop", "drop a collection"),
+    ("dropDatabase", "drop a database"),
+    ("listCollections", "the collections of a database"),
+    ("listDatabases", "the databases"),
+];
+
+/// Run the command in an OP_MSG body (its first key names it).
+pub fn run(shared: &Shared, conn: &Conn, msg: &OpMsg) -> Document {
+    shared.opcounters.command.fetch_add(1, Ordering::Relaxed);
+    let result = match msg.body.keys().next() {
+        None => Err(CommandError::failed_to_parse("Empty command object")),
+        Some(name) => crate::session::session_fields(name, &msg.body).and_then(|f| match f.lsid {
+            None => dispatch(shared, conn, name, msg),
+            Some(lsid) => {
+                shared.sessions.vivify(lsid)?;
+                let reply = dispatch(shared, conn, name, msg)?;
+                // The session that opens a cursor owns it (a getMore from
+                // another session does not take it over).
+                if name != "getMore" {
+                    if let Some(id) = reply.get_document("cursor").ok().and_then(|c| c.get_i64("id").ok()) {
+                        if id != 0 {
+                            shared.cursors.bind_session(id, lsid);
+                        }
+                    }
+                }
+                Ok(reply)
+            }
+        }),
+    };
+    let mut reply = result.unwrap_or_else(|e| e.to_document());
+    add_cluster_time(&mut reply);
+    reply
+}
+
+/// Answer a legacy OP_QUERY: only the handshake is allowed, as in MongoDB 6+.
+pub fn run_query(shared: &Shared, conn: &Conn, query: &Document) -> Document {
+    // Drivers may wrap the command as {$query: {...}, $readPreference: ...}.
+    let cmd = match query.get_document("$query") {
+        Ok(inner) => inner,
+        Err(_) => query,
+    };
+    let name = cmd.keys().next().map(String::as_str).unwrap_or("");
+    let mut reply = match name {
+        "hello" | "isMaster" | "ismaster" => hello(shared, conn, name, cmd).map(|d| with_compression(d, cmd)),
+        _ => Err(CommandError::unsupported_op_query_command(format!(
+            "Unsupported OP_QUERY command: {name}. The client driver may require an upgrade. For more details see \
+             https://dochub.mongodb.org/core/legacy-opcode-removal"
+        ))),
+    }
+    .unwrap_or_else(|e| e.to_document());
+    add_cluster_time(&mut reply);
+    reply
+}
+
+/// Write commands small enough to run on the connection's task, their
+/// journal fsync awaited there (`durability.rs`); larger ones run on the
+/// blocking pool, so that no network thread is busy for long.
+pub fn is_small_write(name: &str, msg: &OpMsg) -> bool {
+    const SMALL_WRITE_STATEMENTS: usize = 16;
+    write_statements(name, msg).is_some_and(|st| st.count() <= SMALL_WRITE_STATEMENTS)
+}
+
+/// The statements of an `insert`, `update` or `delete` before they are
+/// checked: the body's array (its documents) and the document sequences.
+pub(crate) fn write_statements<'m>(name: &str, msg: &'m OpMsg) -> Option<impl Iterator<Item = &'m Document>> {
+    let list = match name {
+        "insert" => "documents",
+        "update" => "updates",
+        "delete" => "deletes",
+        _ => return None,
+    };
+    let in_body = msg.body.get_array(list).map(|a| a.iter().filter_map(Bson::as_document));
+    let in_sequences = msg.sequences.iter().flat_map(|(_, docs)| docs.iter());
+    Some(in_body.into_iter().flatten().chain(in_sequences))
+}
+
+/// Whether a command the connection's task runs may take long: anything
+/// but a `find` by one `_id` (under the collection's collation) or an
+/// unfiltered, unsorted, unskipped `find` of a collection (which stops at
+/// its first batch), and a small write whose statements each name one
+/// `_id`. `server.rs` runs those under `block_in_place`, so that the other
+/// connections of this network thread carry on meanwhile.
+pub fn may_scan(shared: &Shared, name: &str, msg: &OpMsg) -> bool {
+    let pinned = |q: Option<&Bson>| match q {
+        Some(Bson::Document(f)) => query::Filter::id_equality(f).is_some(),
+        _ => false,
+    };
+    let empty = |q: Option<&Bson>| match q {
+        None | Some(Bson::Null) => true,
+        Some(Bson::Document(f)) => f.is_empty(),
+        _ => false,
+    };
+    let body = &msg.body;
+    // A view computes its whole pipeline; a collation may keep a string
+    // `_id` off the index.
+    let plain_collection = || {
+        !body.contains_key("collation")
+            && match (body.get_str(name), body.get_str("$db")) {
+                (Ok(coll), Ok(db)) => doc::catalog::Namespace::new(db, coll)
+                    .ok()
+                    .and_then(|ns| shared.catalog.get(&ns))
+                    .is_none_or(|c| c.view_on().is_none()),
+                _ => false,
+            }
+    };
+    match name {
+        "find" => {
+            let skip = !matches!(body.get("skip"), None | Some(Bson::Int32(0) | Bson::Int64(0)));
+            let first_batch = empty(body.get("filter")) && empty(body.get("sort")) && !skip;
+            !((pinned(body.get("filter")) || first_batch) && plain_collection())
+        }
+        "update" | "delete" => {
+            let scans = write_statements(name, msg)
+                .is_some_and(|mut st| st.any(|st| !pinned(st.get("q")) || st.contains_key("collation")));
+            scans || !plain_collection()
+        }
+        // count, distinct and getMore may scan whatever their filter.
+        _ => matches!(name, "count" | "distinct" | "getMore"),
+    }
+}
+
+/// Whether a write command targets a capped collection: its writes
+/// serialize on the collection's lock, so it runs on the blocking pool,
+/// never blocking a network thread.
+pub fn writes_capped(shared: &Shared, name: &str, msg: &OpMsg) -> bool {
+    let (Ok(coll), Ok(db)) = (msg.body.get_str(name), msg.body.get_str("$db")) else { return false };
+    doc::catalog::Namespace::new(db, coll)
+        .ok()
+        .and_then(|ns| shared.catalog.get(&ns))
+        .is_some_and(|c| c.capped.is_some())
+}
+
+/// Commands that never wait for a journal fsync or hold a lock for long,
+/// so the connection's task runs them itself instead of on the blocking
+/// pool.
+pub fn runs_inline(name: &str) -> bool {
+    matches!(
+        name,
+        "find"
+            | "getMore"
+            | "count"
+            | "distinct"
+            | "killCursors"
+            | "hello"
+            | "isMaster"
+            | "ismaster"
+            | "ping"
+            | "buildInfo"
+            | "buildinfo"
+            | "listCollections"
+            | "listIndexes"
+            | "listDatabases"
+            | "serverStatus"
+            | "endSessions"
+            | "startSession"
+            | "killSessions"
+            | "killAllSessions"
+            | "whatsmyuri"
+            | "connectionStatus"
+            | "getParameter"
+            | "listCommands"
+            | "getCmdLineOpts"
+    )
+}
+
+pub(crate) fn dispatch(shared: &Shared, conn: &Conn, name: &str, msg: &OpMsg) -> CommandResult {
+    let cmd = &msg.body;
+    match name {
+        "hello" | "isMaster" | "ismaster" => hello(shared, conn, name, cmd).map(|d| with_compression(d, cmd)),
+        "ping" => Ok(ok()),
+        "buildInfo" | "buildinfo" => Ok(build_info()),
+        "getParameter" => get_parameter(shared, cmd),
+        "setParameter" => set_parameter(shared, cmd),
+        "configureFailPoint" if shared.options.test_commands => {
+            if cmd.get_str("$db") != Ok("admin") {
+                return Err(CommandError::unauthorized(
+                    "configureFailPoint may only be run against the admin database.",
+                ));
+            }
+            shared.fail_points.configure(cmd)
+        }
+        "serverStatus" => Ok(server_status(shared)),
+        "hostInfo" => Ok(host_info()),
+        "whatsmyuri" => Ok(doc! { "you": conn.peer.to_string(), "ok": 1.0 }),
+        "getCmdLineOpts" => {
+            Ok(doc! { "argv": shared.options.argv.clone(), "parsed": shared.options.parsed.clone(), "ok": 1.0 })
+        }
+        "connectionStatus" => Ok(doc! {
+            "authInfo": { "authenticatedUsers": [], "authenticatedUserRoles": [] },
+            "ok": 1.0,
+        }),
+        "listCommands" => Ok(list_commands()),
+        "startSession" => crate::commands::sessions::start_session(shared),
+        "endSessions" | "killAllSessions" | "killSessions" => {
+            crate::commands::sessions::end_sessions(shared, name, cmd)
+        }
+        "insert" => crate::commands::insert::insert(shared, msg),
+        "bulkWrite" => crate::commands::bulk_write::bulk_write(shared, msg),
+        "delete" => crate::commands::delete::delete(shared, msg),
+        "find" => crate::commands::find::find(shared, cmd),
+        "getMore" => crate::commands::find::get_more(shared, cmd),
+        "killCursors" => crate::commands::find::kill_cursors(shared, cmd),
+        "count" => crate::commands::count_distinct::count(shared, cmd),
+        "distinct" => crate::commands::count_distinct::distinct(shared, cmd),
+        "renameCollection" => crate::commands::ddl::rename_collection(shared, cmd),
+        "collStats" => crate::commands::stats::coll_stats(shared, cmd),
+        "dbStats" | "dbstats" => crate::commands::stats::db_stats(shared, cmd),
+        "update" => crate::commands::update::update(shared, msg),
+        "findAndModify" | "findandmodify" => crate::commands::update::find_and_modify(shared, cmd),
+        "aggregate" => crate::commands::aggregate::aggregate(shared, cmd),
+        "create" => crate::commands::ddl::create(shared, cmd),
+        "collMod" => crate::commands::ddl::coll_mod(shared, cmd),
+        "listIndexes" => crate::commands::indexes::list_indexes(shared, cmd),
+        "createIndexes" => crate::commands::indexes::create_indexes(shared, cmd),
+        "dropIndexes" | "deleteIndexes" => crate::commands::indexes::drop_indexes(shared, cmd),
+        "drop" => crate::commands::ddl::drop(shared, cmd),
+        "dropDatabase" => crate::commands::ddl::drop_database(shared, cmd),
+        "listCollections" => crate::commands::ddl::list_collections(shared, cmd),
+        "listDatabases" => crate::commands::ddl::list_databases(shared, cmd),
+        "shutdown" => {
+            shared.request_shutdown();
+            Ok(ok())
+        }
+        _ => Err(CommandError::command_not_found(format!("no such command: '{name}'"))),
+    }
+}
+
+pub(crate) fn ok() -> Document {
+    doc! { "ok": 1.0 }
+}
+
+/// The commit clock drivers gossip. Signed with a zero key, as an
+/// unauthenticated mongod does.
+pub(crate) fn cluster_time() -> Timestamp {
+    let now = DateTime::now().timestamp_millis() / 1000;
+    Timestamp { time: now as u32, increment: 1 }
+}
+
+pub(crate) fn add_cluster_time(reply: &mut Document) {
+    for (key, value) in cluster_time_fields() {
+        reply.insert(key, value);
+    }
+}
+
+/// `$clusterTime` and `operationTime`, which every reply carries.
+pub fn cluster_time_fields() -> [(&'static str, Bson); 2] {
+    let ts = cluster_time();
+    [
+        (
+            "$clusterTime",
+            Bson::Document(doc! {
+                "clusterTime": ts,
+                "signature": { "hash": Binary { subtype: BinarySubtype::Generic, bytes: vec![0; 20] }, "keyId": 0i64 },
+            }),
+        ),
+        ("operationTime", Bson::Timestamp(ts)),
+    ]
+}
+
+/// Whether `name` is the handshake command (or one of its aliases).
+pub fn is_hello(name: &str) -> bool {
+    matches!(name, "hello" | "isMaster" | "ismaster")
+}

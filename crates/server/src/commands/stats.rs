@@ -1,0 +1,57 @@
+//! `collStats` and `dbStats`.
+
+use crate::args::db_of;
+use crate::args::namespace;
+use crate::args::CommandResult;
+use crate::error::CommandError;
+use crate::exec::storage_stats::collection_sizes;
+use crate::exec::storage_stats::filesystem_sizes;
+use crate::exec::storage_stats::scale_of;
+use crate::exec::storage_stats::storage_stats;
+use crate::exec::views::check_not_view;
+use crate::server::Shared;
+use bson::{doc, Document};
+
+pub fn coll_stats(shared: &Shared, cmd: &Document) -> CommandResult {
+    let ns = namespace(cmd, "collStats")?;
+    check_not_view(shared, &ns)?;
+    if shared.catalog.get(&ns).is_none() {
+        return Err(CommandError::namespace_not_found(format!("Collection [{ns}] not found.")));
+    }
+    let mut reply = doc! { "ns": ns.to_string() };
+    reply.extend(storage_stats(shared, &ns, scale_of(cmd)?)?);
+    reply.insert("ok", 1.0);
+    Ok(reply)
+}
+
+pub fn db_stats(shared: &Shared, cmd: &Document) -> CommandResult {
+    let db = db_of(cmd)?;
+    let scale = scale_of(cmd)?;
+    let (mut objects, mut data, mut storage, mut index) = (0i64, 0i64, 0i64, 0i64);
+    let (views, collections): (Vec<_>, Vec<_>) =
+        shared.catalog.list(db).into_iter().partition(|c| c.view_on().is_some());
+    for c in &collections {
+        let (n, d, s, i) = collection_sizes(shared, &c.ns)?;
+        objects += n;
+        data += d;
+        storage += s;
+        index += i;
+    }
+    let (fs_used, fs_total) = filesystem_sizes(shared.catalog.engine().dir());
+    Ok(doc! {
+        "db": db,
+        "collections": collections.len() as i64,
+        "views": views.len() as i64,
+        "objects": objects,
+        "avgObjSize": if objects > 0 { data as f64 / objects as f64 } else { 0.0 },
+        "dataSize": data as f64 / scale as f64,
+        "storageSize": storage as f64 / scale as f64,
+        "indexes": collections.len() as i64,
+        "indexSize": index as f64 / scale as f64,
+        "totalSize": (storage + index) as f64 / scale as f64,
+        "scaleFactor": scale,
+        "fsUsedSize": fs_used as f64 / scale as f64,
+        "fsTotalSize": fs_total as f64 / scale as f64,
+        "ok": 1.0,
+    })
+}

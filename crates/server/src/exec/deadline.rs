@@ -1,0 +1,44 @@
+//! `maxTimeMS`: a command's deadline.
+
+use crate::args::type_name;
+use crate::error::CommandError;
+use bson::{Bson, Document};
+use std::time::{Duration, Instant};
+
+/// A command's `maxTimeMS` deadline.
+pub(crate) struct Deadline(pub(crate) Option<Instant>);
+
+impl Deadline {
+    pub fn of(cmd: &Document) -> Result<Deadline, CommandError> {
+        let ms = match cmd.get("maxTimeMS") {
+            None | Some(Bson::Null) => return Ok(Deadline(None)),
+            Some(Bson::Int32(i)) => i64::from(*i),
+            Some(Bson::Int64(i)) => *i,
+            Some(Bson::Double(d)) if d.fract() == 0.0 => *d as i64,
+            Some(other) => {
+                return Err(CommandError::bad_value(format!("maxTimeMS must be a number, not {}", type_name(other))))
+            }
+        };
+        if !(0..=i64::from(i32::MAX)).contains(&ms) {
+            return Err(CommandError::bad_value(format!("{ms} value for maxTimeMS is out of range [0, 2147483647]")));
+        }
+        Ok(Deadline((ms > 0).then(|| Instant::now() + Duration::from_millis(ms as u64))))
+    }
+
+    /// Time left before the deadline, if there is one.
+    pub fn left(&self) -> Option<Duration> {
+        self.0.map(|t| t.saturating_duration_since(Instant::now()))
+    }
+
+    /// No deadline.
+    pub fn none() -> Deadline {
+        Deadline(None)
+    }
+
+    pub fn check(&self) -> Result<(), CommandError> {
+        match self.0 {
+            Some(t) if Instant::now() >= t => Err(CommandError::max_time_ms_expired("operation exceeded time limit")),
+            _ => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,15 @@
+//! What commands share to carry out their work: cursors, scans, views,
+//! deadlines, spilling, write acknowledgement, the update and delete
+//! statement machinery, `$out`/`$merge`. Commands call into these; these
+//! never call a command.
+
+pub mod agg_write;
+pub mod cursors;
+pub mod deadline;
+pub mod id_index;
+pub mod modify;
+pub mod scan;
+pub mod spill;
+pub mod storage_stats;
+pub mod views;
+pub mod write;

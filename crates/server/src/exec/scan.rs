@@ -1,0 +1,292 @@
+//! Scans: collection scans, point reads by `_id`, sorted hits (spilling
+//! to disk past the memory limit), hints and collations of a read.
+
+use crate::error::CommandError;
+use crate::exec::cursors::Source;
+use crate::exec::deadline::Deadline;
+use crate::exec::views::resolve_view;
+use crate::exec::views::stream_over;
+use crate::server::Shared;
+use bson::{Bson, Document};
+/// A document's BSON size.
+pub(crate) use doc::bson_bytes::encoded_len;
+use doc::catalog::{Collection, DocError, Namespace, ScanFrom};
+use query::{Collation, Filter, Sort};
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Memory a blocking sort may use by default (MongoDB's
+/// `internalQueryMaxBlockingSortMemoryUsageBytes`, a server parameter).
+pub(crate) const SORT_MEMORY_LIMIT_BYTES: usize = 100 * 1024 * 1024;
+
+/// `internalDocumentSourceGroupMaxMemoryBytes`' default, as mongod's.
+pub(crate) const GROUP_MEMORY_LIMIT_BYTES: usize = 100 * 1024 * 1024;
+
+/// Documents read per storage scan call.
+pub(crate) const SCAN_CHUNK: usize = 256;
+
+/// A matching document: its record id, and the array position the filter
+/// matched at (for positional projections).
+pub(crate) struct Hit {
+    pub rid: u64,
+    pub doc: Document,
+    pub pos: Option<usize>,
+}
+
+/// The collection's documents in record-id order, read in chunks; a
+/// storage error ends the iteration and is kept in `error`. Owns what it
+/// reads with, so a cursor may keep it between batches.
+pub(crate) struct ScanIter {
+    pub(crate) engine: storage::Engine,
+    pub(crate) coll: Option<Arc<Collection>>,
+    pub(crate) after: ScanFrom,
+    pub(crate) pending: VecDeque<(ScanFrom, u64, Document)>,
+    pub error: Option<DocError>,
+}
+
+impl ScanIter {
+    pub fn new(shared: &Shared, ns: &Namespace) -> ScanIter {
+        let engine = shared.catalog.engine().clone();
+        ScanIter { engine, coll: shared.catalog.get(ns), after: ScanFrom::Start, pending: VecDeque::new(), error: None }
+    }
+
+    /// The records, a storage error as the last item.
+    pub fn results(mut self) -> impl Iterator<Item = Result<(u64, Document), DocError>> + Send {
+        std::iter::from_fn(move || match self.next() {
+            Some(record) => Some(Ok(record)),
+            None => self.error.take().map(Err),
+        })
+    }
+
+    /// The documents, a storage error as the last item (as a pipeline
+    /// takes them).
+    /// A collection dropped under the scan ends it with QueryPlanKilled
+    /// (175), as mongod's.
+    pub fn fallible(self) -> impl Iterator<Item = Result<Document, query::FilterError>> + Send {
+        self.results().map(|r| {
+            r.map(|(_, d)| d).map_err(|e| match e {
+                DocError::Storage(storage::StorageError::TableNotFound(_)) => query::FilterError {
+                    code: 175,
+                    message: "PlanExecutor error during aggregation :: caused by :: collection dropped".into(),
+                },
+                e => {
+                    let e = CommandError::from(e);
+                    query::FilterError { code: e.code, message: e.errmsg }
+                }
+            })
+        })
+    }
+}
+
+impl Iterator for ScanIter {
+    type Item = (u64, Document);
+
+    fn next(&mut self) -> Option<(u64, Document)> {
+        if self.pending.is_empty() {
+            let coll = self.coll.as_ref()?;
+            match coll.natural(&self.engine, &self.after, false, SCAN_CHUNK) {
+                Ok(chunk) => self.pending.extend(chunk),
+                Err(e) => {
+                    self.error = Some(e);
+                    self.coll = None;
+                    return None;
+                }
+            }
+        }
+        let (at, rid, d) = self.pending.pop_front()?;
+        self.after = at;
+        Some((rid, d))
+    }
+}
+
+/// A sort's matches, sorted, with `skip` and `limit` applied. Keeps only
+/// the best `skip + limit` while scanning when there is a limit. Past the
+/// sort memory limit it spills sorted runs to disk (`spill.rs`) when
+/// `allow_disk_use`, and fails with 292 otherwise.
+pub(crate) fn sorted_hits(
+    shared: &Shared,
+    hits: &mut dyn Iterator<Item = Result<Hit, CommandError>>,
+    sort: &Sort,
+    (skip, limit): (usize, Option<usize>),
+    allow_disk_use: bool,
+    deadline: &Deadline,
+) -> Result<Source, CommandError> {
+    let memory_limit = shared.parameters.sort_memory_limit.load(Ordering::Relaxed);
+    let keep = limit.map(|l| l.saturating_add(skip));
+    let mut buf: Vec<Hit> = Vec::new();
+    let mut bytes = 0usize;
+    let mut spilled: Option<crate::exec::spill::Spilled> = None;
+    let by_sort = |a: &Hit, b: &Hit| sort.compare(&a.doc, &b.doc);
+    for hit in hits {
+        deadline.check()?;
+        let hit = hit?;
+        bytes += encoded_len(&hit.doc);
+        buf.push(hit);
+        if let Some(k) = keep {
+            if buf.len() >= 2 * k.max(512) {
+                buf.sort_by(by_sort);
+                buf.truncate(k);
+                bytes = buf.iter().map(|h| encoded_len(&h.doc)).sum();
+            }
+        }
+        if bytes > memory_limit {
+            if !allow_disk_use {
+                return Err(CommandError::query_exceeded_memory_limit(format!(
+                    "Executor error during find command :: caused by :: Sort exceeded memory limit of {memory_limit} bytes, but did not opt in to external sorting."
+                )));
+            }
+            let runs =
+                spilled.get_or_insert_with(|| crate::exec::spill::Spilled::new(&spill_dir(shared), sort.clone()));
+            runs.spill(&mut buf, keep)?;
+            shared.opcounters.spills.sort_spills.fetch_add(1, Ordering::Relaxed);
+            bytes = 0;
+        }
+    }
+    if let Some(mut runs) = spilled {
+        runs.finish(buf, skip)?;
+        return Ok(Source::Merge(Box::new(runs)));
+    }
+    buf.sort_by(by_sort);
+    let mut out: Vec<Hit> = buf.into_iter().skip(skip).collect();
+    if let Some(l) = limit {
+        out.truncate(l);
+    }
+    Ok(Source::Buffer(out.into_iter()))
+}
+
+/// Where blocking sorts and groups spill to (`allowDiskUse`).
+pub(crate) fn spill_dir(shared: &Shared) -> std::path::PathBuf {
+    shared.options.dbpath.join("_tmp")
+}
+
+/// The hits of `filter` over a whole collection, or over a view's
+/// documents.
+pub(crate) fn scan_hits<'a>(
+    shared: &'a Shared,
+    ns: &Namespace,
+    filter: &'a Filter,
+) -> Box<dyn Iterator<Item = Result<Hit, CommandError>> + 'a> {
+    match resolve_view(shared, ns) {
+        Err(e) => return Box::new(std::iter::once(Err(e))),
+        Ok(Some((base, stages))) => {
+            // The view's documents as its pipeline produces them.
+            let pipeline = query::Pipeline::parse(&stages).map(|p| p.with_collation(filter.collation().cloned()));
+            return match pipeline.map_err(CommandError::from).and_then(|p| stream_over(shared, &base, &p)) {
+                Err(e) => Box::new(std::iter::once(Err(e))),
+                Ok((docs, _)) => Box::new(docs.filter_map(move |doc| {
+                    let doc = match doc {
+                        Ok(doc) => doc,
+                        Err(e) => return Some(Err(e.into())),
+                    };
+                    match filter.try_matches_at(&doc) {
+                        Ok((ok, pos)) => ok.then_some(Ok(Hit { rid: 0, doc, pos })),
+                        Err(e) => Some(Err(e.into())),
+                    }
+                })),
+            };
+        }
+        Ok(None) => {}
+    }
+    let mut scan = ScanIter::new(shared, ns);
+    let mut failed = false;
+    Box::new(std::iter::from_fn(move || {
+        if failed {
+            return None;
+        }
+        for (rid, d) in scan.by_ref() {
+            match filter.try_matches_at(&d) {
+                Ok((true, pos)) => return Some(Ok(Hit { rid, doc: d, pos })),
+                Ok((false, _)) => {}
+                Err(e) => {
+                    failed = true;
+                    return Some(Err(e.into()));
+                }
+            }
+        }
+        failed = true;
+        scan.error.take().map(|e| e.into()).map(Err)
+    }))
+}
+
+/// `hint`: only the `_id` index (by its name, `_id_` or a clustered
+/// index's own, or by `{_id: 1}`) and `$natural` exist until secondary
+/// indexes are built. On a view, the index is the base collection's.
+pub(crate) fn check_hint(shared: &Shared, ns: &Namespace, cmd: &Document) -> Result<(), CommandError> {
+    let ok = match cmd.get("hint") {
+        None | Some(Bson::Null) => true,
+        // A view's reads go to the collection under it, hint and all.
+        Some(Bson::String(name)) => match resolve_view(shared, ns)?
+            .map_or_else(|| shared.catalog.get(ns), |(base, _)| shared.catalog.get(&base))
+        {
+            Some(coll) => *name == crate::exec::id_index::id_index_name(&coll),
+            None => name == "_id_",
+        },
+        Some(Bson::Document(d)) => {
+            d.is_empty() || crate::exec::id_index::is_id_key(d) || d.keys().next().is_some_and(|k| k == "$natural")
+        }
+        Some(_) => false,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(CommandError::bad_value(
+            "error processing query: planner returned error :: caused by :: hint provided does not correspond to an existing index",
+        ))
+    }
+}
+
+/// The collation a command (or statement) on `ns` uses: its own
+/// `collation`, else the collection's or view's default; `None` for the
+/// simple one. A view's default cannot be overridden (167), as in mongod.
+pub(crate) fn collation_of(
+    shared: &Shared,
+    ns: &Namespace,
+    cmd: &Document,
+) -> Result<Option<Arc<Collation>>, CommandError> {
+    let entry = shared.catalog.get(ns);
+    let default = || entry.as_ref().and_then(|c| Collation::parse(c.options.get("collation")).ok().flatten());
+    let given = match cmd.get("collation") {
+        // An empty collation is no collation given, as in mongod.
+        None | Some(Bson::Null) => return Ok(default()),
+        Some(Bson::Document(d)) if d.is_empty() => return Ok(default()),
+        given => Collation::parse(given)?,
+    };
+    if entry.as_ref().is_some_and(|c| c.view_on().is_some()) && !same_collation(given.as_ref(), default().as_ref()) {
+        return Err(CommandError::option_not_supported_on_view("Cannot override a view's default collation"));
+    }
+    Ok(given)
+}
+
+/// Whether two collations compare alike (`None`: the simple one).
+pub(crate) fn same_collation(a: Option<&Arc<Collation>>, b: Option<&Arc<Collation>>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => a.full_spec() == b.full_spec(),
+        _ => false,
+    }
+}
+
+/// The `_id` a filter pins when `coll`'s `_id` index can find it: not
+/// when the operation's collation compares a string in it otherwise than
+/// the index's collation does.
+pub(crate) fn point_id<'a>(
+    query: &'a Document,
+    collation: Option<&Arc<Collation>>,
+    coll: &Collection,
+) -> Option<&'a Bson> {
+    fn holds_string(v: &Bson) -> bool {
+        match v {
+            Bson::String(_) | Bson::Symbol(_) => true,
+            Bson::Document(d) => d.values().any(holds_string),
+            Bson::Array(items) => items.iter().any(holds_string),
+            _ => false,
+        }
+    }
+    let same = match (collation, coll.id_collation()) {
+        (None, None) => true,
+        (Some(a), Some(b)) => a.full_spec() == b.full_spec(),
+        _ => false,
+    };
+    Filter::id_equality(query).filter(|id| same || !holds_string(id))
+}

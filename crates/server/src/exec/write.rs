@@ -1,0 +1,214 @@
+//! What every write command shares: acknowledgement (write concern and
+//! the deferred journal sync), validators, and the per-statement reply.
+
+use crate::args::bool_option;
+use crate::args::CommandResult;
+use crate::error::CommandError;
+use crate::server::Shared;
+use bson::{doc, Bson, Document};
+use doc::catalog::{Ack, Namespace};
+pub(crate) use query::type_name;
+use query::Filter;
+
+/// The statements of a write command commit without waiting for the
+/// journal fsync; the command then waits once, before it replies, for all
+/// of them (with `j: true`, the default) — so a 1,000-document insert costs
+/// one fsync, not 1,000, and nothing is acknowledged before it is durable.
+pub(crate) const STATEMENT_ACK: Ack = Ack::Written;
+
+thread_local! {
+    /// Set while a write command runs on a connection's task: `Some(owed)`.
+    static DEFERRED_SYNC: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+}
+
+/// Run `command` with its journal wait deferred: [`acknowledge`] records
+/// that the reply needs a durable journal instead of blocking for it.
+/// Returns the reply and whether the caller owes that wait
+/// ([`crate::durability::Durability::wait`]) before sending it.
+pub(crate) fn deferring_sync<T>(command: impl FnOnce() -> T) -> (T, bool) {
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            DEFERRED_SYNC.set(None);
+        }
+    }
+    DEFERRED_SYNC.set(Some(false));
+    let _reset = Reset;
+    let reply = command();
+    (reply, DEFERRED_SYNC.get() == Some(true))
+}
+
+/// Wait for the journal fsync a write command's acknowledgement needs
+/// (or, under [`deferring_sync`], leave the wait to the caller).
+pub(crate) fn acknowledge(shared: &Shared, ack: Ack, reply: Document) -> CommandResult {
+    if ack != Ack::Journaled {
+        return Ok(reply);
+    }
+    if DEFERRED_SYNC.get().is_some() {
+        DEFERRED_SYNC.set(Some(true));
+    } else {
+        shared
+            .catalog
+            .engine()
+            .sync_journal()
+            .map_err(|e| CommandError::internal_error(format!("the journal could not be made durable: {e}")))?;
+    }
+    Ok(reply)
+}
+
+/// A collection's document validator (`validator`, `validationLevel`,
+/// `validationAction`), checked on insert and update.
+pub(crate) struct Validator {
+    pub(crate) filter: Filter,
+    /// The validator as written, which `errInfo.details` explains.
+    pub(crate) spec: Document,
+    /// `moderate`: updates of documents that did not pass are not checked.
+    pub(crate) moderate: bool,
+    /// `warn`: log instead of refusing.
+    pub(crate) warn: bool,
+}
+
+impl Validator {
+    /// The validator of collection `options`, if it has one in force.
+    pub fn of(options: &Document) -> Result<Option<Validator>, CommandError> {
+        let level = options.get_str("validationLevel").unwrap_or("strict");
+        let action = options.get_str("validationAction").unwrap_or("error");
+        if !matches!(level, "off" | "strict" | "moderate") {
+            return Err(CommandError::bad_value(format!(
+                "Enumeration value '{level}' for field 'validationLevel' is not a valid value."
+            )));
+        }
+        if !matches!(action, "error" | "warn" | "errorAndLog") {
+            return Err(CommandError::bad_value(format!(
+                "Enumeration value '{action}' for field 'validationAction' is not a valid value."
+            )));
+        }
+        let spec = match options.get("validator") {
+            None => return Ok(None),
+            Some(Bson::Document(v)) => v,
+            Some(other) => {
+                return Err(CommandError::type_mismatch(format!(
+                    "BSON field 'create.validator' is the wrong type '{}', expected type 'object'",
+                    type_name(other)
+                )))
+            }
+        };
+        let filter = Filter::parse(spec)?;
+        if spec.is_empty() || level == "off" {
+            return Ok(None);
+        }
+        Ok(Some(Validator { filter, spec: spec.clone(), moderate: level == "moderate", warn: action == "warn" }))
+    }
+
+    /// Check `new` (replacing `old`, for an update); `bypass` is the
+    /// command's `bypassDocumentValidation`.
+    pub fn check(&self, new: &Document, old: Option<&Document>, bypass: bool) -> Result<(), CommandError> {
+        if bypass || self.filter.matches(new) || (self.moderate && old.is_some_and(|o| !self.filter.matches(o))) {
+            return Ok(());
+        }
+        let err_info = query::validation_error::err_info(&self.spec, new);
+        if self.warn {
+            tracing::warn!(id = 20294, errInfo = %err_info, "Document would fail validation");
+            return Ok(());
+        }
+        let mut e = CommandError::document_validation_failure("Document failed validation");
+        e.extra = Some(Box::new(doc! { "errInfo": err_info }));
+        Err(e)
+    }
+}
+
+/// The validator of the collection at `ns`, with the command's bypass flag.
+pub(crate) fn validator_of(
+    shared: &Shared,
+    ns: &Namespace,
+    cmd: &Document,
+) -> Result<Option<(Validator, bool)>, CommandError> {
+    let Some(c) = shared.catalog.get(ns) else { return Ok(None) };
+    let name = cmd.keys().next().map_or("", String::as_str);
+    let bypass = bool_option(cmd, "bypassDocumentValidation", name, false)?;
+    Ok(Validator::of(&c.options)?.map(|v| (v, bypass)))
+}
+
+/// A document's own checks before it is inserted: its `_id`, and the
+/// collection's validator (with the command's bypass flag).
+pub(crate) fn check_insert(d: &Document, validator: Option<&(Validator, bool)>) -> Result<(), CommandError> {
+    if let Some(id) = d.get("_id") {
+        query::field_names::check_id_for_insert(id, query::field_names::IdFor::Insert)?;
+    }
+    match validator {
+        Some((v, bypass)) => v.check(d, None, *bypass),
+        None => Ok(()),
+    }
+}
+
+/// What one write statement did.
+#[derive(Debug, Default)]
+pub(crate) struct Outcome {
+    /// Documents matched (update), inserted or deleted, upserts included.
+    pub n: i64,
+    /// Documents changed by an update.
+    pub modified: i64,
+    /// The `_id` of a document an upsert inserted.
+    pub upserted: Option<Bson>,
+}
+
+/// Run each statement of a write command, adding up what each did and
+/// reporting failures as `writeErrors` by index; an ordered command stops
+/// at its first failure. `updates` adds `nModified` and `upserted`.
+pub(crate) fn write_reply<T>(
+    items: &[T],
+    ordered: bool,
+    updates: bool,
+    mut run: impl FnMut(usize, &T) -> Result<Outcome, CommandError>,
+) -> Document {
+    let (mut n, mut modified) = (0i64, 0i64);
+    let mut upserted = Vec::new();
+    let mut errors = Vec::new();
+    // Validation details stop once they take 8 MiB of the reply, so that
+    // a batch of failing documents cannot build an unbounded reply.
+    const DETAILS_BUDGET: usize = 8 << 20;
+    let mut details_bytes = 0;
+    for (i, item) in items.iter().enumerate() {
+        match run(i, item) {
+            Ok(o) => {
+                n += o.n;
+                modified += o.modified;
+                if let Some(id) = o.upserted {
+                    upserted.push(Bson::Document(doc! { "index": i as i32, "_id": id }));
+                }
+            }
+            Err(e) => {
+                let mut we = doc! { "index": i as i32, "code": e.code, "errmsg": &e.errmsg };
+                if let Some(extra) = e.extra {
+                    let mut extra = *extra;
+                    if let Ok(info) = extra.get_document_mut("errInfo") {
+                        if info.contains_key("details") {
+                            details_bytes += doc::bson_bytes::encoded_len(info);
+                            if details_bytes > DETAILS_BUDGET {
+                                info.remove("details");
+                                info.insert("note", "detailed error was left out: the reply's details reached 8 MiB");
+                            }
+                        }
+                    }
+                    we.extend(extra);
+                }
+                errors.push(Bson::Document(we));
+                if ordered {
+                    break;
+                }
+            }
+        }
+    }
+    let mut reply = doc! { "n": n };
+    if updates {
+        reply.insert("nModified", modified);
+        if !upserted.is_empty() {
+            reply.insert("upserted", upserted);
+        }
+    }
+    if !errors.is_empty() {
+        reply.insert("writeErrors", errors);
+    }
+    reply.insert("ok", 1.0);
+    reply
+}
