@@ -17,6 +17,7 @@ pub mod field_names;
 pub(crate) mod integer;
 pub mod matcher;
 pub mod pipeline;
+pub mod plan;
 pub mod projection;
 pub mod regex;
 pub mod schema;

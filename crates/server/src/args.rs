@@ -12,6 +12,20 @@ use query::Filter;
 
 pub(crate) type CommandResult = Result<Document, CommandError>;
 
+/// mongod's IDL error for the field at `path` (e.g. `find.let`) holding `v`
+/// of the wrong type. `expected` is one type name (`"object"`, giving
+/// "expected type 'object'") or a list as mongod shows it (`"[long, int]"`,
+/// giving "expected types '[long, int']": mongod's IDL puts the closing
+/// quote inside the bracket). Every such message should come from here.
+pub(crate) fn wrong_type(path: &str, v: &Bson, expected: &str) -> CommandError {
+    let found = type_name(v);
+    let message = match expected.strip_prefix('[').and_then(|e| e.strip_suffix(']')) {
+        Some(list) => format!("BSON field '{path}' is the wrong type '{found}', expected types '[{list}']"),
+        None => format!("BSON field '{path}' is the wrong type '{found}', expected type '{expected}'"),
+    };
+    CommandError::type_mismatch(message)
+}
+
 /// The acknowledgement a write command's `writeConcern` asks for: after
 /// the journal fsync (the default, `j: true`), or after the journal write
 /// (`j: false`).
@@ -20,12 +34,7 @@ pub(crate) fn ack_of(cmd: &Document) -> Result<Ack, CommandError> {
     let wc = match wc {
         Bson::Document(wc) => wc,
         Bson::Null => return Ok(Ack::Journaled),
-        other => {
-            return Err(CommandError::type_mismatch(format!(
-                "BSON field 'writeConcern' is the wrong type '{}', expected type 'object'",
-                type_name(other)
-            )))
-        }
+        other => return Err(wrong_type("writeConcern", other, "object")),
     };
     match wc.get("j") {
         None | Some(Bson::Null) | Some(Bson::Boolean(true)) => Ok(Ack::Journaled),
@@ -107,11 +116,7 @@ pub(crate) fn bool_option(doc: &Document, field: &str, context: &str, default: b
         Some(Bson::Int64(n)) => Ok(*n != 0),
         Some(Bson::Double(d)) => Ok(*d != 0.0),
         Some(Bson::Decimal128(d)) => Ok(decimal_is_nonzero(d.bytes())),
-        // MongoDB's IDL puts the closing quote inside the bracket.
-        Some(other) => Err(CommandError::type_mismatch(format!(
-            "BSON field '{context}.{field}' is the wrong type '{}', expected types '[bool, long, int, decimal, double']",
-            type_name(other)
-        ))),
+        Some(other) => Err(wrong_type(&format!("{context}.{field}"), other, "[bool, long, int, decimal, double]")),
     }
 }
 
@@ -132,10 +137,7 @@ pub(crate) fn count_option(cmd: &Document, name: &str) -> Result<Option<i64>, Co
         Some(Bson::Int32(i)) => Ok(Some((*i).into())),
         Some(Bson::Int64(i)) => Ok(Some(*i)),
         Some(Bson::Double(d)) if d.fract() == 0.0 => Ok(Some(*d as i64)),
-        Some(other) => Err(CommandError::type_mismatch(format!(
-            "BSON field '{name}' is the wrong type '{}', expected types '[long, int, decimal, double']",
-            type_name(other)
-        ))),
+        Some(other) => Err(wrong_type(name, other, "[long, int, decimal, double]")),
     }
 }
 
@@ -144,10 +146,7 @@ pub(crate) fn scope_of(cmd: &Document) -> Result<Scope, CommandError> {
     match cmd.get("let") {
         None | Some(Bson::Null) => Ok(Scope::default()),
         Some(Bson::Document(vars)) => Ok(Scope::with_let(Some(vars))?),
-        Some(other) => Err(CommandError::type_mismatch(format!(
-            "BSON field 'let' is the wrong type '{}', expected type 'object'",
-            type_name(other)
-        ))),
+        Some(other) => Err(wrong_type("let", other, "object")),
     }
 }
 
@@ -157,12 +156,7 @@ pub(crate) fn filter_of(cmd: &Document, name: &str, scope: &Scope) -> Result<(Do
     let f = match cmd.get(name) {
         None | Some(Bson::Null) => Document::new(),
         Some(Bson::Document(d)) => d.clone(),
-        Some(other) => {
-            return Err(CommandError::type_mismatch(format!(
-                "BSON field '{name}' is the wrong type '{}', expected type 'object'",
-                type_name(other)
-            )))
-        }
+        Some(other) => return Err(wrong_type(name, other, "object")),
     };
     let parsed = Filter::parse_in(&f, scope)?;
     Ok((f, parsed))
@@ -178,22 +172,14 @@ pub(crate) fn statements(msg: &OpMsg, cmd_name: &str, field: &str) -> Result<Vec
             .enumerate()
             .map(|(i, d)| match d {
                 Bson::Document(d) => Ok(d.clone()),
-                other => Err(CommandError::type_mismatch(format!(
-                    "BSON field '{cmd_name}.{field}.{i}' is the wrong type '{}', expected type 'object'",
-                    type_name(other)
-                ))),
+                other => Err(wrong_type(&format!("{cmd_name}.{field}.{i}"), other, "object")),
             })
             .collect::<Result<_, _>>()?,
         (None, Some((_, seq))) => seq.clone(),
         (Some(_), Some(_)) => {
             return Err(CommandError::bad_value(format!("{field} given both in the body and as a sequence")))
         }
-        (Some(other), None) => {
-            return Err(CommandError::type_mismatch(format!(
-                "BSON field '{cmd_name}.{field}' is the wrong type '{}', expected type 'array'",
-                type_name(other)
-            )))
-        }
+        (Some(other), None) => return Err(wrong_type(&format!("{cmd_name}.{field}"), other, "array")),
         (None, None) => {
             return Err(CommandError::failed_to_parse(format!(
                 "BSON field '{cmd_name}.{field}' is missing but a required field"
@@ -213,9 +199,27 @@ pub(crate) fn document_option(cmd: &Document, name: &str) -> Result<Option<Docum
     match cmd.get(name) {
         None | Some(Bson::Null) => Ok(None),
         Some(Bson::Document(d)) => Ok(Some(d.clone())),
-        Some(other) => Err(CommandError::type_mismatch(format!(
-            "BSON field 'find.{name}' is the wrong type '{}', expected type 'object'",
-            type_name(other)
-        ))),
+        Some(other) => Err(wrong_type(&format!("find.{name}"), other, "object")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrong_type_writes_mongods_messages() {
+        let e = wrong_type("find.let", &Bson::String("x".into()), "object");
+        assert_eq!(
+            (e.code, e.errmsg.as_str()),
+            (14, "BSON field 'find.let' is the wrong type 'string', expected type 'object'")
+        );
+        let e = wrong_type("limit", &Bson::Boolean(true), "[long, int, decimal, double]");
+        assert_eq!(
+            e.errmsg,
+            "BSON field 'limit' is the wrong type 'bool', expected types '[long, int, decimal, double']"
+        );
+        let e = wrong_type("create.clusteredIndex", &Bson::Int32(1), "[bool]");
+        assert_eq!(e.errmsg, "BSON field 'create.clusteredIndex' is the wrong type 'int', expected types '[bool']");
     }
 }

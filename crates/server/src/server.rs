@@ -116,6 +116,38 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// Everything a server shares, over an open engine: the catalog, the
+    /// session records, the sync thread. A server binds it to sockets; a
+    /// test can run commands on it in process (`commands::run`).
+    pub fn open(engine: Engine, options: ServerOptions) -> std::io::Result<Arc<Shared>> {
+        let (tx, _) = watch::channel(false);
+        let catalog = doc::catalog::Catalog::open_with(engine.clone(), Some(query::collation::id_collation))
+            .map_err(|e| std::io::Error::other(format!("opening the catalog: {e}")))?;
+        record_startup(&catalog, &options)
+            .map_err(|e| std::io::Error::other(format!("recording the start in local.startup_log: {e}")))?;
+        let sessions = crate::session::SessionCatalog::open(&engine)
+            .map_err(|e| std::io::Error::other(format!("opening the session records: {e}")))?;
+        Ok(Arc::new(Shared {
+            catalog,
+            cursors: Default::default(),
+            sessions,
+            options,
+            started: Instant::now(),
+            process_id: ObjectId::new(),
+            connections_current: AtomicU64::new(0),
+            connections_total: AtomicU64::new(0),
+            opcounters: Opcounters::default(),
+            network: NetworkCounters::default(),
+            parameters: Parameters::default(),
+            durability: crate::durability::Durability::start(engine.clone())?,
+            capped_inserts: watch::channel(0).0,
+            ttl: crate::ttl::Ttl::default(),
+            fail_points: crate::failpoint::FailPoints::default(),
+            next_request_id: AtomicI32::new(1),
+            shutdown: tx,
+        }))
+    }
+
     pub fn request_shutdown(&self) {
         self.shutdown.send_replace(true);
     }
@@ -149,33 +181,7 @@ impl Server {
         for ip in &options.bind {
             listeners.push(TcpListener::bind(SocketAddr::new(*ip, options.port)).await?);
         }
-        let (tx, _) = watch::channel(false);
-        let catalog = doc::catalog::Catalog::open_with(engine.clone(), Some(query::collation::id_collation))
-            .map_err(|e| std::io::Error::other(format!("opening the catalog: {e}")))?;
-        record_startup(&catalog, &options)
-            .map_err(|e| std::io::Error::other(format!("recording the start in local.startup_log: {e}")))?;
-        let sessions = crate::session::SessionCatalog::open(&engine)
-            .map_err(|e| std::io::Error::other(format!("opening the session records: {e}")))?;
-        let shared = Arc::new(Shared {
-            catalog,
-            cursors: Default::default(),
-            sessions,
-            options,
-            started: Instant::now(),
-            process_id: ObjectId::new(),
-            connections_current: AtomicU64::new(0),
-            connections_total: AtomicU64::new(0),
-            opcounters: Opcounters::default(),
-            network: NetworkCounters::default(),
-            parameters: Parameters::default(),
-            durability: crate::durability::Durability::start(engine.clone())?,
-            capped_inserts: watch::channel(0).0,
-            ttl: crate::ttl::Ttl::default(),
-            fail_points: crate::failpoint::FailPoints::default(),
-            next_request_id: AtomicI32::new(1),
-            shutdown: tx,
-        });
-        Ok(Server { shared, listeners })
+        Ok(Server { shared: Shared::open(engine, options)?, listeners })
     }
 
     pub fn local_addrs(&self) -> Vec<SocketAddr> {

@@ -28,6 +28,8 @@
 //!    one (`acknowledge`), so it never acknowledges a write that is not
 //!    yet durable.
 
+use crate::args::wrong_type;
+
 use crate::error::CommandError;
 
 use crate::server::Shared;
@@ -55,18 +57,6 @@ pub(crate) struct SessionFields {
     pub start_transaction: Option<bool>,
 }
 
-pub(crate) fn wrong_type(field: &str, v: &Bson, expected: &str) -> CommandError {
-    wrong_type_at(&format!("OperationSessionInfo.{field}"), v, expected)
-}
-
-/// IDL's error for a field of the wrong type; `path` names the field.
-pub(crate) fn wrong_type_at(path: &str, v: &Bson, expected: &str) -> CommandError {
-    CommandError::type_mismatch(format!(
-        "BSON field '{path}' is the wrong type '{}', expected type '{expected}'",
-        type_name(v)
-    ))
-}
-
 /// Whether a `{user, db}` (both strings; `path` names them in errors) is
 /// the empty user, whose every session is without authentication.
 pub(crate) fn is_empty_user(user: &Document, path: &str) -> Result<bool, CommandError> {
@@ -75,7 +65,7 @@ pub(crate) fn is_empty_user(user: &Document, path: &str) -> Result<bool, Command
         None => Err(CommandError::missing_required_field(format!(
             "BSON field '{path}.{f}' is missing but a required field"
         ))),
-        Some(other) => Err(wrong_type_at(&format!("{path}.{f}"), other, "string")),
+        Some(other) => Err(wrong_type(&format!("{path}.{f}"), other, "string")),
     };
     Ok(field("user")? & field("db")?)
 }
@@ -95,14 +85,14 @@ pub(crate) fn session_id(path: &str, v: Option<&Bson>) -> Result<SessionId, Comm
             .as_slice()
             .try_into()
             .map_err(|_| CommandError::invalid_uuid("uuid must be a 16-byte binary field with UUID (4) subtype")),
-        Some(other) => Err(wrong_type_at(path, other, "binData")),
+        Some(other) => Err(wrong_type(path, other, "binData")),
     }
 }
 
 /// The array a session command takes (`{endSessions: [...]}`), each
 /// element an object.
 pub(crate) fn session_list<'c>(name: &str, cmd: &'c Document) -> Result<Vec<&'c Document>, CommandError> {
-    let wrong = |v: &Bson, expected: &str| wrong_type_at(&format!("{name}.{name}"), v, expected);
+    let wrong = |v: &Bson, expected: &str| wrong_type(&format!("{name}.{name}"), v, expected);
     match cmd.get(name) {
         Some(Bson::Array(list)) => list
             .iter()
@@ -133,17 +123,17 @@ pub(crate) fn list_local_sessions(shared: &Shared, spec: &Bson) -> Result<Vec<Do
     for (key, value) in spec {
         match (key.as_str(), value) {
             ("allUsers", Bson::Boolean(b)) => all_users = *b,
-            ("allUsers", other) => return Err(wrong_type_at("$listLocalSessions.allUsers", other, "bool")),
+            ("allUsers", other) => return Err(wrong_type("$listLocalSessions.allUsers", other, "bool")),
             ("users", Bson::Array(list)) => {
                 for (i, user) in list.iter().enumerate() {
                     let Bson::Document(user) = user else {
-                        return Err(wrong_type_at(&format!("{STAGE}.users.{i}"), user, "object"));
+                        return Err(wrong_type(&format!("{STAGE}.users.{i}"), user, "object"));
                     };
                     names_empty_user |= is_empty_user(user, &format!("{STAGE}.users"))?;
                     users += 1;
                 }
             }
-            ("users", other) => return Err(wrong_type_at("$listLocalSessions.users", other, "array")),
+            ("users", other) => return Err(wrong_type("$listLocalSessions.users", other, "array")),
             (other, _) => {
                 return Err(CommandError::unknown_parameter(format!(
                     "BSON field '{STAGE}.{other}' is an unknown field."
@@ -186,18 +176,18 @@ pub(crate) fn session_fields(name: &str, cmd: &Document) -> Result<SessionFields
     match cmd.get("lsid") {
         None => {}
         Some(Bson::Document(lsid)) => f.lsid = Some(session_id("OperationSessionInfo.lsid.id", lsid.get("id"))?),
-        Some(other) => return Err(wrong_type("lsid", other, "object")),
+        Some(other) => return Err(wrong_type("OperationSessionInfo.lsid", other, "object")),
     }
     match cmd.get("txnNumber") {
         None => {}
         Some(Bson::Int64(n)) => f.txn_number = Some(*n),
-        Some(other) => return Err(wrong_type("txnNumber", other, "long")),
+        Some(other) => return Err(wrong_type("OperationSessionInfo.txnNumber", other, "long")),
     }
     for (field, slot) in [("autocommit", &mut f.autocommit), ("startTransaction", &mut f.start_transaction)] {
         match cmd.get(field) {
             None => {}
             Some(Bson::Boolean(b)) => *slot = Some(*b),
-            Some(other) => return Err(wrong_type(field, other, "bool")),
+            Some(other) => return Err(wrong_type(&format!("OperationSessionInfo.{field}"), other, "bool")),
         }
     }
     let invalid = |m: &str| Err(CommandError::invalid_options(m));
@@ -458,31 +448,18 @@ impl<'a> Retry<'a> {
                     ids.iter()
                         .map(|v| match v {
                             Bson::Int32(i) => Ok(*i),
-                            other => Err(CommandError::type_mismatch(format!(
-                                "BSON field 'stmtIds' is the wrong type '{}', expected type 'int'",
-                                type_name(other)
-                            ))),
+                            other => Err(wrong_type("stmtIds", other, "int")),
                         })
                         .collect::<Result<_, _>>()?,
                 )
             }
             None => {}
-            Some(other) => {
-                return Err(CommandError::type_mismatch(format!(
-                    "BSON field 'stmtIds' is the wrong type '{}', expected type 'array'",
-                    type_name(other)
-                )))
-            }
+            Some(other) => return Err(wrong_type("stmtIds", other, "array")),
         }
         match cmd.get("stmtId") {
             Some(Bson::Int32(i)) => retry.first = *i,
             None => {}
-            Some(other) => {
-                return Err(CommandError::type_mismatch(format!(
-                    "BSON field 'stmtId' is the wrong type '{}', expected type 'int'",
-                    type_name(other)
-                )))
-            }
+            Some(other) => return Err(wrong_type("stmtId", other, "int")),
         }
         Ok(Some(retry))
     }

@@ -1,6 +1,7 @@
 //! Handshake and administration: `hello`, `buildInfo`, parameters,
 //! `serverStatus`, `hostInfo`, `listCommands`, the startup log.
 
+use crate::args::wrong_type;
 use crate::args::CommandResult;
 use crate::commands::cluster_time;
 use crate::commands::COMMANDS;
@@ -23,12 +24,6 @@ use std::time::Duration;
 /// `None` answers at once: no awaitable options, another process's (or an
 /// older) topology version. Bad options are errors, as mongod reports them.
 pub fn hello_await(shared: &Shared, name: &str, cmd: &Document) -> Result<Option<Duration>, CommandError> {
-    let wrong_type = |field: &str, value: &Bson, expected: &str| {
-        CommandError::type_mismatch(format!(
-            "BSON field '{field}' is the wrong type '{}', expected type '{expected}'",
-            crate::args::type_name(value)
-        ))
-    };
     let topology = match cmd.get("topologyVersion") {
         None => None,
         Some(Bson::Document(tv)) => {
@@ -64,10 +59,7 @@ pub fn hello_await(shared: &Shared, name: &str, cmd: &Document) -> Result<Option
         Some(Bson::Int64(n)) => Some(*n),
         Some(Bson::Double(d)) => Some(*d as i64),
         Some(other) => {
-            return Err(CommandError::type_mismatch(format!(
-            "BSON field '{name}.maxAwaitTimeMS' is the wrong type '{}', expected types '[long, int, decimal, double']",
-            crate::args::type_name(other)
-        )))
+            return Err(wrong_type(&format!("{name}.maxAwaitTimeMS"), other, "[long, int, decimal, double]"))
         }
     };
     let ((process_id, counter), max_await_ms) = match (topology, max_await_ms) {

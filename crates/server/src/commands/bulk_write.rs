@@ -22,7 +22,7 @@ use crate::args::count_option;
 use crate::args::db_of;
 use crate::args::scope_of;
 use crate::args::statements;
-use crate::args::type_name;
+use crate::args::wrong_type;
 use crate::args::CommandResult;
 use crate::error::CommandError;
 use crate::exec::modify::delete_one_spec;
@@ -80,13 +80,6 @@ impl Op {
     }
 }
 
-fn wrong_type(field: &str, v: &Bson, expected: &str) -> CommandError {
-    CommandError::type_mismatch(format!(
-        "BSON field 'bulkWrite.{field}' is the wrong type '{}', expected type '{expected}'",
-        type_name(v)
-    ))
-}
-
 fn missing(field: &str) -> CommandError {
     CommandError::missing_required_field(format!("BSON field 'bulkWrite.{field}' is missing but a required field"))
 }
@@ -117,7 +110,7 @@ fn parse_op(op: &Document, namespaces: usize) -> Result<Op, CommandError> {
     check_fields(op, "bulkWrite.ops", known, true)?;
     let ns = match index {
         Bson::Int32(i) => *i,
-        other => return Err(wrong_type(&format!("ops.{kind}"), other, "int")),
+        other => return Err(wrong_type(&format!("bulkWrite.ops.{kind}"), other, "int")),
     };
     if ns < 0 || ns as usize >= namespaces {
         return Err(CommandError::bad_value(format!(
@@ -127,13 +120,13 @@ fn parse_op(op: &Document, namespaces: usize) -> Result<Op, CommandError> {
     let ns = ns as usize;
     let document = |field: &str| match op.get(field) {
         Some(Bson::Document(d)) => Ok(d.clone()),
-        Some(other) => Err(wrong_type(&format!("ops.{field}"), other, "object")),
+        Some(other) => Err(wrong_type(&format!("bulkWrite.ops.{field}"), other, "object")),
         None => Err(missing(&format!("ops.{field}"))),
     };
     // The typed fields fail the whole command, before anything runs, as
     // mongod's parser does; what they mean fails only their operation.
     let typed = |field: &str, ok: fn(&Bson) -> bool, expected: &str| match op.get(field) {
-        Some(v) if !ok(v) => Err(wrong_type(&format!("ops.{field}"), v, expected)),
+        Some(v) if !ok(v) => Err(wrong_type(&format!("bulkWrite.ops.{field}"), v, expected)),
         _ => Ok(()),
     };
     typed("updateMods", |v| matches!(v, Bson::Document(_) | Bson::Array(_)), "object or array")?;
@@ -195,7 +188,7 @@ fn namespaces(msg: &OpMsg) -> Result<Vec<Result<Namespace, CommandError>>, Comma
             )?;
             let full = match entry.get("ns") {
                 Some(Bson::String(s)) => s,
-                Some(other) => return Err(wrong_type("nsInfo.ns", other, "string")),
+                Some(other) => return Err(wrong_type("bulkWrite.nsInfo.ns", other, "string")),
                 None => return Err(missing("nsInfo.ns")),
             };
             Ok(match full.split_once('.') {
@@ -251,7 +244,7 @@ pub fn bulk_write(shared: &Shared, msg: &OpMsg) -> CommandResult {
                 n => n.map(|n| n as usize),
             }
         }
-        Some(other) => return Err(wrong_type("cursor", other, "object")),
+        Some(other) => return Err(wrong_type("bulkWrite.cursor", other, "object")),
     };
     bool_option(cmd, "bypassDocumentValidation", "bulkWrite", false)?;
     let ack = ack_of(cmd)?;

@@ -3,7 +3,6 @@
 use crate::args::count_option;
 use crate::args::filter_of;
 use crate::args::namespace;
-use crate::args::type_name;
 use crate::args::CommandResult;
 use crate::error::CommandError;
 use crate::exec::deadline::Deadline;
@@ -49,12 +48,7 @@ pub fn distinct(shared: &Shared, cmd: &Document) -> CommandResult {
     let ns = namespace(cmd, "distinct")?;
     let key = match cmd.get("key") {
         Some(Bson::String(k)) => k.clone(),
-        Some(other) => {
-            return Err(CommandError::type_mismatch(format!(
-                "BSON field 'distinct.key' is the wrong type '{}', expected type 'string'",
-                type_name(other)
-            )))
-        }
+        Some(other) => return Err(crate::args::wrong_type("distinct.key", other, "string")),
         None => return Err(CommandError::failed_to_parse("BSON field 'distinct.key' is missing but a required field")),
     };
     if key.is_empty() {

@@ -6,6 +6,7 @@ use crate::args::check_fields;
 use crate::args::db_of;
 use crate::args::filter_of;
 use crate::args::namespace;
+use crate::args::wrong_type;
 use crate::args::CommandResult;
 use crate::args::GENERIC_FIELDS;
 use crate::error::CommandError;
@@ -15,7 +16,6 @@ use crate::server::Shared;
 use bson::{doc, Bson, Document};
 use doc::catalog::{DocError, Namespace};
 use query::expr::Scope;
-pub(crate) use query::type_name;
 
 pub fn create(shared: &Shared, cmd: &Document) -> CommandResult {
     let ns = namespace(cmd, "create")?;
@@ -88,18 +88,13 @@ pub fn create(shared: &Shared, cmd: &Document) -> CommandResult {
 /// `{v: 2, key, name, unique: true}` (`name` "_id_" by default), the TTL
 /// as a long. `clusteredIndex: false` is an ordinary collection.
 pub(crate) fn clustered_options(mut options: Document) -> Result<Document, CommandError> {
-    let wrong_type = |field: &str, v: &Bson, expected: &str| {
-        CommandError::type_mismatch(format!(
-            "BSON field 'create.{field}' is the wrong type '{}', expected {expected}",
-            type_name(v)
-        ))
-    };
+    let field_type = |field: &str, v: &Bson, expected: &str| wrong_type(&format!("create.{field}"), v, expected);
     let ttl = match options.get("expireAfterSeconds") {
         None => None,
-        Some(v @ (Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_))) => Some(
-            number_of(v).ok_or_else(|| wrong_type("expireAfterSeconds", v, "types '[long, int, decimal, double']"))?,
-        ),
-        Some(v) => return Err(wrong_type("expireAfterSeconds", v, "types '[long, int, decimal, double']")),
+        Some(v @ (Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_))) => {
+            Some(number_of(v).ok_or_else(|| field_type("expireAfterSeconds", v, "[long, int, decimal, double]"))?)
+        }
+        Some(v) => return Err(field_type("expireAfterSeconds", v, "[long, int, decimal, double]")),
     };
     // The IDL parse: a bool (or a number read as one), or a strict spec.
     let spec = match options.get("clusteredIndex") {
@@ -111,12 +106,10 @@ pub(crate) fn clustered_options(mut options: Document) -> Result<Document, Comma
                 match (k.as_str(), v) {
                     ("v" | "unique", Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_)) => {}
                     ("unique", Bson::Boolean(_)) | ("key", Bson::Document(_)) | ("name", Bson::String(_)) => {}
-                    ("v", other) => return Err(wrong_type("v", other, "types '[long, int, decimal, double']")),
-                    ("unique", other) => {
-                        return Err(wrong_type("unique", other, "types '[bool, long, int, decimal, double']"))
-                    }
-                    ("key", other) => return Err(wrong_type("key", other, "type 'object'")),
-                    ("name", other) => return Err(wrong_type("name", other, "type 'string'")),
+                    ("v", other) => return Err(field_type("v", other, "[long, int, decimal, double]")),
+                    ("unique", other) => return Err(field_type("unique", other, "[bool, long, int, decimal, double]")),
+                    ("key", other) => return Err(field_type("key", other, "object")),
+                    ("name", other) => return Err(field_type("name", other, "string")),
                     (other, _) => {
                         return Err(CommandError::with_code(
                             40415,
@@ -135,7 +128,7 @@ pub(crate) fn clustered_options(mut options: Document) -> Result<Document, Comma
             }
             Some(Ok(d.clone()))
         }
-        Some(other) => return Err(wrong_type("clusteredIndex", other, "types '[bool']")),
+        Some(other) => return Err(field_type("clusteredIndex", other, "[bool]")),
     };
     if spec.is_some() {
         let refuse = |code: i32, field: &str| {
@@ -244,12 +237,7 @@ pub(crate) fn view_options(
 ) -> Result<Document, CommandError> {
     let on = match options.get("viewOn") {
         Some(Bson::String(on)) => on.clone(),
-        Some(other) => {
-            return Err(CommandError::type_mismatch(format!(
-                "BSON field '{cmd_name}.viewOn' is the wrong type '{}', expected type 'string'",
-                type_name(other)
-            )))
-        }
+        Some(other) => return Err(wrong_type(&format!("{cmd_name}.viewOn"), other, "string")),
         None => return Err(CommandError::bad_value("'pipeline' requires 'viewOn' to also be specified")),
     };
     if on.is_empty() {
@@ -261,12 +249,7 @@ pub(crate) fn view_options(
     let pipeline = match options.get("pipeline") {
         None => Vec::new(),
         Some(Bson::Array(stages)) => stages.clone(),
-        Some(other) => {
-            return Err(CommandError::type_mismatch(format!(
-                "BSON field '{cmd_name}.pipeline' is the wrong type '{}', expected type 'array'",
-                type_name(other)
-            )))
-        }
+        Some(other) => return Err(wrong_type(&format!("{cmd_name}.pipeline"), other, "array")),
     };
     query::Pipeline::parse(&pipeline)?;
     // Follow what the view would read: back to itself is a cycle.
@@ -343,10 +326,7 @@ pub fn coll_mod(shared: &Shared, cmd: &Document) -> CommandResult {
                 )))
             }
             other => Some(number_of(other).ok_or_else(|| {
-                CommandError::type_mismatch(format!(
-                    "BSON field 'collMod.expireAfterSeconds' is the wrong type '{}', expected types '[string, long, int, decimal, double']",
-                    type_name(other)
-                ))
+                wrong_type("collMod.expireAfterSeconds", other, "[string, long, int, decimal, double]")
             })?),
         };
         if !c.is_clustered() {
@@ -408,12 +388,7 @@ pub(crate) fn capped_options(cmd: &Document, mut options: Document) -> Result<Do
             Some(Bson::Decimal128(_)) => {
                 return Err(CommandError::not_implemented(format!("a Decimal128 {field} is not supported yet")))
             }
-            Some(other) => {
-                return Err(CommandError::type_mismatch(format!(
-                    "BSON field 'create.{field}' is the wrong type '{}', expected types '[long, int, decimal, double']",
-                    type_name(other)
-                )))
-            }
+            Some(other) => return Err(wrong_type(&format!("create.{field}"), other, "[long, int, decimal, double]")),
         };
         options.insert(field, if let Ok(i) = i32::try_from(n) { Bson::Int32(i) } else { Bson::Int64(n) });
         Ok(Some(n))
@@ -531,10 +506,11 @@ pub fn rename_collection(shared: &Shared, cmd: &Document) -> CommandResult {
                 Some((db, coll)) => Ok(Namespace::new(db, coll)?),
                 None => Err(CommandError::invalid_namespace(format!("Invalid namespace specified '{s}'"))),
             },
-            other => Err(CommandError::type_mismatch(format!(
-                "BSON field 'renameCollection.{field}' is the wrong type '{}', expected type 'string'",
-                other.map(type_name).unwrap_or("missing")
+            // A missing field reads as the wrong type 'missing', as mongod's.
+            None => Err(CommandError::type_mismatch(format!(
+                "BSON field 'renameCollection.{field}' is the wrong type 'missing', expected type 'string'"
             ))),
+            Some(other) => Err(wrong_type(&format!("renameCollection.{field}"), other, "string")),
         }
     };
     let (from, to) = (full("renameCollection")?, full("to")?);

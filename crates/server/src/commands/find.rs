@@ -7,9 +7,9 @@ use crate::args::db_of;
 use crate::args::document_option;
 use crate::args::filter_of;
 use crate::args::namespace;
-use crate::args::type_name;
 use crate::args::CommandResult;
 use crate::error::CommandError;
+use crate::exec::access;
 use crate::exec::cursors::check_tail_position;
 use crate::exec::cursors::cursor_reply;
 use crate::exec::cursors::fill;
@@ -24,7 +24,6 @@ use crate::exec::cursors::Source;
 use crate::exec::deadline::Deadline;
 use crate::exec::scan::check_hint;
 use crate::exec::scan::collation_of;
-use crate::exec::scan::point_id;
 use crate::exec::scan::scan_hits;
 use crate::exec::scan::sorted_hits;
 use crate::exec::scan::Hit;
@@ -77,6 +76,8 @@ pub fn find(shared: &Shared, cmd: &Document) -> CommandResult {
     // `{$natural: ±1}`, as the sort or (without one) as the hint: the
     // collection's order, forwards or backwards.
     let hint_natural = cmd.get_document("hint").ok().and_then(natural_direction);
+    // Only an explicit `$natural` order reaches the planner.
+    let explicit_natural = natural_direction(&sort_doc).or(hint_natural.filter(|_| sort_doc.is_empty()));
     let (sort, natural) = match natural_direction(&sort_doc) {
         Some(n) => (Sort::default(), n),
         None if sort_doc.is_empty() => (Sort::default(), hint_natural.unwrap_or(1)),
@@ -158,11 +159,11 @@ pub fn find(shared: &Shared, cmd: &Document) -> CommandResult {
     if is_view && tailable {
         return Err(crate::exec::views::not_on_view(&ns));
     }
-    // A point lookup when the filter is exactly {_id: value}.
-    let point = coll
-        .as_ref()
-        .filter(|_| !is_view && !tailable)
-        .and_then(|c| Some((point_id(&filter_doc, collation.as_ref(), c)?, c)));
+    // The planner's point read (views read through their pipeline).
+    let point = coll.as_ref().filter(|_| !is_view).and_then(|c| {
+        let path = access::plan_read(c, &filter_doc, collation.as_ref(), explicit_natural, tailable);
+        Some((access::point(&path)?, c))
+    });
     if let Some((id, coll)) = point {
         let found = coll.find_rid_by_id(shared.catalog.engine(), id)?;
         let hits: Vec<Hit> = found.into_iter().skip(skip).map(|(rid, doc)| Hit { rid, doc, pos: None }).collect();
@@ -196,12 +197,7 @@ pub fn get_more(shared: &Shared, cmd: &Document) -> CommandResult {
     shared.opcounters.getmore.fetch_add(1, Ordering::Relaxed);
     let id = match cmd.get("getMore") {
         Some(Bson::Int64(i)) => *i,
-        Some(other) => {
-            return Err(CommandError::type_mismatch(format!(
-                "BSON field 'getMore.getMore' is the wrong type '{}', expected type 'long'",
-                type_name(other)
-            )))
-        }
+        Some(other) => return Err(crate::args::wrong_type("getMore.getMore", other, "long")),
         None => return Err(CommandError::failed_to_parse("getMore needs a cursor id")),
     };
     // Command cursors (`bulkWrite`'s results, `listIndexes`) live on

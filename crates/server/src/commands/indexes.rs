@@ -36,12 +36,7 @@ pub fn list_indexes(shared: &Shared, cmd: &Document) -> CommandResult {
     let batch_size = match cmd.get("cursor") {
         None => None,
         Some(Bson::Document(c)) => crate::args::count_option(c, "batchSize")?.map(|n| n.max(0) as usize),
-        Some(other) => {
-            return Err(CommandError::type_mismatch(format!(
-                "BSON field 'listIndexes.cursor' is the wrong type '{}', expected type 'object'",
-                type_name(other)
-            )))
-        }
+        Some(other) => return Err(crate::args::wrong_type("listIndexes.cursor", other, "object")),
     };
     let cursor_ns = Namespace { db: ns.db.clone(), coll: format!("$cmd.listIndexes.{}", ns.coll) };
     let spec = shared.catalog.get(&ns).map(|c| id_index_spec(&c)).into_iter().collect();
@@ -54,12 +49,7 @@ pub fn create_indexes(shared: &Shared, cmd: &Document) -> CommandResult {
     let specs = match cmd.get("indexes") {
         Some(Bson::Array(specs)) if !specs.is_empty() => specs,
         Some(Bson::Array(_)) => return Err(CommandError::bad_value("Must specify at least one index to create")),
-        Some(other) => {
-            return Err(CommandError::type_mismatch(format!(
-                "BSON field 'createIndexes.indexes' is the wrong type '{}', expected type 'array'",
-                type_name(other)
-            )))
-        }
+        Some(other) => return Err(crate::args::wrong_type("createIndexes.indexes", other, "array")),
         None => {
             return Err(CommandError::missing_required_field(
                 "BSON field 'createIndexes.indexes' is missing but a required field",
@@ -120,12 +110,7 @@ pub fn drop_indexes(shared: &Shared, cmd: &Document) -> CommandResult {
         Some(Bson::Document(key)) => {
             return Err(CommandError::with_code(27, format!("can't find index with key: {key}")));
         }
-        Some(other) => {
-            return Err(CommandError::type_mismatch(format!(
-                "BSON field 'dropIndexes.index' is the wrong type '{}', expected types '[string, object, array]'",
-                type_name(other)
-            )))
-        }
+        Some(other) => return Err(crate::args::wrong_type("dropIndexes.index", other, "[string, object, array]")),
         None => {
             return Err(CommandError::missing_required_field(
                 "BSON field 'dropIndexes.index' is missing but a required field",

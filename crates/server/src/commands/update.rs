@@ -7,7 +7,6 @@ use crate::args::filter_of;
 use crate::args::namespace;
 use crate::args::scope_of;
 use crate::args::statements;
-use crate::args::type_name;
 use crate::args::CommandResult;
 use crate::error::CommandError;
 use crate::exec::deadline::Deadline;
@@ -107,22 +106,12 @@ pub fn find_and_modify(shared: &Shared, cmd: &Document) -> CommandResult {
     let sort = Sort::parse(&match cmd.get("sort") {
         None | Some(Bson::Null) => Document::new(),
         Some(Bson::Document(d)) => d.clone(),
-        Some(other) => {
-            return Err(CommandError::type_mismatch(format!(
-                "BSON field 'findAndModify.sort' is the wrong type '{}', expected type 'object'",
-                type_name(other)
-            )))
-        }
+        Some(other) => return Err(crate::args::wrong_type("findAndModify.sort", other, "object")),
     })?;
     let fields = match cmd.get("fields") {
         Some(Bson::Document(f)) if !f.is_empty() => Some(Projection::parse_in(f, &scope)?),
         None | Some(Bson::Null) | Some(Bson::Document(_)) => None,
-        Some(other) => {
-            return Err(CommandError::type_mismatch(format!(
-                "BSON field 'findAndModify.fields' is the wrong type '{}', expected type 'object'",
-                type_name(other)
-            )))
-        }
+        Some(other) => return Err(crate::args::wrong_type("findAndModify.fields", other, "object")),
     };
     let remove = bool_option(cmd, "remove", "findAndModify", false)?;
     let return_new = bool_option(cmd, "new", "findAndModify", false)?;

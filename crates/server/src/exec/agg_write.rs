@@ -8,6 +8,7 @@
 use crate::args::ack_of;
 use crate::args::bool_option;
 use crate::args::type_name;
+use crate::args::wrong_type;
 use crate::error::CommandError;
 use crate::exec::views::check_not_view;
 use crate::exec::write::acknowledge;
@@ -72,13 +73,6 @@ fn target(v: &Bson, db: &str, stage: &str) -> Result<Namespace, CommandError> {
             format!("{stage}'s target must be a string or an object, not {}", type_name(other)),
         )),
     }
-}
-
-fn wrong_type(field: &str, v: &Bson, expected: &str) -> CommandError {
-    CommandError::type_mismatch(format!(
-        "BSON field '{field}' is the wrong type '{}', expected type '{expected}'",
-        type_name(v)
-    ))
 }
 
 /// Split a write stage off the end of `stages`; one anywhere else is an

@@ -3,6 +3,7 @@
 //! statement machinery, `$out`/`$merge`. Commands call into these; these
 //! never call a command.
 
+pub mod access;
 pub mod agg_write;
 pub mod cursors;
 pub mod deadline;

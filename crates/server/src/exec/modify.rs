@@ -6,11 +6,10 @@ use crate::args::bool_option;
 use crate::args::count_option;
 use crate::args::filter_of;
 use crate::error::CommandError;
+use crate::exec::access;
 use crate::exec::deadline::Deadline;
 use crate::exec::scan::check_hint;
 use crate::exec::scan::collation_of;
-use crate::exec::scan::point_id;
-use crate::exec::scan::ScanIter;
 use crate::exec::write::validator_of;
 use crate::exec::write::Outcome;
 use crate::exec::write::Validator;
@@ -21,7 +20,7 @@ use crate::session::StmtLog;
 use bson::{doc, Bson, Document};
 use doc::bson_bytes::encoded_len;
 use doc::catalog::{with_id_first, Collection};
-use doc::catalog::{Ack, DocError, Namespace};
+use doc::catalog::{Ack, Namespace};
 use doc::sessions::Stamp;
 use query::expr::Scope;
 pub(crate) use query::type_name;
@@ -50,15 +49,10 @@ pub(crate) fn delete_one_spec(
     let engine = shared.catalog.engine();
     let record = log.map(|l| l.record(doc! { "n": 1i64 })).transpose()?;
     let stamp = record.as_ref().map(|r| r as &dyn Stamp);
-    if let Some(id) = crate::exec::scan::point_id(&filter_doc, collation.as_ref(), &coll) {
-        return Ok(match coll.find_rid_by_id(engine, id)? {
-            Some((rid, d)) => i64::from(coll.delete(engine, rid, &d, ack, stamp)?),
-            None => 0,
-        });
-    }
     // In natural order: a single delete takes the first match.
+    let path = access::plan_write(&coll, &filter_doc, collation.as_ref());
     let mut deleted = 0;
-    for record in crate::exec::scan::ScanIter::new(shared, ns).results() {
+    for record in access::candidates(shared, ns, &coll, &path)? {
         let (rid, d) = record?;
         if filter.try_matches_at(&d)?.0 && coll.delete(engine, rid, &d, ack, stamp)? {
             deleted += 1;
@@ -116,10 +110,7 @@ pub(crate) fn array_filters(spec: &Document) -> Result<Vec<Document>, CommandErr
                 ))),
             })
             .collect(),
-        Some(other) => Err(CommandError::type_mismatch(format!(
-            "BSON field 'arrayFilters' is the wrong type '{}', expected type 'array'",
-            type_name(other)
-        ))),
+        Some(other) => Err(crate::args::wrong_type("arrayFilters", other, "array")),
     }
 }
 
@@ -139,12 +130,7 @@ pub(crate) fn parse_statement(
             return Err(CommandError::with_code(51198, "Constant values may only be specified for pipeline updates"))
         }
         Some(Bson::Document(c)) => Some(scope.with_constants(c)?),
-        Some(other) => {
-            return Err(CommandError::type_mismatch(format!(
-                "BSON field 'update.updates.c' is the wrong type '{}', expected type 'object'",
-                type_name(other)
-            )))
-        }
+        Some(other) => return Err(crate::args::wrong_type("update.updates.c", other, "object")),
     };
     let update = parse_update_field(
         spec.get("u"),
@@ -165,12 +151,7 @@ pub(crate) fn parse_statement(
             return Err(CommandError::failed_to_parse("Cannot specify sort with multi=true"))
         }
         Some(Bson::Document(s)) => Sort::parse(s)?.with_collation(collation.clone()),
-        Some(other) => {
-            return Err(CommandError::type_mismatch(format!(
-                "BSON field 'update.updates.sort' is the wrong type '{}', expected type 'object'",
-                type_name(other)
-            )))
-        }
+        Some(other) => return Err(crate::args::wrong_type("update.updates.sort", other, "object")),
     };
     let upsert = bool_option(spec, "upsert", "update.updates", false)?;
     let update = update.with_collation(collation.clone());
@@ -326,12 +307,8 @@ pub(crate) fn run_statement(
             }
         }
     } else if let Some(coll) = shared.catalog.get(ns) {
-        let candidates: Box<dyn Iterator<Item = Result<(u64, Document), DocError>>> =
-            match point_id(&st.query, st.collation.as_ref(), &coll) {
-                Some(id) => Box::new(coll.find_rid_by_id(shared.catalog.engine(), id)?.into_iter().map(Ok)),
-                None => Box::new(ScanIter::new(shared, ns).results()),
-            };
-        for candidate in candidates {
+        let path = access::plan_write(&coll, &st.query, st.collation.as_ref());
+        for candidate in access::candidates(shared, ns, &coll, &path)? {
             let (rid, d) = candidate?;
             let (ok, pos) = st.filter.try_matches_at(&d)?;
             if !ok {
@@ -373,12 +350,10 @@ pub(crate) fn first_match(
     sort: &Sort,
     deadline: &Deadline,
 ) -> Result<Option<(u64, Document, Option<usize>)>, CommandError> {
-    if let Some(id) = point_id(query, collation, coll) {
-        return Ok(coll.find_rid_by_id(shared.catalog.engine(), id)?.map(|(rid, d)| (rid, d, None)));
-    }
+    let path = access::plan_write(coll, query, collation);
     let mut best: Option<(u64, Document, Option<usize>)> = None;
-    let mut scan = ScanIter::new(shared, ns);
-    for (rid, d) in scan.by_ref() {
+    for record in access::candidates(shared, ns, coll, &path)? {
+        let (rid, d) = record?;
         deadline.check()?;
         let (ok, pos) = filter.try_matches_at(&d)?;
         if !ok {
@@ -390,9 +365,6 @@ pub(crate) fn first_match(
         if best.as_ref().is_none_or(|(_, b, _)| sort.compare(&d, b).is_lt()) {
             best = Some((rid, d, pos));
         }
-    }
-    if let Some(e) = scan.error {
-        return Err(e.into());
     }
     Ok(best)
 }

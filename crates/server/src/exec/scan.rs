@@ -266,27 +266,3 @@ pub(crate) fn same_collation(a: Option<&Arc<Collation>>, b: Option<&Arc<Collatio
         _ => false,
     }
 }
-
-/// The `_id` a filter pins when `coll`'s `_id` index can find it: not
-/// when the operation's collation compares a string in it otherwise than
-/// the index's collation does.
-pub(crate) fn point_id<'a>(
-    query: &'a Document,
-    collation: Option<&Arc<Collation>>,
-    coll: &Collection,
-) -> Option<&'a Bson> {
-    fn holds_string(v: &Bson) -> bool {
-        match v {
-            Bson::String(_) | Bson::Symbol(_) => true,
-            Bson::Document(d) => d.values().any(holds_string),
-            Bson::Array(items) => items.iter().any(holds_string),
-            _ => false,
-        }
-    }
-    let same = match (collation, coll.id_collation()) {
-        (None, None) => true,
-        (Some(a), Some(b)) => a.full_spec() == b.full_spec(),
-        _ => false,
-    };
-    Filter::id_equality(query).filter(|id| same || !holds_string(id))
-}

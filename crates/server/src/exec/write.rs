@@ -7,7 +7,6 @@ use crate::error::CommandError;
 use crate::server::Shared;
 use bson::{doc, Bson, Document};
 use doc::catalog::{Ack, Namespace};
-pub(crate) use query::type_name;
 use query::Filter;
 
 /// The statements of a write command commit without waiting for the
@@ -86,12 +85,7 @@ impl Validator {
         let spec = match options.get("validator") {
             None => return Ok(None),
             Some(Bson::Document(v)) => v,
-            Some(other) => {
-                return Err(CommandError::type_mismatch(format!(
-                    "BSON field 'create.validator' is the wrong type '{}', expected type 'object'",
-                    type_name(other)
-                )))
-            }
+            Some(other) => return Err(crate::args::wrong_type("create.validator", other, "object")),
         };
         let filter = Filter::parse(spec)?;
         if spec.is_empty() || level == "off" {

@@ -1,6 +1,33 @@
-//! One client connection: reading frames, fail points, running commands
-//! (inline or on the blocking pool), exhaust replies and awaitable
-//! `hello`, writing replies.
+//! One client connection, from its first byte to its close, in three
+//! parts:
+//!
+//! - Framing (`Serving::read_frame`): read one message, its 16-byte
+//!   header and then exactly the bytes that header announces, undo
+//!   OP_COMPRESSED, and parse it, or answer a `find` by `_id` straight from
+//!   the bytes (`point.rs`).
+//! - Dispatch (`Serving::dispatch_msg`, `Serving::dispatch_query`,
+//!   `run_command`): run one request: meet its fail point, wait for its
+//!   session's turn, run the command on this task or on the blocking pool.
+//! - Streaming replies (`Serving::await_hello`,
+//!   `Serving::stream_hello`, `await_get_more`): the answers that wait:
+//!   an awaitable `hello` answers once its heartbeat is due, an exhaust
+//!   `hello` streams a moreToCome reply per heartbeat, and a `getMore` on
+//!   an awaitData cursor waits for an insert.
+//!
+//! Invariants:
+//! 1. A frame is read whole (exactly `header.length` bytes, bounded by
+//!    `message_size_max_bytes`) before it is parsed; bad input ends in an
+//!    error reply or a closed connection, never in a panic of the server.
+//! 2. One request runs at a time and its reply is written before the next
+//!    frame is read, so replies go out in request order; a moreToCome
+//!    request gets no reply, and an exhaust stream ends when the client
+//!    sends a request.
+//! 3. A reply is compressed as its request was.
+//! 4. A retryable write runs only holding its session's turn (up to its
+//!    maxTimeMS), so its check-out (`session.rs` invariant 1) finds the
+//!    session free.
+//! 5. Shutdown ends every wait: for a header, an awaitable or exhaust
+//!    `hello`, an awaitData `getMore`.
 
 use crate::commands;
 use crate::limits::*;
@@ -17,6 +44,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
+use tokio::sync::watch;
 
 pub(crate) async fn connection(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr) {
     let id = shared.connections_total.fetch_add(1, Ordering::Relaxed) + 1;
@@ -54,213 +82,262 @@ pub(crate) const SESSION_REAP_INTERVAL: std::time::Duration = std::time::Duratio
 /// Bytes a connection reads ahead.
 pub(crate) const READ_BUFFER_BYTES: usize = 64 * 1024;
 
+/// A connection being served: what every part of it uses.
+struct Serving<'a> {
+    shared: &'a Arc<Shared>,
+    conn: &'a Conn,
+    stream: &'a mut BufReader<TcpStream>,
+    /// Becomes true at shutdown (invariant 5).
+    stop: watch::Receiver<bool>,
+}
+
+/// One message read off the connection.
+struct Frame {
+    /// Its header (the inner message's, once decompressed).
+    header: Header,
+    /// How the request was compressed: its reply is compressed alike.
+    compressor: Option<compression::Compressor>,
+    /// What it holds, or why it could not be parsed.
+    parsed: Result<Parsed, WireError>,
+}
+
+/// What follows a request.
+enum Next {
+    /// Send this reply, then read the next frame.
+    Reply(Vec<u8>),
+    /// Read the next frame (the reply, if any, is sent).
+    Continue,
+    /// Close the connection.
+    Close,
+}
+
+/// Serve one request after another (invariant 2) until the client hangs
+/// up, the server shuts down or the input is bad beyond a reply.
 async fn serve_connection(
     shared: &Arc<Shared>,
     conn: &Conn,
     stream: &mut BufReader<TcpStream>,
 ) -> Result<(), ConnError> {
-    let mut stop = shared.shutdown.subscribe();
+    let stop = shared.shutdown.subscribe();
+    let mut serving = Serving { shared, conn, stream, stop };
     loop {
-        let mut head = [0u8; header_bytes];
-        tokio::select! {
-            read = stream.read_exact(&mut head) => match read {
-                Ok(_) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
-                Err(e) => return Err(e.into()),
-            },
-            _ = stop.wait_for(|s| *s) => return Ok(()),
+        let Some(Frame { header, compressor, parsed }) = serving.read_frame().await? else { return Ok(()) };
+        let next = match parsed {
+            Ok(Parsed::Answered(reply)) => Next::Reply(reply),
+            Ok(Parsed::Request(Request::Msg(msg))) => serving.dispatch_msg(&header, compressor, msg).await?,
+            Ok(Parsed::Request(Request::Query(q))) => serving.dispatch_query(&header, &q).await,
+            Err(e) => Next::Reply(serving.bad_frame_reply(&header, e)?),
+        };
+        match next {
+            Next::Reply(reply) => serving.send(reply, compressor).await?,
+            Next::Continue => {}
+            Next::Close => return Ok(()),
         }
-        let mut header = Header::parse(&head)?;
-        let mut body = vec![0u8; header.length - header_bytes];
-        stream.read_exact(&mut body).await?;
-        let net = &shared.network;
-        net.bytes_in.fetch_add(header.length as u64, Ordering::Relaxed);
-        net.requests.fetch_add(1, Ordering::Relaxed);
-        let mut compressor = None;
-        if header.op_code == wire::OP_COMPRESSED {
-            let (op, inner, c) = compression::decompress(&body)?;
-            let counters = &net.compression[c.id() as usize];
-            counters[0].fetch_add(body.len() as u64, Ordering::Relaxed);
-            counters[1].fetch_add(inner.len() as u64, Ordering::Relaxed);
-            header = Header { length: header_bytes + inner.len(), op_code: op, ..header };
-            body = inner;
-            compressor = Some(c);
-        }
-        // A fail point may name `find`: no fast path while one is set.
-        let point = match shared.fail_points.is_armed() {
-            true => None,
-            false => crate::net::point::find_by_id(shared, &header, &body),
-        };
-        let parsed = match point {
-            Some(reply) => Ok(Parsed::Answered(reply)),
-            None => wire::parse(&header, &body).map(Parsed::Request),
-        };
-        let reply = match parsed {
-            Ok(Parsed::Answered(reply)) => reply,
-            Ok(Parsed::Request(Request::Msg(msg))) => {
-                let more_to_come = msg.flags & wire::MORE_TO_COME != 0;
-                let name = msg.body.keys().next().map(String::as_str).unwrap_or("");
-                let Ok(failing) = meet_fail_point(shared, conn, name, &msg.body).await else {
-                    return Ok(());
-                };
-                if let Some(action) = &failing {
-                    if let Some(code) = action.error_code {
-                        if !more_to_come {
-                            let mut reply = action.error_reply(code, &msg.body);
-                            commands::add_cluster_time(&mut reply);
-                            let bytes = wire::encode_msg(shared.request_id(), header.request_id, &reply);
-                            send(shared, stream, bytes, compressor).await?;
-                        }
-                        continue;
-                    }
-                }
-                // Bad awaitable options are reported by the hello itself.
-                let awaited = match commands::is_hello(name) {
-                    true => commands::admin::hello_await(shared, name, &msg.body).ok().flatten(),
-                    false => None,
-                };
-                if let Some(wait) = awaited {
-                    // An awaitable hello: answer when the heartbeat is due
-                    // (or at shutdown), as a primary whose topology holds.
-                    tokio::select! {
-                        _ = tokio::time::sleep(wait) => {}
-                        _ = stop.wait_for(|s| *s) => {}
-                    }
-                }
-                let how = if commands::runs_inline(name) {
-                    Run::Inline
-                } else if commands::is_small_write(name, &msg) && !commands::writes_capped(shared, name, &msg) {
-                    Run::InlineWrite
-                } else {
-                    Run::Pool
-                };
-                let exhaust = awaited.filter(|_| msg.flags & wire::EXHAUST_ALLOWED != 0 && !more_to_come);
-                let again = exhaust.map(|_| msg.clone());
-                let tail_wait = match name {
-                    "getMore" => {
-                        msg.body.get_i64("getMore").ok().and_then(|id| shared.cursors.await_data(id, &msg.body))
-                    }
-                    _ => None,
-                };
-                // A retryable write waits here for its session's turn (up
-                // to its maxTimeMS), so its check-out (`session.rs`) finds
-                // the session free.
-                let turn = match crate::session::retryable_session(&msg.body) {
-                    None => Ok(None),
-                    Some(lsid) => {
-                        let waiting = shared.sessions.take_turn(lsid);
-                        // A bad maxTimeMS is the command's own error to report.
-                        let limit = crate::exec::deadline::Deadline::of(&msg.body).ok().and_then(|d| d.left());
-                        match limit {
-                            None => Ok(Some(waiting.await)),
-                            Some(limit) => tokio::time::timeout(limit, waiting).await.map(Some),
-                        }
-                    }
-                };
-                let reply = match (turn, tail_wait) {
-                    (Err(_), _) => {
-                        let mut reply =
-                            crate::error::CommandError::max_time_ms_expired("operation exceeded time limit")
-                                .to_document();
-                        commands::add_cluster_time(&mut reply);
-                        reply
-                    }
-                    (Ok(_turn), Some(wait)) => await_get_more(shared, conn, msg, wait).await,
-                    (Ok(_turn), None) => match &failing {
-                        Some(action) => {
-                            let body = msg.body.clone();
-                            let mut reply = run_command(shared, conn, msg, how).await;
-                            action.amend(&mut reply, &body);
-                            reply
-                        }
-                        None => run_command(shared, conn, msg, how).await,
-                    },
-                };
-                if more_to_come {
-                    continue;
-                }
-                if let (Some(wait), Some(msg)) = (exhaust, again) {
-                    // Exhaust: keep streaming a hello reply per heartbeat,
-                    // each flagged moreToCome, until the client hangs up.
-                    let mut reply = reply;
-                    let mut response_to = header.request_id;
-                    loop {
-                        let id = shared.request_id();
-                        let bytes = wire::encode_msg_flags(id, response_to, wire::MORE_TO_COME, &reply);
-                        send(shared, stream, bytes, compressor).await?;
-                        response_to = id;
-                        tokio::select! {
-                            _ = tokio::time::sleep(wait) => {}
-                            _ = stop.wait_for(|s| *s) => return Ok(()),
-                            readable = stream.fill_buf() => match readable {
-                                // Closed: the monitor is done with us.
-                                Ok([]) => return Ok(()),
-                                // A request ends the stream (clients do not
-                                // send while one is open).
-                                Ok(_) => break,
-                                Err(e) => return Err(e.into()),
-                            },
-                        }
-                        reply = run_command(shared, conn, msg.clone(), Run::Inline).await;
-                    }
-                    continue;
-                }
-                wire::encode_msg(shared.request_id(), header.request_id, &reply)
-            }
-            Ok(Parsed::Request(Request::Query(q))) => {
-                // A legacy handshake meets a fail point as an OP_MSG does.
-                let cmd = q.query.get_document("$query").unwrap_or(&q.query);
-                let name = cmd.keys().next().map(String::as_str).unwrap_or("");
-                let Ok(failing) = meet_fail_point(shared, conn, name, cmd).await else {
-                    return Ok(());
-                };
-                let reply = match failing.as_ref().and_then(|a| a.error_code.map(|code| (a, code))) {
-                    Some((action, code)) => {
-                        let mut reply = action.error_reply(code, cmd);
-                        commands::add_cluster_time(&mut reply);
-                        reply
-                    }
-                    None => commands::run_query(shared, conn, &q.query),
-                };
-                wire::encode_reply(shared.request_id(), header.request_id, &reply)
-            }
-            // A well-framed OP_MSG whose document is bad gets an error reply,
-            // as mongod does; anything else ends the connection.
-            Err(e @ (WireError::InvalidBson(_) | WireError::DocumentTooLarge(_))) if header.op_code == wire::OP_MSG => {
-                let err = match &e {
-                    WireError::DocumentTooLarge(_) => crate::error::CommandError::bson_object_too_large(e.to_string()),
-                    _ => crate::error::CommandError::invalid_bson(e.to_string()),
-                };
-                wire::encode_msg(shared.request_id(), header.request_id, &err.to_document())
-            }
-            Err(e) => return Err(e.into()),
-        };
-        send(shared, stream, reply, compressor).await?;
     }
 }
 
-/// A `getMore` on an awaitData cursor (capped collections): while its
-/// batch is empty, wait for an insert into a capped collection, up to
-/// `wait`, and look again.
-async fn await_get_more(shared: &Arc<Shared>, conn: &Conn, msg: wire::OpMsg, wait: std::time::Duration) -> Document {
-    let deadline = tokio::time::Instant::now() + wait;
-    let mut inserts = shared.capped_inserts.subscribe();
-    let mut stop = shared.shutdown.subscribe();
-    loop {
-        inserts.borrow_and_update();
-        let reply = run_command(shared, conn, msg.clone(), Run::Inline).await;
-        let cursor = reply.get_document("cursor").ok();
-        let empty = cursor.and_then(|c| c.get_array("nextBatch").ok()).is_some_and(|b| b.is_empty());
-        let open = cursor.and_then(|c| c.get_i64("id").ok()).is_some_and(|id| id != 0);
-        if !empty || !open || tokio::time::Instant::now() >= deadline {
-            return reply;
-        }
+// Framing.
+impl Serving<'_> {
+    /// The next message; `None` when the client hung up between messages
+    /// or the server shuts down.
+    async fn read_frame(&mut self) -> Result<Option<Frame>, ConnError> {
+        let mut head = [0u8; header_bytes];
         tokio::select! {
-            _ = inserts.changed() => {}
-            _ = tokio::time::sleep_until(deadline) => {}
-            _ = stop.wait_for(|s| *s) => return reply,
+            read = self.stream.read_exact(&mut head) => match read {
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+                Err(e) => return Err(e.into()),
+            },
+            _ = self.stop.wait_for(|s| *s) => return Ok(None),
+        }
+        // Invariant 1: `parse` bounds the length; read exactly that much.
+        let header = Header::parse(&head)?;
+        let mut body = vec![0u8; header.length - header_bytes];
+        self.stream.read_exact(&mut body).await?;
+        let net = &self.shared.network;
+        net.bytes_in.fetch_add(header.length as u64, Ordering::Relaxed);
+        net.requests.fetch_add(1, Ordering::Relaxed);
+        let (header, body, compressor) = match header.op_code == wire::OP_COMPRESSED {
+            true => self.decompress(header, &body)?,
+            false => (header, body, None),
+        };
+        let parsed = self.parse_frame(&header, &body);
+        Ok(Some(Frame { header, compressor, parsed }))
+    }
+
+    /// The message an OP_COMPRESSED holds, with its own header, and the
+    /// compressor it came in.
+    fn decompress(
+        &self,
+        header: Header,
+        body: &[u8],
+    ) -> Result<(Header, Vec<u8>, Option<compression::Compressor>), ConnError> {
+        let (op, inner, c) = compression::decompress(body)?;
+        let counters = &self.shared.network.compression[c.id() as usize];
+        counters[0].fetch_add(body.len() as u64, Ordering::Relaxed);
+        counters[1].fetch_add(inner.len() as u64, Ordering::Relaxed);
+        let header = Header { length: header_bytes + inner.len(), op_code: op, ..header };
+        Ok((header, inner, Some(c)))
+    }
+
+    /// The request a message holds, or the reply of the point-read fast
+    /// path when it answers it.
+    fn parse_frame(&self, header: &Header, body: &[u8]) -> Result<Parsed, WireError> {
+        // A fail point may name `find`: no fast path while one is set.
+        let point = match self.shared.fail_points.is_armed() {
+            true => None,
+            false => crate::net::point::find_by_id(self.shared, header, body),
+        };
+        match point {
+            Some(reply) => Ok(Parsed::Answered(reply)),
+            None => wire::parse(header, body).map(Parsed::Request),
         }
     }
+
+    /// A well-framed OP_MSG whose document is bad gets an error reply, as
+    /// mongod does; anything else ends the connection.
+    fn bad_frame_reply(&self, header: &Header, e: WireError) -> Result<Vec<u8>, ConnError> {
+        let err = match &e {
+            WireError::DocumentTooLarge(_) if header.op_code == wire::OP_MSG => {
+                crate::error::CommandError::bson_object_too_large(e.to_string())
+            }
+            WireError::InvalidBson(_) if header.op_code == wire::OP_MSG => {
+                crate::error::CommandError::invalid_bson(e.to_string())
+            }
+            _ => return Err(e.into()),
+        };
+        Ok(wire::encode_msg(self.shared.request_id(), header.request_id, &err.to_document()))
+    }
+
+    /// Send one reply, compressed as the request was (invariant 3).
+    async fn send(&mut self, reply: Vec<u8>, compressor: Option<compression::Compressor>) -> Result<(), ConnError> {
+        let net = &self.shared.network;
+        let reply = match compressor {
+            Some(c) => {
+                let packed = compression::compress(&reply, c);
+                let counters = &net.compression[c.id() as usize];
+                counters[2].fetch_add(reply.len() as u64, Ordering::Relaxed);
+                counters[3].fetch_add(packed.len() as u64, Ordering::Relaxed);
+                packed
+            }
+            None => reply,
+        };
+        net.bytes_out.fetch_add(reply.len() as u64, Ordering::Relaxed);
+        self.stream.write_all(&reply).await?;
+        Ok(())
+    }
+}
+
+// Dispatch.
+impl Serving<'_> {
+    /// Run an OP_MSG: its fail point, an awaitable hello's wait, then the
+    /// command (`answer_msg`); an exhaust hello goes on streaming.
+    async fn dispatch_msg(
+        &mut self,
+        header: &Header,
+        compressor: Option<compression::Compressor>,
+        msg: wire::OpMsg,
+    ) -> Result<Next, ConnError> {
+        let shared = self.shared;
+        let more_to_come = msg.flags & wire::MORE_TO_COME != 0;
+        let name = msg.body.keys().next().map(String::as_str).unwrap_or("");
+        let Ok(failing) = meet_fail_point(shared, self.conn, name, &msg.body).await else {
+            return Ok(Next::Close);
+        };
+        if let Some(reply) = fail_point_error(failing.as_ref(), &msg.body) {
+            return Ok(match more_to_come {
+                true => Next::Continue,
+                false => Next::Reply(wire::encode_msg(shared.request_id(), header.request_id, &reply)),
+            });
+        }
+        let awaited = self.await_hello(name, &msg.body).await;
+        let how = Run::of(shared, name, &msg);
+        let exhaust = awaited.filter(|_| msg.flags & wire::EXHAUST_ALLOWED != 0 && !more_to_come);
+        let again = exhaust.map(|_| msg.clone());
+        let tail_wait = match name {
+            "getMore" => msg.body.get_i64("getMore").ok().and_then(|id| shared.cursors.await_data(id, &msg.body)),
+            _ => None,
+        };
+        let reply = answer_msg(shared, self.conn, msg, how, failing, tail_wait).await;
+        if more_to_come {
+            return Ok(Next::Continue);
+        }
+        if let (Some(wait), Some(msg)) = (exhaust, again) {
+            return self.stream_hello(header, compressor, reply, msg, wait).await;
+        }
+        Ok(Next::Reply(wire::encode_msg(shared.request_id(), header.request_id, &reply)))
+    }
+
+    /// Run a legacy OP_QUERY (the handshake), which meets a fail point as
+    /// an OP_MSG does.
+    async fn dispatch_query(&self, header: &Header, q: &wire::OpQuery) -> Next {
+        let cmd = q.query.get_document("$query").unwrap_or(&q.query);
+        let name = cmd.keys().next().map(String::as_str).unwrap_or("");
+        let Ok(failing) = meet_fail_point(self.shared, self.conn, name, cmd).await else {
+            return Next::Close;
+        };
+        let reply = match fail_point_error(failing.as_ref(), cmd) {
+            Some(reply) => reply,
+            None => commands::run_query(self.shared, self.conn, &q.query),
+        };
+        Next::Reply(wire::encode_reply(self.shared.request_id(), header.request_id, &reply))
+    }
+}
+
+/// The reply of an OP_MSG past its fail point: once it holds its session's
+/// turn (invariant 4), an awaitData `getMore`'s, or the command's own,
+/// amended by its fail point.
+async fn answer_msg(
+    shared: &Arc<Shared>,
+    conn: &Conn,
+    msg: wire::OpMsg,
+    how: Run,
+    failing: Option<crate::failpoint::Action>,
+    tail_wait: Option<std::time::Duration>,
+) -> Document {
+    let Ok(_turn) = session_turn(shared, &msg.body).await else {
+        let mut reply = crate::error::CommandError::max_time_ms_expired("operation exceeded time limit").to_document();
+        commands::add_cluster_time(&mut reply);
+        return reply;
+    };
+    if let Some(wait) = tail_wait {
+        return await_get_more(shared, conn, msg, wait).await;
+    }
+    match &failing {
+        Some(action) => {
+            let body = msg.body.clone();
+            let mut reply = run_command(shared, conn, msg, how).await;
+            action.amend(&mut reply, &body);
+            reply
+        }
+        None => run_command(shared, conn, msg, how).await,
+    }
+}
+
+/// A retryable write's turn on its session (`None` for any other
+/// command), awaited up to its maxTimeMS; `Err` when that runs out first.
+async fn session_turn(
+    shared: &Shared,
+    cmd: &Document,
+) -> Result<Option<tokio::sync::OwnedMutexGuard<()>>, tokio::time::error::Elapsed> {
+    let Some(lsid) = crate::session::retryable_session(cmd) else { return Ok(None) };
+    let waiting = shared.sessions.take_turn(lsid);
+    // A bad maxTimeMS is the command's own error to report.
+    let limit = crate::exec::deadline::Deadline::of(cmd).ok().and_then(|d| d.left());
+    match limit {
+        None => Ok(Some(waiting.await)),
+        Some(limit) => tokio::time::timeout(limit, waiting).await.map(Some),
+    }
+}
+
+/// The error reply a fail point gives in place of running `cmd`, if it
+/// gives one.
+fn fail_point_error(failing: Option<&crate::failpoint::Action>, cmd: &Document) -> Option<Document> {
+    let action = failing?;
+    let code = action.error_code?;
+    let mut reply = action.error_reply(code, cmd);
+    commands::add_cluster_time(&mut reply);
+    Some(reply)
 }
 
 /// The fail point command `name` meets (`failpoint.rs`), after the delay
@@ -306,6 +383,19 @@ pub(crate) enum Run {
     Pool,
 }
 
+impl Run {
+    /// Where OP_MSG command `name` runs.
+    fn of(shared: &Shared, name: &str, msg: &wire::OpMsg) -> Run {
+        if commands::runs_inline(name) {
+            Run::Inline
+        } else if commands::is_small_write(name, msg) && !commands::writes_capped(shared, name, msg) {
+            Run::InlineWrite
+        } else {
+            Run::Pool
+        }
+    }
+}
+
 /// Run an OP_MSG command: on this task when it is quick or a small write
 /// (awaiting its journal fsync here), otherwise on the blocking pool.
 async fn run_command(shared: &Arc<Shared>, conn: &Conn, msg: wire::OpMsg, how: Run) -> Document {
@@ -347,25 +437,78 @@ async fn run_command(shared: &Arc<Shared>, conn: &Conn, msg: wire::OpMsg, how: R
     }
 }
 
-/// Send one reply, compressed as the request was.
-async fn send(
-    shared: &Shared,
-    stream: &mut BufReader<TcpStream>,
-    reply: Vec<u8>,
-    compressor: Option<compression::Compressor>,
-) -> Result<(), ConnError> {
-    let net = &shared.network;
-    let reply = match compressor {
-        Some(c) => {
-            let packed = compression::compress(&reply, c);
-            let counters = &net.compression[c.id() as usize];
-            counters[2].fetch_add(reply.len() as u64, Ordering::Relaxed);
-            counters[3].fetch_add(packed.len() as u64, Ordering::Relaxed);
-            packed
+// Streaming replies.
+impl Serving<'_> {
+    /// An awaitable hello: wait until its heartbeat is due (or shutdown),
+    /// answering as a primary whose topology holds; the heartbeat, if it
+    /// is one. Bad awaitable options are reported by the hello itself.
+    async fn await_hello(&mut self, name: &str, cmd: &Document) -> Option<std::time::Duration> {
+        let awaited = match commands::is_hello(name) {
+            true => commands::admin::hello_await(self.shared, name, cmd).ok().flatten(),
+            false => None,
+        };
+        if let Some(wait) = awaited {
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = self.stop.wait_for(|s| *s) => {}
+            }
         }
-        None => reply,
-    };
-    net.bytes_out.fetch_add(reply.len() as u64, Ordering::Relaxed);
-    stream.write_all(&reply).await?;
-    Ok(())
+        awaited
+    }
+
+    /// Exhaust: send `first`, then a hello reply per heartbeat `wait`, each
+    /// flagged moreToCome, until the client hangs up or sends a request
+    /// (clients do not send while a stream is open), which ends the stream.
+    async fn stream_hello(
+        &mut self,
+        header: &Header,
+        compressor: Option<compression::Compressor>,
+        first: Document,
+        msg: wire::OpMsg,
+        wait: std::time::Duration,
+    ) -> Result<Next, ConnError> {
+        let mut reply = first;
+        let mut response_to = header.request_id;
+        loop {
+            let id = self.shared.request_id();
+            let bytes = wire::encode_msg_flags(id, response_to, wire::MORE_TO_COME, &reply);
+            self.send(bytes, compressor).await?;
+            response_to = id;
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = self.stop.wait_for(|s| *s) => return Ok(Next::Close),
+                readable = self.stream.fill_buf() => match readable {
+                    // Closed: the monitor is done with us.
+                    Ok([]) => return Ok(Next::Close),
+                    Ok(_) => return Ok(Next::Continue),
+                    Err(e) => return Err(e.into()),
+                },
+            }
+            reply = run_command(self.shared, self.conn, msg.clone(), Run::Inline).await;
+        }
+    }
+}
+
+/// A `getMore` on an awaitData cursor (capped collections): while its
+/// batch is empty, wait for an insert into a capped collection, up to
+/// `wait`, and look again.
+async fn await_get_more(shared: &Arc<Shared>, conn: &Conn, msg: wire::OpMsg, wait: std::time::Duration) -> Document {
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut inserts = shared.capped_inserts.subscribe();
+    let mut stop = shared.shutdown.subscribe();
+    loop {
+        inserts.borrow_and_update();
+        let reply = run_command(shared, conn, msg.clone(), Run::Inline).await;
+        let cursor = reply.get_document("cursor").ok();
+        let empty = cursor.and_then(|c| c.get_array("nextBatch").ok()).is_some_and(|b| b.is_empty());
+        let open = cursor.and_then(|c| c.get_i64("id").ok()).is_some_and(|id| id != 0);
+        if !empty || !open || tokio::time::Instant::now() >= deadline {
+            return reply;
+        }
+        tokio::select! {
+            _ = inserts.changed() => {}
+            _ = tokio::time::sleep_until(deadline) => {}
+            _ = stop.wait_for(|s| *s) => return reply,
+        }
+    }
 }

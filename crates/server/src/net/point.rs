@@ -20,6 +20,7 @@ use crate::server::Shared;
 use bson::raw::{RawArrayBuf, RawBsonRef, RawDocument, RawDocumentBuf};
 use bson::Bson;
 use doc::catalog::Namespace;
+use query::plan::{AccessPath, ReadShape};
 use std::sync::atomic::Ordering;
 
 /// The deepest command the fast path accepts (`$clusterTime.signature.hash`).
@@ -60,13 +61,15 @@ pub fn find_by_id(shared: &Shared, header: &Header, body: &[u8]) -> Option<Vec<u
         }
     }
     let ns = Namespace::new(db?, coll).ok()?;
-    // Not a view; a default collation only if the `_id` index applies it
-    // (collections made before it did have a binary `_id` index).
-    let coll = shared
-        .catalog
-        .get(&ns)
-        .filter(|c| c.view_on().is_none() && (!c.options.contains_key("collation") || c.id_collation().is_some()))?;
-    let found = coll.find_raw_by_id(shared.catalog.engine(), &id?).ok()?;
+    let coll = shared.catalog.get(&ns).filter(|c| c.view_on().is_none())?;
+    // The planner decides, as for every read: with no `collation` in the
+    // command the collection's default applies, which its `_id` index
+    // applies too unless the collection was made before it did.
+    let filter = bson::doc! { "_id": id? };
+    let id_index_collation_matches = !coll.options.contains_key("collation") || coll.id_collation().is_some();
+    let shape = ReadShape { filter: &filter, id_index_collation_matches, natural: None, tailable: false };
+    let AccessPath::IdPoint(id) = query::plan::plan(&shape) else { return None };
+    let found = coll.find_raw_by_id(shared.catalog.engine(), id).ok()?;
     if let Some(lsid) = lsid {
         shared.sessions.vivify(lsid).ok()?;
     }
