@@ -6,8 +6,9 @@
 //!
 //! Strings compare through the collator wherever they sit: alone, inside
 //! arrays and inside documents (whose field names stay binary), as in
-//! MongoDB. The `_id` index is binary, so a collated query never takes
-//! the `_id` point lookup for a string. A filter, sort, update or pipeline
+//! MongoDB. A collection's `_id` index uses its default collation (or is
+//! binary), so a query under another collation reads a string `_id` by a
+//! scan (`plan.rs`). A filter, sort, update or pipeline
 //! hands its collation to the comparisons in its evaluation context
 //! (`context.rs`).
 

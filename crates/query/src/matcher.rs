@@ -2,9 +2,11 @@
 //! then match documents with MongoDB's semantics, including its array
 //! rules for dotted paths.
 //!
-//! So far: implicit equality, `$eq $ne $gt $gte $lt $lte $in $nin $exists
-//! $type $size $all $mod $and $or $nor $not $comment`. Other operators are refused as unknown
-//! (with MongoDB's code and message) until they are built.
+//! Operators: implicit equality, `$eq $ne $gt $gte $lt $lte $in $nin
+//! $exists $type $size $all $mod $regex $elemMatch $bits* $and $or $nor
+//! $not $comment $expr $jsonSchema`, and DBRef fields (`$ref $id $db`)
+//! matched as fields. Others are refused as unknown, with MongoDB's code
+//! and message.
 //!
 //! Array rules: a path step into an array looks into each element (and a
 //! numeric step may also index the array); a comparison matches if any

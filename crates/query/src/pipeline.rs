@@ -1,7 +1,7 @@
 //! Aggregation pipelines, a first subset: `$match`, `$skip`, `$limit`,
 //! `$count`, `$sort`, `$project`, `$unset`, `$addFields`/`$set`,
-//! `$replaceRoot`/`$replaceWith`, and `$group` with `$sum $avg $min $max
-//! $first $last $push` over aggregation expressions (`expr.rs`). Enough
+//! `$replaceRoot`/`$replaceWith`, `$unwind`, and `$group` with `$sum $avg
+//! $min $max $first $last $push` over aggregation expressions (`expr/`). Enough
 //! for the drivers' `countDocuments` and everyday grouping and reshaping;
 //! other stages are refused as unknown, with MongoDB's message.
 //!

@@ -1,5 +1,7 @@
 //! The MongoDB wire protocol, command dispatch, sessions, cursors and
-//! transactions. The only crate that knows MongoDB error codes and opcodes.
+//! transactions. The only crate that knows opcodes and the shape of an
+//! error reply (`error.rs`: code names, labels); lower layers carry
+//! MongoDB's codes as data in their errors.
 //!
 //! Folders show the layers inside: `net/` (wire messages, compression, the
 //! connection loop, the point-read fast path), `commands/` (the dispatch

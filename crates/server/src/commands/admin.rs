@@ -1,5 +1,5 @@
 //! Handshake and administration: `hello`, `buildInfo`, parameters,
-//! `serverStatus`, `hostInfo`, `listCommands`, the startup log.
+//! `serverStatus`, `hostInfo`, `listCommands`.
 
 use crate::args::wrong_type;
 use crate::args::CommandResult;
