@@ -784,6 +784,13 @@ impl Engine {
         &self.inner.dir
     }
 
+    /// Bytes of `table`'s file, read through the engine's `Vfs` (so a test
+    /// backend sees it, like every other file access).
+    pub fn table_file_bytes(&self, table: &Table) -> Result<u64> {
+        let path = self.inner.dir.join(table_file_name(table.id()));
+        self.inner.vfs.open(&path, false)?.len()
+    }
+
     fn check_writable(&self) -> Result<()> {
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(StorageError::Closed);

@@ -1,0 +1,61 @@
+//! The document layer's error type.
+
+use bson::{Bson, Document};
+use storage::StorageError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DocError {
+    #[error("{}", duplicate_key_message(ns, *clustered, key, collation.as_deref()))]
+    DuplicateKey {
+        ns: String,
+        /// A clustered collection's: its message names no index, as mongod's.
+        clustered: bool,
+        key: Box<Bson>,
+        /// The `_id` index's collation and the key's collated form.
+        collation: Option<Box<(Document, Bson)>>,
+    },
+    #[error("Collection {0} already exists.")]
+    NamespaceExists(String),
+    #[error("Source collection {0} does not exist")]
+    NamespaceNotFound(String),
+    #[error("{0}")]
+    InvalidNamespace(String),
+    #[error("stored document is corrupt: {0}")]
+    Corrupt(String),
+    /// A document larger than its capped collection.
+    #[error("object to insert exceeds cappedMaxSize")]
+    ExceedsCappedSize,
+    /// A document nested deeper than `limits::stored_depth_max`.
+    #[error("cannot insert document because it exceeds {0} levels of nesting")]
+    TooDeep(usize),
+    /// A document BSON cannot hold (a field name with a null byte).
+    #[error(transparent)]
+    Unencodable(#[from] crate::bson_bytes::EncodeError),
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+/// mongod's E11000 message. Under a collation it names the collation and
+/// shows a string key as its collation key, hex encoded.
+pub(crate) fn duplicate_key_message(
+    ns: &str,
+    clustered: bool,
+    key: &Bson,
+    collation: Option<&(Document, Bson)>,
+) -> String {
+    let index = if clustered { "" } else { " index: _id_" };
+    let Some((spec, collated)) = collation else {
+        return format!(
+            "E11000 duplicate key error collection: {ns}{index} dup key: {{ _id: {} }}",
+            crate::format::spaced(key)
+        );
+    };
+    let shown = match collated {
+        Bson::String(hex) => format!("\"0x{hex}\""),
+        _ => crate::format::spaced(key),
+    };
+    format!(
+        "E11000 duplicate key error collection: {ns}{index} collation: {} dup key: {{ _id: {shown} }}",
+        crate::format::spaced(&Bson::Document(spec.clone()))
+    )
+}

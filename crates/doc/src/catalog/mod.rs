@@ -1,0 +1,300 @@
+//! The catalog of collections, and each collection's record store and
+//! `_id` index, as storage tables:
+//! - `_catalog`: key = namespace (`db.coll`), value = the collection's
+//!   metadata as BSON (`ns`, `options`, `records` = its record table's
+//!   name, `indexes` with each index's `table`);
+//! - `c/<ident>`: key = record id (u64 big-endian, so numeric order),
+//!   value = the document's BSON bytes;
+//! - `i/<ident>/_id_`: key = KeyString of `_id`, value = record id.
+//!
+//! The ident is a number given at creation, so renaming a collection
+//! rewrites only its catalog entry. (Entries written before idents existed
+//! have no table names and use `c/<ns>` and `i/<ns>/_id_`.)
+//!
+//! Invariants:
+//! 1. A collection exists iff its catalog entry does; tables without an
+//!    entry (a crash between creating them and writing the entry) are
+//!    dropped at open.
+//! 2. A document and its `_id` index entry are written in one storage
+//!    transaction; a duplicate `_id` fails it with nothing written.
+//! 3. Record ids only grow within a collection.
+
+use bson::{doc, Bson, Document};
+use parking_lot::RwLock;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use storage::{Engine, StorageError, Table, TableConfig, TxnOptions};
+
+mod capped;
+mod collection;
+mod error;
+mod id_index;
+mod namespace;
+mod record_store;
+#[cfg(test)]
+mod tests;
+
+pub use collection::{with_id_first, Ack, Collection, ScanFrom};
+pub use error::DocError;
+pub use id_index::{IdCollation, IdCollations};
+pub use namespace::{check_db_name, Namespace};
+pub use record_store::InsertResult;
+
+use capped::Capped;
+use id_index::index_table_config;
+use record_store::{decode, encode, record_id};
+
+pub(crate) const CATALOG: &str = "_catalog";
+
+/// Every collection, loaded at open.
+pub struct Catalog {
+    pub(crate) engine: Engine,
+    pub(crate) meta: Table,
+    pub(crate) collections: RwLock<BTreeMap<Namespace, Arc<Collection>>>,
+    /// The next collection ident.
+    pub(crate) next_ident: AtomicU64,
+    pub(crate) id_collations: Option<IdCollations>,
+}
+
+/// The table names of a catalog entry, and its `_id` index's collation
+/// with the format of its keys.
+pub(crate) fn entry_tables(ns: &Namespace, entry: &Document) -> (String, String, Option<(Document, String)>) {
+    let records = entry.get_str("records").map(str::to_string).unwrap_or_else(|_| format!("c/{ns}"));
+    let index = entry
+        .get_array("indexes")
+        .ok()
+        .and_then(|ix| ix.iter().filter_map(Bson::as_document).find(|i| i.get_str("name") == Ok("_id_")));
+    let id_index =
+        index.and_then(|i| i.get_str("table").ok().map(str::to_string)).unwrap_or_else(|| format!("i/{ns}/_id_"));
+    let collation = index.and_then(|i| {
+        let spec = i.get_document("collation").ok()?.clone();
+        Some((spec, i.get_str("keyFormat").unwrap_or_default().to_string()))
+    });
+    (records, id_index, collation)
+}
+
+pub(crate) fn catalog_entry(
+    ns: &Namespace,
+    options: &Document,
+    records: &str,
+    id_index: &str,
+    id_collation: Option<&Arc<dyn IdCollation>>,
+) -> Document {
+    let mut index = doc! { "v": 2, "key": { "_id": 1 }, "name": "_id_", "table": id_index };
+    if let Some(c) = id_collation {
+        index.insert("collation", c.full_spec());
+        index.insert("keyFormat", c.key_format());
+    }
+    doc! {
+        "ns": ns.to_string(),
+        "options": options.clone(),
+        "records": records,
+        "indexes": [index],
+    }
+}
+
+impl Catalog {
+    /// Open the catalog of a collection that has no collations (every
+    /// `_id` index binary).
+    pub fn open(engine: Engine) -> Result<Catalog, DocError> {
+        Catalog::open_with(engine, None)
+    }
+
+    /// Open the catalog; `id_collations` makes the `_id` index collations
+    /// of collections with a default collation.
+    pub fn open_with(engine: Engine, id_collations: Option<IdCollations>) -> Result<Catalog, DocError> {
+        let meta = match engine.table(CATALOG) {
+            Ok(t) => t,
+            Err(StorageError::TableNotFound(_)) => engine.create_table(CATALOG, TableConfig::default())?,
+            Err(e) => return Err(e.into()),
+        };
+        let mut collections = BTreeMap::new();
+        let mut cursor = engine.cursor(&meta)?;
+        let mut entry = cursor.first()?;
+        while let Some((key, value)) = entry {
+            let full = String::from_utf8_lossy(&key).into_owned();
+            let ns = Namespace::parse(&full).ok_or_else(|| DocError::Corrupt(format!("catalog key {full:?}")))?;
+            let meta_doc = decode(&value)?;
+            let options = meta_doc.get_document("options").cloned().unwrap_or_default();
+            let (records, id_index, collation) = entry_tables(&ns, &meta_doc);
+            let id_collation = match collation {
+                None => None,
+                Some((spec, format)) => {
+                    let c = id_collations.and_then(|make| make(&spec)).ok_or_else(|| {
+                        DocError::Corrupt(format!("the _id index of {ns} has a collation this catalog cannot apply"))
+                    })?;
+                    if c.key_format() != format {
+                        return Err(DocError::Corrupt(format!(
+                            "the _id index of {ns} holds collation keys of format {format:?}, this build makes {:?}",
+                            c.key_format()
+                        )));
+                    }
+                    Some(c)
+                }
+            };
+            let c = Collection::load(&engine, ns.clone(), options, &records, &id_index, id_collation)?;
+            collections.insert(ns, Arc::new(c));
+            entry = cursor.next()?;
+        }
+        // Invariant 1: tables nobody's entry names are leftovers.
+        let named: Vec<String> =
+            collections.values().flat_map(|c| [c.records.name().to_string(), c.id_index.name().to_string()]).collect();
+        let mut next_ident = 1;
+        for t in engine.table_names() {
+            if let Some(ident) = t.strip_prefix("c/").and_then(|i| i.parse::<u64>().ok()) {
+                next_ident = next_ident.max(ident + 1);
+            }
+            if (t.starts_with("c/") || t.starts_with("i/")) && !named.contains(&t) {
+                engine.drop_table(&t)?;
+            }
+        }
+        Ok(Catalog {
+            engine,
+            meta,
+            collections: RwLock::new(collections),
+            next_ident: AtomicU64::new(next_ident),
+            id_collations,
+        })
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    pub fn get(&self, ns: &Namespace) -> Option<Arc<Collection>> {
+        self.collections.read().get(ns).cloned()
+    }
+
+    /// Create a collection; fails if it exists.
+    pub fn create(&self, ns: &Namespace, options: Document) -> Result<Arc<Collection>, DocError> {
+        let mut all = self.collections.write();
+        if all.contains_key(ns) {
+            return Err(DocError::NamespaceExists(ns.to_string()));
+        }
+        let ident = self.next_ident.fetch_add(1, Ordering::Relaxed);
+        let (records, id_index) = (format!("c/{ident}"), format!("i/{ident}/_id_"));
+        for (name, config) in [(&records, TableConfig::default()), (&id_index, index_table_config())] {
+            if self.engine.table(name).is_ok() {
+                self.engine.drop_table(name)?;
+            }
+            self.engine.create_table(name, config)?;
+        }
+        // The `_id` index keeps the collection's default collation.
+        let id_collation =
+            options.get_document("collation").ok().and_then(|spec| self.id_collations.and_then(|make| make(spec)));
+        let entry = catalog_entry(ns, &options, &records, &id_index, id_collation.as_ref());
+        self.engine.put(&self.meta, ns.to_string().as_bytes(), &encode(&entry)?)?;
+        let c = Arc::new(Collection::load(&self.engine, ns.clone(), options, &records, &id_index, id_collation)?);
+        all.insert(ns.clone(), c.clone());
+        Ok(c)
+    }
+
+    /// The collection, created (with default options) if missing, as an
+    /// insert does.
+    pub fn get_or_create(&self, ns: &Namespace) -> Result<Arc<Collection>, DocError> {
+        if let Some(c) = self.get(ns) {
+            return Ok(c);
+        }
+        match self.create(ns, Document::new()) {
+            Err(DocError::NamespaceExists(_)) => Ok(self.get(ns).expect("exists")),
+            other => other,
+        }
+    }
+
+    /// Drop a collection; returns whether it existed.
+    pub fn drop(&self, ns: &Namespace) -> Result<bool, DocError> {
+        let mut all = self.collections.write();
+        let Some(c) = all.remove(ns) else { return Ok(false) };
+        self.engine.delete(&self.meta, ns.to_string().as_bytes())?;
+        for name in [c.records.name(), c.id_index.name()] {
+            self.engine.drop_table(name)?;
+        }
+        Ok(true)
+    }
+
+    /// Rename a collection (across databases too): only its catalog entry
+    /// changes, in one transaction. An existing target is replaced in
+    /// that transaction when `drop_target`, else refused.
+    pub fn rename(&self, from: &Namespace, to: &Namespace, drop_target: bool) -> Result<(), DocError> {
+        if from == to {
+            return Err(DocError::NamespaceExists(to.to_string()));
+        }
+        let mut all = self.collections.write();
+        let Some(c) = all.get(from).cloned() else { return Err(DocError::NamespaceNotFound(from.to_string())) };
+        // A dropped target goes in the same transaction: its entry is
+        // overwritten, so a crash leaves the old target or the renamed
+        // collection, never neither. Its tables go after the commit (or,
+        // after a crash, at the next open, as tables no entry names).
+        let replaced = match all.get(to) {
+            Some(_) if !drop_target => return Err(DocError::NamespaceExists(to.to_string())),
+            existing => existing.cloned(),
+        };
+        let (records, id_index) = (c.records.name().to_string(), c.id_index.name().to_string());
+        let entry = encode(&catalog_entry(to, &c.options, &records, &id_index, c.id_collation.as_ref()))?;
+        loop {
+            let txn = self.engine.begin(TxnOptions::default())?;
+            let attempt = txn
+                .delete(&self.meta, from.to_string().as_bytes())
+                .and_then(|_| txn.put(&self.meta, to.to_string().as_bytes(), &entry))
+                .and_then(|_| txn.commit());
+            match attempt {
+                Ok(_) => break,
+                Err(e) if e.is_retryable() => std::thread::yield_now(),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        all.remove(from);
+        // The same tables, record-id sequence and capped state: a writer
+        // that got the collection before the rename shares them.
+        let moved = Collection {
+            ns: to.clone(),
+            options: c.options.clone(),
+            records: c.records.clone(),
+            id_index: c.id_index.clone(),
+            id_collation: c.id_collation.clone(),
+            next_record: c.next_record.clone(),
+            capped: c.capped.clone(),
+        };
+        all.insert(to.clone(), Arc::new(moved));
+        if let Some(old) = replaced {
+            for name in [old.records.name(), old.id_index.name()] {
+                self.engine.drop_table(name)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Replace a collection's options (`collMod`): its catalog entry is
+    /// rewritten; writers that already hold the collection keep the old
+    /// options until their next lookup.
+    pub fn set_options(&self, ns: &Namespace, options: Document) -> Result<(), DocError> {
+        let mut all = self.collections.write();
+        let Some(c) = all.get(ns).cloned() else { return Err(DocError::NamespaceNotFound(ns.to_string())) };
+        let entry = catalog_entry(ns, &options, c.records.name(), c.id_index.name(), c.id_collation.as_ref());
+        self.engine.put(&self.meta, ns.to_string().as_bytes(), &encode(&entry)?)?;
+        let changed = Collection {
+            ns: ns.clone(),
+            options,
+            records: c.records.clone(),
+            id_index: c.id_index.clone(),
+            id_collation: c.id_collation.clone(),
+            next_record: c.next_record.clone(),
+            capped: c.capped.clone(),
+        };
+        all.insert(ns.clone(), Arc::new(changed));
+        Ok(())
+    }
+
+    /// The collections of `db`, by name.
+    pub fn list(&self, db: &str) -> Vec<Arc<Collection>> {
+        self.collections.read().values().filter(|c| c.ns.db == db).cloned().collect()
+    }
+
+    /// Databases that hold at least one collection.
+    pub fn databases(&self) -> Vec<String> {
+        let mut dbs: Vec<String> = self.collections.read().keys().map(|ns| ns.db.clone()).collect();
+        dbs.dedup();
+        dbs
+    }
+}

@@ -1,0 +1,377 @@
+//! Writes to a collection: a document and its `_id` index entry in one
+//! transaction, inserts in chunks, compare-and-swap delete and replace.
+
+use super::*;
+use crate::sessions::Stamp;
+use bson::Document;
+use std::sync::atomic::Ordering;
+use storage::{Engine, StorageError, Txn};
+
+/// The most documents of one insert command committed together.
+pub const INSERT_CHUNK_DOCS: usize = 256;
+
+/// A chunk closes once its documents reach this many bytes.
+pub const INSERT_CHUNK_BYTES: usize = 1024 * 1024;
+
+/// One inserted document's outcome.
+pub type InsertResult = Result<(), DocError>;
+
+impl Collection {
+    /// Insert one document (an `_id` is added first if missing), in one
+    /// transaction with its `_id` index entry (invariant 2). Returns the
+    /// document as stored. `stamp` is written in the same transaction.
+    pub fn insert(
+        &self,
+        engine: &Engine,
+        doc: &Document,
+        ack: Ack,
+        stamp: Option<&dyn Stamp>,
+    ) -> Result<Document, DocError> {
+        let doc = with_id_first(doc);
+        let id = doc.get("_id").expect("with_id_first adds one").clone();
+        let key = self.id_key(&id);
+        let bytes = encode_record(&doc)?;
+        let mut capped_used = self.capped_lock();
+        if self.capped.as_ref().is_some_and(|c| bytes.len() as u64 > c.size) {
+            return Err(DocError::ExceedsCappedSize);
+        }
+        loop {
+            let txn = engine.begin(ack.txn_options())?;
+            let written = (|| {
+                self.put_new(&txn, &id, &key, &bytes)?;
+                match (&self.capped, capped_used.as_deref()) {
+                    (Some(capped), Some(&(b, n))) => {
+                        Ok(Some(self.trim_capped(&txn, capped, (b + bytes.len() as u64, n + 1))?))
+                    }
+                    _ => Ok(None),
+                }
+            })();
+            let attempt = written.and_then(|used| Ok((commit_stamped(txn, stamp, &[0])?, used)));
+            match attempt {
+                Ok((_, used)) => {
+                    if let (Some(now), Some(held)) = (used, capped_used.as_deref_mut()) {
+                        *held = now;
+                    }
+                    return Ok(doc);
+                }
+                // Another insert of the same _id is in flight: look again.
+                Err(DocError::Storage(e)) if e.is_retryable() => std::thread::yield_now(),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Insert the documents of one insert command. Each succeeds or fails
+    /// on its own (a duplicate `_id` fails that document alone), but they
+    /// commit in chunks of up to [`INSERT_CHUNK_DOCS`] documents or
+    /// [`INSERT_CHUNK_BYTES`] bytes, a transaction each: a leaf a chunk
+    /// changes is copied once per chunk instead of once per document, and
+    /// the chunk is one journal record. Returns a result per document
+    /// tried, in order; with `ordered` they stop at the first failure.
+    /// Each transaction writes `stamp` with the indexes (in `docs`) of the
+    /// documents it inserts.
+    pub fn insert_many(
+        &self,
+        engine: &Engine,
+        docs: &[&Document],
+        ordered: bool,
+        ack: Ack,
+        stamp: Option<&dyn Stamp>,
+    ) -> Vec<Result<(), DocError>> {
+        let mut results = Vec::with_capacity(docs.len());
+        if self.capped.is_some() {
+            // One transaction per document, each trimming the oldest.
+            for (i, doc) in docs.iter().enumerate() {
+                let shifted = stamp.map(|inner| Shifted { inner, base: i });
+                let result = self.insert(engine, doc, ack, shifted.as_ref().map(|s| s as &dyn Stamp)).map(|_| ());
+                let failed = result.is_err();
+                results.push(result);
+                if failed && ordered {
+                    break;
+                }
+            }
+            return results;
+        }
+        while results.len() < docs.len() {
+            let rest = &docs[results.len()..];
+            let shifted = stamp.map(|inner| Shifted { inner, base: results.len() });
+            let stamp = shifted.as_ref().map(|s| s as &dyn Stamp);
+            let (chunk, stopped) = match self.insert_chunk(engine, rest, ordered, ack, stamp) {
+                Ok(done) => done,
+                Err(e) => (vec![Err(e)], true),
+            };
+            results.extend(chunk);
+            if stopped {
+                break;
+            }
+        }
+        results
+    }
+
+    /// Insert a prefix of `docs` in one transaction; returns the results
+    /// for that prefix and whether an ordered insert stopped. A document
+    /// the transaction cannot take (an error other than a duplicate `_id`)
+    /// is tried alone, after the documents before it commit.
+    pub(crate) fn insert_chunk(
+        &self,
+        engine: &Engine,
+        docs: &[&Document],
+        ordered: bool,
+        ack: Ack,
+        stamp: Option<&dyn Stamp>,
+    ) -> Result<(Vec<Result<(), DocError>>, bool), DocError> {
+        let mut limit = docs.len().min(INSERT_CHUNK_DOCS);
+        loop {
+            if limit == 0 {
+                // The first document failed inside the chunk: alone, it
+                // reports its own error (or succeeds if it was a conflict).
+                let result = self.insert(engine, docs[0], ack, stamp).map(|_| ());
+                let stopped = ordered && result.is_err();
+                return Ok((vec![result], stopped));
+            }
+            let txn = engine.begin(ack.txn_options())?;
+            let (mut results, mut seen, mut bytes_total) = (Vec::new(), std::collections::HashSet::new(), 0);
+            let mut stopped = false;
+            let mut failed_at = None;
+            for (i, doc) in docs[..limit].iter().enumerate() {
+                if bytes_total >= INSERT_CHUNK_BYTES {
+                    break;
+                }
+                let doc = with_id_first(doc);
+                let id = doc.get("_id").expect("with_id_first adds one");
+                // A document fails alone on a duplicate `_id`; anything
+                // else the engine refuses ends the chunk before it
+                // (`failed_at`).
+                let key = self.id_key(id);
+                let duplicate = !seen.insert(key.clone())
+                    || match txn.get(&self.id_index, &key) {
+                        Ok(found) => found.is_some(),
+                        Err(_) => {
+                            failed_at = Some(i);
+                            break;
+                        }
+                    };
+                if !duplicate {
+                    // A document that cannot be stored fails alone too.
+                    let Ok(bytes) = encode_record(&doc) else {
+                        failed_at = Some(i);
+                        break;
+                    };
+                    bytes_total += bytes.len();
+                    let rid = self.next_record.fetch_add(1, Ordering::Relaxed);
+                    let put = txn
+                        .put(&self.records, &rid.to_be_bytes(), &bytes)
+                        .and_then(|_| txn.put(&self.id_index, &key, &rid.to_be_bytes()));
+                    if put.is_err() {
+                        failed_at = Some(i);
+                        break;
+                    }
+                    results.push(Ok(()));
+                    continue;
+                }
+                results.push(Err(self.duplicate(id.clone())));
+                if ordered {
+                    stopped = true;
+                    break;
+                }
+            }
+            if let Some(i) = failed_at {
+                // A conflict with a concurrent insert, or a document the
+                // engine refuses: commit what came before it, then meet it
+                // alone.
+                drop(txn);
+                limit = i;
+                continue;
+            }
+            let done: Vec<usize> = (0..results.len()).filter(|&i| results[i].is_ok()).collect();
+            match commit_stamped(txn, stamp, &done) {
+                Ok(_) => return Ok((results, stopped)),
+                Err(e) if e.is_retryable() => std::thread::yield_now(),
+                // Too much for a small cache: fewer documents at a time,
+                // down to one (which fails as a lone insert would).
+                Err(StorageError::TransactionTooLarge { .. }) if results.len() > 1 => limit = results.len() / 2,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Delete the document at record id `rid` if it is still `doc`'s
+    /// version, with its `_id` index entry, in one transaction. Returns
+    /// whether it deleted (false: someone else changed or removed it).
+    pub fn delete(
+        &self,
+        engine: &Engine,
+        rid: u64,
+        doc: &Document,
+        ack: Ack,
+        stamp: Option<&dyn Stamp>,
+    ) -> Result<bool, DocError> {
+        let mut capped_used = self.capped_lock();
+        loop {
+            let txn = engine.begin(ack.txn_options())?;
+            let attempt = match self.delete_in(&txn, rid, doc) {
+                Ok(Some(freed)) => commit_stamped(txn, stamp, &[0]).map(|_| Some(freed)).map_err(DocError::from),
+                other => other,
+            };
+            match attempt {
+                Ok(None) => return Ok(false),
+                Ok(Some(freed)) => {
+                    if let Some((bytes, count)) = capped_used.as_deref_mut() {
+                        *bytes = bytes.saturating_sub(freed);
+                        *count = count.saturating_sub(1);
+                    }
+                    return Ok(true);
+                }
+                Err(DocError::Storage(e)) if e.is_retryable() => std::thread::yield_now(),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Replace the document at record id `rid` by `new` if it is still
+    /// `old` (byte for byte). Returns whether it replaced (false: someone
+    /// else changed or removed it). `_id` must be unchanged, so the `_id`
+    /// index entry stays.
+    pub fn replace(
+        &self,
+        engine: &Engine,
+        rid: u64,
+        old: &Document,
+        new: &Document,
+        ack: Ack,
+        stamp: Option<&dyn Stamp>,
+    ) -> Result<bool, DocError> {
+        let expected = encode(old)?;
+        let bytes = encode_record(new)?;
+        let mut capped_used = self.capped_lock();
+        loop {
+            let txn = engine.begin(ack.txn_options())?;
+            let attempt = match self.replace_bytes_in(&txn, rid, &expected, &bytes) {
+                Ok(true) => commit_stamped(txn, stamp, &[0]).map(|_| true).map_err(DocError::from),
+                other => other,
+            };
+            match attempt {
+                Ok(false) => return Ok(false),
+                Ok(true) => {
+                    // A capped collection may pass its size until the next
+                    // insert trims it, as MongoDB's does.
+                    if let Some((used, _)) = capped_used.as_deref_mut() {
+                        *used = (*used + bytes.len() as u64).saturating_sub(expected.len() as u64);
+                    }
+                    return Ok(true);
+                }
+                Err(DocError::Storage(e)) if e.is_retryable() => std::thread::yield_now(),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// In the caller's transaction `txn`: insert `doc` (an `_id` added
+    /// first if missing) and its `_id` index entry; returns the document as
+    /// stored. A write conflict or duplicate `_id` is the caller's to
+    /// handle (retry, or fail the transaction). Not for capped collections,
+    /// whose size accounting needs their own transactions (`insert`).
+    pub fn insert_in(&self, txn: &Txn, doc: &Document) -> Result<Document, DocError> {
+        assert!(self.capped.is_none(), "a capped collection inserts through Collection::insert");
+        let doc = with_id_first(doc);
+        let id = doc.get("_id").expect("with_id_first adds one");
+        let key = self.id_key(id);
+        let bytes = encode_record(&doc)?;
+        self.put_new(txn, id, &key, &bytes)?;
+        Ok(doc)
+    }
+
+    /// In `txn`: a new record of `bytes` and its `_id` entry `key`,
+    /// refused if the `_id` is taken (invariant: a document and its `_id`
+    /// entry are written together).
+    fn put_new(&self, txn: &Txn, id: &Bson, key: &[u8], bytes: &[u8]) -> Result<(), DocError> {
+        if txn.get(&self.id_index, key)?.is_some() {
+            return Err(self.duplicate(id.clone()));
+        }
+        let rid = self.next_record.fetch_add(1, Ordering::Relaxed);
+        txn.put(&self.records, &rid.to_be_bytes(), bytes)?;
+        txn.put(&self.id_index, key, &rid.to_be_bytes())?;
+        Ok(())
+    }
+
+    /// In `txn`: delete the document at `rid` and its `_id` entry if it is
+    /// still `doc` (byte for byte); returns the bytes freed, or `None` if
+    /// someone else changed or removed it.
+    pub fn delete_in(&self, txn: &Txn, rid: u64, doc: &Document) -> Result<Option<u64>, DocError> {
+        let key = self.id_key(doc.get("_id").ok_or_else(|| DocError::Corrupt("a document without _id".into()))?);
+        let expected = encode(doc)?;
+        match txn.get(&self.records, &rid.to_be_bytes())? {
+            Some(bytes) if *bytes == *expected => {}
+            _ => return Ok(None),
+        }
+        txn.delete(&self.records, &rid.to_be_bytes())?;
+        txn.delete(&self.id_index, &key)?;
+        Ok(Some(expected.len() as u64))
+    }
+
+    /// In `txn`: replace the document at `rid` by `new` if it is still
+    /// `old` (byte for byte); `_id` must be unchanged, so its index entry
+    /// stays. Returns whether it replaced.
+    pub fn replace_in(&self, txn: &Txn, rid: u64, old: &Document, new: &Document) -> Result<bool, DocError> {
+        debug_assert_eq!(old.get("_id"), new.get("_id"), "a replacement keeps its _id");
+        self.replace_bytes_in(txn, rid, &encode(old)?, &encode_record(new)?)
+    }
+
+    /// `replace_in` with both documents already encoded.
+    fn replace_bytes_in(&self, txn: &Txn, rid: u64, expected: &[u8], bytes: &[u8]) -> Result<bool, DocError> {
+        match txn.get(&self.records, &rid.to_be_bytes())? {
+            Some(current) if *current == *expected => {}
+            _ => return Ok(false),
+        }
+        txn.put(&self.records, &rid.to_be_bytes(), bytes)?;
+        Ok(true)
+    }
+}
+
+/// A record id stored as 8 big-endian bytes (a record key or an `_id`
+/// index value).
+pub(crate) fn record_id(bytes: &[u8]) -> Result<u64, DocError> {
+    let b: [u8; 8] =
+        bytes.try_into().map_err(|_| DocError::Corrupt(format!("a record id of {} bytes", bytes.len())))?;
+    Ok(u64::from_be_bytes(b))
+}
+
+/// A document's bytes as stored (`bson_bytes`: exactly as sent).
+pub(crate) fn encode(doc: &Document) -> Result<Vec<u8>, DocError> {
+    Ok(crate::bson_bytes::encode(doc)?)
+}
+
+/// A record's bytes: also refused past `stored_depth_max`, so that every
+/// stored record decodes again (`limits.rs`).
+pub(crate) fn encode_record(doc: &Document) -> Result<Vec<u8>, DocError> {
+    let max = crate::limits::stored_depth_max;
+    if crate::bson_bytes::deeper_than(doc, max) {
+        return Err(DocError::TooDeep(max));
+    }
+    encode(doc)
+}
+
+pub(crate) fn decode(bytes: &[u8]) -> Result<Document, DocError> {
+    crate::bson_bytes::decode(bytes).map_err(|e| DocError::Corrupt(e.to_string()))
+}
+
+/// Write `stamp` (for the statements `done`), then commit.
+pub(crate) fn commit_stamped(txn: Txn, stamp: Option<&dyn Stamp>, done: &[usize]) -> Result<u64, StorageError> {
+    if let Some(s) = stamp {
+        s.write(&txn, done)?;
+    }
+    txn.commit()
+}
+
+/// A stamp seen from a suffix of the statements: index `i` is `base + i`.
+pub(crate) struct Shifted<'a> {
+    pub(crate) inner: &'a dyn Stamp,
+    pub(crate) base: usize,
+}
+
+impl Stamp for Shifted<'_> {
+    fn write(&self, txn: &Txn, done: &[usize]) -> Result<(), StorageError> {
+        let done: Vec<usize> = done.iter().map(|i| i + self.base).collect();
+        self.inner.write(txn, &done)
+    }
+}

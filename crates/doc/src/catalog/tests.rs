@@ -1,0 +1,330 @@
+//! Tests of the catalog and collections over a real engine.
+
+use super::record_store::INSERT_CHUNK_DOCS;
+use super::*;
+
+fn engine(dir: &std::path::Path) -> Engine {
+    Engine::open(dir, storage::Config::default()).unwrap()
+}
+
+/// A catalog over a new engine (the directory lives as long as the
+/// first value).
+fn fresh_catalog() -> (tempfile::TempDir, Engine, Catalog) {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let cat = Catalog::open(e.clone()).unwrap();
+    (dir, e, cat)
+}
+
+/// A stand-in collation for the catalog's tests: case-insensitive,
+/// its keys of the format named.
+struct Folded(&'static str);
+
+impl IdCollation for Folded {
+    fn key_of(&self, id: &Bson) -> Bson {
+        match id {
+            Bson::String(s) => Bson::String(s.to_lowercase()),
+            other => other.clone(),
+        }
+    }
+    fn full_spec(&self) -> Document {
+        doc! { "locale": "folded" }
+    }
+    fn key_format(&self) -> &'static str {
+        self.0
+    }
+}
+
+fn folded(spec: &Document) -> Option<Arc<dyn IdCollation>> {
+    (spec.get_str("locale") == Ok("folded")).then(|| Arc::new(Folded("lowercase")) as Arc<dyn IdCollation>)
+}
+
+fn folded_otherwise(spec: &Document) -> Option<Arc<dyn IdCollation>> {
+    (spec.get_str("locale") == Ok("folded")).then(|| Arc::new(Folded("lowercase-2")) as Arc<dyn IdCollation>)
+}
+
+#[test]
+fn the_id_index_applies_the_collection_collation_and_keeps_it_across_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ci, plain) = (Namespace::new("test", "ci").unwrap(), Namespace::new("test", "plain").unwrap());
+    let spec = doc! { "collation": { "locale": "folded" } };
+    {
+        let e = engine(dir.path());
+        let cat = Catalog::open_with(e.clone(), Some(folded)).unwrap();
+        let c = cat.create(&ci, spec.clone()).unwrap();
+        let p = cat.create(&plain, Document::new()).unwrap();
+        c.insert(&e, &doc! { "_id": "Ann" }, Ack::Journaled, None).unwrap();
+        p.insert(&e, &doc! { "_id": "Ann" }, Ack::Journaled, None).unwrap();
+        p.insert(&e, &doc! { "_id": "ANN" }, Ack::Journaled, None).unwrap();
+        match c.insert(&e, &doc! { "_id": "ANN" }, Ack::Journaled, None) {
+            Err(e @ DocError::DuplicateKey { .. }) => {
+                assert!(e.to_string().contains("collation: { locale: \"folded\" } dup key: { _id: \"0xann\" }"))
+            }
+            other => panic!("expected a duplicate key, got {other:?}"),
+        }
+        assert_eq!(c.find_by_id(&e, &Bson::from("aNN")).unwrap(), Some(doc! { "_id": "Ann" }));
+        assert_eq!(p.find_by_id(&e, &Bson::from("aNN")).unwrap(), None);
+        cat.rename(&ci, &Namespace::new("test", "ci2").unwrap(), false).unwrap();
+    }
+    let e = engine(dir.path());
+    let ci2 = Namespace::new("test", "ci2").unwrap();
+    let cat = Catalog::open_with(e.clone(), Some(folded)).unwrap();
+    let c = cat.get(&ci2).unwrap();
+    assert!(c.id_collation().is_some() && cat.get(&plain).unwrap().id_collation().is_none());
+    assert!(matches!(c.insert(&e, &doc! { "_id": "aNn" }, Ack::Journaled, None), Err(DocError::DuplicateKey { .. })));
+    let (rid, d) = c.find_rid_by_id(&e, &Bson::from("ann")).unwrap().unwrap();
+    assert!(c.delete(&e, rid, &d, Ack::Journaled, None).unwrap());
+    c.insert(&e, &doc! { "_id": "aNn" }, Ack::Journaled, None).unwrap();
+    drop(cat);
+    // A catalog that cannot apply the collation, or makes keys of
+    // another format, refuses to open.
+    assert!(matches!(Catalog::open(e.clone()), Err(DocError::Corrupt(_))));
+    match Catalog::open_with(e.clone(), Some(folded_otherwise)) {
+        Err(DocError::Corrupt(why)) => assert!(why.contains("\"lowercase\""), "{why}"),
+        other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
+    }
+}
+
+#[test]
+fn a_clustered_collection_scans_in_id_order_and_expires_date_ids() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let cat = Catalog::open(e.clone()).unwrap();
+    let ns = Namespace::new("test", "c").unwrap();
+    let c = cat
+        .create(&ns, doc! { "clusteredIndex": { "v": 2, "key": { "_id": 1 }, "name": "_id_", "unique": true } })
+        .unwrap();
+    assert!(c.is_clustered());
+    let date = |ms: i64| Bson::DateTime(bson::DateTime::from_millis(ms));
+    for id in [Bson::Int32(4), date(5_000), Bson::String("x".into()), Bson::Int32(2), date(-1), date(0), date(9_000)] {
+        c.insert(&e, &doc! { "_id": id }, Ack::Journaled, None).unwrap();
+    }
+    let ids = |found: Vec<(ScanFrom, u64, Document)>| -> Vec<Bson> {
+        found.into_iter().map(|(_, _, d)| d.get("_id").unwrap().clone()).collect()
+    };
+    let all =
+        vec![Bson::Int32(2), Bson::Int32(4), Bson::String("x".into()), date(-1), date(0), date(5_000), date(9_000)];
+    assert_eq!(ids(c.natural(&e, &ScanFrom::Start, false, 0).unwrap()), all);
+    // Resuming after a position, in chunks, both ways.
+    let first = c.natural(&e, &ScanFrom::Start, false, 3).unwrap();
+    let resume = first[2].0.clone();
+    assert_eq!(ids(c.natural(&e, &resume, false, 0).unwrap()), all[3..].to_vec());
+    let mut back = all[..2].to_vec();
+    back.reverse();
+    assert_eq!(ids(c.natural(&e, &resume, true, 0).unwrap()), back);
+    // Expiry takes dates from 1970 to the cutoff, both included.
+    let expired: Vec<Bson> =
+        c.expired(&e, 5_000, 10).unwrap().into_iter().map(|(_, d)| d.get("_id").unwrap().clone()).collect();
+    assert_eq!(expired, vec![date(0), date(5_000)]);
+    assert!(c.expired(&e, -10, 10).unwrap().is_empty());
+    // An ordinary collection's natural order is insertion order.
+    let plain = cat.get_or_create(&Namespace::new("test", "plain").unwrap()).unwrap();
+    for id in [3, 1, 2] {
+        plain.insert(&e, &doc! { "_id": id }, Ack::Journaled, None).unwrap();
+    }
+    assert_eq!(
+        ids(plain.natural(&e, &ScanFrom::Start, false, 0).unwrap()),
+        vec![Bson::Int32(3), Bson::Int32(1), Bson::Int32(2)]
+    );
+    e.close().unwrap();
+}
+
+#[test]
+fn collections_survive_reopen_and_ids_are_unique() {
+    let dir = tempfile::tempdir().unwrap();
+    let ns = Namespace::new("test", "people").unwrap();
+    {
+        let e = engine(dir.path());
+        let cat = Catalog::open(e.clone()).unwrap();
+        let c = cat.get_or_create(&ns).unwrap();
+        let stored = c.insert(&e, &doc! { "name": "ann", "_id": 1 }, Ack::Journaled, None).unwrap();
+        assert_eq!(stored.keys().next().map(String::as_str), Some("_id"), "_id moves first");
+        c.insert(&e, &doc! { "name": "bob" }, Ack::Journaled, None).unwrap();
+        match c.insert(&e, &doc! { "_id": 1.0, "name": "dup" }, Ack::Journaled, None) {
+            Err(DocError::DuplicateKey { key, .. }) => assert_eq!(*key, Bson::Double(1.0)),
+            other => panic!("expected a duplicate key, got {other:?}"),
+        }
+        assert!(matches!(cat.create(&ns, Document::new()), Err(DocError::NamespaceExists(_))));
+        e.close().unwrap();
+    }
+    let e = engine(dir.path());
+    let cat = Catalog::open(e.clone()).unwrap();
+    let c = cat.get(&ns).expect("the collection is still there");
+    let all = c.scan(&e, 0, 0).unwrap();
+    assert_eq!(all.len(), 2);
+    assert_eq!(c.find_by_id(&e, &Bson::Int64(1)).unwrap().unwrap().get_str("name").unwrap(), "ann");
+    c.insert(&e, &doc! { "_id": 3 }, Ack::Journaled, None).unwrap();
+    assert!(c.scan(&e, 0, 0).unwrap().windows(2).all(|w| w[0].0 < w[1].0), "record ids grow");
+    assert_eq!(cat.databases(), vec!["test".to_string()]);
+    assert!(cat.drop(&ns).unwrap());
+    assert!(cat.get(&ns).is_none() && !e.table_names().iter().any(|t| t.starts_with("c/")));
+}
+
+/// Renaming over an existing collection replaces it in one catalog
+/// transaction; its tables go, and the result survives a reopen.
+#[test]
+fn rename_over_a_target_replaces_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (from, to) = (Namespace::new("test", "tmp").unwrap(), Namespace::new("test", "real").unwrap());
+    {
+        let e = engine(dir.path());
+        let cat = Catalog::open(e.clone()).unwrap();
+        cat.get_or_create(&to).unwrap().insert(&e, &doc! { "_id": "old" }, Ack::Journaled, None).unwrap();
+        cat.get_or_create(&from).unwrap().insert(&e, &doc! { "_id": "new" }, Ack::Journaled, None).unwrap();
+        let old_tables = e.table_names().len();
+        assert!(matches!(cat.rename(&from, &to, false), Err(DocError::NamespaceExists(_))));
+        assert!(matches!(cat.rename(&to, &to, true), Err(DocError::NamespaceExists(_))));
+        cat.rename(&from, &to, true).unwrap();
+        assert_eq!(e.table_names().len(), old_tables - 2, "the replaced target's tables are dropped");
+        assert!(cat.get(&from).is_none());
+        e.close().unwrap();
+    }
+    let e = engine(dir.path());
+    let cat = Catalog::open(e.clone()).unwrap();
+    let c = cat.get(&to).unwrap();
+    assert_eq!(c.scan(&e, 0, 0).unwrap().into_iter().map(|(_, d)| d).collect::<Vec<_>>(), vec![doc! { "_id": "new" }]);
+}
+
+/// `insert_many` against inserting one by one: the same documents end
+/// up stored, with the same per-document errors, across chunks.
+#[test]
+fn insert_many_commits_in_chunks_with_per_document_results() {
+    let (_dir, e, cat) = fresh_catalog();
+    let c = cat.get_or_create(&Namespace::new("test", "many").unwrap()).unwrap();
+    c.insert(&e, &doc! { "_id": 5 }, Ack::Journaled, None).unwrap();
+    let n = INSERT_CHUNK_DOCS * 2 + 50;
+    let mut docs: Vec<Document> = (0..n as i64).map(|i| doc! { "_id": i + 10, "v": i }).collect();
+    docs[7] = doc! { "_id": 5 }; // exists already
+    docs[300] = doc! { "_id": 12 }; // repeats docs[2], across a chunk boundary
+    docs[301] = doc! { "_id": 13, "v": 1 }; // repeats docs[3]
+    docs[400] = doc! { "_id": "k".repeat(9000) }; // a key the engine refuses
+    docs[401] = doc! { "_id": "10".parse::<bson::Decimal128>().unwrap() }; // equals docs[0]'s 10
+    let refs: Vec<&Document> = docs.iter().collect();
+    let results = c.insert_many(&e, &refs, false, Ack::Journaled, None);
+    assert_eq!(results.len(), n);
+    let failed: Vec<usize> = (0..n).filter(|&i| results[i].is_err()).collect();
+    assert_eq!(failed, vec![7, 300, 301, 400, 401]);
+    assert!(matches!(results[7], Err(DocError::DuplicateKey { .. })));
+    assert!(matches!(results[300], Err(DocError::DuplicateKey { .. })));
+    assert!(matches!(results[400], Err(DocError::Storage(StorageError::KeyTooLarge { .. }))));
+    assert!(matches!(results[401], Err(DocError::DuplicateKey { .. })));
+    let stored = c.scan(&e, 0, 0).unwrap();
+    assert_eq!(stored.len(), 1 + n - failed.len());
+    assert_eq!(c.find_by_id(&e, &Bson::Int64(13)).unwrap().unwrap().get_i64("v").unwrap(), 3, "the first one wins");
+    assert!(c.find_by_id(&e, &Bson::Int64(n as i64 + 9)).unwrap().is_some(), "the last chunk is there");
+
+    // Ordered: stops at the first failure, everything before it stored.
+    let c2 = cat.get_or_create(&Namespace::new("test", "ordered").unwrap()).unwrap();
+    let mut docs: Vec<Document> = (0..n as i64).map(|i| doc! { "_id": i }).collect();
+    docs[270] = doc! { "_id": 1 };
+    let refs: Vec<&Document> = docs.iter().collect();
+    let results = c2.insert_many(&e, &refs, true, Ack::Journaled, None);
+    assert_eq!(results.len(), 271);
+    assert!(results[..270].iter().all(Result::is_ok) && results[270].is_err());
+    assert_eq!(c2.scan(&e, 0, 0).unwrap().len(), 270);
+    // An ordered insert that stops at a refused key in its first chunk.
+    let c3 = cat.get_or_create(&Namespace::new("test", "refused").unwrap()).unwrap();
+    let docs = [doc! { "_id": 1 }, doc! { "_id": "k".repeat(9000) }, doc! { "_id": 3 }];
+    let refs: Vec<&Document> = docs.iter().collect();
+    let results = c3.insert_many(&e, &refs, true, Ack::Journaled, None);
+    assert_eq!(results.len(), 2);
+    assert!(results[0].is_ok() && results[1].is_err());
+    assert_eq!(c3.scan(&e, 0, 0).unwrap().len(), 1);
+}
+
+/// With a cache too small for a whole chunk's write set, the chunks
+/// shrink: every document still goes in.
+#[test]
+fn insert_many_fits_its_chunks_to_a_small_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = storage::Config { cache_size_bytes: 1024 * 1024, ..storage::Config::default() };
+    let e = Engine::open(dir.path(), config).unwrap();
+    let cat = Catalog::open(e.clone()).unwrap();
+    let c = cat.get_or_create(&Namespace::new("test", "small").unwrap()).unwrap();
+    let pad = "x".repeat(900);
+    // Scattered _ids: every document of a chunk lands on another leaf.
+    let docs: Vec<Document> = (0..3000u64)
+        .map(|i| doc! { "_id": (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 1) as i64, "pad": &pad })
+        .collect();
+    let refs: Vec<&Document> = docs.iter().collect();
+    for batch in refs.chunks(1000) {
+        let results = c.insert_many(&e, batch, true, Ack::Written, None);
+        assert_eq!(results.len(), batch.len());
+        assert!(results.iter().all(Result::is_ok), "{:?}", results.iter().find(|r| r.is_err()));
+    }
+    assert_eq!(c.scan(&e, 0, 0).unwrap().len(), docs.len());
+}
+
+/// Two inserts of the same `_id`s at once: each `_id` is stored once,
+/// and every document is either inserted or a duplicate.
+#[test]
+fn concurrent_insert_many_of_the_same_ids_store_each_once() {
+    let (_dir, e, cat) = fresh_catalog();
+    let c = cat.get_or_create(&Namespace::new("test", "race").unwrap()).unwrap();
+    let docs: Vec<Document> = (0..2000i64).map(|i| doc! { "_id": i }).collect();
+    let start = std::sync::Barrier::new(3);
+    let inserted: usize = std::thread::scope(|s| {
+        let runs: Vec<_> = (0..3)
+            .map(|_| {
+                s.spawn(|| {
+                    let refs: Vec<&Document> = docs.iter().collect();
+                    start.wait();
+                    let results = c.insert_many(&e, &refs, false, Ack::Written, None);
+                    assert_eq!(results.len(), docs.len());
+                    for r in &results {
+                        assert!(matches!(r, Ok(()) | Err(DocError::DuplicateKey { .. })), "{r:?}");
+                    }
+                    results.iter().filter(|r| r.is_ok()).count()
+                })
+            })
+            .collect();
+        runs.into_iter().map(|r| r.join().unwrap()).sum()
+    });
+    assert_eq!(inserted, docs.len());
+    assert_eq!(c.scan(&e, 0, 0).unwrap().len(), docs.len());
+}
+
+#[test]
+fn names_are_checked() {
+    assert!(Namespace::new("", "c").is_err());
+    assert!(Namespace::new("a.b", "c").is_err());
+    assert!(Namespace::new("a", "").is_err());
+    assert!(Namespace::new("a", "c$d").is_err());
+    assert!(Namespace::new("a", "b.c").is_ok());
+}
+
+/// The write primitives take the caller's transaction: writes to two
+/// collections commit together or roll back together, and a conflicting
+/// check (a taken `_id`, a changed document) is seen inside it.
+#[test]
+fn writes_in_the_callers_transaction_commit_or_roll_back_together() {
+    let (_dir, e, cat) = fresh_catalog();
+    let a = cat.create(&Namespace::new("t", "a").unwrap(), Document::new()).unwrap();
+    let b = cat.create(&Namespace::new("t", "b").unwrap(), Document::new()).unwrap();
+    let old = a.insert(&e, &doc! { "_id": 1, "v": 1 }, Ack::Journaled, None).unwrap();
+    let (rid, _) = a.find_rid_by_id(&e, &Bson::Int32(1)).unwrap().unwrap();
+
+    // Rolled back: nothing of it is seen.
+    let txn = e.begin(storage::TxnOptions::default()).unwrap();
+    b.insert_in(&txn, &doc! { "_id": 7 }).unwrap();
+    assert!(a.replace_in(&txn, rid, &old, &doc! { "_id": 1, "v": 2 }).unwrap());
+    assert!(matches!(b.insert_in(&txn, &doc! { "_id": 7 }), Err(DocError::DuplicateKey { .. })));
+    txn.rollback();
+    assert_eq!(b.find_by_id(&e, &Bson::Int32(7)).unwrap(), None);
+    assert_eq!(a.find_by_id(&e, &Bson::Int32(1)).unwrap(), Some(old.clone()));
+
+    // Committed: all of it is seen, at once.
+    let txn = e.begin(storage::TxnOptions::default()).unwrap();
+    let stored = b.insert_in(&txn, &doc! { "x": 1, "_id": 8 }).unwrap();
+    assert_eq!(stored, doc! { "_id": 8, "x": 1 }, "_id goes first");
+    assert!(a.replace_in(&txn, rid, &old, &doc! { "_id": 1, "v": 2 }).unwrap());
+    assert!(!a.replace_in(&txn, rid, &old, &doc! { "_id": 1, "v": 3 }).unwrap(), "no longer the old document");
+    assert_eq!(a.delete_in(&txn, rid, &old).unwrap(), None, "compare-and-delete sees the replacement");
+    txn.commit().unwrap();
+    assert_eq!(b.find_by_id(&e, &Bson::Int32(8)).unwrap(), Some(doc! { "_id": 8, "x": 1 }));
+    assert_eq!(a.find_by_id(&e, &Bson::Int32(1)).unwrap(), Some(doc! { "_id": 1, "v": 2 }));
+    let txn = e.begin(storage::TxnOptions::default()).unwrap();
+    assert!(a.delete_in(&txn, rid, &doc! { "_id": 1, "v": 2 }).unwrap().is_some());
+    txn.commit().unwrap();
+    assert_eq!(a.find_by_id(&e, &Bson::Int32(1)).unwrap(), None);
+}
