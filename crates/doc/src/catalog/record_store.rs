@@ -35,30 +35,19 @@ impl Collection {
         if self.capped.as_ref().is_some_and(|c| bytes.len() as u64 > c.size) {
             return Err(DocError::ExceedsCappedSize);
         }
-        loop {
-            let txn = engine.begin(ack.txn_options())?;
-            let written = (|| {
-                self.put_new(&txn, &id, &key, &bytes)?;
-                match (&self.capped, capped_used.as_deref()) {
-                    (Some(capped), Some(&(b, n))) => {
-                        Ok(Some(self.trim_capped(&txn, capped, (b + bytes.len() as u64, n + 1))?))
-                    }
-                    _ => Ok(None),
+        let used = retrying(engine, ack, stamp, |txn| {
+            self.put_new(txn, &id, &key, &bytes)?;
+            Ok(Some(match (&self.capped, capped_used.as_deref()) {
+                (Some(capped), Some(&(b, n))) => {
+                    Some(self.trim_capped(txn, capped, (b + bytes.len() as u64, n + 1))?)
                 }
-            })();
-            let attempt = written.and_then(|used| Ok((commit_stamped(txn, stamp, &[0])?, used)));
-            match attempt {
-                Ok((_, used)) => {
-                    if let (Some(now), Some(held)) = (used, capped_used.as_deref_mut()) {
-                        *held = now;
-                    }
-                    return Ok(doc);
-                }
-                // Another insert of the same _id is in flight: look again.
-                Err(DocError::Storage(e)) if e.is_retryable() => std::thread::yield_now(),
-                Err(e) => return Err(e),
-            }
+                _ => None,
+            }))
+        })?;
+        if let (Some(Some(now)), Some(held)) = (used, capped_used.as_deref_mut()) {
+            *held = now;
         }
+        Ok(doc)
     }
 
     /// Insert the documents of one insert command. Each succeeds or fails
@@ -207,25 +196,12 @@ impl Collection {
         stamp: Option<&dyn Stamp>,
     ) -> Result<bool, DocError> {
         let mut capped_used = self.capped_lock();
-        loop {
-            let txn = engine.begin(ack.txn_options())?;
-            let attempt = match self.delete_in(&txn, rid, doc) {
-                Ok(Some(freed)) => commit_stamped(txn, stamp, &[0]).map(|_| Some(freed)).map_err(DocError::from),
-                other => other,
-            };
-            match attempt {
-                Ok(None) => return Ok(false),
-                Ok(Some(freed)) => {
-                    if let Some((bytes, count)) = capped_used.as_deref_mut() {
-                        *bytes = bytes.saturating_sub(freed);
-                        *count = count.saturating_sub(1);
-                    }
-                    return Ok(true);
-                }
-                Err(DocError::Storage(e)) if e.is_retryable() => std::thread::yield_now(),
-                Err(e) => return Err(e),
-            }
+        let Some(freed) = retrying(engine, ack, stamp, |txn| self.delete_in(txn, rid, doc))? else { return Ok(false) };
+        if let Some((bytes, count)) = capped_used.as_deref_mut() {
+            *bytes = bytes.saturating_sub(freed);
+            *count = count.saturating_sub(1);
         }
+        Ok(true)
     }
 
     /// Replace the document at record id `rid` by `new` if it is still
@@ -244,26 +220,16 @@ impl Collection {
         let expected = encode(old)?;
         let bytes = encode_record(new)?;
         let mut capped_used = self.capped_lock();
-        loop {
-            let txn = engine.begin(ack.txn_options())?;
-            let attempt = match self.replace_bytes_in(&txn, rid, &expected, &bytes) {
-                Ok(true) => commit_stamped(txn, stamp, &[0]).map(|_| true).map_err(DocError::from),
-                other => other,
-            };
-            match attempt {
-                Ok(false) => return Ok(false),
-                Ok(true) => {
-                    // A capped collection may pass its size until the next
-                    // insert trims it, as MongoDB's does.
-                    if let Some((used, _)) = capped_used.as_deref_mut() {
-                        *used = (*used + bytes.len() as u64).saturating_sub(expected.len() as u64);
-                    }
-                    return Ok(true);
-                }
-                Err(DocError::Storage(e)) if e.is_retryable() => std::thread::yield_now(),
-                Err(e) => return Err(e),
-            }
+        let replace = |txn: &Txn| Ok(self.replace_bytes_in(txn, rid, &expected, &bytes)?.then_some(()));
+        if retrying(engine, ack, stamp, replace)?.is_none() {
+            return Ok(false);
         }
+        // A capped collection may pass its size until the next insert
+        // trims it, as MongoDB's does.
+        if let Some((used, _)) = capped_used.as_deref_mut() {
+            *used = (*used + bytes.len() as u64).saturating_sub(expected.len() as u64);
+        }
+        Ok(true)
     }
 
     /// In the caller's transaction `txn`: insert `doc` (an `_id` added
@@ -325,6 +291,29 @@ impl Collection {
         }
         txn.put(&self.records, &rid.to_be_bytes(), bytes)?;
         Ok(true)
+    }
+}
+
+/// Run `write` in a transaction of its own and commit it with `stamp`
+/// (statement 0); `None` from `write` commits nothing. A write conflict
+/// begins again: the other writer has committed or rolled back by then
+/// (first updater wins), so `write` sees its outcome.
+fn retrying<T>(
+    engine: &Engine,
+    ack: Ack,
+    stamp: Option<&dyn Stamp>,
+    mut write: impl FnMut(&Txn) -> Result<Option<T>, DocError>,
+) -> Result<Option<T>, DocError> {
+    loop {
+        let txn = engine.begin(ack.txn_options())?;
+        let attempt = match write(&txn) {
+            Ok(Some(done)) => commit_stamped(txn, stamp, &[0]).map(|_| Some(done)).map_err(DocError::from),
+            other => other,
+        };
+        match attempt {
+            Err(DocError::Storage(e)) if e.is_retryable() => std::thread::yield_now(),
+            other => return other,
+        }
     }
 }
 
