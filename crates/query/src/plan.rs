@@ -1,7 +1,9 @@
 //! The access-path seam: how a read reaches its documents, decided from the
-//! parsed request alone. Every command that reads (find, count, distinct,
-//! update, delete, findAndModify, bulkWrite, the point-read fast path)
-//! asks here and carries out the answer in `server/exec/access.rs`.
+//! parsed request alone. `find`, the update and delete statements (update,
+//! delete, findAndModify, bulkWrite) and the point-read fast path ask here
+//! and carry out the answer in `server/exec/access.rs`; `count`,
+//! `distinct` and `aggregate` still scan (they take the seam with
+//! secondary indexes).
 //!
 //! Today there are two paths: the `_id` index for a filter that pins one
 //! `_id` ([`AccessPath::IdPoint`]) and the collection scan. Secondary index
@@ -24,9 +26,6 @@ pub struct ReadShape<'a> {
     /// The read's collation compares strings as the collection's `_id`
     /// index does (both binary, or the same collation).
     pub id_index_collation_matches: bool,
-    /// `$natural` order asked for (a hint or find's `$natural` sort): a
-    /// collection scan in that direction, as in mongod.
-    pub natural: Option<i32>,
     /// A tailable cursor follows the collection's natural order.
     pub tailable: bool,
 }
@@ -36,14 +35,16 @@ pub struct ReadShape<'a> {
 pub enum AccessPath<'a> {
     /// At most one document: the `_id` index entry of this value.
     IdPoint(&'a Bson),
-    /// Every document, in natural order (reversed when `reverse`).
+    /// Every document, in natural order (reversed when `reverse`; the
+    /// caller sets it from a `$natural` order: the planner does not take
+    /// one yet, as a `{_id: v}` read is answered by the index either way).
     CollScan { reverse: bool },
 }
 
 /// Choose the access path of `shape`.
 pub fn plan<'a>(shape: &ReadShape<'a>) -> AccessPath<'a> {
-    let scan = AccessPath::CollScan { reverse: shape.natural.is_some_and(|d| d < 0) };
-    if shape.tailable || shape.natural.is_some() {
+    let scan = AccessPath::CollScan { reverse: false };
+    if shape.tailable {
         return scan;
     }
     match crate::Filter::id_equality(shape.filter) {
@@ -67,35 +68,33 @@ mod tests {
     use super::*;
     use bson::doc;
 
-    fn check(filter: Document, matches: bool, natural: Option<i32>, tailable: bool) -> String {
-        let shape = ReadShape { filter: &filter, id_index_collation_matches: matches, natural, tailable };
+    fn check(filter: Document, matches: bool, tailable: bool) -> String {
+        let shape = ReadShape { filter: &filter, id_index_collation_matches: matches, tailable };
         format!("{:?}", plan(&shape))
     }
 
     #[test]
     fn an_id_equality_is_a_point_read() {
-        assert_eq!(check(doc! { "_id": 5 }, true, None, false), "IdPoint(Int32(5))");
-        assert_eq!(check(doc! { "_id": "a" }, true, None, false), "IdPoint(String(\"a\"))");
-        assert_eq!(check(doc! { "_id": 1.5 }, false, None, false), "IdPoint(Double(1.5))");
+        assert_eq!(check(doc! { "_id": 5 }, true, false), "IdPoint(Int32(5))");
+        assert_eq!(check(doc! { "_id": "a" }, true, false), "IdPoint(String(\"a\"))");
+        assert_eq!(check(doc! { "_id": 1.5 }, false, false), "IdPoint(Double(1.5))");
     }
 
     #[test]
     fn anything_else_scans() {
-        assert_eq!(check(doc! { "_id": { "$gt": 5 } }, true, None, false), "CollScan { reverse: false }");
-        assert_eq!(check(doc! { "_id": 5, "a": 1 }, true, None, false), "CollScan { reverse: false }");
+        assert_eq!(check(doc! { "_id": { "$gt": 5 } }, true, false), "CollScan { reverse: false }");
+        assert_eq!(check(doc! { "_id": 5, "a": 1 }, true, false), "CollScan { reverse: false }");
         // A document `_id` is matched by a scan (`Filter::id_equality`).
-        assert_eq!(check(doc! { "_id": { "x": 1 } }, true, None, false), "CollScan { reverse: false }");
-        assert_eq!(check(doc! {}, true, Some(-1), false), "CollScan { reverse: true }");
-        assert_eq!(check(doc! { "_id": 5 }, true, Some(1), false), "CollScan { reverse: false }");
-        assert_eq!(check(doc! { "_id": 5 }, true, None, true), "CollScan { reverse: false }");
+        assert_eq!(check(doc! { "_id": { "x": 1 } }, true, false), "CollScan { reverse: false }");
+        assert_eq!(check(doc! { "_id": 5 }, true, true), "CollScan { reverse: false }");
     }
 
     /// Under another collation than the index's, a string `_id` may equal
     /// keys the index holds apart (or the reverse): scan.
     #[test]
     fn a_string_id_under_another_collation_scans() {
-        assert_eq!(check(doc! { "_id": "a" }, false, None, false), "CollScan { reverse: false }");
-        assert_eq!(check(doc! { "_id": ["a"] }, false, None, false), "CollScan { reverse: false }");
-        assert_eq!(check(doc! { "_id": 1 }, false, None, false), "IdPoint(Int32(1))");
+        assert_eq!(check(doc! { "_id": "a" }, false, false), "CollScan { reverse: false }");
+        assert_eq!(check(doc! { "_id": ["a"] }, false, false), "CollScan { reverse: false }");
+        assert_eq!(check(doc! { "_id": 1 }, false, false), "IdPoint(Int32(1))");
     }
 }

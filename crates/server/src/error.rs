@@ -145,6 +145,8 @@ impl From<DocError> for CommandError {
             DocError::InvalidNamespace(m) => CommandError::invalid_namespace(m),
             DocError::Unencodable(why) => CommandError::bad_value(why.to_string()),
             DocError::TooDeep(_) => CommandError::with_code(15, e.to_string()),
+            // OperationNotSupportedInTransaction, as mongod answers it.
+            DocError::CappedInTransaction => CommandError::with_code(263, e.to_string()),
             DocError::ExceedsCappedSize => CommandError::bad_value(e.to_string()),
             DocError::Corrupt(_) | DocError::Storage(_) => CommandError::internal_error(e.to_string()),
         }

@@ -20,15 +20,22 @@ fn rust_files(dir: &Path) -> Vec<(String, String)> {
     out
 }
 
-/// The command files `text` names through `crate::commands::<file>` or
-/// `super::<file>`.
+/// The command files `text` names: `commands::<file>` by any prefix
+/// (`crate::commands::find`, or `commands::find` after `use crate::commands`),
+/// or `super::<file>` from inside `commands/`.
 fn command_files_named(text: &str, commands: &[String]) -> Vec<String> {
     commands
         .iter()
         .filter(|c| {
-            [format!("crate::commands::{c}"), format!("super::{c}::"), format!("super::{c};"), format!("super::{c}}}")]
-                .iter()
-                .any(|p| text.contains(p.as_str()))
+            [
+                format!("commands::{c}::"),
+                format!("commands::{c};"),
+                format!("commands::{c}}}"),
+                format!("commands::{c},"),
+            ]
+            .into_iter()
+            .chain([format!("super::{c}::"), format!("super::{c};"), format!("super::{c}}}")])
+            .any(|p| text.contains(p.as_str()))
         })
         .cloned()
         .collect()
@@ -77,5 +84,7 @@ fn the_check_sees_an_import() {
     let commands = vec!["find".to_string(), "insert".to_string()];
     assert_eq!(command_files_named("use crate::commands::find::x;", &commands), vec!["find"]);
     assert_eq!(command_files_named("use super::insert::{a, b};", &commands), vec!["insert"]);
+    assert_eq!(command_files_named("commands::find::first(x)", &commands), vec!["find"]);
     assert!(command_files_named("use crate::commands::COMMANDS;", &commands).is_empty());
+    assert!(command_files_named("commands::finder(x)", &commands).is_empty());
 }

@@ -788,7 +788,7 @@ impl Engine {
     /// backend sees it, like every other file access).
     pub fn table_file_bytes(&self, table: &Table) -> Result<u64> {
         let path = self.inner.dir.join(table_file_name(table.id()));
-        self.inner.vfs.open(&path, false)?.len()
+        self.inner.vfs.file_len(&path)
     }
 
     fn check_writable(&self) -> Result<()> {

@@ -26,6 +26,10 @@ pub trait VfsFile: Send + Sync {
 pub trait Vfs: Send + Sync {
     fn open(&self, path: &Path, create: bool) -> Result<Arc<dyn VfsFile>>;
     fn exists(&self, path: &Path) -> bool;
+    /// The length of the file at `path`, without opening it for writing.
+    fn file_len(&self, path: &Path) -> Result<u64> {
+        self.open(path, false)?.len()
+    }
     fn remove(&self, path: &Path) -> Result<()>;
     fn rename(&self, from: &Path, to: &Path) -> Result<()>;
     /// File names (not paths) in `dir`, any order.
@@ -90,6 +94,9 @@ impl Vfs for OsVfs {
     }
     fn exists(&self, path: &Path) -> bool {
         path.exists()
+    }
+    fn file_len(&self, path: &Path) -> Result<u64> {
+        std::fs::metadata(path).map(|m| m.len()).map_err(io_err("metadata", path))
     }
     fn remove(&self, path: &Path) -> Result<()> {
         std::fs::remove_file(path).map_err(io_err("remove", path))
@@ -173,6 +180,9 @@ impl Vfs for ReadOnlyVfs<'_> {
     }
     fn exists(&self, path: &Path) -> bool {
         self.inner.exists(path)
+    }
+    fn file_len(&self, path: &Path) -> Result<u64> {
+        self.inner.file_len(path)
     }
     fn remove(&self, _: &Path) -> Result<()> {
         Ok(())

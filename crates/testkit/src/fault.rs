@@ -150,6 +150,10 @@ impl Vfs for FaultVfs {
     fn exists(&self, path: &Path) -> bool {
         self.inner.exists(path)
     }
+    /// A read of metadata, as `exists`: no fault point of its own.
+    fn file_len(&self, path: &Path) -> Result<u64> {
+        self.inner.file_len(path)
+    }
     fn remove(&self, path: &Path) -> Result<()> {
         self.shared.tick("remove", path)?;
         self.inner.remove(path)

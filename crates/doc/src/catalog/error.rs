@@ -25,6 +25,10 @@ pub enum DocError {
     /// A document larger than its capped collection.
     #[error("object to insert exceeds cappedMaxSize")]
     ExceedsCappedSize,
+    /// A write to a capped collection in a caller's transaction: its size
+    /// accounting needs transactions of its own.
+    #[error("writes in a transaction are not allowed on capped collections")]
+    CappedInTransaction,
     /// A document nested deeper than `limits::stored_depth_max`.
     #[error("cannot insert document because it exceeds {0} levels of nesting")]
     TooDeep(usize),

@@ -196,7 +196,9 @@ impl Collection {
         stamp: Option<&dyn Stamp>,
     ) -> Result<bool, DocError> {
         let mut capped_used = self.capped_lock();
-        let Some(freed) = retrying(engine, ack, stamp, |txn| self.delete_in(txn, rid, doc))? else { return Ok(false) };
+        let Some(freed) = retrying(engine, ack, stamp, |txn| self.delete_record_in(txn, rid, doc))? else {
+            return Ok(false);
+        };
         if let Some((bytes, count)) = capped_used.as_deref_mut() {
             *bytes = bytes.saturating_sub(freed);
             *count = count.saturating_sub(1);
@@ -235,16 +237,25 @@ impl Collection {
     /// In the caller's transaction `txn`: insert `doc` (an `_id` added
     /// first if missing) and its `_id` index entry; returns the document as
     /// stored. A write conflict or duplicate `_id` is the caller's to
-    /// handle (retry, or fail the transaction). Not for capped collections,
-    /// whose size accounting needs their own transactions (`insert`).
+    /// handle (retry, or fail the transaction). A capped collection refuses
+    /// (`DocError::CappedInTransaction`).
     pub fn insert_in(&self, txn: &Txn, doc: &Document) -> Result<Document, DocError> {
-        assert!(self.capped.is_none(), "a capped collection inserts through Collection::insert");
+        self.not_capped()?;
         let doc = with_id_first(doc);
         let id = doc.get("_id").expect("with_id_first adds one");
         let key = self.id_key(id);
         let bytes = encode_record(&doc)?;
         self.put_new(txn, id, &key, &bytes)?;
         Ok(doc)
+    }
+
+    /// A capped collection's size accounting needs the writes it counts to
+    /// commit in its own transactions (`insert`, `delete`, `replace`).
+    fn not_capped(&self) -> Result<(), DocError> {
+        match self.capped {
+            Some(_) => Err(DocError::CappedInTransaction),
+            None => Ok(()),
+        }
     }
 
     /// In `txn`: a new record of `bytes` and its `_id` entry `key`,
@@ -264,6 +275,12 @@ impl Collection {
     /// still `doc` (byte for byte); returns the bytes freed, or `None` if
     /// someone else changed or removed it.
     pub fn delete_in(&self, txn: &Txn, rid: u64, doc: &Document) -> Result<Option<u64>, DocError> {
+        self.not_capped()?;
+        self.delete_record_in(txn, rid, doc)
+    }
+
+    /// `delete_in` without the capped check (`delete` keeps the accounting).
+    fn delete_record_in(&self, txn: &Txn, rid: u64, doc: &Document) -> Result<Option<u64>, DocError> {
         let key = self.id_key(doc.get("_id").ok_or_else(|| DocError::Corrupt("a document without _id".into()))?);
         let expected = encode(doc)?;
         match txn.get(&self.records, &rid.to_be_bytes())? {
@@ -280,6 +297,7 @@ impl Collection {
     /// stays. Returns whether it replaced.
     pub fn replace_in(&self, txn: &Txn, rid: u64, old: &Document, new: &Document) -> Result<bool, DocError> {
         debug_assert_eq!(old.get("_id"), new.get("_id"), "a replacement keeps its _id");
+        self.not_capped()?;
         self.replace_bytes_in(txn, rid, &encode(old)?, &encode_record(new)?)
     }
 

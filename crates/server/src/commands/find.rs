@@ -76,8 +76,6 @@ pub fn find(shared: &Shared, cmd: &Document) -> CommandResult {
     // `{$natural: ±1}`, as the sort or (without one) as the hint: the
     // collection's order, forwards or backwards.
     let hint_natural = cmd.get_document("hint").ok().and_then(natural_direction);
-    // Only an explicit `$natural` order reaches the planner.
-    let explicit_natural = natural_direction(&sort_doc).or(hint_natural.filter(|_| sort_doc.is_empty()));
     let (sort, natural) = match natural_direction(&sort_doc) {
         Some(n) => (Sort::default(), n),
         None if sort_doc.is_empty() => (Sort::default(), hint_natural.unwrap_or(1)),
@@ -161,7 +159,7 @@ pub fn find(shared: &Shared, cmd: &Document) -> CommandResult {
     }
     // The planner's point read (views read through their pipeline).
     let point = coll.as_ref().filter(|_| !is_view).and_then(|c| {
-        let path = access::plan_read(c, &filter_doc, collation.as_ref(), explicit_natural, tailable);
+        let path = access::plan_read(c, &filter_doc, collation.as_ref(), tailable);
         Some((access::point(&path)?, c))
     });
     if let Some((id, coll)) = point {

@@ -26,20 +26,22 @@ pub(crate) fn existing(
     let Some(coll) = shared.catalog.get(&ns) else {
         return Err(CommandError::namespace_not_found(format!("ns does not exist: {ns}")));
     };
-    check_not_view(shared, &ns)?;
+    if coll.view_on().is_some() {
+        return Err(crate::exec::views::not_on_view(&ns));
+    }
     Ok((ns, coll))
 }
 
 pub fn list_indexes(shared: &Shared, cmd: &Document) -> CommandResult {
     check_fields(cmd, "listIndexes", &["cursor", "includeBuildUUIDs", "includeIndexBuildInfo"], false)?;
-    let (ns, _) = existing(shared, cmd, "listIndexes")?;
+    let (ns, coll) = existing(shared, cmd, "listIndexes")?;
     let batch_size = match cmd.get("cursor") {
         None => None,
         Some(Bson::Document(c)) => crate::args::count_option(c, "batchSize")?.map(|n| n.max(0) as usize),
         Some(other) => return Err(crate::args::wrong_type("listIndexes.cursor", other, "object")),
     };
     let cursor_ns = Namespace { db: ns.db.clone(), coll: format!("$cmd.listIndexes.{}", ns.coll) };
-    let spec = shared.catalog.get(&ns).map(|c| id_index_spec(&c)).into_iter().collect();
+    let spec = vec![id_index_spec(&coll)];
     crate::exec::cursors::buffered_cursor(shared, cursor_ns, spec, batch_size)
 }
 
@@ -110,7 +112,13 @@ pub fn drop_indexes(shared: &Shared, cmd: &Document) -> CommandResult {
         Some(Bson::Document(key)) => {
             return Err(CommandError::with_code(27, format!("can't find index with key: {key}")));
         }
-        Some(other) => return Err(crate::args::wrong_type("dropIndexes.index", other, "[string, object, array]")),
+        // This one message puts the quote after the bracket.
+        Some(other) => {
+            return Err(CommandError::type_mismatch(format!(
+                "BSON field 'dropIndexes.index' is the wrong type '{}', expected types '[string, object, array]'",
+                crate::args::type_name(other)
+            )))
+        }
         None => {
             return Err(CommandError::missing_required_field(
                 "BSON field 'dropIndexes.index' is missing but a required field",

@@ -16,6 +16,7 @@ pub mod sessions;
 pub mod stats;
 pub mod update;
 
+use crate::args::wrong_type;
 use crate::args::CommandResult;
 use crate::commands::admin::get_parameter;
 use crate::commands::admin::hello;
@@ -30,6 +31,7 @@ use crate::server::build_info;
 use crate::server::{Conn, Shared};
 use bson::{doc, spec::BinarySubtype, Binary, Bson, DateTime, Document, Timestamp};
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 /// The replica set name `hello` reports.
 pub const SET_NAME: &str = "arbordb";
@@ -337,4 +339,97 @@ pub fn cluster_time_fields() -> [(&'static str, Bson); 2] {
 /// Whether `name` is the handshake command (or one of its aliases).
 pub fn is_hello(name: &str) -> bool {
     matches!(name, "hello" | "isMaster" | "ismaster")
+}
+
+/// How long an awaitable `hello` waits before it answers, as a replica-set
+/// primary does: a request with `topologyVersion` and `maxAwaitTimeMS`
+/// whose topology version is the current one waits up to `maxAwaitTimeMS`
+/// for a topology change (ours never changes while the process runs), so
+/// a driver's monitor hears from us once per heartbeat, not in a busy loop.
+/// `None` answers at once: no awaitable options, another process's (or an
+/// older) topology version. Bad options are errors, as mongod reports them.
+pub fn hello_await(shared: &Shared, name: &str, cmd: &Document) -> Result<Option<Duration>, CommandError> {
+    let topology = match cmd.get("topologyVersion") {
+        None => None,
+        Some(Bson::Document(tv)) => {
+            let (mut process_id, mut counter) = (None, None);
+            for (key, value) in tv {
+                let path = format!("{name}.topologyVersion.{key}");
+                match (key.as_str(), value) {
+                    ("processId", Bson::ObjectId(id)) => process_id = Some(*id),
+                    ("processId", other) => return Err(wrong_type(&path, other, "objectId")),
+                    ("counter", Bson::Int64(n)) => counter = Some(*n),
+                    ("counter", other) => return Err(wrong_type(&path, other, "long")),
+                    _ => {
+                        return Err(CommandError::unknown_parameter(format!(
+                            "BSON field '{path}' is an unknown field."
+                        )))
+                    }
+                }
+            }
+            let missing = |field: &str| {
+                CommandError::missing_required_field(format!(
+                    "BSON field '{name}.topologyVersion.{field}' is missing but a required field"
+                ))
+            };
+            Some((process_id.ok_or_else(|| missing("processId"))?, counter.ok_or_else(|| missing("counter"))?))
+        }
+        Some(_) => {
+            return Err(CommandError::with_code(10065, "invalid parameter: expected an object (topologyVersion)"))
+        }
+    };
+    let max_await_ms = match cmd.get("maxAwaitTimeMS") {
+        None => None,
+        Some(Bson::Int32(n)) => Some(i64::from(*n)),
+        Some(Bson::Int64(n)) => Some(*n),
+        Some(Bson::Double(d)) => Some(*d as i64),
+        Some(other) => {
+            return Err(wrong_type(&format!("{name}.maxAwaitTimeMS"), other, "[long, int, decimal, double]"))
+        }
+    };
+    let ((process_id, counter), max_await_ms) = match (topology, max_await_ms) {
+        (None, None) => return Ok(None),
+        (Some(tv), Some(ms)) => (tv, ms),
+        (Some(_), None) => {
+            return Err(CommandError::with_code(
+                31368,
+                "A request with a 'topologyVersion' must include 'maxAwaitTimeMS'",
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(CommandError::with_code(
+                31368,
+                "A request with 'maxAwaitTimeMS' must include a 'topologyVersion'",
+            ))
+        }
+    };
+    if max_await_ms < 0 {
+        return Err(CommandError::with_code(31373, "maxAwaitTimeMS must be a non-negative integer"));
+    }
+    if counter < 0 {
+        return Err(CommandError::with_code(31372, "topologyVersion must have a non-negative counter"));
+    }
+    if process_id != shared.process_id || counter < TOPOLOGY_COUNTER {
+        return Ok(None);
+    }
+    if counter > TOPOLOGY_COUNTER {
+        return Err(CommandError::with_code(
+            31382,
+            format!(
+                "Received a topology version with counter: {counter} which is greater than the server topology \
+                 version counter: {TOPOLOGY_COUNTER}"
+            ),
+        ));
+    }
+    Ok(Some(Duration::from_millis(max_await_ms as u64)))
+}
+
+/// The counter of our topology version: a one-member set whose
+/// configuration never changes while the process runs.
+pub(crate) const TOPOLOGY_COUNTER: i64 = 0;
+
+/// A hello's `client.application.name`.
+pub(crate) fn app_name_of(cmd: &Document) -> Option<String> {
+    let app = cmd.get_document("client").and_then(|c| c.get_document("application")).ok()?;
+    app.get_str("name").ok().map(str::to_string)
 }

@@ -13,12 +13,11 @@ use query::Collation;
 use std::sync::Arc;
 
 /// The access path of a read of `coll` with `filter` under `collation`
-/// (`None`: binary); `natural` when `$natural` order was asked for.
+/// (`None`: binary), for a tailable cursor or not.
 pub(crate) fn plan_read<'a>(
     coll: &Collection,
     filter: &'a Document,
     collation: Option<&Arc<Collation>>,
-    natural: Option<i32>,
     tailable: bool,
 ) -> AccessPath<'a> {
     let id_index_collation_matches = match (collation, coll.id_collation()) {
@@ -26,7 +25,7 @@ pub(crate) fn plan_read<'a>(
         (Some(a), Some(b)) => a.full_spec() == b.full_spec(),
         _ => false,
     };
-    plan::plan(&ReadShape { filter, id_index_collation_matches, natural, tailable })
+    plan::plan(&ReadShape { filter, id_index_collation_matches, tailable })
 }
 
 /// Records `(record id, document)` as a path yields them; a storage error
@@ -58,7 +57,7 @@ pub(crate) fn plan_write<'a>(
     filter: &'a Document,
     collation: Option<&Arc<Collation>>,
 ) -> AccessPath<'a> {
-    plan_read(coll, filter, collation, None, false)
+    plan_read(coll, filter, collation, false)
 }
 
 /// The one `_id` a point read looks up, if the path is one.

@@ -352,9 +352,12 @@ pub(crate) fn first_match(
 ) -> Result<Option<(u64, Document, Option<usize>)>, CommandError> {
     let path = access::plan_write(coll, query, collation);
     let mut best: Option<(u64, Document, Option<usize>)> = None;
+    let scanning = access::point(&path).is_none();
     for record in access::candidates(shared, ns, coll, &path)? {
         let (rid, d) = record?;
-        deadline.check()?;
+        if scanning {
+            deadline.check()?;
+        }
         let (ok, pos) = filter.try_matches_at(&d)?;
         if !ok {
             continue;

@@ -353,7 +353,7 @@ async fn meet_fail_point(
     }
     // A hello names its application before the fail point looks.
     let app_name = match commands::is_hello(name) {
-        true => commands::admin::app_name_of(cmd).or_else(|| conn.app_name.get().cloned()),
+        true => commands::app_name_of(cmd).or_else(|| conn.app_name.get().cloned()),
         false => conn.app_name.get().cloned(),
     };
     let Some(action) = shared.fail_points.check(name, app_name.as_deref()) else { return Ok(None) };
@@ -444,7 +444,7 @@ impl Serving<'_> {
     /// is one. Bad awaitable options are reported by the hello itself.
     async fn await_hello(&mut self, name: &str, cmd: &Document) -> Option<std::time::Duration> {
         let awaited = match commands::is_hello(name) {
-            true => commands::admin::hello_await(self.shared, name, cmd).ok().flatten(),
+            true => commands::hello_await(self.shared, name, cmd).ok().flatten(),
             false => None,
         };
         if let Some(wait) = awaited {

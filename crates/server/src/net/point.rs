@@ -67,7 +67,7 @@ pub fn find_by_id(shared: &Shared, header: &Header, body: &[u8]) -> Option<Vec<u
     // applies too unless the collection was made before it did.
     let filter = bson::doc! { "_id": id? };
     let id_index_collation_matches = !coll.options.contains_key("collation") || coll.id_collation().is_some();
-    let shape = ReadShape { filter: &filter, id_index_collation_matches, natural: None, tailable: false };
+    let shape = ReadShape { filter: &filter, id_index_collation_matches, tailable: false };
     let AccessPath::IdPoint(id) = query::plan::plan(&shape) else { return None };
     let found = coll.find_raw_by_id(shared.catalog.engine(), id).ok()?;
     if let Some(lsid) = lsid {
