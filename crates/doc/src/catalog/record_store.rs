@@ -147,11 +147,7 @@ impl Collection {
                         break;
                     };
                     bytes_total += bytes.len();
-                    let rid = self.next_record.fetch_add(1, Ordering::Relaxed);
-                    let put = txn
-                        .put(&self.records, &rid.to_be_bytes(), &bytes)
-                        .and_then(|_| txn.put(&self.id_index, &key, &rid.to_be_bytes()));
-                    if put.is_err() {
+                    if self.put_record(&txn, &key, &bytes).is_err() {
                         failed_at = Some(i);
                         break;
                     }
@@ -265,6 +261,13 @@ impl Collection {
         if txn.get(&self.id_index, key)?.is_some() {
             return Err(self.duplicate(id.clone()));
         }
+        self.put_record(txn, key, bytes)
+    }
+
+    /// In `txn`: a new record of `bytes` under a new record id, and its
+    /// `_id` entry `key`: the one place a new document's entries are
+    /// written (secondary index entries join here).
+    fn put_record(&self, txn: &Txn, key: &[u8], bytes: &[u8]) -> Result<(), DocError> {
         let rid = self.next_record.fetch_add(1, Ordering::Relaxed);
         txn.put(&self.records, &rid.to_be_bytes(), bytes)?;
         txn.put(&self.id_index, key, &rid.to_be_bytes())?;
