@@ -153,12 +153,24 @@ pub enum EncodeError {
     NulInRegex(&'static str),
     #[error("a document of more than 2 GiB cannot be written as BSON")]
     TooLarge,
+    #[error("a document nested deeper than {0} levels")]
+    TooDeep(usize),
 }
 
-/// The BSON bytes of `doc`, element by element (see invariant 4).
+/// The BSON bytes of `doc`, element by element (see invariant 4), of any
+/// nesting a decoded document may have.
 pub fn encode(doc: &Document) -> Result<Vec<u8>, EncodeError> {
+    encode_within(doc, decode_depth_max)
+}
+
+/// As [`encode`], refusing nesting deeper than `depth_max` (a flat
+/// document has depth 1) in the same pass.
+pub fn encode_within(doc: &Document, depth_max: usize) -> Result<Vec<u8>, EncodeError> {
     let mut out = Vec::with_capacity(64);
-    write_document(&mut out, doc.iter().map(|(k, v)| (k.as_str(), v)))?;
+    write_document(&mut out, doc.iter().map(|(k, v)| (k.as_str(), v)), depth_max).map_err(|e| match e {
+        EncodeError::TooDeep(_) => EncodeError::TooDeep(depth_max),
+        other => other,
+    })?;
     Ok(out)
 }
 
@@ -195,13 +207,19 @@ fn decimal_digits(i: usize) -> usize {
     i.checked_ilog10().map_or(1, |d| d as usize + 1)
 }
 
-fn write_document<'a>(out: &mut Vec<u8>, fields: impl Iterator<Item = (&'a str, &'a Bson)>) -> Result<(), EncodeError> {
+/// `room`: the levels this document and what it holds may still take.
+fn write_document<'a>(
+    out: &mut Vec<u8>,
+    fields: impl Iterator<Item = (&'a str, &'a Bson)>,
+    room: usize,
+) -> Result<(), EncodeError> {
+    let Some(inner) = room.checked_sub(1) else { return Err(EncodeError::TooDeep(0)) };
     let start = out.len();
     out.extend_from_slice(&[0; 4]);
     for (name, value) in fields {
         out.push(value.element_type() as u8);
         write_cstring(out, name).map_err(|()| EncodeError::NulInName(name.to_string()))?;
-        write_value(out, value)?;
+        write_value(out, value, inner)?;
     }
     out.push(0);
     patch_length(out, start)
@@ -229,14 +247,14 @@ fn write_string(out: &mut Vec<u8>, s: &str) {
     out.push(0);
 }
 
-fn write_value(out: &mut Vec<u8>, value: &Bson) -> Result<(), EncodeError> {
+fn write_value(out: &mut Vec<u8>, value: &Bson, room: usize) -> Result<(), EncodeError> {
     match value {
         Bson::Double(f) => out.extend_from_slice(&f.to_le_bytes()),
         Bson::String(s) | Bson::JavaScriptCode(s) | Bson::Symbol(s) => write_string(out, s),
-        Bson::Document(d) => write_document(out, d.iter().map(|(k, v)| (k.as_str(), v)))?,
+        Bson::Document(d) => write_document(out, d.iter().map(|(k, v)| (k.as_str(), v)), room)?,
         Bson::Array(items) => {
             let names: Vec<String> = (0..items.len()).map(|i| i.to_string()).collect();
-            write_document(out, names.iter().map(String::as_str).zip(items))?;
+            write_document(out, names.iter().map(String::as_str).zip(items), room)?;
         }
         Bson::Binary(b) => write_binary(out, b),
         Bson::ObjectId(id) => out.extend_from_slice(&id.bytes()),
@@ -250,7 +268,7 @@ fn write_value(out: &mut Vec<u8>, value: &Bson) -> Result<(), EncodeError> {
             let start = out.len();
             out.extend_from_slice(&[0; 4]);
             write_string(out, &c.code);
-            write_document(out, c.scope.iter().map(|(k, v)| (k.as_str(), v)))?;
+            write_document(out, c.scope.iter().map(|(k, v)| (k.as_str(), v)), room)?;
             patch_length(out, start)?;
         }
         Bson::Int32(n) => out.extend_from_slice(&n.to_le_bytes()),
@@ -322,6 +340,10 @@ mod tests {
         assert_eq!(encoded_len(&long), encode(&long).unwrap().len());
         assert_eq!(decode(&theirs).unwrap(), d);
         assert!(matches!(encode(&doc! { "a\0b": 1 }), Err(EncodeError::NulInName(_))));
+        let deep = doc! { "a": { "b": [1] } };
+        assert!(encode_within(&deep, 3).is_ok());
+        assert_eq!(encode_within(&deep, 2), Err(EncodeError::TooDeep(2)));
+        assert_eq!(deeper_than(&deep, 2), encode_within(&deep, 2).is_err());
     }
 
     #[test]

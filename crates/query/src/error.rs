@@ -17,7 +17,6 @@ pub(crate) const BAD_VALUE: i32 = 2;
 pub(crate) const FAILED_TO_PARSE: i32 = 9;
 pub(crate) const DBREF_INVALID: i32 = 10;
 pub(crate) const TYPE_MISMATCH: i32 = 14;
-pub(crate) const OVERFLOW: i32 = 15;
 pub(crate) const PATH_NOT_VIABLE: i32 = 28;
 pub(crate) const CONFLICTING_UPDATE_OPERATORS: i32 = 40;
 pub(crate) const DOLLAR_PREFIXED_FIELD_NAME: i32 = 52;

@@ -14,7 +14,7 @@ use crate::collation::Collation;
 use crate::context::EvalContext;
 use crate::error::{
     bad_value, err, FilterError, CONFLICTING_UPDATE_OPERATORS, DOLLAR_PREFIXED_FIELD_NAME, EMPTY_FIELD_NAME,
-    FAILED_TO_PARSE, IMMUTABLE_FIELD, NOT_SINGLE_VALUE_FIELD, OVERFLOW, PATH_NOT_VIABLE, TYPE_MISMATCH,
+    FAILED_TO_PARSE, IMMUTABLE_FIELD, NOT_SINGLE_VALUE_FIELD, PATH_NOT_VIABLE, TYPE_MISMATCH,
 };
 use crate::expr::{Scope, FIELD_PATH_PARTS_MAX};
 use crate::field_names::check_updated;
@@ -238,12 +238,9 @@ impl Update {
     /// The document `doc` becomes. `position` is the array position the
     /// query matched (for `$`); `inserting` is set for an upsert's insert.
     pub fn apply(&self, doc: &Document, position: Option<usize>, inserting: bool) -> Result<Document, FilterError> {
-        let out = self.apply_in(doc, position, inserting, &EvalContext::new(self.collation.as_deref()))?;
-        let max = doc::limits::stored_depth_max;
-        if doc::bson_bytes::deeper_than(&out, max) {
-            return Err(err(OVERFLOW, format!("Document exceeds maximum nesting depth of {max}")));
-        }
-        Ok(out)
+        // Nesting past what may be stored is refused as the document is
+        // encoded (`doc::catalog`), in the same pass.
+        self.apply_in(doc, position, inserting, &EvalContext::new(self.collation.as_deref()))
     }
 
     fn apply_in(

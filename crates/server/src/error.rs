@@ -144,7 +144,7 @@ impl From<DocError> for CommandError {
             DocError::NamespaceNotFound(_) => CommandError::namespace_not_found(e.to_string()),
             DocError::InvalidNamespace(m) => CommandError::invalid_namespace(m),
             DocError::Unencodable(why) => CommandError::bad_value(why.to_string()),
-            DocError::TooDeep(_) => CommandError::with_code(15, e.to_string()),
+            DocError::TooDeep { .. } => CommandError::with_code(15, e.to_string()),
             // OperationNotSupportedInTransaction, as mongod answers it.
             DocError::CappedInTransaction => CommandError::with_code(263, e.to_string()),
             DocError::ExceedsCappedSize => CommandError::bad_value(e.to_string()),

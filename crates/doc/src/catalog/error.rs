@@ -29,9 +29,14 @@ pub enum DocError {
     /// accounting needs transactions of its own.
     #[error("writes in a transaction are not allowed on capped collections")]
     CappedInTransaction,
-    /// A document nested deeper than `limits::stored_depth_max`.
-    #[error("cannot insert document because it exceeds {0} levels of nesting")]
-    TooDeep(usize),
+    /// A document nested deeper than `limits::stored_depth_max` (`max`),
+    /// in mongod's words for an insert or an update.
+    #[error("{}", if *update {
+        format!("Document exceeds maximum nesting depth of {max}")
+    } else {
+        format!("cannot insert document because it exceeds {max} levels of nesting")
+    })]
+    TooDeep { max: usize, update: bool },
     /// A document BSON cannot hold (a field name with a null byte).
     #[error(transparent)]
     Unencodable(#[from] crate::bson_bytes::EncodeError),

@@ -216,7 +216,7 @@ impl Collection {
         stamp: Option<&dyn Stamp>,
     ) -> Result<bool, DocError> {
         let expected = encode(old)?;
-        let bytes = encode_record(new)?;
+        let bytes = encode_replacement(new)?;
         let mut capped_used = self.capped_lock();
         let replace = |txn: &Txn| Ok(self.replace_bytes_in(txn, rid, &expected, &bytes)?.then_some(()));
         if retrying(engine, ack, stamp, replace)?.is_none() {
@@ -301,7 +301,7 @@ impl Collection {
     pub fn replace_in(&self, txn: &Txn, rid: u64, old: &Document, new: &Document) -> Result<bool, DocError> {
         debug_assert_eq!(old.get("_id"), new.get("_id"), "a replacement keeps its _id");
         self.not_capped()?;
-        self.replace_bytes_in(txn, rid, &encode(old)?, &encode_record(new)?)
+        self.replace_bytes_in(txn, rid, &encode(old)?, &encode_replacement(new)?)
     }
 
     /// `replace_in` with both documents already encoded.
@@ -351,14 +351,22 @@ pub(crate) fn encode(doc: &Document) -> Result<Vec<u8>, DocError> {
     Ok(crate::bson_bytes::encode(doc)?)
 }
 
-/// A record's bytes: also refused past `stored_depth_max`, so that every
-/// stored record decodes again (`limits.rs`).
+/// A record's bytes: also refused past `stored_depth_max`, in the same
+/// pass, so that every stored record decodes again (`limits.rs`).
 pub(crate) fn encode_record(doc: &Document) -> Result<Vec<u8>, DocError> {
-    let max = crate::limits::stored_depth_max;
-    if crate::bson_bytes::deeper_than(doc, max) {
-        return Err(DocError::TooDeep(max));
-    }
-    encode(doc)
+    crate::bson_bytes::encode_within(doc, crate::limits::stored_depth_max).map_err(|e| match e {
+        crate::bson_bytes::EncodeError::TooDeep(max) => DocError::TooDeep { max, update: false },
+        other => other.into(),
+    })
+}
+
+/// A replacement's bytes: as [`encode_record`], its refusal worded as
+/// mongod words an update's.
+fn encode_replacement(doc: &Document) -> Result<Vec<u8>, DocError> {
+    encode_record(doc).map_err(|e| match e {
+        DocError::TooDeep { max, .. } => DocError::TooDeep { max, update: true },
+        other => other,
+    })
 }
 
 pub(crate) fn decode(bytes: &[u8]) -> Result<Document, DocError> {
