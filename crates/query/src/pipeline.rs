@@ -202,6 +202,9 @@ pub struct Pipeline {
     /// With `allowDiskUse`: past their limits, `$sort` and `$group`
     /// spill here instead of failing.
     spill: Option<SpillTo>,
+    /// The filter of a leading `$match`, as given: what the access path
+    /// is planned from (`plan.rs`).
+    leading_match: Option<Document>,
 }
 
 /// Where blocking stages spill, and the counters they report spills to
@@ -285,6 +288,16 @@ impl Pipeline {
         self
     }
 
+    /// The filter of the first stage, if it is a `$match`.
+    pub fn leading_match(&self) -> Option<&Document> {
+        self.leading_match.as_ref()
+    }
+
+    /// The collation its stages compare strings under (`None`: binary).
+    pub fn collation(&self) -> Option<&Arc<Collation>> {
+        self.collation.as_ref()
+    }
+
     pub fn parse(stages: &[Bson]) -> Result<Pipeline, FilterError> {
         Pipeline::parse_in(stages, &Scope::default())
     }
@@ -346,7 +359,11 @@ impl Pipeline {
                 other => return Err(err(40324, format!("Unrecognized pipeline stage name: '{other}'"))),
             });
         }
-        Ok(Pipeline { stages: out, collation: None, memory: None, spill: None })
+        let leading_match = match stages.first().map(stage_of).transpose()? {
+            Some((name, Bson::Document(filter))) if name.as_str() == "$match" => Some(filter.clone()),
+            _ => None,
+        };
+        Ok(Pipeline { stages: out, collation: None, memory: None, spill: None, leading_match })
     }
 
     /// Hold `$sort` and `$group` to `limits`: past them they fail with

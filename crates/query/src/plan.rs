@@ -1,9 +1,9 @@
 //! The access-path seam: how a read reaches its documents, decided from the
-//! parsed request alone. `find`, the update and delete statements (update,
-//! delete, findAndModify, bulkWrite) and the point-read fast path ask here
-//! and carry out the answer in `server/exec/access.rs`; `count`,
-//! `distinct` and `aggregate` still scan (they take the seam with
-//! secondary indexes).
+//! parsed request alone. Every read asks here — `find`, `count`,
+//! `distinct`, `aggregate` (from its leading `$match`), the update and
+//! delete statements (update, delete, findAndModify, bulkWrite) and the
+//! point-read fast path — and carries out the answer in
+//! `server/exec/access.rs`.
 //!
 //! Today there are two paths: the `_id` index for a filter that pins one
 //! `_id` ([`AccessPath::IdPoint`]) and the collection scan. Secondary index

@@ -12,9 +12,10 @@
 //! have no table names and use `c/<ns>` and `i/<ns>/_id_`.)
 //!
 //! Invariants:
-//! 1. A collection exists iff its catalog entry does; tables without an
-//!    entry (a crash between creating them and writing the entry) are
-//!    dropped at open.
+//! 1. A collection exists iff its committed catalog entry does; tables
+//!    without an entry (a crash or an abort between creating them and
+//!    committing the entry, or between committing a drop and dropping
+//!    them) are dropped at open.
 //! 2. A document and its `_id` index entry are written in one storage
 //!    transaction; a duplicate `_id` fails it with nothing written.
 //! 3. Record ids only grow within a collection.
@@ -24,10 +25,11 @@ use parking_lot::RwLock;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use storage::{Engine, StorageError, Table, TableConfig, TxnOptions};
+use storage::{Engine, StorageError, Table, TableConfig};
 
 mod capped;
 mod collection;
+mod ddl;
 mod error;
 mod id_index;
 mod namespace;
@@ -36,6 +38,7 @@ mod record_store;
 mod tests;
 
 pub use collection::{with_id_first, Ack, Collection, ScanFrom};
+pub use ddl::Pending;
 pub use error::DocError;
 pub use id_index::{IdCollation, IdCollations};
 pub use namespace::{check_db_name, Namespace};
@@ -55,6 +58,9 @@ pub struct Catalog {
     /// The next collection ident.
     pub(crate) next_ident: AtomicU64,
     pub(crate) id_collations: Option<IdCollations>,
+    /// Serializes the catalog's own DDL transactions (`Catalog::create`
+    /// and the like) from their write to their publication.
+    pub(crate) ddl: parking_lot::Mutex<()>,
 }
 
 /// The table names of a catalog entry, and its `_id` index's collation
@@ -155,6 +161,7 @@ impl Catalog {
             collections: RwLock::new(collections),
             next_ident: AtomicU64::new(next_ident),
             id_collations,
+            ddl: parking_lot::Mutex::new(()),
         })
     }
 
@@ -164,126 +171,6 @@ impl Catalog {
 
     pub fn get(&self, ns: &Namespace) -> Option<Arc<Collection>> {
         self.collections.read().get(ns).cloned()
-    }
-
-    /// Create a collection; fails if it exists.
-    pub fn create(&self, ns: &Namespace, options: Document) -> Result<Arc<Collection>, DocError> {
-        let mut all = self.collections.write();
-        if all.contains_key(ns) {
-            return Err(DocError::NamespaceExists(ns.to_string()));
-        }
-        let ident = self.next_ident.fetch_add(1, Ordering::Relaxed);
-        let (records, id_index) = (format!("c/{ident}"), format!("i/{ident}/_id_"));
-        for (name, config) in [(&records, TableConfig::default()), (&id_index, index_table_config())] {
-            if self.engine.table(name).is_ok() {
-                self.engine.drop_table(name)?;
-            }
-            self.engine.create_table(name, config)?;
-        }
-        // The `_id` index keeps the collection's default collation.
-        let id_collation =
-            options.get_document("collation").ok().and_then(|spec| self.id_collations.and_then(|make| make(spec)));
-        let entry = catalog_entry(ns, &options, &records, &id_index, id_collation.as_ref());
-        self.engine.put(&self.meta, ns.to_string().as_bytes(), &encode(&entry)?)?;
-        let c = Arc::new(Collection::load(&self.engine, ns.clone(), options, &records, &id_index, id_collation)?);
-        all.insert(ns.clone(), c.clone());
-        Ok(c)
-    }
-
-    /// The collection, created (with default options) if missing, as an
-    /// insert does.
-    pub fn get_or_create(&self, ns: &Namespace) -> Result<Arc<Collection>, DocError> {
-        if let Some(c) = self.get(ns) {
-            return Ok(c);
-        }
-        match self.create(ns, Document::new()) {
-            Err(DocError::NamespaceExists(_)) => Ok(self.get(ns).expect("exists")),
-            other => other,
-        }
-    }
-
-    /// Drop a collection; returns whether it existed.
-    pub fn drop(&self, ns: &Namespace) -> Result<bool, DocError> {
-        let mut all = self.collections.write();
-        let Some(c) = all.remove(ns) else { return Ok(false) };
-        self.engine.delete(&self.meta, ns.to_string().as_bytes())?;
-        for name in [c.records.name(), c.id_index.name()] {
-            self.engine.drop_table(name)?;
-        }
-        Ok(true)
-    }
-
-    /// Rename a collection (across databases too): only its catalog entry
-    /// changes, in one transaction. An existing target is replaced in
-    /// that transaction when `drop_target`, else refused.
-    pub fn rename(&self, from: &Namespace, to: &Namespace, drop_target: bool) -> Result<(), DocError> {
-        if from == to {
-            return Err(DocError::NamespaceExists(to.to_string()));
-        }
-        let mut all = self.collections.write();
-        let Some(c) = all.get(from).cloned() else { return Err(DocError::NamespaceNotFound(from.to_string())) };
-        // A dropped target goes in the same transaction: its entry is
-        // overwritten, so a crash leaves the old target or the renamed
-        // collection, never neither. Its tables go after the commit (or,
-        // after a crash, at the next open, as tables no entry names).
-        let replaced = match all.get(to) {
-            Some(_) if !drop_target => return Err(DocError::NamespaceExists(to.to_string())),
-            existing => existing.cloned(),
-        };
-        let (records, id_index) = (c.records.name().to_string(), c.id_index.name().to_string());
-        let entry = encode(&catalog_entry(to, &c.options, &records, &id_index, c.id_collation.as_ref()))?;
-        loop {
-            let txn = self.engine.begin(TxnOptions::default())?;
-            let attempt = txn
-                .delete(&self.meta, from.to_string().as_bytes())
-                .and_then(|_| txn.put(&self.meta, to.to_string().as_bytes(), &entry))
-                .and_then(|_| txn.commit());
-            match attempt {
-                Ok(_) => break,
-                Err(e) if e.is_retryable() => std::thread::yield_now(),
-                Err(e) => return Err(e.into()),
-            }
-        }
-        all.remove(from);
-        // The same tables, record-id sequence and capped state: a writer
-        // that got the collection before the rename shares them.
-        let moved = Collection {
-            ns: to.clone(),
-            options: c.options.clone(),
-            records: c.records.clone(),
-            id_index: c.id_index.clone(),
-            id_collation: c.id_collation.clone(),
-            next_record: c.next_record.clone(),
-            capped: c.capped.clone(),
-        };
-        all.insert(to.clone(), Arc::new(moved));
-        if let Some(old) = replaced {
-            for name in [old.records.name(), old.id_index.name()] {
-                self.engine.drop_table(name)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Replace a collection's options (`collMod`): its catalog entry is
-    /// rewritten; writers that already hold the collection keep the old
-    /// options until their next lookup.
-    pub fn set_options(&self, ns: &Namespace, options: Document) -> Result<(), DocError> {
-        let mut all = self.collections.write();
-        let Some(c) = all.get(ns).cloned() else { return Err(DocError::NamespaceNotFound(ns.to_string())) };
-        let entry = catalog_entry(ns, &options, c.records.name(), c.id_index.name(), c.id_collation.as_ref());
-        self.engine.put(&self.meta, ns.to_string().as_bytes(), &encode(&entry)?)?;
-        let changed = Collection {
-            ns: ns.clone(),
-            options,
-            records: c.records.clone(),
-            id_index: c.id_index.clone(),
-            id_collation: c.id_collation.clone(),
-            next_record: c.next_record.clone(),
-            capped: c.capped.clone(),
-        };
-        all.insert(ns.clone(), Arc::new(changed));
-        Ok(())
     }
 
     /// The collections of `db`, by name.

@@ -328,3 +328,64 @@ fn writes_in_the_callers_transaction_commit_or_roll_back_together() {
     txn.commit().unwrap();
     assert_eq!(a.find_by_id(&e, &Bson::Int32(1)).unwrap(), None);
 }
+
+/// DDL takes the caller's transaction too: a collection created and
+/// written in one transaction appears with its document on commit, and
+/// after a rollback nothing of it remains (not its tables either); a
+/// rolled-back drop or rename leaves the collection as it was; two
+/// creates of one name conflict.
+#[test]
+fn ddl_in_the_callers_transaction_publishes_on_commit_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let cat = Catalog::open(e.clone()).unwrap();
+    let ns = Namespace::new("t", "made").unwrap();
+    let tables_before = e.table_names().len();
+
+    let txn = e.begin(storage::TxnOptions::default()).unwrap();
+    let pending = cat.create_in(&txn, &ns, Document::new()).unwrap();
+    assert!(cat.get(&ns).is_none(), "not visible before commit");
+    txn.rollback();
+    cat.abandon(pending);
+    assert!(cat.get(&ns).is_none());
+    assert_eq!(e.table_names().len(), tables_before, "an abandoned create drops its tables");
+
+    // Created and written in one transaction; a racing create of the
+    // same name conflicts (and leaves no tables behind).
+    let txn = e.begin(storage::TxnOptions::default()).unwrap();
+    let pending = cat.create_in(&txn, &ns, Document::new()).unwrap();
+    let racing = e.begin(storage::TxnOptions::default()).unwrap();
+    match cat.create_in(&racing, &ns, Document::new()) {
+        Err(DocError::Storage(err)) => assert!(err.is_retryable(), "{err}"),
+        other => panic!("a racing create of the same name: {:?}", other.map(|_| ())),
+    }
+    drop(racing);
+    pending.collection().unwrap().insert_in(&txn, &doc! { "_id": 1 }).unwrap();
+    txn.commit().unwrap();
+    let coll = cat.publish(pending).unwrap();
+    assert_eq!(coll.find_by_id(&e, &Bson::Int32(1)).unwrap(), Some(doc! { "_id": 1 }));
+    assert_eq!(e.table_names().len(), tables_before + 2);
+
+    // A rolled-back drop and rename change nothing.
+    let txn = e.begin(storage::TxnOptions::default()).unwrap();
+    let undone = cat.drop_in(&txn, &ns).unwrap().unwrap();
+    txn.rollback();
+    cat.abandon(undone);
+    let txn = e.begin(storage::TxnOptions::default()).unwrap();
+    let undone = cat.rename_in(&txn, &ns, &Namespace::new("t", "other").unwrap(), false).unwrap();
+    txn.rollback();
+    cat.abandon(undone);
+    assert!(cat.get(&Namespace::new("t", "other").unwrap()).is_none());
+    assert_eq!(cat.get(&ns).unwrap().find_by_id(&e, &Bson::Int32(1)).unwrap(), Some(doc! { "_id": 1 }));
+
+    // Committed, the drop frees its tables, and a reopen agrees.
+    let txn = e.begin(storage::TxnOptions::default()).unwrap();
+    let dropped = cat.drop_in(&txn, &ns).unwrap().unwrap();
+    txn.commit().unwrap();
+    assert!(cat.publish(dropped).is_none());
+    assert!(cat.get(&ns).is_none());
+    assert_eq!(e.table_names().len(), tables_before);
+    drop(cat);
+    let cat = Catalog::open(e.clone()).unwrap();
+    assert!(cat.get(&ns).is_none());
+}

@@ -22,7 +22,7 @@ use std::sync::Arc;
 pub fn count(shared: &Shared, cmd: &Document) -> CommandResult {
     let deadline = Deadline::of(cmd)?;
     let ns = namespace(cmd, "count")?;
-    let (_, filter) = filter_of(cmd, "query", &query::expr::Scope::default())?;
+    let (filter_doc, filter) = filter_of(cmd, "query", &query::expr::Scope::default())?;
     check_hint(shared, &ns, cmd)?;
     let filter = filter.with_collation(collation_of(shared, &ns, cmd)?);
     let skip = count_option(cmd, "skip")?.unwrap_or(0);
@@ -31,7 +31,7 @@ pub fn count(shared: &Shared, cmd: &Document) -> CommandResult {
     }
     let limit = count_option(cmd, "limit")?.unwrap_or(0).unsigned_abs() as usize;
     let mut n = 0usize;
-    for hit in scan_hits(shared, &ns, &filter) {
+    for hit in scan_hits(shared, &ns, &filter_doc, &filter) {
         hit?;
         deadline.check()?;
         n += 1;
@@ -60,14 +60,14 @@ pub fn distinct(shared: &Shared, cmd: &Document) -> CommandResult {
     if key.starts_with('$') {
         return Err(CommandError::with_code(16410, "FieldPath field names may not start with '$'."));
     }
-    let (_, filter) = filter_of(cmd, "query", &query::expr::Scope::default())?;
+    let (filter_doc, filter) = filter_of(cmd, "query", &query::expr::Scope::default())?;
     check_hint(shared, &ns, cmd)?;
     let collation = collation_of(shared, &ns, cmd)?;
     let filter = filter.with_collation(collation.clone());
     // Values equal by MongoDB's comparison (1 and 1.0; under a collation,
     // "a" and "A" at strength 2) count once, the first one met.
     let mut values: BTreeSet<Ordered> = BTreeSet::new();
-    for hit in scan_hits(shared, &ns, &filter) {
+    for hit in scan_hits(shared, &ns, &filter_doc, &filter) {
         let hit = hit?;
         deadline.check()?;
         query::matcher::values_at(&hit.doc, &key, &mut |v| {

@@ -168,7 +168,7 @@ pub fn find(shared: &Shared, cmd: &Document) -> CommandResult {
         state.source = Source::Buffer(hits.into_iter());
         state.remaining = limit;
     } else if !sort.is_empty() {
-        let hits = &mut scan_hits(shared, &ns, &filter);
+        let hits = &mut scan_hits(shared, &ns, &filter_doc, &filter);
         state.source = sorted_hits(shared, hits, &sort, (skip, limit), allow_disk_use, &deadline)?;
         // A spilled sort applied the skip but not the limit.
         state.remaining = limit.filter(|_| matches!(state.source, Source::Merge(_)));

@@ -30,11 +30,11 @@ pub(crate) fn plan_read<'a>(
 
 /// Records `(record id, document)` as a path yields them; a storage error
 /// is an item.
-pub(crate) type Records = Box<dyn Iterator<Item = Result<(u64, Document), DocError>>>;
+pub(crate) type Records = Box<dyn Iterator<Item = Result<(u64, Document), DocError>> + Send>;
 
-/// The candidate records of a write's read, `(record id, document)` in
-/// the path's order; the caller still applies the filter (a path only
-/// narrows what is looked at).
+/// The candidate records of a read, `(record id, document)` in the path's
+/// order; the caller still applies the filter (a path only narrows what
+/// is looked at).
 pub(crate) fn candidates(
     shared: &Shared,
     ns: &Namespace,
@@ -44,7 +44,7 @@ pub(crate) fn candidates(
     Ok(match path {
         AccessPath::IdPoint(id) => Box::new(coll.find_rid_by_id(shared.catalog.engine(), id)?.into_iter().map(Ok)),
         AccessPath::CollScan { reverse } => {
-            debug_assert!(!reverse, "writes plan without $natural (plan_write)");
+            debug_assert!(!reverse, "reads that take $natural scan in cursors (find)");
             Box::new(ScanIter::new(shared, ns).results())
         }
     })

@@ -2,6 +2,7 @@
 //! to disk past the memory limit), hints and collations of a read.
 
 use crate::error::CommandError;
+use crate::exec::access;
 use crate::exec::cursors::Source;
 use crate::exec::deadline::Deadline;
 use crate::exec::views::resolve_view;
@@ -56,25 +57,6 @@ impl ScanIter {
         std::iter::from_fn(move || match self.next() {
             Some(record) => Some(Ok(record)),
             None => self.error.take().map(Err),
-        })
-    }
-
-    /// The documents, a storage error as the last item (as a pipeline
-    /// takes them).
-    /// A collection dropped under the scan ends it with QueryPlanKilled
-    /// (175), as mongod's.
-    pub fn fallible(self) -> impl Iterator<Item = Result<Document, query::FilterError>> + Send {
-        self.results().map(|r| {
-            r.map(|(_, d)| d).map_err(|e| match e {
-                DocError::Storage(storage::StorageError::TableNotFound(_)) => query::FilterError {
-                    code: 175,
-                    message: "PlanExecutor error during aggregation :: caused by :: collection dropped".into(),
-                },
-                e => {
-                    let e = CommandError::from(e);
-                    query::FilterError { code: e.code, message: e.errmsg }
-                }
-            })
         })
     }
 }
@@ -165,6 +147,7 @@ pub(crate) fn spill_dir(shared: &Shared) -> std::path::PathBuf {
 pub(crate) fn scan_hits<'a>(
     shared: &'a Shared,
     ns: &Namespace,
+    filter_doc: &Document,
     filter: &'a Filter,
 ) -> Box<dyn Iterator<Item = Result<Hit, CommandError>> + 'a> {
     match resolve_view(shared, ns) {
@@ -188,24 +171,33 @@ pub(crate) fn scan_hits<'a>(
         }
         Ok(None) => {}
     }
-    let mut scan = ScanIter::new(shared, ns);
+    let Some(coll) = shared.catalog.get(ns) else { return Box::new(std::iter::empty()) };
+    let path = access::plan_read(&coll, filter_doc, filter.collation(), false);
+    let mut records = match access::candidates(shared, ns, &coll, &path) {
+        Ok(records) => records,
+        Err(e) => return Box::new(std::iter::once(Err(e))),
+    };
     let mut failed = false;
     Box::new(std::iter::from_fn(move || {
         if failed {
             return None;
         }
-        for (rid, d) in scan.by_ref() {
-            match filter.try_matches_at(&d) {
-                Ok((true, pos)) => return Some(Ok(Hit { rid, doc: d, pos })),
-                Ok((false, _)) => {}
+        for record in records.by_ref() {
+            let matched = record.map_err(CommandError::from).and_then(|(rid, d)| {
+                let (ok, pos) = filter.try_matches_at(&d)?;
+                Ok(ok.then_some(Hit { rid, doc: d, pos }))
+            });
+            match matched {
+                Ok(None) => {}
+                Ok(Some(hit)) => return Some(Ok(hit)),
                 Err(e) => {
                     failed = true;
-                    return Some(Err(e.into()));
+                    return Some(Err(e));
                 }
             }
         }
         failed = true;
-        scan.error.take().map(|e| e.into()).map(Err)
+        None
     }))
 }
 

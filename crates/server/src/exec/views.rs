@@ -2,7 +2,7 @@
 //! checks that refuse commands views do not take.
 
 use crate::error::CommandError;
-use crate::exec::scan::ScanIter;
+use crate::exec::access;
 use crate::server::Shared;
 use bson::Bson;
 use doc::catalog::Collection;
@@ -50,12 +50,37 @@ pub(crate) fn resolve_view(shared: &Shared, ns: &Namespace) -> Result<Option<(Na
 /// the collection it scans (for a cursor to check it is still there).
 pub(crate) type Scanning = Option<(Namespace, Arc<Collection>)>;
 
+/// The collection's documents come by the access path planned from the
+/// pipeline's leading `$match`.
 pub(crate) fn stream_over(
     shared: &Shared,
     base: &Namespace,
     pipeline: &query::Pipeline,
 ) -> Result<(query::pipeline::DocStream<'static>, Scanning), CommandError> {
-    let scan = ScanIter::new(shared, base);
-    let scanning = scan.coll.clone().map(|c| (base.clone(), c));
-    Ok((pipeline.stream(scan.fallible())?, scanning))
+    let Some(coll) = shared.catalog.get(base) else {
+        return Ok((pipeline.stream(std::iter::empty())?, None));
+    };
+    let empty = bson::Document::new();
+    let filter = pipeline.leading_match().unwrap_or(&empty);
+    let path = access::plan_read(&coll, filter, pipeline.collation(), false);
+    let records = access::candidates(shared, base, &coll, &path)?;
+    Ok((pipeline.stream(pipeline_input(records))?, Some((base.clone(), coll))))
+}
+
+/// Records as a pipeline takes them: documents, an error as the last
+/// item. A collection dropped under the read ends it with QueryPlanKilled
+/// (175), as mongod's.
+fn pipeline_input(records: access::Records) -> impl Iterator<Item = Result<bson::Document, query::FilterError>> + Send {
+    records.map(|r| {
+        r.map(|(_, d)| d).map_err(|e| match e {
+            doc::catalog::DocError::Storage(storage::StorageError::TableNotFound(_)) => query::FilterError {
+                code: 175,
+                message: "PlanExecutor error during aggregation :: caused by :: collection dropped".into(),
+            },
+            e => {
+                let e = CommandError::from(e);
+                query::FilterError { code: e.code, message: e.errmsg }
+            }
+        })
+    })
 }

@@ -1,0 +1,304 @@
+//! DDL: creating, dropping, renaming a collection and changing its
+//! options, as a catalog-entry write in the caller's transaction.
+//!
+//! Each `*_in` method writes (or deletes) catalog entries in `txn` and
+//! returns a [`Pending`] change; once `txn` commits, the caller hands it
+//! to [`Catalog::publish`], which makes it visible to lookups and drops
+//! the tables the change freed; if `txn` rolls back instead, to
+//! [`Catalog::abandon`], which drops the tables it created. Storage
+//! tables are created and dropped outside transactions, so:
+//! - a table is created before the entry naming it is written, and
+//!   dropped only after the entry stops naming it has committed;
+//! - a table left over by a crash or a forgotten `Pending` is named by no
+//!   committed entry, and `Catalog::open` drops it (invariant 1).
+//!
+//! Two DDL changes of one namespace write the same catalog key, so the
+//! second to commit fails with a write conflict (first updater wins); the
+//! own-transaction wrappers (`create`, `drop`, ...) begin again.
+
+use super::*;
+use storage::{Txn, TxnOptions};
+
+/// A catalog change written in a transaction, to publish once that
+/// transaction commits (or abandon once it rolls back).
+#[must_use = "a catalog change is published after its transaction commits, or abandoned"]
+pub struct Pending {
+    change: Change,
+}
+
+impl Pending {
+    /// The collection a create or rename makes, to write to in the same
+    /// transaction before it is published.
+    pub fn collection(&self) -> Option<&Arc<Collection>> {
+        match &self.change {
+            Change::Create { coll } | Change::Rename { coll, .. } | Change::SetOptions { coll } => Some(coll),
+            Change::Drop { .. } => None,
+        }
+    }
+}
+
+enum Change {
+    Create {
+        coll: Arc<Collection>,
+    },
+    /// `tables`: the dropped collection's, to drop once published.
+    Drop {
+        ns: Namespace,
+        records: String,
+        tables: Vec<String>,
+    },
+    /// `replaced`: the tables of a dropped target.
+    Rename {
+        from: Namespace,
+        coll: Arc<Collection>,
+        replaced: Vec<String>,
+    },
+    SetOptions {
+        coll: Arc<Collection>,
+    },
+}
+
+/// Every table a catalog entry names: its record table and index tables.
+fn entry_table_names(ns: &Namespace, entry: &Document) -> Vec<String> {
+    let (records, id_index, _) = entry_tables(ns, entry);
+    vec![records, id_index]
+}
+
+impl Catalog {
+    /// The committed (as `txn` sees it) catalog entry of `ns`.
+    fn entry_in(&self, txn: &Txn, ns: &Namespace) -> Result<Option<Document>, DocError> {
+        txn.get(&self.meta, ns.to_string().as_bytes())?.map(|bytes| decode(&bytes)).transpose()
+    }
+
+    /// In `txn`: create the collection `ns` with `options`; fails if it
+    /// exists. Its (empty) tables are created at once.
+    pub fn create_in(&self, txn: &Txn, ns: &Namespace, options: Document) -> Result<Pending, DocError> {
+        if self.entry_in(txn, ns)?.is_some() {
+            return Err(DocError::NamespaceExists(ns.to_string()));
+        }
+        let ident = self.next_ident.fetch_add(1, Ordering::Relaxed);
+        let (records, id_index) = (format!("c/{ident}"), format!("i/{ident}/_id_"));
+        for (name, config) in [(&records, TableConfig::default()), (&id_index, index_table_config())] {
+            if self.engine.table(name).is_ok() {
+                self.engine.drop_table(name)?;
+            }
+            self.engine.create_table(name, config)?;
+        }
+        let made = (|| {
+            // The `_id` index keeps the collection's default collation.
+            let id_collation =
+                options.get_document("collation").ok().and_then(|spec| self.id_collations.and_then(|make| make(spec)));
+            let entry = catalog_entry(ns, &options, &records, &id_index, id_collation.as_ref());
+            txn.put(&self.meta, ns.to_string().as_bytes(), &encode(&entry)?)?;
+            Collection::load(&self.engine, ns.clone(), options, &records, &id_index, id_collation)
+        })();
+        match made {
+            Ok(coll) => Ok(Pending { change: Change::Create { coll: Arc::new(coll) } }),
+            Err(e) => {
+                self.drop_tables(&[records, id_index]);
+                Err(e)
+            }
+        }
+    }
+
+    /// In `txn`: drop the collection `ns`; `None` if it does not exist.
+    pub fn drop_in(&self, txn: &Txn, ns: &Namespace) -> Result<Option<Pending>, DocError> {
+        let Some(entry) = self.entry_in(txn, ns)? else { return Ok(None) };
+        txn.delete(&self.meta, ns.to_string().as_bytes())?;
+        let tables = entry_table_names(ns, &entry);
+        let records = tables[0].clone();
+        Ok(Some(Pending { change: Change::Drop { ns: ns.clone(), records, tables } }))
+    }
+
+    /// In `txn`: rename a collection (across databases too); only catalog
+    /// entries change. An existing target is dropped when `drop_target`,
+    /// else refused: its entry is overwritten in the same transaction, so
+    /// a crash leaves the old target or the renamed collection, never
+    /// neither.
+    pub fn rename_in(
+        &self,
+        txn: &Txn,
+        from: &Namespace,
+        to: &Namespace,
+        drop_target: bool,
+    ) -> Result<Pending, DocError> {
+        if from == to {
+            return Err(DocError::NamespaceExists(to.to_string()));
+        }
+        let (Some(entry), Some(c)) = (self.entry_in(txn, from)?, self.get(from)) else {
+            return Err(DocError::NamespaceNotFound(from.to_string()));
+        };
+        let replaced = match self.entry_in(txn, to)? {
+            Some(_) if !drop_target => return Err(DocError::NamespaceExists(to.to_string())),
+            Some(target) => entry_table_names(to, &target),
+            None => Vec::new(),
+        };
+        // Entries written before idents existed name their tables by
+        // namespace: the new entry names the same tables explicitly.
+        let (records, id_index, _) = entry_tables(from, &entry);
+        let entry = catalog_entry(to, &c.options, &records, &id_index, c.id_collation.as_ref());
+        txn.delete(&self.meta, from.to_string().as_bytes())?;
+        txn.put(&self.meta, to.to_string().as_bytes(), &encode(&entry)?)?;
+        let coll = Arc::new(c.renamed(to.clone(), c.options.clone()));
+        Ok(Pending { change: Change::Rename { from: from.clone(), coll, replaced } })
+    }
+
+    /// In `txn`: replace a collection's options (`collMod`). Writers that
+    /// already hold the collection keep the old options until their next
+    /// lookup.
+    pub fn set_options_in(&self, txn: &Txn, ns: &Namespace, options: Document) -> Result<Pending, DocError> {
+        let (Some(mut entry), Some(c)) = (self.entry_in(txn, ns)?, self.get(ns)) else {
+            return Err(DocError::NamespaceNotFound(ns.to_string()));
+        };
+        entry.insert("options", options.clone());
+        txn.put(&self.meta, ns.to_string().as_bytes(), &encode(&entry)?)?;
+        Ok(Pending { change: Change::SetOptions { coll: Arc::new(c.renamed(ns.clone(), options)) } })
+    }
+
+    /// Make a committed change visible, and drop the tables it freed;
+    /// returns the collection it created, renamed or changed. A lookup
+    /// slot another change has since filled is left alone.
+    pub fn publish(&self, pending: Pending) -> Option<Arc<Collection>> {
+        let mut all = self.collections.write();
+        let same = |all: &BTreeMap<Namespace, Arc<Collection>>, ns: &Namespace, records: &str| {
+            all.get(ns).is_some_and(|c| c.records.name() == records)
+        };
+        let (published, freed) = match pending.change {
+            Change::Create { coll } => {
+                all.insert(coll.ns.clone(), coll.clone());
+                (Some(coll), Vec::new())
+            }
+            Change::Drop { ns, records, tables } => {
+                if same(&all, &ns, &records) {
+                    all.remove(&ns);
+                }
+                (None, tables)
+            }
+            Change::Rename { from, coll, replaced } => {
+                if same(&all, &from, coll.records.name()) {
+                    all.remove(&from);
+                }
+                all.insert(coll.ns.clone(), coll.clone());
+                (Some(coll), replaced)
+            }
+            Change::SetOptions { coll } => {
+                if same(&all, &coll.ns, coll.records.name()) {
+                    all.insert(coll.ns.clone(), coll.clone());
+                }
+                (Some(coll), Vec::new())
+            }
+        };
+        drop(all);
+        self.drop_tables(&freed);
+        published
+    }
+
+    /// Forget a change whose transaction rolled back: drop the tables it
+    /// created.
+    pub fn abandon(&self, pending: Pending) {
+        if let Change::Create { coll } = pending.change {
+            self.drop_tables(&[coll.records.name().to_string(), coll.id_index.name().to_string()]);
+        }
+    }
+
+    /// Drop tables no committed entry names; one that cannot be dropped
+    /// now is dropped at the next open (invariant 1).
+    fn drop_tables(&self, names: &[String]) {
+        for name in names {
+            if let Err(e) = self.engine.drop_table(name) {
+                tracing::warn!(table = %name, error = %e, "table left for the next open to drop");
+            }
+        }
+    }
+
+    /// Run one DDL change in a transaction of its own and publish it;
+    /// a write conflict with another change begins again.
+    fn own_txn(
+        &self,
+        mut change: impl FnMut(&Txn) -> Result<Option<Pending>, DocError>,
+    ) -> Result<Option<Arc<Collection>>, DocError> {
+        let _serial = self.ddl.lock();
+        loop {
+            let txn = self.engine.begin(TxnOptions::default())?;
+            let pending = match change(&txn) {
+                Ok(Some(pending)) => pending,
+                Ok(None) => return Ok(None),
+                Err(DocError::Storage(e)) if e.is_retryable() => {
+                    drop(txn);
+                    std::thread::yield_now();
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            match txn.commit() {
+                Ok(_) => return Ok(self.publish(pending)),
+                Err(e) => {
+                    self.abandon(pending);
+                    if !e.is_retryable() {
+                        return Err(e.into());
+                    }
+                    std::thread::yield_now();
+                }
+            }
+        }
+    }
+
+    /// Create a collection; fails if it exists.
+    pub fn create(&self, ns: &Namespace, options: Document) -> Result<Arc<Collection>, DocError> {
+        let made = self.own_txn(|txn| self.create_in(txn, ns, options.clone()).map(Some))?;
+        Ok(made.expect("a create publishes its collection"))
+    }
+
+    /// The collection, created (with default options) if missing, as an
+    /// insert does.
+    pub fn get_or_create(&self, ns: &Namespace) -> Result<Arc<Collection>, DocError> {
+        loop {
+            if let Some(c) = self.get(ns) {
+                return Ok(c);
+            }
+            match self.create(ns, Document::new()) {
+                // Created by another writer; visible once it publishes.
+                Err(DocError::NamespaceExists(_)) => std::thread::yield_now(),
+                other => return other,
+            }
+        }
+    }
+
+    /// Drop a collection; returns whether it existed.
+    pub fn drop(&self, ns: &Namespace) -> Result<bool, DocError> {
+        let mut existed = false;
+        self.own_txn(|txn| {
+            let pending = self.drop_in(txn, ns)?;
+            existed = pending.is_some();
+            Ok(pending)
+        })?;
+        Ok(existed)
+    }
+
+    /// Rename a collection (see [`Catalog::rename_in`]).
+    pub fn rename(&self, from: &Namespace, to: &Namespace, drop_target: bool) -> Result<(), DocError> {
+        self.own_txn(|txn| self.rename_in(txn, from, to, drop_target).map(Some)).map(|_| ())
+    }
+
+    /// Replace a collection's options (see [`Catalog::set_options_in`]).
+    pub fn set_options(&self, ns: &Namespace, options: Document) -> Result<(), DocError> {
+        self.own_txn(|txn| self.set_options_in(txn, ns, options.clone()).map(Some)).map(|_| ())
+    }
+}
+
+impl Collection {
+    /// This collection under another name or with other options: the same
+    /// tables, record-id sequence and capped state, so a writer that got
+    /// the collection before the change shares them.
+    fn renamed(&self, ns: Namespace, options: Document) -> Collection {
+        Collection {
+            ns,
+            options,
+            records: self.records.clone(),
+            id_index: self.id_index.clone(),
+            id_collation: self.id_collation.clone(),
+            next_record: self.next_record.clone(),
+            capped: self.capped.clone(),
+        }
+    }
+}
