@@ -12,6 +12,7 @@ pub mod compare;
 pub mod decimal;
 pub mod decimal_math;
 pub mod format;
+pub mod index;
 pub mod keystring;
 pub mod limits;
 pub mod sessions;

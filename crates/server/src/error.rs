@@ -140,6 +140,15 @@ impl From<DocError> for CommandError {
                 err.extra = Some(Box::new(extra));
                 err
             }
+            DocError::DuplicateIndexKey(ref dup) => {
+                let mut err = CommandError::duplicate_key(e.to_string());
+                let extra = doc! { "keyPattern": dup.key_pattern.clone(), "keyValue": dup.key_value.clone() };
+                err.extra = Some(Box::new(extra));
+                err
+            }
+            DocError::ParallelArrays(m) => CommandError::with_code(171, m),
+            DocError::IndexNotFound(_) => CommandError::with_code(27, e.to_string()),
+            DocError::IndexExists(_) => CommandError::with_code(85, e.to_string()),
             DocError::NamespaceExists(_) => CommandError::namespace_exists(e.to_string()),
             DocError::NamespaceNotFound(_) => CommandError::namespace_not_found(e.to_string()),
             DocError::InvalidNamespace(m) => CommandError::invalid_namespace(m),

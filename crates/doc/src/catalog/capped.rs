@@ -2,8 +2,10 @@
 //! in the transaction of the insert that overflows them.
 
 use super::*;
+use crate::index::Index;
 use bson::{Bson, Document};
 use parking_lot::Mutex;
+use std::sync::Arc;
 use storage::Txn;
 
 /// A capped collection's limits (`size` bytes of BSON, `max` documents)
@@ -48,26 +50,30 @@ impl Collection {
 
     /// In `txn`, delete the oldest documents until the capped collection
     /// holding `used` is within its limits; returns what it then holds.
-    pub(crate) fn trim_capped(&self, txn: &Txn, capped: &Capped, mut used: (u64, u64)) -> Result<(u64, u64), DocError> {
+    pub(crate) fn trim_capped(
+        &self,
+        txn: &Txn,
+        ixs: &[Arc<Index>],
+        capped: &Capped,
+        mut used: (u64, u64),
+    ) -> Result<(u64, u64), DocError> {
         let mut victims = Vec::new();
         {
             let mut c = txn.cursor(&self.records)?;
             let mut entry = c.first()?;
             while capped.over(used) {
                 let Some((key, value)) = entry else { break };
-                let id = bson::RawDocument::from_bytes(&value)
-                    .ok()
-                    .and_then(|d| d.get("_id").ok().flatten())
-                    .and_then(|v| Bson::try_from(v).ok())
-                    .ok_or_else(|| DocError::Corrupt("a capped document without _id".into()))?;
-                victims.push((key.to_vec(), self.id_key(&id)));
+                let doc = decode(&value)?;
+                let id = doc.get("_id").ok_or_else(|| DocError::Corrupt("a capped document without _id".into()))?;
+                victims.push((key.to_vec(), self.id_key(id), doc));
                 used = (used.0.saturating_sub(value.len() as u64), used.1.saturating_sub(1));
                 entry = c.next()?;
             }
         }
-        for (rid, id_key) in victims {
+        for (rid, id_key, doc) in victims {
             txn.delete(&self.records, &rid)?;
             txn.delete(&self.id_index, &id_key)?;
+            self.index_delete(txn, ixs, record_id(&rid)?, &doc)?;
         }
         Ok(used)
     }

@@ -2,8 +2,10 @@
 //! composed; reads by record id, by `_id`, and in natural order.
 
 use super::*;
+use crate::index::Index;
 use bson::{oid::ObjectId, Bson, Document};
-use parking_lot::Mutex;
+use indexes::IndexEntry;
+use parking_lot::{Mutex, RwLock};
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use storage::{Bytes, Engine, Table, TxnOptions};
@@ -22,6 +24,13 @@ pub struct Collection {
     pub(crate) next_record: Arc<AtomicU64>,
     /// Set for a capped collection (shared across a rename, as above).
     pub capped: Option<Arc<Capped>>,
+    /// The secondary indexes, shared across renames and `collMod`s.
+    /// Writers hold the read lock from before their transaction begins
+    /// until it ends; adding or removing an index takes the write lock
+    /// (`catalog/indexes.rs`).
+    pub(crate) indexes: Arc<RwLock<Vec<Arc<Index>>>>,
+    /// The catalog's table, where a write records new multikey paths.
+    pub(crate) meta: Table,
 }
 
 /// Where a natural-order scan resumes (`Collection::natural`).
@@ -60,9 +69,15 @@ impl Collection {
         records: &str,
         id_index: &str,
         id_collation: Option<Arc<dyn IdCollation>>,
+        indexes: Vec<IndexEntry>,
     ) -> Result<Collection, DocError> {
         let records = engine.table(records)?;
         let id_index = engine.table(id_index)?;
+        let mut secondary = Vec::new();
+        for ix in indexes {
+            let table = engine.table(&ix.table)?;
+            secondary.push(Arc::new(Index::new(ix.spec, table, ix.ready, ix.multikey)));
+        }
         let next = match engine.cursor(&records)?.last()? {
             Some((k, _)) => record_id(&k)? + 1,
             None => 1,
@@ -75,6 +90,8 @@ impl Collection {
             id_collation,
             next_record: Arc::new(AtomicU64::new(next)),
             capped: None,
+            indexes: Arc::new(RwLock::new(secondary)),
+            meta: engine.table(CATALOG)?,
         };
         if let Some((size, max)) = Capped::of(&c.options) {
             let used = c.count_and_size(engine)?;

@@ -19,6 +19,10 @@
 use super::*;
 use storage::{Txn, TxnOptions};
 
+/// How often `get_or_create` looks again for a collection another writer
+/// created but has not yet published (a millisecond apart).
+const GET_OR_CREATE_TRIES: usize = 1000;
+
 /// A catalog change written in a transaction, to publish once that
 /// transaction commits (or abandon once it rolls back).
 #[must_use = "a catalog change is published after its transaction commits, or abandoned"]
@@ -44,7 +48,6 @@ enum Change {
     /// `tables`: the dropped collection's, to drop once published.
     Drop {
         ns: Namespace,
-        records: String,
         tables: Vec<String>,
     },
     /// `replaced`: the tables of a dropped target.
@@ -58,16 +61,32 @@ enum Change {
     },
 }
 
-/// Every table a catalog entry names: its record table and index tables.
-fn entry_table_names(ns: &Namespace, entry: &Document) -> Vec<String> {
+/// Every table a catalog entry names: its record table first, then its
+/// index tables.
+pub(crate) fn entry_table_names(ns: &Namespace, entry: &Document) -> Vec<String> {
     let (records, id_index, _) = entry_tables(ns, entry);
-    vec![records, id_index]
+    let secondary = indexes::index_entries(entry).unwrap_or_default().into_iter().map(|ix| ix.table);
+    [records, id_index].into_iter().chain(secondary).collect()
 }
 
 impl Catalog {
     /// The committed (as `txn` sees it) catalog entry of `ns`.
     fn entry_in(&self, txn: &Txn, ns: &Namespace) -> Result<Option<Document>, DocError> {
         txn.get(&self.meta, ns.to_string().as_bytes())?.map(|bytes| decode(&bytes)).transpose()
+    }
+
+    /// The entry of `ns` as `txn` sees it, and the published collection
+    /// it names. A collection created or replaced in a transaction is
+    /// renamed or changed only once published (one change per namespace
+    /// per transaction).
+    fn committed(&self, txn: &Txn, ns: &Namespace) -> Result<(Document, Arc<Collection>), DocError> {
+        let missing = || DocError::NamespaceNotFound(ns.to_string());
+        let entry = self.entry_in(txn, ns)?.ok_or_else(missing)?;
+        let c = self.get(ns).ok_or_else(missing)?;
+        if entry_tables(ns, &entry).0 != c.records.name() {
+            return Err(missing());
+        }
+        Ok((entry, c))
     }
 
     /// In `txn`: create the collection `ns` with `options`; fails if it
@@ -90,7 +109,7 @@ impl Catalog {
                 options.get_document("collation").ok().and_then(|spec| self.id_collations.and_then(|make| make(spec)));
             let entry = catalog_entry(ns, &options, &records, &id_index, id_collation.as_ref());
             txn.put(&self.meta, ns.to_string().as_bytes(), &encode(&entry)?)?;
-            Collection::load(&self.engine, ns.clone(), options, &records, &id_index, id_collation)
+            Collection::load(&self.engine, ns.clone(), options, &records, &id_index, id_collation, Vec::new())
         })();
         match made {
             Ok(coll) => Ok(Pending { change: Change::Create { coll: Arc::new(coll) } }),
@@ -106,8 +125,7 @@ impl Catalog {
         let Some(entry) = self.entry_in(txn, ns)? else { return Ok(None) };
         txn.delete(&self.meta, ns.to_string().as_bytes())?;
         let tables = entry_table_names(ns, &entry);
-        let records = tables[0].clone();
-        Ok(Some(Pending { change: Change::Drop { ns: ns.clone(), records, tables } }))
+        Ok(Some(Pending { change: Change::Drop { ns: ns.clone(), tables } }))
     }
 
     /// In `txn`: rename a collection (across databases too); only catalog
@@ -125,9 +143,7 @@ impl Catalog {
         if from == to {
             return Err(DocError::NamespaceExists(to.to_string()));
         }
-        let (Some(entry), Some(c)) = (self.entry_in(txn, from)?, self.get(from)) else {
-            return Err(DocError::NamespaceNotFound(from.to_string()));
-        };
+        let (entry, c) = self.committed(txn, from)?;
         let replaced = match self.entry_in(txn, to)? {
             Some(_) if !drop_target => return Err(DocError::NamespaceExists(to.to_string())),
             Some(target) => entry_table_names(to, &target),
@@ -136,10 +152,21 @@ impl Catalog {
         // Entries written before idents existed name their tables by
         // namespace: the new entry names the same tables explicitly.
         let (records, id_index, _) = entry_tables(from, &entry);
-        let entry = catalog_entry(to, &c.options, &records, &id_index, c.id_collation.as_ref());
+        let options = entry.get_document("options").cloned().unwrap_or_default();
+        let mut renamed = catalog_entry(to, &options, &records, &id_index, c.id_collation.as_ref());
+        // Secondary index entries name their tables and move as they are.
+        let secondary = entry.get_array("indexes").map(|ix| ix.to_vec()).unwrap_or_default();
+        if let Ok(list) = renamed.get_array_mut("indexes") {
+            list.extend(
+                secondary
+                    .into_iter()
+                    .filter(|ix| ix.as_document().and_then(|d| d.get_str("name").ok()) != Some("_id_")),
+            );
+        }
+        let entry = renamed;
         txn.delete(&self.meta, from.to_string().as_bytes())?;
         txn.put(&self.meta, to.to_string().as_bytes(), &encode(&entry)?)?;
-        let coll = Arc::new(c.renamed(to.clone(), c.options.clone()));
+        let coll = Arc::new(c.renamed(to.clone(), options));
         Ok(Pending { change: Change::Rename { from: from.clone(), coll, replaced } })
     }
 
@@ -147,48 +174,57 @@ impl Catalog {
     /// already hold the collection keep the old options until their next
     /// lookup.
     pub fn set_options_in(&self, txn: &Txn, ns: &Namespace, options: Document) -> Result<Pending, DocError> {
-        let (Some(mut entry), Some(c)) = (self.entry_in(txn, ns)?, self.get(ns)) else {
-            return Err(DocError::NamespaceNotFound(ns.to_string()));
-        };
+        let (mut entry, c) = self.committed(txn, ns)?;
         entry.insert("options", options.clone());
         txn.put(&self.meta, ns.to_string().as_bytes(), &encode(&entry)?)?;
         Ok(Pending { change: Change::SetOptions { coll: Arc::new(c.renamed(ns.clone(), options)) } })
     }
 
-    /// Make a committed change visible, and drop the tables it freed;
-    /// returns the collection it created, renamed or changed. A lookup
-    /// slot another change has since filled is left alone.
-    pub fn publish(&self, pending: Pending) -> Option<Arc<Collection>> {
+    /// Make a change committed at `commit_ts` visible, and drop the
+    /// tables it freed; returns the collection it created, renamed or
+    /// changed. Changes may be published out of commit order: a
+    /// namespace's lookup slot takes a change only if it committed after
+    /// the last one published there, so the map ends as the commits
+    /// order it.
+    pub fn publish(&self, pending: Pending, commit_ts: u64) -> Option<Arc<Collection>> {
         let mut all = self.collections.write();
-        let same = |all: &BTreeMap<Namespace, Arc<Collection>>, ns: &Namespace, records: &str| {
-            all.get(ns).is_some_and(|c| c.records.name() == records)
+        let mut last = self.published.lock();
+        let mut newer = |ns: &Namespace| {
+            let at = last.entry(ns.clone()).or_insert(0);
+            let newer = commit_ts > *at;
+            *at = (*at).max(commit_ts);
+            newer
         };
         let (published, freed) = match pending.change {
             Change::Create { coll } => {
-                all.insert(coll.ns.clone(), coll.clone());
+                if newer(&coll.ns) {
+                    all.insert(coll.ns.clone(), coll.clone());
+                }
                 (Some(coll), Vec::new())
             }
-            Change::Drop { ns, records, tables } => {
-                if same(&all, &ns, &records) {
+            Change::Drop { ns, tables } => {
+                if newer(&ns) {
                     all.remove(&ns);
                 }
                 (None, tables)
             }
             Change::Rename { from, coll, replaced } => {
-                if same(&all, &from, coll.records.name()) {
+                if newer(&from) {
                     all.remove(&from);
                 }
-                all.insert(coll.ns.clone(), coll.clone());
+                if newer(&coll.ns) {
+                    all.insert(coll.ns.clone(), coll.clone());
+                }
                 (Some(coll), replaced)
             }
             Change::SetOptions { coll } => {
-                if same(&all, &coll.ns, coll.records.name()) {
+                if newer(&coll.ns) {
                     all.insert(coll.ns.clone(), coll.clone());
                 }
                 (Some(coll), Vec::new())
             }
         };
-        drop(all);
+        drop((all, last));
         self.drop_tables(&freed);
         published
     }
@@ -197,13 +233,14 @@ impl Catalog {
     /// created.
     pub fn abandon(&self, pending: Pending) {
         if let Change::Create { coll } = pending.change {
+            debug_assert!(coll.indexes.read().is_empty(), "a created collection has no secondary index");
             self.drop_tables(&[coll.records.name().to_string(), coll.id_index.name().to_string()]);
         }
     }
 
     /// Drop tables no committed entry names; one that cannot be dropped
     /// now is dropped at the next open (invariant 1).
-    fn drop_tables(&self, names: &[String]) {
+    pub(crate) fn drop_tables(&self, names: &[String]) {
         for name in names {
             if let Err(e) = self.engine.drop_table(name) {
                 tracing::warn!(table = %name, error = %e, "table left for the next open to drop");
@@ -212,32 +249,36 @@ impl Catalog {
     }
 
     /// Run one DDL change in a transaction of its own and publish it;
-    /// a write conflict with another change begins again.
+    /// a write conflict with another change begins again. The wrappers
+    /// are serialized, so one's lookups see every change of another.
     fn own_txn(
         &self,
         mut change: impl FnMut(&Txn) -> Result<Option<Pending>, DocError>,
     ) -> Result<Option<Arc<Collection>>, DocError> {
-        let _serial = self.ddl.lock();
         loop {
+            // Held for one attempt: a conflict with a caller's transaction
+            // that holds the entry waits outside it.
+            let serial = self.ddl.lock();
             let txn = self.engine.begin(TxnOptions::default())?;
             let pending = match change(&txn) {
                 Ok(Some(pending)) => pending,
                 Ok(None) => return Ok(None),
                 Err(DocError::Storage(e)) if e.is_retryable() => {
-                    drop(txn);
-                    std::thread::yield_now();
+                    drop((txn, serial));
+                    std::thread::sleep(std::time::Duration::from_millis(1));
                     continue;
                 }
                 Err(e) => return Err(e),
             };
             match txn.commit() {
-                Ok(_) => return Ok(self.publish(pending)),
+                Ok(ts) => return Ok(self.publish(pending, ts)),
                 Err(e) => {
                     self.abandon(pending);
                     if !e.is_retryable() {
                         return Err(e.into());
                     }
-                    std::thread::yield_now();
+                    drop(serial);
+                    std::thread::sleep(std::time::Duration::from_millis(1));
                 }
             }
         }
@@ -252,16 +293,19 @@ impl Catalog {
     /// The collection, created (with default options) if missing, as an
     /// insert does.
     pub fn get_or_create(&self, ns: &Namespace) -> Result<Arc<Collection>, DocError> {
-        loop {
+        for _ in 0..GET_OR_CREATE_TRIES {
             if let Some(c) = self.get(ns) {
                 return Ok(c);
             }
             match self.create(ns, Document::new()) {
                 // Created by another writer; visible once it publishes.
-                Err(DocError::NamespaceExists(_)) => std::thread::yield_now(),
+                Err(DocError::NamespaceExists(_)) => std::thread::sleep(std::time::Duration::from_millis(1)),
                 other => return other,
             }
         }
+        // Committed but never published (its creator failed after the
+        // commit): the next open loads it.
+        Err(DocError::NamespaceExists(ns.to_string()))
     }
 
     /// Drop a collection; returns whether it existed.
@@ -299,6 +343,8 @@ impl Collection {
             id_collation: self.id_collation.clone(),
             next_record: self.next_record.clone(),
             capped: self.capped.clone(),
+            indexes: self.indexes.clone(),
+            meta: self.meta.clone(),
         }
     }
 }

@@ -14,6 +14,16 @@ pub enum DocError {
         /// The `_id` index's collation and the key's collated form.
         collation: Option<Box<(Document, Bson)>>,
     },
+    /// A key a unique secondary index already holds for another record.
+    #[error("{0}")]
+    DuplicateIndexKey(Box<DuplicateIndexKey>),
+    /// A document whose indexed paths meet two arrays (171).
+    #[error("{0}")]
+    ParallelArrays(String),
+    #[error("index not found with name [{0}]")]
+    IndexNotFound(String),
+    #[error("An index with name {0} already exists")]
+    IndexExists(String),
     #[error("Collection {0} already exists.")]
     NamespaceExists(String),
     #[error("Source collection {0} does not exist")]
@@ -42,6 +52,22 @@ pub enum DocError {
     Unencodable(#[from] crate::bson_bytes::EncodeError),
     #[error(transparent)]
     Storage(#[from] StorageError),
+}
+
+/// A key a unique secondary index already holds.
+#[derive(Debug)]
+pub struct DuplicateIndexKey {
+    pub ns: String,
+    pub index: String,
+    pub key_pattern: Document,
+    pub key_value: Document,
+}
+
+impl std::fmt::Display for DuplicateIndexKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let key = crate::format::spaced(&Bson::Document(self.key_value.clone()));
+        write!(f, "E11000 duplicate key error collection: {} index: {} dup key: {key}", self.ns, self.index)
+    }
 }
 
 /// mongod's E11000 message. Under a collation it names the collation and

@@ -32,6 +32,7 @@ mod collection;
 mod ddl;
 mod error;
 mod id_index;
+mod indexes;
 mod namespace;
 mod record_store;
 #[cfg(test)]
@@ -39,8 +40,9 @@ mod tests;
 
 pub use collection::{with_id_first, Ack, Collection, ScanFrom};
 pub use ddl::Pending;
-pub use error::DocError;
+pub use error::{DocError, DuplicateIndexKey};
 pub use id_index::{IdCollation, IdCollations};
+pub use indexes::IndexCheck;
 pub use namespace::{check_db_name, Namespace};
 pub use record_store::InsertResult;
 
@@ -58,6 +60,9 @@ pub struct Catalog {
     /// The next collection ident.
     pub(crate) next_ident: AtomicU64,
     pub(crate) id_collations: Option<IdCollations>,
+    /// Per namespace, the commit timestamp of the last change published
+    /// to `collections` (`ddl.rs`, `Catalog::publish`).
+    pub(crate) published: parking_lot::Mutex<std::collections::HashMap<Namespace, u64>>,
     /// Serializes the catalog's own DDL transactions (`Catalog::create`
     /// and the like) from their write to their publication.
     pub(crate) ddl: parking_lot::Mutex<()>,
@@ -121,7 +126,13 @@ impl Catalog {
         while let Some((key, value)) = entry {
             let full = String::from_utf8_lossy(&key).into_owned();
             let ns = Namespace::parse(&full).ok_or_else(|| DocError::Corrupt(format!("catalog key {full:?}")))?;
-            let meta_doc = decode(&value)?;
+            let mut meta_doc = decode(&value)?;
+            // A build a crash interrupted was never acknowledged: its
+            // index goes (its table, named by no entry, goes below).
+            if indexes::index_entries(&meta_doc)?.iter().any(|ix| !ix.ready) {
+                meta_doc = indexes::without_unready(meta_doc);
+                engine.put(&meta, &key, &encode(&meta_doc)?)?;
+            }
             let options = meta_doc.get_document("options").cloned().unwrap_or_default();
             let (records, id_index, collation) = entry_tables(&ns, &meta_doc);
             let id_collation = match collation {
@@ -139,16 +150,23 @@ impl Catalog {
                     Some(c)
                 }
             };
-            let c = Collection::load(&engine, ns.clone(), options, &records, &id_index, id_collation)?;
+            let secondary = indexes::index_entries(&meta_doc)?;
+            let c = Collection::load(&engine, ns.clone(), options, &records, &id_index, id_collation, secondary)?;
             collections.insert(ns, Arc::new(c));
             entry = cursor.next()?;
         }
         // Invariant 1: tables nobody's entry names are leftovers.
-        let named: Vec<String> =
-            collections.values().flat_map(|c| [c.records.name().to_string(), c.id_index.name().to_string()]).collect();
+        let named: Vec<String> = collections
+            .values()
+            .flat_map(|c| {
+                let secondary = c.indexes.read().iter().map(|ix| ix.table_name().to_string()).collect::<Vec<_>>();
+                [c.records.name().to_string(), c.id_index.name().to_string()].into_iter().chain(secondary)
+            })
+            .collect();
         let mut next_ident = 1;
         for t in engine.table_names() {
-            if let Some(ident) = t.strip_prefix("c/").and_then(|i| i.parse::<u64>().ok()) {
+            let ident = t.strip_prefix("c/").or_else(|| t.strip_prefix("i/")).and_then(|i| i.split('/').next());
+            if let Some(ident) = ident.and_then(|i| i.parse::<u64>().ok()) {
                 next_ident = next_ident.max(ident + 1);
             }
             if (t.starts_with("c/") || t.starts_with("i/")) && !named.contains(&t) {
@@ -161,6 +179,7 @@ impl Catalog {
             collections: RwLock::new(collections),
             next_ident: AtomicU64::new(next_ident),
             id_collations,
+            published: parking_lot::Mutex::default(),
             ddl: parking_lot::Mutex::new(()),
         })
     }

@@ -2,9 +2,11 @@
 //! transaction, inserts in chunks, compare-and-swap delete and replace.
 
 use super::*;
+use crate::index::Index;
 use crate::sessions::Stamp;
 use bson::Document;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use storage::{Engine, StorageError, Txn};
 
 /// The most documents of one insert command committed together.
@@ -35,11 +37,12 @@ impl Collection {
         if self.capped.as_ref().is_some_and(|c| bytes.len() as u64 > c.size) {
             return Err(DocError::ExceedsCappedSize);
         }
+        let ixs = self.indexes.read();
         let used = retrying(engine, ack, stamp, |txn| {
-            self.put_new(txn, &id, &key, &bytes)?;
+            self.put_new(txn, &ixs, &doc, &id, &key, &bytes)?;
             Ok(Some(match (&self.capped, capped_used.as_deref()) {
                 (Some(capped), Some(&(b, n))) => {
-                    Some(self.trim_capped(txn, capped, (b + bytes.len() as u64, n + 1))?)
+                    Some(self.trim_capped(txn, &ixs, capped, (b + bytes.len() as u64, n + 1))?)
                 }
                 _ => None,
             }))
@@ -110,6 +113,7 @@ impl Collection {
         stamp: Option<&dyn Stamp>,
     ) -> Result<(Vec<Result<(), DocError>>, bool), DocError> {
         let mut limit = docs.len().min(INSERT_CHUNK_DOCS);
+        let ixs = self.indexes.read();
         loop {
             if limit == 0 {
                 // The first document failed inside the chunk: alone, it
@@ -147,7 +151,7 @@ impl Collection {
                         break;
                     };
                     bytes_total += bytes.len();
-                    if self.put_record(&txn, &key, &bytes).is_err() {
+                    if self.put_record(&txn, &ixs, &doc, &key, &bytes).is_err() {
                         failed_at = Some(i);
                         break;
                     }
@@ -192,7 +196,8 @@ impl Collection {
         stamp: Option<&dyn Stamp>,
     ) -> Result<bool, DocError> {
         let mut capped_used = self.capped_lock();
-        let Some(freed) = retrying(engine, ack, stamp, |txn| self.delete_record_in(txn, rid, doc))? else {
+        let ixs = self.indexes.read();
+        let Some(freed) = retrying(engine, ack, stamp, |txn| self.delete_record_in(txn, &ixs, rid, doc))? else {
             return Ok(false);
         };
         if let Some((bytes, count)) = capped_used.as_deref_mut() {
@@ -218,7 +223,14 @@ impl Collection {
         let expected = encode(old)?;
         let bytes = encode_replacement(new)?;
         let mut capped_used = self.capped_lock();
-        let replace = |txn: &Txn| Ok(self.replace_bytes_in(txn, rid, &expected, &bytes)?.then_some(()));
+        let ixs = self.indexes.read();
+        let replace = |txn: &Txn| {
+            let replaced = self.replace_bytes_in(txn, rid, &expected, &bytes)?;
+            if replaced {
+                self.index_replace(txn, &ixs, rid, old, new)?;
+            }
+            Ok(replaced.then_some(()))
+        };
         if retrying(engine, ack, stamp, replace)?.is_none() {
             return Ok(false);
         }
@@ -241,7 +253,8 @@ impl Collection {
         let id = doc.get("_id").expect("with_id_first adds one");
         let key = self.id_key(id);
         let bytes = encode_record(&doc)?;
-        self.put_new(txn, id, &key, &bytes)?;
+        let ixs = self.indexes.read();
+        self.put_new(txn, &ixs, &doc, id, &key, &bytes)?;
         Ok(doc)
     }
 
@@ -257,21 +270,36 @@ impl Collection {
     /// In `txn`: a new record of `bytes` and its `_id` entry `key`,
     /// refused if the `_id` is taken (invariant: a document and its `_id`
     /// entry are written together).
-    fn put_new(&self, txn: &Txn, id: &Bson, key: &[u8], bytes: &[u8]) -> Result<(), DocError> {
+    fn put_new(
+        &self,
+        txn: &Txn,
+        ixs: &[Arc<Index>],
+        doc: &Document,
+        id: &Bson,
+        key: &[u8],
+        bytes: &[u8],
+    ) -> Result<(), DocError> {
         if txn.get(&self.id_index, key)?.is_some() {
             return Err(self.duplicate(id.clone()));
         }
-        self.put_record(txn, key, bytes)
+        self.put_record(txn, ixs, doc, key, bytes)
     }
 
-    /// In `txn`: a new record of `bytes` under a new record id, and its
-    /// `_id` entry `key`: the one place a new document's entries are
-    /// written (secondary index entries join here).
-    fn put_record(&self, txn: &Txn, key: &[u8], bytes: &[u8]) -> Result<(), DocError> {
+    /// In `txn`: a new record of `bytes` (`doc` encoded) under a new
+    /// record id, its `_id` entry `key` and its entries in the secondary
+    /// indexes `ixs`: the one place a new document's entries are written.
+    fn put_record(
+        &self,
+        txn: &Txn,
+        ixs: &[Arc<Index>],
+        doc: &Document,
+        key: &[u8],
+        bytes: &[u8],
+    ) -> Result<(), DocError> {
         let rid = self.next_record.fetch_add(1, Ordering::Relaxed);
         txn.put(&self.records, &rid.to_be_bytes(), bytes)?;
         txn.put(&self.id_index, key, &rid.to_be_bytes())?;
-        Ok(())
+        self.index_insert(txn, ixs, rid, doc)
     }
 
     /// In `txn`: delete the document at `rid` and its `_id` entry if it is
@@ -279,11 +307,17 @@ impl Collection {
     /// someone else changed or removed it.
     pub fn delete_in(&self, txn: &Txn, rid: u64, doc: &Document) -> Result<Option<u64>, DocError> {
         self.not_capped()?;
-        self.delete_record_in(txn, rid, doc)
+        self.delete_record_in(txn, &self.indexes.read(), rid, doc)
     }
 
     /// `delete_in` without the capped check (`delete` keeps the accounting).
-    fn delete_record_in(&self, txn: &Txn, rid: u64, doc: &Document) -> Result<Option<u64>, DocError> {
+    fn delete_record_in(
+        &self,
+        txn: &Txn,
+        ixs: &[Arc<Index>],
+        rid: u64,
+        doc: &Document,
+    ) -> Result<Option<u64>, DocError> {
         let key = self.id_key(doc.get("_id").ok_or_else(|| DocError::Corrupt("a document without _id".into()))?);
         let expected = encode(doc)?;
         match txn.get(&self.records, &rid.to_be_bytes())? {
@@ -292,6 +326,7 @@ impl Collection {
         }
         txn.delete(&self.records, &rid.to_be_bytes())?;
         txn.delete(&self.id_index, &key)?;
+        self.index_delete(txn, ixs, rid, doc)?;
         Ok(Some(expected.len() as u64))
     }
 
@@ -301,7 +336,11 @@ impl Collection {
     pub fn replace_in(&self, txn: &Txn, rid: u64, old: &Document, new: &Document) -> Result<bool, DocError> {
         debug_assert_eq!(old.get("_id"), new.get("_id"), "a replacement keeps its _id");
         self.not_capped()?;
-        self.replace_bytes_in(txn, rid, &encode(old)?, &encode_replacement(new)?)
+        let replaced = self.replace_bytes_in(txn, rid, &encode(old)?, &encode_replacement(new)?)?;
+        if replaced {
+            self.index_replace(txn, &self.indexes.read(), rid, old, new)?;
+        }
+        Ok(replaced)
     }
 
     /// `replace_in` with both documents already encoded.

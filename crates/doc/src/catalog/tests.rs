@@ -361,8 +361,8 @@ fn ddl_in_the_callers_transaction_publishes_on_commit_only() {
     }
     drop(racing);
     pending.collection().unwrap().insert_in(&txn, &doc! { "_id": 1 }).unwrap();
-    txn.commit().unwrap();
-    let coll = cat.publish(pending).unwrap();
+    let ts = txn.commit().unwrap();
+    let coll = cat.publish(pending, ts).unwrap();
     assert_eq!(coll.find_by_id(&e, &Bson::Int32(1)).unwrap(), Some(doc! { "_id": 1 }));
     assert_eq!(e.table_names().len(), tables_before + 2);
 
@@ -381,11 +381,137 @@ fn ddl_in_the_callers_transaction_publishes_on_commit_only() {
     // Committed, the drop frees its tables, and a reopen agrees.
     let txn = e.begin(storage::TxnOptions::default()).unwrap();
     let dropped = cat.drop_in(&txn, &ns).unwrap().unwrap();
-    txn.commit().unwrap();
-    assert!(cat.publish(dropped).is_none());
+    let ts = txn.commit().unwrap();
+    assert!(cat.publish(dropped, ts).is_none());
     assert!(cat.get(&ns).is_none());
     assert_eq!(e.table_names().len(), tables_before);
     drop(cat);
     let cat = Catalog::open(e.clone()).unwrap();
     assert!(cat.get(&ns).is_none());
+}
+
+fn spec(shown: Document) -> crate::index::IndexSpec {
+    crate::index::IndexSpec::from_shown(shown).unwrap()
+}
+
+/// The entries of index `name`: (values, `_id` of the record).
+fn index_of(e: &Engine, c: &Collection, name: &str) -> Vec<(Vec<Bson>, Bson)> {
+    let ix = c.indexes().into_iter().find(|ix| ix.spec.name == name).unwrap();
+    ix.entries(e)
+        .unwrap()
+        .into_iter()
+        .map(|(values, rid)| (values, c.get(e, rid).unwrap().unwrap().get("_id").unwrap().clone()))
+        .collect()
+}
+
+/// A secondary index is built over existing documents and then kept in
+/// step by inserts, replacements (only changed keys) and deletes; its
+/// multikey paths are stored and survive a reopen.
+#[test]
+fn secondary_indexes_follow_every_write_and_keep_multikey_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let cat = Catalog::open(e.clone()).unwrap();
+    let ns = Namespace::new("t", "c").unwrap();
+    let c = cat.create(&ns, Document::new()).unwrap();
+    c.insert(&e, &doc! { "_id": 1, "a": 5 }, Ack::Journaled, None).unwrap();
+    c.insert(&e, &doc! { "_id": 2 }, Ack::Journaled, None).unwrap();
+    let seen = std::sync::Mutex::new(Vec::new());
+    let progress = |done, total| seen.lock().unwrap().push((done, total));
+    cat.build_index(&ns, spec(doc! { "v": 2, "key": { "a": 1 }, "name": "a_1" }), &progress).unwrap();
+    assert_eq!(seen.lock().unwrap().last(), Some(&(2, 2)));
+    let i32s = |v: i32| Bson::Int32(v);
+    assert_eq!(index_of(&e, &c, "a_1"), vec![(vec![Bson::Null], i32s(2)), (vec![i32s(5)], i32s(1))]);
+
+    c.insert(&e, &doc! { "_id": 3, "a": [7, 5] }, Ack::Journaled, None).unwrap();
+    let (rid, old) = c.find_rid_by_id(&e, &i32s(3)).unwrap().unwrap();
+    assert!(c.replace(&e, rid, &old, &doc! { "_id": 3, "a": [5, 8] }, Ack::Journaled, None).unwrap());
+    let (rid, old) = c.find_rid_by_id(&e, &i32s(1)).unwrap().unwrap();
+    assert!(c.delete(&e, rid, &old, Ack::Journaled, None).unwrap());
+    let want = vec![(vec![Bson::Null], i32s(2)), (vec![i32s(5)], i32s(3)), (vec![i32s(8)], i32s(3))];
+    assert_eq!(index_of(&e, &c, "a_1"), want);
+    let ix = &c.indexes()[0];
+    assert!(ix.is_ready() && ix.is_multikey());
+
+    drop((c, cat));
+    let cat = Catalog::open(e.clone()).unwrap();
+    let c = cat.get(&ns).unwrap();
+    assert_eq!(index_of(&e, &c, "a_1"), want, "entries survive a reopen");
+    assert_eq!(c.indexes()[0].multikey_paths(), vec![std::collections::BTreeSet::from([0])]);
+}
+
+/// A unique index refuses a second record with a key, at build and on
+/// insert; parallel arrays are refused; nothing of a refused write stays.
+#[test]
+fn unique_and_parallel_array_refusals_write_nothing() {
+    let (_dir, e, cat) = fresh_catalog();
+    let ns = Namespace::new("t", "u").unwrap();
+    let c = cat.create(&ns, Document::new()).unwrap();
+    c.insert(&e, &doc! { "_id": 1, "a": 1, "b": [1, 2] }, Ack::Journaled, None).unwrap();
+    c.insert(&e, &doc! { "_id": 2, "a": 1 }, Ack::Journaled, None).unwrap();
+    let unique = doc! { "v": 2, "key": { "a": 1 }, "name": "a_1", "unique": true };
+    let err = cat.build_index(&ns, spec(unique.clone()), &|_, _| {}).unwrap_err();
+    assert_eq!(err.to_string(), "E11000 duplicate key error collection: t.u index: a_1 dup key: { a: 1 }");
+    assert!(c.indexes().is_empty(), "a failed build leaves nothing");
+    let tables = e.table_names().len();
+
+    let (rid, old) = c.find_rid_by_id(&e, &Bson::Int32(2)).unwrap().unwrap();
+    assert!(c.delete(&e, rid, &old, Ack::Journaled, None).unwrap());
+    cat.build_index(&ns, spec(unique), &|_, _| {}).unwrap();
+    assert_eq!(e.table_names().len(), tables + 1);
+    let dup = c.insert(&e, &doc! { "_id": 3, "a": 1 }, Ack::Journaled, None).unwrap_err();
+    assert!(matches!(dup, DocError::DuplicateIndexKey(_)), "{dup}");
+    assert_eq!(c.find_by_id(&e, &Bson::Int32(3)).unwrap(), None);
+
+    let ab = doc! { "v": 2, "key": { "b": 1, "c": 1 }, "name": "b_1_c_1" };
+    cat.build_index(&ns, spec(ab), &|_, _| {}).unwrap();
+    let err = c.insert(&e, &doc! { "_id": 4, "a": 4, "b": [1], "c": [2] }, Ack::Journaled, None).unwrap_err();
+    assert_eq!(err.to_string(), "cannot index parallel arrays [c] [b]");
+    assert_eq!(c.find_by_id(&e, &Bson::Int32(4)).unwrap(), None);
+    assert_eq!(index_of(&e, &c, "a_1").len(), 1);
+    cat.drop_index(&ns, "a_1").unwrap();
+    assert_eq!(c.indexes().len(), 1);
+    assert_eq!(e.table_names().len(), tables + 1);
+}
+
+/// An index built while writers insert, replace and delete holds exactly
+/// the keys of the documents once they stop (no stale or missing entry).
+#[test]
+fn an_index_built_under_concurrent_writes_matches_the_documents() {
+    let (_dir, e, cat) = fresh_catalog();
+    let ns = Namespace::new("t", "busy").unwrap();
+    let c = cat.create(&ns, Document::new()).unwrap();
+    for i in 0..2000 {
+        c.insert(&e, &doc! { "_id": i, "a": i % 50, "b": [i, i + 1] }, Ack::Written, None).unwrap();
+    }
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        for t in 0..2 {
+            let (c, e, stop) = (&c, &e, &stop);
+            s.spawn(move || {
+                let mut n = 0i32;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    n += 1;
+                    let id = Bson::Int32((n * 7 + t * 13) % 2000);
+                    if let Some((rid, old)) = c.find_rid_by_id(e, &id).unwrap() {
+                        let new = doc! { "_id": id.clone(), "a": n % 50, "b": [n, -n] };
+                        if n % 5 == 0 {
+                            c.delete(e, rid, &old, Ack::Written, None).unwrap();
+                        } else {
+                            c.replace(e, rid, &old, &new, Ack::Written, None).unwrap();
+                        }
+                    } else {
+                        c.insert(e, &doc! { "_id": id, "a": 1, "b": [] }, Ack::Written, None).unwrap();
+                    }
+                }
+            });
+        }
+        let s = doc! { "v": 2, "key": { "a": 1, "b": -1 }, "name": "a_1_b_-1" };
+        cat.build_index(&ns, spec(s), &|_, _| {}).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    let ix = c.indexes().remove(0);
+    assert_eq!(c.check_index(&e, &ix).unwrap(), IndexCheck::default());
+    assert!(!ix.entries(&e).unwrap().is_empty());
 }

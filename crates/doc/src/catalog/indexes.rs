@@ -1,0 +1,387 @@
+//! A collection's secondary indexes in the catalog: their entries (in the
+//! collection's catalog entry, beside `_id_`), building one on existing
+//! documents while writes go on, dropping one, and keeping them in step
+//! with every document write (invariant 1 of `index`).
+//!
+//! A build (`Catalog::build_index`):
+//! 1. records the index as not ready in the catalog and adds it to the
+//!    collection's index list, under that list's write lock: writers hold
+//!    its read lock from before their transaction begins until it ends, so
+//!    once the index is listed every write that has not yet committed
+//!    maintains it;
+//! 2. reads the documents in chunks, each chunk's keys written in one
+//!    transaction with its reads: a concurrent write of the same document
+//!    writes one of the same index keys (the old document's or the new
+//!    one's), so one of the two conflicts and begins again (first updater
+//!    wins) and no stale entry survives;
+//! 3. marks it ready in the catalog, then in memory.
+//!
+//! A crash before step 3 leaves an index the catalog names as not ready:
+//! `Catalog::open` drops it (the build was never acknowledged).
+
+use super::*;
+use crate::index::keys::DocKeys;
+use crate::index::{Index, IndexSpec};
+use std::collections::BTreeSet;
+use storage::{Txn, TxnOptions};
+
+/// Index entries hold these fields besides the spec `listIndexes` shows.
+const INTERNAL_FIELDS: [&str; 5] = ["table", "ready", "multikey", "multikeyPaths", "keyFormat"];
+
+/// Documents indexed per build transaction.
+const BUILD_CHUNK_DOCS: usize = 256;
+
+/// A secondary index as its catalog entry records it.
+pub(crate) struct IndexEntry {
+    pub(crate) spec: IndexSpec,
+    pub(crate) table: String,
+    pub(crate) ready: bool,
+    pub(crate) multikey: Vec<BTreeSet<usize>>,
+}
+
+/// The secondary indexes a catalog entry names.
+pub(crate) fn index_entries(entry: &Document) -> Result<Vec<IndexEntry>, DocError> {
+    let mut out = Vec::new();
+    let Ok(indexes) = entry.get_array("indexes") else { return Ok(out) };
+    for ix in indexes.iter().filter_map(Bson::as_document) {
+        if ix.get_str("name") == Ok("_id_") {
+            continue;
+        }
+        let mut shown = ix.clone();
+        for f in INTERNAL_FIELDS {
+            shown.remove(f);
+        }
+        let spec = IndexSpec::from_shown(shown)?;
+        let table =
+            ix.get_str("table").map_err(|_| DocError::Corrupt(format!("index {} names no table", spec.name)))?;
+        let paths = ix.get_document("multikeyPaths").ok();
+        let multikey = spec
+            .key
+            .keys()
+            .map(|field| {
+                let at = paths.and_then(|p| p.get_array(field).ok());
+                at.map(|a| a.iter().filter_map(|n| n.as_i32()).map(|n| n as usize).collect()).unwrap_or_default()
+            })
+            .collect();
+        out.push(IndexEntry { spec, table: table.to_string(), ready: ix.get_bool("ready").unwrap_or(true), multikey });
+    }
+    Ok(out)
+}
+
+/// A catalog entry without the indexes it names as not ready.
+pub(crate) fn without_unready(mut entry: Document) -> Document {
+    if let Ok(indexes) = entry.get_array_mut("indexes") {
+        indexes.retain(|ix| ix.as_document().is_none_or(|d| d.get_bool("ready").unwrap_or(true)));
+    }
+    entry
+}
+
+/// An index's catalog entry.
+fn index_entry_doc(spec: &IndexSpec, table: &str, ready: bool, multikey: &[BTreeSet<usize>]) -> Document {
+    let mut d = spec.shown.clone();
+    d.insert("table", table);
+    d.insert("ready", ready);
+    d.insert("multikey", multikey.iter().any(|p| !p.is_empty()));
+    let mut paths = Document::new();
+    for (field, at) in spec.key.keys().zip(multikey) {
+        paths.insert(field.clone(), at.iter().map(|&n| Bson::Int32(n as i32)).collect::<Vec<_>>());
+    }
+    d.insert("multikeyPaths", paths);
+    d
+}
+
+/// Apply `change` to the entry of index `name` in a catalog entry.
+fn edit_index(entry: &mut Document, name: &str, change: impl FnOnce(&mut Document)) -> Result<(), DocError> {
+    let indexes = entry.get_array_mut("indexes").map_err(|_| DocError::Corrupt("an entry without indexes".into()))?;
+    let ix = indexes
+        .iter_mut()
+        .filter_map(Bson::as_document_mut)
+        .find(|ix| ix.get_str("name") == Ok(name))
+        .ok_or_else(|| DocError::IndexNotFound(name.to_string()))?;
+    change(ix);
+    Ok(())
+}
+
+impl Collection {
+    /// The secondary indexes, ready or being built.
+    pub fn indexes(&self) -> Vec<Arc<Index>> {
+        self.indexes.read().clone()
+    }
+
+    /// In `txn`: the index entries of a new document `doc` at `rid`.
+    pub(crate) fn index_insert(&self, txn: &Txn, ixs: &[Arc<Index>], rid: u64, doc: &Document) -> Result<(), DocError> {
+        for ix in ixs {
+            let keys = ix.spec.doc_keys(doc)?;
+            self.note_multikey(txn, ix, &keys)?;
+            ix.insert_keys(txn, rid, &keys, &self.ns.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// In `txn`: remove the index entries of `doc` at `rid`.
+    pub(crate) fn index_delete(&self, txn: &Txn, ixs: &[Arc<Index>], rid: u64, doc: &Document) -> Result<(), DocError> {
+        for ix in ixs {
+            let keys = ix.spec.doc_keys(doc).unwrap_or_default();
+            ix.delete_keys(txn, rid, &keys)?;
+        }
+        Ok(())
+    }
+
+    /// In `txn`: `old` at `rid` became `new`; only keys that changed are
+    /// touched.
+    pub(crate) fn index_replace(
+        &self,
+        txn: &Txn,
+        ixs: &[Arc<Index>],
+        rid: u64,
+        old: &Document,
+        new: &Document,
+    ) -> Result<(), DocError> {
+        for ix in ixs {
+            let mut before = ix.spec.doc_keys(old).unwrap_or_default();
+            let mut after = ix.spec.doc_keys(new)?;
+            self.note_multikey(txn, ix, &after)?;
+            let kept: Vec<Vec<u8>> = before.keys.keys().filter(|k| after.keys.contains_key(*k)).cloned().collect();
+            for k in &kept {
+                before.keys.remove(k);
+                after.keys.remove(k);
+            }
+            ix.delete_keys(txn, rid, &before)?;
+            ix.insert_keys(txn, rid, &after, &self.ns.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// `keys` met arrays: raise the index's multikey paths in memory
+    /// before the write commits, and in the catalog in its transaction
+    /// unless the catalog already records them (invariant 3 of `index`).
+    fn note_multikey(&self, txn: &Txn, ix: &Index, keys: &DocKeys) -> Result<(), DocError> {
+        if !keys.is_multikey() {
+            return Ok(());
+        }
+        ix.raise_multikey(&keys.multikey);
+        if ix.recorded_covers(&keys.multikey) {
+            return Ok(());
+        }
+        let key = self.ns.to_string();
+        let Some(bytes) = txn.get(&self.meta, key.as_bytes())? else {
+            return Err(DocError::NamespaceNotFound(key));
+        };
+        let mut entry = decode(&bytes)?;
+        let stored = index_entries(&entry)?
+            .into_iter()
+            .find(|e| e.spec.name == ix.spec.name)
+            .map(|e| e.multikey)
+            .ok_or_else(|| DocError::IndexNotFound(ix.spec.name.clone()))?;
+        let merged: Vec<BTreeSet<usize>> = stored.iter().zip(&keys.multikey).map(|(s, k)| s | k).collect();
+        if merged == stored {
+            // Committed by an earlier write: later writes need not look.
+            ix.raise_recorded(&stored);
+            return Ok(());
+        }
+        edit_index(&mut entry, &ix.spec.name, |d| {
+            let ready = d.get_bool("ready").unwrap_or(true);
+            let table = d.get_str("table").unwrap_or_default().to_string();
+            *d = index_entry_doc(&ix.spec, &table, ready, &merged);
+        })?;
+        txn.put(&self.meta, key.as_bytes(), &encode(&entry)?)?;
+        Ok(())
+    }
+}
+
+/// What `validate` finds in one index: entries the documents give that
+/// it lacks, and entries it holds that no document gives, as
+/// `(key values, record id)`.
+#[derive(Debug, Default, PartialEq)]
+pub struct IndexCheck {
+    pub missing: Vec<(Vec<Bson>, u64)>,
+    pub extra: Vec<(Vec<Bson>, u64)>,
+}
+
+impl Collection {
+    /// Compare the index `ix` with the keys of every document, in one
+    /// snapshot.
+    pub fn check_index(&self, engine: &Engine, ix: &Index) -> Result<IndexCheck, DocError> {
+        let txn = engine.begin(TxnOptions::default())?;
+        let mut expected = std::collections::BTreeMap::new();
+        let mut c = txn.cursor(&self.records)?;
+        let mut e = c.first()?;
+        while let Some((k, v)) = e {
+            let rid = record_id(&k)?;
+            for (key, values) in ix.spec.doc_keys(&decode(&v)?)?.keys {
+                expected.insert(crate::index::entry_key(&key, rid), values);
+            }
+            e = c.next()?;
+        }
+        drop(c);
+        let mut check = IndexCheck::default();
+        let mut c = txn.cursor(&ix.table)?;
+        let mut e = c.first()?;
+        while let Some((k, v)) = e {
+            if expected.remove(&k[..]).is_none() {
+                check.extra.push((crate::index::entry_values(&v)?, crate::index::record_of(&k)));
+            }
+            e = c.next()?;
+        }
+        check.missing = expected.into_iter().map(|(k, values)| (values, crate::index::record_of(&k))).collect();
+        Ok(check)
+    }
+}
+
+impl Catalog {
+    /// Build the index `spec` on `ns` (see the module's steps), reporting
+    /// `(documents done, documents in all)` to `progress` as it goes. A
+    /// duplicate key in a unique index or parallel arrays fail it, with
+    /// nothing left behind.
+    pub fn build_index(&self, ns: &Namespace, spec: IndexSpec, progress: &dyn Fn(u64, u64)) -> Result<(), DocError> {
+        let (coll, ix) = self.begin_build(ns, spec)?;
+        let built = self.fill_index(&coll, &ix, progress).and_then(|_| {
+            self.edit_entry(ns, |entry| {
+                edit_index(entry, &ix.spec.name, |d| {
+                    d.insert("ready", true);
+                })
+            })
+        });
+        match built {
+            Ok(()) => {
+                ix.set_ready();
+                Ok(())
+            }
+            Err(e) => {
+                // Nothing of it stays: not the entry, the listing or the table.
+                let _ = self.drop_index(ns, &ix.spec.name);
+                Err(e)
+            }
+        }
+    }
+
+    /// Step 1: the index recorded as not ready, listed, its table made.
+    fn begin_build(&self, ns: &Namespace, spec: IndexSpec) -> Result<(Arc<Collection>, Arc<Index>), DocError> {
+        let _serial = self.ddl.lock();
+        let coll = self.get(ns).ok_or_else(|| DocError::NamespaceNotFound(ns.to_string()))?;
+        if coll.indexes.read().iter().any(|ix| ix.spec.name == spec.name) {
+            return Err(DocError::IndexExists(spec.name));
+        }
+        let table = format!("i/{}/ix", self.next_ident.fetch_add(1, Ordering::Relaxed));
+        let handle = self.engine.create_table(&table, index_table_config())?;
+        let no_arrays = vec![BTreeSet::new(); spec.fields.len()];
+        let ix = Arc::new(Index::new(spec, handle, false, no_arrays.clone()));
+        let recorded = self.edit_entry_locked(ns, |entry| {
+            let indexes =
+                entry.get_array_mut("indexes").map_err(|_| DocError::Corrupt("an entry without indexes".into()))?;
+            indexes.push(Bson::Document(index_entry_doc(&ix.spec, &table, false, &no_arrays)));
+            Ok(())
+        });
+        if let Err(e) = recorded {
+            let _ = self.engine.drop_table(&table);
+            return Err(e);
+        }
+        // Waits for writes that began without it (they hold the read lock).
+        coll.indexes.write().push(ix.clone());
+        Ok((coll, ix))
+    }
+
+    /// Step 2: every document's keys, a chunk per transaction.
+    fn fill_index(&self, coll: &Collection, ix: &Index, progress: &dyn Fn(u64, u64)) -> Result<(), DocError> {
+        let total = coll.count_and_size(&self.engine)?.0;
+        let (mut after, mut done) = (0u64, 0u64);
+        progress(0, total);
+        loop {
+            let txn = self.engine.begin(TxnOptions::default())?;
+            let chunk = (|| {
+                let mut c = txn.cursor(&coll.records)?;
+                let mut e = c.seek(&(after + 1).to_be_bytes())?;
+                let mut last = None;
+                let mut n = 0;
+                while let Some((k, v)) = e {
+                    let rid = record_id(&k)?;
+                    let doc = decode(&v)?;
+                    let keys = ix.spec.doc_keys(&doc)?;
+                    coll.note_multikey(&txn, ix, &keys)?;
+                    ix.insert_keys(&txn, rid, &keys, &coll.ns.to_string())?;
+                    last = Some(rid);
+                    n += 1;
+                    if n == BUILD_CHUNK_DOCS {
+                        break;
+                    }
+                    e = c.next()?;
+                }
+                Ok::<_, DocError>((last, n))
+            })();
+            let (last, n) = match chunk.and_then(|got| txn.commit().map(|_| got).map_err(DocError::from)) {
+                Ok(got) => got,
+                Err(DocError::Storage(e)) if e.is_retryable() => {
+                    std::thread::yield_now();
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            done += n as u64;
+            progress(done, total.max(done));
+            match last {
+                Some(rid) => after = rid,
+                None => return Ok(()),
+            }
+        }
+    }
+
+    /// Drop the secondary index `name` of `ns`: its entry first (so a
+    /// crash never leaves a listed index that missed writes), then the
+    /// listing (waiting for writes that use it), then its table.
+    pub fn drop_index(&self, ns: &Namespace, name: &str) -> Result<(), DocError> {
+        let _serial = self.ddl.lock();
+        let coll = self.get(ns).ok_or_else(|| DocError::NamespaceNotFound(ns.to_string()))?;
+        let table = coll
+            .indexes
+            .read()
+            .iter()
+            .find(|ix| ix.spec.name == name)
+            .map(|ix| ix.table_name().to_string())
+            .ok_or_else(|| DocError::IndexNotFound(name.to_string()))?;
+        self.edit_entry_locked(ns, |entry| {
+            let indexes =
+                entry.get_array_mut("indexes").map_err(|_| DocError::Corrupt("an entry without indexes".into()))?;
+            indexes.retain(|ix| ix.as_document().and_then(|d| d.get_str("name").ok()) != Some(name));
+            Ok(())
+        })?;
+        coll.indexes.write().retain(|ix| ix.spec.name != name);
+        self.drop_tables(&[table]);
+        Ok(())
+    }
+
+    /// Rewrite the catalog entry of `ns` by `change`, in a transaction of
+    /// its own (serialized with other DDL).
+    fn edit_entry(
+        &self,
+        ns: &Namespace,
+        change: impl FnMut(&mut Document) -> Result<(), DocError>,
+    ) -> Result<(), DocError> {
+        let _serial = self.ddl.lock();
+        self.edit_entry_locked(ns, change)
+    }
+
+    /// `edit_entry` with the DDL lock held.
+    fn edit_entry_locked(
+        &self,
+        ns: &Namespace,
+        mut change: impl FnMut(&mut Document) -> Result<(), DocError>,
+    ) -> Result<(), DocError> {
+        let key = ns.to_string();
+        loop {
+            let txn = self.engine.begin(TxnOptions::default())?;
+            let attempt = (|| {
+                let bytes =
+                    txn.get(&self.meta, key.as_bytes())?.ok_or_else(|| DocError::NamespaceNotFound(key.clone()))?;
+                let mut entry = decode(&bytes)?;
+                change(&mut entry)?;
+                txn.put(&self.meta, key.as_bytes(), &encode(&entry)?)?;
+                Ok::<_, DocError>(())
+            })()
+            .and_then(|_| txn.commit().map(|_| ()).map_err(DocError::from));
+            match attempt {
+                Err(DocError::Storage(e)) if e.is_retryable() => std::thread::yield_now(),
+                other => return other,
+            }
+        }
+    }
+}

@@ -1,0 +1,253 @@
+//! Index keys of a document, as mongod's B-tree key generator makes them:
+//! - a path that reaches a value gives that value; a missing one gives
+//!   null (counted as missing, for sparse indexes); a path that continues
+//!   past a scalar is missing;
+//! - an array met on a path gives one key per element (the rest of the
+//!   path applied to each element; an element that is not a document has
+//!   none of it); an empty array ending the path gives `undefined`, and
+//!   an array inside an array is a key as a whole;
+//! - at most one array per document may be expanded: two indexed paths
+//!   meeting different arrays are parallel arrays (171);
+//! - a compound key is the tuple of its fields; equal tuples count once.
+//!
+//! It also reports, per indexed field, the path components where arrays
+//! were met (`multikeyPaths`).
+//!
+//! Invariant: keys come out in index order (by their KeyString), without
+//! duplicates.
+
+use bson::{Bson, Document};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Two indexed paths met different arrays: mongod's
+/// `cannot index parallel arrays [b] [a]` (each the array's field name,
+/// the later path's first).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParallelArrays {
+    pub later: String,
+    pub earlier: String,
+}
+
+impl std::fmt::Display for ParallelArrays {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "cannot index parallel arrays [{}] [{}]", self.later, self.earlier)
+    }
+}
+
+/// The keys of one document for one index.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct DocKeys {
+    /// Each key's KeyString (fields in order, a descending field's bytes
+    /// inverted) and its values, in index order.
+    pub keys: BTreeMap<Vec<u8>, Vec<Bson>>,
+    /// Per indexed field, the component positions where arrays were met
+    /// (0: the first component).
+    pub multikey: Vec<BTreeSet<usize>>,
+}
+
+impl DocKeys {
+    /// Whether any field met an array.
+    pub fn is_multikey(&self) -> bool {
+        self.multikey.iter().any(|p| !p.is_empty())
+    }
+}
+
+/// One indexed field: its path split at dots, and its direction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyField {
+    pub path: Vec<String>,
+    pub descending: bool,
+}
+
+/// Where one field stands while a document is walked.
+#[derive(Clone)]
+enum Slot<'p> {
+    /// Still to find: the rest of its path, starting at component `at`.
+    Pending {
+        rest: &'p [String],
+        at: usize,
+    },
+    Found(Bson),
+    Missing,
+}
+
+/// The keys `doc` gives the index on `fields`; a sparse index takes no
+/// key in which every field is missing.
+pub fn doc_keys(doc: &Document, fields: &[KeyField], sparse: bool) -> Result<DocKeys, ParallelArrays> {
+    let mut out = DocKeys { keys: BTreeMap::new(), multikey: vec![BTreeSet::new(); fields.len()] };
+    let slots: Vec<Slot> = fields.iter().map(|f| Slot::Pending { rest: &f.path, at: 0 }).collect();
+    walk(doc, slots, fields, sparse, &mut out)?;
+    Ok(out)
+}
+
+/// Resolve every pending slot in `obj`; expand the one array met, if any.
+fn walk<'p>(
+    obj: &Document,
+    mut slots: Vec<Slot<'p>>,
+    fields: &[KeyField],
+    sparse: bool,
+    out: &mut DocKeys,
+) -> Result<(), ParallelArrays> {
+    // The array met (by address, so two paths through one array share it),
+    // its field name, and the fields that reached it.
+    let mut array: Option<(&Vec<Bson>, &str)> = None;
+    let mut through_array = Vec::new();
+    for (i, slot) in slots.iter_mut().enumerate() {
+        let Slot::Pending { rest, at } = *slot else { continue };
+        let mut cur = obj;
+        let mut k = 0;
+        *slot = loop {
+            match cur.get(&rest[k]) {
+                None => break Slot::Missing,
+                Some(Bson::Array(items)) => {
+                    match array {
+                        Some((met, _)) if std::ptr::eq(met, items) => {}
+                        Some((_, name)) => {
+                            return Err(ParallelArrays { later: rest[k].clone(), earlier: name.to_string() })
+                        }
+                        None => array = Some((items, rest[k].as_str())),
+                    }
+                    out.multikey[i].insert(at + k);
+                    through_array.push(i);
+                    break Slot::Pending { rest: &rest[k + 1..], at: at + k + 1 };
+                }
+                Some(Bson::Document(d)) if k + 1 < rest.len() => {
+                    cur = d;
+                    k += 1;
+                }
+                Some(v) if k + 1 == rest.len() => break Slot::Found(v.clone()),
+                // The path goes on past a scalar.
+                Some(_) => break Slot::Missing,
+            }
+        };
+    }
+    let Some((items, _)) = array else {
+        emit(&slots, fields, sparse, out);
+        return Ok(());
+    };
+    let empty = Document::new();
+    if items.is_empty() {
+        // An empty array ending a path is `undefined`; a path going on
+        // finds nothing in it.
+        for &i in &through_array {
+            if let Slot::Pending { rest: [], .. } = slots[i] {
+                slots[i] = Slot::Found(Bson::Undefined);
+            }
+        }
+        return walk(&empty, slots, fields, sparse, out);
+    }
+    for item in items {
+        let mut each = slots.clone();
+        for &i in &through_array {
+            if let Slot::Pending { rest: [], .. } = each[i] {
+                each[i] = Slot::Found(item.clone());
+            }
+        }
+        let inner = match item {
+            Bson::Document(d) => d,
+            _ => &empty,
+        };
+        walk(inner, each, fields, sparse, out)?;
+    }
+    Ok(())
+}
+
+/// Add the key the resolved `slots` make.
+fn emit(slots: &[Slot], fields: &[KeyField], sparse: bool, out: &mut DocKeys) {
+    if sparse && slots.iter().all(|s| matches!(s, Slot::Missing)) {
+        return;
+    }
+    let values: Vec<Bson> = slots
+        .iter()
+        .map(|s| match s {
+            Slot::Found(v) => v.clone(),
+            Slot::Missing => Bson::Null,
+            Slot::Pending { .. } => unreachable!("walk resolves every slot before it emits"),
+        })
+        .collect();
+    out.keys.insert(key_string(&values, fields), values);
+}
+
+/// The KeyString of a key: each field's encoding, inverted for a
+/// descending field (each encoding is prefix-free, so inverting keeps
+/// compound keys comparing field by field).
+pub fn key_string(values: &[Bson], fields: &[KeyField]) -> Vec<u8> {
+    debug_assert_eq!(values.len(), fields.len());
+    let mut out = Vec::new();
+    for (v, f) in values.iter().zip(fields) {
+        let start = out.len();
+        crate::keystring::append(&mut out, v);
+        if f.descending {
+            out[start..].iter_mut().for_each(|b| *b = !*b);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bson::doc;
+
+    fn fields(paths: &[&str]) -> Vec<KeyField> {
+        paths.iter().map(|p| KeyField { path: p.split('.').map(String::from).collect(), descending: false }).collect()
+    }
+
+    fn keys_of(d: Document, paths: &[&str]) -> Vec<Vec<Bson>> {
+        doc_keys(&d, &fields(paths), false).unwrap().keys.into_values().collect()
+    }
+
+    #[test]
+    fn scalars_missing_fields_and_arrays() {
+        assert_eq!(keys_of(doc! { "a": 1 }, &["a"]), vec![vec![Bson::Int32(1)]]);
+        assert_eq!(keys_of(doc! { "b": 1 }, &["a"]), vec![vec![Bson::Null]]);
+        assert_eq!(keys_of(doc! { "a": [3, 1, 3] }, &["a"]), vec![vec![Bson::Int32(1)], vec![Bson::Int32(3)]]);
+        assert_eq!(keys_of(doc! { "a": [] }, &["a"]), vec![vec![Bson::Undefined]]);
+        assert_eq!(keys_of(doc! { "a": [[1, 2]] }, &["a"]), vec![vec![bson::bson!([1, 2])]]);
+        assert_eq!(keys_of(doc! { "a": [1, { "b": 2 }] }, &["a.b"]), vec![vec![Bson::Null], vec![Bson::Int32(2)]]);
+        assert_eq!(keys_of(doc! { "a": 5 }, &["a.b"]), vec![vec![Bson::Null]]);
+        assert_eq!(keys_of(doc! { "a": [] }, &["a.b"]), vec![vec![Bson::Null]]);
+    }
+
+    #[test]
+    fn compound_keys_expand_one_array_and_refuse_parallel_ones() {
+        let got = keys_of(doc! { "field1": 2, "field2": ["x", "y", "z"] }, &["field1", "field2"]);
+        assert_eq!(got.len(), 3);
+        let d = doc! { "field1": [0, 5], "field2": ["x", "y", "z"] };
+        let err = doc_keys(&d, &fields(&["field1", "field2"]), false).unwrap_err();
+        assert_eq!(err.to_string(), "cannot index parallel arrays [field2] [field1]");
+        // Two paths through one array are not parallel.
+        let d = doc! { "a": [{ "b": 1, "c": 2 }, { "b": 3, "c": 4 }] };
+        let got = keys_of(d, &["a.b", "a.c"]);
+        assert_eq!(got, vec![vec![Bson::Int32(1), Bson::Int32(2)], vec![Bson::Int32(3), Bson::Int32(4)]]);
+    }
+
+    #[test]
+    fn multikey_paths_name_where_arrays_were_met() {
+        let d = doc! { "obj": [{ "sub1": [1, 2, 3], "sub2": "x" }] };
+        let k = doc_keys(&d, &fields(&["obj.sub1", "obj.sub2"]), false).unwrap();
+        assert_eq!(k.multikey, vec![BTreeSet::from([0, 1]), BTreeSet::from([0])]);
+        let d = doc! { "field1": 2, "field2": ["x"] };
+        let k = doc_keys(&d, &fields(&["field1", "field2"]), false).unwrap();
+        assert_eq!(k.multikey, vec![BTreeSet::new(), BTreeSet::from([0])]);
+    }
+
+    #[test]
+    fn sparse_skips_documents_missing_every_field_but_keeps_nulls() {
+        assert!(doc_keys(&doc! { "b": 1 }, &fields(&["a"]), true).unwrap().keys.is_empty());
+        assert_eq!(doc_keys(&doc! { "a": null }, &fields(&["a"]), true).unwrap().keys.len(), 1);
+        assert_eq!(doc_keys(&doc! { "a": 1 }, &fields(&["a", "c"]), true).unwrap().keys.len(), 1);
+    }
+
+    #[test]
+    fn descending_fields_reverse_their_order_only() {
+        let f = vec![
+            KeyField { path: vec!["a".into()], descending: false },
+            KeyField { path: vec!["b".into()], descending: true },
+        ];
+        let k = |a: i32, b: &str| key_string(&[Bson::Int32(a), Bson::String(b.into())], &f);
+        assert!(k(1, "z") < k(2, "a"));
+        assert!(k(1, "b") < k(1, "a"));
+        assert!(k(1, "ab") < k(1, "a"), "a longer string sorts first descending");
+    }
+}

@@ -1,0 +1,231 @@
+//! Secondary indexes: what one is (its key pattern and options), the keys
+//! a document gives it (`keys.rs`), and its entries in storage.
+//!
+//! An index is a storage table `i/<collection ident>/<n>`:
+//! - key = the key's KeyString (`keys::key_string`) followed by the
+//!   record id (8 bytes, big-endian), so equal keys sort by record id and
+//!   every entry is unique;
+//! - value = the key's values as BSON (`{"0": v0, "1": v1, ...}`), so a
+//!   covered read gets them back without the document.
+//!
+//! Invariants:
+//! 1. A ready index holds exactly the entries its collection's documents
+//!    give it (`keys::doc_keys`), written in the transaction of the write
+//!    that changes the document.
+//! 2. A unique index holds at most one record id per key.
+//! 3. `multikey` only grows, and is written to the catalog in the
+//!    transaction of the first write that meets an array on a new path;
+//!    in memory it is raised before that transaction commits, so a reader
+//!    never plans with less than is stored.
+
+pub mod keys;
+
+use crate::catalog::DocError;
+use bson::{Bson, Document};
+use keys::{DocKeys, KeyField};
+use parking_lot::Mutex;
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use storage::{Table, Txn};
+
+/// An index's definition as its catalog entry and `listIndexes` show it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IndexSpec {
+    pub name: String,
+    /// The key pattern as given (`{a: 1, "b.c": -1}`).
+    pub key: Document,
+    pub fields: Vec<KeyField>,
+    pub unique: bool,
+    pub sparse: bool,
+    /// The spec as `listIndexes` shows it: `v`, `key`, `name` and the
+    /// options given.
+    pub shown: Document,
+}
+
+impl IndexSpec {
+    /// The spec of a `listIndexes`-shaped document whose key pattern holds
+    /// only ascending and descending fields (the caller validated it).
+    pub fn from_shown(shown: Document) -> Result<IndexSpec, DocError> {
+        let corrupt = || DocError::Corrupt(format!("index spec {shown}"));
+        let name = shown.get_str("name").map_err(|_| corrupt())?.to_string();
+        let key = shown.get_document("key").map_err(|_| corrupt())?.clone();
+        let mut fields = Vec::new();
+        for (path, dir) in &key {
+            let descending = match dir {
+                Bson::Int32(n) => *n < 0,
+                Bson::Int64(n) => *n < 0,
+                Bson::Double(n) => *n < 0.0,
+                Bson::Decimal128(_) => dir.to_string().starts_with('-'),
+                _ => return Err(corrupt()),
+            };
+            fields.push(KeyField { path: path.split('.').map(String::from).collect(), descending });
+        }
+        let unique = shown.get_bool("unique").unwrap_or(false);
+        let sparse = shown.get_bool("sparse").unwrap_or(false);
+        Ok(IndexSpec { name, key, fields, unique, sparse, shown })
+    }
+
+    /// The keys `doc` gives this index.
+    pub fn doc_keys(&self, doc: &Document) -> Result<DocKeys, DocError> {
+        keys::doc_keys(doc, &self.fields, self.sparse).map_err(|e| DocError::ParallelArrays(e.to_string()))
+    }
+}
+
+/// A secondary index of a collection.
+pub struct Index {
+    pub spec: IndexSpec,
+    pub(crate) table: Table,
+    /// Built: queries may use it (writers maintain it either way).
+    ready: AtomicBool,
+    /// Per field, the component positions where arrays were met: what
+    /// reads plan with (raised before the write commits).
+    multikey: Mutex<Vec<BTreeSet<usize>>>,
+    /// What the catalog is known to hold committed (never more than it
+    /// does): a write whose paths it covers need not look.
+    recorded: Mutex<Vec<BTreeSet<usize>>>,
+}
+
+impl Index {
+    pub(crate) fn new(spec: IndexSpec, table: Table, ready: bool, multikey: Vec<BTreeSet<usize>>) -> Index {
+        debug_assert_eq!(multikey.len(), spec.fields.len());
+        let recorded = Mutex::new(multikey.clone());
+        Index { spec, table, ready: AtomicBool::new(ready), multikey: Mutex::new(multikey), recorded }
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn set_ready(&self) {
+        self.ready.store(true, Ordering::Release)
+    }
+
+    pub fn table_name(&self) -> &str {
+        self.table.name()
+    }
+
+    /// Per field, the component positions where arrays were met.
+    pub fn multikey_paths(&self) -> Vec<BTreeSet<usize>> {
+        self.multikey.lock().clone()
+    }
+
+    pub fn is_multikey(&self) -> bool {
+        self.multikey.lock().iter().any(|p| !p.is_empty())
+    }
+
+    /// Raise the multikey paths to cover `seen`; returns the new paths if
+    /// they grew (the caller records them in the catalog, invariant 3).
+    pub(crate) fn raise_multikey(&self, seen: &[BTreeSet<usize>]) -> Option<Vec<BTreeSet<usize>>> {
+        let mut held = self.multikey.lock();
+        let grows = held.iter().zip(seen).any(|(h, s)| !s.is_subset(h));
+        if !grows {
+            return None;
+        }
+        for (h, s) in held.iter_mut().zip(seen) {
+            h.extend(s.iter().copied());
+        }
+        Some(held.clone())
+    }
+
+    /// Whether the catalog is known to record `seen` already.
+    pub(crate) fn recorded_covers(&self, seen: &[BTreeSet<usize>]) -> bool {
+        self.recorded.lock().iter().zip(seen).all(|(r, s)| s.is_subset(r))
+    }
+
+    /// The catalog holds `stored`, committed.
+    pub(crate) fn raise_recorded(&self, stored: &[BTreeSet<usize>]) {
+        let mut held = self.recorded.lock();
+        for (h, s) in held.iter_mut().zip(stored) {
+            h.extend(s.iter().copied());
+        }
+    }
+
+    /// In `txn`: add the entries of `keys` for record `rid`; a unique
+    /// index refuses a key another record holds.
+    pub(crate) fn insert_keys(&self, txn: &Txn, rid: u64, keys: &DocKeys, ns: &str) -> Result<(), DocError> {
+        for (key, values) in &keys.keys {
+            if self.spec.unique {
+                if let Some(other) = self.holder(txn, key)? {
+                    if other != rid {
+                        return Err(self.duplicate(ns, values));
+                    }
+                }
+            }
+            txn.put(&self.table, &entry_key(key, rid), &entry_value(values)?)?;
+        }
+        Ok(())
+    }
+
+    /// In `txn`: remove the entries of `keys` for record `rid`.
+    pub(crate) fn delete_keys(&self, txn: &Txn, rid: u64, keys: &DocKeys) -> Result<(), DocError> {
+        for key in keys.keys.keys() {
+            txn.delete(&self.table, &entry_key(key, rid))?;
+        }
+        Ok(())
+    }
+
+    /// Every entry, in index order: its key's values and its record id
+    /// (for `validate` and tests).
+    pub fn entries(&self, engine: &storage::Engine) -> Result<Vec<(Vec<Bson>, u64)>, DocError> {
+        let mut out = Vec::new();
+        let mut c = engine.cursor(&self.table)?;
+        let mut e = c.first()?;
+        while let Some((k, v)) = e {
+            out.push((entry_values(&v)?, record_of(&k)));
+            e = c.next()?;
+        }
+        Ok(out)
+    }
+
+    /// The record holding `key`, if any.
+    fn holder(&self, txn: &Txn, key: &[u8]) -> Result<Option<u64>, DocError> {
+        let mut c = txn.cursor(&self.table)?;
+        match c.seek(key)? {
+            Some((found, _)) if found.len() == key.len() + 8 && found.starts_with(key) => Ok(Some(record_of(&found))),
+            _ => Ok(None),
+        }
+    }
+
+    /// mongod's E11000 for a key of this index.
+    pub(crate) fn duplicate(&self, ns: &str, values: &[Bson]) -> DocError {
+        let mut key_value = Document::new();
+        for ((path, _), v) in self.spec.key.iter().zip(values) {
+            key_value.insert(path.clone(), v.clone());
+        }
+        DocError::DuplicateIndexKey(Box::new(crate::catalog::DuplicateIndexKey {
+            ns: ns.to_string(),
+            index: self.spec.name.clone(),
+            key_pattern: self.spec.key.clone(),
+            key_value,
+        }))
+    }
+}
+
+/// An entry's storage key: the KeyString, then the record id.
+pub fn entry_key(key: &[u8], rid: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(key.len() + 8);
+    out.extend_from_slice(key);
+    out.extend_from_slice(&rid.to_be_bytes());
+    out
+}
+
+/// The record id an entry's storage key ends with.
+pub fn record_of(entry: &[u8]) -> u64 {
+    let at = entry.len().checked_sub(8).expect("an index entry ends with its record id");
+    u64::from_be_bytes(entry[at..].try_into().expect("8 bytes"))
+}
+
+/// An entry's value: the key's values as a BSON document.
+fn entry_value(values: &[Bson]) -> Result<Vec<u8>, DocError> {
+    let mut d = Document::new();
+    for (i, v) in values.iter().enumerate() {
+        d.insert(i.to_string(), v.clone());
+    }
+    Ok(crate::bson_bytes::encode(&d)?)
+}
+
+/// The key values an entry's value holds.
+pub fn entry_values(value: &[u8]) -> Result<Vec<Bson>, DocError> {
+    let d = crate::bson_bytes::decode(value).map_err(|e| DocError::Corrupt(e.to_string()))?;
+    Ok(d.into_iter().map(|(_, v)| v).collect())
+}
