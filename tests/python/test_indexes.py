@@ -1,10 +1,16 @@
-"""Index commands over the `_id` index every collection has: listIndexes,
-createIndexes (the `_id` index only; a secondary index answers
-NotImplemented rather than pretending) and dropIndexes."""
+"""Index commands: listIndexes, createIndexes and dropIndexes over the
+`_id` index and secondary indexes (ascending and descending, compound,
+dotted, unique, sparse, hidden), with mongod's errors; unique keys and
+parallel arrays refused on every write; a crash during a build."""
+
+import signal
+import threading
 
 import pytest
-from pymongo import ASCENDING
-from pymongo.errors import OperationFailure
+from pymongo import ASCENDING, DESCENDING
+from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure, WriteError
+
+from conftest import Server
 
 ID_INDEX = {"v": 2, "key": {"_id": 1}, "name": "_id_"}
 
@@ -37,9 +43,15 @@ def test_creating_the_id_index_is_a_no_op_that_may_create_the_collection(client)
 
 
 @pytest.mark.parametrize("indexes, code", [
-    ([{"key": {"x": 1}, "name": "x_1"}], 238),
     ([{"key": {"_id": 1}, "name": "_id_", "unique": True}], 238),
     ([{"key": {"_id": "hashed"}, "name": "_id_hashed"}], 238),
+    ([{"key": {"x": "hashed"}, "name": "x_hashed"}], 238),
+    ([{"key": {"x": 1}, "name": "x_1", "partialFilterExpression": {"x": 1}}], 238),
+    ([{"key": {"x": 1}, "name": "x_1"}, {"key": {"y": 0}, "name": "y_0"}], 67),
+    ([{"key": {}, "name": "e"}], 67),
+    ([{"key": {"x": "nope"}, "name": "x"}], 67),
+    ([{"key": {"x": 1}, "name": "x", "bogus": 1}], 197),
+    ([{"key": {"x": 1}}], 9),
     ([{"name": "nokey"}], 9),
     ([], 2),
     ("x", 14),
@@ -55,10 +67,133 @@ def test_drop_indexes_keeps_the_id_index(client):
     client.test.d.insert_one({"_id": 1})
     client.test.d.drop_indexes()
     assert list(client.test.d.list_indexes()) == [ID_INDEX]
-    for index, code in [("_id_", 72), ("x_1", 27), ({"x": 1}, 27), (5, 14)]:
+    for index, code in [("_id_", 72), ("x_1", 27), ({"x": 1}, 27), (5, 14), (["x_1"], 27)]:
         with pytest.raises(OperationFailure) as e:
             client.test.command({"dropIndexes": "d", "index": index})
         assert e.value.code == code, index
     with pytest.raises(OperationFailure) as e:
         client.test.command({"dropIndexes": "missing", "index": "*"})
     assert e.value.code == 26
+
+
+def test_secondary_indexes_are_created_listed_and_dropped(client):
+    c = client.test.people
+    c.insert_many([{"_id": i, "a": i % 3, "b": {"c": -i}} for i in range(10)])
+    assert c.create_index([("a", ASCENDING), ("b.c", DESCENDING)]) == "a_1_b.c_-1"
+    r = client.test.command({"createIndexes": "people", "indexes": [
+        {"key": {"b.c": 1}, "name": "bc", "unique": True, "sparse": 1, "background": True}]})
+    assert {k: r[k] for k in ("numIndexesBefore", "numIndexesAfter", "ok")} == {
+        "numIndexesBefore": 2, "numIndexesAfter": 3, "ok": 1.0}
+    assert "note" not in r
+    assert list(c.list_indexes()) == [
+        ID_INDEX,
+        {"v": 2, "key": {"a": 1, "b.c": -1}, "name": "a_1_b.c_-1"},
+        {"v": 2, "key": {"b.c": 1}, "name": "bc", "unique": True, "sparse": True},
+    ]
+    # The same spec again is a no-op; a conflicting one names the conflict.
+    r = client.test.command({"createIndexes": "people", "indexes": [{"key": {"b.c": 1}, "name": "bc", "unique": True, "sparse": True}]})
+    assert r == {**r, "numIndexesBefore": 3, "numIndexesAfter": 3, "note": "all indexes already exist", "ok": 1.0}
+    for spec, code in [({"key": {"a": 1, "b.c": -1}, "name": "other"}, 85),
+                       ({"key": {"z": 1}, "name": "bc"}, 86),
+                       ({"key": {"b.c": 1}, "name": "bc"}, 85)]:
+        with pytest.raises(OperationFailure) as e:
+            client.test.command({"createIndexes": "people", "indexes": [spec]})
+        assert e.value.code == code, spec
+    assert len(list(c.list_indexes())) == 3
+    # Drop by key pattern, by name, then all but _id.
+    assert client.test.command({"dropIndexes": "people", "index": {"a": 1, "b.c": -1}})["nIndexesWas"] == 3
+    c.create_index("z")
+    assert client.test.command({"dropIndexes": "people", "index": ["z_1"]})["nIndexesWas"] == 3
+    c.create_index("z")
+    assert client.test.command({"dropIndexes": "people", "index": "*"})["nIndexesWas"] == 3
+    assert list(c.list_indexes()) == [ID_INDEX]
+
+
+def test_a_collection_holds_at_most_64_indexes(client):
+    c = client.test.many
+    for i in range(63):
+        c.create_index(f"f{i}")
+    with pytest.raises(OperationFailure) as e:
+        c.create_index("one_too_many")
+    assert e.value.code == 67
+    assert "too many indexes for test.many" in str(e.value)
+    assert len(list(c.list_indexes())) == 64
+
+
+def test_unique_indexes_refuse_duplicates_on_every_write(client):
+    c = client.test.u
+    c.insert_many([{"_id": 1, "email": "a@x"}, {"_id": 2, "email": "b@x"}])
+    c.create_index("email", unique=True)
+    with pytest.raises(DuplicateKeyError) as e:
+        c.insert_one({"_id": 3, "email": "a@x"})
+    assert e.value.details["keyPattern"] == {"email": 1}
+    assert e.value.details["keyValue"] == {"email": "a@x"}
+    assert e.value.details["errmsg"] == "E11000 duplicate key error collection: test.u index: email_1 dup key: { email: \"a@x\" }"
+    with pytest.raises(DuplicateKeyError):
+        c.update_one({"_id": 2}, {"$set": {"email": "a@x"}})
+    with pytest.raises(DuplicateKeyError):
+        c.find_one_and_update({"_id": 2}, {"$set": {"email": "a@x"}})
+    with pytest.raises(BulkWriteError) as e:
+        c.insert_many([{"_id": 4, "email": "c@x"}, {"_id": 5, "email": "c@x"}, {"_id": 6, "email": "d@x"}], ordered=False)
+    assert [w["index"] for w in e.value.details["writeErrors"]] == [1]
+    assert sorted(d["email"] for d in c.find()) == ["a@x", "b@x", "c@x", "d@x"]
+    # Missing fields are all null: a second one is a duplicate too.
+    c.insert_one({"_id": 7})
+    with pytest.raises(DuplicateKeyError):
+        c.insert_one({"_id": 8})
+    # A build over duplicates fails and leaves nothing.
+    client.test.v.insert_many([{"k": 1}, {"k": 1}])
+    with pytest.raises(OperationFailure) as e:
+        client.test.v.create_index("k", unique=True)
+    assert e.value.code == 11000
+    assert [i["name"] for i in client.test.v.list_indexes()] == ["_id_"]
+
+
+def test_parallel_arrays_are_refused_everywhere_and_write_nothing(client):
+    c = client.test.demo
+    c.create_index([("field1", 1), ("field2", 1)])
+    c.insert_one({"_id": 0, "field1": [0, 5], "field2": "x"})
+    with pytest.raises(WriteError) as e:
+        c.insert_one({"_id": 3, "field1": [0, 5], "field2": ["x", "y", "z"]})
+    assert e.value.code == 171
+    assert e.value.details["errmsg"] == "cannot index parallel arrays [field2] [field1]"
+    with pytest.raises(WriteError) as e:
+        c.update_one({"_id": 0}, {"$set": {"field2": ["a"]}})
+    assert e.value.code == 171
+    assert list(c.find()) == [{"_id": 0, "field1": [0, 5], "field2": "x"}]
+    client.test.other.insert_one({"a": [1], "b": [2]})
+    with pytest.raises(OperationFailure) as e:
+        client.test.other.create_index([("a", 1), ("b", 1)])
+    assert e.value.code == 171
+    assert [i["name"] for i in client.test.other.list_indexes()] == ["_id_"]
+
+
+def test_an_interrupted_build_is_dropped_cleanly_on_restart(datadir):
+    s = Server(datadir / "db")
+    c = s.client()
+    c.test.big.insert_many([{"_id": i, "a": i, "pad": "x" * 200} for i in range(60000)])
+    done = threading.Event()
+
+    def build():
+        try:
+            c.test.big.create_index("a")
+        except Exception:
+            pass
+        done.set()
+
+    threading.Thread(target=build, daemon=True).start()
+    # Kill once the build has begun (its progress is in the log).
+    for _ in range(400):
+        if "index build: progress" in s.log.read_text() or done.is_set():
+            break
+        threading.Event().wait(0.01)
+    assert not done.is_set(), "the build finished before it could be interrupted; make the collection larger"
+    s.stop(signal.SIGKILL)
+    s = Server(datadir / "db")
+    c = s.client()
+    assert [i["name"] for i in c.test.big.list_indexes()] == ["_id_"]
+    assert c.test.big.count_documents({}) == 60000
+    # Built again from nothing, it holds every document.
+    c.test.big.create_index("a")
+    assert [i["name"] for i in c.test.big.list_indexes()] == ["_id_", "a_1"]
+    assert s.stop() == 0

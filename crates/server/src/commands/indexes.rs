@@ -2,16 +2,17 @@
 
 use crate::args::check_fields;
 use crate::args::namespace;
-use crate::args::type_name;
 use crate::args::CommandResult;
 use crate::error::CommandError;
 use crate::exec::id_index::id_index_name;
 use crate::exec::id_index::id_index_spec;
 use crate::exec::id_index::is_id_key;
+use crate::exec::index_spec::{self, INDEXES_PER_COLLECTION_MAX};
 use crate::exec::views::check_not_view;
 use crate::server::Shared;
 use bson::{doc, Bson, Document};
 use doc::catalog::{Collection, Namespace};
+use doc::index::IndexSpec;
 use std::sync::Arc;
 
 /// The collection a command names, which must exist and not be a view.
@@ -41,8 +42,14 @@ pub fn list_indexes(shared: &Shared, cmd: &Document) -> CommandResult {
         Some(other) => return Err(crate::args::wrong_type("listIndexes.cursor", other, "object")),
     };
     let cursor_ns = Namespace { db: ns.db.clone(), coll: format!("$cmd.listIndexes.{}", ns.coll) };
-    let spec = vec![id_index_spec(&coll)];
-    crate::exec::cursors::buffered_cursor(shared, cursor_ns, spec, batch_size)
+    crate::exec::cursors::buffered_cursor(shared, cursor_ns, shown_indexes(&coll), batch_size)
+}
+
+/// The indexes of `coll` as `listIndexes` shows them: `_id` first, then
+/// the ready secondary ones in the order they were built.
+fn shown_indexes(coll: &Collection) -> Vec<Document> {
+    let ready = coll.indexes().into_iter().filter(|ix| ix.is_ready()).map(|ix| ix.spec.shown.clone());
+    std::iter::once(id_index_spec(coll)).chain(ready).collect()
 }
 
 pub fn create_indexes(shared: &Shared, cmd: &Document) -> CommandResult {
@@ -58,59 +65,140 @@ pub fn create_indexes(shared: &Shared, cmd: &Document) -> CommandResult {
             ))
         }
     };
+    // Every spec is checked before anything is created.
+    let clustered = shared.catalog.get(&ns).is_some_and(|c| c.is_clustered());
+    let mut asked = Vec::new();
     for spec in specs {
-        let Bson::Document(spec) = spec else {
-            return Err(CommandError::type_mismatch(format!(
-                "The elements of the 'indexes' array must be objects, but found {}",
-                type_name(spec)
-            )));
-        };
-        let key = match spec.get("key") {
-            Some(Bson::Document(k)) => k,
-            Some(_) => return Err(CommandError::type_mismatch("The 'key' field must be an object")),
-            None => {
-                return Err(CommandError::failed_to_parse(
-                    "The 'key' field is a required property of an index specification",
-                ))
-            }
-        };
-        // `{_id: 1}` under any name (drivers name it `_id_1`) is the
-        // index that is already there (a clustered collection's spec, as
-        // listIndexes shows it, too).
-        let clustered = shared.catalog.get(&ns).is_some_and(|c| c.is_clustered());
-        let plain = spec.keys().all(|k| match k.as_str() {
-            "key" | "name" | "v" => true,
-            "unique" | "clustered" => clustered && matches!(spec.get(k), Some(Bson::Boolean(true))),
-            _ => false,
-        });
-        if !(is_id_key(key) && plain) {
-            return Err(CommandError::not_implemented(format!(
-                "secondary indexes are not supported yet (asked for {spec}); every collection has its _id index"
-            )));
+        if let Some(key) = spec.as_document().and_then(|s| s.get_document("key").ok()).filter(|k| is_id_key(k)) {
+            check_id_spec(spec.as_document().expect("a document"), key, clustered)?;
+            continue;
         }
+        asked.push(index_spec::parse(spec)?);
     }
     check_not_view(shared, &ns)?;
     let created = shared.catalog.get(&ns).is_none();
-    shared.catalog.get_or_create(&ns)?;
-    let mut reply = doc! { "numIndexesBefore": 1, "numIndexesAfter": 1 };
+    let coll = shared.catalog.get_or_create(&ns)?;
+    let before = shown_indexes(&coll);
+    let mut to_build: Vec<IndexSpec> = Vec::new();
+    for spec in asked {
+        let mut same = false;
+        let earlier = to_build.iter().map(|s| &s.shown);
+        for existing in before.iter().skip(1).chain(earlier) {
+            match index_spec::versus(&spec, existing) {
+                index_spec::Versus::Other => {}
+                index_spec::Versus::Same => same = true,
+                index_spec::Versus::Conflict(e) => return Err(e),
+            }
+        }
+        if !same {
+            to_build.push(spec);
+        }
+    }
+    if let Some(over) = to_build.get(INDEXES_PER_COLLECTION_MAX.saturating_sub(before.len())) {
+        return Err(CommandError::with_code(
+            67,
+            format!(
+                "add index fails, too many indexes for {ns} key:{}",
+                doc::format::spaced(&Bson::Document(over.key.clone()))
+            ),
+        ));
+    }
+    let mut reply =
+        doc! { "numIndexesBefore": before.len() as i32, "numIndexesAfter": (before.len() + to_build.len()) as i32 };
     if created {
         reply.insert("createdCollectionAutomatically", true);
     }
-    reply.insert("note", "all indexes already exist");
+    if to_build.is_empty() {
+        reply.insert("note", "all indexes already exist");
+    }
+    for spec in to_build {
+        build(shared, &ns, spec)?;
+    }
     reply.insert("ok", 1.0);
     Ok(reply)
 }
 
+/// Build one index, logging its progress.
+fn build(shared: &Shared, ns: &Namespace, spec: IndexSpec) -> Result<(), CommandError> {
+    let name = spec.name.clone();
+    tracing::info!(ns = %ns, index = %name, "index build: started");
+    let logged = std::sync::atomic::AtomicU64::new(0);
+    let progress = |done: u64, total: u64| {
+        // About every tenth of the way.
+        let step = (total / 10).max(1);
+        if done == total || done >= logged.load(std::sync::atomic::Ordering::Relaxed) + step {
+            logged.store(done, std::sync::atomic::Ordering::Relaxed);
+            tracing::info!(ns = %ns, index = %name, done, total, "index build: progress");
+        }
+    };
+    shared.catalog.build_index(ns, spec, &progress)?;
+    tracing::info!(ns = %ns, index = %name, "index build: done");
+    Ok(())
+}
+
+/// `{_id: 1}` under any name (drivers name it `_id_1`) is the index that
+/// is already there (a clustered collection's spec, as listIndexes shows
+/// it, too); other options on it are not supported.
+fn check_id_spec(spec: &Document, key: &Document, clustered: bool) -> Result<(), CommandError> {
+    let plain = spec.keys().all(|k| match k.as_str() {
+        "key" | "name" | "v" => true,
+        "unique" | "clustered" => clustered && matches!(spec.get(k), Some(Bson::Boolean(true))),
+        _ => false,
+    });
+    if is_id_key(key) && plain {
+        return Ok(());
+    }
+    Err(CommandError::not_implemented(format!("options on the _id index are not supported (asked for {spec})")))
+}
+
 pub fn drop_indexes(shared: &Shared, cmd: &Document) -> CommandResult {
     check_fields(cmd, "dropIndexes", &["index"], false)?;
-    let (_, coll) = existing(shared, cmd, "dropIndexes")?;
+    let (ns, coll) = existing(shared, cmd, "dropIndexes")?;
     let id_name = id_index_name(&coll);
+    let ready: Vec<(String, Document)> = coll
+        .indexes()
+        .iter()
+        .filter(|ix| ix.is_ready())
+        .map(|ix| (ix.spec.name.clone(), ix.spec.key.clone()))
+        .collect();
+    let was = 1 + ready.len() as i32;
     let names: Vec<String> = match cmd.get("index") {
+        Some(Bson::String(name)) if name == "*" => ready.iter().map(|(n, _)| n.clone()).collect(),
         Some(Bson::String(name)) => vec![name.clone()],
-        Some(Bson::Array(names)) => names.iter().map(|n| n.as_str().unwrap_or_default().to_string()).collect(),
+        Some(Bson::Array(names)) => {
+            let mut out = Vec::new();
+            for n in names {
+                match n {
+                    Bson::String(n) => out.push(n.clone()),
+                    other => return Err(crate::args::wrong_type("dropIndexes.index", other, "string")),
+                }
+            }
+            out
+        }
         Some(Bson::Document(key)) if is_id_key(key) => vec![id_name.clone()],
         Some(Bson::Document(key)) => {
-            return Err(CommandError::with_code(27, format!("can't find index with key: {key}")));
+            let found: Vec<&String> =
+                ready.iter().filter(|(_, k)| index_spec::same_pattern(k, key)).map(|(n, _)| n).collect();
+            match found.as_slice() {
+                [one] => vec![(*one).clone()],
+                [] => {
+                    return Err(CommandError::with_code(
+                        27,
+                        format!("can't find index with key: {}", doc::format::spaced(&Bson::Document(key.clone()))),
+                    ))
+                }
+                many => {
+                    return Err(CommandError::with_code(
+                        86,
+                        format!(
+                            "{} indexes found for key: {}, identify by name instead. Conflicting indexes: {}",
+                            many.len(),
+                            doc::format::spaced(&Bson::Document(key.clone())),
+                            many.iter().map(|n| n.as_str()).collect::<Vec<_>>().join(", ")
+                        ),
+                    ))
+                }
+            }
         }
         // This one message puts the quote after the bracket.
         Some(other) => {
@@ -125,16 +213,20 @@ pub fn drop_indexes(shared: &Shared, cmd: &Document) -> CommandResult {
             ))
         }
     };
+    // Every name is checked before any index goes.
     for name in &names {
         match name.as_str() {
-            // Every index but `_id_`: there are none.
-            "*" => {}
             n if n == id_name && coll.is_clustered() => {
                 return Err(CommandError::with_code(5979800, "It is illegal to drop the clusteredIndex"))
             }
             n if n == id_name => return Err(CommandError::invalid_options("cannot drop _id index")),
+            "*" => return Err(CommandError::bad_value("'*' cannot be combined with other index names")),
+            n if ready.iter().any(|(r, _)| r == n) => {}
             other => return Err(CommandError::with_code(27, format!("index not found with name [{other}]"))),
         }
     }
-    Ok(doc! { "nIndexesWas": 1, "ok": 1.0 })
+    for name in &names {
+        shared.catalog.drop_index(&ns, name)?;
+    }
+    Ok(doc! { "nIndexesWas": was, "ok": 1.0 })
 }

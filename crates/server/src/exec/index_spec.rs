@@ -1,0 +1,255 @@
+//! `createIndexes` specifications checked as mongod checks them, turned
+//! into the document layer's `IndexSpec`, and compared with the indexes a
+//! collection has (same index, or a conflict: 85 / 86).
+
+use crate::error::CommandError;
+use bson::{Bson, Document};
+use doc::index::IndexSpec;
+
+/// The most indexes a collection may have, `_id` included (mongod's).
+pub(crate) const INDEXES_PER_COLLECTION_MAX: usize = 64;
+
+/// Options a spec may carry that this build applies.
+const APPLIED: [&str; 6] = ["key", "name", "v", "unique", "sparse", "hidden"];
+
+/// Options mongod accepts that this build does not apply yet: refused
+/// with NotImplemented rather than stored without effect.
+const NOT_YET: [&str; 8] = [
+    "partialFilterExpression",
+    "expireAfterSeconds",
+    "collation",
+    "wildcardProjection",
+    "weights",
+    "default_language",
+    "2dsphereIndexVersion",
+    "bits",
+];
+
+/// Accepted and ignored, as mongod ignores them.
+const IGNORED: [&str; 2] = ["background", "ns"];
+
+/// CannotCreateIndex (67).
+fn cannot_create(msg: String) -> CommandError {
+    CommandError::with_code(67, msg)
+}
+
+/// Check one element of `indexes` and make its spec.
+pub(crate) fn parse(spec: &Bson) -> Result<IndexSpec, CommandError> {
+    let Bson::Document(spec) = spec else {
+        return Err(CommandError::type_mismatch(format!(
+            "The elements of the 'indexes' array must be objects, but found {}",
+            crate::args::type_name(spec)
+        )));
+    };
+    let key = match spec.get("key") {
+        Some(Bson::Document(k)) => k,
+        Some(_) => return Err(CommandError::type_mismatch("The 'key' field must be an object")),
+        None => {
+            return Err(CommandError::failed_to_parse(
+                "The 'key' field is a required property of an index specification",
+            ))
+        }
+    };
+    check_key_pattern(key)?;
+    let name = match spec.get("name") {
+        Some(Bson::String(n)) if n.is_empty() => return Err(CommandError::bad_value("index name cannot be empty")),
+        Some(Bson::String(n)) => n.clone(),
+        Some(other) => return Err(CommandError::type_mismatch(format!(
+            "The field 'name' must be a string, but got {}", crate::args::type_name(other)))),
+        None => {
+            return Err(CommandError::failed_to_parse(format!(
+                "Error in specification {} :: caused by :: The 'name' field is a required property of an index specification",
+                doc::format::spaced(&Bson::Document(spec.clone()))
+            )))
+        }
+    };
+    let mut shown = bson::doc! { "v": 2, "key": key.clone(), "name": name };
+    for (field, value) in spec {
+        match field.as_str() {
+            "key" | "name" | "v" => {}
+            "unique" | "sparse" | "hidden" => {
+                // mongod takes any value and keeps its truth.
+                if truthy(value) {
+                    shown.insert(field.clone(), true);
+                }
+            }
+            f if IGNORED.contains(&f) => {}
+            f if NOT_YET.contains(&f) => {
+                return Err(CommandError::not_implemented(format!(
+                    "index option '{f}' is not supported yet (asked for {})",
+                    doc::format::spaced(&Bson::Document(spec.clone()))
+                )))
+            }
+            f => {
+                debug_assert!(!APPLIED.contains(&f));
+                return Err(CommandError::with_code(
+                    197,
+                    format!(
+                        "The field '{f}' is not valid for an index specification. Specification: {}",
+                        doc::format::spaced(&Bson::Document(spec.clone()))
+                    ),
+                ));
+            }
+        }
+    }
+    if let Some(v) = spec.get("v") {
+        let version = v.as_i32().map(i64::from).or_else(|| v.as_i64()).or_else(|| v.as_f64().map(|d| d as i64));
+        if version != Some(2) && version != Some(1) {
+            return Err(CommandError::with_code(
+                if version.is_some() { 67 } else { 14 },
+                format!(
+                    "Invalid index specification {}; cannot create an index with v={v}",
+                    doc::format::spaced(&Bson::Document(spec.clone()))
+                ),
+            ));
+        }
+    }
+    IndexSpec::from_shown(shown).map_err(CommandError::from)
+}
+
+fn truthy(v: &Bson) -> bool {
+    match v {
+        Bson::Boolean(b) => *b,
+        Bson::Int32(n) => *n != 0,
+        Bson::Int64(n) => *n != 0,
+        Bson::Double(d) => *d != 0.0,
+        Bson::Null | Bson::Undefined => false,
+        _ => true,
+    }
+}
+
+/// A key pattern mongod accepts for an ascending/descending index; the
+/// index types this build does not have (hashed, text, geo, wildcard)
+/// answer NotImplemented.
+fn check_key_pattern(key: &Document) -> Result<(), CommandError> {
+    if key.is_empty() {
+        return Err(cannot_create("Index keys cannot be empty.".into()));
+    }
+    for (field, value) in key {
+        if field.is_empty() {
+            return Err(cannot_create("Index keys cannot be an empty field.".into()));
+        }
+        if field.split('.').any(str::is_empty) {
+            return Err(cannot_create(format!("Index key contains an illegal field name: '{field}'")));
+        }
+        if field.starts_with('$') {
+            return Err(cannot_create("Index key contains an illegal field name: field name starts with '$'.".into()));
+        }
+        match value {
+            Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_) => {
+                if doc::compare::compare(value, &Bson::Int32(0)).is_eq() || matches!(value, Bson::Double(d) if d.is_nan()) {
+                    return Err(cannot_create(format!(
+                        "Values in the index key pattern can't be 0. Key pattern: {}",
+                        doc::format::spaced(&Bson::Document(key.clone()))
+                    )));
+                }
+            }
+            Bson::String(kind) => match kind.as_str() {
+                "hashed" | "text" | "2d" | "2dsphere" | "geoHaystack" => {
+                    return Err(CommandError::not_implemented(format!("'{kind}' indexes are not supported yet")))
+                }
+                _ => return Err(cannot_create(format!("Unknown index plugin '{kind}'"))),
+            },
+            other => {
+                return Err(cannot_create(format!(
+                    "Values in v:2 index key pattern cannot be of type {}. Only numbers > 0, numbers < 0, and strings are allowed.",
+                    crate::args::type_name(other)
+                )))
+            }
+        }
+        if field == "$**" || field.ends_with(".$**") {
+            return Err(CommandError::not_implemented("wildcard indexes are not supported yet"));
+        }
+    }
+    Ok(())
+}
+
+/// How a requested index stands against one the collection has.
+pub(crate) enum Versus {
+    /// Unrelated.
+    Other,
+    /// The same index: nothing to do.
+    Same,
+    Conflict(CommandError),
+}
+
+/// Compare a requested spec with an existing one (both as shown).
+pub(crate) fn versus(asked: &IndexSpec, existing: &Document) -> Versus {
+    let name = existing.get_str("name").unwrap_or_default();
+    let key = existing.get_document("key").ok();
+    let same_key = key.is_some_and(|k| same_pattern(k, &asked.key));
+    let options = |d: &Document| -> Document {
+        d.iter()
+            .filter(|(k, _)| !matches!(k.as_str(), "v" | "key" | "name" | "hidden"))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    };
+    let same_options = options(existing) == options(&asked.shown);
+    let shown = |d: &Document| doc::format::spaced(&Bson::Document(d.clone()));
+    if name == asked.name {
+        if same_key && same_options {
+            return Versus::Same;
+        }
+        let code = if same_key { 85 } else { 86 };
+        return Versus::Conflict(CommandError::with_code(
+            code,
+            format!(
+                "An existing index has the same name as the requested index. When index names are not specified, they are auto generated and can cause conflicts. Please refer to our documentation. Requested index: {}, existing index: {}",
+                shown(&asked.shown),
+                shown(existing)
+            ),
+        ));
+    }
+    if same_key && same_options {
+        return Versus::Conflict(CommandError::with_code(
+            85,
+            format!("Index already exists with a different name: {name}"),
+        ));
+    }
+    Versus::Other
+}
+
+/// Key patterns equal field by field, numbers compared by value.
+pub(crate) fn same_pattern(a: &Document, b: &Document) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|((ka, va), (kb, vb))| ka == kb && doc::compare::compare(va, vb).is_eq())
+}
+
+/// The default name mongod and the drivers give a key pattern.
+#[cfg(test)]
+fn default_name(key: &Document) -> String {
+    key.iter().map(|(k, v)| format!("{k}_{v}")).collect::<Vec<_>>().join("_")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bson::doc;
+
+    #[test]
+    fn specs_are_checked_as_mongod_checks_them() {
+        let ok = parse(&Bson::Document(doc! { "key": { "a": 1, "b.c": -1 }, "name": "x", "unique": 1 })).unwrap();
+        assert_eq!(ok.shown, doc! { "v": 2, "key": { "a": 1, "b.c": -1 }, "name": "x", "unique": true });
+        assert_eq!(default_name(&doc! { "a": 1, "b": -1 }), "a_1_b_-1");
+        let code = |d: Document| parse(&Bson::Document(d)).unwrap_err().code;
+        assert_eq!(code(doc! { "key": {}, "name": "x" }), 67);
+        assert_eq!(code(doc! { "key": { "a": 0 }, "name": "x" }), 67);
+        assert_eq!(code(doc! { "key": { "a": "nope" }, "name": "x" }), 67);
+        assert_eq!(code(doc! { "key": { "a": true }, "name": "x" }), 67);
+        assert_eq!(code(doc! { "key": { "a": 1 }, "name": "x", "bogus": 1 }), 197);
+        assert_eq!(code(doc! { "key": { "a": 1 } }), 9);
+        assert_eq!(code(doc! { "key": { "a": "hashed" }, "name": "x" }), 238);
+    }
+
+    #[test]
+    fn an_existing_index_is_the_same_or_conflicts() {
+        let asked = parse(&Bson::Document(doc! { "key": { "a": 1 }, "name": "a_1" })).unwrap();
+        let existing = doc! { "v": 2, "key": { "a": 1 }, "name": "a_1" };
+        assert!(matches!(versus(&asked, &existing), Versus::Same));
+        let renamed = doc! { "v": 2, "key": { "a": 1.0 }, "name": "other" };
+        assert!(matches!(versus(&asked, &renamed), Versus::Conflict(e) if e.code == 85));
+        let rekeyed = doc! { "v": 2, "key": { "b": 1 }, "name": "a_1" };
+        assert!(matches!(versus(&asked, &rekeyed), Versus::Conflict(e) if e.code == 86));
+        let unique = doc! { "v": 2, "key": { "a": 1 }, "name": "a_1", "unique": true };
+        assert!(matches!(versus(&asked, &unique), Versus::Conflict(e) if e.code == 85));
+    }
+}
