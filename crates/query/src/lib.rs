@@ -8,6 +8,7 @@
 //! an evaluation reads besides the document (the collation) travels as a
 //! parameter, the evaluation context (`context.rs`).
 
+pub mod bounds;
 pub mod collation;
 pub(crate) mod context;
 pub mod error;

@@ -5,10 +5,10 @@
 //! point-read fast path — and carries out the answer in
 //! `server/exec/access.rs`.
 //!
-//! Today there are two paths: the `_id` index for a filter that pins one
-//! `_id` ([`AccessPath::IdPoint`]) and the collection scan. Secondary index
-//! scans, index unions (`$or`) and intersections are further variants of
-//! [`AccessPath`], chosen here from the indexes a [`ReadShape`] will list.
+//! The paths: the `_id` index for a filter that pins one `_id`
+//! ([`AccessPath::IdPoint`]), a secondary index scan with bounds built by
+//! `bounds.rs` ([`AccessPath::IndexScan`]), and the collection scan.
+//! Index unions (`$or`) and intersections are further variants to come.
 //!
 //! Invariants:
 //! 1. Pure: no I/O, no catalog; the caller states what it knows about the
@@ -17,17 +17,48 @@
 //!    the same filter would (the executor still applies the filter); a path
 //!    only narrows which documents are looked at.
 
+use crate::bounds::{self, Interval, Leaf};
 use bson::{Bson, Document};
+use std::collections::BTreeSet;
 
 /// What the planner needs to know about one read.
 #[derive(Debug, Clone, Copy)]
-pub struct ReadShape<'a> {
+pub struct ReadShape<'a, 'i> {
     pub filter: &'a Document,
     /// The read's collation compares strings as the collection's `_id`
     /// index does (both binary, or the same collation).
     pub id_index_collation_matches: bool,
     /// A tailable cursor follows the collection's natural order.
     pub tailable: bool,
+    /// The collection's ready secondary indexes.
+    pub indexes: &'i [IndexInfo],
+    /// The read compares strings binary (secondary indexes hold binary
+    /// keys, so another collation does not use them).
+    pub binary_collation: bool,
+    pub hint: Hint,
+}
+
+/// A secondary index as the planner sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IndexInfo {
+    pub name: String,
+    /// Each field's path and whether it is descending.
+    pub fields: Vec<(String, bool)>,
+    /// Per field, the path components where arrays were met.
+    pub multikey: Vec<BTreeSet<usize>>,
+    pub sparse: bool,
+    pub hidden: bool,
+}
+
+/// A `hint` the caller resolved against the collection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Hint {
+    #[default]
+    None,
+    /// `{$natural: ±1}`.
+    Natural { reverse: bool },
+    /// The secondary index at this position of `ReadShape::indexes`.
+    Index(usize),
 }
 
 /// How to reach the documents of a read.
@@ -35,23 +66,125 @@ pub struct ReadShape<'a> {
 pub enum AccessPath<'a> {
     /// At most one document: the `_id` index entry of this value.
     IdPoint(&'a Bson),
-    /// Every document, in natural order (reversed when `reverse`; the
-    /// caller sets it from a `$natural` order: the planner does not take
-    /// one yet, as a `{_id: v}` read is answered by the index either way).
+    /// Every document, in natural order (reversed when `reverse`).
     CollScan { reverse: bool },
+    /// The entries of one secondary index within bounds, their documents
+    /// fetched.
+    IndexScan(IndexScan),
+}
+
+/// A scan of one secondary index.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IndexScan {
+    /// Its position in `ReadShape::indexes`.
+    pub index: usize,
+    /// Per index field, its ordered intervals.
+    pub bounds: Vec<Vec<Interval>>,
+    /// What the bounds do not answer exactly: FETCH's filter in explain.
+    pub fetch_filter: Option<Document>,
 }
 
 /// Choose the access path of `shape`.
-pub fn plan<'a>(shape: &ReadShape<'a>) -> AccessPath<'a> {
+pub fn plan<'a>(shape: &ReadShape<'a, '_>) -> AccessPath<'a> {
     let scan = AccessPath::CollScan { reverse: false };
     if shape.tailable {
         return scan;
     }
+    match shape.hint {
+        Hint::Natural { reverse } => return AccessPath::CollScan { reverse },
+        Hint::Index(i) => return AccessPath::IndexScan(index_scan(shape, i)),
+        Hint::None => {}
+    }
     match crate::Filter::id_equality(shape.filter) {
         // The index finds a string `_id` only under its own collation.
-        Some(id) if shape.id_index_collation_matches || !holds_string(id) => AccessPath::IdPoint(id),
-        _ => scan,
+        Some(id) if shape.id_index_collation_matches || !holds_string(id) => return AccessPath::IdPoint(id),
+        _ => {}
     }
+    candidates(shape).into_iter().next().map_or(scan, AccessPath::IndexScan)
+}
+
+/// The index scans that could answer `shape` unhinted, best first: an
+/// index is a candidate when a predicate bounds its leading field (never
+/// a hidden one; a sparse one only then, as its leading field's value is
+/// then present in every matching document). Ranked by how many leading
+/// fields are pinned to points, then fewer fields.
+pub fn candidates(shape: &ReadShape<'_, '_>) -> Vec<IndexScan> {
+    if !shape.binary_collation {
+        return Vec::new();
+    }
+    let conj = bounds::conjunction(shape.filter);
+    let mut out: Vec<IndexScan> = (0..shape.indexes.len())
+        .filter(|&i| {
+            let ix = &shape.indexes[i];
+            !ix.hidden && conj.leaves.iter().any(|l| l.path == ix.fields[0].0)
+        })
+        .map(|i| index_scan(shape, i))
+        .collect();
+    let pinned = |s: &IndexScan| s.bounds.iter().take_while(|f| f.iter().all(Interval::is_point)).count();
+    out.sort_by_key(|s| (std::cmp::Reverse(pinned(s)), shape.indexes[s.index].fields.len()));
+    out
+}
+
+/// The scan of index `i` with the bounds `shape`'s filter gives it.
+fn index_scan(shape: &ReadShape<'_, '_>, i: usize) -> IndexScan {
+    let ix = &shape.indexes[i];
+    let conj = bounds::conjunction(shape.filter);
+    let mut used = vec![false; conj.leaves.len()];
+    let mut field_bounds = Vec::with_capacity(ix.fields.len());
+    let mut bounded_prefixes: Vec<String> = Vec::new();
+    for (f, (path, _)) in ix.fields.iter().enumerate() {
+        let parts: Vec<&str> = path.split('.').collect();
+        let prefixes: Vec<String> =
+            ix.multikey[f].iter().map(|&at| parts[..=at.min(parts.len() - 1)].join(".")).collect();
+        // Under a multikey prefix an earlier bounded field shares, the
+        // keys of one document do not pair up: no compound bounds.
+        let shares = prefixes.iter().any(|p| bounded_prefixes.contains(p));
+        let mut intervals = vec![Interval::all()];
+        let mut bounded = false;
+        if shape.binary_collation && !shares {
+            for (l, leaf) in conj.leaves.iter().enumerate() {
+                if used[l] || leaf.path != *path {
+                    continue;
+                }
+                intervals = if bounded {
+                    bounds::intersect(&intervals, &bounds::intervals(leaf))
+                } else {
+                    bounds::intervals(leaf)
+                };
+                used[l] = true;
+                bounded = true;
+                // A multikey field takes the first predicate only.
+                if !ix.multikey[f].is_empty() {
+                    break;
+                }
+            }
+        }
+        if bounded {
+            bounded_prefixes.extend(prefixes);
+        }
+        field_bounds.push(intervals);
+    }
+    let rest: Vec<&Leaf> = conj.leaves.iter().zip(&used).filter(|(_, u)| !**u).map(|(l, _)| l).collect();
+    IndexScan { index: i, bounds: field_bounds, fetch_filter: residual(&rest, &conj.others) }
+}
+
+/// The FETCH filter: one child as itself, several under `$and`.
+fn residual(leaves: &[&Leaf], others: &[Document]) -> Option<Document> {
+    let mut children: Vec<Document> = leaves.iter().map(|l| l.as_filter()).collect();
+    children.extend(others.iter().cloned());
+    match children.len() {
+        0 => None,
+        1 => children.pop(),
+        _ => Some(bson::doc! { "$and": children.into_iter().map(Bson::Document).collect::<Vec<_>>() }),
+    }
+}
+
+/// The filter as explain's `parsedQuery` shows it: leaves in canonical
+/// order, several under `$and`.
+pub fn parsed_query(filter: &Document) -> Document {
+    let conj = bounds::conjunction(filter);
+    let leaves: Vec<&Leaf> = conj.leaves.iter().collect();
+    residual(&leaves, &conj.others).unwrap_or_default()
 }
 
 fn holds_string(v: &Bson) -> bool {
@@ -69,8 +202,57 @@ mod tests {
     use bson::doc;
 
     fn check(filter: Document, matches: bool, tailable: bool) -> String {
-        let shape = ReadShape { filter: &filter, id_index_collation_matches: matches, tailable };
+        let shape = ReadShape {
+            filter: &filter,
+            id_index_collation_matches: matches,
+            tailable,
+            indexes: &[],
+            binary_collation: true,
+            hint: Hint::None,
+        };
         format!("{:?}", plan(&shape))
+    }
+
+    fn index(name: &str, fields: &[&str], multikey: &[&[usize]]) -> IndexInfo {
+        IndexInfo {
+            name: name.into(),
+            fields: fields.iter().map(|f| (f.to_string(), false)).collect(),
+            multikey: multikey.iter().map(|m| m.iter().copied().collect()).collect(),
+            sparse: false,
+            hidden: false,
+        }
+    }
+
+    fn shown(filter: Document, ix: IndexInfo) -> (Vec<Vec<String>>, Option<Document>) {
+        let indexes = [ix];
+        let shape = ReadShape {
+            filter: &filter,
+            id_index_collation_matches: true,
+            tailable: false,
+            indexes: &indexes,
+            binary_collation: true,
+            hint: Hint::None,
+        };
+        let AccessPath::IndexScan(s) = plan(&shape) else { panic!("no index scan for {filter}") };
+        (s.bounds.iter().map(|f| f.iter().map(|i| i.shown(false)).collect()).collect(), s.fetch_filter)
+    }
+
+    /// The bounds of `multikey-bounds.md`, step by step.
+    #[test]
+    fn multikey_bounds_as_mongodb_builds_them() {
+        let q = doc! { "field1": { "$gt": 1, "$lt": 3 } };
+        let (b, f) = shown(q.clone(), index("f", &["field1", "field2"], &[&[], &[0]]));
+        assert_eq!(b, vec![vec!["(1, 3)"], vec!["[MinKey, MaxKey]"]]);
+        assert_eq!(f, None);
+        let (b, f) = shown(q, index("f", &["field1", "field2"], &[&[0], &[0]]));
+        assert_eq!(b, vec![vec!["[-inf.0, 3)"], vec!["[MinKey, MaxKey]"]]);
+        assert_eq!(f, Some(doc! { "field1": { "$gt": 1 } }));
+        let q = doc! { "obj.sub1": { "$gt": 1 }, "obj.sub2": { "$lt": 3 } };
+        let (b, _) = shown(q.clone(), index("o", &["obj.sub1", "obj.sub2"], &[&[1], &[]]));
+        assert_eq!(b, vec![vec!["(1, inf.0]"], vec!["[-inf.0, 3)"]]);
+        let (b, f) = shown(q, index("o", &["obj.sub1", "obj.sub2"], &[&[0, 1], &[0]]));
+        assert_eq!(b, vec![vec!["(1, inf.0]"], vec!["[MinKey, MaxKey]"]]);
+        assert_eq!(f, Some(doc! { "obj.sub2": { "$lt": 3 } }));
     }
 
     #[test]

@@ -100,6 +100,11 @@ impl Index {
         self.ready.store(true, Ordering::Release)
     }
 
+    /// Its storage table (entries as the module describes them).
+    pub fn table(&self) -> &Table {
+        &self.table
+    }
+
     pub fn table_name(&self) -> &str {
         self.table.name()
     }

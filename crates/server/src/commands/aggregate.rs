@@ -122,7 +122,7 @@ pub fn aggregate(shared: &Shared, cmd: &Document) -> CommandResult {
         .with_spill(spill);
     let (docs, scanning) = match source {
         Some(docs) => (pipeline.stream(docs.into_iter().map(Ok))?, None),
-        None => stream_over(shared, &base, &pipeline)?,
+        None => stream_over(shared, &base, &pipeline, cmd.get("hint"))?,
     };
     deadline.check()?;
     if let Some(write) = write {

@@ -32,6 +32,7 @@ use crate::exec::views::stream_over;
 use crate::server::Shared;
 use bson::{doc, Bson, Document};
 use doc::catalog::{Namespace, ScanFrom};
+use query::plan::AccessPath;
 use query::{Projection, Sort};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -157,18 +158,20 @@ pub fn find(shared: &Shared, cmd: &Document) -> CommandResult {
     if is_view && tailable {
         return Err(crate::exec::views::not_on_view(&ns));
     }
-    // The planner's point read (views read through their pipeline).
-    let point = coll.as_ref().filter(|_| !is_view).and_then(|c| {
-        let path = access::plan_read(c, &filter_doc, collation.as_ref(), tailable);
-        Some((access::point(&path)?, c))
-    });
+    // The planner's path (views read through their pipeline).
+    let planned = coll
+        .as_ref()
+        .filter(|_| !is_view)
+        .map(|c| (access::plan_read(c, &filter_doc, collation.as_ref(), tailable, cmd.get("hint")), c));
+    let point = planned.as_ref().and_then(|(p, c)| Some((access::point(&p.path)?, *c)));
+    let index_scan = planned.as_ref().filter(|(p, _)| matches!(p.path, AccessPath::IndexScan(_)));
     if let Some((id, coll)) = point {
         let found = coll.find_rid_by_id(shared.catalog.engine(), id)?;
         let hits: Vec<Hit> = found.into_iter().skip(skip).map(|(rid, doc)| Hit { rid, doc, pos: None }).collect();
         state.source = Source::Buffer(hits.into_iter());
         state.remaining = limit;
     } else if !sort.is_empty() {
-        let hits = &mut scan_hits(shared, &ns, &filter_doc, &filter);
+        let hits = &mut scan_hits(shared, &ns, (&filter_doc, &filter), cmd.get("hint"));
         state.source = sorted_hits(shared, hits, &sort, (skip, limit), allow_disk_use, &deadline)?;
         // A spilled sort applied the skip but not the limit.
         state.remaining = limit.filter(|_| matches!(state.source, Source::Merge(_)));
@@ -178,11 +181,18 @@ pub fn find(shared: &Shared, cmd: &Document) -> CommandResult {
         // Dropped since it was looked up: as any missing namespace, empty.
         if let Some((base, stages)) = resolve_view(shared, &ns)? {
             let pipeline = query::Pipeline::parse(&stages)?.with_collation(filter.collation().cloned());
-            let (docs, scanning) = stream_over(shared, &base, &pipeline)?;
+            let (docs, scanning) = stream_over(shared, &base, &pipeline, cmd.get("hint"))?;
             state.source = Source::Stream { docs: docs.peekable(), scanning, filter: Some(filter) };
             skip_hits(shared, &mut state, skip, &deadline)?;
             state.remaining = limit;
         }
+    } else if let Some((planned, coll)) = index_scan {
+        let records = access::candidates(shared, &ns, coll, planned, Default::default())?;
+        let scanning = Some((ns.clone(), (*coll).clone()));
+        let docs: query::pipeline::DocStream<'static> = Box::new(crate::exec::views::pipeline_input(records));
+        state.source = Source::Stream { docs: docs.peekable(), scanning, filter: Some(filter) };
+        skip_hits(shared, &mut state, skip, &deadline)?;
+        state.remaining = limit;
     } else {
         state.source = Source::Scan { filter, after: ScanFrom::Start, pending: VecDeque::new(), reverse: natural < 0 };
         skip_hits(shared, &mut state, skip, &deadline)?;

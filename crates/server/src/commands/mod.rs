@@ -9,6 +9,7 @@ pub mod bulk_write;
 pub mod count_distinct;
 pub mod ddl;
 pub mod delete;
+pub mod explain;
 pub mod find;
 pub mod indexes;
 pub mod insert;
@@ -62,6 +63,7 @@ pub(crate) const COMMANDS: &[(&str, &str)] = &[
     ("delete", "delete documents"),
     ("bulkWrite", "inserts, updates and deletes across collections (run against admin)"),
     ("find", "query a collection"),
+    ("explain", "the plan of a find (queryPlanner, executionStats, allPlansExecution)"),
     ("getMore", "the next batch of a cursor"),
     ("killCursors", "close cursors"),
     ("count", "count matching documents"),
@@ -74,9 +76,9 @@ pub(crate) const COMMANDS: &[(&str, &str)] = &[
     ("aggregate", "run a pipeline ($match, $skip, $limit, $count, $group, $sort, $project, $unset, $addFields, $set, $replaceRoot, $replaceWith, $out, $merge; $documents with aggregate: 1)"),
     ("create", "create a collection"),
     ("collMod", "change a collection's validator or a view's definition"),
-    ("listIndexes", "a collection's indexes (its _id index)"),
-    ("createIndexes", "the _id index (always there); secondary indexes are not supported yet"),
-    ("dropIndexes", "drop indexes ('*': every index but _id_)"),
+    ("listIndexes", "a collection's indexes"),
+    ("createIndexes", "build secondary indexes (ascending, descending, compound, unique, sparse, hidden)"),
+    ("dropIndexes", "drop indexes by name, key pattern, list, or '*' (every index but _id_)"),
     ("drop", "drop a collection"),
     ("dropDatabase", "drop a database"),
     ("listCollections", "the collections of a database"),
@@ -277,6 +279,7 @@ pub(crate) fn dispatch(shared: &Shared, conn: &Conn, name: &str, msg: &OpMsg) ->
         "bulkWrite" => crate::commands::bulk_write::bulk_write(shared, msg),
         "delete" => crate::commands::delete::delete(shared, msg),
         "find" => crate::commands::find::find(shared, cmd),
+        "explain" => crate::commands::explain::explain(shared, cmd),
         "getMore" => crate::commands::find::get_more(shared, cmd),
         "killCursors" => crate::commands::find::kill_cursors(shared, cmd),
         "count" => crate::commands::count_distinct::count(shared, cmd),

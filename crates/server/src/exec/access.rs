@@ -1,31 +1,89 @@
 //! Carries out the access path `query::plan` chose: the one place a read
 //! turns an [`AccessPath`] into documents (or, for `find`, into its
 //! cursor's source). What the planner cannot know about the collection
-//! (whether the read's collation is the `_id` index's) is stated here.
+//! (its ready indexes, whether the read's collation is the `_id` index's,
+//! which index a hint names) is stated here.
 
 use crate::error::CommandError;
+use crate::exec::index_scan::{self, ScanStats};
 use crate::exec::scan::ScanIter;
 use crate::server::Shared;
 use bson::{Bson, Document};
 use doc::catalog::{Collection, DocError, Namespace};
-use query::plan::{self, AccessPath, ReadShape};
+use doc::index::Index;
+use query::plan::{self, AccessPath, Hint, IndexInfo, ReadShape};
 use query::Collation;
 use std::sync::Arc;
 
+/// A planned read: the path, and the indexes its positions refer to.
+pub(crate) struct Planned<'a> {
+    pub path: AccessPath<'a>,
+    pub indexes: Vec<Arc<Index>>,
+    /// What the planner saw of them (for explain's rejected plans).
+    pub infos: Vec<IndexInfo>,
+}
+
+/// The ready secondary indexes of `coll` as the planner sees them.
+pub(crate) fn ready_indexes(coll: &Collection) -> (Vec<Arc<Index>>, Vec<IndexInfo>) {
+    let ready: Vec<Arc<Index>> = coll.indexes().into_iter().filter(|ix| ix.is_ready()).collect();
+    let infos = ready
+        .iter()
+        .map(|ix| IndexInfo {
+            name: ix.spec.name.clone(),
+            fields: ix.spec.fields.iter().map(|f| (f.path.join("."), f.descending)).collect(),
+            multikey: ix.multikey_paths(),
+            sparse: ix.spec.sparse,
+            hidden: ix.spec.shown.get_bool("hidden").unwrap_or(false),
+        })
+        .collect();
+    (ready, infos)
+}
+
 /// The access path of a read of `coll` with `filter` under `collation`
-/// (`None`: binary), for a tailable cursor or not.
+/// (`None`: binary), for a tailable cursor or not, with the command's
+/// `hint` (already checked by `check_hint`).
 pub(crate) fn plan_read<'a>(
     coll: &Collection,
     filter: &'a Document,
     collation: Option<&Arc<Collation>>,
     tailable: bool,
-) -> AccessPath<'a> {
+    hint: Option<&Bson>,
+) -> Planned<'a> {
     let id_index_collation_matches = match (collation, coll.id_collation()) {
         (None, None) => true,
         (Some(a), Some(b)) => a.full_spec() == b.full_spec(),
         _ => false,
     };
-    plan::plan(&ReadShape { filter, id_index_collation_matches, tailable })
+    let (indexes, infos) = ready_indexes(coll);
+    let shape = ReadShape {
+        filter,
+        id_index_collation_matches,
+        tailable,
+        indexes: &infos,
+        binary_collation: collation.is_none(),
+        hint: resolve_hint(hint, &indexes),
+    };
+    let path = plan::plan(&shape);
+    Planned { path, indexes, infos }
+}
+
+/// A hint as the planner takes it: `$natural`, a secondary index by name
+/// or key pattern, or none (the `_id` index, which a point read uses
+/// anyway, and a hint `check_hint` refused).
+fn resolve_hint(hint: Option<&Bson>, indexes: &[Arc<Index>]) -> Hint {
+    match hint {
+        Some(Bson::String(name)) => indexes.iter().position(|ix| ix.spec.name == *name).map_or(Hint::None, Hint::Index),
+        Some(Bson::Document(d)) => match d.iter().next() {
+            Some((k, v)) if k == "$natural" => {
+                Hint::Natural { reverse: doc::compare::compare(v, &Bson::Int32(0)).is_lt() }
+            }
+            _ => indexes
+                .iter()
+                .position(|ix| crate::exec::index_spec::same_pattern(&ix.spec.key, d))
+                .map_or(Hint::None, Hint::Index),
+        },
+        _ => Hint::None,
+    }
 }
 
 /// Records `(record id, document)` as a path yields them; a storage error
@@ -34,19 +92,27 @@ pub(crate) type Records = Box<dyn Iterator<Item = Result<(u64, Document), DocErr
 
 /// The candidate records of a read, `(record id, document)` in the path's
 /// order; the caller still applies the filter (a path only narrows what
-/// is looked at).
+/// is looked at). `stats` counts an index scan's work.
 pub(crate) fn candidates(
     shared: &Shared,
     ns: &Namespace,
-    coll: &Collection,
-    path: &AccessPath<'_>,
+    coll: &Arc<Collection>,
+    planned: &Planned<'_>,
+    stats: Arc<ScanStats>,
 ) -> Result<Records, CommandError> {
-    Ok(match path {
+    Ok(match &planned.path {
         AccessPath::IdPoint(id) => Box::new(coll.find_rid_by_id(shared.catalog.engine(), id)?.into_iter().map(Ok)),
-        AccessPath::CollScan { reverse } => {
-            debug_assert!(!reverse, "reads that take $natural scan in cursors (find)");
-            Box::new(ScanIter::new(shared, ns).results())
-        }
+        // Forwards: `find` reads `$natural: -1` through its cursor's own
+        // scan; for the other reads the order is not observable beyond
+        // which documents a limited write meets first.
+        AccessPath::CollScan { .. } => Box::new(ScanIter::new(shared, ns).results()),
+        AccessPath::IndexScan(scan) => index_scan::records(
+            shared.catalog.engine().clone(),
+            coll.clone(),
+            planned.indexes[scan.index].clone(),
+            scan.bounds.clone(),
+            stats,
+        ),
     })
 }
 
@@ -56,14 +122,15 @@ pub(crate) fn plan_write<'a>(
     coll: &Collection,
     filter: &'a Document,
     collation: Option<&Arc<Collation>>,
-) -> AccessPath<'a> {
-    plan_read(coll, filter, collation, false)
+    hint: Option<&Bson>,
+) -> Planned<'a> {
+    plan_read(coll, filter, collation, false, hint)
 }
 
 /// The one `_id` a point read looks up, if the path is one.
 pub(crate) fn point<'a>(path: &AccessPath<'a>) -> Option<&'a Bson> {
     match path {
         AccessPath::IdPoint(id) => Some(id),
-        AccessPath::CollScan { .. } => None,
+        AccessPath::CollScan { .. } | AccessPath::IndexScan(_) => None,
     }
 }

@@ -50,9 +50,9 @@ pub(crate) fn delete_one_spec(
     let record = log.map(|l| l.record(doc! { "n": 1i64 })).transpose()?;
     let stamp = record.as_ref().map(|r| r as &dyn Stamp);
     // In natural order: a single delete takes the first match.
-    let path = access::plan_write(&coll, &filter_doc, collation.as_ref());
+    let planned = access::plan_write(&coll, &filter_doc, collation.as_ref(), spec.get("hint"));
     let mut deleted = 0;
-    for record in access::candidates(shared, ns, &coll, &path)? {
+    for record in access::candidates(shared, ns, &coll, &planned, Default::default())? {
         let (rid, d) = record?;
         if filter.try_matches_at(&d)?.0 && coll.delete(engine, rid, &d, ack, stamp)? {
             deleted += 1;
@@ -78,6 +78,8 @@ pub(crate) struct Statement {
     pub(crate) collation: Option<Arc<Collation>>,
     /// Already retried after losing an upsert race.
     pub(crate) retried: bool,
+    /// The statement's `hint` (checked).
+    pub(crate) hint: Option<Bson>,
 }
 
 pub(crate) fn parse_update_field(
@@ -155,7 +157,8 @@ pub(crate) fn parse_statement(
     };
     let upsert = bool_option(spec, "upsert", "update.updates", false)?;
     let update = update.with_collation(collation.clone());
-    Ok(Statement { query, filter, update, multi, upsert, sort, collation, retried: false })
+    let hint = spec.get("hint").cloned();
+    Ok(Statement { query, filter, update, multi, upsert, sort, collation, retried: false, hint })
 }
 
 /// The update result must still be a storable document.
@@ -307,8 +310,8 @@ pub(crate) fn run_statement(
             }
         }
     } else if let Some(coll) = shared.catalog.get(ns) {
-        let path = access::plan_write(&coll, &st.query, st.collation.as_ref());
-        for candidate in access::candidates(shared, ns, &coll, &path)? {
+        let planned = access::plan_write(&coll, &st.query, st.collation.as_ref(), st.hint.as_ref());
+        for candidate in access::candidates(shared, ns, &coll, &planned, Default::default())? {
             let (rid, d) = candidate?;
             let (ok, pos) = st.filter.try_matches_at(&d)?;
             if !ok {
@@ -350,10 +353,10 @@ pub(crate) fn first_match(
     sort: &Sort,
     deadline: &Deadline,
 ) -> Result<Option<(u64, Document, Option<usize>)>, CommandError> {
-    let path = access::plan_write(coll, query, collation);
+    let planned = access::plan_write(coll, query, collation, None);
     let mut best: Option<(u64, Document, Option<usize>)> = None;
-    let scanning = access::point(&path).is_none();
-    for record in access::candidates(shared, ns, coll, &path)? {
+    let scanning = access::point(&planned.path).is_none();
+    for record in access::candidates(shared, ns, coll, &planned, Default::default())? {
         let (rid, d) = record?;
         if scanning {
             deadline.check()?;

@@ -147,15 +147,15 @@ pub(crate) fn spill_dir(shared: &Shared) -> std::path::PathBuf {
 pub(crate) fn scan_hits<'a>(
     shared: &'a Shared,
     ns: &Namespace,
-    filter_doc: &Document,
-    filter: &'a Filter,
+    (filter_doc, filter): (&Document, &'a Filter),
+    hint: Option<&Bson>,
 ) -> Box<dyn Iterator<Item = Result<Hit, CommandError>> + 'a> {
     match resolve_view(shared, ns) {
         Err(e) => return Box::new(std::iter::once(Err(e))),
         Ok(Some((base, stages))) => {
             // The view's documents as its pipeline produces them.
             let pipeline = query::Pipeline::parse(&stages).map(|p| p.with_collation(filter.collation().cloned()));
-            return match pipeline.map_err(CommandError::from).and_then(|p| stream_over(shared, &base, &p)) {
+            return match pipeline.map_err(CommandError::from).and_then(|p| stream_over(shared, &base, &p, hint)) {
                 Err(e) => Box::new(std::iter::once(Err(e))),
                 Ok((docs, _)) => Box::new(docs.filter_map(move |doc| {
                     let doc = match doc {
@@ -172,8 +172,8 @@ pub(crate) fn scan_hits<'a>(
         Ok(None) => {}
     }
     let Some(coll) = shared.catalog.get(ns) else { return Box::new(std::iter::empty()) };
-    let path = access::plan_read(&coll, filter_doc, filter.collation(), false);
-    let mut records = match access::candidates(shared, ns, &coll, &path) {
+    let planned = access::plan_read(&coll, filter_doc, filter.collation(), false, hint);
+    let mut records = match access::candidates(shared, ns, &coll, &planned, Default::default()) {
         Ok(records) => records,
         Err(e) => return Box::new(std::iter::once(Err(e))),
     };
@@ -201,23 +201,31 @@ pub(crate) fn scan_hits<'a>(
     }))
 }
 
-/// `hint`: only the `_id` index (by its name, `_id_` or a clustered
-/// index's own, or by `{_id: 1}`) and `$natural` exist until secondary
-/// indexes are built. On a view, the index is the base collection's.
+/// `hint`: an index of the collection (by name or key pattern; the `_id`
+/// index by its name, `_id_` or a clustered index's own, or by `{_id:
+/// 1}`), or `$natural`. On a view, the index is the base collection's.
 pub(crate) fn check_hint(shared: &Shared, ns: &Namespace, cmd: &Document) -> Result<(), CommandError> {
-    let ok = match cmd.get("hint") {
-        None | Some(Bson::Null) => true,
-        // A view's reads go to the collection under it, hint and all.
-        Some(Bson::String(name)) => match resolve_view(shared, ns)?
-            .map_or_else(|| shared.catalog.get(ns), |(base, _)| shared.catalog.get(&base))
-        {
-            Some(coll) => *name == crate::exec::id_index::id_index_name(&coll),
+    let hint = match cmd.get("hint") {
+        None | Some(Bson::Null) => return Ok(()),
+        Some(h) => h,
+    };
+    // A view's reads go to the collection under it, hint and all.
+    let coll = resolve_view(shared, ns)?.map_or_else(|| shared.catalog.get(ns), |(base, _)| shared.catalog.get(&base));
+    let ready = || coll.as_ref().map(|c| crate::exec::access::ready_indexes(c).0).unwrap_or_default();
+    let ok = match hint {
+        Bson::String(name) => match &coll {
+            Some(c) => {
+                *name == crate::exec::id_index::id_index_name(c) || ready().iter().any(|ix| ix.spec.name == *name)
+            }
             None => name == "_id_",
         },
-        Some(Bson::Document(d)) => {
-            d.is_empty() || crate::exec::id_index::is_id_key(d) || d.keys().next().is_some_and(|k| k == "$natural")
+        Bson::Document(d) => {
+            d.is_empty()
+                || crate::exec::id_index::is_id_key(d)
+                || d.keys().next().is_some_and(|k| k == "$natural")
+                || ready().iter().any(|ix| crate::exec::index_spec::same_pattern(&ix.spec.key, d))
         }
-        Some(_) => false,
+        _ => false,
     };
     if ok {
         Ok(())

@@ -56,21 +56,24 @@ pub(crate) fn stream_over(
     shared: &Shared,
     base: &Namespace,
     pipeline: &query::Pipeline,
+    hint: Option<&Bson>,
 ) -> Result<(query::pipeline::DocStream<'static>, Scanning), CommandError> {
     let Some(coll) = shared.catalog.get(base) else {
         return Ok((pipeline.stream(std::iter::empty())?, None));
     };
     let empty = bson::Document::new();
     let filter = pipeline.leading_match().unwrap_or(&empty);
-    let path = access::plan_read(&coll, filter, pipeline.collation(), false);
-    let records = access::candidates(shared, base, &coll, &path)?;
+    let planned = access::plan_read(&coll, filter, pipeline.collation(), false, hint);
+    let records = access::candidates(shared, base, &coll, &planned, Default::default())?;
     Ok((pipeline.stream(pipeline_input(records))?, Some((base.clone(), coll))))
 }
 
 /// Records as a pipeline takes them: documents, an error as the last
 /// item. A collection dropped under the read ends it with QueryPlanKilled
 /// (175), as mongod's.
-fn pipeline_input(records: access::Records) -> impl Iterator<Item = Result<bson::Document, query::FilterError>> + Send {
+pub(crate) fn pipeline_input(
+    records: access::Records,
+) -> impl Iterator<Item = Result<bson::Document, query::FilterError>> + Send {
     records.map(|r| {
         r.map(|(_, d)| d).map_err(|e| match e {
             doc::catalog::DocError::Storage(storage::StorageError::TableNotFound(_)) => query::FilterError {

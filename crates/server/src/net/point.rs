@@ -67,7 +67,15 @@ pub fn find_by_id(shared: &Shared, header: &Header, body: &[u8]) -> Option<Vec<u
     // applies too unless the collection was made before it did.
     let filter = bson::doc! { "_id": id? };
     let id_index_collation_matches = !coll.options.contains_key("collation") || coll.id_collation().is_some();
-    let shape = ReadShape { filter: &filter, id_index_collation_matches, tailable: false };
+    // A `{_id: v}` filter is a point read whatever the other indexes.
+    let shape = ReadShape {
+        filter: &filter,
+        id_index_collation_matches,
+        tailable: false,
+        indexes: &[],
+        binary_collation: !coll.options.contains_key("collation"),
+        hint: query::plan::Hint::None,
+    };
     let AccessPath::IdPoint(id) = query::plan::plan(&shape) else { return None };
     let found = coll.find_raw_by_id(shared.catalog.engine(), id).ok()?;
     if let Some(lsid) = lsid {

@@ -1,0 +1,301 @@
+//! `explain` of a `find`: the plan the planner chose (`queryPlanner`) and,
+//! at `executionStats` and `allPlansExecution` verbosity, that plan run to
+//! the end with MongoDB's counters, in mongod's shape.
+
+use crate::args::{check_fields, count_option, document_option, filter_of, namespace, CommandResult};
+use crate::error::CommandError;
+use crate::exec::access::{self, Planned};
+use crate::exec::index_scan::ScanStats;
+use crate::exec::scan::{check_hint, collation_of};
+use crate::server::Shared;
+use bson::{doc, Bson, Document};
+use doc::index::Index;
+use query::bounds::Interval;
+use query::plan::{AccessPath, IndexInfo};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// How much `explain` runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Verbosity {
+    QueryPlanner,
+    ExecutionStats,
+    AllPlansExecution,
+}
+
+pub fn explain(shared: &Shared, cmd: &Document) -> CommandResult {
+    check_fields(cmd, "explain", &["verbosity", "comment", "maxTimeMS"], false)?;
+    let verbosity = match cmd.get("verbosity") {
+        None => Verbosity::AllPlansExecution,
+        Some(Bson::String(v)) => match v.as_str() {
+            "queryPlanner" => Verbosity::QueryPlanner,
+            "executionStats" => Verbosity::ExecutionStats,
+            "allPlansExecution" => Verbosity::AllPlansExecution,
+            other => {
+                return Err(CommandError::bad_value(format!(
+                    "verbosity string must be one of {{'queryPlanner', 'executionStats', 'allPlansExecution'}}, not {other}"
+                )))
+            }
+        },
+        Some(other) => return Err(crate::args::wrong_type("explain.verbosity", other, "string")),
+    };
+    let inner = match cmd.get("explain") {
+        Some(Bson::Document(d)) => d,
+        Some(other) => return Err(crate::args::wrong_type("explain.explain", other, "object")),
+        None => return Err(CommandError::failed_to_parse("explain command requires a nested object")),
+    };
+    let mut inner = inner.clone();
+    if let Ok(db) = cmd.get_str("$db") {
+        inner.insert("$db", db);
+    }
+    match inner.keys().next().map(String::as_str) {
+        Some("find") => explain_find(shared, &inner, verbosity),
+        Some(name) => Err(CommandError::not_implemented(format!("explain of {name} is not supported yet"))),
+        None => Err(CommandError::failed_to_parse("explain command requires a nested object")),
+    }
+}
+
+fn explain_find(shared: &Shared, cmd: &Document, verbosity: Verbosity) -> CommandResult {
+    let ns = namespace(cmd, "find")?;
+    let scope = crate::args::scope_of(cmd)?;
+    let (filter_doc, filter) = filter_of(cmd, "filter", &scope)?;
+    let projection = document_option(cmd, "projection")?.filter(|p| !p.is_empty());
+    if let Some(p) = &projection {
+        query::Projection::parse_in(p, &scope)?;
+    }
+    let sort = document_option(cmd, "sort")?.filter(|s| !s.is_empty());
+    let skip = count_option(cmd, "skip")?.unwrap_or(0).max(0) as usize;
+    let limit = count_option(cmd, "limit")?.filter(|l| *l > 0).map(|l| l as usize);
+    check_hint(shared, &ns, cmd)?;
+    let collation = collation_of(shared, &ns, cmd)?;
+    let filter = filter.with_collation(collation.clone());
+    let coll = shared.catalog.get(&ns).filter(|c| c.view_on().is_none());
+    let planned = coll.as_ref().map(|c| access::plan_read(c, &filter_doc, collation.as_ref(), false, cmd.get("hint")));
+    let parsed = query::plan::parsed_query(&filter_doc);
+
+    let started = Instant::now();
+    let stats = Arc::new(ScanStats::default());
+    let (mut examined, mut matched) = (0u64, 0u64);
+    if verbosity != Verbosity::QueryPlanner {
+        if let (Some(c), Some(p)) = (&coll, &planned) {
+            for record in access::candidates(shared, &ns, c, p, stats.clone())? {
+                let (_, d) = record?;
+                examined += 1;
+                if filter.try_matches_at(&d)?.0 {
+                    matched += 1;
+                }
+            }
+        }
+    }
+    let returned = matched.saturating_sub(skip as u64).min(limit.map_or(u64::MAX, |l| l as u64));
+    let run = Run { stats: &stats, examined, matched, returned };
+    // The plan as chosen (queryPlanner) and as run (executionStages).
+    let tree = |verbosity| {
+        let read = match &planned {
+            Some(p) => access_stage(p, &parsed, &run, verbosity),
+            None => doc! { "stage": "EOF" },
+        };
+        wrap(read, (sort.as_ref(), skip, limit, projection.as_ref()), &run, verbosity)
+    };
+    let mut planner = doc! {
+        "namespace": ns.to_string(),
+        "parsedQuery": parsed.clone(),
+        "indexFilterSet": false,
+        "maxIndexedOrSolutionsReached": false,
+        "maxIndexedAndSolutionsReached": false,
+        "maxScansToExplodeReached": false,
+        "prunedSimilarIndexes": false,
+    };
+    let mut winning_plan = doc! { "isCached": false };
+    winning_plan.extend(tree(Verbosity::QueryPlanner));
+    planner.insert("winningPlan", winning_plan);
+    planner.insert("rejectedPlans", Vec::<Bson>::new());
+    let mut reply = doc! { "explainVersion": "1", "queryPlanner": planner };
+    if verbosity != Verbosity::QueryPlanner {
+        let mut exec = doc! {
+            "executionSuccess": true,
+            "nReturned": run.returned as i64,
+            "executionTimeMillis": started.elapsed().as_millis() as i64,
+            "totalKeysExamined": ScanStats::get(&stats.keys_examined) as i64,
+            "totalDocsExamined": run.docs_examined(&planned) as i64,
+            "executionStages": tree(verbosity),
+        };
+        if verbosity == Verbosity::AllPlansExecution {
+            exec.insert("allPlansExecution", Vec::<Bson>::new());
+        }
+        reply.insert("executionStats", exec);
+    }
+    let mut command = cmd.clone();
+    command.remove("$db");
+    reply.insert("command", command);
+    reply.insert("serverInfo", doc! { "host": crate::server::hostname(), "port": 27017, "version": "8.0.0" });
+    reply.insert("ok", 1.0);
+    Ok(reply)
+}
+
+/// What running the plan counted.
+struct Run<'a> {
+    stats: &'a ScanStats,
+    /// Records the access path produced.
+    examined: u64,
+    /// Of them, those the filter matched.
+    matched: u64,
+    /// After skip and limit.
+    returned: u64,
+}
+
+impl Run<'_> {
+    /// Documents read: by a collection scan, or fetched after an index.
+    fn docs_examined(&self, planned: &Option<Planned<'_>>) -> u64 {
+        match planned.as_ref().map(|p| &p.path) {
+            Some(AccessPath::IndexScan(_)) => ScanStats::get(&self.stats.docs_examined),
+            Some(_) => self.examined,
+            None => 0,
+        }
+    }
+}
+
+/// The stage that reads: COLLSCAN, EXPRESS_IDHACK, or FETCH over IXSCAN.
+fn access_stage(p: &Planned<'_>, parsed: &Document, run: &Run<'_>, verbosity: Verbosity) -> Document {
+    let executed = verbosity != Verbosity::QueryPlanner;
+    match &p.path {
+        AccessPath::CollScan { reverse } => {
+            let mut d = doc! { "stage": "COLLSCAN" };
+            if !parsed.is_empty() {
+                d.insert("filter", parsed.clone());
+            }
+            d.insert("direction", if *reverse { "backward" } else { "forward" });
+            if executed {
+                counters(&mut d, run.matched, run.examined + 1);
+                d.insert("docsExamined", run.examined as i64);
+            }
+            d
+        }
+        AccessPath::IdPoint(_) => {
+            let mut d = doc! { "stage": "EXPRESS_IDHACK" };
+            if executed {
+                d.insert("keysExamined", run.examined as i64);
+                d.insert("docsExamined", run.examined as i64);
+                d.insert("nReturned", run.matched as i64);
+            }
+            d
+        }
+        AccessPath::IndexScan(scan) => {
+            let ix = &p.indexes[scan.index];
+            let mut ixscan = ixscan_stage(ix, &p.infos[scan.index], &scan.bounds);
+            let mut fetch = doc! { "stage": "FETCH" };
+            if let Some(f) = &scan.fetch_filter {
+                fetch.insert("filter", f.clone());
+            }
+            if executed {
+                let s = run.stats;
+                let keys = ScanStats::get(&s.keys_examined);
+                let fetched = ScanStats::get(&s.docs_examined);
+                counters(&mut ixscan, fetched, keys + 1);
+                ixscan.insert("keysExamined", keys as i64);
+                ixscan.insert("seeks", ScanStats::get(&s.seeks) as i64);
+                ixscan.insert("dupsTested", ScanStats::get(&s.dups_tested) as i64);
+                ixscan.insert("dupsDropped", ScanStats::get(&s.dups_dropped) as i64);
+                counters(&mut fetch, run.matched, fetched + 1);
+                fetch.insert("docsExamined", fetched as i64);
+                fetch.insert("alreadyHasObj", 0);
+            }
+            fetch.insert("inputStage", ixscan);
+            fetch
+        }
+    }
+}
+
+/// IXSCAN as explain shows it.
+fn ixscan_stage(ix: &Index, info: &IndexInfo, bounds: &[Vec<Interval>]) -> Document {
+    let mut paths = Document::new();
+    let mut shown_bounds = Document::new();
+    for (f, (path, descending)) in info.fields.iter().enumerate() {
+        let parts: Vec<&str> = path.split('.').collect();
+        let at: Vec<Bson> =
+            info.multikey[f].iter().map(|&n| Bson::String(parts[..=n.min(parts.len() - 1)].join("."))).collect();
+        paths.insert(path.clone(), at);
+        let mut intervals: Vec<Bson> = bounds[f].iter().map(|i| Bson::String(i.shown(*descending))).collect();
+        if *descending {
+            intervals.reverse();
+        }
+        shown_bounds.insert(path.clone(), intervals);
+    }
+    doc! {
+        "stage": "IXSCAN",
+        "keyPattern": ix.spec.key.clone(),
+        "indexName": ix.spec.name.clone(),
+        "isMultiKey": info.multikey.iter().any(|m| !m.is_empty()),
+        "multiKeyPaths": paths,
+        "isUnique": ix.spec.unique,
+        "isSparse": ix.spec.sparse,
+        "isPartial": false,
+        "indexVersion": 2,
+        "direction": "forward",
+        "indexBounds": shown_bounds,
+    }
+}
+
+/// The counters every executed stage shows.
+fn counters(d: &mut Document, advanced: u64, works: u64) {
+    d.insert("nReturned", advanced as i64);
+    d.insert("executionTimeMillisEstimate", 0);
+    d.insert("works", works as i64);
+    d.insert("advanced", advanced as i64);
+    d.insert("needTime", works.saturating_sub(advanced + 1) as i64);
+    d.insert("needYield", 0);
+    d.insert("saveState", 0);
+    d.insert("restoreState", 0);
+    d.insert("isEOF", true);
+}
+
+/// The stages above the read: SORT, SKIP, LIMIT, then the projection.
+fn wrap(
+    mut stage: Document,
+    (sort, skip, limit, projection): (Option<&Document>, usize, Option<usize>, Option<&Document>),
+    run: &Run<'_>,
+    verbosity: Verbosity,
+) -> Document {
+    let executed = verbosity != Verbosity::QueryPlanner;
+    let mut flowing = run.matched;
+    if let Some(s) = sort {
+        let mut d = doc! { "stage": "SORT", "sortPattern": s.clone(), "memLimit": 104857600, "type": "simple" };
+        if let Some(l) = limit {
+            d.insert("limitAmount", (l + skip) as i64);
+        }
+        if executed {
+            counters(&mut d, flowing, flowing + 1);
+        }
+        d.insert("inputStage", stage);
+        stage = d;
+    }
+    if skip > 0 {
+        let mut d = doc! { "stage": "SKIP", "skipAmount": skip as i64 };
+        flowing = flowing.saturating_sub(skip as u64);
+        if executed {
+            counters(&mut d, flowing, run.matched + 1);
+        }
+        d.insert("inputStage", stage);
+        stage = d;
+    }
+    if let Some(l) = limit.filter(|_| sort.is_none()) {
+        let mut d = doc! { "stage": "LIMIT", "limitAmount": l as i64 };
+        flowing = flowing.min(l as u64);
+        if executed {
+            counters(&mut d, flowing, flowing + 1);
+        }
+        d.insert("inputStage", stage);
+        stage = d;
+    }
+    if let Some(p) = projection {
+        let simple = p.iter().all(|(k, v)| !k.contains('.') && !k.starts_with('$') && !matches!(v, Bson::Document(_)));
+        let mut d =
+            doc! { "stage": if simple { "PROJECTION_SIMPLE" } else { "PROJECTION_DEFAULT" }, "transformBy": p.clone() };
+        if executed {
+            counters(&mut d, run.returned, run.returned + 1);
+        }
+        d.insert("inputStage", stage);
+        stage = d;
+    }
+    stage
+}
