@@ -68,6 +68,14 @@ def ids(coll, flt, hint=None):
     return sorted(d["_id"] for d in cur)
 
 
+def projected(coll, flt, projection, hint=None):
+    """The projected documents, in a stable order (an index may cover)."""
+    cur = coll.find(flt, projection)
+    if hint is not None:
+        cur = cur.hint(hint)
+    return sorted(repr(d) for d in cur)
+
+
 def check_plans(coll, rng, n):
     names = [i["name"] for i in coll.list_indexes() if i["name"] != "_id_"]
     assert len(names) == len(INDEXES)
@@ -77,6 +85,12 @@ def check_plans(coll, rng, n):
         assert ids(coll, flt) == want, flt
         for name in names:
             assert ids(coll, flt, name) == want, (flt, name)
+        # Projections an index may cover (its fields only, no _id).
+        for projection in [{"_id": 0, "a": 1}, {"_id": 0, "a": 1, "b": 1}, {"_id": 0, "c.x": 1}]:
+            want = projected(coll, flt, projection, [("$natural", 1)])
+            assert projected(coll, flt, projection) == want, (flt, projection)
+            for name in names:
+                assert projected(coll, flt, projection, name) == want, (flt, projection, name)
 
 
 def test_every_index_plan_answers_as_the_collection_scan(client):
@@ -122,3 +136,32 @@ def test_an_update_through_an_index_changes_each_document_once(client):
     assert sorted(d["a"] for d in coll.find()) == list(range(1000, 2000))
     plan = client.test.command("explain", {"find": "halloween", "filter": {"a": {"$gte": 0}}})
     assert plan["queryPlanner"]["winningPlan"]["inputStage"]["stage"] == "IXSCAN"
+
+
+def test_covered_reads_answer_as_the_collection_scan(client):
+    """Scalar fields only (missing, null and mixed types included), so the
+    compound index stays non-multikey and covers projections of its
+    fields: a missing field stays missing, not null."""
+    rng = random.Random(SEED + 1)
+    coll = client.test.covered
+    docs = []
+    for i in range(400):
+        d = {"_id": i}
+        for f in ["a", "b"]:
+            if rng.random() < 0.8:
+                d[f] = rng.choice(SCALARS)
+        docs.append(d)
+    coll.insert_many(docs)
+    coll.create_index([("a", 1), ("b", -1)])
+    covered_seen = 0
+    for _ in range(FILTERS):
+        flt = leaf(rng)
+        if "a" not in flt:
+            flt = {"a": flt.popitem()[1]}
+        for projection in [{"_id": 0, "a": 1}, {"_id": 0, "a": 1, "b": 1}, {"_id": 0, "b": 1}]:
+            want = projected(coll, flt, projection, [("$natural", 1)])
+            assert projected(coll, flt, projection) == want, (flt, projection)
+            assert projected(coll, flt, projection, "a_1_b_-1") == want, (flt, projection)
+        plan = client.test.command("explain", {"find": "covered", "filter": flt, "projection": {"_id": 0, "a": 1, "b": 1}})
+        covered_seen += plan["queryPlanner"]["winningPlan"]["stage"] == "PROJECTION_COVERED"
+    assert covered_seen > FILTERS // 4, covered_seen

@@ -36,6 +36,9 @@ pub struct ReadShape<'a, 'i> {
     /// keys, so another collation does not use them).
     pub binary_collation: bool,
     pub hint: Hint,
+    /// The fields a projection needs, when it needs nothing else
+    /// (`projection_fields`); `None`: the whole document.
+    pub projection: Option<&'i [String]>,
 }
 
 /// A secondary index as the planner sees it.
@@ -82,6 +85,38 @@ pub struct IndexScan {
     pub bounds: Vec<Vec<Interval>>,
     /// What the bounds do not answer exactly: FETCH's filter in explain.
     pub fetch_filter: Option<Document>,
+    /// The index alone answers the read (PROJECTION_COVERED): the bounds
+    /// are exact and the index holds every projected field, on no
+    /// multikey path; no document is fetched.
+    pub covered: bool,
+}
+
+/// The fields an inclusion projection of plain paths needs (`_id`
+/// among them unless excluded); `None` for any other projection.
+pub fn projection_fields(projection: &Document) -> Option<Vec<String>> {
+    let mut fields = Vec::new();
+    let mut id = true;
+    for (k, v) in projection {
+        let on = match v {
+            Bson::Boolean(b) => *b,
+            Bson::Int32(n) => *n != 0,
+            Bson::Int64(n) => *n != 0,
+            Bson::Double(d) => *d != 0.0,
+            _ => return None,
+        };
+        if k.starts_with('$') || k.contains(".$") {
+            return None;
+        }
+        match (k.as_str(), on) {
+            ("_id", false) => id = false,
+            (_, false) => return None,
+            _ => fields.push(k.clone()),
+        }
+    }
+    if id && !fields.iter().any(|f| f == "_id") {
+        fields.push("_id".to_string());
+    }
+    (!fields.is_empty()).then_some(fields)
 }
 
 /// Choose the access path of `shape`.
@@ -107,7 +142,8 @@ pub fn plan<'a>(shape: &ReadShape<'a, '_>) -> AccessPath<'a> {
 /// index is a candidate when a predicate bounds its leading field (never
 /// a hidden one; a sparse one only then, as its leading field's value is
 /// then present in every matching document). Ranked by how many leading
-/// fields are pinned to points, then fewer fields.
+/// fields are pinned to points, then fewer fields; the executor races
+/// them when there are several (`server/exec/access.rs`).
 pub fn candidates(shape: &ReadShape<'_, '_>) -> Vec<IndexScan> {
     if !shape.binary_collation {
         return Vec::new();
@@ -165,7 +201,14 @@ fn index_scan(shape: &ReadShape<'_, '_>, i: usize) -> IndexScan {
         field_bounds.push(intervals);
     }
     let rest: Vec<&Leaf> = conj.leaves.iter().zip(&used).filter(|(_, u)| !**u).map(|(l, _)| l).collect();
-    IndexScan { index: i, bounds: field_bounds, fetch_filter: residual(&rest, &conj.others) }
+    let fetch_filter = residual(&rest, &conj.others);
+    let covered = fetch_filter.is_none()
+        && shape.projection.is_some_and(|fields| {
+            fields
+                .iter()
+                .all(|p| ix.fields.iter().position(|(f, _)| f == p).is_some_and(|at| ix.multikey[at].is_empty()))
+        });
+    IndexScan { index: i, bounds: field_bounds, fetch_filter, covered }
 }
 
 /// The FETCH filter: one child as itself, several under `$and`.
@@ -209,6 +252,7 @@ mod tests {
             indexes: &[],
             binary_collation: true,
             hint: Hint::None,
+            projection: None,
         };
         format!("{:?}", plan(&shape))
     }
@@ -232,6 +276,7 @@ mod tests {
             indexes: &indexes,
             binary_collation: true,
             hint: Hint::None,
+            projection: None,
         };
         let AccessPath::IndexScan(s) = plan(&shape) else { panic!("no index scan for {filter}") };
         (s.bounds.iter().map(|f| f.iter().map(|i| i.shown(false)).collect()).collect(), s.fetch_filter)

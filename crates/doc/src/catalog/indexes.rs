@@ -194,8 +194,8 @@ impl Collection {
 /// `(key values, record id)`.
 #[derive(Debug, Default, PartialEq)]
 pub struct IndexCheck {
-    pub missing: Vec<(Vec<Bson>, u64)>,
-    pub extra: Vec<(Vec<Bson>, u64)>,
+    pub missing: Vec<(crate::index::keys::KeyValues, u64)>,
+    pub extra: Vec<(crate::index::keys::KeyValues, u64)>,
 }
 
 impl Collection {
@@ -219,7 +219,8 @@ impl Collection {
         let mut e = c.first()?;
         while let Some((k, v)) = e {
             if expected.remove(&k[..]).is_none() {
-                check.extra.push((crate::index::entry_values(&v)?, crate::index::record_of(&k)));
+                let values = crate::index::entry_values(&v, ix.spec.fields.len())?;
+                check.extra.push((values, crate::index::record_of(&k)));
             }
             e = c.next()?;
         }

@@ -395,12 +395,16 @@ fn spec(shown: Document) -> crate::index::IndexSpec {
 }
 
 /// The entries of index `name`: (values, `_id` of the record).
+/// A missing field shows as null, as the key holds it.
 fn index_of(e: &Engine, c: &Collection, name: &str) -> Vec<(Vec<Bson>, Bson)> {
     let ix = c.indexes().into_iter().find(|ix| ix.spec.name == name).unwrap();
     ix.entries(e)
         .unwrap()
         .into_iter()
-        .map(|(values, rid)| (values, c.get(e, rid).unwrap().unwrap().get("_id").unwrap().clone()))
+        .map(|(values, rid)| {
+            let values = values.into_iter().map(|v| v.unwrap_or(Bson::Null)).collect();
+            (values, c.get(e, rid).unwrap().unwrap().get("_id").unwrap().clone())
+        })
         .collect()
 }
 

@@ -38,8 +38,9 @@ impl std::fmt::Display for ParallelArrays {
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct DocKeys {
     /// Each key's KeyString (fields in order, a descending field's bytes
-    /// inverted) and its values, in index order.
-    pub keys: BTreeMap<Vec<u8>, Vec<Bson>>,
+    /// inverted) and its values (`None`: the field is missing, which the
+    /// key holds as null), in index order.
+    pub keys: BTreeMap<Vec<u8>, KeyValues>,
     /// Per indexed field, the component positions where arrays were met
     /// (0: the first component).
     pub multikey: Vec<BTreeSet<usize>>,
@@ -51,6 +52,10 @@ impl DocKeys {
         self.multikey.iter().any(|p| !p.is_empty())
     }
 }
+
+/// A key's values, field by field; `None` where the document has no
+/// such field (its key holds null; a covered read leaves it out).
+pub type KeyValues = Vec<Option<Bson>>;
 
 /// One indexed field: its path split at dots, and its direction.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -157,11 +162,11 @@ fn emit(slots: &[Slot], fields: &[KeyField], sparse: bool, out: &mut DocKeys) {
     if sparse && slots.iter().all(|s| matches!(s, Slot::Missing)) {
         return;
     }
-    let values: Vec<Bson> = slots
+    let values: KeyValues = slots
         .iter()
         .map(|s| match s {
-            Slot::Found(v) => v.clone(),
-            Slot::Missing => Bson::Null,
+            Slot::Found(v) => Some(v.clone()),
+            Slot::Missing => None,
             Slot::Pending { .. } => unreachable!("walk resolves every slot before it emits"),
         })
         .collect();
@@ -171,12 +176,12 @@ fn emit(slots: &[Slot], fields: &[KeyField], sparse: bool, out: &mut DocKeys) {
 /// The KeyString of a key: each field's encoding, inverted for a
 /// descending field (each encoding is prefix-free, so inverting keeps
 /// compound keys comparing field by field).
-pub fn key_string(values: &[Bson], fields: &[KeyField]) -> Vec<u8> {
+pub fn key_string(values: &[Option<Bson>], fields: &[KeyField]) -> Vec<u8> {
     debug_assert_eq!(values.len(), fields.len());
     let mut out = Vec::new();
     for (v, f) in values.iter().zip(fields) {
         let start = out.len();
-        crate::keystring::append(&mut out, v);
+        crate::keystring::append(&mut out, v.as_ref().unwrap_or(&Bson::Null));
         if f.descending {
             out[start..].iter_mut().for_each(|b| *b = !*b);
         }
@@ -193,8 +198,10 @@ mod tests {
         paths.iter().map(|p| KeyField { path: p.split('.').map(String::from).collect(), descending: false }).collect()
     }
 
+    /// The keys as the index holds them (a missing field as null).
     fn keys_of(d: Document, paths: &[&str]) -> Vec<Vec<Bson>> {
-        doc_keys(&d, &fields(paths), false).unwrap().keys.into_values().collect()
+        let keys = doc_keys(&d, &fields(paths), false).unwrap().keys;
+        keys.into_values().map(|k| k.into_iter().map(|v| v.unwrap_or(Bson::Null)).collect()).collect()
     }
 
     #[test]
@@ -245,7 +252,7 @@ mod tests {
             KeyField { path: vec!["a".into()], descending: false },
             KeyField { path: vec!["b".into()], descending: true },
         ];
-        let k = |a: i32, b: &str| key_string(&[Bson::Int32(a), Bson::String(b.into())], &f);
+        let k = |a: i32, b: &str| key_string(&[Some(Bson::Int32(a)), Some(Bson::String(b.into()))], &f);
         assert!(k(1, "z") < k(2, "a"));
         assert!(k(1, "b") < k(1, "a"));
         assert!(k(1, "ab") < k(1, "a"), "a longer string sorts first descending");

@@ -22,7 +22,7 @@ pub mod keys;
 
 use crate::catalog::DocError;
 use bson::{Bson, Document};
-use keys::{DocKeys, KeyField};
+use keys::{DocKeys, KeyField, KeyValues};
 use parking_lot::Mutex;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -171,12 +171,12 @@ impl Index {
 
     /// Every entry, in index order: its key's values and its record id
     /// (for `validate` and tests).
-    pub fn entries(&self, engine: &storage::Engine) -> Result<Vec<(Vec<Bson>, u64)>, DocError> {
+    pub fn entries(&self, engine: &storage::Engine) -> Result<Vec<(KeyValues, u64)>, DocError> {
         let mut out = Vec::new();
         let mut c = engine.cursor(&self.table)?;
         let mut e = c.first()?;
         while let Some((k, v)) = e {
-            out.push((entry_values(&v)?, record_of(&k)));
+            out.push((entry_values(&v, self.spec.fields.len())?, record_of(&k)));
             e = c.next()?;
         }
         Ok(out)
@@ -192,10 +192,10 @@ impl Index {
     }
 
     /// mongod's E11000 for a key of this index.
-    pub(crate) fn duplicate(&self, ns: &str, values: &[Bson]) -> DocError {
+    pub(crate) fn duplicate(&self, ns: &str, values: &[Option<Bson>]) -> DocError {
         let mut key_value = Document::new();
         for ((path, _), v) in self.spec.key.iter().zip(values) {
-            key_value.insert(path.clone(), v.clone());
+            key_value.insert(path.clone(), v.clone().unwrap_or(Bson::Null));
         }
         DocError::DuplicateIndexKey(Box::new(crate::catalog::DuplicateIndexKey {
             ns: ns.to_string(),
@@ -220,17 +220,20 @@ pub fn record_of(entry: &[u8]) -> u64 {
     u64::from_be_bytes(entry[at..].try_into().expect("8 bytes"))
 }
 
-/// An entry's value: the key's values as a BSON document.
-fn entry_value(values: &[Bson]) -> Result<Vec<u8>, DocError> {
+/// An entry's value: the key's values as a BSON document, field `i`
+/// holding field `i`'s value (absent for a missing field).
+fn entry_value(values: &[Option<Bson>]) -> Result<Vec<u8>, DocError> {
     let mut d = Document::new();
     for (i, v) in values.iter().enumerate() {
-        d.insert(i.to_string(), v.clone());
+        if let Some(v) = v {
+            d.insert(i.to_string(), v.clone());
+        }
     }
     Ok(crate::bson_bytes::encode(&d)?)
 }
 
-/// The key values an entry's value holds.
-pub fn entry_values(value: &[u8]) -> Result<Vec<Bson>, DocError> {
+/// The key values of an index of `fields` fields an entry's value holds.
+pub fn entry_values(value: &[u8], fields: usize) -> Result<KeyValues, DocError> {
     let d = crate::bson_bytes::decode(value).map_err(|e| DocError::Corrupt(e.to_string()))?;
-    Ok(d.into_iter().map(|(_, v)| v).collect())
+    Ok((0..fields).map(|i| d.get(i.to_string()).cloned()).collect())
 }

@@ -11,7 +11,7 @@ use crate::server::Shared;
 use bson::{doc, Bson, Document};
 use doc::index::Index;
 use query::bounds::Interval;
-use query::plan::{AccessPath, IndexInfo};
+use query::plan::{AccessPath, IndexInfo, IndexScan};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -70,7 +70,15 @@ fn explain_find(shared: &Shared, cmd: &Document, verbosity: Verbosity) -> Comman
     let collation = collation_of(shared, &ns, cmd)?;
     let filter = filter.with_collation(collation.clone());
     let coll = shared.catalog.get(&ns).filter(|c| c.view_on().is_none());
-    let planned = coll.as_ref().map(|c| access::plan_read(c, &filter_doc, collation.as_ref(), false, cmd.get("hint")));
+    let needs = projection.as_ref().and_then(query::plan::projection_fields);
+    let planned = match &coll {
+        Some(c) => {
+            let planned =
+                access::plan_projected(c, &filter_doc, collation.as_ref(), (false, cmd.get("hint")), needs.as_deref());
+            Some(access::race(shared, &ns, c, planned, &filter)?)
+        }
+        None => None,
+    };
     let parsed = query::plan::parsed_query(&filter_doc);
 
     let started = Instant::now();
@@ -109,7 +117,15 @@ fn explain_find(shared: &Shared, cmd: &Document, verbosity: Verbosity) -> Comman
     let mut winning_plan = doc! { "isCached": false };
     winning_plan.extend(tree(Verbosity::QueryPlanner));
     planner.insert("winningPlan", winning_plan);
-    planner.insert("rejectedPlans", Vec::<Bson>::new());
+    let rejected: Vec<Bson> = planned
+        .iter()
+        .flat_map(|p| &p.rejected)
+        .map(|scan| {
+            let read = index_scan_stage(planned.as_ref().expect("planned"), scan, &run, Verbosity::QueryPlanner);
+            Bson::Document(wrap(read, (sort.as_ref(), skip, limit, projection.as_ref()), &run, Verbosity::QueryPlanner))
+        })
+        .collect();
+    planner.insert("rejectedPlans", rejected);
     let mut reply = doc! { "explainVersion": "1", "queryPlanner": planner };
     if verbosity != Verbosity::QueryPlanner {
         let mut exec = doc! {
@@ -180,30 +196,40 @@ fn access_stage(p: &Planned<'_>, parsed: &Document, run: &Run<'_>, verbosity: Ve
             }
             d
         }
-        AccessPath::IndexScan(scan) => {
-            let ix = &p.indexes[scan.index];
-            let mut ixscan = ixscan_stage(ix, &p.infos[scan.index], &scan.bounds);
-            let mut fetch = doc! { "stage": "FETCH" };
-            if let Some(f) = &scan.fetch_filter {
-                fetch.insert("filter", f.clone());
-            }
-            if executed {
-                let s = run.stats;
-                let keys = ScanStats::get(&s.keys_examined);
-                let fetched = ScanStats::get(&s.docs_examined);
-                counters(&mut ixscan, fetched, keys + 1);
-                ixscan.insert("keysExamined", keys as i64);
-                ixscan.insert("seeks", ScanStats::get(&s.seeks) as i64);
-                ixscan.insert("dupsTested", ScanStats::get(&s.dups_tested) as i64);
-                ixscan.insert("dupsDropped", ScanStats::get(&s.dups_dropped) as i64);
-                counters(&mut fetch, run.matched, fetched + 1);
-                fetch.insert("docsExamined", fetched as i64);
-                fetch.insert("alreadyHasObj", 0);
-            }
-            fetch.insert("inputStage", ixscan);
-            fetch
-        }
+        AccessPath::IndexScan(scan) => index_scan_stage(p, scan, run, verbosity),
     }
+}
+
+/// IXSCAN, under FETCH unless the scan is covered.
+fn index_scan_stage(p: &Planned<'_>, scan: &IndexScan, run: &Run<'_>, verbosity: Verbosity) -> Document {
+    let executed = verbosity != Verbosity::QueryPlanner;
+    let ix = &p.indexes[scan.index];
+    let mut ixscan = ixscan_stage(ix, &p.infos[scan.index], &scan.bounds);
+    let s = run.stats;
+    let keys = ScanStats::get(&s.keys_examined);
+    let fetched = ScanStats::get(&s.docs_examined);
+    if executed {
+        let advanced = if scan.covered { run.examined } else { fetched };
+        counters(&mut ixscan, advanced, keys + 1);
+        ixscan.insert("keysExamined", keys as i64);
+        ixscan.insert("seeks", ScanStats::get(&s.seeks) as i64);
+        ixscan.insert("dupsTested", ScanStats::get(&s.dups_tested) as i64);
+        ixscan.insert("dupsDropped", ScanStats::get(&s.dups_dropped) as i64);
+    }
+    if scan.covered {
+        return ixscan;
+    }
+    let mut fetch = doc! { "stage": "FETCH" };
+    if let Some(f) = &scan.fetch_filter {
+        fetch.insert("filter", f.clone());
+    }
+    if executed {
+        counters(&mut fetch, run.matched, fetched + 1);
+        fetch.insert("docsExamined", fetched as i64);
+        fetch.insert("alreadyHasObj", 0);
+    }
+    fetch.insert("inputStage", ixscan);
+    fetch
 }
 
 /// IXSCAN as explain shows it.
@@ -289,8 +315,15 @@ fn wrap(
     }
     if let Some(p) = projection {
         let simple = p.iter().all(|(k, v)| !k.contains('.') && !k.starts_with('$') && !matches!(v, Bson::Document(_)));
-        let mut d =
-            doc! { "stage": if simple { "PROJECTION_SIMPLE" } else { "PROJECTION_DEFAULT" }, "transformBy": p.clone() };
+        // Straight over the index: nothing was fetched.
+        let kind = if stage.get_str("stage") == Ok("IXSCAN") {
+            "PROJECTION_COVERED"
+        } else if simple {
+            "PROJECTION_SIMPLE"
+        } else {
+            "PROJECTION_DEFAULT"
+        };
+        let mut d = doc! { "stage": kind, "transformBy": p.clone() };
         if executed {
             counters(&mut d, run.returned, run.returned + 1);
         }

@@ -82,7 +82,10 @@ pub fn find(shared: &Shared, cmd: &Document) -> CommandResult {
         None if sort_doc.is_empty() => (Sort::default(), hint_natural.unwrap_or(1)),
         None => (Sort::parse(&sort_doc)?, 1),
     };
-    let projection = match document_option(cmd, "projection")? {
+    let projection_doc = document_option(cmd, "projection")?;
+    // The fields the read needs, which an index may cover.
+    let needs = projection_doc.as_ref().and_then(query::plan::projection_fields);
+    let projection = match projection_doc {
         Some(p) if !p.is_empty() => Some(Projection::parse_in(&p, &scope)?),
         _ => None,
     };
@@ -159,10 +162,14 @@ pub fn find(shared: &Shared, cmd: &Document) -> CommandResult {
         return Err(crate::exec::views::not_on_view(&ns));
     }
     // The planner's path (views read through their pipeline).
-    let planned = coll
-        .as_ref()
-        .filter(|_| !is_view)
-        .map(|c| (access::plan_read(c, &filter_doc, collation.as_ref(), tailable, cmd.get("hint")), c));
+    let planned = match coll.as_ref().filter(|_| !is_view) {
+        Some(c) => {
+            let how = (tailable, cmd.get("hint"));
+            let planned = access::plan_projected(c, &filter_doc, collation.as_ref(), how, needs.as_deref());
+            Some((access::race(shared, &ns, c, planned, &filter)?, c))
+        }
+        None => None,
+    };
     let point = planned.as_ref().and_then(|(p, c)| Some((access::point(&p.path)?, *c)));
     let index_scan = planned.as_ref().filter(|(p, _)| matches!(p.path, AccessPath::IndexScan(_)));
     if let Some((id, coll)) = point {

@@ -11,7 +11,7 @@ use crate::server::Shared;
 use bson::{Bson, Document};
 use doc::catalog::{Collection, DocError, Namespace};
 use doc::index::Index;
-use query::plan::{self, AccessPath, Hint, IndexInfo, ReadShape};
+use query::plan::{self, AccessPath, Hint, IndexInfo, IndexScan, ReadShape};
 use query::Collation;
 use std::sync::Arc;
 
@@ -19,8 +19,11 @@ use std::sync::Arc;
 pub(crate) struct Planned<'a> {
     pub path: AccessPath<'a>,
     pub indexes: Vec<Arc<Index>>,
-    /// What the planner saw of them (for explain's rejected plans).
+    /// What the planner saw of them (for explain).
     pub infos: Vec<IndexInfo>,
+    /// The other index scans the planner considered (explain's
+    /// `rejectedPlans`; raced by `race`).
+    pub rejected: Vec<IndexScan>,
 }
 
 /// The ready secondary indexes of `coll` as the planner sees them.
@@ -49,6 +52,18 @@ pub(crate) fn plan_read<'a>(
     tailable: bool,
     hint: Option<&Bson>,
 ) -> Planned<'a> {
+    plan_projected(coll, filter, collation, (tailable, hint), None)
+}
+
+/// `plan_read` for a read that needs only `projection`'s fields
+/// (`query::plan::projection_fields`), which an index may cover.
+pub(crate) fn plan_projected<'a>(
+    coll: &Collection,
+    filter: &'a Document,
+    collation: Option<&Arc<Collation>>,
+    (tailable, hint): (bool, Option<&Bson>),
+    projection: Option<&[String]>,
+) -> Planned<'a> {
     let id_index_collation_matches = match (collation, coll.id_collation()) {
         (None, None) => true,
         (Some(a), Some(b)) => a.full_spec() == b.full_spec(),
@@ -62,9 +77,70 @@ pub(crate) fn plan_read<'a>(
         indexes: &infos,
         binary_collation: collation.is_none(),
         hint: resolve_hint(hint, &indexes),
+        projection,
     };
     let path = plan::plan(&shape);
-    Planned { path, indexes, infos }
+    let rejected = match (&path, shape.hint) {
+        (AccessPath::IndexScan(chosen), Hint::None) => {
+            plan::candidates(&shape).into_iter().filter(|c| c.index != chosen.index).collect()
+        }
+        _ => Vec::new(),
+    };
+    Planned { path, indexes, infos, rejected }
+}
+
+/// Work a trial run of one plan may do before it is judged.
+const TRIAL_WORKS_MAX: u64 = 10_000;
+
+/// Results a trial run stops at.
+const TRIAL_RESULTS: u64 = 101;
+
+/// Race the planned index scan against the rejected ones, as mongod's
+/// multi-planner does: each runs until it has `TRIAL_RESULTS` matches,
+/// reaches the end, or has worked `TRIAL_WORKS_MAX` times; the most
+/// productive (matches per unit of work) wins, a covered plan breaking
+/// ties.
+pub(crate) fn race<'a>(
+    shared: &Shared,
+    ns: &Namespace,
+    coll: &Arc<Collection>,
+    mut planned: Planned<'a>,
+    filter: &query::Filter,
+) -> Result<Planned<'a>, CommandError> {
+    let AccessPath::IndexScan(chosen) = &planned.path else { return Ok(planned) };
+    if planned.rejected.is_empty() {
+        return Ok(planned);
+    }
+    let mut contenders = vec![chosen.clone()];
+    contenders.append(&mut planned.rejected);
+    let mut scores = Vec::with_capacity(contenders.len());
+    for scan in &contenders {
+        let stats = Arc::new(ScanStats::default());
+        let trial = Planned {
+            path: AccessPath::IndexScan(scan.clone()),
+            indexes: planned.indexes.clone(),
+            infos: Vec::new(),
+            rejected: Vec::new(),
+        };
+        let mut matched = 0u64;
+        for record in candidates(shared, ns, coll, &trial, stats.clone())? {
+            let (_, d) = record?;
+            if filter.try_matches_at(&d)?.0 {
+                matched += 1;
+            }
+            if matched >= TRIAL_RESULTS || ScanStats::get(&stats.keys_examined) >= TRIAL_WORKS_MAX {
+                break;
+            }
+        }
+        let works = ScanStats::get(&stats.keys_examined) + ScanStats::get(&stats.docs_examined) + 1;
+        let bonus = if scan.covered { 1e-4 } else { 0.0 };
+        scores.push(1.0 + matched as f64 / works as f64 + bonus);
+    }
+    let best = (0..contenders.len()).fold(0, |b, i| if scores[i] > scores[b] { i } else { b });
+    let winner = contenders.remove(best);
+    planned.path = AccessPath::IndexScan(winner);
+    planned.rejected = contenders;
+    Ok(planned)
 }
 
 /// A hint as the planner takes it: `$natural`, a secondary index by name
@@ -110,7 +186,7 @@ pub(crate) fn candidates(
             shared.catalog.engine().clone(),
             coll.clone(),
             planned.indexes[scan.index].clone(),
-            scan.bounds.clone(),
+            (scan.bounds.clone(), scan.covered),
             stats,
         ),
     })

@@ -15,6 +15,7 @@
 use crate::exec::access::Records;
 use bson::Bson;
 use doc::catalog::{Collection, DocError};
+use doc::index::keys::KeyValues;
 use doc::index::{entry_values, record_of, Index};
 use query::bounds::Interval;
 use std::collections::{HashSet, VecDeque};
@@ -106,18 +107,20 @@ fn append(out: &mut Vec<u8>, v: &Bson, descending: bool) {
     }
 }
 
-/// Whether every field's value lies in its intervals.
-fn in_bounds(values: &[Bson], bounds: &[Vec<Interval>]) -> bool {
-    values.iter().zip(bounds).all(|(v, field)| field.iter().any(|i| i.contains(v)))
+/// Whether every field's value (a missing one as null) lies in its
+/// intervals.
+fn in_bounds(values: &[Option<Bson>], bounds: &[Vec<Interval>]) -> bool {
+    values.iter().zip(bounds).all(|(v, field)| field.iter().any(|i| i.contains(v.as_ref().unwrap_or(&Bson::Null))))
 }
 
 /// The documents of `ix`'s entries within `bounds`, in index order,
-/// each once.
+/// each once; when `covered`, documents of the indexed fields made from
+/// the keys, none fetched.
 pub(crate) fn records(
     engine: storage::Engine,
     coll: Arc<Collection>,
     ix: Arc<Index>,
-    bounds: Vec<Vec<Interval>>,
+    (bounds, covered): (Vec<Vec<Interval>>, bool),
     stats: Arc<ScanStats>,
 ) -> Records {
     let descending: Vec<bool> = ix.spec.fields.iter().map(|f| f.descending).collect();
@@ -134,6 +137,7 @@ pub(crate) fn records(
         pending: VecDeque::new(),
         seen: HashSet::new(),
         multikey,
+        covered,
         failed: false,
     };
     Box::new(std::iter::from_fn(move || scan.next_record()))
@@ -148,9 +152,12 @@ struct Scan {
     ranges: VecDeque<Range>,
     /// The last key read in the current range.
     after: Option<Vec<u8>>,
-    pending: VecDeque<u64>,
+    /// Record ids to return, with their key's values.
+    pending: VecDeque<(u64, KeyValues)>,
     seen: HashSet<u64>,
     multikey: bool,
+    /// Answer from the keys alone: a document of the indexed fields.
+    covered: bool,
     failed: bool,
 }
 
@@ -170,7 +177,10 @@ impl Scan {
                     }
                 }
             }
-            let rid = self.pending.pop_front().expect("refilled");
+            let (rid, values) = self.pending.pop_front().expect("refilled");
+            if self.covered {
+                return Some(Ok((rid, self.key_document(values))));
+            }
             self.stats.docs_examined.fetch_add(1, Ordering::Relaxed);
             match self.coll.get(&self.engine, rid) {
                 Ok(Some(doc)) => return Some(Ok((rid, doc))),
@@ -182,6 +192,18 @@ impl Scan {
                 }
             }
         }
+    }
+
+    /// A covered read's document: each indexed field set to its key value
+    /// (dotted paths as nested documents).
+    fn key_document(&self, values: KeyValues) -> bson::Document {
+        let mut d = bson::Document::new();
+        for (field, v) in self.ix.spec.fields.iter().zip(values) {
+            if let Some(v) = v {
+                set_path(&mut d, &field.path, v);
+            }
+        }
+        d
     }
 
     /// Read the next chunk of keys; false once every range is done.
@@ -203,7 +225,8 @@ impl Scan {
         while let Some((k, v)) = e {
             self.stats.keys_examined.fetch_add(1, Ordering::Relaxed);
             let rid = record_of(&k);
-            if in_bounds(&entry_values(&v)?, &self.bounds) {
+            let values = entry_values(&v, self.bounds.len())?;
+            if in_bounds(&values, &self.bounds) {
                 // Each record once: a multikey index holds several keys
                 // of it, and a write during the scan may move its key
                 // ahead of the scan (counted as explain counts: only in
@@ -216,7 +239,7 @@ impl Scan {
                     }
                 }
                 if first {
-                    self.pending.push_back(rid);
+                    self.pending.push_back((rid, values));
                 }
             }
             n += 1;
@@ -228,5 +251,23 @@ impl Scan {
         }
         self.ranges.pop_front();
         Ok(true)
+    }
+}
+
+/// Set `path` in `d` to `v`, making the documents on the way.
+fn set_path(d: &mut bson::Document, path: &[String], v: Bson) {
+    match path {
+        [] => {}
+        [last] => {
+            d.insert(last.clone(), v);
+        }
+        [first, rest @ ..] => {
+            if !matches!(d.get(first), Some(Bson::Document(_))) {
+                d.insert(first.clone(), bson::Document::new());
+            }
+            if let Some(Bson::Document(inner)) = d.get_mut(first) {
+                set_path(inner, rest, v);
+            }
+        }
     }
 }
