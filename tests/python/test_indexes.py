@@ -197,3 +197,25 @@ def test_an_interrupted_build_is_dropped_cleanly_on_restart(datadir):
     c.test.big.create_index("a")
     assert [i["name"] for i in c.test.big.list_indexes()] == ["_id_", "a_1"]
     assert s.stop() == 0
+
+
+def test_keys_of_any_size_up_to_the_document_limit(client):
+    """No key size limit (mongod since 4.2): long `_id`s and long indexed
+    values, including ones that share their first kilobytes."""
+    c = client.test.big_keys
+    prefix = "p" * 9000
+    long_ids = [prefix + "a", prefix + "b", "q" * 3_000_000]
+    c.insert_many([{"_id": i, "s": i} for i in long_ids])
+    for i in long_ids:
+        assert c.find_one({"_id": i})["s"] == i
+    c.create_index("s", unique=True)
+    with pytest.raises(DuplicateKeyError):
+        c.insert_one({"_id": 1, "s": prefix + "a"})
+    c.insert_one({"_id": 2, "s": prefix + "c"})
+    assert [d["_id"] for d in c.find({"s": prefix + "b"})] == [prefix + "b"]
+    assert sorted(len(d["s"]) for d in c.find({"s": {"$gt": prefix + "a", "$lt": prefix + "c"}})) == [9001]
+    assert c.count_documents({"s": {"$gte": prefix}}) == 4
+    c.update_one({"_id": 2}, {"$set": {"s": "a-short"}})
+    assert [d["_id"] for d in c.find({"s": "a-short"}).hint("s_1")] == [2]
+    assert c.delete_one({"_id": prefix + "a"}).deleted_count == 1
+    assert c.count_documents({"s": {"$gte": prefix}}) == 2

@@ -33,6 +33,44 @@ fn type_byte(v: &Bson) -> u8 {
     0x0a + 10 * crate::compare::canonical_type(v)
 }
 
+/// The form a KeyString is stored in: whole up to
+/// `limits::key_inline_max_bytes`, else its first that many bytes and a
+/// digest of the whole. Two keys share a stored form only if they are
+/// equal (but for a digest collision); order is kept between keys that
+/// differ within the inline bytes, and long keys sharing those bytes
+/// order by digest. `scan_bounds` turns a range of whole keys into a
+/// range of stored forms holding at least every key inside it.
+pub fn storable(key: Vec<u8>) -> Vec<u8> {
+    use crate::limits::{key_digest_bytes, key_inline_max_bytes};
+    use sha2::Digest;
+    if key.len() <= key_inline_max_bytes {
+        return key;
+    }
+    let digest = sha2::Sha256::digest(&key);
+    let mut out = key;
+    out.truncate(key_inline_max_bytes);
+    out.extend_from_slice(&digest[..key_digest_bytes]);
+    out
+}
+
+/// A range `[start, end)` of whole keys as a range of stored forms
+/// (`storable`) that holds the stored form of every key inside it.
+pub fn scan_bounds(start: Vec<u8>, end: Vec<u8>) -> (Vec<u8>, Vec<u8>) {
+    use crate::limits::{key_digest_bytes, key_inline_max_bytes};
+    let mut start = start;
+    start.truncate(key_inline_max_bytes);
+    let end = if end.len() <= key_inline_max_bytes {
+        end
+    } else {
+        let mut e = end;
+        e.truncate(key_inline_max_bytes);
+        // Past any digest and record id that follows those bytes.
+        e.extend(std::iter::repeat_n(0xff, key_digest_bytes + 9));
+        e
+    };
+    (start, end)
+}
+
 /// Encode one value.
 pub fn encode(v: &Bson) -> Vec<u8> {
     let mut out = Vec::with_capacity(16);
@@ -201,6 +239,32 @@ mod tests {
                     .prop_map(|kv| Bson::Document(kv.into_iter().collect())),
             ]
         })
+    }
+
+    /// Keys near the inline limit: a run of one byte, then a tail.
+    fn long_key() -> impl Strategy<Value = Vec<u8>> {
+        use crate::limits::key_inline_max_bytes as max;
+        (max - 3..max + 40, 0u8..3, proptest::collection::vec(0u8..4, 0..6)).prop_map(|(n, b, tail)| {
+            let mut k = vec![b; n];
+            k.extend(tail);
+            k
+        })
+    }
+
+    proptest! {
+        /// Every key inside a range has its stored form inside the
+        /// range's stored bounds, and stored forms are equal only for
+        /// equal keys.
+        #[test]
+        fn stored_forms_stay_inside_their_ranges(a in long_key(), b in long_key(), k in long_key()) {
+            let (start, end) = if a <= b { (a, b) } else { (b, a) };
+            if start <= k && k < end {
+                let (lo, hi) = scan_bounds(start.clone(), end.clone());
+                let stored = storable(k.clone());
+                prop_assert!(lo <= stored && stored < hi);
+            }
+            prop_assert_eq!(storable(k.clone()) == storable(start.clone()), k == start);
+        }
     }
 
     proptest! {

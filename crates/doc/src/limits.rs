@@ -12,3 +12,15 @@ pub const decode_depth_max: usize = 1024;
 pub const stored_depth_max: usize = 180;
 
 const _: () = assert!(stored_depth_max <= decode_depth_max);
+
+/// Index keys (KeyStrings) up to this many bytes are stored whole; a
+/// longer one as its first `key_inline_max_bytes` followed by a digest of
+/// the whole (`keystring::storable`), so keys of any size fit the storage
+/// engine's key limit.
+pub const key_inline_max_bytes: usize = 4096;
+
+/// Bytes of SHA-256 kept as a long key's digest.
+pub const key_digest_bytes: usize = 16;
+
+// A long key with its record id fits the engine's key limit.
+const _: () = assert!(key_inline_max_bytes + key_digest_bytes + 8 <= storage::limits::key_size_max_bytes);

@@ -19,6 +19,10 @@ pub struct Collection {
     /// The `_id` index's collation (the collection's default one, from
     /// its catalog entry); `None`: binary keys.
     pub(crate) id_collation: Option<Arc<dyn IdCollation>>,
+    /// `_id` keys of any length, a long one stored cut with a digest
+    /// (`keystring::storable`); collections made before this was possible
+    /// keep whole keys (and refuse one past the engine's key limit).
+    pub(crate) long_ids: bool,
     /// Shared with the collection's renamed self, so that writers still
     /// holding this one allocate from the same sequence.
     pub(crate) next_record: Arc<AtomicU64>,
@@ -61,18 +65,26 @@ impl Ack {
     }
 }
 
+/// What a catalog entry says of a collection's record table and `_id`
+/// index.
+pub(crate) struct IdIndexEntry {
+    pub(crate) records: String,
+    pub(crate) id_index: String,
+    pub(crate) id_collation: Option<Arc<dyn IdCollation>>,
+    pub(crate) long_keys: bool,
+}
+
 impl Collection {
     pub(crate) fn load(
         engine: &Engine,
         ns: Namespace,
         options: Document,
-        records: &str,
-        id_index: &str,
-        id_collation: Option<Arc<dyn IdCollation>>,
+        id: IdIndexEntry,
         indexes: Vec<IndexEntry>,
     ) -> Result<Collection, DocError> {
-        let records = engine.table(records)?;
-        let id_index = engine.table(id_index)?;
+        let IdIndexEntry { records, id_index, id_collation, long_keys } = id;
+        let records = engine.table(&records)?;
+        let id_index = engine.table(&id_index)?;
         let mut secondary = Vec::new();
         for ix in indexes {
             let table = engine.table(&ix.table)?;
@@ -88,6 +100,7 @@ impl Collection {
             records,
             id_index,
             id_collation,
+            long_ids: long_keys,
             next_record: Arc::new(AtomicU64::new(next)),
             capped: None,
             indexes: Arc::new(RwLock::new(secondary)),

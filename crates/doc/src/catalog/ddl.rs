@@ -17,6 +17,7 @@
 //! own-transaction wrappers (`create`, `drop`, ...) begin again.
 
 use super::*;
+use collection::IdIndexEntry;
 use storage::{Txn, TxnOptions};
 
 /// How often `get_or_create` looks again for a collection another writer
@@ -107,9 +108,11 @@ impl Catalog {
             // The `_id` index keeps the collection's default collation.
             let id_collation =
                 options.get_document("collation").ok().and_then(|spec| self.id_collations.and_then(|make| make(spec)));
-            let entry = catalog_entry(ns, &options, &records, &id_index, id_collation.as_ref());
+            let entry = catalog_entry(ns, &options, (&records, &id_index), id_collation.as_ref(), true);
             txn.put(&self.meta, ns.to_string().as_bytes(), &encode(&entry)?)?;
-            Collection::load(&self.engine, ns.clone(), options, &records, &id_index, id_collation, Vec::new())
+            let id =
+                IdIndexEntry { records: records.clone(), id_index: id_index.clone(), id_collation, long_keys: true };
+            Collection::load(&self.engine, ns.clone(), options, id, Vec::new())
         })();
         match made {
             Ok(coll) => Ok(Pending { change: Change::Create { coll: Arc::new(coll) } }),
@@ -153,7 +156,7 @@ impl Catalog {
         // namespace: the new entry names the same tables explicitly.
         let (records, id_index, _) = entry_tables(from, &entry);
         let options = entry.get_document("options").cloned().unwrap_or_default();
-        let mut renamed = catalog_entry(to, &options, &records, &id_index, c.id_collation.as_ref());
+        let mut renamed = catalog_entry(to, &options, (&records, &id_index), c.id_collation.as_ref(), c.long_ids);
         // Secondary index entries name their tables and move as they are.
         let secondary = entry.get_array("indexes").map(|ix| ix.to_vec()).unwrap_or_default();
         if let Ok(list) = renamed.get_array_mut("indexes") {
@@ -341,6 +344,7 @@ impl Collection {
             records: self.records.clone(),
             id_index: self.id_index.clone(),
             id_collation: self.id_collation.clone(),
+            long_ids: self.long_ids,
             next_record: self.next_record.clone(),
             capped: self.capped.clone(),
             indexes: self.indexes.clone(),

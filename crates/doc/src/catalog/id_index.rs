@@ -48,9 +48,14 @@ impl Collection {
     /// The `_id` index key of `id`: its KeyString, strings by their
     /// collation keys under the index's collation.
     pub fn id_key(&self, id: &Bson) -> Vec<u8> {
-        match &self.id_collation {
+        let key = match &self.id_collation {
             Some(c) => keystring::encode(&c.key_of(id)),
             None => keystring::encode(id),
+        };
+        if self.long_ids {
+            keystring::storable(key)
+        } else {
+            key
         }
     }
 

@@ -85,17 +85,29 @@ pub(crate) fn entry_tables(ns: &Namespace, entry: &Document) -> (String, String,
     (records, id_index, collation)
 }
 
+/// Whether an entry's `_id` index takes keys of any length.
+fn id_index_long_keys(entry: &Document) -> bool {
+    let indexes = entry.get_array("indexes").map(|a| a.as_slice()).unwrap_or_default();
+    let id = indexes.iter().filter_map(Bson::as_document).find(|i| i.get_str("name") == Ok("_id_"));
+    id.is_some_and(|i| i.get_bool("longKeys").unwrap_or(false))
+}
+
+/// A new catalog entry; `long_keys`: `_id` keys of any length (every
+/// collection made since they are possible).
 pub(crate) fn catalog_entry(
     ns: &Namespace,
     options: &Document,
-    records: &str,
-    id_index: &str,
+    (records, id_index): (&str, &str),
     id_collation: Option<&Arc<dyn IdCollation>>,
+    long_keys: bool,
 ) -> Document {
     let mut index = doc! { "v": 2, "key": { "_id": 1 }, "name": "_id_", "table": id_index };
     if let Some(c) = id_collation {
         index.insert("collation", c.full_spec());
         index.insert("keyFormat", c.key_format());
+    }
+    if long_keys {
+        index.insert("longKeys", true);
     }
     doc! {
         "ns": ns.to_string(),
@@ -151,7 +163,9 @@ impl Catalog {
                 }
             };
             let secondary = indexes::index_entries(&meta_doc)?;
-            let c = Collection::load(&engine, ns.clone(), options, &records, &id_index, id_collation, secondary)?;
+            let long_keys = id_index_long_keys(&meta_doc);
+            let id = collection::IdIndexEntry { records, id_index, id_collation, long_keys };
+            let c = Collection::load(&engine, ns.clone(), options, id, secondary)?;
             collections.insert(ns, Arc::new(c));
             entry = cursor.next()?;
         }

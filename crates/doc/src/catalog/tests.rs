@@ -197,16 +197,22 @@ fn insert_many_commits_in_chunks_with_per_document_results() {
     docs[7] = doc! { "_id": 5 }; // exists already
     docs[300] = doc! { "_id": 12 }; // repeats docs[2], across a chunk boundary
     docs[301] = doc! { "_id": 13, "v": 1 }; // repeats docs[3]
-    docs[400] = doc! { "_id": "k".repeat(9000) }; // a key the engine refuses
+                                            // A document no transaction can take: nested past the stored limit.
+    let mut deep = doc! { "x": 1 };
+    for _ in 0..crate::limits::stored_depth_max {
+        deep = doc! { "d": deep };
+    }
+    docs[400] = doc! { "_id": 9000, "deep": deep };
     docs[401] = doc! { "_id": "10".parse::<bson::Decimal128>().unwrap() }; // equals docs[0]'s 10
     let refs: Vec<&Document> = docs.iter().collect();
     let results = c.insert_many(&e, &refs, false, Ack::Journaled, None);
+    let deep_doc = docs[400].clone();
     assert_eq!(results.len(), n);
     let failed: Vec<usize> = (0..n).filter(|&i| results[i].is_err()).collect();
     assert_eq!(failed, vec![7, 300, 301, 400, 401]);
     assert!(matches!(results[7], Err(DocError::DuplicateKey { .. })));
     assert!(matches!(results[300], Err(DocError::DuplicateKey { .. })));
-    assert!(matches!(results[400], Err(DocError::Storage(StorageError::KeyTooLarge { .. }))));
+    assert!(matches!(results[400], Err(DocError::TooDeep { .. })));
     assert!(matches!(results[401], Err(DocError::DuplicateKey { .. })));
     let stored = c.scan(&e, 0, 0).unwrap();
     assert_eq!(stored.len(), 1 + n - failed.len());
@@ -222,9 +228,10 @@ fn insert_many_commits_in_chunks_with_per_document_results() {
     assert_eq!(results.len(), 271);
     assert!(results[..270].iter().all(Result::is_ok) && results[270].is_err());
     assert_eq!(c2.scan(&e, 0, 0).unwrap().len(), 270);
-    // An ordered insert that stops at a refused key in its first chunk.
+    // An ordered insert that stops at a refused document in its first
+    // chunk (and a long `_id` is no reason to refuse one).
     let c3 = cat.get_or_create(&Namespace::new("test", "refused").unwrap()).unwrap();
-    let docs = [doc! { "_id": 1 }, doc! { "_id": "k".repeat(9000) }, doc! { "_id": 3 }];
+    let docs = [doc! { "_id": "k".repeat(9000) }, deep_doc, doc! { "_id": 3 }];
     let refs: Vec<&Document> = docs.iter().collect();
     let results = c3.insert_many(&e, &refs, true, Ack::Journaled, None);
     assert_eq!(results.len(), 2);

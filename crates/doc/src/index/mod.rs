@@ -2,9 +2,10 @@
 //! a document gives it (`keys.rs`), and its entries in storage.
 //!
 //! An index is a storage table `i/<collection ident>/<n>`:
-//! - key = the key's KeyString (`keys::key_string`) followed by the
-//!   record id (8 bytes, big-endian), so equal keys sort by record id and
-//!   every entry is unique;
+//! - key = the key's KeyString (`keys::key_string`, stored as
+//!   `keystring::storable` stores it: a long one cut, with a digest)
+//!   followed by the record id (8 bytes, big-endian), so equal keys sort
+//!   by record id and every entry is unique;
 //! - value = the key's values as BSON (`{"0": v0, "1": v1, ...}`), so a
 //!   covered read gets them back without the document.
 //!
@@ -184,9 +185,10 @@ impl Index {
 
     /// The record holding `key`, if any.
     fn holder(&self, txn: &Txn, key: &[u8]) -> Result<Option<u64>, DocError> {
+        let key = crate::keystring::storable(key.to_vec());
         let mut c = txn.cursor(&self.table)?;
-        match c.seek(key)? {
-            Some((found, _)) if found.len() == key.len() + 8 && found.starts_with(key) => Ok(Some(record_of(&found))),
+        match c.seek(&key)? {
+            Some((found, _)) if found.len() == key.len() + 8 && found.starts_with(&key) => Ok(Some(record_of(&found))),
             _ => Ok(None),
         }
     }
@@ -206,10 +208,10 @@ impl Index {
     }
 }
 
-/// An entry's storage key: the KeyString, then the record id.
+/// An entry's storage key: the KeyString (as `keystring::storable`
+/// stores it), then the record id.
 pub fn entry_key(key: &[u8], rid: u64) -> Vec<u8> {
-    let mut out = Vec::with_capacity(key.len() + 8);
-    out.extend_from_slice(key);
+    let mut out = crate::keystring::storable(key.to_vec());
     out.extend_from_slice(&rid.to_be_bytes());
     out
 }

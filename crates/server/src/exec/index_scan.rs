@@ -124,7 +124,9 @@ pub(crate) fn records(
     stats: Arc<ScanStats>,
 ) -> Records {
     let descending: Vec<bool> = ix.spec.fields.iter().map(|f| f.descending).collect();
-    let ranges: VecDeque<Range> = key_ranges(&bounds, &descending).into();
+    // Over the keys as stored (a long key cut, with a digest).
+    let ranges: VecDeque<Range> =
+        key_ranges(&bounds, &descending).into_iter().map(|(s, e)| doc::keystring::scan_bounds(s, e)).collect();
     let multikey = ix.is_multikey();
     let mut scan = Scan {
         engine,
