@@ -219,3 +219,31 @@ def test_keys_of_any_size_up_to_the_document_limit(client):
     assert [d["_id"] for d in c.find({"s": "a-short"}).hint("s_1")] == [2]
     assert c.delete_one({"_id": prefix + "a"}).deleted_count == 1
     assert c.count_documents({"s": {"$gte": prefix}}) == 2
+
+
+def test_validate_counts_every_index_key(client):
+    c = client.test.val
+    c.insert_many([{"_id": i, "a": [i, i + 1], "b": i % 2} for i in range(50)])
+    c.create_index("a")
+    c.create_index([("b", 1), ("a", -1)])
+    c.delete_many({"b": 1})
+    r = client.test.command("validate", "val", full=True)
+    assert r["valid"] is True and r["errors"] == [] and r["ns"] == "test.val"
+    assert r["nrecords"] == 25 and r["nIndexes"] == 3
+    assert r["keysPerIndex"] == {"_id_": 25, "a_1": 50, "b_1_a_-1": 50}
+    assert r["indexDetails"]["a_1"] == {"valid": True}
+    assert r["missingIndexEntries"] == [] and r["extraIndexEntries"] == []
+    with pytest.raises(OperationFailure) as e:
+        client.test.command("validate", "nothere")
+    assert e.value.code == 26
+
+
+def test_stats_count_and_size_every_index(client):
+    c = client.test.sized
+    c.insert_many([{"_id": i, "a": i} for i in range(2000)])
+    c.create_index("a")
+    s = client.test.command("collStats", "sized")
+    assert s["nindexes"] == 2 and set(s["indexSizes"]) == {"_id_", "a_1"}
+    assert s["totalIndexSize"] == sum(s["indexSizes"].values())
+    d = client.test.command("dbStats")
+    assert d["indexes"] == 2

@@ -103,6 +103,12 @@ fn edit_index(entry: &mut Document, name: &str, change: impl FnOnce(&mut Documen
 }
 
 impl Collection {
+    /// Bytes on disk of each ready secondary index, by name.
+    pub fn index_sizes(&self, engine: &Engine) -> Vec<(String, u64)> {
+        let ready = self.indexes.read().iter().filter(|ix| ix.is_ready()).cloned().collect::<Vec<_>>();
+        ready.iter().map(|ix| (ix.spec.name.clone(), engine.table_file_bytes(ix.table()).unwrap_or(0))).collect()
+    }
+
     /// The secondary indexes, ready or being built.
     pub fn indexes(&self) -> Vec<Arc<Index>> {
         self.indexes.read().clone()
@@ -196,6 +202,8 @@ impl Collection {
 pub struct IndexCheck {
     pub missing: Vec<(crate::index::keys::KeyValues, u64)>,
     pub extra: Vec<(crate::index::keys::KeyValues, u64)>,
+    /// Entries the index holds.
+    pub keys: u64,
 }
 
 impl Collection {
@@ -218,6 +226,7 @@ impl Collection {
         let mut c = txn.cursor(&ix.table)?;
         let mut e = c.first()?;
         while let Some((k, v)) = e {
+            check.keys += 1;
             if expected.remove(&k[..]).is_none() {
                 let values = crate::index::entry_values(&v, ix.spec.fields.len())?;
                 check.extra.push((values, crate::index::record_of(&k)));
@@ -225,6 +234,39 @@ impl Collection {
             e = c.next()?;
         }
         check.missing = expected.into_iter().map(|(k, values)| (values, crate::index::record_of(&k))).collect();
+        Ok(check)
+    }
+
+    /// Compare the `_id` index with the documents' `_id`s, in one
+    /// snapshot; keys are shown as `[_id]`.
+    pub fn check_id_index(&self, engine: &Engine) -> Result<IndexCheck, DocError> {
+        let txn = engine.begin(TxnOptions::default())?;
+        let mut expected = std::collections::BTreeMap::new();
+        let mut c = txn.cursor(&self.records)?;
+        let mut e = c.first()?;
+        while let Some((k, v)) = e {
+            let id = decode(&v)?.get("_id").cloned().unwrap_or(Bson::Null);
+            expected.insert(self.id_key(&id), (record_id(&k)?, id));
+            e = c.next()?;
+        }
+        drop(c);
+        let mut check = IndexCheck::default();
+        let mut c = txn.cursor(&self.id_index)?;
+        let mut e = c.first()?;
+        while let Some((k, v)) = e {
+            check.keys += 1;
+            let rid = record_id(&v)?;
+            match expected.remove(&k[..]) {
+                Some((want, _)) if want == rid => {}
+                Some((want, id)) => {
+                    check.missing.push((vec![Some(id)], want));
+                    check.extra.push((Vec::new(), rid));
+                }
+                None => check.extra.push((Vec::new(), rid)),
+            }
+            e = c.next()?;
+        }
+        check.missing.extend(expected.into_values().map(|(rid, id)| (vec![Some(id)], rid)));
         Ok(check)
     }
 }

@@ -523,6 +523,36 @@ fn an_index_built_under_concurrent_writes_matches_the_documents() {
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
     });
     let ix = c.indexes().remove(0);
-    assert_eq!(c.check_index(&e, &ix).unwrap(), IndexCheck::default());
-    assert!(!ix.entries(&e).unwrap().is_empty());
+    let check = c.check_index(&e, &ix).unwrap();
+    assert_eq!((check.missing, check.extra), (Vec::new(), Vec::new()));
+    assert_eq!(check.keys as usize, ix.entries(&e).unwrap().len());
+    assert!(check.keys > 0);
+    let ids = c.check_id_index(&e).unwrap();
+    assert_eq!((ids.missing, ids.extra), (Vec::new(), Vec::new()));
+    assert_eq!(ids.keys as usize, c.scan(&e, 0, 0).unwrap().len());
+}
+
+/// `check_index` finds an entry taken out of an index and one put in
+/// that no document gives.
+#[test]
+fn check_index_reports_missing_and_extra_entries() {
+    let (_dir, e, cat) = fresh_catalog();
+    let ns = Namespace::new("t", "v").unwrap();
+    let c = cat.create(&ns, Document::new()).unwrap();
+    for i in 0..5 {
+        c.insert(&e, &doc! { "_id": i, "a": i * 10 }, Ack::Journaled, None).unwrap();
+    }
+    cat.build_index(&ns, spec(doc! { "v": 2, "key": { "a": 1 }, "name": "a_1" }), &|_, _| {}).unwrap();
+    let ix = c.indexes().remove(0);
+    let (rid, _) = c.find_rid_by_id(&e, &Bson::Int32(2)).unwrap().unwrap();
+    let fields = ix.spec.fields.clone();
+    let key = |v: i32| crate::index::keys::key_string(&[Some(Bson::Int32(v))], &fields);
+    let txn = e.begin(storage::TxnOptions::default()).unwrap();
+    txn.delete(ix.table(), &crate::index::entry_key(&key(20), rid)).unwrap();
+    txn.put(ix.table(), &crate::index::entry_key(&key(99), 77), b"\x05\x00\x00\x00\x00").unwrap();
+    txn.commit().unwrap();
+    let check = c.check_index(&e, &ix).unwrap();
+    assert_eq!(check.missing, vec![(vec![Some(Bson::Int32(20))], rid)]);
+    assert_eq!(check.extra, vec![(vec![None], 77)]);
+    assert_eq!(check.keys, 5);
 }

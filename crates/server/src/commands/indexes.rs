@@ -9,29 +9,11 @@ use crate::exec::id_index::id_index_spec;
 use crate::exec::id_index::is_id_key;
 use crate::exec::index_spec::{self, INDEXES_PER_COLLECTION_MAX};
 use crate::exec::views::check_not_view;
+use crate::exec::views::existing;
 use crate::server::Shared;
 use bson::{doc, Bson, Document};
 use doc::catalog::{Collection, Namespace};
 use doc::index::IndexSpec;
-use std::sync::Arc;
-
-/// The collection a command names, which must exist and not be a view.
-/// The command's collection, looked up once: a concurrent drop between a
-/// check and a use cannot make it vanish (the `Arc` keeps it).
-pub(crate) fn existing(
-    shared: &Shared,
-    cmd: &Document,
-    name: &str,
-) -> Result<(Namespace, Arc<Collection>), CommandError> {
-    let ns = namespace(cmd, name)?;
-    let Some(coll) = shared.catalog.get(&ns) else {
-        return Err(CommandError::namespace_not_found(format!("ns does not exist: {ns}")));
-    };
-    if coll.view_on().is_some() {
-        return Err(crate::exec::views::not_on_view(&ns));
-    }
-    Ok((ns, coll))
-}
 
 pub fn list_indexes(shared: &Shared, cmd: &Document) -> CommandResult {
     check_fields(cmd, "listIndexes", &["cursor", "includeBuildUUIDs", "includeIndexBuildInfo"], false)?;

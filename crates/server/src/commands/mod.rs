@@ -16,6 +16,7 @@ pub mod insert;
 pub mod sessions;
 pub mod stats;
 pub mod update;
+pub mod validate;
 
 use crate::args::wrong_type;
 use crate::args::CommandResult;
@@ -78,6 +79,7 @@ pub(crate) const COMMANDS: &[(&str, &str)] = &[
     ("collMod", "change a collection's validator or a view's definition"),
     ("listIndexes", "a collection's indexes"),
     ("createIndexes", "build secondary indexes (ascending, descending, compound, unique, sparse, hidden)"),
+    ("validate", "check every index of a collection against its documents"),
     ("dropIndexes", "drop indexes by name, key pattern, list, or '*' (every index but _id_)"),
     ("drop", "drop a collection"),
     ("dropDatabase", "drop a database"),
@@ -293,6 +295,7 @@ pub(crate) fn dispatch(shared: &Shared, conn: &Conn, name: &str, msg: &OpMsg) ->
         "create" => crate::commands::ddl::create(shared, cmd),
         "collMod" => crate::commands::ddl::coll_mod(shared, cmd),
         "listIndexes" => crate::commands::indexes::list_indexes(shared, cmd),
+        "validate" => crate::commands::validate::validate(shared, cmd),
         "createIndexes" => crate::commands::indexes::create_indexes(shared, cmd),
         "dropIndexes" | "deleteIndexes" => crate::commands::indexes::drop_indexes(shared, cmd),
         "drop" => crate::commands::ddl::drop(shared, cmd),

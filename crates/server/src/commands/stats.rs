@@ -30,12 +30,14 @@ pub fn db_stats(shared: &Shared, cmd: &Document) -> CommandResult {
     let (mut objects, mut data, mut storage, mut index) = (0i64, 0i64, 0i64, 0i64);
     let (views, collections): (Vec<_>, Vec<_>) =
         shared.catalog.list(db).into_iter().partition(|c| c.view_on().is_some());
+    let mut indexes = 0i64;
     for c in &collections {
-        let (n, d, s, i) = collection_sizes(shared, &c.ns)?;
-        objects += n;
-        data += d;
-        storage += s;
-        index += i;
+        let sizes = collection_sizes(shared, &c.ns)?;
+        objects += sizes.count;
+        data += sizes.data;
+        storage += sizes.storage;
+        index += sizes.indexes();
+        indexes += 1 + sizes.secondary.len() as i64;
     }
     let (fs_used, fs_total) = filesystem_sizes(shared.catalog.engine().dir());
     Ok(doc! {
@@ -46,7 +48,7 @@ pub fn db_stats(shared: &Shared, cmd: &Document) -> CommandResult {
         "avgObjSize": if objects > 0 { data as f64 / objects as f64 } else { 0.0 },
         "dataSize": data as f64 / scale as f64,
         "storageSize": storage as f64 / scale as f64,
-        "indexes": collections.len() as i64,
+        "indexes": indexes,
         "indexSize": index as f64 / scale as f64,
         "totalSize": (storage + index) as f64 / scale as f64,
         "scaleFactor": scale,

@@ -17,19 +17,38 @@ pub(crate) fn scale_of(cmd: &Document) -> Result<i64, CommandError> {
 }
 
 /// Sizes of one collection: (count, data bytes, storage bytes, `_id`
-/// index bytes).
-pub(crate) fn collection_sizes(shared: &Shared, ns: &Namespace) -> Result<(i64, i64, i64, i64), CommandError> {
-    let Some(c) = shared.catalog.get(ns) else { return Ok((0, 0, 0, 0)) };
+/// index bytes, the secondary indexes' bytes by name).
+pub(crate) fn collection_sizes(shared: &Shared, ns: &Namespace) -> Result<Sizes, CommandError> {
+    let Some(c) = shared.catalog.get(ns) else { return Ok(Sizes::default()) };
     let engine = shared.catalog.engine();
     let (count, size) = c.count_and_size(engine)?;
     let (storage, index) = c.storage_sizes(engine);
-    Ok((count as i64, size as i64, storage as i64, index as i64))
+    let secondary = c.index_sizes(engine).into_iter().map(|(n, b)| (n, b as i64)).collect();
+    Ok(Sizes { count: count as i64, data: size as i64, storage: storage as i64, id_index: index as i64, secondary })
+}
+
+/// One collection's sizes in bytes.
+#[derive(Default)]
+pub(crate) struct Sizes {
+    pub count: i64,
+    pub data: i64,
+    pub storage: i64,
+    pub id_index: i64,
+    pub secondary: Vec<(String, i64)>,
+}
+
+impl Sizes {
+    /// Every index's bytes, `_id` included.
+    pub fn indexes(&self) -> i64 {
+        self.id_index + self.secondary.iter().map(|(_, b)| b).sum::<i64>()
+    }
 }
 
 /// The storage statistics of a collection, as `collStats` and
 /// `$collStats: {storageStats: {}}` report them.
 pub(crate) fn storage_stats(shared: &Shared, ns: &Namespace, scale: i64) -> Result<Document, CommandError> {
-    let (count, size, mut storage, mut index) = collection_sizes(shared, ns)?;
+    let sizes = collection_sizes(shared, ns)?;
+    let (count, size, mut storage, mut index) = (sizes.count, sizes.data, sizes.storage, sizes.id_index);
     let capped = shared.catalog.get(ns).and_then(|c| c.capped.as_ref().map(|c| (c.size, c.max)));
     // A clustered collection's `_id` index is part of its record store,
     // as mongod's: no index sizes (the clustered index is still counted).
@@ -38,6 +57,15 @@ pub(crate) fn storage_stats(shared: &Shared, ns: &Namespace, scale: i64) -> Resu
         storage += index;
         index = 0;
     }
+    let secondary: i64 = sizes.secondary.iter().map(|(_, b)| b).sum();
+    let mut index_sizes = if clustered {
+        doc! {}
+    } else {
+        doc! { "_id_": index / scale }
+    };
+    for (name, bytes) in &sizes.secondary {
+        index_sizes.insert(name.clone(), bytes / scale);
+    }
     let mut stats = doc! {
         "size": size / scale,
         "count": count,
@@ -45,11 +73,11 @@ pub(crate) fn storage_stats(shared: &Shared, ns: &Namespace, scale: i64) -> Resu
         "storageSize": storage / scale,
         "freeStorageSize": 0i64,
         "capped": capped.is_some(),
-        "nindexes": 1,
+        "nindexes": 1 + sizes.secondary.len() as i32,
         "indexBuilds": [],
-        "totalIndexSize": index / scale,
-        "totalSize": (storage + index) / scale,
-        "indexSizes": if clustered { doc! {} } else { doc! { "_id_": index / scale } },
+        "totalIndexSize": (index + secondary) / scale,
+        "totalSize": (storage + index + secondary) / scale,
+        "indexSizes": index_sizes,
         "scaleFactor": scale,
     };
     if let Some((max_size, max)) = capped {

@@ -87,3 +87,21 @@ pub(crate) fn pipeline_input(
         })
     })
 }
+
+/// The collection a command names, which must exist and not be a view.
+/// It is looked up once: a concurrent drop between a
+/// check and a use cannot make it vanish (the `Arc` keeps it).
+pub(crate) fn existing(
+    shared: &Shared,
+    cmd: &bson::Document,
+    name: &str,
+) -> Result<(Namespace, Arc<Collection>), CommandError> {
+    let ns = crate::args::namespace(cmd, name)?;
+    let Some(coll) = shared.catalog.get(&ns) else {
+        return Err(CommandError::namespace_not_found(format!("ns does not exist: {ns}")));
+    };
+    if coll.view_on().is_some() {
+        return Err(crate::exec::views::not_on_view(&ns));
+    }
+    Ok((ns, coll))
+}
