@@ -46,7 +46,10 @@ def test_creating_the_id_index_is_a_no_op_that_may_create_the_collection(client)
     ([{"key": {"_id": 1}, "name": "_id_", "unique": True}], 238),
     ([{"key": {"_id": "hashed"}, "name": "_id_hashed"}], 238),
     ([{"key": {"x": "hashed"}, "name": "x_hashed"}], 238),
-    ([{"key": {"x": 1}, "name": "x_1", "partialFilterExpression": {"x": 1}}], 238),
+    ([{"key": {"x": 1}, "name": "x_1", "expireAfterSeconds": 5}], 238),
+    ([{"key": {"x": 1}, "name": "x_1", "partialFilterExpression": {"x": {"$ne": 1}}}], 67),
+    ([{"key": {"x": 1}, "name": "x_1", "partialFilterExpression": {"x": 1}, "sparse": True}], 67),
+    ([{"key": {"x": 1}, "name": "x_1", "partialFilterExpression": 5}], 14),
     ([{"key": {"x": 1}, "name": "x_1"}, {"key": {"y": 0}, "name": "y_0"}], 67),
     ([{"key": {}, "name": "e"}], 67),
     ([{"key": {"x": "nope"}, "name": "x"}], 67),
@@ -247,3 +250,31 @@ def test_stats_count_and_size_every_index(client):
     assert s["totalIndexSize"] == sum(s["indexSizes"].values())
     d = client.test.command("dbStats")
     assert d["indexes"] == 2
+
+
+def test_partial_indexes_hold_and_constrain_only_matching_documents(client):
+    c = client.test.partial
+    c.insert_many([{"_id": i, "email": f"u{i % 5}", "active": i % 2 == 0} for i in range(20)])
+    # Unique among the active ones only (the inactive repeat their emails).
+    with pytest.raises(OperationFailure):
+        c.create_index("email", unique=True)
+    c.insert_many([{"_id": 100 + i, "email": f"solo{i}", "active": True} for i in range(3)])
+    c.delete_many({"active": True, "_id": {"$gte": 10, "$lt": 100}})
+    c.create_index("email", unique=True, partialFilterExpression={"active": True}, name="active_email")
+    assert list(c.list_indexes())[1]["partialFilterExpression"] == {"active": True}
+    c.insert_one({"_id": 200, "email": "u1", "active": False})
+    with pytest.raises(DuplicateKeyError):
+        c.insert_one({"_id": 201, "email": "u0", "active": True})
+    v = client.test.command("validate", "partial")
+    assert v["valid"] and v["keysPerIndex"]["active_email"] == c.count_documents({"active": True})
+    # Used unhinted only when the query implies the filter.
+    plan = lambda f: client.test.command("explain", {"find": "partial", "filter": f})["queryPlanner"]["winningPlan"]
+    assert plan({"email": "u0", "active": True})["inputStage"]["isPartial"] is True
+    assert plan({"email": "u0"})["stage"] == "COLLSCAN"
+    assert sorted(d["_id"] for d in c.find({"email": "u1"})) == [1, 6, 11, 200]
+    # Hinted, it sees only what it holds.
+    assert sorted(d["_id"] for d in c.find({"email": "u1"}).hint("active_email")) == [6]
+    # An update moving a document out of the filter takes its key out.
+    c.update_one({"_id": 100}, {"$set": {"active": False}})
+    c.insert_one({"_id": 202, "email": "solo0", "active": True})
+    assert client.test.command("validate", "partial")["valid"]

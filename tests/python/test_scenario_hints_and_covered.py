@@ -102,8 +102,10 @@ def test_max_with_a_hint_stops_the_scan(db):
     assert got == [{"name": "Eve", "age": 28}, {"name": "Alice", "age": 30}]
 
 
-@pytest.mark.xfail(strict=True, reason="partial indexes are not supported yet (issue 19)")
 def test_a_partial_index_is_used_only_when_the_filter_implies_it(db):
     db.demo.create_index("age", partialFilterExpression={"status": "active"}, name="age_active_partial")
     e = db.command("explain", {"find": "demo", "filter": {"age": {"$gte": 30}, "status": "active"}})
     assert ixscan(e["queryPlanner"]["winningPlan"])["isPartial"] is True
+    assert [d["name"] for d in db.demo.find({"age": {"$gte": 30}, "status": "active"})] == ["Dave"]
+    e = db.command("explain", {"find": "demo", "filter": {"age": {"$gte": 30}}})
+    assert e["queryPlanner"]["winningPlan"]["stage"] == "COLLSCAN"

@@ -15,6 +15,8 @@ pub mod error;
 pub mod expr;
 pub mod external;
 pub mod field_names;
+pub mod hooks;
+pub use hooks::hooks;
 pub(crate) mod integer;
 pub mod matcher;
 pub mod pipeline;

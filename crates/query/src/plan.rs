@@ -51,6 +51,8 @@ pub struct IndexInfo {
     pub multikey: Vec<BTreeSet<usize>>,
     pub sparse: bool,
     pub hidden: bool,
+    /// A partial index's `partialFilterExpression`.
+    pub partial: Option<Document>,
 }
 
 /// A `hint` the caller resolved against the collection.
@@ -152,13 +154,73 @@ pub fn candidates(shape: &ReadShape<'_, '_>) -> Vec<IndexScan> {
     let mut out: Vec<IndexScan> = (0..shape.indexes.len())
         .filter(|&i| {
             let ix = &shape.indexes[i];
-            !ix.hidden && conj.leaves.iter().any(|l| l.path == ix.fields[0].0)
+            !ix.hidden
+                && conj.leaves.iter().any(|l| l.path == ix.fields[0].0)
+                && ix.partial.as_ref().is_none_or(|p| implies(&conj, p))
         })
         .map(|i| index_scan(shape, i))
         .collect();
     let pinned = |s: &IndexScan| s.bounds.iter().take_while(|f| f.iter().all(Interval::is_point)).count();
     out.sort_by_key(|s| (std::cmp::Reverse(pinned(s)), shape.indexes[s.index].fields.len()));
     out
+}
+
+/// Whether every document the query's conjunction matches also matches
+/// a partial index's filter `partial`, so the index holds them all: each
+/// of the filter's predicates is implied by one of the query's on the
+/// same path (a tighter or equal bound of the same type, an equality
+/// inside an `$in`), and anything else appears in the query as written.
+pub fn implies(query: &bounds::Conjunction, partial: &Document) -> bool {
+    let needed = bounds::conjunction(partial);
+    let leaves_implied = needed.leaves.iter().all(|need| query.leaves.iter().any(|have| leaf_implies(have, need)));
+    let others_implied = needed.others.iter().all(|need| {
+        query.others.contains(need) || exists_true(need).is_some_and(|path| query.leaves.iter().any(|l| l.path == path))
+    });
+    leaves_implied && others_implied
+}
+
+/// The path of `{path: {$exists: true}}`.
+fn exists_true(d: &Document) -> Option<&str> {
+    let (path, cond) = d.iter().next().filter(|_| d.len() == 1)?;
+    let cond = cond.as_document()?;
+    (cond.len() == 1 && matches!(cond.get("$exists"), Some(Bson::Boolean(true)))).then_some(path.as_str())
+}
+
+/// Whether the query predicate `have` implies `need` (same path).
+fn leaf_implies(have: &Leaf, need: &Leaf) -> bool {
+    use bounds::Op::*;
+    use doc::compare::{canonical_type, compare};
+    use std::cmp::Ordering::*;
+    if have.path != need.path {
+        return false;
+    }
+    let same_type = |a: &Bson, b: &Bson| canonical_type(a) == canonical_type(b);
+    let cmp = |a: &Bson, b: &Bson| same_type(a, b).then(|| compare(a, b));
+    let in_list = |v: &Bson, list: &Bson| match list {
+        Bson::Array(items) => items.iter().any(|i| compare(i, v).is_eq()),
+        _ => false,
+    };
+    match (need.op, have.op) {
+        (Eq, Eq) => cmp(&have.value, &need.value) == Some(Equal),
+        (In, Eq) => in_list(&have.value, &need.value),
+        (In, In) => match &have.value {
+            Bson::Array(items) => items.iter().all(|i| in_list(i, &need.value)),
+            _ => false,
+        },
+        (Gt, Eq | Gt) => {
+            matches!(cmp(&have.value, &need.value), Some(Greater))
+                || (have.op == Gt && cmp(&have.value, &need.value) == Some(Equal))
+        }
+        (Gt, Gte) => cmp(&have.value, &need.value) == Some(Greater),
+        (Gte, Eq | Gt | Gte) => matches!(cmp(&have.value, &need.value), Some(Greater | Equal)),
+        (Lt, Eq | Lt) => {
+            matches!(cmp(&have.value, &need.value), Some(Less))
+                || (have.op == Lt && cmp(&have.value, &need.value) == Some(Equal))
+        }
+        (Lt, Lte) => cmp(&have.value, &need.value) == Some(Less),
+        (Lte, Eq | Lt | Lte) => matches!(cmp(&have.value, &need.value), Some(Less | Equal)),
+        _ => false,
+    }
 }
 
 /// The scan of index `i` with the bounds `shape`'s filter gives it.
@@ -264,7 +326,22 @@ mod tests {
             multikey: multikey.iter().map(|m| m.iter().copied().collect()).collect(),
             sparse: false,
             hidden: false,
+            partial: None,
         }
+    }
+
+    #[test]
+    fn a_partial_index_serves_only_queries_that_imply_its_filter() {
+        let q = |f: Document| bounds::conjunction(&f);
+        let partial = doc! { "status": "active", "age": { "$gt": 18 } };
+        assert!(implies(&q(doc! { "status": "active", "age": { "$gte": 30 } }), &partial));
+        assert!(implies(&q(doc! { "status": "active", "age": 19, "x": 1 }), &partial));
+        assert!(!implies(&q(doc! { "status": "active", "age": { "$gte": 18 } }), &partial));
+        assert!(!implies(&q(doc! { "age": { "$gte": 30 } }), &partial));
+        assert!(!implies(&q(doc! { "status": "active", "age": { "$gt": "30" } }), &partial), "another type");
+        let exists = doc! { "a": { "$exists": true } };
+        assert!(implies(&q(doc! { "a": { "$lt": 3 } }), &exists));
+        assert!(!implies(&q(doc! { "b": { "$lt": 3 } }), &exists));
     }
 
     fn shown(filter: Document, ix: IndexInfo) -> (Vec<Vec<String>>, Option<Document>) {

@@ -121,7 +121,7 @@ impl Shared {
     /// test can run commands on it in process (`commands::run`).
     pub fn open(engine: Engine, options: ServerOptions) -> std::io::Result<Arc<Shared>> {
         let (tx, _) = watch::channel(false);
-        let catalog = doc::catalog::Catalog::open_with(engine.clone(), Some(query::collation::id_collation))
+        let catalog = doc::catalog::Catalog::open_with(engine.clone(), query::hooks())
             .map_err(|e| std::io::Error::other(format!("opening the catalog: {e}")))?;
         record_startup(&catalog, &options)
             .map_err(|e| std::io::Error::other(format!("recording the start in local.startup_log: {e}")))?;

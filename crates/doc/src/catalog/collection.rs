@@ -81,6 +81,7 @@ impl Collection {
         options: Document,
         id: IdIndexEntry,
         indexes: Vec<IndexEntry>,
+        filters: Option<crate::index::DocFilters>,
     ) -> Result<Collection, DocError> {
         let IdIndexEntry { records, id_index, id_collation, long_keys } = id;
         let records = engine.table(&records)?;
@@ -88,7 +89,7 @@ impl Collection {
         let mut secondary = Vec::new();
         for ix in indexes {
             let table = engine.table(&ix.table)?;
-            secondary.push(Arc::new(Index::new(ix.spec, table, ix.ready, ix.multikey)));
+            secondary.push(Arc::new(Index::new(ix.spec, table, (ix.ready, ix.multikey), filters)?));
         }
         let next = match engine.cursor(&records)?.last()? {
             Some((k, _)) => record_id(&k)? + 1,

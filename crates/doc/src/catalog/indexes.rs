@@ -117,7 +117,7 @@ impl Collection {
     /// In `txn`: the index entries of a new document `doc` at `rid`.
     pub(crate) fn index_insert(&self, txn: &Txn, ixs: &[Arc<Index>], rid: u64, doc: &Document) -> Result<(), DocError> {
         for ix in ixs {
-            let keys = ix.spec.doc_keys(doc)?;
+            let keys = ix.doc_keys(doc)?;
             self.note_multikey(txn, ix, &keys)?;
             ix.insert_keys(txn, rid, &keys, &self.ns.to_string())?;
         }
@@ -127,7 +127,7 @@ impl Collection {
     /// In `txn`: remove the index entries of `doc` at `rid`.
     pub(crate) fn index_delete(&self, txn: &Txn, ixs: &[Arc<Index>], rid: u64, doc: &Document) -> Result<(), DocError> {
         for ix in ixs {
-            let keys = ix.spec.doc_keys(doc).unwrap_or_default();
+            let keys = ix.doc_keys(doc).unwrap_or_default();
             ix.delete_keys(txn, rid, &keys)?;
         }
         Ok(())
@@ -144,8 +144,8 @@ impl Collection {
         new: &Document,
     ) -> Result<(), DocError> {
         for ix in ixs {
-            let mut before = ix.spec.doc_keys(old).unwrap_or_default();
-            let mut after = ix.spec.doc_keys(new)?;
+            let mut before = ix.doc_keys(old).unwrap_or_default();
+            let mut after = ix.doc_keys(new)?;
             self.note_multikey(txn, ix, &after)?;
             let kept: Vec<Vec<u8>> = before.keys.keys().filter(|k| after.keys.contains_key(*k)).cloned().collect();
             for k in &kept {
@@ -216,7 +216,7 @@ impl Collection {
         let mut e = c.first()?;
         while let Some((k, v)) = e {
             let rid = record_id(&k)?;
-            for (key, values) in ix.spec.doc_keys(&decode(&v)?)?.keys {
+            for (key, values) in ix.doc_keys(&decode(&v)?)?.keys {
                 expected.insert(crate::index::entry_key(&key, rid), values);
             }
             e = c.next()?;
@@ -308,7 +308,13 @@ impl Catalog {
         let table = format!("i/{}/ix", self.next_ident.fetch_add(1, Ordering::Relaxed));
         let handle = self.engine.create_table(&table, index_table_config())?;
         let no_arrays = vec![BTreeSet::new(); spec.fields.len()];
-        let ix = Arc::new(Index::new(spec, handle, false, no_arrays.clone()));
+        let ix = match Index::new(spec, handle, (false, no_arrays.clone()), self.hooks.filters) {
+            Ok(ix) => Arc::new(ix),
+            Err(e) => {
+                let _ = self.engine.drop_table(&table);
+                return Err(e);
+            }
+        };
         let recorded = self.edit_entry_locked(ns, |entry| {
             let indexes =
                 entry.get_array_mut("indexes").map_err(|_| DocError::Corrupt("an entry without indexes".into()))?;
@@ -339,7 +345,7 @@ impl Catalog {
                 while let Some((k, v)) = e {
                     let rid = record_id(&k)?;
                     let doc = decode(&v)?;
-                    let keys = ix.spec.doc_keys(&doc)?;
+                    let keys = ix.doc_keys(&doc)?;
                     coll.note_multikey(&txn, ix, &keys)?;
                     ix.insert_keys(&txn, rid, &keys, &coll.ns.to_string())?;
                     last = Some(rid);

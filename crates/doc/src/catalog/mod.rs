@@ -52,6 +52,16 @@ use record_store::{decode, encode, record_id};
 
 pub(crate) const CATALOG: &str = "_catalog";
 
+/// What the catalog needs of the query layer, which it cannot depend on.
+#[derive(Clone, Copy, Default)]
+pub struct Hooks {
+    /// Makes the `_id` index collations of collections with a default
+    /// collation.
+    pub id_collations: Option<IdCollations>,
+    /// Makes partial indexes' filters.
+    pub filters: Option<crate::index::DocFilters>,
+}
+
 /// Every collection, loaded at open.
 pub struct Catalog {
     pub(crate) engine: Engine,
@@ -59,7 +69,7 @@ pub struct Catalog {
     pub(crate) collections: RwLock<BTreeMap<Namespace, Arc<Collection>>>,
     /// The next collection ident.
     pub(crate) next_ident: AtomicU64,
-    pub(crate) id_collations: Option<IdCollations>,
+    pub(crate) hooks: Hooks,
     /// Per namespace, the commit timestamp of the last change published
     /// to `collections` (`ddl.rs`, `Catalog::publish`).
     pub(crate) published: parking_lot::Mutex<std::collections::HashMap<Namespace, u64>>,
@@ -118,15 +128,15 @@ pub(crate) fn catalog_entry(
 }
 
 impl Catalog {
-    /// Open the catalog of a collection that has no collations (every
-    /// `_id` index binary).
+    /// Open a catalog that evaluates nothing of the query language (every
+    /// `_id` index binary, no partial index).
     pub fn open(engine: Engine) -> Result<Catalog, DocError> {
-        Catalog::open_with(engine, None)
+        Catalog::open_with(engine, Hooks::default())
     }
 
-    /// Open the catalog; `id_collations` makes the `_id` index collations
-    /// of collections with a default collation.
-    pub fn open_with(engine: Engine, id_collations: Option<IdCollations>) -> Result<Catalog, DocError> {
+    /// Open the catalog with the query layer's `hooks`.
+    pub fn open_with(engine: Engine, hooks: Hooks) -> Result<Catalog, DocError> {
+        let id_collations = hooks.id_collations;
         let meta = match engine.table(CATALOG) {
             Ok(t) => t,
             Err(StorageError::TableNotFound(_)) => engine.create_table(CATALOG, TableConfig::default())?,
@@ -165,7 +175,7 @@ impl Catalog {
             let secondary = indexes::index_entries(&meta_doc)?;
             let long_keys = id_index_long_keys(&meta_doc);
             let id = collection::IdIndexEntry { records, id_index, id_collation, long_keys };
-            let c = Collection::load(&engine, ns.clone(), options, id, secondary)?;
+            let c = Collection::load(&engine, ns.clone(), options, id, secondary, hooks.filters)?;
             collections.insert(ns, Arc::new(c));
             entry = cursor.next()?;
         }
@@ -192,7 +202,7 @@ impl Catalog {
             meta,
             collections: RwLock::new(collections),
             next_ident: AtomicU64::new(next_ident),
-            id_collations,
+            hooks,
             published: parking_lot::Mutex::default(),
             ddl: parking_lot::Mutex::new(()),
         })

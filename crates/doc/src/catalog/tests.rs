@@ -50,7 +50,7 @@ fn the_id_index_applies_the_collection_collation_and_keeps_it_across_reopen() {
     let spec = doc! { "collation": { "locale": "folded" } };
     {
         let e = engine(dir.path());
-        let cat = Catalog::open_with(e.clone(), Some(folded)).unwrap();
+        let cat = Catalog::open_with(e.clone(), Hooks { id_collations: Some(folded), ..Hooks::default() }).unwrap();
         let c = cat.create(&ci, spec.clone()).unwrap();
         let p = cat.create(&plain, Document::new()).unwrap();
         c.insert(&e, &doc! { "_id": "Ann" }, Ack::Journaled, None).unwrap();
@@ -68,7 +68,7 @@ fn the_id_index_applies_the_collection_collation_and_keeps_it_across_reopen() {
     }
     let e = engine(dir.path());
     let ci2 = Namespace::new("test", "ci2").unwrap();
-    let cat = Catalog::open_with(e.clone(), Some(folded)).unwrap();
+    let cat = Catalog::open_with(e.clone(), Hooks { id_collations: Some(folded), ..Hooks::default() }).unwrap();
     let c = cat.get(&ci2).unwrap();
     assert!(c.id_collation().is_some() && cat.get(&plain).unwrap().id_collation().is_none());
     assert!(matches!(c.insert(&e, &doc! { "_id": "aNn" }, Ack::Journaled, None), Err(DocError::DuplicateKey { .. })));
@@ -79,7 +79,7 @@ fn the_id_index_applies_the_collection_collation_and_keeps_it_across_reopen() {
     // A catalog that cannot apply the collation, or makes keys of
     // another format, refuses to open.
     assert!(matches!(Catalog::open(e.clone()), Err(DocError::Corrupt(_))));
-    match Catalog::open_with(e.clone(), Some(folded_otherwise)) {
+    match Catalog::open_with(e.clone(), Hooks { id_collations: Some(folded_otherwise), ..Hooks::default() }) {
         Err(DocError::Corrupt(why)) => assert!(why.contains("\"lowercase\""), "{why}"),
         other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
     }

@@ -27,6 +27,7 @@ use keys::{DocKeys, KeyField, KeyValues};
 use parking_lot::Mutex;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use storage::{Table, Txn};
 
 /// An index's definition as its catalog entry and `listIndexes` show it.
@@ -72,9 +73,21 @@ impl IndexSpec {
     }
 }
 
+/// A partial index's `partialFilterExpression`, as the query layer
+/// evaluates it (this crate only stores its keys).
+pub trait DocFilter: Send + Sync {
+    fn matches(&self, doc: &Document) -> bool;
+}
+
+/// Makes the `DocFilter` of a `partialFilterExpression` (`None`: this
+/// catalog cannot evaluate it).
+pub type DocFilters = fn(&Document) -> Option<Arc<dyn DocFilter>>;
+
 /// A secondary index of a collection.
 pub struct Index {
     pub spec: IndexSpec,
+    /// A partial index's filter: documents it does not match have no key.
+    filter: Option<Arc<dyn DocFilter>>,
     pub(crate) table: Table,
     /// Built: queries may use it (writers maintain it either way).
     ready: AtomicBool,
@@ -87,10 +100,37 @@ pub struct Index {
 }
 
 impl Index {
-    pub(crate) fn new(spec: IndexSpec, table: Table, ready: bool, multikey: Vec<BTreeSet<usize>>) -> Index {
+    pub(crate) fn new(
+        spec: IndexSpec,
+        table: Table,
+        (ready, multikey): (bool, Vec<BTreeSet<usize>>),
+        filters: Option<DocFilters>,
+    ) -> Result<Index, DocError> {
         debug_assert_eq!(multikey.len(), spec.fields.len());
+        let filter = match spec.shown.get_document("partialFilterExpression") {
+            Ok(expr) => Some(filters.and_then(|make| make(expr)).ok_or_else(|| {
+                DocError::Corrupt(format!("index {} has a partial filter this catalog cannot evaluate", spec.name))
+            })?),
+            Err(_) => None,
+        };
         let recorded = Mutex::new(multikey.clone());
-        Index { spec, table, ready: AtomicBool::new(ready), multikey: Mutex::new(multikey), recorded }
+        Ok(Index { spec, filter, table, ready: AtomicBool::new(ready), multikey: Mutex::new(multikey), recorded })
+    }
+
+    /// The keys `doc` gives this index: none when a partial index's
+    /// filter does not match it.
+    pub fn doc_keys(&self, doc: &Document) -> Result<DocKeys, DocError> {
+        match &self.filter {
+            Some(f) if !f.matches(doc) => {
+                Ok(DocKeys { keys: Default::default(), multikey: vec![BTreeSet::new(); self.spec.fields.len()] })
+            }
+            _ => self.spec.doc_keys(doc),
+        }
+    }
+
+    /// Whether it is a partial index.
+    pub fn is_partial(&self) -> bool {
+        self.filter.is_some()
     }
 
     pub fn is_ready(&self) -> bool {

@@ -255,7 +255,7 @@ fn ixscan_stage(ix: &Index, info: &IndexInfo, bounds: &[Vec<Interval>]) -> Docum
         "multiKeyPaths": paths,
         "isUnique": ix.spec.unique,
         "isSparse": ix.spec.sparse,
-        "isPartial": false,
+        "isPartial": ix.is_partial(),
         "indexVersion": 2,
         "direction": "forward",
         "indexBounds": shown_bounds,

@@ -37,6 +37,7 @@ pub(crate) fn ready_indexes(coll: &Collection) -> (Vec<Arc<Index>>, Vec<IndexInf
             multikey: ix.multikey_paths(),
             sparse: ix.spec.sparse,
             hidden: ix.spec.shown.get_bool("hidden").unwrap_or(false),
+            partial: ix.spec.shown.get_document("partialFilterExpression").ok().cloned(),
         })
         .collect();
     (ready, infos)

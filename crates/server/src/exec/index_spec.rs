@@ -10,12 +10,11 @@ use doc::index::IndexSpec;
 pub(crate) const INDEXES_PER_COLLECTION_MAX: usize = 64;
 
 /// Options a spec may carry that this build applies.
-const APPLIED: [&str; 6] = ["key", "name", "v", "unique", "sparse", "hidden"];
+const APPLIED: [&str; 7] = ["key", "name", "v", "unique", "sparse", "hidden", "partialFilterExpression"];
 
 /// Options mongod accepts that this build does not apply yet: refused
 /// with NotImplemented rather than stored without effect.
-const NOT_YET: [&str; 8] = [
-    "partialFilterExpression",
+const NOT_YET: [&str; 7] = [
     "expireAfterSeconds",
     "collation",
     "wildcardProjection",
@@ -73,6 +72,21 @@ pub(crate) fn parse(spec: &Bson) -> Result<IndexSpec, CommandError> {
                     shown.insert(field.clone(), true);
                 }
             }
+            "partialFilterExpression" => {
+                let Bson::Document(expr) = value else {
+                    return Err(CommandError::type_mismatch(format!(
+                        "Error in specification {} :: caused by :: The field 'partialFilterExpression' must be an object, but got {}",
+                        doc::format::spaced(&Bson::Document(spec.clone())),
+                        crate::args::type_name(value)
+                    )));
+                };
+                check_partial_filter(expr, 0)?;
+                query::Filter::parse(expr)?;
+                if spec.get("sparse").is_some_and(truthy) {
+                    return Err(cannot_create("cannot mix \"partialFilterExpression\" and \"sparse\" options".into()));
+                }
+                shown.insert(field.clone(), value.clone());
+            }
             f if IGNORED.contains(&f) => {}
             f if NOT_YET.contains(&f) => {
                 return Err(CommandError::not_implemented(format!(
@@ -105,6 +119,41 @@ pub(crate) fn parse(spec: &Bson) -> Result<IndexSpec, CommandError> {
         }
     }
     IndexSpec::from_shown(shown).map_err(CommandError::from)
+}
+
+/// The operators mongod allows in a `partialFilterExpression`:
+/// equalities, `$exists: true`, comparisons, `$type`, `$in`, and `$and` /
+/// `$or` of those.
+fn check_partial_filter(expr: &Document, depth: usize) -> Result<(), CommandError> {
+    let refuse = |what: String| cannot_create(format!("Expression not supported in partial index: {what}"));
+    for (key, value) in expr {
+        match (key.as_str(), value) {
+            ("$and" | "$or", Bson::Array(items)) if depth < 4 => {
+                for item in items {
+                    match item {
+                        Bson::Document(d) => check_partial_filter(d, depth + 1)?,
+                        other => return Err(refuse(doc::format::spaced(other))),
+                    }
+                }
+            }
+            (k, _) if k.starts_with('$') => return Err(refuse(key.clone())),
+            (_, Bson::Document(cond)) if cond.keys().next().is_some_and(|k| k.starts_with('$')) => {
+                for (op, arg) in cond {
+                    let allowed = match op.as_str() {
+                        "$eq" | "$gt" | "$gte" | "$lt" | "$lte" | "$type" | "$in" => true,
+                        "$exists" => matches!(arg, Bson::Boolean(true)),
+                        _ => false,
+                    };
+                    if !allowed {
+                        return Err(refuse(format!("{key} {op} {}", doc::format::spaced(arg))));
+                    }
+                }
+            }
+            (_, Bson::RegularExpression(_)) => return Err(refuse(format!("{key} regex"))),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 fn truthy(v: &Bson) -> bool {
