@@ -16,9 +16,9 @@ from pymongo.errors import WriteError
 SEED = int(os.environ.get("ARBORDB_INDEX_SEED", "7"))
 FILTERS = int(os.environ.get("ARBORDB_INDEX_FILTERS", "150"))
 
-SCALARS = [0, 1, 2, 3, -1, 2.5, 1.0, "a", "b", "ab", "", True, False, None]
-PATHS = ["a", "b", "c.x"]
-INDEXES = [[("a", 1)], [("a", -1), ("b", 1)], [("c.x", 1)], [("b", 1), ("c.x", -1)]]
+SCALARS = [0, 1, 2, 3, -1, 2.5, 1.0, float("nan"), "a", "b", "ab", "", True, False, None]
+PATHS = ["a", "b", "c.x", "a.0", "c.0.x"]
+INDEXES = [[("a", 1)], [("a", -1), ("b", 1)], [("c.x", 1)], [("b", 1), ("c.x", -1)], [("a.0", 1)], [("c.0.x", -1)]]
 
 
 def value(rng, depth=0):
@@ -86,7 +86,7 @@ def check_plans(coll, rng, n):
         for name in names:
             assert ids(coll, flt, name) == want, (flt, name)
         # Projections an index may cover (its fields only, no _id).
-        for projection in [{"_id": 0, "a": 1}, {"_id": 0, "a": 1, "b": 1}, {"_id": 0, "c.x": 1}]:
+        for projection in [{"_id": 0, "a": 1}, {"_id": 0, "a": 1, "b": 1}, {"_id": 0, "c.x": 1}, {"_id": 0, "a.0": 1}]:
             want = projected(coll, flt, projection, [("$natural", 1)])
             assert projected(coll, flt, projection) == want, (flt, projection)
             for name in names:

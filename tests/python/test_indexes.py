@@ -278,3 +278,90 @@ def test_partial_indexes_hold_and_constrain_only_matching_documents(client):
     c.update_one({"_id": 100}, {"$set": {"active": False}})
     c.insert_one({"_id": 202, "email": "solo0", "active": True})
     assert client.test.command("validate", "partial")["valid"]
+
+
+def test_concurrent_inserts_of_one_unique_key_store_it_once(client):
+    c = client.test.race
+    c.create_index("k", unique=True)
+    outcomes = []
+
+    def insert(i):
+        try:
+            c.insert_one({"_id": i, "k": "same"})
+            outcomes.append("ok")
+        except DuplicateKeyError:
+            outcomes.append("dup")
+
+    for round_ in range(20):
+        c.delete_many({})
+        outcomes.clear()
+        threads = [threading.Thread(target=insert, args=(round_ * 10 + t,)) for t in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(outcomes) == ["dup", "dup", "dup", "ok"], outcomes
+        assert c.count_documents({"k": "same"}) == 1
+    assert client.test.command("validate", "race")["valid"]
+
+
+def test_a_covered_read_returns_the_stored_type(client):
+    c = client.test.types
+    c.create_index("a")
+    c.insert_one({"_id": 1, "a": 1})
+    c.update_one({"_id": 1}, {"$set": {"a": 1.0}})
+    got = c.find_one({"a": 1}, {"_id": 0, "a": 1})
+    assert got == {"a": 1.0} and isinstance(got["a"], float)
+
+
+def test_reserved_names_hidden_hints_and_dollar_fields(client):
+    c = client.test.rules
+    c.insert_one({"a": 1})
+    for spec, code in [({"key": {"a": 1}, "name": "_id_"}, 197),
+                       ({"key": {"a.$b": 1}, "name": "x"}, 67),
+                       ({"key": {f"f{i}": 1 for i in range(33)}, "name": "wide"}, 13103)]:
+        with pytest.raises(OperationFailure) as e:
+            client.test.command({"createIndexes": "rules", "indexes": [spec]})
+        assert e.value.code == code, spec
+    client.test.command({"createIndexes": "rules", "indexes": [{"key": {"a": 1}, "name": "a_1", "hidden": True}]})
+    with pytest.raises(OperationFailure) as e:
+        list(c.find({"a": 1}).hint("a_1"))
+    assert e.value.code == 2
+    plan = client.test.command("explain", {"find": "rules", "filter": {"a": 1}})
+    assert plan["queryPlanner"]["winningPlan"]["stage"] == "COLLSCAN"
+
+
+def test_out_keeps_the_target_indexes(client):
+    db = client.test
+    db.src.insert_many([{"_id": i, "k": i % 3} for i in range(6)])
+    db.dst.insert_one({"_id": 0, "k": 100})
+    db.dst.create_index("k")
+    list(db.src.aggregate([{"$match": {"_id": {"$lt": 3}}}, {"$out": "dst"}]))
+    assert [i["name"] for i in db.dst.list_indexes()] == ["_id_", "k_1"]
+    assert db.command("validate", "dst")["keysPerIndex"] == {"_id_": 3, "k_1": 3}
+    db.dst.drop_index("k_1")
+    db.dst.create_index("k", unique=True)
+    with pytest.raises(OperationFailure) as e:
+        list(db.src.aggregate([{"$out": "dst"}]))
+    assert e.value.code == 11000
+    assert db.dst.count_documents({}) == 3, "a failed $out leaves the target as it was"
+
+
+def test_concurrent_identical_index_builds_both_succeed(client):
+    c = client.test.twice
+    c.insert_many([{"_id": i, "a": i} for i in range(20000)])
+    errors = []
+
+    def build():
+        try:
+            c.create_index("a")
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=build) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert [i["name"] for i in c.list_indexes()] == ["_id_", "a_1"]

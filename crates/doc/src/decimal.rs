@@ -38,6 +38,11 @@ pub(crate) fn decimal(bytes: [u8; 16]) -> Exact {
     Exact::Finite { negative, mantissa, exp2: 0, exp10: exponent as i32 - 6176 }
 }
 
+/// Whether a Decimal128 is a NaN.
+pub fn is_nan(d: &bson::Decimal128) -> bool {
+    decimal(d.bytes()) == Exact::NaN
+}
+
 pub(crate) fn double(f: f64) -> Exact {
     if f.is_nan() {
         return Exact::NaN;

@@ -603,6 +603,15 @@ fn any_value(
     found
 }
 
+/// A double or Decimal128 NaN.
+fn is_nan(v: &Bson) -> bool {
+    match v {
+        Bson::Double(d) => d.is_nan(),
+        Bson::Decimal128(d) => doc::decimal::is_nan(d),
+        _ => false,
+    }
+}
+
 fn compare_one(v: &Bson, cmp: Cmp, target: &Bson, cx: &EvalContext) -> bool {
     // A regular expression as an equality target matches strings.
     if let (Bson::RegularExpression(r), Cmp::Eq) = (target, cmp) {
@@ -615,6 +624,11 @@ fn compare_one(v: &Bson, cmp: Cmp, target: &Bson, cx: &EvalContext) -> bool {
     let bracketed = canonical_type(v) == canonical_type(target) || matches!(target, Bson::MinKey | Bson::MaxKey);
     if !bracketed {
         return false;
+    }
+    // NaN equals NaN, and is otherwise neither less nor greater than
+    // anything (mongod's rule; the sort order puts it below all numbers).
+    if cmp != Cmp::Eq && (is_nan(v) || is_nan(target)) {
+        return matches!(cmp, Cmp::Gte | Cmp::Lte) && is_nan(v) && is_nan(target);
     }
     let o = cx.compare(v, target);
     match cmp {

@@ -237,9 +237,13 @@ fn index_scan(shape: &ReadShape<'_, '_>, i: usize) -> IndexScan {
         // Under a multikey prefix an earlier bounded field shares, the
         // keys of one document do not pair up: no compound bounds.
         let shares = prefixes.iter().any(|p| bounded_prefixes.contains(p));
+        // A numeric component may name an array element, whose key is
+        // then the element whole (an inner array as one key) while the
+        // query compares inside it: no bounds on such a path.
+        let positional = parts.iter().any(|c| !c.is_empty() && c.bytes().all(|b| b.is_ascii_digit()));
         let mut intervals = vec![Interval::all()];
         let mut bounded = false;
-        if shape.binary_collation && !shares {
+        if shape.binary_collation && !shares && !positional {
             for (l, leaf) in conj.leaves.iter().enumerate() {
                 if used[l] || leaf.path != *path {
                     continue;

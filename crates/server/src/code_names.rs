@@ -95,6 +95,7 @@ pub fn known(code: i32) -> Option<&'static str> {
         11602 => "InterruptedDueToReplStateChange",
         13113 => "MergeStageNoMatchingDocument",
         13297 => "DatabaseDifferCase",
+        12587 => "BackgroundOperationInProgressForNamespace",
         13388 => "StaleConfig",
         13435 => "NotPrimaryNoSecondaryOk",
         13436 => "NotPrimaryOrSecondary",

@@ -149,6 +149,8 @@ impl From<DocError> for CommandError {
             DocError::ParallelArrays(m) => CommandError::with_code(171, m),
             DocError::IndexNotFound(_) => CommandError::with_code(27, e.to_string()),
             DocError::IndexExists(_) => CommandError::with_code(85, e.to_string()),
+            // BackgroundOperationInProgressForNamespace.
+            DocError::BuildInProgress(_) => CommandError::with_code(12587, e.to_string()),
             DocError::NamespaceExists(_) => CommandError::namespace_exists(e.to_string()),
             DocError::NamespaceNotFound(_) => CommandError::namespace_not_found(e.to_string()),
             DocError::InvalidNamespace(m) => CommandError::invalid_namespace(m),

@@ -149,6 +149,12 @@ impl Catalog {
             return Err(DocError::NamespaceExists(to.to_string()));
         }
         let (entry, c) = self.committed(txn, from)?;
+        // A build finds its collection by name until it is done.
+        for building in [Some(c.clone()), self.get(to)].into_iter().flatten() {
+            if building.indexes.read().iter().any(|ix| !ix.is_ready()) {
+                return Err(DocError::BuildInProgress(building.ns.to_string()));
+            }
+        }
         let replaced = match self.entry_in(txn, to)? {
             Some(_) if !drop_target => return Err(DocError::NamespaceExists(to.to_string())),
             Some(target) => entry_table_names(to, &target),

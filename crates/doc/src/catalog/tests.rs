@@ -548,8 +548,8 @@ fn check_index_reports_missing_and_extra_entries() {
     let fields = ix.spec.fields.clone();
     let key = |v: i32| crate::index::keys::key_string(&[Some(Bson::Int32(v))], &fields);
     let txn = e.begin(storage::TxnOptions::default()).unwrap();
-    txn.delete(ix.table(), &crate::index::entry_key(&key(20), rid)).unwrap();
-    txn.put(ix.table(), &crate::index::entry_key(&key(99), 77), b"\x05\x00\x00\x00\x00").unwrap();
+    txn.delete(ix.table(), &ix.storage_key(&key(20), rid)).unwrap();
+    txn.put(ix.table(), &ix.storage_key(&key(99), 77), b"\x05\x00\x00\x00\x00").unwrap();
     txn.commit().unwrap();
     let check = c.check_index(&e, &ix).unwrap();
     assert_eq!(check.missing, vec![(vec![Some(Bson::Int32(20))], rid)]);

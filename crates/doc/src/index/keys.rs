@@ -99,12 +99,23 @@ fn walk<'p>(
     let mut through_array = Vec::new();
     for (i, slot) in slots.iter_mut().enumerate() {
         let Slot::Pending { rest, at } = *slot else { continue };
-        let mut cur = obj;
-        let mut k = 0;
+        // `value` is at component `k`; `positional`: reached through a
+        // numeric component naming an array element ("a.0.b").
+        let (mut value, mut k, mut positional) = (obj.get(&rest[0]), 0, false);
         *slot = loop {
-            match cur.get(&rest[k]) {
+            match value {
                 None => break Slot::Missing,
                 Some(Bson::Array(items)) => {
+                    if let Some(at) = rest.get(k + 1).and_then(|c| element_index(c)).filter(|&at| at < items.len()) {
+                        value = Some(&items[at]);
+                        k += 1;
+                        positional = true;
+                        continue;
+                    }
+                    // An array an element position ends at is one key.
+                    if positional && k + 1 == rest.len() {
+                        break Slot::Found(Bson::Array(items.clone()));
+                    }
                     match array {
                         Some((met, _)) if std::ptr::eq(met, items) => {}
                         Some((_, name)) => {
@@ -117,8 +128,9 @@ fn walk<'p>(
                     break Slot::Pending { rest: &rest[k + 1..], at: at + k + 1 };
                 }
                 Some(Bson::Document(d)) if k + 1 < rest.len() => {
-                    cur = d;
+                    value = d.get(&rest[k + 1]);
                     k += 1;
+                    positional = false;
                 }
                 Some(v) if k + 1 == rest.len() => break Slot::Found(v.clone()),
                 // The path goes on past a scalar.
@@ -155,6 +167,13 @@ fn walk<'p>(
         walk(inner, each, fields, sparse, out)?;
     }
     Ok(())
+}
+
+/// The element a path component names in an array: a number written
+/// canonically ("0", "12"; not "01").
+fn element_index(component: &str) -> Option<usize> {
+    let at: usize = component.parse().ok()?;
+    (at.to_string() == component).then_some(at)
 }
 
 /// Add the key the resolved `slots` make.
@@ -229,11 +248,51 @@ mod tests {
         assert_eq!(got, vec![vec![Bson::Int32(1), Bson::Int32(2)], vec![Bson::Int32(3), Bson::Int32(4)]]);
     }
 
+    /// Positional components name an element (mongod's tests' cases).
+    #[test]
+    fn numeric_components_name_array_elements() {
+        let one = |d: Document, p: &str| keys_of(d, &[p]);
+        assert_eq!(one(doc! { "a": [5, 6] }, "a.0"), vec![vec![Bson::Int32(5)]]);
+        assert_eq!(one(doc! { "a": [[1]] }, "a.0"), vec![vec![bson::bson!([1])]]);
+        assert_eq!(one(doc! { "a": [[1]] }, "a.0.0"), vec![vec![Bson::Int32(1)]]);
+        assert_eq!(one(doc! { "a": { "0": 1 } }, "a.0"), vec![vec![Bson::Int32(1)]]);
+        assert_eq!(one(doc! { "a": [{ "b": 1 }] }, "a.0.b"), vec![vec![Bson::Int32(1)]]);
+        assert_eq!(one(doc! { "a": [{ "b": [1, 2] }] }, "a.0.b"), vec![vec![Bson::Int32(1)], vec![Bson::Int32(2)]]);
+        assert_eq!(one(doc! { "a": [] }, "a.0.0"), vec![vec![Bson::Null]]);
+        let k = doc_keys(&doc! { "a": [{ "b": [1] }] }, &fields(&["a.0.b"]), false).unwrap();
+        assert_eq!(k.multikey, vec![BTreeSet::from([2])]);
+        let k = doc_keys(&doc! { "a": [5, 6] }, &fields(&["a.0"]), false).unwrap();
+        assert!(!k.is_multikey());
+    }
+
     #[test]
     fn multikey_paths_name_where_arrays_were_met() {
         let d = doc! { "obj": [{ "sub1": [1, 2, 3], "sub2": "x" }] };
         let k = doc_keys(&d, &fields(&["obj.sub1", "obj.sub2"]), false).unwrap();
         assert_eq!(k.multikey, vec![BTreeSet::from([0, 1]), BTreeSet::from([0])]);
+        // mongod's GetKeysComplexNestedArrays.
+        let d = doc! { "a": [1, { "b": [2, { "c": [3, { "d": 1 }], "e": 4 }, 5, { "f": 6 }], "g": 7 }] };
+        let paths = ["a.b.c.d", "a.g", "a.b.f", "a.b.c", "a.b.e"];
+        let k = doc_keys(&d, &fields(&paths), false).unwrap();
+        let shown: Vec<String> = k
+            .keys
+            .values()
+            .map(|key| key.iter().map(|v| v.clone().unwrap_or(Bson::Null).to_string()).collect::<Vec<_>>().join(","))
+            .collect();
+        let mut shown = shown;
+        shown.sort();
+        let mut want = vec![
+            "null,null,null,null,null",
+            "null,7,null,null,null",
+            "null,7,null,3,4",
+            "null,7,6,null,null",
+            "1,7,null,{ \"d\": 1 },4",
+        ];
+        want.sort();
+        assert_eq!(shown, want);
+        let want_mk: Vec<BTreeSet<usize>> =
+            vec![[0, 1, 2].into(), [0].into(), [0, 1].into(), [0, 1, 2].into(), [0, 1].into()];
+        assert_eq!(k.multikey, want_mk);
         let d = doc! { "field1": 2, "field2": ["x"] };
         let k = doc_keys(&d, &fields(&["field1", "field2"]), false).unwrap();
         assert_eq!(k.multikey, vec![BTreeSet::new(), BTreeSet::from([0])]);

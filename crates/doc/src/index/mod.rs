@@ -6,14 +6,21 @@
 //!   `keystring::storable` stores it: a long one cut, with a digest)
 //!   followed by the record id (8 bytes, big-endian), so equal keys sort
 //!   by record id and every entry is unique;
-//! - value = the key's values as BSON (`{"0": v0, "1": v1, ...}`), so a
-//!   covered read gets them back without the document.
+//! - value = the key's values as BSON (`{"0": v0, "1": v1, ...}`, a
+//!   missing field absent), so a covered read gets them back without the
+//!   document.
+//!
+//! A unique index leaves the record id out of the key and puts it first
+//! in the value (8 bytes, big-endian): every writer of one key writes the
+//! same storage key, so two concurrent writers of it conflict (first
+//! updater wins) instead of both passing their uniqueness checks.
 //!
 //! Invariants:
 //! 1. A ready index holds exactly the entries its collection's documents
 //!    give it (`keys::doc_keys`), written in the transaction of the write
 //!    that changes the document.
-//! 2. A unique index holds at most one record id per key.
+//! 2. A unique index holds at most one record id per key (by its
+//!    layout: one storage key per key).
 //! 3. `multikey` only grows, and is written to the catalog in the
 //!    transaction of the first write that meets an array on a new path;
 //!    in memory it is raised before that transaction commits, so a reader
@@ -197,7 +204,7 @@ impl Index {
                     }
                 }
             }
-            txn.put(&self.table, &entry_key(key, rid), &entry_value(values)?)?;
+            txn.put(&self.table, &self.storage_key(key, rid), &self.storage_value(rid, values)?)?;
         }
         Ok(())
     }
@@ -205,9 +212,41 @@ impl Index {
     /// In `txn`: remove the entries of `keys` for record `rid`.
     pub(crate) fn delete_keys(&self, txn: &Txn, rid: u64, keys: &DocKeys) -> Result<(), DocError> {
         for key in keys.keys.keys() {
-            txn.delete(&self.table, &entry_key(key, rid))?;
+            if self.spec.unique && self.holder(txn, key)? != Some(rid) {
+                continue;
+            }
+            txn.delete(&self.table, &self.storage_key(key, rid))?;
         }
         Ok(())
+    }
+
+    /// The storage key of `key`'s entry for record `rid` (see the module).
+    pub fn storage_key(&self, key: &[u8], rid: u64) -> Vec<u8> {
+        match self.spec.unique {
+            true => crate::keystring::storable(key.to_vec()),
+            false => entry_key(key, rid),
+        }
+    }
+
+    fn storage_value(&self, rid: u64, values: &[Option<Bson>]) -> Result<Vec<u8>, DocError> {
+        let bson = entry_value(values)?;
+        if !self.spec.unique {
+            return Ok(bson);
+        }
+        let mut out = rid.to_be_bytes().to_vec();
+        out.extend_from_slice(&bson);
+        Ok(out)
+    }
+
+    /// An entry's record id and key values.
+    pub fn decode_entry(&self, key: &[u8], value: &[u8]) -> Result<(u64, KeyValues), DocError> {
+        let fields = self.spec.fields.len();
+        if !self.spec.unique {
+            return Ok((record_of(key)?, entry_values(value, fields)?));
+        }
+        let (rid, rest) =
+            value.split_at_checked(8).ok_or_else(|| DocError::Corrupt("a short unique index entry".into()))?;
+        Ok((record_of(rid)?, entry_values(rest, fields)?))
     }
 
     /// Every entry, in index order: its key's values and its record id
@@ -217,19 +256,19 @@ impl Index {
         let mut c = engine.cursor(&self.table)?;
         let mut e = c.first()?;
         while let Some((k, v)) = e {
-            out.push((entry_values(&v, self.spec.fields.len())?, record_of(&k)));
+            let (rid, values) = self.decode_entry(&k, &v)?;
+            out.push((values, rid));
             e = c.next()?;
         }
         Ok(out)
     }
 
-    /// The record holding `key`, if any.
+    /// The record a unique index's `key` belongs to, if any.
     fn holder(&self, txn: &Txn, key: &[u8]) -> Result<Option<u64>, DocError> {
-        let key = crate::keystring::storable(key.to_vec());
-        let mut c = txn.cursor(&self.table)?;
-        match c.seek(&key)? {
-            Some((found, _)) if found.len() == key.len() + 8 && found.starts_with(&key) => Ok(Some(record_of(&found))),
-            _ => Ok(None),
+        debug_assert!(self.spec.unique);
+        match txn.get(&self.table, &crate::keystring::storable(key.to_vec()))? {
+            Some(v) => Ok(Some(self.decode_entry(&[], &v)?.0)),
+            None => Ok(None),
         }
     }
 
@@ -256,10 +295,18 @@ pub fn entry_key(key: &[u8], rid: u64) -> Vec<u8> {
     out
 }
 
-/// The record id an entry's storage key ends with.
-pub fn record_of(entry: &[u8]) -> u64 {
-    let at = entry.len().checked_sub(8).expect("an index entry ends with its record id");
-    u64::from_be_bytes(entry[at..].try_into().expect("8 bytes"))
+/// The record id a non-unique entry's storage key ends with (or a
+/// unique entry's value begins with).
+pub fn record_of(bytes: &[u8]) -> Result<u64, DocError> {
+    let at =
+        bytes.len().checked_sub(8).ok_or_else(|| DocError::Corrupt("an index entry without a record id".into()))?;
+    Ok(u64::from_be_bytes(bytes[at..].try_into().expect("8 bytes")))
+}
+
+/// Whether two keys' values are the same to the byte (`1` and `1.0`, or
+/// `0.0` and `-0.0`, share a KeyString but not a stored value).
+pub(crate) fn same_values(a: &[Option<Bson>], b: &[Option<Bson>]) -> bool {
+    matches!((entry_value(a), entry_value(b)), (Ok(x), Ok(y)) if x == y)
 }
 
 /// An entry's value: the key's values as a BSON document, field `i`

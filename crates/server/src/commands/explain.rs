@@ -71,7 +71,12 @@ fn explain_find(shared: &Shared, cmd: &Document, verbosity: Verbosity) -> Comman
     let filter = filter.with_collation(collation.clone());
     let coll = shared.catalog.get(&ns).filter(|c| c.view_on().is_none());
     let needs = projection.as_ref().and_then(query::plan::projection_fields);
+    // As `find` plans: a sorted read takes the planner's first choice
+    // (`scan_hits`), any other is raced and may be covered.
     let planned = match &coll {
+        Some(c) if sort.is_some() => {
+            Some(access::plan_read(c, &filter_doc, collation.as_ref(), false, cmd.get("hint")))
+        }
         Some(c) => {
             let planned =
                 access::plan_projected(c, &filter_doc, collation.as_ref(), (false, cmd.get("hint")), needs.as_deref());

@@ -113,9 +113,37 @@ fn build(shared: &Shared, ns: &Namespace, spec: IndexSpec) -> Result<(), Command
             tracing::info!(ns = %ns, index = %name, done, total, "index build: progress");
         }
     };
-    shared.catalog.build_index(ns, spec, &progress)?;
+    loop {
+        match shared.catalog.build_index(ns, spec.clone(), &progress) {
+            Ok(()) => break,
+            // Another client is building one of this name: as mongod, wait
+            // for its outcome when it is the same index.
+            Err(doc::catalog::DocError::IndexExists(_)) => {
+                if wait_for_build(shared, ns, &spec)? {
+                    break;
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
     tracing::info!(ns = %ns, index = %name, "index build: done");
     Ok(())
+}
+
+/// Wait while another build of an index named as `spec` runs; true once
+/// the same index is ready, false if the build went away (to try again).
+fn wait_for_build(shared: &Shared, ns: &Namespace, spec: &IndexSpec) -> Result<bool, CommandError> {
+    loop {
+        let found = shared.catalog.get(ns).and_then(|c| c.indexes().into_iter().find(|ix| ix.spec.name == spec.name));
+        let Some(ix) = found else { return Ok(false) };
+        if let index_spec::Versus::Conflict(e) = index_spec::versus(spec, &ix.spec.shown) {
+            return Err(e);
+        }
+        if ix.is_ready() {
+            return Ok(true);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
 }
 
 /// `{_id: 1}` under any name (drivers name it `_id_1`) is the index that

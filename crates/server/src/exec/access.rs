@@ -36,11 +36,16 @@ pub(crate) fn ready_indexes(coll: &Collection) -> (Vec<Arc<Index>>, Vec<IndexInf
             fields: ix.spec.fields.iter().map(|f| (f.path.join("."), f.descending)).collect(),
             multikey: ix.multikey_paths(),
             sparse: ix.spec.sparse,
-            hidden: ix.spec.shown.get_bool("hidden").unwrap_or(false),
+            hidden: is_hidden(ix),
             partial: ix.spec.shown.get_document("partialFilterExpression").ok().cloned(),
         })
         .collect();
     (ready, infos)
+}
+
+/// A hidden index is maintained but neither planned nor hinted.
+pub(crate) fn is_hidden(ix: &Index) -> bool {
+    ix.spec.shown.get_bool("hidden").unwrap_or(false)
 }
 
 /// The access path of a read of `coll` with `filter` under `collation`
@@ -149,14 +154,16 @@ pub(crate) fn race<'a>(
 /// anyway, and a hint `check_hint` refused).
 fn resolve_hint(hint: Option<&Bson>, indexes: &[Arc<Index>]) -> Hint {
     match hint {
-        Some(Bson::String(name)) => indexes.iter().position(|ix| ix.spec.name == *name).map_or(Hint::None, Hint::Index),
+        Some(Bson::String(name)) => {
+            indexes.iter().position(|ix| ix.spec.name == *name && !is_hidden(ix)).map_or(Hint::None, Hint::Index)
+        }
         Some(Bson::Document(d)) => match d.iter().next() {
             Some((k, v)) if k == "$natural" => {
                 Hint::Natural { reverse: doc::compare::compare(v, &Bson::Int32(0)).is_lt() }
             }
             _ => indexes
                 .iter()
-                .position(|ix| crate::exec::index_spec::same_pattern(&ix.spec.key, d))
+                .position(|ix| crate::exec::index_spec::same_pattern(&ix.spec.key, d) && !is_hidden(ix))
                 .map_or(Hint::None, Hint::Index),
         },
         _ => Hint::None,

@@ -212,10 +212,21 @@ fn out(shared: &Shared, ns: &Namespace, docs: Vec<Document>, bypass: bool) -> Re
         }
     };
     let coll = shared.catalog.create(&tmp, options)?;
+    // The target's indexes carry over, as mongod's `$out` keeps them (a
+    // unique one refuses what breaks it).
+    let mut built = Ok(());
+    for ix in existing.iter().flat_map(|c| c.indexes()).filter(|ix| ix.is_ready()) {
+        built = built.and_then(|_| shared.catalog.build_index(&tmp, ix.spec.clone(), &|_, _| {}));
+    }
     let refs: Vec<Document> = docs.into_iter().map(|d| with_id_first(&d)).collect();
     let refs: Vec<&Document> = refs.iter().collect();
-    let inserted = coll.insert_many(shared.catalog.engine(), &refs, true, STATEMENT_ACK, None);
-    let failed = inserted.into_iter().find_map(Result::err);
+    let failed = match built {
+        Ok(()) => coll
+            .insert_many(shared.catalog.engine(), &refs, true, STATEMENT_ACK, None)
+            .into_iter()
+            .find_map(Result::err),
+        Err(e) => Some(e),
+    };
     let result = match failed {
         Some(e) => Err(CommandError::from(e)),
         None => shared.catalog.rename(&tmp, ns, true).map_err(CommandError::from),

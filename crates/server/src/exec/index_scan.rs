@@ -16,7 +16,7 @@ use crate::exec::access::Records;
 use bson::Bson;
 use doc::catalog::{Collection, DocError};
 use doc::index::keys::KeyValues;
-use doc::index::{entry_values, record_of, Index};
+use doc::index::Index;
 use query::bounds::Interval;
 use std::collections::{HashSet, VecDeque};
 use std::ops::Bound;
@@ -180,7 +180,9 @@ impl Scan {
                 }
             }
             let (rid, values) = self.pending.pop_front().expect("refilled");
-            if self.covered {
+            // Covered while its fields hold no arrays; an index that turns
+            // multikey during the scan is read through its documents.
+            if self.covered && !self.ix.is_multikey() {
                 return Some(Ok((rid, self.key_document(values))));
             }
             self.stats.docs_examined.fetch_add(1, Ordering::Relaxed);
@@ -226,8 +228,7 @@ impl Scan {
         let mut n = 0;
         while let Some((k, v)) = e {
             self.stats.keys_examined.fetch_add(1, Ordering::Relaxed);
-            let rid = record_of(&k);
-            let values = entry_values(&v, self.bounds.len())?;
+            let (rid, values) = self.ix.decode_entry(&k, &v)?;
             if in_bounds(&values, &self.bounds) {
                 // Each record once: a multikey index holds several keys
                 // of it, and a write during the scan may move its key

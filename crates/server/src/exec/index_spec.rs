@@ -9,6 +9,9 @@ use doc::index::IndexSpec;
 /// The most indexes a collection may have, `_id` included (mongod's).
 pub(crate) const INDEXES_PER_COLLECTION_MAX: usize = 64;
 
+/// The most fields a compound key pattern may have (mongod's).
+const KEY_FIELDS_MAX: usize = 32;
+
 /// Options a spec may carry that this build applies.
 const APPLIED: [&str; 7] = ["key", "name", "v", "unique", "sparse", "hidden", "partialFilterExpression"];
 
@@ -52,6 +55,15 @@ pub(crate) fn parse(spec: &Bson) -> Result<IndexSpec, CommandError> {
     check_key_pattern(key)?;
     let name = match spec.get("name") {
         Some(Bson::String(n)) if n.is_empty() => return Err(CommandError::bad_value("index name cannot be empty")),
+        Some(Bson::String(n)) if n == "_id_" => {
+            return Err(CommandError::with_code(
+                197,
+                format!(
+                    "The index name '_id_' is reserved for the _id index, which must have key pattern {{_id: 1}}, found key: {}",
+                    doc::format::spaced(&Bson::Document(key.clone()))
+                ),
+            ))
+        }
         Some(Bson::String(n)) => n.clone(),
         Some(other) => return Err(CommandError::type_mismatch(format!(
             "The field 'name' must be a string, but got {}", crate::args::type_name(other)))),
@@ -174,6 +186,12 @@ fn check_key_pattern(key: &Document) -> Result<(), CommandError> {
     if key.is_empty() {
         return Err(cannot_create("Index keys cannot be empty.".into()));
     }
+    if key.len() > KEY_FIELDS_MAX {
+        return Err(CommandError::with_code(
+            13103,
+            format!("too many fields in index key pattern (more than {KEY_FIELDS_MAX})"),
+        ));
+    }
     for (field, value) in key {
         if field.is_empty() {
             return Err(cannot_create("Index keys cannot be an empty field.".into()));
@@ -181,7 +199,7 @@ fn check_key_pattern(key: &Document) -> Result<(), CommandError> {
         if field.split('.').any(str::is_empty) {
             return Err(cannot_create(format!("Index key contains an illegal field name: '{field}'")));
         }
-        if field.starts_with('$') {
+        if field.split('.').any(|c| c.starts_with('$')) {
             return Err(cannot_create("Index key contains an illegal field name: field name starts with '$'.".into()));
         }
         match value {

@@ -211,7 +211,11 @@ pub(crate) fn check_hint(shared: &Shared, ns: &Namespace, cmd: &Document) -> Res
     };
     // A view's reads go to the collection under it, hint and all.
     let coll = resolve_view(shared, ns)?.map_or_else(|| shared.catalog.get(ns), |(base, _)| shared.catalog.get(&base));
-    let ready = || coll.as_ref().map(|c| crate::exec::access::ready_indexes(c).0).unwrap_or_default();
+    // Hidden indexes cannot be hinted (mongod answers BadValue).
+    let ready = || {
+        let all = coll.as_ref().map(|c| crate::exec::access::ready_indexes(c).0).unwrap_or_default();
+        all.into_iter().filter(|ix| !crate::exec::access::is_hidden(ix)).collect::<Vec<_>>()
+    };
     let ok = match hint {
         Bson::String(name) => match &coll {
             Some(c) => {
