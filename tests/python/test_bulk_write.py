@@ -213,7 +213,7 @@ def test_coll_mod_redefines_a_view(client):
     ({"collMod": "plain", "validationLevel": "sometimes"}, 2),
     ({"collMod": "plain", "validator": "x"}, 14),
     ({"collMod": "plain", "frob": 1}, 40415),
-    ({"collMod": "plain", "index": {"name": "x_1", "hidden": True}}, 238),
+    ({"collMod": "plain", "index": {"name": "x_1", "hidden": True}}, 27),
     ({"collMod": "aview", "validator": {"a": 1}}, 72),
     ({"collMod": "aview", "viewOn": "aview"}, 5),
 ])

@@ -3,8 +3,10 @@
 dotted, unique, sparse, hidden), with mongod's errors; unique keys and
 parallel arrays refused on every write; a crash during a build."""
 
+import datetime
 import signal
 import threading
+import time
 
 import pytest
 from pymongo import ASCENDING, DESCENDING
@@ -46,7 +48,7 @@ def test_creating_the_id_index_is_a_no_op_that_may_create_the_collection(client)
     ([{"key": {"_id": 1}, "name": "_id_", "unique": True}], 238),
     ([{"key": {"_id": "hashed"}, "name": "_id_hashed"}], 238),
     ([{"key": {"x": "hashed"}, "name": "x_hashed"}], 238),
-    ([{"key": {"x": 1}, "name": "x_1", "expireAfterSeconds": 5}], 238),
+    ([{"key": {"x": 1}, "name": "x_1", "collation": {"locale": "fr"}}], 238),
     ([{"key": {"x": 1}, "name": "x_1", "partialFilterExpression": {"x": {"$ne": 1}}}], 67),
     ([{"key": {"x": 1}, "name": "x_1", "partialFilterExpression": {"x": 1}, "sparse": True}], 67),
     ([{"key": {"x": 1}, "name": "x_1", "partialFilterExpression": 5}], 14),
@@ -365,3 +367,49 @@ def test_concurrent_identical_index_builds_both_succeed(client):
         t.join()
     assert errors == []
     assert [i["name"] for i in c.list_indexes()] == ["_id_", "a_1"]
+
+
+def wait_ttl_passes(client, n):
+    start = client.admin.command("serverStatus")["metrics"]["ttl"]["passes"]
+    deadline = time.monotonic() + 20
+    while client.admin.command("serverStatus")["metrics"]["ttl"]["passes"] < start + n:
+        assert time.monotonic() < deadline, "the TTL monitor makes passes"
+        time.sleep(0.2)
+
+
+def test_a_ttl_index_expires_old_dates_and_collmod_changes_it(client):
+    db = client.test
+    old = datetime.datetime(2001, 1, 1)
+    now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+    soon = now + datetime.timedelta(days=1)
+    db.sessions.insert_many([
+        {"_id": 1, "at": old}, {"_id": 2, "at": now}, {"_id": 3, "at": [soon, old]},
+        {"_id": 4, "at": "2001-01-01"}, {"_id": 5}, {"_id": 6, "at": [soon]},
+    ])
+    db.sessions.create_index("at", expireAfterSeconds=3600)
+    assert list(db.sessions.list_indexes())[1]["expireAfterSeconds"] == 3600
+    client.admin.command("setParameter", 1, ttlMonitorSleepSecs=1)
+    wait_ttl_passes(client, 2)
+    assert sorted(d["_id"] for d in db.sessions.find()) == [2, 4, 5, 6]
+    # collMod: hide it, then expire everything a second old.
+    r = db.command("collMod", "sessions", index={"name": "at_1", "hidden": True})
+    assert (r["hidden_old"], r["hidden_new"]) == (False, True)
+    assert list(db.sessions.list_indexes())[1]["hidden"] is True
+    plan = db.command("explain", {"find": "sessions", "filter": {"at": {"$lt": soon}}})
+    assert plan["queryPlanner"]["winningPlan"]["stage"] == "COLLSCAN"
+    r = db.command("collMod", "sessions", index={"keyPattern": {"at": 1}, "expireAfterSeconds": 0, "hidden": False})
+    assert (r["expireAfterSeconds_old"], r["expireAfterSeconds_new"]) == (3600, 0)
+    assert "hidden" not in list(db.sessions.list_indexes())[1]
+    time.sleep(1.1)
+    wait_ttl_passes(client, 2)
+    assert sorted(d["_id"] for d in db.sessions.find()) == [4, 5, 6]
+    for index, code in [({"name": "nope", "hidden": True}, 27), ({"name": "at_1"}, 72),
+                        ({"name": "at_1", "expireAfterSeconds": -1}, 67)]:
+        with pytest.raises(OperationFailure) as e:
+            db.command("collMod", "sessions", index=index)
+        assert e.value.code == code, index
+    for spec, code in [({"key": {"a": 1, "b": 1}, "name": "ab", "expireAfterSeconds": 5}, 67),
+                       ({"key": {"a": 1}, "name": "a", "expireAfterSeconds": "5"}, 14)]:
+        with pytest.raises(OperationFailure) as e:
+            db.command({"createIndexes": "sessions", "indexes": [spec]})
+        assert e.value.code == code, spec

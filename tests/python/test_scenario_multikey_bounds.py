@@ -133,3 +133,29 @@ def test_elem_match_intersects_bounds_again(client):
     db.demo.insert_many([{"_id": 0, "field1": 2}, {"_id": 2, "field1": [0, 5]}])
     e = explain(db, {"field1": {"$elemMatch": {"$gt": 1, "$lt": 3}}})
     assert stages(e)[1]["indexBounds"]["field1"] == ["(1, 3)"]
+
+
+def test_explain_of_count_distinct_and_writes_shows_the_index_plan(client):
+    db = client.test
+    db.demo.create_index([("field1", 1), ("field2", 1)])
+    db.demo.insert_many([{"_id": i, "field1": i % 4, "field2": "x"} for i in range(12)])
+
+    def plan(cmd, verbosity="executionStats"):
+        return db.command("explain", cmd, verbosity=verbosity)
+
+    e = plan({"count": "demo", "query": {"field1": 2}})
+    assert e["queryPlanner"]["winningPlan"]["stage"] == "COUNT"
+    assert e["queryPlanner"]["winningPlan"]["inputStage"]["inputStage"]["stage"] == "IXSCAN"
+    assert e["executionStats"]["totalKeysExamined"] == 3
+    e = plan({"distinct": "demo", "key": "field2", "query": {"field1": {"$gte": 3}}})
+    assert "IXSCAN" in str(e["queryPlanner"]["winningPlan"])
+    e = plan({"update": "demo", "updates": [{"q": {"field1": 1}, "u": {"$set": {"y": 1}}, "multi": True}]})
+    stages = e["executionStats"]["executionStages"]
+    assert stages["stage"] == "UPDATE" and stages["nMatched"] == 3 and stages["nWouldModify"] == 3
+    assert stages["inputStage"]["stage"] == "FETCH"
+    e = plan({"delete": "demo", "deletes": [{"q": {"field1": 0}, "limit": 0}]})
+    assert e["executionStats"]["executionStages"]["stage"] == "DELETE"
+    assert e["executionStats"]["executionStages"]["nWouldDelete"] == 3
+    e = plan({"findAndModify": "demo", "query": {"field1": 3}, "remove": True}, "queryPlanner")
+    assert e["queryPlanner"]["winningPlan"]["stage"] == "DELETE"
+    assert db.demo.count_documents({}) == 12 and db.demo.count_documents({"y": 1}) == 0, "explain writes nothing"

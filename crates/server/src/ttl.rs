@@ -1,15 +1,16 @@
-//! The TTL monitor for clustered collections: every `ttlMonitorSleepSecs`
-//! (60 s by default) a pass deletes, from each clustered collection with
-//! `expireAfterSeconds`, the documents whose `_id` is a date from
-//! 1970-01-01 up to that many seconds ago, as mongod's TTL monitor does
-//! for clustered collections. Other `_id` types never expire.
+//! The TTL monitor: every `ttlMonitorSleepSecs` (60 s by default) a pass
+//! deletes, from each clustered collection with `expireAfterSeconds`, the
+//! documents whose `_id` is a date from 1970-01-01 up to that many seconds
+//! ago, and through each TTL index (`expireAfterSeconds` on a one-field
+//! secondary index) the documents whose field holds a date (in an array:
+//! any date) that many seconds old, as mongod's TTL monitor does. Other
+//! values never expire.
 //! `ttlMonitorEnabled: false` pauses it. `serverStatus.metrics.ttl`
 //! counts passes and deleted documents.
 //!
 //! Deletes are acknowledged once journaled, without waiting for their
 //! fsync (as mongod's TTL deletes use no `j`); the next group commit or
-//! checkpoint makes them durable. Secondary TTL indexes come with
-//! secondary indexes.
+//! checkpoint makes them durable.
 
 use crate::server::Shared;
 use doc::catalog::{Ack, Collection, DocError};
@@ -48,6 +49,14 @@ pub fn pass(shared: &Shared) -> u64 {
     let mut deleted = 0;
     for db in shared.catalog.databases() {
         for coll in shared.catalog.list(&db) {
+            for ix in coll.indexes().into_iter().filter(|ix| ix.is_ready()) {
+                let Some(ttl) = ix.expire_after_seconds() else { continue };
+                let until = now.saturating_sub(ttl.saturating_mul(1000));
+                match expire_through(engine, &coll, ix, until) {
+                    Ok(n) => deleted += n,
+                    Err(e) => tracing::debug!(ns = %coll.ns, error = %e, "TTL index pass stopped"),
+                }
+            }
             if !coll.is_clustered() {
                 continue;
             }
@@ -89,6 +98,31 @@ fn expire(engine: &storage::Engine, coll: &Collection, until: i64) -> Result<u64
             return Ok(deleted);
         }
     }
+}
+
+/// Delete the documents the TTL index `ix` holds a date key up to
+/// `until` for.
+fn expire_through(
+    engine: &storage::Engine,
+    coll: &std::sync::Arc<Collection>,
+    ix: std::sync::Arc<doc::index::Index>,
+    until: i64,
+) -> Result<u64, DocError> {
+    use query::bounds::Interval;
+    let dates = Interval {
+        low: bson::Bson::DateTime(bson::DateTime::from_millis(i64::MIN)),
+        low_inclusive: true,
+        high: bson::Bson::DateTime(bson::DateTime::from_millis(until)),
+        high_inclusive: true,
+    };
+    let stats = std::sync::Arc::new(crate::exec::index_scan::ScanStats::default());
+    let records = crate::exec::index_scan::records(engine.clone(), coll.clone(), ix, (vec![vec![dates]], false), stats);
+    let mut deleted = 0;
+    for record in records {
+        let (rid, d) = record?;
+        deleted += u64::from(coll.delete(engine, rid, &d, Ack::Written, None)?);
+    }
+    Ok(deleted)
 }
 
 /// Run passes until the server shuts down: the interval is read each

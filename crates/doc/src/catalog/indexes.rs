@@ -81,13 +81,18 @@ fn index_entry_doc(spec: &IndexSpec, table: &str, ready: bool, multikey: &[BTree
     let mut d = spec.shown.clone();
     d.insert("table", table);
     d.insert("ready", ready);
+    set_multikey(&mut d, spec, multikey);
+    d
+}
+
+/// Record `multikey` in an index's catalog entry.
+fn set_multikey(d: &mut Document, spec: &IndexSpec, multikey: &[BTreeSet<usize>]) {
     d.insert("multikey", multikey.iter().any(|p| !p.is_empty()));
     let mut paths = Document::new();
     for (field, at) in spec.key.keys().zip(multikey) {
         paths.insert(field.clone(), at.iter().map(|&n| Bson::Int32(n as i32)).collect::<Vec<_>>());
     }
     d.insert("multikeyPaths", paths);
-    d
 }
 
 /// Apply `change` to the entry of index `name` in a catalog entry.
@@ -195,11 +200,7 @@ impl Collection {
             ix.raise_recorded(&stored);
             return Ok(());
         }
-        edit_index(&mut entry, &ix.spec.name, |d| {
-            let ready = d.get_bool("ready").unwrap_or(true);
-            let table = d.get_str("table").unwrap_or_default().to_string();
-            *d = index_entry_doc(&ix.spec, &table, ready, &merged);
-        })?;
+        edit_index(&mut entry, &ix.spec.name, |d| set_multikey(d, &ix.spec, &merged))?;
         txn.put(&self.meta, key.as_bytes(), &encode(&entry)?)?;
         Ok(())
     }
@@ -387,6 +388,40 @@ impl Catalog {
                 None => return Ok(()),
             }
         }
+    }
+
+    /// `collMod` of an index: set (or with a null value remove) the
+    /// `hidden` and `expireAfterSeconds` in `changes`, in the catalog and
+    /// then in memory; returns each option's value before (absent: was
+    /// not set).
+    pub fn modify_index(&self, ns: &Namespace, name: &str, changes: &Document) -> Result<Document, DocError> {
+        let _serial = self.ddl.lock();
+        let coll = self.get(ns).ok_or_else(|| DocError::NamespaceNotFound(ns.to_string()))?;
+        let ix = coll
+            .indexes
+            .read()
+            .iter()
+            .find(|ix| ix.spec.name == name && ix.is_ready())
+            .cloned()
+            .ok_or_else(|| DocError::IndexNotFound(name.to_string()))?;
+        self.edit_entry_locked(ns, |entry| {
+            edit_index(entry, name, |d| {
+                for (k, v) in changes {
+                    match v {
+                        Bson::Null => d.remove(k),
+                        v => d.insert(k.clone(), v.clone()),
+                    };
+                }
+            })
+        })?;
+        let mut before = Document::new();
+        for (k, v) in changes {
+            let value = (!matches!(v, Bson::Null)).then(|| v.clone());
+            if let Some(old) = ix.set_option(k, value) {
+                before.insert(k.clone(), old);
+            }
+        }
+        Ok(before)
     }
 
     /// Drop the secondary index `name` of `ns`: its entry first (so a

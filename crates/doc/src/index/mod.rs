@@ -104,7 +104,13 @@ pub struct Index {
     /// What the catalog is known to hold committed (never more than it
     /// does): a write whose paths it covers need not look.
     recorded: Mutex<Vec<BTreeSet<usize>>>,
+    /// The options `collMod` changes (`hidden`, `expireAfterSeconds`), as
+    /// they now are; they override `spec.shown`'s.
+    options: Mutex<Document>,
 }
+
+/// The options of an index `collMod` may change.
+pub const CHANGEABLE: [&str; 2] = ["hidden", "expireAfterSeconds"];
 
 impl Index {
     pub(crate) fn new(
@@ -121,7 +127,65 @@ impl Index {
             Err(_) => None,
         };
         let recorded = Mutex::new(multikey.clone());
-        Ok(Index { spec, filter, table, ready: AtomicBool::new(ready), multikey: Mutex::new(multikey), recorded })
+        let options = spec
+            .shown
+            .iter()
+            .filter(|(k, _)| CHANGEABLE.contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        Ok(Index {
+            spec,
+            filter,
+            table,
+            ready: AtomicBool::new(ready),
+            multikey: Mutex::new(multikey),
+            recorded,
+            options: Mutex::new(options),
+        })
+    }
+
+    /// The spec as `listIndexes` shows it now (`collMod` changes applied).
+    pub fn shown(&self) -> Document {
+        let options = self.options.lock();
+        let mut out: Document = self
+            .spec
+            .shown
+            .iter()
+            .filter(|(k, _)| !CHANGEABLE.contains(&k.as_str()) || options.contains_key(k.as_str()))
+            .map(|(k, v)| (k.clone(), options.get(k).cloned().unwrap_or_else(|| v.clone())))
+            .collect();
+        for (k, v) in options.iter() {
+            if !out.contains_key(k) {
+                out.insert(k.clone(), v.clone());
+            }
+        }
+        out
+    }
+
+    /// Hidden: maintained, but neither planned nor hinted.
+    pub fn is_hidden(&self) -> bool {
+        self.options.lock().get_bool("hidden").unwrap_or(false)
+    }
+
+    /// A TTL index's `expireAfterSeconds`.
+    pub fn expire_after_seconds(&self) -> Option<i64> {
+        match self.options.lock().get("expireAfterSeconds")? {
+            Bson::Int32(n) => Some(i64::from(*n)),
+            Bson::Int64(n) => Some(*n),
+            Bson::Double(d) if d.is_finite() => Some(*d as i64),
+            _ => None,
+        }
+    }
+
+    /// Set (or with `None` remove) a `collMod`-changeable option; returns
+    /// its value before.
+    pub(crate) fn set_option(&self, name: &str, value: Option<Bson>) -> Option<Bson> {
+        debug_assert!(CHANGEABLE.contains(&name));
+        let mut options = self.options.lock();
+        match value {
+            Some(v) => options.insert(name, v),
+            None => options.remove(name),
+        }
     }
 
     /// The keys `doc` gives this index: none when a partial index's

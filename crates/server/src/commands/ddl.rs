@@ -14,7 +14,7 @@ use crate::exec::views::check_not_view;
 use crate::exec::write::Validator;
 use crate::server::Shared;
 use bson::{doc, Bson, Document};
-use doc::catalog::{DocError, Namespace};
+use doc::catalog::{Collection, DocError, Namespace};
 use query::expr::Scope;
 
 pub fn create(shared: &Shared, cmd: &Document) -> CommandResult {
@@ -301,9 +301,10 @@ pub(crate) fn view_options(
 /// (`viewOn`, `pipeline`), checked as `create` checks them.
 pub fn coll_mod(shared: &Shared, cmd: &Document) -> CommandResult {
     const CHANGES: &[&str] = &["validator", "validationLevel", "validationAction", "viewOn", "pipeline"];
-    const NOT_YET: &[&str] = &["index", "cappedSize", "cappedMax", "changeStreamPreAndPostImages", "timeseries"];
+    const NOT_YET: &[&str] = &["cappedSize", "cappedMax", "changeStreamPreAndPostImages", "timeseries"];
     let ns = namespace(cmd, "collMod")?;
-    let known: Vec<&str> = CHANGES.iter().chain(NOT_YET).chain(&["dryRun", "expireAfterSeconds"]).copied().collect();
+    let known: Vec<&str> =
+        CHANGES.iter().chain(NOT_YET).chain(&["dryRun", "expireAfterSeconds", "index"]).copied().collect();
     check_fields(cmd, "collMod", &known, false)?;
     if let Some(k) = NOT_YET.iter().find(|k| cmd.contains_key(**k)) {
         return Err(CommandError::not_implemented(format!("collMod with '{k}' is not supported yet")));
@@ -312,6 +313,13 @@ pub fn coll_mod(shared: &Shared, cmd: &Document) -> CommandResult {
         return Err(CommandError::namespace_not_found(format!("ns does not exist: {ns}")));
     };
     let is_view = c.view_on().is_some();
+    let mut reply = doc! {};
+    if let Some(index) = cmd.get("index") {
+        if is_view {
+            return Err(CommandError::invalid_options("option not supported on a view: index"));
+        }
+        reply = coll_mod_index(shared, &c, index, bool_option(cmd, "dryRun", "collMod", false)?)?;
+    }
     let mut options = c.options.clone();
     // A clustered collection's TTL: seconds, or "off" to remove it.
     if let Some(ttl) = cmd.get("expireAfterSeconds") {
@@ -368,11 +376,82 @@ pub fn coll_mod(shared: &Shared, cmd: &Document) -> CommandResult {
             options
         }
     };
+    reply.insert("ok", 1.0);
     if bool_option(cmd, "dryRun", "collMod", false)? {
-        return Ok(doc! { "ok": 1.0 });
+        return Ok(reply);
     }
-    shared.catalog.set_options(&ns, options)?;
-    Ok(doc! { "ok": 1.0 })
+    if options != c.options {
+        shared.catalog.set_options(&ns, options)?;
+    }
+    Ok(reply)
+}
+
+/// `collMod`'s `index`: change an index's `hidden` or `expireAfterSeconds`
+/// (by `name` or `keyPattern`); answers `<option>_old` / `<option>_new`.
+fn coll_mod_index(shared: &Shared, c: &Collection, index: &Bson, dry_run: bool) -> Result<Document, CommandError> {
+    let Bson::Document(spec) = index else {
+        return Err(wrong_type("collMod.index", index, "object"));
+    };
+    check_fields(
+        spec,
+        "collMod.index",
+        &["name", "keyPattern", "hidden", "expireAfterSeconds", "unique", "prepareUnique", "forceNonUnique"],
+        false,
+    )?;
+    if let Some(k) = ["unique", "prepareUnique", "forceNonUnique"].iter().find(|k| spec.contains_key(**k)) {
+        return Err(CommandError::not_implemented(format!("collMod of an index's '{k}' is not supported yet")));
+    }
+    let ready: Vec<_> = c.indexes().into_iter().filter(|ix| ix.is_ready()).collect();
+    let found = match (spec.get("name"), spec.get("keyPattern")) {
+        (Some(_), Some(_)) => return Err(CommandError::bad_value("Cannot specify both key pattern and name.")),
+        (None, None) => return Err(CommandError::bad_value("Must specify either index name or key pattern.")),
+        (Some(Bson::String(n)), None) if n == "_id_" => return Err(CommandError::bad_value("can't hide _id index")),
+        (Some(Bson::String(n)), None) => ready.iter().find(|ix| ix.spec.name == *n),
+        (None, Some(Bson::Document(k))) => {
+            ready.iter().find(|ix| crate::exec::index_spec::same_pattern(&ix.spec.key, k))
+        }
+        (Some(other), None) => return Err(wrong_type("collMod.index.name", other, "string")),
+        (None, Some(other)) => return Err(wrong_type("collMod.index.keyPattern", other, "object")),
+    };
+    let Some(ix) = found else {
+        let what = match (spec.get("name"), spec.get("keyPattern")) {
+            (Some(Bson::String(name)), _) => name.clone(),
+            (_, Some(pattern)) => doc::format::spaced(pattern),
+            _ => String::new(),
+        };
+        return Err(CommandError::with_code(27, format!("cannot find index {what} for ns {}", c.ns)));
+    };
+    let mut changes = Document::new();
+    if let Some(hidden) = spec.get("hidden") {
+        let Bson::Boolean(hidden) = hidden else { return Err(wrong_type("collMod.index.hidden", hidden, "bool")) };
+        changes.insert("hidden", if *hidden { Bson::Boolean(true) } else { Bson::Null });
+    }
+    if let Some(ttl) = spec.get("expireAfterSeconds") {
+        if ix.spec.fields.len() != 1 {
+            return Err(CommandError::invalid_options(
+                "TTL indexes are single-field indexes, compound indexes do not support TTL",
+            ));
+        }
+        crate::exec::index_spec::check_ttl_seconds(ttl)?;
+        changes.insert("expireAfterSeconds", ttl.clone());
+    }
+    if changes.is_empty() {
+        return Err(CommandError::invalid_options("no expireAfterSeconds or hidden field"));
+    }
+    let before = ix.shown();
+    if !dry_run {
+        shared.catalog.modify_index(&c.ns, &ix.spec.name, &changes)?;
+    }
+    let mut reply = Document::new();
+    for (k, v) in &changes {
+        let old = before.get(k).cloned().unwrap_or(if k == "hidden" { Bson::Boolean(false) } else { Bson::Null });
+        let new = if matches!(v, Bson::Null) { Bson::Boolean(false) } else { v.clone() };
+        if old != new {
+            reply.insert(format!("{k}_old"), old);
+            reply.insert(format!("{k}_new"), new);
+        }
+    }
+    Ok(reply)
 }
 
 /// Check `capped`, `size` and `max` as mongod's `create` does, and store

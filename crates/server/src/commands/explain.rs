@@ -1,6 +1,8 @@
-//! `explain` of a `find`: the plan the planner chose (`queryPlanner`) and,
-//! at `executionStats` and `allPlansExecution` verbosity, that plan run to
-//! the end with MongoDB's counters, in mongod's shape.
+//! `explain` of `find`, `count`, `distinct`, `update`, `delete` and
+//! `findAndModify`: the plan the planner chose (`queryPlanner`) and, at
+//! `executionStats` and `allPlansExecution` verbosity, that plan run to
+//! the end with MongoDB's counters, in mongod's shape. Writes are planned
+//! and their reads run, but nothing is written.
 
 use crate::args::{check_fields, count_option, document_option, filter_of, namespace, CommandResult};
 use crate::error::CommandError;
@@ -9,6 +11,7 @@ use crate::exec::index_scan::ScanStats;
 use crate::exec::scan::{check_hint, collation_of};
 use crate::server::Shared;
 use bson::{doc, Bson, Document};
+use doc::catalog::Namespace;
 use doc::index::Index;
 use query::bounds::Interval;
 use query::plan::{AccessPath, IndexInfo, IndexScan};
@@ -50,9 +53,37 @@ pub fn explain(shared: &Shared, cmd: &Document) -> CommandResult {
     }
     match inner.keys().next().map(String::as_str) {
         Some("find") => explain_find(shared, &inner, verbosity),
+        Some("count") => explain_count(shared, &inner, verbosity),
+        Some("distinct") => explain_distinct(shared, &inner, verbosity),
+        Some("update" | "delete" | "findAndModify" | "findandmodify") => explain_write(shared, &inner, verbosity),
         Some(name) => Err(CommandError::not_implemented(format!("explain of {name} is not supported yet"))),
         None => Err(CommandError::failed_to_parse("explain command requires a nested object")),
     }
+}
+
+/// One read as explain sees it: what `find` (or the read inside another
+/// command) asks for.
+struct Read<'a> {
+    ns: Namespace,
+    filter_doc: Document,
+    filter: query::Filter,
+    projection: Option<Document>,
+    sort: Option<Document>,
+    skip: usize,
+    limit: Option<usize>,
+    hint: Option<&'a Bson>,
+    /// The command's collation, when it gives one.
+    collation_of: &'a Document,
+}
+
+/// The stage a command puts above its read (COUNT, UPDATE, DELETE), with
+/// the figures it adds once run.
+struct Top {
+    stage: &'static str,
+    /// Fields it always shows.
+    fields: Document,
+    /// Fields it shows once run, given the documents the read matched.
+    counts: fn(u64) -> Document,
 }
 
 fn explain_find(shared: &Shared, cmd: &Document, verbosity: Verbosity) -> CommandResult {
@@ -66,20 +97,111 @@ fn explain_find(shared: &Shared, cmd: &Document, verbosity: Verbosity) -> Comman
     let sort = document_option(cmd, "sort")?.filter(|s| !s.is_empty());
     let skip = count_option(cmd, "skip")?.unwrap_or(0).max(0) as usize;
     let limit = count_option(cmd, "limit")?.filter(|l| *l > 0).map(|l| l as usize);
-    check_hint(shared, &ns, cmd)?;
-    let collation = collation_of(shared, &ns, cmd)?;
+    let read = Read { ns, filter_doc, filter, projection, sort, skip, limit, hint: cmd.get("hint"), collation_of: cmd };
+    explain_read(shared, cmd, read, None, verbosity)
+}
+
+/// `count`: COUNT over the read.
+fn explain_count(shared: &Shared, cmd: &Document, verbosity: Verbosity) -> CommandResult {
+    let ns = namespace(cmd, "count")?;
+    let (filter_doc, filter) = filter_of(cmd, "query", &query::expr::Scope::default())?;
+    let skip = count_option(cmd, "skip")?.unwrap_or(0).max(0) as usize;
+    let limit = count_option(cmd, "limit")?.filter(|l| *l != 0).map(|l| l.unsigned_abs() as usize);
+    let read = Read {
+        ns,
+        filter_doc,
+        filter,
+        projection: None,
+        sort: None,
+        skip,
+        limit,
+        hint: cmd.get("hint"),
+        collation_of: cmd,
+    };
+    let top = Top { stage: "COUNT", fields: Document::new(), counts: |_| Document::new() };
+    explain_read(shared, cmd, read, Some(top), verbosity)
+}
+
+/// `distinct`: the read (mongod shows a projection of the key above it).
+fn explain_distinct(shared: &Shared, cmd: &Document, verbosity: Verbosity) -> CommandResult {
+    let ns = namespace(cmd, "distinct")?;
+    let (filter_doc, filter) = filter_of(cmd, "query", &query::expr::Scope::default())?;
+    let key = cmd.get_str("key").map_err(|_| CommandError::failed_to_parse("distinct needs a string 'key'"))?;
+    let projection = Some(doc! { "_id": 0, key: 1 });
+    let read = Read {
+        ns,
+        filter_doc,
+        filter,
+        projection,
+        sort: None,
+        skip: 0,
+        limit: None,
+        hint: cmd.get("hint"),
+        collation_of: cmd,
+    };
+    explain_read(shared, cmd, read, None, verbosity)
+}
+
+/// `update`, `delete` and `findAndModify`: their first statement's read
+/// under UPDATE or DELETE; nothing is written.
+fn explain_write(shared: &Shared, cmd: &Document, verbosity: Verbosity) -> CommandResult {
+    let name = cmd.keys().next().map(String::as_str).unwrap_or_default();
+    let ns = namespace(cmd, name)?;
+    let (statement, filter_field, deleting) = match name {
+        "update" | "delete" => {
+            let field = if name == "update" { "updates" } else { "deletes" };
+            let first = cmd.get_array(field).ok().and_then(|a| a.first()).and_then(Bson::as_document);
+            let Some(first) = first else {
+                return Err(CommandError::failed_to_parse(format!(
+                    "explain of {name} needs one statement in '{field}'"
+                )));
+            };
+            (first.clone(), "q", name == "delete")
+        }
+        _ => (cmd.clone(), "query", cmd.get_bool("remove").unwrap_or(false)),
+    };
+    let (filter_doc, filter) = filter_of(&statement, filter_field, &query::expr::Scope::default())?;
+    let multi = statement.get_bool("multi").unwrap_or(false)
+        || statement.get("limit").is_some_and(|l| l.as_i32() == Some(0) || l.as_i64() == Some(0));
+    let limit = (!multi).then_some(1);
+    let sort = statement.get_document("sort").ok().filter(|s| !s.is_empty()).cloned();
+    let hint = statement.get("hint");
+    let read = Read { ns, filter_doc, filter, projection: None, sort, skip: 0, limit, hint, collation_of: &statement };
+    let top = if deleting {
+        Top { stage: "DELETE", fields: Document::new(), counts: |n| doc! { "nWouldDelete": n as i64 } }
+    } else {
+        Top {
+            stage: "UPDATE",
+            fields: Document::new(),
+            counts: |n| doc! { "nMatched": n as i64, "nWouldModify": n as i64, "nWouldUpsert": 0 },
+        }
+    };
+    explain_read(shared, cmd, read, Some(top), verbosity)
+}
+
+fn explain_read(
+    shared: &Shared,
+    cmd: &Document,
+    read: Read<'_>,
+    top: Option<Top>,
+    verbosity: Verbosity,
+) -> CommandResult {
+    let Read { ns, filter_doc, filter, projection, sort, skip, limit, hint, collation_of: with_collation } = read;
+    let projection = if top.is_some() { None } else { projection };
+    check_hint(shared, &ns, &hint.map(|h| doc! { "hint": h.clone() }).unwrap_or_default())?;
+    let collation = collation_of(shared, &ns, with_collation)?;
     let filter = filter.with_collation(collation.clone());
     let coll = shared.catalog.get(&ns).filter(|c| c.view_on().is_none());
     let needs = projection.as_ref().and_then(query::plan::projection_fields);
-    // As `find` plans: a sorted read takes the planner's first choice
-    // (`scan_hits`), any other is raced and may be covered.
+    // As `find` plans: a sorted read (and every other command's) takes
+    // the planner's first choice, a plain `find` is raced and may be
+    // covered.
     let planned = match &coll {
-        Some(c) if sort.is_some() => {
-            Some(access::plan_read(c, &filter_doc, collation.as_ref(), false, cmd.get("hint")))
+        Some(c) if sort.is_some() || top.is_some() => {
+            Some(access::plan_read(c, &filter_doc, collation.as_ref(), false, hint))
         }
         Some(c) => {
-            let planned =
-                access::plan_projected(c, &filter_doc, collation.as_ref(), (false, cmd.get("hint")), needs.as_deref());
+            let planned = access::plan_projected(c, &filter_doc, collation.as_ref(), (false, hint), needs.as_deref());
             Some(access::race(shared, &ns, c, planned, &filter)?)
         }
         None => None,
@@ -102,13 +224,27 @@ fn explain_find(shared: &Shared, cmd: &Document, verbosity: Verbosity) -> Comman
     }
     let returned = matched.saturating_sub(skip as u64).min(limit.map_or(u64::MAX, |l| l as u64));
     let run = Run { stats: &stats, examined, matched, returned };
+    let above = (sort.as_ref(), skip, limit, projection.as_ref());
     // The plan as chosen (queryPlanner) and as run (executionStages).
     let tree = |verbosity| {
         let read = match &planned {
             Some(p) => access_stage(p, &parsed, &run, verbosity),
             None => doc! { "stage": "EOF" },
         };
-        wrap(read, (sort.as_ref(), skip, limit, projection.as_ref()), &run, verbosity)
+        let below = wrap(read, above, &run, verbosity);
+        match &top {
+            None => below,
+            Some(t) => {
+                let mut d = doc! { "stage": t.stage };
+                d.extend(t.fields.clone());
+                if verbosity != Verbosity::QueryPlanner {
+                    counters(&mut d, 0, returned + 1);
+                    d.extend((t.counts)(returned));
+                }
+                d.insert("inputStage", below);
+                d
+            }
+        }
     };
     let mut planner = doc! {
         "namespace": ns.to_string(),
@@ -127,15 +263,16 @@ fn explain_find(shared: &Shared, cmd: &Document, verbosity: Verbosity) -> Comman
         .flat_map(|p| &p.rejected)
         .map(|scan| {
             let read = index_scan_stage(planned.as_ref().expect("planned"), scan, &run, Verbosity::QueryPlanner);
-            Bson::Document(wrap(read, (sort.as_ref(), skip, limit, projection.as_ref()), &run, Verbosity::QueryPlanner))
+            Bson::Document(wrap(read, above, &run, Verbosity::QueryPlanner))
         })
         .collect();
     planner.insert("rejectedPlans", rejected);
     let mut reply = doc! { "explainVersion": "1", "queryPlanner": planner };
     if verbosity != Verbosity::QueryPlanner {
+        let n_returned = if top.is_some() { 0 } else { run.returned };
         let mut exec = doc! {
             "executionSuccess": true,
-            "nReturned": run.returned as i64,
+            "nReturned": n_returned as i64,
             "executionTimeMillis": started.elapsed().as_millis() as i64,
             "totalKeysExamined": ScanStats::get(&stats.keys_examined) as i64,
             "totalDocsExamined": run.docs_examined(&planned) as i64,

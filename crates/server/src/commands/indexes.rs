@@ -30,7 +30,7 @@ pub fn list_indexes(shared: &Shared, cmd: &Document) -> CommandResult {
 /// The indexes of `coll` as `listIndexes` shows them: `_id` first, then
 /// the ready secondary ones in the order they were built.
 fn shown_indexes(coll: &Collection) -> Vec<Document> {
-    let ready = coll.indexes().into_iter().filter(|ix| ix.is_ready()).map(|ix| ix.spec.shown.clone());
+    let ready = coll.indexes().into_iter().filter(|ix| ix.is_ready()).map(|ix| ix.shown());
     std::iter::once(id_index_spec(coll)).chain(ready).collect()
 }
 
@@ -136,7 +136,7 @@ fn wait_for_build(shared: &Shared, ns: &Namespace, spec: &IndexSpec) -> Result<b
     loop {
         let found = shared.catalog.get(ns).and_then(|c| c.indexes().into_iter().find(|ix| ix.spec.name == spec.name));
         let Some(ix) = found else { return Ok(false) };
-        if let index_spec::Versus::Conflict(e) = index_spec::versus(spec, &ix.spec.shown) {
+        if let index_spec::Versus::Conflict(e) = index_spec::versus(spec, &ix.shown()) {
             return Err(e);
         }
         if ix.is_ready() {

@@ -45,7 +45,7 @@ pub(crate) fn ready_indexes(coll: &Collection) -> (Vec<Arc<Index>>, Vec<IndexInf
 
 /// A hidden index is maintained but neither planned nor hinted.
 pub(crate) fn is_hidden(ix: &Index) -> bool {
-    ix.spec.shown.get_bool("hidden").unwrap_or(false)
+    ix.is_hidden()
 }
 
 /// The access path of a read of `coll` with `filter` under `collation`

@@ -13,19 +13,13 @@ pub(crate) const INDEXES_PER_COLLECTION_MAX: usize = 64;
 const KEY_FIELDS_MAX: usize = 32;
 
 /// Options a spec may carry that this build applies.
-const APPLIED: [&str; 7] = ["key", "name", "v", "unique", "sparse", "hidden", "partialFilterExpression"];
+const APPLIED: [&str; 8] =
+    ["key", "name", "v", "unique", "sparse", "hidden", "partialFilterExpression", "expireAfterSeconds"];
 
 /// Options mongod accepts that this build does not apply yet: refused
 /// with NotImplemented rather than stored without effect.
-const NOT_YET: [&str; 7] = [
-    "expireAfterSeconds",
-    "collation",
-    "wildcardProjection",
-    "weights",
-    "default_language",
-    "2dsphereIndexVersion",
-    "bits",
-];
+const NOT_YET: [&str; 6] =
+    ["collation", "wildcardProjection", "weights", "default_language", "2dsphereIndexVersion", "bits"];
 
 /// Accepted and ignored, as mongod ignores them.
 const IGNORED: [&str; 2] = ["background", "ns"];
@@ -99,6 +93,10 @@ pub(crate) fn parse(spec: &Bson) -> Result<IndexSpec, CommandError> {
                 }
                 shown.insert(field.clone(), value.clone());
             }
+            "expireAfterSeconds" => {
+                check_ttl(spec, key, value)?;
+                shown.insert(field.clone(), value.clone());
+            }
             f if IGNORED.contains(&f) => {}
             f if NOT_YET.contains(&f) => {
                 return Err(CommandError::not_implemented(format!(
@@ -164,6 +162,40 @@ fn check_partial_filter(expr: &Document, depth: usize) -> Result<(), CommandErro
             (_, Bson::RegularExpression(_)) => return Err(refuse(format!("{key} regex"))),
             _ => {}
         }
+    }
+    Ok(())
+}
+
+/// A TTL index: one field (not `_id`), and seconds mongod accepts.
+fn check_ttl(spec: &Document, key: &Document, value: &Bson) -> Result<(), CommandError> {
+    let shown = || doc::format::spaced(&Bson::Document(spec.clone()));
+    if key.len() != 1 {
+        return Err(cannot_create(format!(
+            "TTL indexes are single-field indexes, compound indexes do not support TTL. Index spec: {}",
+            shown()
+        )));
+    }
+    check_ttl_seconds(value)
+}
+
+/// `expireAfterSeconds` as mongod takes it: a number from 0 to 2^31 - 1.
+pub(crate) fn check_ttl_seconds(value: &Bson) -> Result<(), CommandError> {
+    let seconds = match value {
+        Bson::Int32(n) => f64::from(*n),
+        Bson::Int64(n) => *n as f64,
+        Bson::Double(d) => *d,
+        Bson::Decimal128(_) => value.to_string().parse().unwrap_or(f64::NAN),
+        other => {
+            return Err(CommandError::type_mismatch(format!(
+            "TTL index 'expireAfterSeconds' option must be numeric, but received a type of '{}'. Index spec: {other}",
+            crate::args::type_name(other)
+        )))
+        }
+    };
+    if seconds.is_nan() || !(0.0..=f64::from(i32::MAX)).contains(&seconds) {
+        return Err(cannot_create(format!(
+            "invalid TTL index spec: TTL index 'expireAfterSeconds' option must be within an acceptable range, try a lower number; found {value}"
+        )));
     }
     Ok(())
 }
