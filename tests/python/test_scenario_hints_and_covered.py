@@ -95,11 +95,24 @@ def test_a_sparse_index_hinted_omits_documents_without_the_field(db):
     assert [d["name"] for d in db.demo.find().sort("age", 1)] == ["Bob", "Charlie", "Eve", "Alice", "Dave"]
 
 
-@pytest.mark.xfail(strict=True, reason="min()/max() are not supported yet (issue 19)")
 def test_max_with_a_hint_stops_the_scan(db):
     db.demo.create_index("age", name="idx_age")
-    got = list(db.demo.find(QUERY, PROJECTION).hint("idx_age").max({"age": 31}))
+    got = list(db.demo.find(QUERY, PROJECTION).hint("idx_age").max([("age", 31)]))
     assert got == [{"name": "Eve", "age": 28}, {"name": "Alice", "age": 30}]
+    e = explain(db, "idx_age", max={"age": 31})
+    stats = e["executionStats"]
+    assert (stats["totalKeysExamined"], stats["totalDocsExamined"]) == (4, 4)
+    assert stats["executionStages"]["inputStage"]["filter"] == {"age": {"$gte": 28}}
+    # (pymongo refuses it before sending; the server's own answer:)
+    with pytest.raises(OperationFailure) as err:
+        db.command({"find": "demo", "filter": QUERY, "max": {"age": 31}})
+    assert err.value.code == 51173
+    with pytest.raises(OperationFailure) as err:
+        list(db.demo.find(QUERY).hint("idx_age").max([("name", 31)]))
+    assert err.value.code == 51174
+    with pytest.raises(OperationFailure) as err:
+        list(db.demo.find(QUERY).hint("idx_age").min([("age", 40)]).max([("age", 31)]))
+    assert err.value.code == 51175
 
 
 def test_a_partial_index_is_used_only_when_the_filter_implies_it(db):

@@ -39,7 +39,14 @@ pub struct ReadShape<'a, 'i> {
     /// The fields a projection needs, when it needs nothing else
     /// (`projection_fields`); `None`: the whole document.
     pub projection: Option<&'i [String]>,
+    /// `min()` and `max()`: key values (in key-pattern order) the hinted
+    /// index's scan starts at and stops before.
+    pub min_max: Option<&'i KeyRange>,
 }
+
+/// An index scan's own start (included) and end (excluded) keys, each a
+/// value per key-pattern field; `None`: the index's first or last key.
+pub type KeyRange = (Option<Vec<Bson>>, Option<Vec<Bson>>);
 
 /// A secondary index as the planner sees it.
 #[derive(Debug, Clone, PartialEq)]
@@ -91,6 +98,9 @@ pub struct IndexScan {
     /// are exact and the index holds every projected field, on no
     /// multikey path; no document is fetched.
     pub covered: bool,
+    /// `min()`/`max()`: the scan runs between these keys instead of
+    /// `bounds` (which are then every key), the whole filter on FETCH.
+    pub key_range: Option<KeyRange>,
 }
 
 /// The fields an inclusion projection of plain paths needs (`_id`
@@ -129,7 +139,12 @@ pub fn plan<'a>(shape: &ReadShape<'a, '_>) -> AccessPath<'a> {
     }
     match shape.hint {
         Hint::Natural { reverse } => return AccessPath::CollScan { reverse },
-        Hint::Index(i) => return AccessPath::IndexScan(index_scan(shape, i)),
+        Hint::Index(i) => {
+            return AccessPath::IndexScan(match shape.min_max {
+                Some(range) => min_max_scan(shape, i, range),
+                None => index_scan(shape, i),
+            })
+        }
         Hint::None => {}
     }
     match crate::Filter::id_equality(shape.filter) {
@@ -274,7 +289,16 @@ fn index_scan(shape: &ReadShape<'_, '_>, i: usize) -> IndexScan {
                 .iter()
                 .all(|p| ix.fields.iter().position(|(f, _)| f == p).is_some_and(|at| ix.multikey[at].is_empty()))
         });
-    IndexScan { index: i, bounds: field_bounds, fetch_filter, covered }
+    IndexScan { index: i, bounds: field_bounds, fetch_filter, covered, key_range: None }
+}
+
+/// A `min()`/`max()` scan of index `i`: every key between them, the
+/// whole filter applied after FETCH.
+fn min_max_scan(shape: &ReadShape<'_, '_>, i: usize, range: &KeyRange) -> IndexScan {
+    let all = shape.indexes[i].fields.iter().map(|_| vec![Interval::all()]).collect();
+    let parsed = parsed_query(shape.filter);
+    let fetch_filter = (!parsed.is_empty()).then_some(parsed);
+    IndexScan { index: i, bounds: all, fetch_filter, covered: false, key_range: Some(range.clone()) }
 }
 
 /// The FETCH filter: one child as itself, several under `$and`.
@@ -319,6 +343,7 @@ mod tests {
             binary_collation: true,
             hint: Hint::None,
             projection: None,
+            min_max: None,
         };
         format!("{:?}", plan(&shape))
     }
@@ -358,6 +383,7 @@ mod tests {
             binary_collation: true,
             hint: Hint::None,
             projection: None,
+            min_max: None,
         };
         let AccessPath::IndexScan(s) = plan(&shape) else { panic!("no index scan for {filter}") };
         (s.bounds.iter().map(|f| f.iter().map(|i| i.shown(false)).collect()).collect(), s.fetch_filter)

@@ -116,7 +116,14 @@ fn expire_through(
         high_inclusive: true,
     };
     let stats = std::sync::Arc::new(crate::exec::index_scan::ScanStats::default());
-    let records = crate::exec::index_scan::records(engine.clone(), coll.clone(), ix, (vec![vec![dates]], false), stats);
+    let scan = query::plan::IndexScan {
+        index: 0,
+        bounds: vec![vec![dates]],
+        fetch_filter: None,
+        covered: false,
+        key_range: None,
+    };
+    let records = crate::exec::index_scan::records(engine.clone(), coll.clone(), ix, &scan, stats);
     let mut deleted = 0;
     for record in records {
         let (rid, d) = record?;

@@ -201,7 +201,9 @@ fn explain_read(
             Some(access::plan_read(c, &filter_doc, collation.as_ref(), false, hint))
         }
         Some(c) => {
-            let planned = access::plan_projected(c, &filter_doc, collation.as_ref(), (false, hint), needs.as_deref());
+            let min_max = access::min_max_of(Some(c), with_collation)?;
+            let how = access::How { tailable: false, hint, projection: needs.as_deref(), min_max: min_max.as_ref() };
+            let planned = access::plan_projected(c, &filter_doc, collation.as_ref(), how);
             Some(access::race(shared, &ns, c, planned, &filter)?)
         }
         None => None,

@@ -89,13 +89,6 @@ pub fn find(shared: &Shared, cmd: &Document) -> CommandResult {
         Some(p) if !p.is_empty() => Some(Projection::parse_in(&p, &scope)?),
         _ => None,
     };
-    for unsupported in ["min", "max"] {
-        if cmd.get_document(unsupported).is_ok_and(|d| !d.is_empty()) {
-            return Err(CommandError::not_implemented(format!(
-                "find with {unsupported} needs secondary indexes, not built yet"
-            )));
-        }
-    }
     if bool_option(cmd, "returnKey", "find", false)? {
         return Err(CommandError::not_implemented("returnKey needs secondary indexes, not built yet"));
     }
@@ -158,14 +151,23 @@ pub fn find(shared: &Shared, cmd: &Document) -> CommandResult {
         state.tailing = coll.as_ref().map(Arc::downgrade);
     }
     let is_view = coll.as_ref().is_some_and(|c| c.view_on().is_some());
+    let min_max = access::min_max_of(coll.as_deref().filter(|_| !is_view), cmd)?;
+    if min_max.is_some() && !sort.is_empty() {
+        return Err(CommandError::not_implemented("min()/max() with a sort is not supported yet"));
+    }
     if is_view && tailable {
         return Err(crate::exec::views::not_on_view(&ns));
     }
     // The planner's path (views read through their pipeline).
     let planned = match coll.as_ref().filter(|_| !is_view) {
         Some(c) => {
-            let how = (tailable, cmd.get("hint"));
-            let planned = access::plan_projected(c, &filter_doc, collation.as_ref(), how, needs.as_deref());
+            let how = access::How {
+                tailable,
+                hint: cmd.get("hint"),
+                projection: needs.as_deref(),
+                min_max: min_max.as_ref(),
+            };
+            let planned = access::plan_projected(c, &filter_doc, collation.as_ref(), how);
             Some((access::race(shared, &ns, c, planned, &filter)?, c))
         }
         None => None,

@@ -11,7 +11,7 @@ use crate::server::Shared;
 use bson::{Bson, Document};
 use doc::catalog::{Collection, DocError, Namespace};
 use doc::index::Index;
-use query::plan::{self, AccessPath, Hint, IndexInfo, IndexScan, ReadShape};
+use query::plan::{self, AccessPath, Hint, IndexInfo, IndexScan, KeyRange, ReadShape};
 use query::Collation;
 use std::sync::Arc;
 
@@ -58,7 +58,19 @@ pub(crate) fn plan_read<'a>(
     tailable: bool,
     hint: Option<&Bson>,
 ) -> Planned<'a> {
-    plan_projected(coll, filter, collation, (tailable, hint), None)
+    plan_projected(coll, filter, collation, How { tailable, hint, ..How::default() })
+}
+
+/// How a read asks (beyond its filter and collation).
+#[derive(Default, Clone, Copy)]
+pub(crate) struct How<'x> {
+    pub tailable: bool,
+    pub hint: Option<&'x Bson>,
+    /// The fields a projection needs, which an index may cover
+    /// (`query::plan::projection_fields`).
+    pub projection: Option<&'x [String]>,
+    /// `min()` and `max()` key values.
+    pub min_max: Option<&'x KeyRange>,
 }
 
 /// `plan_read` for a read that needs only `projection`'s fields
@@ -67,9 +79,9 @@ pub(crate) fn plan_projected<'a>(
     coll: &Collection,
     filter: &'a Document,
     collation: Option<&Arc<Collation>>,
-    (tailable, hint): (bool, Option<&Bson>),
-    projection: Option<&[String]>,
+    how: How<'_>,
 ) -> Planned<'a> {
+    let How { tailable, hint, projection, min_max } = how;
     let id_index_collation_matches = match (collation, coll.id_collation()) {
         (None, None) => true,
         (Some(a), Some(b)) => a.full_spec() == b.full_spec(),
@@ -84,6 +96,7 @@ pub(crate) fn plan_projected<'a>(
         binary_collation: collation.is_none(),
         hint: resolve_hint(hint, &indexes),
         projection,
+        min_max,
     };
     let path = plan::plan(&shape);
     let rejected = match (&path, shape.hint) {
@@ -93,6 +106,53 @@ pub(crate) fn plan_projected<'a>(
         _ => Vec::new(),
     };
     Planned { path, indexes, infos, rejected }
+}
+
+/// A command's `min` and `max` (`find`'s `min()`/`max()`), checked as
+/// mongod checks them against the index its `hint` names: each a value
+/// per field of its key pattern, in order, the min before the max.
+pub(crate) fn min_max_of(coll: Option<&Collection>, cmd: &Document) -> Result<Option<KeyRange>, CommandError> {
+    let given = |field: &str| cmd.get_document(field).ok().filter(|d| !d.is_empty());
+    let (min, max) = (given("min"), given("max"));
+    if min.is_none() && max.is_none() {
+        return Ok(None);
+    }
+    let hint = cmd.get("hint").filter(|h| !matches!(h, Bson::Null));
+    let Some(hint) = hint else {
+        return Err(CommandError::with_code(
+            51173,
+            "When using min()/max() a hint of which index to use must be provided",
+        ));
+    };
+    let indexes = coll.map(|c| ready_indexes(c).0).unwrap_or_default();
+    let Hint::Index(i) = resolve_hint(Some(hint), &indexes) else {
+        return Err(CommandError::not_implemented("min()/max() on the _id index or $natural is not supported yet"));
+    };
+    let pattern = &indexes[i].spec.key;
+    let values = |bound: Option<&Document>| -> Result<Option<Vec<Bson>>, CommandError> {
+        let Some(bound) = bound else { return Ok(None) };
+        if !bound.keys().eq(pattern.keys()) {
+            return Err(CommandError::with_code(
+                51174,
+                format!(
+                    "The index chosen is not consistent with the min/max key: {bound}, index key pattern: {pattern}"
+                ),
+            ));
+        }
+        Ok(Some(bound.values().cloned().collect()))
+    };
+    let range = (values(min)?, values(max)?);
+    if let (Some(lo), Some(hi)) = &range {
+        let fields = &indexes[i].spec.fields;
+        let key = |v: &[Bson]| doc::index::keys::key_string(&v.iter().cloned().map(Some).collect::<Vec<_>>(), fields);
+        if key(lo) >= key(hi) {
+            return Err(CommandError::with_code(
+                51175,
+                "The value provided for min() does not come before the value provided for max() in the hinted index",
+            ));
+        }
+    }
+    Ok(Some(range))
 }
 
 /// Work a trial run of one plan may do before it is judged.
@@ -194,7 +254,7 @@ pub(crate) fn candidates(
             shared.catalog.engine().clone(),
             coll.clone(),
             planned.indexes[scan.index].clone(),
-            (scan.bounds.clone(), scan.covered),
+            scan,
             stats,
         ),
     })

@@ -15,9 +15,11 @@
 use crate::exec::access::Records;
 use bson::Bson;
 use doc::catalog::{Collection, DocError};
+use doc::index::keys::KeyField;
 use doc::index::keys::KeyValues;
 use doc::index::Index;
 use query::bounds::Interval;
+use query::plan::{IndexScan, KeyRange};
 use std::collections::{HashSet, VecDeque};
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -99,6 +101,18 @@ fn extend(prefix: &mut Vec<u8>, bounds: &[Vec<Interval>], descending: &[bool], o
     }
 }
 
+/// The key range from a `min()` key (included; none: the first key) to a
+/// `max()` key (excluded; none: past the last).
+fn min_max_range((min, max): &KeyRange, fields: &[KeyField]) -> Range {
+    let key = |values: &[Bson]| {
+        let values: Vec<Option<Bson>> = values.iter().cloned().map(Some).collect();
+        doc::index::keys::key_string(&values, fields)
+    };
+    let start = min.as_deref().map(key).unwrap_or_default();
+    let end = max.as_deref().map(key).unwrap_or_else(|| vec![PAST; 1]);
+    (start, end)
+}
+
 fn append(out: &mut Vec<u8>, v: &Bson, descending: bool) {
     let at = out.len();
     doc::keystring::append(out, v);
@@ -113,20 +127,24 @@ fn in_bounds(values: &[Option<Bson>], bounds: &[Vec<Interval>]) -> bool {
     values.iter().zip(bounds).all(|(v, field)| field.iter().any(|i| i.contains(v.as_ref().unwrap_or(&Bson::Null))))
 }
 
-/// The documents of `ix`'s entries within `bounds`, in index order,
-/// each once; when `covered`, documents of the indexed fields made from
-/// the keys, none fetched.
+/// The documents of `ix`'s entries within the scan's bounds (or its
+/// `min()`/`max()` keys), in index order, each once; when covered,
+/// documents of the indexed fields made from the keys, none fetched.
 pub(crate) fn records(
     engine: storage::Engine,
     coll: Arc<Collection>,
     ix: Arc<Index>,
-    (bounds, covered): (Vec<Vec<Interval>>, bool),
+    plan: &IndexScan,
     stats: Arc<ScanStats>,
 ) -> Records {
+    let (bounds, covered) = (plan.bounds.clone(), plan.covered);
     let descending: Vec<bool> = ix.spec.fields.iter().map(|f| f.descending).collect();
+    let ranges = match &plan.key_range {
+        Some(range) => vec![min_max_range(range, &ix.spec.fields)],
+        None => key_ranges(&bounds, &descending),
+    };
     // Over the keys as stored (a long key cut, with a digest).
-    let ranges: VecDeque<Range> =
-        key_ranges(&bounds, &descending).into_iter().map(|(s, e)| doc::keystring::scan_bounds(s, e)).collect();
+    let ranges: VecDeque<Range> = ranges.into_iter().map(|(s, e)| doc::keystring::scan_bounds(s, e)).collect();
     let multikey = ix.is_multikey();
     let mut scan = Scan {
         engine,
