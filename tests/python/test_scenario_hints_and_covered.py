@@ -74,6 +74,14 @@ def test_the_planner_scans_then_uses_an_index_then_a_covering_one(db):
     assert (stats["totalKeysExamined"], stats["totalDocsExamined"]) == (3, 0)
     rejected = e["queryPlanner"]["rejectedPlans"]
     assert [ixscan(p)["indexName"] for p in rejected] == ["idx_age"]
+    assert e["queryPlanner"]["winningPlan"]["isCached"] is False
+    # The race's choice is cached for the shape, whatever the values.
+    again = db.command("explain", {"find": "demo", "filter": {"age": {"$gte": 30}}, "projection": PROJECTION})
+    assert again["queryPlanner"]["winningPlan"]["isCached"] is True
+    assert ixscan(again["queryPlanner"]["winningPlan"])["indexName"] == "idx_age_name"
+    db.command("planCacheClear", "demo")
+    again = db.command("explain", {"find": "demo", "filter": {"age": {"$gte": 30}}, "projection": PROJECTION})
+    assert again["queryPlanner"]["winningPlan"]["isCached"] is False
     assert sorted(db.demo.find(QUERY, PROJECTION), key=lambda d: d["age"]) == sorted(want, key=lambda d: d["age"])
 
     # hint() forces the index, by name or key pattern.

@@ -312,6 +312,44 @@ fn residual(leaves: &[&Leaf], others: &[Document]) -> Option<Document> {
     }
 }
 
+/// A read's shape, as the plan cache keys it: the filter's paths and
+/// operators in canonical order without their values, and the projected
+/// fields.
+pub fn shape(filter: &Document, projection: Option<&[String]>) -> String {
+    let conj = bounds::conjunction(filter);
+    let mut out = String::new();
+    for l in &conj.leaves {
+        out.push_str(&format!("{}:{:?};", l.path, l.op));
+    }
+    for o in &conj.others {
+        out.push_str(&shape_of_other(o));
+        out.push(';');
+    }
+    if let Some(fields) = projection {
+        out.push_str(&format!("|{}", fields.join(",")));
+    }
+    out
+}
+
+/// A non-indexable child's shape: its keys, nested, without values.
+fn shape_of_other(d: &Document) -> String {
+    d.iter()
+        .map(|(k, v)| match v {
+            Bson::Document(inner) => format!("{k}{{{}}}", shape_of_other(inner)),
+            Bson::Array(items) => format!(
+                "{k}[{}]",
+                items
+                    .iter()
+                    .map(|i| i.as_document().map(shape_of_other).unwrap_or_default())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+            _ => k.clone(),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// The filter as explain's `parsedQuery` shows it: leaves in canonical
 /// order, several under `$and`.
 pub fn parsed_query(filter: &Document) -> Document {

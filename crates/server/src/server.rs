@@ -111,6 +111,8 @@ pub struct Shared {
     pub fail_points: crate::failpoint::FailPoints,
     /// The TTL monitor's parameters and counters (`ttl.rs`).
     pub ttl: crate::ttl::Ttl,
+    /// Winning indexes by query shape (`exec/plan_cache.rs`).
+    pub plan_cache: crate::exec::plan_cache::PlanCache,
     next_request_id: AtomicI32,
     pub(crate) shutdown: watch::Sender<bool>,
 }
@@ -141,6 +143,7 @@ impl Shared {
             parameters: Parameters::default(),
             durability: crate::durability::Durability::start(engine.clone())?,
             capped_inserts: watch::channel(0).0,
+            plan_cache: Default::default(),
             ttl: crate::ttl::Ttl::default(),
             fail_points: crate::failpoint::FailPoints::default(),
             next_request_id: AtomicI32::new(1),

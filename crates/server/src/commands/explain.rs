@@ -257,7 +257,7 @@ fn explain_read(
         "maxScansToExplodeReached": false,
         "prunedSimilarIndexes": false,
     };
-    let mut winning_plan = doc! { "isCached": false };
+    let mut winning_plan = doc! { "isCached": planned.as_ref().is_some_and(|p| p.cached) };
     winning_plan.extend(tree(Verbosity::QueryPlanner));
     planner.insert("winningPlan", winning_plan);
     let rejected: Vec<Bson> = planned

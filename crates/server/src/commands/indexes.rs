@@ -240,3 +240,11 @@ pub fn drop_indexes(shared: &Shared, cmd: &Document) -> CommandResult {
     }
     Ok(doc! { "nIndexesWas": was, "ok": 1.0 })
 }
+
+/// `planCacheClear`: forget the plan cache's choices for a collection.
+pub fn plan_cache_clear(shared: &Shared, cmd: &Document) -> CommandResult {
+    check_fields(cmd, "planCacheClear", &["query", "sort", "projection", "collation"], false)?;
+    let (ns, _) = existing(shared, cmd, "planCacheClear")?;
+    shared.plan_cache.clear(&ns.to_string());
+    Ok(doc! { "ok": 1.0 })
+}

@@ -24,6 +24,10 @@ pub(crate) struct Planned<'a> {
     /// The other index scans the planner considered (explain's
     /// `rejectedPlans`; raced by `race`).
     pub rejected: Vec<IndexScan>,
+    /// The read's shape (`query::plan::shape`), the plan cache's key.
+    pub shape: String,
+    /// The choice came from the plan cache (explain's `isCached`).
+    pub cached: bool,
 }
 
 /// The ready secondary indexes of `coll` as the planner sees them.
@@ -105,7 +109,8 @@ pub(crate) fn plan_projected<'a>(
         }
         _ => Vec::new(),
     };
-    Planned { path, indexes, infos, rejected }
+    let shape = plan::shape(filter, projection);
+    Planned { path, indexes, infos, rejected, shape, cached: false }
 }
 
 /// A command's `min` and `max` (`find`'s `min()`/`max()`), checked as
@@ -179,6 +184,21 @@ pub(crate) fn race<'a>(
     }
     let mut contenders = vec![chosen.clone()];
     contenders.append(&mut planned.rejected);
+    // The indexes a cached choice was made among.
+    let among = format!(
+        "{}:{}",
+        coll.records_table(),
+        planned.indexes.iter().map(|ix| ix.spec.name.as_str()).collect::<Vec<_>>().join(",")
+    );
+    let ns_key = ns.to_string();
+    if let Some(winner) = shared.plan_cache.get(&ns_key, &planned.shape, &among) {
+        if let Some(at) = contenders.iter().position(|c| planned.indexes[c.index].spec.name == winner) {
+            planned.path = AccessPath::IndexScan(contenders.remove(at));
+            planned.rejected = contenders;
+            planned.cached = true;
+            return Ok(planned);
+        }
+    }
     let mut scores = Vec::with_capacity(contenders.len());
     for scan in &contenders {
         let stats = Arc::new(ScanStats::default());
@@ -187,6 +207,8 @@ pub(crate) fn race<'a>(
             indexes: planned.indexes.clone(),
             infos: Vec::new(),
             rejected: Vec::new(),
+            shape: String::new(),
+            cached: false,
         };
         let mut matched = 0u64;
         for record in candidates(shared, ns, coll, &trial, stats.clone())? {
@@ -204,6 +226,7 @@ pub(crate) fn race<'a>(
     }
     let best = (0..contenders.len()).fold(0, |b, i| if scores[i] > scores[b] { i } else { b });
     let winner = contenders.remove(best);
+    shared.plan_cache.put(&ns_key, &planned.shape, &among, &planned.indexes[winner.index].spec.name);
     planned.path = AccessPath::IndexScan(winner);
     planned.rejected = contenders;
     Ok(planned)

@@ -11,6 +11,7 @@ pub mod id_index;
 pub mod index_scan;
 pub mod index_spec;
 pub mod modify;
+pub mod plan_cache;
 pub mod scan;
 pub mod spill;
 pub mod storage_stats;
