@@ -12,6 +12,7 @@
 mod arbor;
 mod canned;
 mod engine;
+mod indexed;
 mod lmdb_peer;
 mod measure;
 mod redb_peer;
@@ -48,6 +49,8 @@ enum Target {
     Smallbank(smallbank::SmallBankArgs),
     /// YCSB A and C (W2) through the network: ArborDB vs PostgreSQL.
     Ycsb(ycsb::YcsbArgs),
+    /// Indexed equality, range and covered queries: ArborDB vs PostgreSQL.
+    Index(indexed::IndexArgs),
     /// The prepared-reply server of `ycsb --driver-ceiling` (no database).
     #[command(hide = true)]
     CannedServer(canned::CannedArgs),
@@ -58,6 +61,7 @@ fn main() -> ExitCode {
         Target::Engine(a) => engine::run(a),
         Target::Smallbank(a) => smallbank::run(a),
         Target::Ycsb(a) => ycsb::run(a),
+        Target::Index(a) => indexed::run(a),
         Target::CannedServer(a) => canned::run(a),
     };
     match result {

@@ -385,19 +385,19 @@ async fn run_workload<S: Store>(
     Ok((all.len() as u64, updates, all, secs))
 }
 
-fn percentile(sorted: &[u32], p: f64) -> u32 {
+pub(crate) fn percentile(sorted: &[u32], p: f64) -> u32 {
     if sorted.is_empty() {
         return 0;
     }
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
-fn free_port() -> BenchResult<u16> {
+pub(crate) fn free_port() -> BenchResult<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
 /// The ArborDB server process, stopped (SIGTERM, clean checkpoint) on drop.
-struct ServerProcess(Child);
+pub(crate) struct ServerProcess(pub(crate) Child);
 
 impl Drop for ServerProcess {
     fn drop(&mut self) {
@@ -408,7 +408,7 @@ impl Drop for ServerProcess {
 }
 
 /// The PostgreSQL peer, stopped and removed on drop.
-struct PeerProcess(PathBuf);
+pub(crate) struct PeerProcess(pub(crate) PathBuf);
 
 impl Drop for PeerProcess {
     fn drop(&mut self) {
@@ -416,7 +416,7 @@ impl Drop for PeerProcess {
     }
 }
 
-async fn wait_listening(port: u16) -> BenchResult<()> {
+pub(crate) async fn wait_listening(port: u16) -> BenchResult<()> {
     for _ in 0..200 {
         if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
             return Ok(());
