@@ -8,6 +8,7 @@ import signal
 import threading
 import time
 
+import bson
 import pytest
 from pymongo import ASCENDING, DESCENDING
 from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure, WriteError
@@ -409,7 +410,28 @@ def test_a_ttl_index_expires_old_dates_and_collmod_changes_it(client):
             db.command("collMod", "sessions", index=index)
         assert e.value.code == code, index
     for spec, code in [({"key": {"a": 1, "b": 1}, "name": "ab", "expireAfterSeconds": 5}, 67),
-                       ({"key": {"a": 1}, "name": "a", "expireAfterSeconds": "5"}, 14)]:
+                       ({"key": {"a": 1}, "name": "a", "expireAfterSeconds": "5"}, 67)]:
         with pytest.raises(OperationFailure) as e:
             db.command({"createIndexes": "sessions", "indexes": [spec]})
         assert e.value.code == code, spec
+
+
+def test_ttl_and_collmod_edge_cases(client):
+    db = client.test
+    db.create_collection("capped", capped=True, size=4096)
+    with pytest.raises(OperationFailure) as e:
+        db.capped.create_index("at", expireAfterSeconds=5)
+    assert e.value.code == 67
+    db.plain.insert_one({"at": 1})
+    db.plain.create_index("at", expireAfterSeconds=bson.Decimal128("60"))
+    assert list(db.plain.list_indexes())[1]["expireAfterSeconds"] == 60
+    with pytest.raises(OperationFailure) as e:
+        db.plain.create_index("b", expireAfterSeconds="soon")
+    assert e.value.code == 67
+    # A collMod that fails on another option changes the index neither.
+    with pytest.raises(OperationFailure):
+        db.command("collMod", "plain", index={"name": "at_1", "hidden": True}, validator={"$bogus": 1})
+    assert "hidden" not in list(db.plain.list_indexes())[1]
+    with pytest.raises(OperationFailure) as e:
+        db.command("collMod", "plain", index={"keyPattern": {"_id": 1}, "hidden": True})
+    assert e.value.code == 2

@@ -318,7 +318,8 @@ pub fn coll_mod(shared: &Shared, cmd: &Document) -> CommandResult {
         if is_view {
             return Err(CommandError::invalid_options("option not supported on a view: index"));
         }
-        reply = coll_mod_index(shared, &c, index, bool_option(cmd, "dryRun", "collMod", false)?)?;
+        // Checked now, applied once every other option has been checked.
+        reply = coll_mod_index(shared, &c, index, true)?;
     }
     let mut options = c.options.clone();
     // A clustered collection's TTL: seconds, or "off" to remove it.
@@ -380,6 +381,9 @@ pub fn coll_mod(shared: &Shared, cmd: &Document) -> CommandResult {
     if bool_option(cmd, "dryRun", "collMod", false)? {
         return Ok(reply);
     }
+    if let Some(index) = cmd.get("index") {
+        coll_mod_index(shared, &c, index, false)?;
+    }
     if options != c.options {
         shared.catalog.set_options(&ns, options)?;
     }
@@ -407,6 +411,9 @@ fn coll_mod_index(shared: &Shared, c: &Collection, index: &Bson, dry_run: bool) 
         (None, None) => return Err(CommandError::bad_value("Must specify either index name or key pattern.")),
         (Some(Bson::String(n)), None) if n == "_id_" => return Err(CommandError::bad_value("can't hide _id index")),
         (Some(Bson::String(n)), None) => ready.iter().find(|ix| ix.spec.name == *n),
+        (None, Some(Bson::Document(k))) if crate::exec::id_index::is_id_key(k) => {
+            return Err(CommandError::bad_value("can't hide _id index"))
+        }
         (None, Some(Bson::Document(k))) => {
             ready.iter().find(|ix| crate::exec::index_spec::same_pattern(&ix.spec.key, k))
         }
@@ -432,8 +439,10 @@ fn coll_mod_index(shared: &Shared, c: &Collection, index: &Bson, dry_run: bool) 
                 "TTL indexes are single-field indexes, compound indexes do not support TTL",
             ));
         }
-        crate::exec::index_spec::check_ttl_seconds(ttl)?;
-        changes.insert("expireAfterSeconds", ttl.clone());
+        if c.capped.is_some() {
+            return Err(CommandError::with_code(67, "Cannot create TTL index on a capped collection"));
+        }
+        changes.insert("expireAfterSeconds", crate::exec::index_spec::check_ttl_seconds(ttl)?);
     }
     if changes.is_empty() {
         return Err(CommandError::invalid_options("no expireAfterSeconds or hidden field"));
@@ -441,6 +450,8 @@ fn coll_mod_index(shared: &Shared, c: &Collection, index: &Bson, dry_run: bool) 
     let before = ix.shown();
     if !dry_run {
         shared.catalog.modify_index(&c.ns, &ix.spec.name, &changes)?;
+        // A hidden index is no longer a candidate, an unhidden one is again.
+        shared.plan_cache.clear(&c.ns.to_string());
     }
     let mut reply = Document::new();
     for (k, v) in &changes {

@@ -167,8 +167,13 @@ fn explain_write(shared: &Shared, cmd: &Document, verbosity: Verbosity) -> Comma
     let sort = statement.get_document("sort").ok().filter(|s| !s.is_empty()).cloned();
     let hint = statement.get("hint");
     let read = Read { ns, filter_doc, filter, projection: None, sort, skip: 0, limit, hint, collation_of: &statement };
+    let upsert = statement.get_bool("upsert").unwrap_or(false);
     let top = if deleting {
         Top { stage: "DELETE", fields: Document::new(), counts: |n| doc! { "nWouldDelete": n as i64 } }
+    } else if upsert {
+        let counts =
+            |n: u64| doc! { "nMatched": n as i64, "nWouldModify": n as i64, "nWouldUpsert": i64::from(n == 0) };
+        Top { stage: "UPDATE", fields: Document::new(), counts }
     } else {
         Top {
             stage: "UPDATE",
@@ -196,6 +201,10 @@ fn explain_read(
     // As `find` plans: a sorted read (and every other command's) takes
     // the planner's first choice, a plain `find` is raced and may be
     // covered.
+    let min_max = coll.as_ref().map(|c| access::min_max_of(Some(c), with_collation)).transpose()?.flatten();
+    if sort.is_some() && min_max.is_some() {
+        return Err(CommandError::not_implemented("min()/max() with a sort is not supported yet"));
+    }
     let planned = match &coll {
         Some(c) if sort.is_some() || top.is_some() => {
             Some(access::plan_read(c, &filter_doc, collation.as_ref(), false, hint))

@@ -152,8 +152,8 @@ pub fn find(shared: &Shared, cmd: &Document) -> CommandResult {
     }
     let is_view = coll.as_ref().is_some_and(|c| c.view_on().is_some());
     let min_max = access::min_max_of(coll.as_deref().filter(|_| !is_view), cmd)?;
-    if min_max.is_some() && !sort.is_empty() {
-        return Err(CommandError::not_implemented("min()/max() with a sort is not supported yet"));
+    if min_max.is_some() && (!sort.is_empty() || tailable) {
+        return Err(CommandError::not_implemented("min()/max() with a sort or a tailable cursor is not supported yet"));
     }
     if is_view && tailable {
         return Err(crate::exec::views::not_on_view(&ns));

@@ -60,6 +60,9 @@ pub fn create_indexes(shared: &Shared, cmd: &Document) -> CommandResult {
     check_not_view(shared, &ns)?;
     let created = shared.catalog.get(&ns).is_none();
     let coll = shared.catalog.get_or_create(&ns)?;
+    if coll.capped.is_some() && asked.iter().any(|s| s.shown.contains_key("expireAfterSeconds")) {
+        return Err(CommandError::with_code(67, "Cannot create TTL index on a capped collection"));
+    }
     let before = shown_indexes(&coll);
     let mut to_build: Vec<IndexSpec> = Vec::new();
     for spec in asked {

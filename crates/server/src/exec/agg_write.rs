@@ -216,7 +216,9 @@ fn out(shared: &Shared, ns: &Namespace, docs: Vec<Document>, bypass: bool) -> Re
     // unique one refuses what breaks it).
     let mut built = Ok(());
     for ix in existing.iter().flat_map(|c| c.indexes()).filter(|ix| ix.is_ready()) {
-        built = built.and_then(|_| shared.catalog.build_index(&tmp, ix.spec.clone(), &|_, _| {}));
+        // As the index is now (`collMod` changes included).
+        let spec = doc::index::IndexSpec::from_shown(ix.shown());
+        built = built.and_then(|_| shared.catalog.build_index(&tmp, spec?, &|_, _| {}));
     }
     let refs: Vec<Document> = docs.into_iter().map(|d| with_id_first(&d)).collect();
     let refs: Vec<&Document> = refs.iter().collect();

@@ -146,7 +146,14 @@ pub(crate) fn records(
     // Over the keys as stored (a long key cut, with a digest).
     let ranges: VecDeque<Range> = ranges.into_iter().map(|(s, e)| doc::keystring::scan_bounds(s, e)).collect();
     let multikey = ix.is_multikey();
+    // A `min()`/`max()` scan checks each key against them whole: its
+    // range was widened where they are longer than a stored key.
+    let min_max = plan.key_range.as_ref().map(|r| {
+        let (lo, hi) = min_max_range(r, &ix.spec.fields);
+        (lo, r.1.as_ref().map(|_| hi))
+    });
     let mut scan = Scan {
+        min_max,
         engine,
         coll,
         ix,
@@ -178,6 +185,8 @@ struct Scan {
     multikey: bool,
     /// Answer from the keys alone: a document of the indexed fields.
     covered: bool,
+    /// `min()`'s key (included) and `max()`'s (excluded), whole.
+    min_max: Option<(Vec<u8>, Option<Vec<u8>>)>,
     failed: bool,
 }
 
@@ -228,6 +237,13 @@ impl Scan {
         d
     }
 
+    /// Whether a key lies between `min()` and `max()` (true without them).
+    fn within_min_max(&self, values: &[Option<Bson>]) -> bool {
+        let Some((lo, hi)) = &self.min_max else { return true };
+        let key = doc::index::keys::key_string(values, &self.ix.spec.fields);
+        key >= *lo && hi.as_ref().is_none_or(|hi| key < *hi)
+    }
+
     /// Read the next chunk of keys; false once every range is done.
     fn refill(&mut self) -> Result<bool, DocError> {
         let Some((start, end)) = self.ranges.front().cloned() else { return Ok(false) };
@@ -247,7 +263,7 @@ impl Scan {
         while let Some((k, v)) = e {
             self.stats.keys_examined.fetch_add(1, Ordering::Relaxed);
             let (rid, values) = self.ix.decode_entry(&k, &v)?;
-            if in_bounds(&values, &self.bounds) {
+            if in_bounds(&values, &self.bounds) && self.within_min_max(&values) {
                 // Each record once: a multikey index holds several keys
                 // of it, and a write during the scan may move its key
                 // ahead of the scan (counted as explain counts: only in

@@ -94,8 +94,7 @@ pub(crate) fn parse(spec: &Bson) -> Result<IndexSpec, CommandError> {
                 shown.insert(field.clone(), value.clone());
             }
             "expireAfterSeconds" => {
-                check_ttl(spec, key, value)?;
-                shown.insert(field.clone(), value.clone());
+                shown.insert(field.clone(), check_ttl(spec, key, value)?);
             }
             f if IGNORED.contains(&f) => {}
             f if NOT_YET.contains(&f) => {
@@ -166,8 +165,9 @@ fn check_partial_filter(expr: &Document, depth: usize) -> Result<(), CommandErro
     Ok(())
 }
 
-/// A TTL index: one field (not `_id`), and seconds mongod accepts.
-fn check_ttl(spec: &Document, key: &Document, value: &Bson) -> Result<(), CommandError> {
+/// A TTL index: one field (not `_id`), and seconds mongod accepts; the
+/// seconds as stored.
+fn check_ttl(spec: &Document, key: &Document, value: &Bson) -> Result<Bson, CommandError> {
     let shown = || doc::format::spaced(&Bson::Document(spec.clone()));
     if key.len() != 1 {
         return Err(cannot_create(format!(
@@ -175,29 +175,36 @@ fn check_ttl(spec: &Document, key: &Document, value: &Bson) -> Result<(), Comman
             shown()
         )));
     }
-    check_ttl_seconds(value)
+    check_ttl_seconds(value).map_err(|e| match e.code {
+        67 => cannot_create(format!("{} Index spec: {}", e.errmsg, shown())),
+        _ => e,
+    })
 }
 
-/// `expireAfterSeconds` as mongod takes it: a number from 0 to 2^31 - 1.
-pub(crate) fn check_ttl_seconds(value: &Bson) -> Result<(), CommandError> {
+/// `expireAfterSeconds` as mongod takes it: a number from 0 to 2^31 - 1;
+/// a Decimal128 is stored as a 64-bit integer.
+pub(crate) fn check_ttl_seconds(value: &Bson) -> Result<Bson, CommandError> {
     let seconds = match value {
         Bson::Int32(n) => f64::from(*n),
         Bson::Int64(n) => *n as f64,
         Bson::Double(d) => *d,
         Bson::Decimal128(_) => value.to_string().parse().unwrap_or(f64::NAN),
         other => {
-            return Err(CommandError::type_mismatch(format!(
-            "TTL index 'expireAfterSeconds' option must be numeric, but received a type of '{}'. Index spec: {other}",
-            crate::args::type_name(other)
-        )))
+            return Err(cannot_create(format!(
+                "TTL index 'expireAfterSeconds' option must be numeric, but received a type of '{}'.",
+                crate::args::type_name(other)
+            )))
         }
     };
     if seconds.is_nan() || !(0.0..=f64::from(i32::MAX)).contains(&seconds) {
         return Err(cannot_create(format!(
-            "invalid TTL index spec: TTL index 'expireAfterSeconds' option must be within an acceptable range, try a lower number; found {value}"
+            "TTL index 'expireAfterSeconds' option must be within an acceptable range, try a lower number; found {value}"
         )));
     }
-    Ok(())
+    Ok(match value {
+        Bson::Decimal128(_) => Bson::Int64(seconds as i64),
+        other => other.clone(),
+    })
 }
 
 fn truthy(v: &Bson) -> bool {
