@@ -435,3 +435,20 @@ def test_ttl_and_collmod_edge_cases(client):
     with pytest.raises(OperationFailure) as e:
         db.command("collMod", "plain", index={"keyPattern": {"_id": 1}, "hidden": True})
     assert e.value.code == 2
+
+
+def test_index_stats_count_the_reads_each_index_serves(client):
+    c = client.test.stats_of
+    c.insert_many([{"_id": i, "a": i, "b": i % 3} for i in range(30)])
+    c.create_index("a")
+    c.create_index("b")
+    for _ in range(3):
+        list(c.find({"a": {"$gte": 10}}).hint("a_1"))
+    c.count_documents({"b": 1})
+    stats = {s["name"]: s for s in c.aggregate([{"$indexStats": {}}])}
+    assert set(stats) == {"a_1", "b_1"}
+    assert stats["a_1"]["accesses"]["ops"] == 3 and stats["b_1"]["accesses"]["ops"] == 1
+    assert stats["a_1"]["key"] == {"a": 1} and stats["a_1"]["spec"]["name"] == "a_1"
+    with pytest.raises(OperationFailure) as e:
+        list(c.aggregate([{"$indexStats": {"x": 1}}]))
+    assert e.value.code == 28803

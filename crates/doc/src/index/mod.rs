@@ -107,6 +107,9 @@ pub struct Index {
     /// The options `collMod` changes (`hidden`, `expireAfterSeconds`), as
     /// they now are; they override `spec.shown`'s.
     options: Mutex<Document>,
+    /// Reads this index served since `since` (`$indexStats`).
+    accesses: std::sync::atomic::AtomicU64,
+    since: bson::DateTime,
 }
 
 /// The options of an index `collMod` may change.
@@ -141,6 +144,8 @@ impl Index {
             multikey: Mutex::new(multikey),
             recorded,
             options: Mutex::new(options),
+            accesses: Default::default(),
+            since: bson::DateTime::now(),
         })
     }
 
@@ -160,6 +165,16 @@ impl Index {
             }
         }
         out
+    }
+
+    /// One more read served (`$indexStats`).
+    pub fn note_access(&self) {
+        self.accesses.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Reads served, and since when they are counted (the index's load).
+    pub fn accesses(&self) -> (u64, bson::DateTime) {
+        (self.accesses.load(Ordering::Relaxed), self.since)
     }
 
     /// Hidden: maintained, but neither planned nor hinted.

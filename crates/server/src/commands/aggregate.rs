@@ -82,6 +82,12 @@ pub fn aggregate(shared: &Shared, cmd: &Document) -> CommandResult {
             }
             (Some(vec![coll_stats_stage(shared, &ns, d)?]), &stages[1..])
         }
+        Some(Bson::Document(d)) if d.len() == 1 && d.contains_key("$indexStats") => {
+            if view.is_some() {
+                return Err(crate::exec::views::not_on_view(&ns));
+            }
+            (Some(index_stats_stage(shared, &ns, d)?), &stages[1..])
+        }
         Some(Bson::Document(d)) if collectionless && d.contains_key("$documents") => {
             let arg = d.get("$documents").expect("checked");
             (Some(crate::exec::agg_write::documents(arg, &scope)?), &stages[1..])
@@ -134,6 +140,33 @@ pub fn aggregate(shared: &Shared, cmd: &Document) -> CommandResult {
     }
     let state = CursorState::of(ns, Source::Stream { docs: docs.peekable(), scanning, filter: None });
     first_batch(shared, state, batch_size.map(|b| b as usize), false, &deadline)
+}
+
+/// `$indexStats`: per ready secondary index, the reads it served since
+/// it was loaded (`accesses.ops`, `accesses.since`); the `_id` index's
+/// are not counted.
+fn index_stats_stage(shared: &Shared, ns: &Namespace, stage: &Document) -> Result<Vec<Document>, CommandError> {
+    match stage.get("$indexStats") {
+        Some(Bson::Document(d)) if d.is_empty() => {}
+        _ => return Err(CommandError::with_code(28803, "The $indexStats stage specification must be an empty object")),
+    }
+    let Some(coll) = shared.catalog.get(ns) else { return Ok(Vec::new()) };
+    let host = format!("{}:{}", crate::server::hostname(), shared.options.port);
+    Ok(coll
+        .indexes()
+        .into_iter()
+        .filter(|ix| ix.is_ready())
+        .map(|ix| {
+            let (ops, since) = ix.accesses();
+            doc! {
+                "name": ix.spec.name.clone(),
+                "key": ix.spec.key.clone(),
+                "host": host.clone(),
+                "accesses": { "ops": ops as i64, "since": since },
+                "spec": ix.shown(),
+            }
+        })
+        .collect())
 }
 
 /// The one document `$collStats` produces (`storageStats` and `count`).

@@ -211,7 +211,7 @@ pub(crate) fn race<'a>(
             cached: false,
         };
         let mut matched = 0u64;
-        for record in candidates(shared, ns, coll, &trial, stats.clone())? {
+        for record in records(shared, ns, coll, &trial, stats.clone())? {
             let (_, d) = record?;
             if filter.try_matches_at(&d)?.0 {
                 matched += 1;
@@ -261,6 +261,21 @@ pub(crate) type Records = Box<dyn Iterator<Item = Result<(u64, Document), DocErr
 /// order; the caller still applies the filter (a path only narrows what
 /// is looked at). `stats` counts an index scan's work.
 pub(crate) fn candidates(
+    shared: &Shared,
+    ns: &Namespace,
+    coll: &Arc<Collection>,
+    planned: &Planned<'_>,
+    stats: Arc<ScanStats>,
+) -> Result<Records, CommandError> {
+    // `$indexStats` counts the reads an index serves (not trial runs).
+    if let AccessPath::IndexScan(scan) = &planned.path {
+        planned.indexes[scan.index].note_access();
+    }
+    records(shared, ns, coll, planned, stats)
+}
+
+/// `candidates` without counting an index access (a trial run).
+fn records(
     shared: &Shared,
     ns: &Namespace,
     coll: &Arc<Collection>,
