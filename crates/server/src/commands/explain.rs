@@ -80,8 +80,6 @@ struct Read<'a> {
 /// the figures it adds once run.
 struct Top {
     stage: &'static str,
-    /// Fields it always shows.
-    fields: Document,
     /// Fields it shows once run, given the documents the read matched.
     counts: fn(u64) -> Document,
 }
@@ -118,7 +116,7 @@ fn explain_count(shared: &Shared, cmd: &Document, verbosity: Verbosity) -> Comma
         hint: cmd.get("hint"),
         collation_of: cmd,
     };
-    let top = Top { stage: "COUNT", fields: Document::new(), counts: |_| Document::new() };
+    let top = Top { stage: "COUNT", counts: |_| Document::new() };
     explain_read(shared, cmd, read, Some(top), verbosity)
 }
 
@@ -169,17 +167,13 @@ fn explain_write(shared: &Shared, cmd: &Document, verbosity: Verbosity) -> Comma
     let read = Read { ns, filter_doc, filter, projection: None, sort, skip: 0, limit, hint, collation_of: &statement };
     let upsert = statement.get_bool("upsert").unwrap_or(false);
     let top = if deleting {
-        Top { stage: "DELETE", fields: Document::new(), counts: |n| doc! { "nWouldDelete": n as i64 } }
+        Top { stage: "DELETE", counts: |n| doc! { "nWouldDelete": n as i64 } }
     } else if upsert {
         let counts =
             |n: u64| doc! { "nMatched": n as i64, "nWouldModify": n as i64, "nWouldUpsert": i64::from(n == 0) };
-        Top { stage: "UPDATE", fields: Document::new(), counts }
+        Top { stage: "UPDATE", counts }
     } else {
-        Top {
-            stage: "UPDATE",
-            fields: Document::new(),
-            counts: |n| doc! { "nMatched": n as i64, "nWouldModify": n as i64, "nWouldUpsert": 0 },
-        }
+        Top { stage: "UPDATE", counts: |n| doc! { "nMatched": n as i64, "nWouldModify": n as i64, "nWouldUpsert": 0 } }
     };
     explain_read(shared, cmd, read, Some(top), verbosity)
 }
@@ -247,7 +241,6 @@ fn explain_read(
             None => below,
             Some(t) => {
                 let mut d = doc! { "stage": t.stage };
-                d.extend(t.fields.clone());
                 if verbosity != Verbosity::QueryPlanner {
                     counters(&mut d, 0, returned + 1);
                     d.extend((t.counts)(returned));
