@@ -10,6 +10,7 @@ Knobs: ARBORDB_INDEX_SEED (default 7), ARBORDB_INDEX_FILTERS (default 150)."""
 
 import os
 import random
+import re
 
 from pymongo.errors import WriteError
 
@@ -17,7 +18,7 @@ SEED = int(os.environ.get("ARBORDB_INDEX_SEED", "7"))
 FILTERS = int(os.environ.get("ARBORDB_INDEX_FILTERS", "150"))
 
 SCALARS = [0, 1, 2, 3, -1, 2.5, 1.0, float("nan"), "a", "b", "ab", "", True, False, None]
-PATHS = ["a", "b", "c.x", "a.0", "c.0.x"]
+PATHS = ["a", "b", "c.x", "a.0", "c.0.x", "c"]
 INDEXES = [[("a", 1)], [("a", -1), ("b", 1)], [("c.x", 1)], [("b", 1), ("c.x", -1)], [("a.0", 1)], [("c.0.x", -1)]]
 
 
@@ -51,9 +52,30 @@ def leaf(rng):
         return {path: v}
     if r < 0.75:
         return {path: {rng.choice(["$gt", "$gte", "$lt", "$lte"]): v}}
-    if r < 0.9:
+    if r < 0.85:
         return {path: {"$in": rng.sample([s for s in SCALARS if s is not None], 3)}}
-    return {path: rng.choice([{"$exists": True}, {"$ne": v}, {"$elemMatch": {"$gte": 1}}, None])}
+    return {path: rng.choice(OTHER_CONDITIONS + [{"$ne": v}, {"$nin": [v, rng.choice(SCALARS)]}])}
+
+
+# Conditions with bounds of their own: negations, null and missing,
+# regexes, arrays, `$elemMatch` (value and object form).
+OTHER_CONDITIONS = [
+    {"$exists": True},
+    {"$exists": False},
+    None,
+    {"$ne": None},
+    {"$in": [None, 1]},
+    re.compile("^a"),
+    re.compile("^a", re.IGNORECASE),
+    re.compile("b"),
+    {"$in": [re.compile("^a"), 2]},
+    [],
+    [1, 2],
+    {"$elemMatch": {"$gte": 1}},
+    {"$elemMatch": {"$gt": 0, "$lt": 3}},
+    {"$elemMatch": {"x": {"$gte": 1}}},
+    {"$elemMatch": {"x": None}},
+]
 
 
 def a_filter(rng):
@@ -165,3 +187,36 @@ def test_covered_reads_answer_as_the_collection_scan(client):
         plan = client.test.command("explain", {"find": "covered", "filter": flt, "projection": {"_id": 0, "a": 1, "b": 1}})
         covered_seen += plan["queryPlanner"]["winningPlan"]["stage"] == "PROJECTION_COVERED"
     assert covered_seen > FILTERS // 4, covered_seen
+
+
+def test_index_sorts_answer_as_the_blocking_sort(client):
+    """An index that gives a sort (forwards or backwards, after fields a
+    filter pins to one value) returns what the blocking sort of a
+    collection scan returns, with skip and limit. The `(x, y)` pairs are
+    unique, so neither order has ties to break."""
+    rng = random.Random(SEED)
+    coll = client.test.sorted
+    coll.create_index([("x", 1), ("y", -1)])
+    docs = []
+    for i in range(400):
+        d = {"_id": i, "y": i}
+        if rng.random() < 0.9:
+            d["x"] = rng.choice([s for s in SCALARS if not (isinstance(s, float) and s != s)])
+        docs.append(d)
+    coll.insert_many(docs)
+    sorts = [[("x", 1), ("y", -1)], [("x", -1), ("y", 1)]]
+    filters = [{}, {"x": {"$gte": 1}}, {"x": {"$in": ["a", 2, None]}}, {"y": {"$lt": 100}}, {"x": {"$ne": 2}}]
+    used_index = 0
+    for _ in range(FILTERS // 3):
+        flt = rng.choice(filters)
+        order = rng.choice(sorts)
+        if rng.random() < 0.3:
+            flt, order = {"x": rng.choice([1, "a", None, True])}, [("y", rng.choice([1, -1]))]
+        skip, limit = rng.choice([0, 0, 3]), rng.choice([0, 1, 7])
+        want = [d["_id"] for d in coll.find(flt).sort(order).skip(skip).limit(limit).hint([("$natural", 1)])]
+        got = [d["_id"] for d in coll.find(flt).sort(order).skip(skip).limit(limit)]
+        assert got == want, (flt, order, skip, limit)
+        plan = client.test.command("explain", {"find": "sorted", "filter": flt, "sort": dict(order)})
+        if "SORT" not in str(plan["queryPlanner"]["winningPlan"]):
+            used_index += 1
+    assert used_index > FILTERS // 6, "the index gave most of these orders"

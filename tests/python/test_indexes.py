@@ -452,3 +452,59 @@ def test_index_stats_count_the_reads_each_index_serves(client):
     with pytest.raises(OperationFailure) as e:
         list(c.aggregate([{"$indexStats": {"x": 1}}]))
     assert e.value.code == 28803
+
+
+def test_an_index_gives_the_sort_and_stops_at_the_limit(client):
+    db = client.test
+    db.s.create_index([("a", 1), ("b", -1)])
+    db.s.insert_many([{"_id": i, "a": i % 5, "b": i} for i in range(100)])
+
+    def executed(find):
+        e = db.command("explain", {"find": "s", **find}, verbosity="executionStats")
+        return e["queryPlanner"]["winningPlan"], e["executionStats"]
+
+    # No predicate on the index: a whole-index scan gives the order.
+    plan, stats = executed({"filter": {}, "sort": {"a": 1, "b": -1}, "limit": 3})
+    assert plan["stage"] == "LIMIT" and plan["limitAmount"] == 3
+    ixscan = plan["inputStage"]["inputStage"]
+    assert ixscan["stage"] == "IXSCAN" and ixscan["direction"] == "forward"
+    assert ixscan["indexBounds"] == {"a": ["[MinKey, MaxKey]"], "b": ["[MaxKey, MinKey]"]}
+    assert (stats["totalKeysExamined"], stats["totalDocsExamined"], stats["nReturned"]) == (3, 3, 3)
+    assert [d["_id"] for d in db.s.find({}).sort([("a", 1), ("b", -1)]).limit(3)] == [95, 90, 85]
+
+    # Backwards, after a field pinned to one value.
+    plan, stats = executed({"filter": {"a": 2}, "sort": {"b": 1}, "limit": 2})
+    ixscan = plan["inputStage"]["inputStage"]
+    assert ixscan["direction"] == "backward"
+    assert ixscan["indexBounds"] == {"a": ["[2, 2]"], "b": ["[MinKey, MaxKey]"]}
+    assert stats["totalKeysExamined"] == 2
+    assert [d["_id"] for d in db.s.find({"a": 2}).sort("b", 1).limit(2)] == [2, 7]
+
+    # Covered: the projection sits between the scan and the limit.
+    plan, stats = executed({"filter": {}, "sort": {"a": -1, "b": 1}, "projection": {"_id": 0, "a": 1}, "limit": 2})
+    assert plan["stage"] == "LIMIT" and plan["inputStage"]["stage"] == "PROJECTION_COVERED"
+    assert stats["totalDocsExamined"] == 0
+
+    # An order the index cannot give: a blocking SORT.
+    plan, _ = executed({"filter": {"a": {"$gt": 2}}, "sort": {"b": 1}})
+    assert plan["stage"] == "SORT"
+    # Nor under another collation than the index's.
+    plan, _ = executed({"filter": {}, "sort": {"a": 1, "b": -1}, "collation": {"locale": "fr"}})
+    assert plan["stage"] == "SORT"
+
+
+def test_long_keys_sharing_their_stored_bytes_still_sort_in_order(client):
+    """Keys past 4 KiB are stored cut, with a digest: the ones sharing
+    their first 4 KiB sit in digest order, and an index-provided sort
+    puts them back in key order."""
+    db = client.test
+    db.long.create_index("s")
+    stem = "x" * 5000
+    values = [stem + tail for tail in ["d", "a", "c", "b", "ab", ""]] + ["short", "y" * 5000]
+    db.long.insert_many([{"_id": i, "s": v} for i, v in enumerate(values)])
+    for direction in (1, -1):
+        want = [d["_id"] for d in db.long.find().sort("s", direction).hint([("$natural", 1)])]
+        plan = db.long.find().sort("s", direction).explain()["queryPlanner"]["winningPlan"]
+        assert "SORT" not in str(plan)
+        assert [d["_id"] for d in db.long.find().sort("s", direction)] == want
+        assert [d["_id"] for d in db.long.find().sort("s", direction).limit(3)] == want[:3]

@@ -124,15 +124,26 @@ def test_multikey_bounds_scenario(restarting):
     assert ixscan["multiKeyPaths"] == {"obj.sub1": ["obj", "obj.sub1"], "obj.sub2": ["obj"]}
     assert ixscan["indexBounds"] == {"obj.sub1": ["(1, inf.0]"], "obj.sub2": ["[MinKey, MaxKey]"]}
     assert fetch["filter"] == {"obj.sub2": {"$lt": 3}}
+    # Within one `$elemMatch` on the shared prefix, both fields get bounds.
+    elem = {"obj": {"$elemMatch": {"sub1": {"$gt": 1}, "sub2": {"$lt": 3}}}}
+    fetch, ixscan = stages(explain(db, elem))
+    assert ixscan["indexBounds"] == {"obj.sub1": ["(1, inf.0]"], "obj.sub2": ["[-inf.0, 3)"]}
+    assert fetch["filter"] == elem
+    db.demo.insert_one({"_id": 6, "obj": [{"sub1": [0, 7], "sub2": 2}, {"sub1": 9, "sub2": "y"}]})
+    assert [d["_id"] for d in db.demo.find(elem)] == [6]
 
 
-@pytest.mark.xfail(strict=True, reason="$elemMatch bounds are not built yet (issue 19)")
 def test_elem_match_intersects_bounds_again(client):
     db = client.test
     db.demo.create_index([("field1", 1), ("field2", 1)])
-    db.demo.insert_many([{"_id": 0, "field1": 2}, {"_id": 2, "field1": [0, 5]}])
-    e = explain(db, {"field1": {"$elemMatch": {"$gt": 1, "$lt": 3}}})
-    assert stages(e)[1]["indexBounds"]["field1"] == ["(1, 3)"]
+    db.demo.insert_many([{"_id": 0, "field1": 2}, {"_id": 2, "field1": [0, 5]}, {"_id": 3, "field1": [9, 2]}])
+    query = {"field1": {"$elemMatch": {"$gt": 1, "$lt": 3}}}
+    e = explain(db, query)
+    fetch, ixscan = stages(e)
+    assert ixscan["indexBounds"]["field1"] == ["(1, 3)"]
+    assert fetch["filter"] == query
+    assert e["executionStats"]["nReturned"] == 1
+    assert [d["_id"] for d in db.demo.find(query)] == [3]
 
 
 def test_explain_of_count_distinct_and_writes_shows_the_index_plan(client):

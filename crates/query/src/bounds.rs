@@ -47,6 +47,14 @@ impl Interval {
         (lo.is_lt() || (lo.is_eq() && self.low_inclusive)) && (hi.is_lt() || (hi.is_eq() && self.high_inclusive))
     }
 
+    fn is_nonempty(&self) -> bool {
+        match compare(&self.low, &self.high) {
+            Ordering::Less => true,
+            Ordering::Equal => self.low_inclusive && self.high_inclusive,
+            Ordering::Greater => false,
+        }
+    }
+
     /// The overlap of two intervals, if any.
     fn intersect(&self, other: &Interval) -> Option<Interval> {
         let (low, low_inclusive) = match compare(&self.low, &other.low) {
@@ -97,10 +105,16 @@ pub struct Leaf {
     pub path: String,
     pub op: Op,
     pub value: Bson,
+    /// The `$elemMatch` it sits in (an index into
+    /// `Conjunction::groups`): its predicates hold for one array element
+    /// together, so their bounds may be intersected on a multikey field
+    /// and compounded under the group's path.
+    pub group: Option<usize>,
 }
 
-/// The comparison operators bounds are built from, in MongoDB's
-/// canonical order of match types (EQ, LTE, LT, GT, GTE, then `$in`).
+/// The operators bounds are built from, in MongoDB's canonical order of
+/// match types (EQ, LTE, LT, GT, GTE, REGEX, EXISTS, IN, then the
+/// negations under NOT).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Op {
     Eq,
@@ -108,7 +122,17 @@ pub enum Op {
     Lt,
     Gt,
     Gte,
+    /// The value is a `Bson::RegularExpression`.
+    Regex,
+    /// `$exists: true`.
+    Exists,
     In,
+    /// `$ne`: the complement of an equality.
+    Ne,
+    /// `$nin`: the complement of an `$in`.
+    Nin,
+    /// `$exists: false`.
+    NotExists,
 }
 
 impl Op {
@@ -120,30 +144,82 @@ impl Op {
             "$gt" => Op::Gt,
             "$gte" => Op::Gte,
             "$in" => Op::In,
+            "$ne" => Op::Ne,
+            "$nin" => Op::Nin,
             _ => return None,
         })
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            Op::Eq => "$eq",
-            Op::Lte => "$lte",
-            Op::Lt => "$lt",
-            Op::Gt => "$gt",
-            Op::Gte => "$gte",
-            Op::In => "$in",
-        }
     }
 }
 
 impl Leaf {
     /// The leaf as a filter document, as explain shows a FETCH filter.
     pub fn as_filter(&self) -> Document {
-        let mut cond = Document::new();
-        cond.insert(self.op.name(), self.value.clone());
+        let not = |inner: Document| bson::doc! { "$not": inner };
+        let cond = match (self.op, &self.value) {
+            (Op::Eq, v) => bson::doc! { "$eq": v.clone() },
+            (Op::Lte, v) => bson::doc! { "$lte": v.clone() },
+            (Op::Lt, v) => bson::doc! { "$lt": v.clone() },
+            (Op::Gt, v) => bson::doc! { "$gt": v.clone() },
+            (Op::Gte, v) => bson::doc! { "$gte": v.clone() },
+            (Op::Regex, Bson::RegularExpression(r)) if r.options.is_empty() => bson::doc! { "$regex": &r.pattern },
+            (Op::Regex, Bson::RegularExpression(r)) => bson::doc! { "$regex": &r.pattern, "$options": &r.options },
+            (Op::Regex, v) => bson::doc! { "$regex": v.clone() },
+            (Op::Exists, _) => bson::doc! { "$exists": true },
+            (Op::In, v) => bson::doc! { "$in": v.clone() },
+            (Op::Ne, v) => not(bson::doc! { "$eq": v.clone() }),
+            (Op::Nin, v) => not(bson::doc! { "$in": v.clone() }),
+            (Op::NotExists, _) => not(bson::doc! { "$exists": true }),
+        };
         let mut d = Document::new();
         d.insert(self.path.clone(), cond);
         d
+    }
+
+    /// Whether the bounds of this leaf hold exactly the keys of the
+    /// values it matches on a field that is not multikey (mongod's EXACT
+    /// tightness), so FETCH need not test it again. Null, arrays,
+    /// regexes without a plain prefix and `$exists` are inexact: the key
+    /// does not tell null from missing, nor an array from its elements.
+    pub fn exact(&self) -> bool {
+        match self.op {
+            Op::Eq => exact_value(&self.value),
+            Op::Lte | Op::Lt | Op::Gt | Op::Gte => true,
+            Op::Regex => matches!(&self.value, Bson::RegularExpression(r) if regex_prefix(r).is_some_and(|(_, e)| e)),
+            Op::In | Op::Nin => match &self.value {
+                Bson::Array(items) => items.iter().all(|i| match i {
+                    Bson::RegularExpression(r) => regex_prefix(r).is_some_and(|(_, e)| e),
+                    v => exact_value(v),
+                }),
+                _ => false,
+            },
+            Op::Ne => exact_value(&self.value) || matches!(self.value, Bson::Null),
+            Op::Exists | Op::NotExists => false,
+        }
+    }
+
+    /// Whether every document the leaf matches has a value on its path
+    /// (so a sparse index holds it).
+    pub fn needs_value(&self) -> bool {
+        match self.op {
+            Op::Eq => !matches!(self.value, Bson::Null),
+            Op::Lte | Op::Lt | Op::Gt | Op::Gte | Op::Regex | Op::Exists => true,
+            Op::In => matches!(&self.value, Bson::Array(items) if !items.iter().any(|i| matches!(i, Bson::Null))),
+            Op::Ne => matches!(self.value, Bson::Null),
+            Op::Nin | Op::NotExists => false,
+        }
+    }
+
+    /// Whether its bounds may be used on a multikey field: the
+    /// complement of null would skip the keys of an array holding null
+    /// beside other values, which `$ne: null` must not match but whose
+    /// other keys lie in the bounds... and the reverse for `$nin`; mongod
+    /// leaves these to FETCH.
+    pub fn multikey_safe(&self) -> bool {
+        match (self.op, &self.value) {
+            (Op::Ne, Bson::Null) => false,
+            (Op::Nin, Bson::Array(items)) => !items.iter().any(|i| matches!(i, Bson::Null)),
+            _ => true,
+        }
     }
 }
 
@@ -156,14 +232,54 @@ pub struct Conjunction {
     /// Children bounds cannot use (`$or`, `$expr`, regexes, ...), as
     /// filter documents.
     pub others: Vec<Document>,
+    /// The `$elemMatch` children: the path they match under and the child
+    /// as written (always on FETCH: the bounds of its leaves do not say
+    /// the value is an array).
+    pub groups: Vec<(String, Document)>,
 }
 
 /// Split `filter` into its conjunction.
 pub fn conjunction(filter: &Document) -> Conjunction {
     let mut out = Conjunction::default();
     flatten(filter, &mut out);
-    out.leaves.sort_by(|a, b| a.op.cmp(&b.op).then_with(|| a.path.cmp(&b.path)));
+    // `$elemMatch` sorts before the comparisons, as in mongod's canonical
+    // order of match types.
+    out.leaves
+        .sort_by(|a, b| (a.group.is_none(), a.op, &a.path, a.group).cmp(&(b.group.is_none(), b.op, &b.path, b.group)));
     out
+}
+
+/// Whether the `$elemMatch` at `path` with this argument is the value
+/// form (`{$elemMatch: {$gt: 1}}`), not the object form.
+fn is_value_form(arg: &Document) -> bool {
+    arg.keys().next().is_some_and(|k| k.starts_with('$') && !matches!(k.as_str(), "$and" | "$or" | "$nor" | "$expr"))
+}
+
+/// The leaves of an `$elemMatch` on `path` (group `group`): the value
+/// form's comparisons on `path` itself, the object form's on
+/// `path.field`; anything else in it is left to FETCH with the group.
+fn elem_match_leaves(path: &str, arg: &Document, group: usize, out: &mut Vec<Leaf>) {
+    let mut push = |path: String, op: &str, v: &Bson| out.extend(leaf(&path, op, v, Some(group)));
+    if is_value_form(arg) {
+        for (op, v) in arg {
+            push(path.to_string(), op, v);
+        }
+        return;
+    }
+    for (field, cond) in arg {
+        if field.starts_with('$') {
+            continue;
+        }
+        let full = format!("{path}.{field}");
+        match cond {
+            Bson::Document(c) if c.keys().next().is_some_and(|k| k.starts_with('$')) => {
+                for (op, v) in c {
+                    push(full.clone(), op, v);
+                }
+            }
+            v => push(full, "$eq", v),
+        }
+    }
 }
 
 fn flatten(filter: &Document, out: &mut Conjunction) {
@@ -190,31 +306,108 @@ fn flatten(filter: &Document, out: &mut Conjunction) {
         }
         match value {
             Bson::Document(cond) if cond.keys().next().is_some_and(|k| k.starts_with('$')) => {
-                for (op, v) in cond {
-                    match Op::of(op).filter(|_| indexable(v, op == "$in")) {
-                        Some(op) => out.leaves.push(Leaf { path: key.clone(), op, value: v.clone() }),
-                        None => {
-                            let mut c = Document::new();
-                            c.insert(op.clone(), v.clone());
-                            let mut d = Document::new();
-                            d.insert(key.clone(), c);
-                            out.others.push(d);
-                        }
-                    }
-                }
+                operators(key, cond, out);
             }
-            v if indexable(v, false) => out.leaves.push(Leaf { path: key.clone(), op: Op::Eq, value: v.clone() }),
-            _ => other(),
+            v => match leaf(key, "$eq", v, None) {
+                Some(l) => out.leaves.push(l),
+                None => other(),
+            },
         }
     }
 }
 
-/// Values whose bounds this planner builds: scalars (not arrays,
-/// documents, regexes, null, undefined or MinKey/MaxKey, whose matching
-/// needs more than one interval or none); `$in` takes an array of them.
-fn indexable(v: &Bson, is_in: bool) -> bool {
+/// The leaves of `{path: {$op: value, ...}}`; an operator bounds cannot
+/// use goes to `others` as `{path: {$op: value}}`.
+fn operators(path: &str, cond: &Document, out: &mut Conjunction) {
+    let regex = cond.get("$regex").and_then(|r| regex_of(r, cond.get("$options")));
+    for (op, v) in cond {
+        if let (true, Bson::Document(arg)) = (op == "$elemMatch", v) {
+            let group = out.groups.len();
+            let mut whole = Document::new();
+            whole.insert(op.clone(), v.clone());
+            let mut d = Document::new();
+            d.insert(path.to_string(), whole);
+            out.groups.push((path.to_string(), d));
+            elem_match_leaves(path, arg, group, &mut out.leaves);
+            continue;
+        }
+        let made = match (op.as_str(), &regex) {
+            ("$regex", Some(r)) => leaf(path, "$eq", &Bson::RegularExpression(r.clone()), None),
+            ("$options", Some(_)) => continue,
+            _ => leaf(path, op, v, None),
+        };
+        match made {
+            Some(l) => out.leaves.push(l),
+            None => {
+                let mut c = Document::new();
+                c.insert(op.clone(), v.clone());
+                if op == "$regex" || op == "$options" {
+                    c = cond.clone();
+                }
+                let mut d = Document::new();
+                d.insert(path.to_string(), c);
+                if !out.others.contains(&d) {
+                    out.others.push(d);
+                }
+            }
+        }
+    }
+}
+
+/// `$regex` (a string or a regex) with its `$options`, as one regex.
+fn regex_of(pattern: &Bson, options: Option<&Bson>) -> Option<bson::Regex> {
+    let extra = match options {
+        None => String::new(),
+        Some(Bson::String(o)) => o.clone(),
+        Some(_) => return None,
+    };
+    match pattern {
+        Bson::String(p) => Some(bson::Regex { pattern: p.clone(), options: extra }),
+        Bson::RegularExpression(r) if extra.is_empty() => Some(r.clone()),
+        Bson::RegularExpression(r) if r.options.is_empty() => {
+            Some(bson::Regex { pattern: r.pattern.clone(), options: extra })
+        }
+        _ => None,
+    }
+}
+
+/// The leaf of `{path: {op: v}}` when bounds can be built for it.
+fn leaf(path: &str, op: &str, v: &Bson, group: Option<usize>) -> Option<Leaf> {
+    let make = |op, value: &Bson| Some(Leaf { path: path.to_string(), op, value: value.clone(), group });
+    match (op, v) {
+        ("$eq", Bson::RegularExpression(_)) => make(Op::Regex, v),
+        ("$exists", v) => make(if truthy(v) { Op::Exists } else { Op::NotExists }, &Bson::Boolean(truthy(v))),
+        (_, v) => {
+            let op = Op::of(op)?;
+            let fits = match op {
+                Op::Eq => eq_value(v),
+                Op::In => {
+                    matches!(v, Bson::Array(items) if items.iter().all(|i| eq_value(i) || matches!(i, Bson::RegularExpression(_))))
+                }
+                Op::Ne => eq_value(v) && !matches!(v, Bson::Array(_)),
+                Op::Nin => {
+                    matches!(v, Bson::Array(items) if items.iter().all(|i| eq_value(i) && !matches!(i, Bson::Array(_))))
+                }
+                _ => range_value(v),
+            };
+            fits.then(|| make(op, v)).flatten()
+        }
+    }
+}
+
+/// `$exists`'s argument as the matcher reads it.
+fn truthy(v: &Bson) -> bool {
+    crate::types::truthy(&Some(v.clone()))
+}
+
+/// Values an equality's bounds are built for.
+fn eq_value(v: &Bson) -> bool {
+    !matches!(v, Bson::RegularExpression(_) | Bson::Undefined | Bson::JavaScriptCodeWithScope(_))
+}
+
+/// Values a range's (type-bracketed) bounds are built for.
+fn range_value(v: &Bson) -> bool {
     match v {
-        Bson::Array(items) if is_in => !items.is_empty() && items.iter().all(|i| indexable(i, false)),
         Bson::Array(_)
         | Bson::Document(_)
         | Bson::RegularExpression(_)
@@ -224,28 +417,179 @@ fn indexable(v: &Bson, is_in: bool) -> bool {
         | Bson::MaxKey
         | Bson::JavaScriptCodeWithScope(_) => false,
         Bson::Double(d) => !d.is_nan(),
-        _ => !is_in,
+        _ => true,
     }
 }
 
-/// The intervals of one leaf.
+/// An equality whose point bounds answer it exactly.
+fn exact_value(v: &Bson) -> bool {
+    !matches!(v, Bson::Null | Bson::Array(_) | Bson::RegularExpression(_))
+}
+
+/// A regex's fixed prefix (mongod's simple-regex analysis) and whether
+/// the prefix alone decides a match (the regex is `^prefix` and no more):
+/// only an unanchored-to-`^`/`\A` pattern, a `|`, or the `i` (or an
+/// unknown) flag, or `m` with `^`, leave no prefix.
+pub fn regex_prefix(r: &bson::Regex) -> Option<(String, bool)> {
+    let extended = r.options.contains('x');
+    if r.options.chars().any(|c| !matches!(c, 'm' | 's' | 'x')) {
+        return None;
+    }
+    let (rest, caret) = match (r.pattern.strip_prefix('^'), r.pattern.strip_prefix("\\A")) {
+        (Some(rest), _) => (rest, true),
+        (None, Some(rest)) => (rest, false),
+        _ => return None,
+    };
+    if (caret && r.options.contains('m')) || r.pattern.contains('|') {
+        return None;
+    }
+    let mut prefix = String::new();
+    let mut chars = rest.chars().peekable();
+    let mut exact = true;
+    while let Some(c) = chars.next() {
+        match c {
+            ' ' | '\n' | '\t' | '\r' if extended => continue,
+            '#' if extended => {
+                exact = false;
+                break;
+            }
+            '\\' => match chars.peek() {
+                Some(n) if n.is_ascii_alphanumeric() => {
+                    exact = false;
+                    break;
+                }
+                Some(&n) => {
+                    chars.next();
+                    prefix.push(n);
+                }
+                None => {
+                    exact = false;
+                    break;
+                }
+            },
+            '^' | '$' | '.' | '[' | '(' | ')' | '+' | '{' => {
+                exact = false;
+                break;
+            }
+            '?' | '*' => {
+                prefix.pop();
+                exact = false;
+                break;
+            }
+            c => prefix.push(c),
+        }
+    }
+    // `^abc.*` matches what `^abc` does.
+    Some((prefix, exact))
+}
+
+/// The intervals of one leaf, ordered and disjoint.
 pub fn intervals(leaf: &Leaf) -> Vec<Interval> {
     let v = &leaf.value;
     let (min, max) = type_bracket(v);
     match leaf.op {
-        Op::Eq => vec![Interval::point(v.clone())],
-        Op::In => {
+        Op::Eq => eq_intervals(v),
+        Op::In | Op::Nin => {
             let Bson::Array(items) = v else { return vec![Interval::all()] };
-            let mut points: Vec<Bson> = items.clone();
-            points.sort_by(compare);
-            points.dedup_by(|a, b| compare(a, b).is_eq());
-            points.into_iter().map(Interval::point).collect()
+            let all = union(items.iter().flat_map(eq_intervals).collect());
+            if leaf.op == Op::Nin {
+                complement(&all)
+            } else {
+                all
+            }
         }
+        Op::Ne => complement(&eq_intervals(v)),
+        Op::Regex => eq_intervals(v),
+        Op::Exists => vec![Interval::all()],
+        Op::NotExists => vec![Interval::point(Bson::Null)],
         Op::Gt => vec![Interval { low: v.clone(), low_inclusive: false, high: max.0, high_inclusive: max.1 }],
         Op::Gte => vec![Interval { low: v.clone(), low_inclusive: true, high: max.0, high_inclusive: max.1 }],
         Op::Lt => vec![Interval { low: min.0, low_inclusive: min.1, high: v.clone(), high_inclusive: false }],
         Op::Lte => vec![Interval { low: min.0, low_inclusive: min.1, high: v.clone(), high_inclusive: true }],
     }
+}
+
+/// The keys a value equal to `v` may have: `v` itself; for an array
+/// also its first element (an array field equal to it has that key) or
+/// `undefined` for the empty array; for a regex the strings under its
+/// prefix (or all strings) and the regex itself.
+fn eq_intervals(v: &Bson) -> Vec<Interval> {
+    match v {
+        Bson::Array(items) => {
+            let first = items.first().cloned().unwrap_or(Bson::Undefined);
+            union(vec![Interval::point(first), Interval::point(v.clone())])
+        }
+        Bson::RegularExpression(r) => {
+            let strings = match regex_prefix(r) {
+                Some((prefix, _)) if !prefix.is_empty() => prefix_range(prefix),
+                _ => Interval {
+                    low: Bson::String(String::new()),
+                    low_inclusive: true,
+                    high: Bson::Document(Document::new()),
+                    high_inclusive: false,
+                },
+            };
+            vec![strings, Interval::point(v.clone())]
+        }
+        v => vec![Interval::point(v.clone())],
+    }
+}
+
+/// The strings starting with `prefix`: up to the prefix with its last
+/// character's successor (or every later string when there is none).
+fn prefix_range(prefix: String) -> Interval {
+    let mut high = prefix.clone();
+    let last = high.pop().expect("a prefix");
+    let (high, high_inclusive) = match char::from_u32(last as u32 + 1) {
+        Some(next) => {
+            high.push(next);
+            (Bson::String(high), false)
+        }
+        None => (Bson::Document(Document::new()), false),
+    };
+    Interval { low: Bson::String(prefix), low_inclusive: true, high, high_inclusive }
+}
+
+/// Sort intervals and merge those that overlap or touch.
+fn union(mut list: Vec<Interval>) -> Vec<Interval> {
+    list.sort_by(|a, b| compare(&a.low, &b.low).then_with(|| b.low_inclusive.cmp(&a.low_inclusive)));
+    let mut out: Vec<Interval> = Vec::with_capacity(list.len());
+    for i in list {
+        if let Some(last) = out.last_mut() {
+            let o = compare(&i.low, &last.high);
+            if o.is_lt() || (o.is_eq() && (i.low_inclusive || last.high_inclusive)) {
+                match compare(&i.high, &last.high) {
+                    Ordering::Greater => {
+                        last.high = i.high;
+                        last.high_inclusive = i.high_inclusive;
+                    }
+                    Ordering::Equal => last.high_inclusive |= i.high_inclusive,
+                    Ordering::Less => {}
+                }
+                continue;
+            }
+        }
+        out.push(i);
+    }
+    out
+}
+
+/// Everything from MinKey to MaxKey outside `list` (ordered, disjoint).
+fn complement(list: &[Interval]) -> Vec<Interval> {
+    let mut out = Vec::with_capacity(list.len() + 1);
+    let (mut low, mut low_inclusive) = (Bson::MinKey, true);
+    for i in list {
+        let gap = Interval { low, low_inclusive, high: i.low.clone(), high_inclusive: !i.low_inclusive };
+        if gap.is_nonempty() {
+            out.push(gap);
+        }
+        (low, low_inclusive) = (i.high.clone(), !i.high_inclusive);
+    }
+    let last = Interval { low, low_inclusive, high: Bson::MaxKey, high_inclusive: true };
+    if last.is_nonempty() {
+        out.push(last);
+    }
+    out
 }
 
 /// The least and greatest values of `v`'s type class, each with whether
@@ -286,8 +630,7 @@ pub fn intersect(a: &[Interval], b: &[Interval]) -> Vec<Interval> {
             }
         }
     }
-    out.sort_by(|p, q| compare(&p.low, &q.low));
-    out
+    union(out)
 }
 
 #[cfg(test)]
@@ -303,9 +646,62 @@ mod tests {
         assert_eq!(c.others, vec![doc! { "$or": [{ "x": 1 }] }]);
     }
 
+    fn shown_bounds(filter: Document) -> Vec<(Vec<String>, bool)> {
+        conjunction(&filter)
+            .leaves
+            .iter()
+            .map(|l| (intervals(l).iter().map(|i| i.shown(false)).collect(), l.exact()))
+            .collect()
+    }
+
+    /// The bounds and tightness of mongod's index_bounds_builder for the
+    /// operators beyond plain comparisons.
+    #[test]
+    fn negations_null_exists_regexes_and_arrays() {
+        let re = |p: &str, o: &str| Bson::RegularExpression(bson::Regex { pattern: p.into(), options: o.into() });
+        let cases: Vec<(Document, Vec<&str>, bool)> = vec![
+            (doc! { "a": { "$ne": 5 } }, vec!["[MinKey, 5)", "(5, MaxKey]"], true),
+            (doc! { "a": { "$nin": [2, 1] } }, vec!["[MinKey, 1)", "(1, 2)", "(2, MaxKey]"], true),
+            (doc! { "a": null }, vec!["[null, null]"], false),
+            (doc! { "a": { "$ne": null } }, vec!["[MinKey, null)", "(null, MaxKey]"], true),
+            (doc! { "a": { "$in": [null, 1] } }, vec!["[null, null]", "[1, 1]"], false),
+            (doc! { "a": { "$exists": true } }, vec!["[MinKey, MaxKey]"], false),
+            (doc! { "a": { "$exists": false } }, vec!["[null, null]"], false),
+            (doc! { "a": re("^abc", "") }, vec!["[\"abc\", \"abd\")", "[/^abc/, /^abc/]"], true),
+            (doc! { "a": { "$regex": "^abc", "$options": "i" } }, vec!["[\"\", {})", "[/^abc/i, /^abc/i]"], false),
+            (doc! { "a": re("abc", "") }, vec!["[\"\", {})", "[/abc/, /abc/]"], false),
+            (doc! { "a": re("^a.c", "") }, vec!["[\"a\", \"b\")", "[/^a.c/, /^a.c/]"], false),
+            (doc! { "a": re("^ab?", "") }, vec!["[\"a\", \"b\")", "[/^ab?/, /^ab?/]"], false),
+            (doc! { "a": re("^a|b", "") }, vec!["[\"\", {})", "[/^a|b/, /^a|b/]"], false),
+            (doc! { "a": { "$in": [re("^a", ""), 1] } }, vec!["[1, 1]", "[\"a\", \"b\")", "[/^a/, /^a/]"], true),
+            (doc! { "a": [1, 2] }, vec!["[1, 1]", "[[ 1, 2 ], [ 1, 2 ]]"], false),
+            (doc! { "a": [] }, vec!["[undefined, undefined]", "[[], []]"], false),
+            (doc! { "a": { "b": 1 } }, vec!["[{ b: 1 }, { b: 1 }]"], true),
+        ];
+        for (filter, want, exact) in cases {
+            let got = shown_bounds(filter.clone());
+            assert_eq!(got.len(), 1, "{filter}");
+            assert_eq!(got[0].0, want, "{filter}");
+            assert_eq!(got[0].1, exact, "{filter}");
+        }
+        // Not bounded: a negated array or regex, `$not`, `$mod`.
+        for filter in [
+            doc! { "a": { "$ne": [1] } },
+            doc! { "a": { "$nin": [re("^a", "")] } },
+            doc! { "a": { "$not": { "$gt": 1 } } },
+            doc! { "a": { "$mod": [2, 0] } },
+        ] {
+            let c = conjunction(&filter);
+            assert!(c.leaves.is_empty(), "{filter}");
+            assert_eq!(c.others, vec![filter]);
+        }
+        let ne = &conjunction(&doc! { "a": { "$ne": 5 } }).leaves[0];
+        assert_eq!(ne.as_filter(), doc! { "a": { "$not": { "$eq": 5 } } });
+    }
+
     #[test]
     fn intervals_are_type_bracketed_and_shown_as_mongod_shows_them() {
-        let leaf = |op, v| Leaf { path: "a".into(), op, value: v };
+        let leaf = |op, v| Leaf { path: "a".into(), op, value: v, group: None };
         let gt = intervals(&leaf(Op::Gt, Bson::Int32(1)));
         let lt = intervals(&leaf(Op::Lt, Bson::Int32(3)));
         assert_eq!(gt[0].shown(false), "(1, inf.0]");

@@ -523,11 +523,9 @@ fn eval(e: &Expr, doc: &Document, pos: &mut Option<usize>, cx: &EvalContext) -> 
             });
             found
         }
-        Expr::Mod(path, divisor, remainder) => any_value(doc, path, pos, &mut false, &mut |v| match number(v) {
-            Some(Number::Int(i)) => i.wrapping_rem(*divisor) == *remainder,
-            Some(Number::Float(f)) if f.is_finite() => (f.trunc() as i64).wrapping_rem(*divisor) == *remainder,
-            _ => false,
-        }),
+        Expr::Mod(path, divisor, remainder) => {
+            any_value(doc, path, pos, &mut false, &mut |v| mod_match(v, *divisor, *remainder))
+        }
         Expr::Bits(path, test, mask) => any_value(doc, path, pos, &mut false, &mut |v| bits_match(v, *test, mask)),
         Expr::Exists(path, want) => {
             let mut exists = false;
@@ -541,7 +539,7 @@ fn eval(e: &Expr, doc: &Document, pos: &mut Option<usize>, cx: &EvalContext) -> 
                     return;
                 }
                 if let Some(Bson::Array(items)) = v {
-                    if let Some(i) = items.iter().position(|item| elem_matches(cond, item, cx)) {
+                    if let Some(i) = items.iter().position(|item| elem_match_one(cond, item, cx)) {
                         found = true;
                         *pos = pos.or(at).or(Some(i));
                     }
@@ -552,7 +550,53 @@ fn eval(e: &Expr, doc: &Document, pos: &mut Option<usize>, cx: &EvalContext) -> 
     }
 }
 
-/// Does one array element satisfy an `$elemMatch`?
+/// Does one array element satisfy an `$elemMatch`? A value condition
+/// tests the element itself (mongod's `matchesSingleElement`): an inner
+/// array is not searched, unlike `$pull`'s conditions.
+fn elem_match_one(cond: &ElemCond, item: &Bson, cx: &EvalContext) -> bool {
+    match cond {
+        ElemCond::Value(e) => eval_single(e, item, cx),
+        other => elem_matches(other, item, cx),
+    }
+}
+
+/// Evaluate a value condition (parsed on the empty path) on `v` alone.
+fn eval_single(e: &Expr, v: &Bson, cx: &EvalContext) -> bool {
+    match e {
+        Expr::And(subs) => subs.iter().all(|s| eval_single(s, v, cx)),
+        Expr::Or(subs) => subs.iter().any(|s| eval_single(s, v, cx)),
+        Expr::Nor(subs) => !subs.iter().any(|s| eval_single(s, v, cx)),
+        Expr::Not(sub) => !eval_single(sub, v, cx),
+        Expr::Compare(_, cmp, target) => compare_one(v, *cmp, target, cx),
+        Expr::In(_, items) => items.iter().any(|t| match t {
+            Bson::RegularExpression(r) => Regex::from_bson(r).is_ok_and(|re| re.matches(v)),
+            t => compare_one(v, Cmp::Eq, t, cx),
+        }),
+        Expr::Exists(_, want) => *want,
+        Expr::Type(_, codes) => has_type(v, codes),
+        Expr::Size(_, n) => matches!(v, Bson::Array(items) if items.len() == *n),
+        Expr::Regex(_, re) => re.matches(v),
+        Expr::ElemMatch(_, cond) => {
+            matches!(v, Bson::Array(items) if items.iter().any(|i| elem_match_one(cond, i, cx)))
+        }
+        Expr::Mod(_, divisor, remainder) => mod_match(v, *divisor, *remainder),
+        Expr::Bits(_, test, mask) => bits_match(v, *test, mask),
+        // Not parsed inside `$elemMatch`'s value form.
+        Expr::Schema(_) | Expr::Agg(_) | Expr::True => eval(e, &wrap(v), &mut None, cx),
+    }
+}
+
+/// Does `v` pass `$mod: [divisor, remainder]`?
+fn mod_match(v: &Bson, divisor: i64, remainder: i64) -> bool {
+    match number(v) {
+        Some(Number::Int(i)) => i.wrapping_rem(divisor) == remainder,
+        Some(Number::Float(f)) if f.is_finite() => (f.trunc() as i64).wrapping_rem(divisor) == remainder,
+        _ => false,
+    }
+}
+
+/// Does one value satisfy a `$pull` condition (a value condition
+/// searches an array value too)?
 fn elem_matches(cond: &ElemCond, item: &Bson, cx: &EvalContext) -> bool {
     match cond {
         ElemCond::Object(e) => matches!(item, Bson::Document(d) if eval(e, d, &mut None, cx)),
@@ -822,6 +866,14 @@ mod tests {
         assert!(m(doc! { "a": { "$elemMatch": { "$gte": 80, "$lt": 85 } } }, doc! { "a": [79, 82, 90] }));
         assert!(!m(doc! { "a": { "$elemMatch": { "$gte": 80, "$lt": 85 } } }, doc! { "a": [79, 90] }));
         assert!(!m(doc! { "a": { "$elemMatch": { "$gte": 80 } } }, doc! { "a": 82 }), "only arrays");
+        // The value form tests each element itself: an inner array is
+        // one element, not searched (mongod's matchesSingleElement).
+        assert!(!m(doc! { "a": { "$elemMatch": { "$gte": 1 } } }, doc! { "a": [[2, "x"]] }));
+        assert!(!m(doc! { "a": { "$elemMatch": { "$in": [2] } } }, doc! { "a": [[2]] }));
+        assert!(m(doc! { "a": { "$elemMatch": { "$eq": [2] } } }, doc! { "a": [[2]] }));
+        assert!(m(doc! { "a": { "$elemMatch": { "$type": "array" } } }, doc! { "a": [[2]] }));
+        assert!(m(doc! { "a": { "$elemMatch": { "$not": { "$gt": 1 } } } }, doc! { "a": [[2]] }));
+        assert!(m(doc! { "a": { "$elemMatch": { "$elemMatch": { "$gt": 1 } } } }, doc! { "a": [[2]] }));
         assert!(m(doc! { "a": { "$bitsAllSet": [1, 5] } }, doc! { "a": 34 }));
         assert!(!m(doc! { "a": { "$bitsAllSet": [1, 5] } }, doc! { "a": 32 }));
         assert!(m(doc! { "a": { "$bitsAnySet": 3 } }, doc! { "a": 2 }));

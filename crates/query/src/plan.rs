@@ -42,6 +42,9 @@ pub struct ReadShape<'a, 'i> {
     /// `min()` and `max()`: key values (in key-pattern order) the hinted
     /// index's scan starts at and stops before.
     pub min_max: Option<&'i KeyRange>,
+    /// The requested order (each path and whether descending), which an
+    /// index scan may give without a blocking SORT.
+    pub sort: Option<&'i [(String, bool)]>,
 }
 
 /// An index scan's own start (included) and end (excluded) keys, each a
@@ -101,6 +104,11 @@ pub struct IndexScan {
     /// `min()`/`max()`: the scan runs between these keys instead of
     /// `bounds` (which are then every key), the whole filter on FETCH.
     pub key_range: Option<KeyRange>,
+    /// The scan reads the index from its last key to its first.
+    pub reverse: bool,
+    /// The scan returns documents in the read's requested sort order
+    /// (no blocking SORT stage).
+    pub sorted: bool,
 }
 
 /// The fields an inclusion projection of plain paths needs (`_id`
@@ -157,8 +165,8 @@ pub fn plan<'a>(shape: &ReadShape<'a, '_>) -> AccessPath<'a> {
 
 /// The index scans that could answer `shape` unhinted, best first: an
 /// index is a candidate when a predicate bounds its leading field (never
-/// a hidden one; a sparse one only then, as its leading field's value is
-/// then present in every matching document). Ranked by how many leading
+/// a hidden one; a sparse one only when such a predicate needs a value
+/// there, so every matching document is in the index). Ranked by how many leading
 /// fields are pinned to points, then fewer fields; the executor races
 /// them when there are several (`server/exec/access.rs`).
 pub fn candidates(shape: &ReadShape<'_, '_>) -> Vec<IndexScan> {
@@ -169,15 +177,92 @@ pub fn candidates(shape: &ReadShape<'_, '_>) -> Vec<IndexScan> {
     let mut out: Vec<IndexScan> = (0..shape.indexes.len())
         .filter(|&i| {
             let ix = &shape.indexes[i];
+            let leading = |l: &&Leaf| l.path == ix.fields[0].0;
             !ix.hidden
-                && conj.leaves.iter().any(|l| l.path == ix.fields[0].0)
+                && conj.leaves.iter().any(|l| leading(&l))
+                && (!ix.sparse || conj.leaves.iter().filter(leading).any(Leaf::needs_value))
                 && ix.partial.as_ref().is_none_or(|p| implies(&conj, p))
         })
         .map(|i| index_scan(shape, i))
         .collect();
+    // A sort no bounded scan gives: every index that gives it, scanned
+    // whole (mongod adds these even without a predicate on them).
+    if shape.sort.is_some() && !out.iter().any(|s| s.sorted) {
+        for i in 0..shape.indexes.len() {
+            let ix = &shape.indexes[i];
+            if ix.hidden || ix.sparse || !ix.partial.as_ref().is_none_or(|p| implies(&conj, p)) {
+                continue;
+            }
+            let scan = whole_scan(shape, i);
+            if scan.sorted {
+                out.push(scan);
+            }
+        }
+    }
     let pinned = |s: &IndexScan| s.bounds.iter().take_while(|f| f.iter().all(Interval::is_point)).count();
-    out.sort_by_key(|s| (std::cmp::Reverse(pinned(s)), shape.indexes[s.index].fields.len()));
+    out.sort_by_key(|s| (std::cmp::Reverse(pinned(s)), !s.sorted, shape.indexes[s.index].fields.len()));
     out
+}
+
+/// Index `i` scanned whole, the filter on FETCH, in the order of the
+/// read's sort when the index gives it.
+fn whole_scan(shape: &ReadShape<'_, '_>, i: usize) -> IndexScan {
+    let ix = &shape.indexes[i];
+    let bounds: Vec<Vec<Interval>> = ix.fields.iter().map(|_| vec![Interval::all()]).collect();
+    let parsed = parsed_query(shape.filter);
+    let fetch_filter = (!parsed.is_empty()).then_some(parsed);
+    let covered = fetch_filter.is_none() && covers(ix, shape.projection);
+    let order = sort_order(shape, ix, &bounds);
+    IndexScan {
+        index: i,
+        bounds,
+        fetch_filter,
+        covered,
+        key_range: None,
+        reverse: order == Some(true),
+        sorted: order.is_some(),
+    }
+}
+
+/// Whether `ix` holds every field of `projection` on no multikey path.
+fn covers(ix: &IndexInfo, projection: Option<&[String]>) -> bool {
+    projection.is_some_and(|fields| {
+        fields.iter().all(|p| ix.fields.iter().position(|(f, _)| f == p).is_some_and(|at| ix.multikey[at].is_empty()))
+    })
+}
+
+/// Whether a scan of `ix` within `bounds` returns documents in the
+/// read's sort order, and then whether backwards: the sort's fields
+/// follow the key pattern in order, each in the pattern's direction (or
+/// each reversed), skipping fields the bounds pin to one value. Only
+/// under binary comparison, and never over an index that holds arrays
+/// (a document's keys would place it at each element) or numeric path
+/// components.
+fn sort_order(shape: &ReadShape<'_, '_>, ix: &IndexInfo, bounds: &[Vec<Interval>]) -> Option<bool> {
+    let sort = shape.sort.filter(|s| !s.is_empty())?;
+    if !shape.binary_collation || ix.multikey.iter().any(|m| !m.is_empty()) {
+        return None;
+    }
+    let mut reverse = None;
+    let mut next = sort.iter().peekable();
+    for ((path, descending), field) in ix.fields.iter().zip(bounds) {
+        if path.split('.').any(|c| !c.is_empty() && c.bytes().all(|b| b.is_ascii_digit())) {
+            return None;
+        }
+        match next.peek() {
+            None => break,
+            Some((want, want_desc)) if want == path => {
+                let backwards = want_desc != descending;
+                if *reverse.get_or_insert(backwards) != backwards {
+                    return None;
+                }
+                next.next();
+            }
+            Some(_) if field.len() == 1 && field[0].is_point() => {}
+            Some(_) => return None,
+        }
+    }
+    next.peek().is_none().then_some(reverse.unwrap_or(false))
 }
 
 /// Whether every document the query's conjunction matches also matches
@@ -187,18 +272,19 @@ pub fn candidates(shape: &ReadShape<'_, '_>) -> Vec<IndexScan> {
 /// inside an `$in`), and anything else appears in the query as written.
 pub fn implies(query: &bounds::Conjunction, partial: &Document) -> bool {
     let needed = bounds::conjunction(partial);
-    let leaves_implied = needed.leaves.iter().all(|need| query.leaves.iter().any(|have| leaf_implies(have, need)));
-    let others_implied = needed.others.iter().all(|need| {
-        query.others.contains(need) || exists_true(need).is_some_and(|path| query.leaves.iter().any(|l| l.path == path))
-    });
+    // A leaf inside one of the filter's `$elemMatch`es is implied by the
+    // same `$elemMatch` only (checked with the groups).
+    let leaves_implied = needed
+        .leaves
+        .iter()
+        .filter(|n| n.group.is_none())
+        .all(|need| query.leaves.iter().any(|have| leaf_implies(have, need)));
+    let others_implied = needed
+        .others
+        .iter()
+        .chain(needed.groups.iter().map(|(_, d)| d))
+        .all(|need| query.others.contains(need) || query.groups.iter().any(|(_, d)| d == need));
     leaves_implied && others_implied
-}
-
-/// The path of `{path: {$exists: true}}`.
-fn exists_true(d: &Document) -> Option<&str> {
-    let (path, cond) = d.iter().next().filter(|_| d.len() == 1)?;
-    let cond = cond.as_document()?;
-    (cond.len() == 1 && matches!(cond.get("$exists"), Some(Bson::Boolean(true)))).then_some(path.as_str())
 }
 
 /// Whether the query predicate `have` implies `need` (same path).
@@ -216,6 +302,7 @@ fn leaf_implies(have: &Leaf, need: &Leaf) -> bool {
         _ => false,
     };
     match (need.op, have.op) {
+        (Exists, _) => have.needs_value(),
         (Eq, Eq) => cmp(&have.value, &need.value) == Some(Equal),
         (In, Eq) => in_list(&have.value, &need.value),
         (In, In) => match &have.value {
@@ -243,53 +330,105 @@ fn index_scan(shape: &ReadShape<'_, '_>, i: usize) -> IndexScan {
     let ix = &shape.indexes[i];
     let conj = bounds::conjunction(shape.filter);
     let mut used = vec![false; conj.leaves.len()];
+    // The leaves the bounds answer exactly (FETCH need not test them).
+    let mut answered = vec![false; conj.leaves.len()];
+    let single_sparse = ix.sparse && ix.fields.len() == 1;
     let mut field_bounds = Vec::with_capacity(ix.fields.len());
-    let mut bounded_prefixes: Vec<String> = Vec::new();
+    // The multikey prefixes of the fields bounded so far, each with the
+    // `$elemMatch` group their predicates came from.
+    let mut bounded: Vec<(String, Option<usize>)> = Vec::new();
     for (f, (path, _)) in ix.fields.iter().enumerate() {
         let parts: Vec<&str> = path.split('.').collect();
         let prefixes: Vec<String> =
             ix.multikey[f].iter().map(|&at| parts[..=at.min(parts.len() - 1)].join(".")).collect();
-        // Under a multikey prefix an earlier bounded field shares, the
-        // keys of one document do not pair up: no compound bounds.
-        let shares = prefixes.iter().any(|p| bounded_prefixes.contains(p));
         // A numeric component may name an array element, whose key is
         // then the element whole (an inner array as one key) while the
         // query compares inside it: no bounds on such a path.
         let positional = parts.iter().any(|c| !c.is_empty() && c.bytes().all(|b| b.is_ascii_digit()));
         let mut intervals = vec![Interval::all()];
-        let mut bounded = false;
-        if shape.binary_collation && !shares && !positional {
-            for (l, leaf) in conj.leaves.iter().enumerate() {
-                if used[l] || leaf.path != *path {
-                    continue;
-                }
-                intervals = if bounded {
-                    bounds::intersect(&intervals, &bounds::intervals(leaf))
-                } else {
-                    bounds::intervals(leaf)
-                };
+        if shape.binary_collation && !positional {
+            let chosen = field_leaves(&conj, &used, path, &prefixes, &bounded);
+            for (n, &l) in chosen.iter().enumerate() {
+                let leaf = &conj.leaves[l];
+                let leaf_bounds = bounds::intervals(leaf);
+                intervals = if n == 0 { leaf_bounds } else { bounds::intersect(&intervals, &leaf_bounds) };
                 used[l] = true;
-                bounded = true;
-                // A multikey field takes the first predicate only.
-                if !ix.multikey[f].is_empty() {
-                    break;
-                }
+                // A complement on a multikey field holds the keys of
+                // arrays that also hold the excluded value.
+                let negated = matches!(leaf.op, bounds::Op::Ne | bounds::Op::Nin);
+                answered[l] = (leaf.exact() && (prefixes.is_empty() || !negated))
+                    || (leaf.op == bounds::Op::Exists && single_sparse);
             }
-        }
-        if bounded {
-            bounded_prefixes.extend(prefixes);
+            let group = chosen
+                .first()
+                .and_then(|&l| conj.leaves[l].group)
+                .filter(|&g| chosen.iter().all(|&l| conj.leaves[l].group == Some(g)));
+            if !chosen.is_empty() {
+                bounded.extend(prefixes.into_iter().map(|p| (p, group)));
+            }
         }
         field_bounds.push(intervals);
     }
-    let rest: Vec<&Leaf> = conj.leaves.iter().zip(&used).filter(|(_, u)| !**u).map(|(l, _)| l).collect();
-    let fetch_filter = residual(&rest, &conj.others);
-    let covered = fetch_filter.is_none()
-        && shape.projection.is_some_and(|fields| {
-            fields
-                .iter()
-                .all(|p| ix.fields.iter().position(|(f, _)| f == p).is_some_and(|at| ix.multikey[at].is_empty()))
+    let fetch_filter = residual(&conj, &answered);
+    let covered = fetch_filter.is_none() && covers(ix, shape.projection);
+    let order = sort_order(shape, ix, &field_bounds);
+    IndexScan {
+        index: i,
+        bounds: field_bounds,
+        fetch_filter,
+        covered,
+        key_range: None,
+        reverse: order == Some(true),
+        sorted: order.is_some(),
+    }
+}
+
+/// Whether the `$elemMatch` at `group_path` holds one element of the
+/// array at `prefix` (so predicates inside it meet one key together).
+fn within(group_path: &str, prefix: &str) -> bool {
+    group_path == prefix || group_path.strip_prefix(prefix).is_some_and(|rest| rest.starts_with('.'))
+}
+
+/// The leaves (positions in `conj.leaves`, canonical order) that bound
+/// the index field at `path`, whose multikey prefixes are `prefixes`,
+/// after the fields bounded so far (`bounded`), as mongod's rules allow:
+/// - under a multikey prefix an earlier bounded field shares, the keys
+///   of one document do not pair up: only a leaf of the `$elemMatch`
+///   that bounded it, on that prefix or below, may compound;
+/// - a multikey field takes its first leaf, intersected only with the
+///   leaves of the same `$elemMatch` when no array lies below it;
+/// - a field that is not multikey intersects every leaf.
+fn field_leaves(
+    conj: &bounds::Conjunction,
+    used: &[bool],
+    path: &str,
+    prefixes: &[String],
+    bounded: &[(String, Option<usize>)],
+) -> Vec<usize> {
+    let group_path = |g: Option<usize>| g.map(|g| conj.groups[g].0.as_str());
+    let usable = |l: &Leaf| {
+        bounded
+            .iter()
+            .filter(|(p, _)| prefixes.contains(p))
+            .all(|(p, g)| l.group.is_some() && l.group == *g && group_path(l.group).is_some_and(|gp| within(gp, p)))
+    };
+    let multikey = !prefixes.is_empty();
+    let mut out: Vec<usize> = (0..conj.leaves.len())
+        .filter(|&l| {
+            let leaf = &conj.leaves[l];
+            !used[l] && leaf.path == path && usable(leaf) && (!multikey || leaf.multikey_safe())
+        })
+        .collect();
+    if multikey && !out.is_empty() {
+        let first = conj.leaves[out[0]].group;
+        let whole = group_path(first).is_some_and(|gp| prefixes.iter().all(|p| within(gp, p)));
+        let mut n = 0;
+        out.retain(|&l| {
+            n += 1;
+            n == 1 || (whole && conj.leaves[l].group == first)
         });
-    IndexScan { index: i, bounds: field_bounds, fetch_filter, covered, key_range: None }
+    }
+    out
 }
 
 /// A `min()`/`max()` scan of index `i`: every key between them, the
@@ -298,13 +437,25 @@ fn min_max_scan(shape: &ReadShape<'_, '_>, i: usize, range: &KeyRange) -> IndexS
     let all = shape.indexes[i].fields.iter().map(|_| vec![Interval::all()]).collect();
     let parsed = parsed_query(shape.filter);
     let fetch_filter = (!parsed.is_empty()).then_some(parsed);
-    IndexScan { index: i, bounds: all, fetch_filter, covered: false, key_range: Some(range.clone()) }
+    IndexScan {
+        index: i,
+        bounds: all,
+        fetch_filter,
+        covered: false,
+        key_range: Some(range.clone()),
+        reverse: false,
+        sorted: false,
+    }
 }
 
-/// The FETCH filter: one child as itself, several under `$and`.
-fn residual(leaves: &[&Leaf], others: &[Document]) -> Option<Document> {
-    let mut children: Vec<Document> = leaves.iter().map(|l| l.as_filter()).collect();
-    children.extend(others.iter().cloned());
+/// The FETCH filter: what the bounds do not answer (the leaves not
+/// `answered`, the other children and every `$elemMatch`), one child as
+/// itself, several under `$and`.
+fn residual(conj: &bounds::Conjunction, answered: &[bool]) -> Option<Document> {
+    let mut children: Vec<Document> = (conj.groups.iter().map(|(_, d)| d.clone()))
+        .chain(conj.leaves.iter().zip(answered).filter(|(l, a)| !**a && l.group.is_none()).map(|(l, _)| l.as_filter()))
+        .collect();
+    children.extend(conj.others.iter().cloned());
     match children.len() {
         0 => None,
         1 => children.pop(),
@@ -315,18 +466,22 @@ fn residual(leaves: &[&Leaf], others: &[Document]) -> Option<Document> {
 /// A read's shape, as the plan cache keys it: the filter's paths and
 /// operators in canonical order without their values, and the projected
 /// fields.
-pub fn shape(filter: &Document, projection: Option<&[String]>) -> String {
+pub fn shape(filter: &Document, projection: Option<&[String]>, sort: Option<&[(String, bool)]>) -> String {
     let conj = bounds::conjunction(filter);
     let mut out = String::new();
     for l in &conj.leaves {
         out.push_str(&format!("{}:{:?};", l.path, l.op));
     }
-    for o in &conj.others {
+    for o in conj.groups.iter().map(|(_, d)| d).chain(&conj.others) {
         out.push_str(&shape_of_other(o));
         out.push(';');
     }
     if let Some(fields) = projection {
         out.push_str(&format!("|{}", fields.join(",")));
+    }
+    if let Some(sort) = sort {
+        let keys: Vec<String> = sort.iter().map(|(p, d)| format!("{p}:{}", if *d { -1 } else { 1 })).collect();
+        out.push_str(&format!("|sort {}", keys.join(",")));
     }
     out
 }
@@ -354,8 +509,7 @@ fn shape_of_other(d: &Document) -> String {
 /// order, several under `$and`.
 pub fn parsed_query(filter: &Document) -> Document {
     let conj = bounds::conjunction(filter);
-    let leaves: Vec<&Leaf> = conj.leaves.iter().collect();
-    residual(&leaves, &conj.others).unwrap_or_default()
+    residual(&conj, &vec![false; conj.leaves.len()]).unwrap_or_default()
 }
 
 fn holds_string(v: &Bson) -> bool {
@@ -382,6 +536,7 @@ mod tests {
             hint: Hint::None,
             projection: None,
             min_max: None,
+            sort: None,
         };
         format!("{:?}", plan(&shape))
     }
@@ -422,6 +577,7 @@ mod tests {
             hint: Hint::None,
             projection: None,
             min_max: None,
+            sort: None,
         };
         let AccessPath::IndexScan(s) = plan(&shape) else { panic!("no index scan for {filter}") };
         (s.bounds.iter().map(|f| f.iter().map(|i| i.shown(false)).collect()).collect(), s.fetch_filter)
@@ -443,6 +599,36 @@ mod tests {
         let (b, f) = shown(q, index("o", &["obj.sub1", "obj.sub2"], &[&[0, 1], &[0]]));
         assert_eq!(b, vec![vec!["(1, inf.0]"], vec!["[MinKey, MaxKey]"]]);
         assert_eq!(f, Some(doc! { "obj.sub2": { "$lt": 3 } }));
+    }
+
+    /// Predicates inside one `$elemMatch` meet one array element: their
+    /// bounds intersect on a multikey field and compound under the
+    /// group's path; the `$elemMatch` itself stays on FETCH.
+    #[test]
+    fn elem_match_bounds_as_mongodb_builds_them() {
+        let q = doc! { "field1": { "$elemMatch": { "$gt": 1, "$lt": 3 } } };
+        let (b, f) = shown(q.clone(), index("f", &["field1", "field2"], &[&[0], &[0]]));
+        assert_eq!(b, vec![vec!["(1, 3)"], vec!["[MinKey, MaxKey]"]]);
+        assert_eq!(f, Some(q));
+        let q = doc! { "obj": { "$elemMatch": { "sub1": { "$gt": 1 }, "sub2": { "$lt": 3 } } } };
+        let mk = index("o", &["obj.sub1", "obj.sub2"], &[&[0, 1], &[0]]);
+        let (b, f) = shown(q.clone(), mk.clone());
+        assert_eq!(b, vec![vec!["(1, inf.0]"], vec!["[-inf.0, 3)"]]);
+        assert_eq!(f, Some(q));
+        // Two predicates on a path with an array below the `$elemMatch`
+        // may be met by different elements of it: the first one only.
+        let q = doc! { "obj": { "$elemMatch": { "sub1": { "$gt": 1, "$lt": 3 } } } };
+        let (b, _) = shown(q, mk.clone());
+        assert_eq!(b, vec![vec!["[-inf.0, 3)"], vec!["[MinKey, MaxKey]"]]);
+        // An `$elemMatch` on a deeper path than the shared array does not
+        // pair the fields' keys.
+        let q = doc! { "obj.sub1": { "$elemMatch": { "$gt": 1 } }, "obj.sub2": { "$lt": 3 } };
+        let (b, f) = shown(q, mk);
+        assert_eq!(b, vec![vec!["(1, inf.0]"], vec!["[MinKey, MaxKey]"]]);
+        assert_eq!(
+            f,
+            Some(doc! { "$and": [{ "obj.sub1": { "$elemMatch": { "$gt": 1 } } }, { "obj.sub2": { "$lt": 3 } }] })
+        );
     }
 
     #[test]

@@ -60,6 +60,11 @@ impl Sort {
         self.fields.is_empty()
     }
 
+    /// Each path and whether it is descending.
+    pub fn fields(&self) -> &[(String, bool)] {
+        &self.fields
+    }
+
     /// The order of two documents.
     pub fn compare(&self, a: &Document, b: &Document) -> Ordering {
         let cx = EvalContext::new(self.collation.as_deref());

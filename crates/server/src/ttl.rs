@@ -122,6 +122,8 @@ fn expire_through(
         fetch_filter: None,
         covered: false,
         key_range: None,
+        reverse: false,
+        sorted: false,
     };
     let records = crate::exec::index_scan::records(engine.clone(), coll.clone(), ix, &scan, stats);
     let mut deleted = 0;

@@ -317,6 +317,15 @@ impl Index {
         Ok(out)
     }
 
+    /// The inline bytes of an entry's storage key when its KeyString was
+    /// stored cut (`keystring::storable`): entries sharing them sit
+    /// together in digest order, not in key order.
+    pub fn cut_prefix<'k>(&self, storage_key: &'k [u8]) -> Option<&'k [u8]> {
+        use crate::limits::key_inline_max_bytes;
+        let key = if self.spec.unique { storage_key } else { &storage_key[..storage_key.len().saturating_sub(8)] };
+        (key.len() > key_inline_max_bytes).then(|| &key[..key_inline_max_bytes])
+    }
+
     /// An entry's record id and key values.
     pub fn decode_entry(&self, key: &[u8], value: &[u8]) -> Result<(u64, KeyValues), DocError> {
         let fields = self.spec.fields.len();

@@ -192,25 +192,35 @@ fn explain_read(
     let filter = filter.with_collation(collation.clone());
     let coll = shared.catalog.get(&ns).filter(|c| c.view_on().is_none());
     let needs = projection.as_ref().and_then(query::plan::projection_fields);
-    // As `find` plans: a sorted read (and every other command's) takes
-    // the planner's first choice, a plain `find` is raced and may be
-    // covered.
+    // As `find` plans: a write's read takes the planner's first choice,
+    // a `find` is raced and may be covered or sorted by its index.
     let min_max = coll.as_ref().map(|c| access::min_max_of(Some(c), with_collation)).transpose()?.flatten();
     if sort.is_some() && min_max.is_some() {
         return Err(CommandError::not_implemented("min()/max() with a sort is not supported yet"));
     }
+    let min_max = min_max.filter(|_| top.is_none());
+    // The order a plain `find` asks for, which an index may give.
+    let sort_fields = match (&sort, &top) {
+        (Some(s), None) if !s.contains_key("$natural") => Some(query::Sort::parse(s)?.fields().to_vec()),
+        _ => None,
+    };
     let planned = match &coll {
-        Some(c) if sort.is_some() || top.is_some() => {
-            Some(access::plan_read(c, &filter_doc, collation.as_ref(), false, hint))
-        }
+        Some(c) if top.is_some() => Some(access::plan_read(c, &filter_doc, collation.as_ref(), false, hint)),
         Some(c) => {
-            let min_max = access::min_max_of(Some(c), with_collation)?;
-            let how = access::How { tailable: false, hint, projection: needs.as_deref(), min_max: min_max.as_ref() };
+            let how = access::How {
+                tailable: false,
+                hint,
+                projection: needs.as_deref(),
+                min_max: min_max.as_ref(),
+                sort: sort_fields.as_deref(),
+            };
             let planned = access::plan_projected(c, &filter_doc, collation.as_ref(), how);
             Some(access::race(shared, &ns, c, planned, &filter)?)
         }
         None => None,
     };
+    let index_sorted = |scan: &IndexScan| scan.sorted;
+    let sorted = planned.as_ref().is_some_and(|p| matches!(&p.path, AccessPath::IndexScan(s) if index_sorted(s)));
     let parsed = query::plan::parsed_query(&filter_doc);
 
     let started = Instant::now();
@@ -218,18 +228,23 @@ fn explain_read(
     let (mut examined, mut matched) = (0u64, 0u64);
     if verbosity != Verbosity::QueryPlanner {
         if let (Some(c), Some(p)) = (&coll, &planned) {
+            // Without a blocking sort the read stops at its limit.
+            let enough = limit.filter(|_| top.is_none() && (sort.is_none() || sorted)).map(|l| (l + skip) as u64);
             for record in access::candidates(shared, &ns, c, p, stats.clone())? {
                 let (_, d) = record?;
                 examined += 1;
                 if filter.try_matches_at(&d)?.0 {
                     matched += 1;
                 }
+                if enough.is_some_and(|n| matched >= n) {
+                    break;
+                }
             }
         }
     }
     let returned = matched.saturating_sub(skip as u64).min(limit.map_or(u64::MAX, |l| l as u64));
     let run = Run { stats: &stats, examined, matched, returned };
-    let above = (sort.as_ref(), skip, limit, projection.as_ref());
+    let above = (sort.as_ref().filter(|_| !sorted), skip, limit, projection.as_ref());
     // The plan as chosen (queryPlanner) and as run (executionStages).
     let tree = |verbosity| {
         let read = match &planned {
@@ -267,6 +282,7 @@ fn explain_read(
         .flat_map(|p| &p.rejected)
         .map(|scan| {
             let read = index_scan_stage(planned.as_ref().expect("planned"), scan, &run, Verbosity::QueryPlanner);
+            let above = (sort.as_ref().filter(|_| !index_sorted(scan)), skip, limit, projection.as_ref());
             Bson::Document(wrap(read, above, &run, Verbosity::QueryPlanner))
         })
         .collect();
@@ -350,7 +366,7 @@ fn access_stage(p: &Planned<'_>, parsed: &Document, run: &Run<'_>, verbosity: Ve
 fn index_scan_stage(p: &Planned<'_>, scan: &IndexScan, run: &Run<'_>, verbosity: Verbosity) -> Document {
     let executed = verbosity != Verbosity::QueryPlanner;
     let ix = &p.indexes[scan.index];
-    let mut ixscan = ixscan_stage(ix, &p.infos[scan.index], &scan.bounds);
+    let mut ixscan = ixscan_stage(ix, &p.infos[scan.index], &scan.bounds, scan.reverse);
     let s = run.stats;
     let keys = ScanStats::get(&s.keys_examined);
     let fetched = ScanStats::get(&s.docs_examined);
@@ -378,8 +394,9 @@ fn index_scan_stage(p: &Planned<'_>, scan: &IndexScan, run: &Run<'_>, verbosity:
     fetch
 }
 
-/// IXSCAN as explain shows it.
-fn ixscan_stage(ix: &Index, info: &IndexInfo, bounds: &[Vec<Interval>]) -> Document {
+/// IXSCAN as explain shows it: each field's intervals in the order the
+/// scan meets them (a descending field or a backward scan high to low).
+fn ixscan_stage(ix: &Index, info: &IndexInfo, bounds: &[Vec<Interval>], reverse: bool) -> Document {
     let mut paths = Document::new();
     let mut shown_bounds = Document::new();
     for (f, (path, descending)) in info.fields.iter().enumerate() {
@@ -387,8 +404,9 @@ fn ixscan_stage(ix: &Index, info: &IndexInfo, bounds: &[Vec<Interval>]) -> Docum
         let at: Vec<Bson> =
             info.multikey[f].iter().map(|&n| Bson::String(parts[..=n.min(parts.len() - 1)].join("."))).collect();
         paths.insert(path.clone(), at);
-        let mut intervals: Vec<Bson> = bounds[f].iter().map(|i| Bson::String(i.shown(*descending))).collect();
-        if *descending {
+        let high_to_low = *descending != reverse;
+        let mut intervals: Vec<Bson> = bounds[f].iter().map(|i| Bson::String(i.shown(high_to_low))).collect();
+        if high_to_low {
             intervals.reverse();
         }
         shown_bounds.insert(path.clone(), intervals);
@@ -403,7 +421,7 @@ fn ixscan_stage(ix: &Index, info: &IndexInfo, bounds: &[Vec<Interval>]) -> Docum
         "isSparse": ix.spec.sparse,
         "isPartial": ix.is_partial(),
         "indexVersion": 2,
-        "direction": "forward",
+        "direction": if reverse { "backward" } else { "forward" },
         "indexBounds": shown_bounds,
     }
 }
@@ -421,7 +439,8 @@ fn counters(d: &mut Document, advanced: u64, works: u64) {
     d.insert("isEOF", true);
 }
 
-/// The stages above the read: SORT, SKIP, LIMIT, then the projection.
+/// The stages above the read, as mongod's planner adds them: SORT, SKIP,
+/// the projection (covered when the read is a bare IXSCAN), LIMIT.
 fn wrap(
     mut stage: Document,
     (sort, skip, limit, projection): (Option<&Document>, usize, Option<usize>, Option<&Document>),
@@ -429,6 +448,7 @@ fn wrap(
     verbosity: Verbosity,
 ) -> Document {
     let executed = verbosity != Verbosity::QueryPlanner;
+    let covered = stage.get_str("stage") == Ok("IXSCAN");
     let mut flowing = run.matched;
     if let Some(s) = sort {
         let mut d = doc! { "stage": "SORT", "sortPattern": s.clone(), "memLimit": 104857600, "type": "simple" };
@@ -450,19 +470,10 @@ fn wrap(
         d.insert("inputStage", stage);
         stage = d;
     }
-    if let Some(l) = limit.filter(|_| sort.is_none()) {
-        let mut d = doc! { "stage": "LIMIT", "limitAmount": l as i64 };
-        flowing = flowing.min(l as u64);
-        if executed {
-            counters(&mut d, flowing, flowing + 1);
-        }
-        d.insert("inputStage", stage);
-        stage = d;
-    }
     if let Some(p) = projection {
         let simple = p.iter().all(|(k, v)| !k.contains('.') && !k.starts_with('$') && !matches!(v, Bson::Document(_)));
         // Straight over the index: nothing was fetched.
-        let kind = if stage.get_str("stage") == Ok("IXSCAN") {
+        let kind = if covered {
             "PROJECTION_COVERED"
         } else if simple {
             "PROJECTION_SIMPLE"
@@ -472,6 +483,15 @@ fn wrap(
         let mut d = doc! { "stage": kind, "transformBy": p.clone() };
         if executed {
             counters(&mut d, run.returned, run.returned + 1);
+        }
+        d.insert("inputStage", stage);
+        stage = d;
+    }
+    if let Some(l) = limit.filter(|_| sort.is_none()) {
+        let mut d = doc! { "stage": "LIMIT", "limitAmount": l as i64 };
+        flowing = flowing.min(l as u64);
+        if executed {
+            counters(&mut d, flowing, flowing + 1);
         }
         d.insert("inputStage", stage);
         stage = d;

@@ -166,6 +166,7 @@ pub fn find(shared: &Shared, cmd: &Document) -> CommandResult {
                 hint: cmd.get("hint"),
                 projection: needs.as_deref(),
                 min_max: min_max.as_ref(),
+                sort: (!sort.is_empty()).then(|| sort.fields()),
             };
             let planned = access::plan_projected(c, &filter_doc, collation.as_ref(), how);
             Some((access::race(shared, &ns, c, planned, &filter)?, c))
@@ -174,12 +175,15 @@ pub fn find(shared: &Shared, cmd: &Document) -> CommandResult {
     };
     let point = planned.as_ref().and_then(|(p, c)| Some((access::point(&p.path)?, *c)));
     let index_scan = planned.as_ref().filter(|(p, _)| matches!(p.path, AccessPath::IndexScan(_)));
+    // An index scan that returns the documents in the sort's order needs
+    // no blocking sort.
+    let index_sorted = index_scan.is_some_and(|(p, _)| matches!(&p.path, AccessPath::IndexScan(s) if s.sorted));
     if let Some((id, coll)) = point {
         let found = coll.find_rid_by_id(shared.catalog.engine(), id)?;
         let hits: Vec<Hit> = found.into_iter().skip(skip).map(|(rid, doc)| Hit { rid, doc, pos: None }).collect();
         state.source = Source::Buffer(hits.into_iter());
         state.remaining = limit;
-    } else if !sort.is_empty() {
+    } else if !sort.is_empty() && !index_sorted {
         let hits = &mut scan_hits(shared, &ns, (&filter_doc, &filter), cmd.get("hint"));
         state.source = sorted_hits(shared, hits, &sort, (skip, limit), allow_disk_use, &deadline)?;
         // A spilled sort applied the skip but not the limit.

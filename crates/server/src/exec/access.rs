@@ -75,6 +75,8 @@ pub(crate) struct How<'x> {
     pub projection: Option<&'x [String]>,
     /// `min()` and `max()` key values.
     pub min_max: Option<&'x KeyRange>,
+    /// The requested order, which an index may give.
+    pub sort: Option<&'x [(String, bool)]>,
 }
 
 /// `plan_read` for a read that needs only `projection`'s fields
@@ -85,7 +87,7 @@ pub(crate) fn plan_projected<'a>(
     collation: Option<&Arc<Collation>>,
     how: How<'_>,
 ) -> Planned<'a> {
-    let How { tailable, hint, projection, min_max } = how;
+    let How { tailable, hint, projection, min_max, sort } = how;
     let id_index_collation_matches = match (collation, coll.id_collation()) {
         (None, None) => true,
         (Some(a), Some(b)) => a.full_spec() == b.full_spec(),
@@ -101,6 +103,7 @@ pub(crate) fn plan_projected<'a>(
         hint: resolve_hint(hint, &indexes),
         projection,
         min_max,
+        sort,
     };
     let path = plan::plan(&shape);
     let rejected = match (&path, shape.hint) {
@@ -109,7 +112,7 @@ pub(crate) fn plan_projected<'a>(
         }
         _ => Vec::new(),
     };
-    let shape = plan::shape(filter, projection);
+    let shape = plan::shape(filter, projection, sort);
     Planned { path, indexes, infos, rejected, shape, cached: false }
 }
 
@@ -170,7 +173,9 @@ const TRIAL_RESULTS: u64 = 101;
 /// multi-planner does: each runs until it has `TRIAL_RESULTS` matches,
 /// reaches the end, or has worked `TRIAL_WORKS_MAX` times; the most
 /// productive (matches per unit of work) wins, a covered plan breaking
-/// ties.
+/// ties. Under a sort, a plan that needs a blocking SORT produces
+/// nothing until its input ends, so its matches count only if it ended
+/// within the trial.
 pub(crate) fn race<'a>(
     shared: &Shared,
     ns: &Namespace,
@@ -182,6 +187,7 @@ pub(crate) fn race<'a>(
     if planned.rejected.is_empty() {
         return Ok(planned);
     }
+    let sorting = contenders_sorting(chosen, &planned.rejected);
     let mut contenders = vec![chosen.clone()];
     contenders.append(&mut planned.rejected);
     // The indexes a cached choice was made among.
@@ -211,14 +217,19 @@ pub(crate) fn race<'a>(
             cached: false,
         };
         let mut matched = 0u64;
+        let mut ended = true;
         for record in records(shared, ns, coll, &trial, stats.clone())? {
             let (_, d) = record?;
             if filter.try_matches_at(&d)?.0 {
                 matched += 1;
             }
             if matched >= TRIAL_RESULTS || ScanStats::get(&stats.keys_examined) >= TRIAL_WORKS_MAX {
+                ended = false;
                 break;
             }
+        }
+        if sorting && !scan.sorted && !ended {
+            matched = 0;
         }
         let works = ScanStats::get(&stats.keys_examined) + ScanStats::get(&stats.docs_examined) + 1;
         let bonus = if scan.covered { 1e-4 } else { 0.0 };
@@ -230,6 +241,11 @@ pub(crate) fn race<'a>(
     planned.path = AccessPath::IndexScan(winner);
     planned.rejected = contenders;
     Ok(planned)
+}
+
+/// Whether the read asked for an order (some contender gives it).
+fn contenders_sorting(chosen: &IndexScan, rejected: &[IndexScan]) -> bool {
+    chosen.sorted || rejected.iter().any(|s| s.sorted)
 }
 
 /// A hint as the planner takes it: `$natural`, a secondary index by name

@@ -9,8 +9,12 @@
 //! range. Every key read is still checked against every field's
 //! intervals, so a range only narrows what is read.
 //!
+//! A backward scan (for a sort the index gives in reverse) reads the
+//! ranges last to first, each from its end.
+//!
 //! Invariant: each range is read in chunks, each chunk in its own
-//! snapshot (as a collection scan is), resuming after the last key read.
+//! snapshot (as a collection scan is), resuming after (backward: before)
+//! the last key read.
 
 use crate::exec::access::Records;
 use bson::Bson;
@@ -144,7 +148,10 @@ pub(crate) fn records(
         None => key_ranges(&bounds, &descending),
     };
     // Over the keys as stored (a long key cut, with a digest).
-    let ranges: VecDeque<Range> = ranges.into_iter().map(|(s, e)| doc::keystring::scan_bounds(s, e)).collect();
+    let mut ranges: VecDeque<Range> = ranges.into_iter().map(|(s, e)| doc::keystring::scan_bounds(s, e)).collect();
+    if plan.reverse {
+        ranges = ranges.into_iter().rev().collect();
+    }
     let multikey = ix.is_multikey();
     // A `min()`/`max()` scan checks each key against them whole: its
     // range was widened where they are longer than a stored key.
@@ -162,9 +169,12 @@ pub(crate) fn records(
         ranges,
         after: None,
         pending: VecDeque::new(),
+        unreported: 0,
         seen: HashSet::new(),
         multikey,
         covered,
+        reverse: plan.reverse,
+        sorted: plan.sorted,
         failed: false,
     };
     Box::new(std::iter::from_fn(move || scan.next_record()))
@@ -179,14 +189,22 @@ struct Scan {
     ranges: VecDeque<Range>,
     /// The last key read in the current range.
     after: Option<Vec<u8>>,
-    /// Record ids to return, with their key's values.
-    pending: VecDeque<(u64, KeyValues)>,
+    /// Record ids to return, with their key's values and the keys read
+    /// up to theirs (counted as examined when it is returned, so a read
+    /// that stops early counts only what it used).
+    pending: VecDeque<(u64, KeyValues, u64)>,
+    /// Keys read since the last one put in `pending`.
+    unreported: u64,
     seen: HashSet<u64>,
     multikey: bool,
     /// Answer from the keys alone: a document of the indexed fields.
     covered: bool,
     /// `min()`'s key (included) and `max()`'s (excluded), whole.
     min_max: Option<(Vec<u8>, Option<Vec<u8>>)>,
+    /// Read each range from its end, the ranges last to first.
+    reverse: bool,
+    /// The read relies on the index order (an index-provided sort).
+    sorted: bool,
     failed: bool,
 }
 
@@ -197,7 +215,12 @@ impl Scan {
                 return None;
             }
             while self.pending.is_empty() {
-                match self.refill() {
+                let more = self.refill();
+                // Keys read with none to return (yet) are examined now.
+                if self.pending.is_empty() {
+                    self.stats.keys_examined.fetch_add(std::mem::take(&mut self.unreported), Ordering::Relaxed);
+                }
+                match more {
                     Ok(true) => {}
                     Ok(false) => return None,
                     Err(e) => {
@@ -206,7 +229,8 @@ impl Scan {
                     }
                 }
             }
-            let (rid, values) = self.pending.pop_front().expect("refilled");
+            let (rid, values, keys) = self.pending.pop_front().expect("refilled");
+            self.stats.keys_examined.fetch_add(keys, Ordering::Relaxed);
             // Covered while its fields hold no arrays; an index that turns
             // multikey during the scan is read through its documents.
             if self.covered && !self.ix.is_multikey() {
@@ -237,6 +261,18 @@ impl Scan {
         d
     }
 
+    /// Put the entries of `pending` from `start` on (long keys sharing
+    /// their stored inline bytes) in key order, as the scan's direction
+    /// reads them: by whole KeyString, then record id.
+    fn order_run(&mut self, start: usize) {
+        let fields = &self.ix.spec.fields;
+        let run = &mut self.pending.make_contiguous()[start..];
+        run.sort_by_cached_key(|(rid, values, _)| (doc::index::keys::key_string(values, fields), *rid));
+        if self.reverse {
+            run.reverse();
+        }
+    }
+
     /// Whether a key lies between `min()` and `max()` (true without them).
     fn within_min_max(&self, values: &[Option<Bson>]) -> bool {
         let Some((lo, hi)) = &self.min_max else { return true };
@@ -247,22 +283,36 @@ impl Scan {
     /// Read the next chunk of keys; false once every range is done.
     fn refill(&mut self) -> Result<bool, DocError> {
         let Some((start, end)) = self.ranges.front().cloned() else { return Ok(false) };
-        let lower = match self.after.take() {
-            Some(k) => Bound::Excluded(k),
-            None => {
-                self.stats.seeks.fetch_add(1, Ordering::Relaxed);
-                Bound::Included(start)
-            }
-        };
+        let resume = self.after.take();
+        if resume.is_none() {
+            self.stats.seeks.fetch_add(1, Ordering::Relaxed);
+        }
         // An index may turn multikey while it is read.
         self.multikey = self.multikey || self.ix.is_multikey();
         let mut c = self.engine.cursor(self.ix.table())?;
-        c.set_bounds(lower, Bound::Excluded(end));
-        let mut e = c.first()?;
+        let mut e = if self.reverse {
+            c.set_bounds(Bound::Included(start), resume.map_or(Bound::Excluded(end), Bound::Excluded));
+            c.last()?
+        } else {
+            c.set_bounds(resume.map_or(Bound::Included(start), Bound::Excluded), Bound::Excluded(end));
+            c.first()?
+        };
         let mut n = 0;
+        // Long keys sharing their inline bytes (stored in digest order):
+        // those bytes and where their entries start in `pending`.
+        let mut run: Option<(Vec<u8>, usize)> = None;
         while let Some((k, v)) = e {
-            self.stats.keys_examined.fetch_add(1, Ordering::Relaxed);
+            self.unreported += 1;
             let (rid, values) = self.ix.decode_entry(&k, &v)?;
+            if self.sorted {
+                let cut = self.ix.cut_prefix(&k);
+                if run.as_ref().is_some_and(|(p, _)| cut != Some(p.as_slice())) {
+                    self.order_run(run.take().expect("a run").1);
+                }
+                if let (Some(p), None) = (cut, &run) {
+                    run = Some((p.to_vec(), self.pending.len()));
+                }
+            }
             if in_bounds(&values, &self.bounds) && self.within_min_max(&values) {
                 // Each record once: a multikey index holds several keys
                 // of it, and a write during the scan may move its key
@@ -276,15 +326,19 @@ impl Scan {
                     }
                 }
                 if first {
-                    self.pending.push_back((rid, values));
+                    self.pending.push_back((rid, values, std::mem::take(&mut self.unreported)));
                 }
             }
             n += 1;
-            if n == CHUNK_KEYS {
+            // A chunk ends between runs of long keys, never inside one.
+            if n >= CHUNK_KEYS && run.is_none() {
                 self.after = Some(k.to_vec());
                 return Ok(true);
             }
-            e = c.next()?;
+            e = if self.reverse { c.prev()? } else { c.next()? };
+        }
+        if let Some((_, start)) = run {
+            self.order_run(start);
         }
         self.ranges.pop_front();
         Ok(true)

@@ -77,6 +77,7 @@ pub fn find_by_id(shared: &Shared, header: &Header, body: &[u8]) -> Option<Vec<u
         hint: query::plan::Hint::None,
         projection: None,
         min_max: None,
+        sort: None,
     };
     let AccessPath::IdPoint(id) = query::plan::plan(&shape) else { return None };
     let found = coll.find_raw_by_id(shared.catalog.engine(), id).ok()?;
