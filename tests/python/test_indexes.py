@@ -4,11 +4,13 @@ dotted, unique, sparse, hidden), with mongod's errors; unique keys and
 parallel arrays refused on every write; a crash during a build."""
 
 import datetime
+import random
 import signal
 import threading
 import time
 
 import bson
+
 import pytest
 from pymongo import ASCENDING, DESCENDING
 from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure, WriteError
@@ -508,3 +510,60 @@ def test_long_keys_sharing_their_stored_bytes_still_sort_in_order(client):
         assert "SORT" not in str(plan)
         assert [d["_id"] for d in db.long.find().sort("s", direction)] == want
         assert [d["_id"] for d in db.long.find().sort("s", direction).limit(3)] == want[:3]
+
+
+def test_an_or_reads_each_branch_by_its_index(client):
+    db = client.test
+    db.o.create_index("a")
+    db.o.create_index("b")
+    db.o.insert_many([{"_id": i, "a": i % 10, "b": i % 7, "c": i} for i in range(200)])
+
+    def executed(flt):
+        e = db.command("explain", {"find": "o", "filter": flt}, verbosity="executionStats")
+        return e["queryPlanner"], e["executionStats"]
+
+    # Rooted: SUBPLAN, FETCH over OR over one IXSCAN per branch; the
+    # records both branches hold are dropped once.
+    flt = {"$or": [{"a": 1}, {"b": 2}]}
+    planner, stats = executed(flt)
+    fetch = planner["winningPlan"]["inputStage"]
+    assert planner["winningPlan"]["stage"] == "SUBPLAN" and fetch["stage"] == "FETCH" and "filter" not in fetch
+    branches = fetch["inputStage"]["inputStages"]
+    assert [b["indexName"] for b in branches] == ["a_1", "b_1"]
+    assert [b["indexBounds"] for b in branches] == [{"a": ["[1, 1]"]}, {"b": ["[2, 2]"]}]
+    want = sorted(d["_id"] for d in db.o.find(flt).hint([("$natural", 1)]))
+    assert sorted(d["_id"] for d in db.o.find(flt)) == want
+    or_stage = stats["executionStages"]["inputStage"]["inputStage"]
+    assert (or_stage["dupsTested"], or_stage["dupsDropped"]) == (20 + 29, 49 - len(want))
+    assert (stats["nReturned"], stats["totalKeysExamined"], stats["totalDocsExamined"]) == (len(want), 49, len(want))
+
+    # Equalities on one path are one `$in`.
+    planner, _ = executed({"$or": [{"a": 5}, {"a": 1}, {"a": {"$in": [5, 7]}}]})
+    assert planner["parsedQuery"] == {"a": {"$in": [1, 5, 7]}}
+    assert planner["winningPlan"]["inputStage"]["indexBounds"] == {"a": ["[1, 1]", "[5, 5]", "[7, 7]"]}
+
+    # Contained in an `$and`: FETCH keeps the whole filter.
+    flt = {"c": {"$gt": 5}, "$or": [{"a": 1}, {"b": {"$gt": 5}}]}
+    planner, stats = executed(flt)
+    assert planner["winningPlan"]["stage"] == "FETCH" and planner["winningPlan"]["inputStage"]["stage"] == "OR"
+    assert stats["nReturned"] == db.o.count_documents(flt) == len(list(db.o.find(flt).hint([("$natural", 1)])))
+
+    # A branch no index serves: the collection is scanned.
+    planner, _ = executed({"$or": [{"a": 1}, {"c": 2}]})
+    assert planner["winningPlan"]["stage"] == "COLLSCAN"
+
+
+def test_a_sorted_read_over_hundreds_of_long_keys_sharing_their_stored_bytes(client):
+    """More long keys sharing their first 4 KiB than one chunk of a scan
+    reads: the run is held across chunks and released in key order."""
+    db = client.test
+    db.longs.create_index("s")
+    stem = "x" * 4500
+    rng = random.Random(3)
+    tails = rng.sample(range(100000), 600)
+    db.longs.insert_many([{"_id": i, "s": f"{stem}{t:06d}"} for i, t in enumerate(tails)])
+    db.longs.insert_one({"_id": -1, "s": "a"})
+    for direction in (1, -1):
+        want = [d["_id"] for d in db.longs.find({}, {"_id": 1}).sort("s", direction).hint([("$natural", 1)])]
+        assert [d["_id"] for d in db.longs.find({}, {"_id": 1}).sort("s", direction)] == want
+        assert [d["_id"] for d in db.longs.find({}, {"_id": 1}).sort("s", direction).limit(5)] == want[:5]

@@ -183,7 +183,8 @@ impl Leaf {
     pub fn exact(&self) -> bool {
         match self.op {
             Op::Eq => exact_value(&self.value),
-            Op::Lte | Op::Lt | Op::Gt | Op::Gte => true,
+            // Type-bracketed: exact where the bracket is the value's type.
+            Op::Lte | Op::Lt | Op::Gt | Op::Gte => type_bracket(&self.value).0 .0 != Bson::MinKey,
             Op::Regex => matches!(&self.value, Bson::RegularExpression(r) if regex_prefix(r).is_some_and(|(_, e)| e)),
             Op::In | Op::Nin => match &self.value {
                 Bson::Array(items) => items.iter().all(|i| match i {
@@ -284,6 +285,12 @@ fn elem_match_leaves(path: &str, arg: &Document, group: usize, out: &mut Vec<Lea
 
 fn flatten(filter: &Document, out: &mut Conjunction) {
     for (key, value) in filter {
+        if key == "$or" {
+            if let Some(rewritten) = or_simplified(value) {
+                flatten(&rewritten, out);
+                continue;
+            }
+        }
         if key == "$and" {
             if let Bson::Array(items) = value {
                 for item in items {
@@ -314,6 +321,43 @@ fn flatten(filter: &Document, out: &mut Conjunction) {
             },
         }
     }
+}
+
+/// An `$or` as mongod simplifies it: one branch is that branch; branches
+/// that are all equalities (or `$in`s) on one path are one `$in` of
+/// their values, ordered and without duplicates.
+fn or_simplified(value: &Bson) -> Option<Document> {
+    let Bson::Array(items) = value else { return None };
+    if let [Bson::Document(only)] = items.as_slice() {
+        return Some(only.clone());
+    }
+    let mut path: Option<String> = None;
+    let mut values = Vec::new();
+    for item in items {
+        let Bson::Document(branch) = item else { return None };
+        let (p, v) = branch.iter().next().filter(|_| branch.len() == 1)?;
+        if p.starts_with('$') || path.as_ref().is_some_and(|q| q != p) {
+            return None;
+        }
+        path = Some(p.clone());
+        match v {
+            Bson::Document(cond) if cond.keys().next().is_some_and(|k| k.starts_with('$')) => {
+                match (cond.len(), cond.iter().next()) {
+                    (1, Some((op, Bson::Array(list)))) if op == "$in" => values.extend(list.iter().cloned()),
+                    (1, Some((op, v))) if op == "$eq" && !matches!(v, Bson::RegularExpression(_)) => {
+                        values.push(v.clone())
+                    }
+                    _ => return None,
+                }
+            }
+            v => values.push(v.clone()),
+        }
+    }
+    values.sort_by(compare);
+    values.dedup_by(|a, b| compare(a, b).is_eq() && doc::compare::canonical_type(a) == doc::compare::canonical_type(b));
+    let mut d = Document::new();
+    d.insert(path?, bson::doc! { "$in": values });
+    Some(d)
 }
 
 /// The leaves of `{path: {$op: value, ...}}`; an operator bounds cannot
@@ -417,6 +461,7 @@ fn range_value(v: &Bson) -> bool {
         | Bson::MaxKey
         | Bson::JavaScriptCodeWithScope(_) => false,
         Bson::Double(d) => !d.is_nan(),
+        Bson::Decimal128(d) => !doc::decimal::is_nan(d),
         _ => true,
     }
 }
@@ -425,6 +470,10 @@ fn range_value(v: &Bson) -> bool {
 fn exact_value(v: &Bson) -> bool {
     !matches!(v, Bson::Null | Bson::Array(_) | Bson::RegularExpression(_))
 }
+
+/// Characters a backslash makes literal (any other escape is a class,
+/// an anchor or a boundary, and ends a prefix).
+const LITERAL_ESCAPES: &str = "\\.*?+()[]{}|^$/-# ";
 
 /// A regex's fixed prefix (mongod's simple-regex analysis) and whether
 /// the prefix alone decides a match (the regex is `^prefix` and no more):
@@ -447,37 +496,34 @@ pub fn regex_prefix(r: &bson::Regex) -> Option<(String, bool)> {
     let mut chars = rest.chars().peekable();
     let mut exact = true;
     while let Some(c) = chars.next() {
-        match c {
-            ' ' | '\n' | '\t' | '\r' if extended => continue,
-            '#' if extended => {
-                exact = false;
-                break;
-            }
+        // Where the prefix ends: `keep` whether its last character stays
+        // (a quantifier that may follow — `?`, `*`, `{0,1}`, or one after
+        // a comment — makes it optional).
+        let keep = match c {
+            ' ' | '\n' | '\t' | '\r' | '\x0b' | '\x0c' if extended => continue,
             '\\' => match chars.peek() {
-                Some(n) if n.is_ascii_alphanumeric() => {
-                    exact = false;
-                    break;
-                }
-                Some(&n) => {
+                Some(&n) if LITERAL_ESCAPES.contains(n) => {
                     chars.next();
                     prefix.push(n);
+                    continue;
                 }
-                None => {
-                    exact = false;
-                    break;
-                }
+                // A class, an anchor, a boundary (`\<`, `\b`), a quote.
+                _ => true,
             },
-            '^' | '$' | '.' | '[' | '(' | ')' | '+' | '{' => {
-                exact = false;
-                break;
+            '(' => !matches!((chars.next(), chars.next()), (Some('?'), Some('#'))),
+            '#' if extended => false,
+            '?' | '*' | '{' => false,
+            '^' | '$' | '.' | '[' | ')' | '+' => true,
+            c => {
+                prefix.push(c);
+                continue;
             }
-            '?' | '*' => {
-                prefix.pop();
-                exact = false;
-                break;
-            }
-            c => prefix.push(c),
+        };
+        if !keep {
+            prefix.pop();
         }
+        exact = false;
+        break;
     }
     // `^abc.*` matches what `^abc` does.
     Some((prefix, exact))
@@ -529,7 +575,11 @@ fn eq_intervals(v: &Bson) -> Vec<Interval> {
                     high_inclusive: false,
                 },
             };
-            vec![strings, Interval::point(v.clone())]
+            // Drivers write a regex's flags in order; a filter's may not be.
+            let mut flags: Vec<char> = r.options.chars().collect();
+            flags.sort_unstable();
+            let ordered = bson::Regex { pattern: r.pattern.clone(), options: flags.into_iter().collect() };
+            vec![strings, Interval::point(Bson::RegularExpression(ordered))]
         }
         v => vec![Interval::point(v.clone())],
     }
@@ -620,17 +670,39 @@ fn type_bracket(v: &Bson) -> ((Bson, bool), (Bson, bool)) {
     }
 }
 
-/// Intersect two ordered interval lists.
+/// Intersect two ordered, disjoint interval lists (one pass over both).
 pub fn intersect(a: &[Interval], b: &[Interval]) -> Vec<Interval> {
     let mut out = Vec::new();
-    for x in a {
-        for y in b {
-            if let Some(i) = x.intersect(y) {
-                out.push(i);
-            }
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() && j < b.len() {
+        if let Some(both) = a[i].intersect(&b[j]) {
+            out.push(both);
+        }
+        // Advance the one that ends first (both when they end together).
+        match compare(&a[i].high, &b[j].high) {
+            Ordering::Less => i += 1,
+            Ordering::Greater => j += 1,
+            Ordering::Equal => match (a[i].high_inclusive, b[j].high_inclusive) {
+                (false, true) => i += 1,
+                (true, false) => j += 1,
+                _ => {
+                    i += 1;
+                    j += 1;
+                }
+            },
         }
     }
     union(out)
+}
+
+/// Whether `v` lies in one of an ordered, disjoint list of intervals
+/// (a binary search: an `$in` may hold many).
+pub fn any_contains(list: &[Interval], v: &Bson) -> bool {
+    let after = list.partition_point(|i| {
+        let o = compare(&i.low, v);
+        o.is_lt() || (o.is_eq() && i.low_inclusive)
+    });
+    after > 0 && list[after - 1].contains(v)
 }
 
 #[cfg(test)]
@@ -640,10 +712,10 @@ mod tests {
 
     #[test]
     fn leaves_come_in_canonical_order() {
-        let c = conjunction(&doc! { "b": 1, "a": { "$gt": 1, "$lt": 3 }, "$or": [{ "x": 1 }] });
+        let c = conjunction(&doc! { "b": 1, "a": { "$gt": 1, "$lt": 3 }, "$or": [{ "x": 1 }, { "y": 1 }] });
         let ops: Vec<(String, Op)> = c.leaves.iter().map(|l| (l.path.clone(), l.op)).collect();
         assert_eq!(ops, vec![("b".into(), Op::Eq), ("a".into(), Op::Lt), ("a".into(), Op::Gt)]);
-        assert_eq!(c.others, vec![doc! { "$or": [{ "x": 1 }] }]);
+        assert_eq!(c.others, vec![doc! { "$or": [{ "x": 1 }, { "y": 1 }] }]);
     }
 
     fn shown_bounds(filter: Document) -> Vec<(Vec<String>, bool)> {
@@ -697,6 +769,66 @@ mod tests {
         }
         let ne = &conjunction(&doc! { "a": { "$ne": 5 } }).leaves[0];
         assert_eq!(ne.as_filter(), doc! { "a": { "$not": { "$eq": 5 } } });
+    }
+
+    /// A quantifier that may follow (also after a comment) makes the last
+    /// character optional; an escape other than a literal one (a class,
+    /// a word boundary) ends the prefix.
+    #[test]
+    fn regex_prefixes_never_claim_an_optional_character() {
+        let prefix = |p: &str, o: &str| regex_prefix(&bson::Regex { pattern: p.into(), options: o.into() });
+        assert_eq!(prefix("^abc", ""), Some(("abc".into(), true)));
+        assert_eq!(prefix("^https{0,1}:", ""), Some(("http".into(), false)));
+        assert_eq!(prefix("^ab(?#c)?", ""), Some(("a".into(), false)));
+        assert_eq!(prefix("^ab#c\n?", "x"), Some(("a".into(), false)));
+        assert_eq!(prefix("^a b c", "x"), Some(("abc".into(), true)));
+        assert_eq!(prefix("^abc\\>", ""), Some(("abc".into(), false)));
+        assert_eq!(prefix("^\\<abc", ""), Some(("".into(), false)));
+        assert_eq!(prefix("^a\\.b", ""), Some(("a.b".into(), true)));
+        assert_eq!(prefix("^ab(c)?", ""), Some(("ab".into(), false)));
+        assert_eq!(prefix("^ab", "i"), None);
+        assert_eq!(prefix("^ab", "u"), None);
+        assert_eq!(prefix("^ab", "m"), None);
+        assert_eq!(prefix("\\Aab", "m"), Some(("ab".into(), true)));
+    }
+
+    #[test]
+    fn nan_ranges_and_regex_flags() {
+        let nan = Bson::Decimal128("NaN".parse().unwrap());
+        assert!(conjunction(&doc! { "a": { "$lte": nan.clone() } }).leaves.is_empty());
+        let re = Bson::RegularExpression(bson::Regex { pattern: "abc".into(), options: "xi".into() });
+        let leaf = &conjunction(&doc! { "a": re }).leaves[0];
+        assert_eq!(intervals(leaf)[1].shown(false), "[/abc/ix, /abc/ix]");
+    }
+
+    /// The one-pass intersection agrees with intersecting every pair.
+    #[test]
+    fn intersection_is_every_overlap() {
+        let list = |v: &[(i32, bool, i32, bool)]| -> Vec<Interval> {
+            v.iter()
+                .map(|&(l, li, h, hi)| Interval {
+                    low: Bson::Int32(l),
+                    low_inclusive: li,
+                    high: Bson::Int32(h),
+                    high_inclusive: hi,
+                })
+                .collect()
+        };
+        let a = list(&[(0, true, 3, false), (3, true, 5, true), (7, false, 9, true)]);
+        let b = list(&[(1, true, 3, true), (4, false, 8, false), (9, true, 12, true)]);
+        let mut every = Vec::new();
+        for x in &a {
+            for y in &b {
+                every.extend(x.intersect(y));
+            }
+        }
+        assert_eq!(intersect(&a, &b), union(every));
+        let shown: Vec<String> = intersect(&a, &b).iter().map(|i| i.shown(false)).collect();
+        assert_eq!(shown, vec!["[1, 3]", "(4, 5]", "(7, 8)", "[9, 9]"]);
+        assert!(any_contains(&intersect(&a, &b), &Bson::Int32(3)));
+        assert!(!any_contains(&intersect(&a, &b), &Bson::Int32(4)));
+        assert!(any_contains(&intersect(&a, &b), &Bson::Double(4.5)));
+        assert!(!any_contains(&intersect(&a, &b), &Bson::Int32(8)));
     }
 
     #[test]

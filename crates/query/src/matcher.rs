@@ -214,6 +214,12 @@ impl ElementFilter {
     pub(crate) fn matches_in(&self, v: &Bson, cx: &EvalContext) -> bool {
         elem_matches(&self.0, v, cx)
     }
+
+    /// Does the array element `v` satisfy it as `$elemMatch` tests one
+    /// (a value condition on the element itself, not inside it)?
+    pub(crate) fn matches_element_in(&self, v: &Bson, cx: &EvalContext) -> bool {
+        elem_match_one(&self.0, v, cx)
+    }
 }
 
 /// The two shapes of `$elemMatch` (and `$pull`) conditions.
@@ -723,7 +729,8 @@ fn walk_value(
                 None => (rest, None),
             };
             // A numeric step may index the array...
-            if let Ok(i) = head.parse::<usize>() {
+            let index = doc::index::keys::element_index(head);
+            if let Some(i) = index {
                 if let Some(item) = items.get(i) {
                     walk_value(Some(item), tail, at, f);
                 }
@@ -736,7 +743,7 @@ fn walk_value(
                     walk(d, rest, at.or(Some(i)), f);
                 }
             }
-            if !any && head.parse::<usize>().is_err() {
+            if !any && index.is_none() {
                 f(None, at);
             }
         }
@@ -866,6 +873,10 @@ mod tests {
         assert!(m(doc! { "a": { "$elemMatch": { "$gte": 80, "$lt": 85 } } }, doc! { "a": [79, 82, 90] }));
         assert!(!m(doc! { "a": { "$elemMatch": { "$gte": 80, "$lt": 85 } } }, doc! { "a": [79, 90] }));
         assert!(!m(doc! { "a": { "$elemMatch": { "$gte": 80 } } }, doc! { "a": 82 }), "only arrays");
+        // A path's array index is a canonical number, as the keys'.
+        assert!(m(doc! { "a.1": 5 }, doc! { "a": [0, 5] }));
+        assert!(!m(doc! { "a.01": 5 }, doc! { "a": [0, 5] }));
+        assert!(!m(doc! { "a.+1": 5 }, doc! { "a": [0, 5] }));
         // The value form tests each element itself: an inner array is
         // one element, not searched (mongod's matchesSingleElement).
         assert!(!m(doc! { "a": { "$elemMatch": { "$gte": 1 } } }, doc! { "a": [[2, "x"]] }));

@@ -86,6 +86,9 @@ pub enum AccessPath<'a> {
     /// The entries of one secondary index within bounds, their documents
     /// fetched.
     IndexScan(IndexScan),
+    /// A top-level `$or`, each branch by its own index scan: the union of
+    /// their records, each once (mongod's OR stage).
+    Or(Vec<IndexScan>),
 }
 
 /// A scan of one secondary index.
@@ -160,7 +163,30 @@ pub fn plan<'a>(shape: &ReadShape<'a, '_>) -> AccessPath<'a> {
         Some(id) if shape.id_index_collation_matches || !holds_string(id) => return AccessPath::IdPoint(id),
         _ => {}
     }
-    candidates(shape).into_iter().next().map_or(scan, AccessPath::IndexScan)
+    match candidates(shape).into_iter().next() {
+        Some(best) => AccessPath::IndexScan(best),
+        None => or_plan(shape).map_or(scan, AccessPath::Or),
+    }
+}
+
+/// An `$or` of the filter's top-level conjunction answered branch by
+/// branch, when every branch has an index scan (the best ranked); none
+/// when a branch has none, as then every document must be read anyway.
+fn or_plan(shape: &ReadShape<'_, '_>) -> Option<Vec<IndexScan>> {
+    let conj = bounds::conjunction(shape.filter);
+    let branches = conj.others.iter().find_map(|d| match d.get("$or") {
+        Some(Bson::Array(items)) if d.len() == 1 && items.len() > 1 => Some(items),
+        _ => None,
+    })?;
+    let mut scans = Vec::with_capacity(branches.len());
+    for branch in branches {
+        let filter = branch.as_document()?;
+        let sub = ReadShape { filter, projection: None, sort: None, hint: Hint::None, min_max: None, ..*shape };
+        let mut scan = candidates(&sub).into_iter().next()?;
+        scan.covered = false;
+        scans.push(scan);
+    }
+    Some(scans)
 }
 
 /// The index scans that could answer `shape` unhinted, best first: an
@@ -629,6 +655,41 @@ mod tests {
             f,
             Some(doc! { "$and": [{ "obj.sub1": { "$elemMatch": { "$gt": 1 } } }, { "obj.sub2": { "$lt": 3 } }] })
         );
+    }
+
+    #[test]
+    fn an_or_is_read_by_its_branches_indexes_when_each_has_one() {
+        let indexes = [index("a_1", &["a"], &[&[]]), index("b_1", &["b"], &[&[]])];
+        let plan_of = |filter: Document| {
+            let shape = ReadShape {
+                filter: &filter,
+                id_index_collation_matches: true,
+                tailable: false,
+                indexes: &indexes,
+                binary_collation: true,
+                hint: Hint::None,
+                projection: None,
+                min_max: None,
+                sort: None,
+            };
+            match plan(&shape) {
+                AccessPath::Or(scans) => format!("Or{:?}", scans.iter().map(|s| s.index).collect::<Vec<_>>()),
+                AccessPath::IndexScan(s) => format!("Ix{}", s.index),
+                other => format!("{other:?}"),
+            }
+        };
+        assert_eq!(plan_of(doc! { "$or": [{ "a": 1 }, { "b": { "$gt": 2 } }] }), "Or[0, 1]");
+        assert_eq!(plan_of(doc! { "x": 1, "$or": [{ "b": 1 }, { "a": 2 }] }), "Or[1, 0]");
+        assert_eq!(plan_of(doc! { "$or": [{ "a": 1 }, { "x": 2 }] }), "CollScan { reverse: false }");
+        // Equalities on one path: one `$in`, one scan; one branch: itself.
+        assert_eq!(plan_of(doc! { "$or": [{ "b": 1 }, { "b": 3 }] }), "Ix1");
+        assert_eq!(
+            parsed_query(&doc! { "$or": [{ "b": 3 }, { "b": { "$in": [1, 3] } }] }),
+            doc! { "b": { "$in": [1, 3] } }
+        );
+        assert_eq!(parsed_query(&doc! { "$or": [{ "b": { "$gt": 3 } }] }), doc! { "b": { "$gt": 3 } });
+        // A predicate on an indexed field outside the `$or` wins.
+        assert_eq!(plan_of(doc! { "a": 1, "$or": [{ "b": 1 }, { "x": 3 }] }), "Ix0");
     }
 
     #[test]

@@ -331,7 +331,7 @@ fn include(
             }
             Some(Action::ElemMatch(cond)) => {
                 if let Bson::Array(items) = v {
-                    if let Some(first) = items.iter().find(|i| cond.matches_in(i, cx)) {
+                    if let Some(first) = items.iter().find(|i| cond.matches_element_in(i, cx)) {
                         out.insert(k.clone(), vec![first.clone()]);
                     }
                 }
@@ -498,6 +498,11 @@ mod tests {
         assert_eq!(
             p(doc! { "g": { "$elemMatch": { "s": { "$gt": 4 } } } }, d.clone()),
             doc! { "_id": 1, "g": [{ "s": 5 }] }
+        );
+        // A value condition tests each element itself, as the filter's.
+        assert_eq!(
+            p(doc! { "n": { "$elemMatch": { "$gte": 1 } } }, doc! { "_id": 1, "n": [[2], 3] }),
+            doc! { "_id": 1, "n": [3] }
         );
         let pos = Projection::parse(&doc! { "a.$": 1 }).unwrap();
         assert!(pos.is_positional());

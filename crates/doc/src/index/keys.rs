@@ -170,8 +170,9 @@ fn walk<'p>(
 }
 
 /// The element a path component names in an array: a number written
-/// canonically ("0", "12"; not "01").
-fn element_index(component: &str) -> Option<usize> {
+/// canonically ("0", "12"; not "01" or "+1"), as the matcher reads paths
+/// too.
+pub fn element_index(component: &str) -> Option<usize> {
     let at: usize = component.parse().ok()?;
     (at.to_string() == component).then_some(at)
 }

@@ -294,7 +294,7 @@ fn explain_read(
             "executionSuccess": true,
             "nReturned": n_returned as i64,
             "executionTimeMillis": started.elapsed().as_millis() as i64,
-            "totalKeysExamined": ScanStats::get(&stats.keys_examined) as i64,
+            "totalKeysExamined": stats.total(|s| &s.keys_examined) as i64,
             "totalDocsExamined": run.docs_examined(&planned) as i64,
             "executionStages": tree(verbosity),
         };
@@ -326,7 +326,7 @@ impl Run<'_> {
     /// Documents read: by a collection scan, or fetched after an index.
     fn docs_examined(&self, planned: &Option<Planned<'_>>) -> u64 {
         match planned.as_ref().map(|p| &p.path) {
-            Some(AccessPath::IndexScan(_)) => ScanStats::get(&self.stats.docs_examined),
+            Some(AccessPath::IndexScan(_) | AccessPath::Or(_)) => self.stats.total(|s| &s.docs_examined),
             Some(_) => self.examined,
             None => 0,
         }
@@ -359,7 +359,64 @@ fn access_stage(p: &Planned<'_>, parsed: &Document, run: &Run<'_>, verbosity: Ve
             d
         }
         AccessPath::IndexScan(scan) => index_scan_stage(p, scan, run, verbosity),
+        AccessPath::Or(scans) => or_stage(p, scans, parsed, run, verbosity),
     }
+}
+
+/// FETCH over OR over each branch's IXSCAN (under SUBPLAN when the `$or`
+/// is the whole filter, as mongod plans each branch on its own). FETCH
+/// shows the filter when a branch's bounds do not answer it exactly or
+/// more than the `$or` is there.
+fn or_stage(p: &Planned<'_>, scans: &[IndexScan], parsed: &Document, run: &Run<'_>, verbosity: Verbosity) -> Document {
+    let executed = verbosity != Verbosity::QueryPlanner;
+    let branches = run.stats.branches.lock().clone();
+    let inputs: Vec<Bson> = scans
+        .iter()
+        .enumerate()
+        .map(|(i, scan)| {
+            let mut ixscan = ixscan_stage(&p.indexes[scan.index], &p.infos[scan.index], &scan.bounds, scan.reverse);
+            if executed {
+                let s = branches.get(i).cloned().unwrap_or_default();
+                let keys = ScanStats::get(&s.keys_examined);
+                counters(&mut ixscan, ScanStats::get(&s.advanced), keys + 1);
+                ixscan.insert("keysExamined", keys as i64);
+                ixscan.insert("seeks", ScanStats::get(&s.seeks) as i64);
+                ixscan.insert("dupsTested", ScanStats::get(&s.dups_tested) as i64);
+                ixscan.insert("dupsDropped", ScanStats::get(&s.dups_dropped) as i64);
+            }
+            Bson::Document(ixscan)
+        })
+        .collect();
+    let mut or = doc! { "stage": "OR" };
+    let s = run.stats;
+    if executed {
+        let tested = ScanStats::get(&s.dups_tested);
+        counters(&mut or, tested - ScanStats::get(&s.dups_dropped), tested + 1);
+        or.insert("dupsTested", tested as i64);
+        or.insert("dupsDropped", ScanStats::get(&s.dups_dropped) as i64);
+    }
+    or.insert("inputStages", inputs);
+    let mut fetch = doc! { "stage": "FETCH" };
+    let rooted = parsed.len() == 1 && parsed.contains_key("$or");
+    if !rooted || scans.iter().any(|s| s.fetch_filter.is_some()) {
+        fetch.insert("filter", parsed.clone());
+    }
+    if executed {
+        let fetched = ScanStats::get(&s.docs_examined);
+        counters(&mut fetch, run.matched, fetched + 1);
+        fetch.insert("docsExamined", fetched as i64);
+        fetch.insert("alreadyHasObj", 0);
+    }
+    fetch.insert("inputStage", or);
+    if !rooted {
+        return fetch;
+    }
+    let mut subplan = doc! { "stage": "SUBPLAN" };
+    if executed {
+        counters(&mut subplan, run.matched, run.matched + 1);
+    }
+    subplan.insert("inputStage", fetch);
+    subplan
 }
 
 /// IXSCAN, under FETCH unless the scan is covered.

@@ -174,7 +174,7 @@ pub fn find(shared: &Shared, cmd: &Document) -> CommandResult {
         None => None,
     };
     let point = planned.as_ref().and_then(|(p, c)| Some((access::point(&p.path)?, *c)));
-    let index_scan = planned.as_ref().filter(|(p, _)| matches!(p.path, AccessPath::IndexScan(_)));
+    let index_scan = planned.as_ref().filter(|(p, _)| matches!(p.path, AccessPath::IndexScan(_) | AccessPath::Or(_)));
     // An index scan that returns the documents in the sort's order needs
     // no blocking sort.
     let index_sorted = index_scan.is_some_and(|(p, _)| matches!(&p.path, AccessPath::IndexScan(s) if s.sorted));

@@ -284,8 +284,10 @@ pub(crate) fn candidates(
     stats: Arc<ScanStats>,
 ) -> Result<Records, CommandError> {
     // `$indexStats` counts the reads an index serves (not trial runs).
-    if let AccessPath::IndexScan(scan) = &planned.path {
-        planned.indexes[scan.index].note_access();
+    match &planned.path {
+        AccessPath::IndexScan(scan) => planned.indexes[scan.index].note_access(),
+        AccessPath::Or(scans) => scans.iter().for_each(|s| planned.indexes[s.index].note_access()),
+        AccessPath::IdPoint(_) | AccessPath::CollScan { .. } => {}
     }
     records(shared, ns, coll, planned, stats)
 }
@@ -311,6 +313,12 @@ fn records(
             scan,
             stats,
         ),
+        AccessPath::Or(scans) => index_scan::union(
+            shared.catalog.engine().clone(),
+            coll.clone(),
+            scans.iter().map(|s| (planned.indexes[s.index].clone(), s.clone())).collect(),
+            stats,
+        ),
     })
 }
 
@@ -329,6 +337,6 @@ pub(crate) fn plan_write<'a>(
 pub(crate) fn point<'a>(path: &AccessPath<'a>) -> Option<&'a Bson> {
     match path {
         AccessPath::IdPoint(id) => Some(id),
-        AccessPath::CollScan { .. } | AccessPath::IndexScan(_) => None,
+        AccessPath::CollScan { .. } | AccessPath::IndexScan(_) | AccessPath::Or(_) => None,
     }
 }

@@ -36,7 +36,8 @@ const RANGES_MAX: usize = 1024;
 /// Index entries read per storage call.
 const CHUNK_KEYS: usize = 256;
 
-/// What one index scan did (explain's IXSCAN and FETCH counters).
+/// What one index scan did (explain's IXSCAN and FETCH counters); for
+/// an OR, its own (documents fetched, duplicates) and its branches'.
 #[derive(Debug, Default)]
 pub(crate) struct ScanStats {
     pub keys_examined: AtomicU64,
@@ -44,11 +45,20 @@ pub(crate) struct ScanStats {
     pub seeks: AtomicU64,
     pub dups_tested: AtomicU64,
     pub dups_dropped: AtomicU64,
+    /// Records an OR's branch gave the OR.
+    pub advanced: AtomicU64,
+    /// An OR's branch scans, in order.
+    pub branches: parking_lot::Mutex<Vec<Arc<ScanStats>>>,
 }
 
 impl ScanStats {
     pub(crate) fn get(counter: &AtomicU64) -> u64 {
         counter.load(Ordering::Relaxed)
+    }
+
+    /// A counter summed over this scan and its branches.
+    pub(crate) fn total(&self, pick: fn(&ScanStats) -> &AtomicU64) -> u64 {
+        Self::get(pick(self)) + self.branches.lock().iter().map(|b| b.total(pick)).sum::<u64>()
     }
 }
 
@@ -128,7 +138,7 @@ fn append(out: &mut Vec<u8>, v: &Bson, descending: bool) {
 /// Whether every field's value (a missing one as null) lies in its
 /// intervals.
 fn in_bounds(values: &[Option<Bson>], bounds: &[Vec<Interval>]) -> bool {
-    values.iter().zip(bounds).all(|(v, field)| field.iter().any(|i| i.contains(v.as_ref().unwrap_or(&Bson::Null))))
+    values.iter().zip(bounds).all(|(v, field)| query::bounds::any_contains(field, v.as_ref().unwrap_or(&Bson::Null)))
 }
 
 /// The documents of `ix`'s entries within the scan's bounds (or its
@@ -141,43 +151,113 @@ pub(crate) fn records(
     plan: &IndexScan,
     stats: Arc<ScanStats>,
 ) -> Records {
-    let (bounds, covered) = (plan.bounds.clone(), plan.covered);
-    let descending: Vec<bool> = ix.spec.fields.iter().map(|f| f.descending).collect();
-    let ranges = match &plan.key_range {
-        Some(range) => vec![min_max_range(range, &ix.spec.fields)],
-        None => key_ranges(&bounds, &descending),
-    };
-    // Over the keys as stored (a long key cut, with a digest).
-    let mut ranges: VecDeque<Range> = ranges.into_iter().map(|(s, e)| doc::keystring::scan_bounds(s, e)).collect();
-    if plan.reverse {
-        ranges = ranges.into_iter().rev().collect();
-    }
-    let multikey = ix.is_multikey();
-    // A `min()`/`max()` scan checks each key against them whole: its
-    // range was widened where they are longer than a stored key.
-    let min_max = plan.key_range.as_ref().map(|r| {
-        let (lo, hi) = min_max_range(r, &ix.spec.fields);
-        (lo, r.1.as_ref().map(|_| hi))
-    });
-    let mut scan = Scan {
-        min_max,
-        engine,
-        coll,
-        ix,
-        bounds,
-        stats,
-        ranges,
-        after: None,
-        pending: VecDeque::new(),
-        unreported: 0,
-        seen: HashSet::new(),
-        multikey,
-        covered,
-        reverse: plan.reverse,
-        sorted: plan.sorted,
-        failed: false,
-    };
+    let mut scan = Scan::new(engine, coll, ix, plan, stats);
     Box::new(std::iter::from_fn(move || scan.next_record()))
+}
+
+/// The record ids of an OR's branches, each once, and their documents:
+/// the branches' scans read keys only, the union fetches (mongod's FETCH
+/// over OR), counting in `stats` what it fetched and the duplicates it
+/// dropped.
+pub(crate) fn union(
+    engine: storage::Engine,
+    coll: Arc<Collection>,
+    branches: Vec<(Arc<Index>, IndexScan)>,
+    stats: Arc<ScanStats>,
+) -> Records {
+    let mut scans: VecDeque<Scan> = branches
+        .into_iter()
+        .map(|(ix, plan)| {
+            let child = Arc::new(ScanStats::default());
+            stats.branches.lock().push(child.clone());
+            let mut scan = Scan::new(engine.clone(), coll.clone(), ix, &plan, child);
+            scan.ids_only = true;
+            scan
+        })
+        .collect();
+    let mut seen = HashSet::new();
+    Box::new(std::iter::from_fn(move || loop {
+        let scan = scans.front_mut()?;
+        let rid = match scan.next_record() {
+            None => {
+                scans.pop_front();
+                continue;
+            }
+            Some(Err(e)) => {
+                scans.clear();
+                return Some(Err(e));
+            }
+            Some(Ok((rid, _))) => {
+                scan.stats.advanced.fetch_add(1, Ordering::Relaxed);
+                rid
+            }
+        };
+        stats.dups_tested.fetch_add(1, Ordering::Relaxed);
+        if !seen.insert(rid) {
+            stats.dups_dropped.fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
+        stats.docs_examined.fetch_add(1, Ordering::Relaxed);
+        match coll.get(&engine, rid) {
+            Ok(Some(doc)) => return Some(Ok((rid, doc))),
+            // Deleted since its key was read, as if just before.
+            Ok(None) => {}
+            Err(e) => {
+                scans.clear();
+                return Some(Err(e));
+            }
+        }
+    }))
+}
+
+impl Scan {
+    fn new(
+        engine: storage::Engine,
+        coll: Arc<Collection>,
+        ix: Arc<Index>,
+        plan: &IndexScan,
+        stats: Arc<ScanStats>,
+    ) -> Scan {
+        let (bounds, covered) = (plan.bounds.clone(), plan.covered);
+        let descending: Vec<bool> = ix.spec.fields.iter().map(|f| f.descending).collect();
+        let ranges = match &plan.key_range {
+            Some(range) => vec![min_max_range(range, &ix.spec.fields)],
+            None => key_ranges(&bounds, &descending),
+        };
+        // Over the keys as stored (a long key cut, with a digest).
+        let mut ranges: VecDeque<Range> = ranges.into_iter().map(|(s, e)| doc::keystring::scan_bounds(s, e)).collect();
+        if plan.reverse {
+            ranges = ranges.into_iter().rev().collect();
+        }
+        let multikey = ix.is_multikey();
+        // A `min()`/`max()` scan checks each key against them whole: its
+        // range was widened where they are longer than a stored key.
+        let min_max = plan.key_range.as_ref().map(|r| {
+            let (lo, hi) = min_max_range(r, &ix.spec.fields);
+            (lo, r.1.as_ref().map(|_| hi))
+        });
+        Scan {
+            min_max,
+            engine,
+            coll,
+            ix,
+            bounds,
+            stats,
+            ranges,
+            after: None,
+            pending: VecDeque::new(),
+            unreported: 0,
+            seen: HashSet::new(),
+            multikey,
+            covered,
+            reverse: plan.reverse,
+            sorted: plan.sorted,
+            ids_only: false,
+            run: None,
+            held: Vec::new(),
+            failed: false,
+        }
+    }
 }
 
 struct Scan {
@@ -205,6 +285,13 @@ struct Scan {
     reverse: bool,
     /// The read relies on the index order (an index-provided sort).
     sorted: bool,
+    /// Return record ids alone (an OR's branch): no document fetched or
+    /// made from the key.
+    ids_only: bool,
+    /// A sorted read's current run of long keys (`track_run`): their
+    /// stored inline bytes, and the matching entries read so far.
+    run: Option<Vec<u8>>,
+    held: Vec<(u64, KeyValues, u64)>,
     failed: bool,
 }
 
@@ -231,6 +318,9 @@ impl Scan {
             }
             let (rid, values, keys) = self.pending.pop_front().expect("refilled");
             self.stats.keys_examined.fetch_add(keys, Ordering::Relaxed);
+            if self.ids_only {
+                return Some(Ok((rid, bson::Document::new())));
+            }
             // Covered while its fields hold no arrays; an index that turns
             // multikey during the scan is read through its documents.
             if self.covered && !self.ix.is_multikey() {
@@ -261,15 +351,24 @@ impl Scan {
         d
     }
 
-    /// Put the entries of `pending` from `start` on (long keys sharing
-    /// their stored inline bytes) in key order, as the scan's direction
-    /// reads them: by whole KeyString, then record id.
-    fn order_run(&mut self, start: usize) {
-        let fields = &self.ix.spec.fields;
-        let run = &mut self.pending.make_contiguous()[start..];
-        run.sort_by_cached_key(|(rid, values, _)| (doc::index::keys::key_string(values, fields), *rid));
-        if self.reverse {
-            run.reverse();
+    /// Follow runs of long keys sharing their stored inline bytes (in
+    /// digest order in the index) in a sorted read: `cut` is the inline
+    /// bytes of the key just read, if it was stored cut. A run's entries
+    /// are held until it ends, then released in key order, as the scan's
+    /// direction reads them: by whole KeyString, then record id.
+    fn track_run(&mut self, cut: Option<Vec<u8>>) {
+        if self.run.is_some() && self.run != cut {
+            let fields = &self.ix.spec.fields;
+            let mut run = std::mem::take(&mut self.held);
+            run.sort_by_cached_key(|(rid, values, _)| (doc::index::keys::key_string(values, fields), *rid));
+            if self.reverse {
+                run.reverse();
+            }
+            self.pending.extend(run);
+            self.run = None;
+        }
+        if self.run.is_none() {
+            self.run = cut;
         }
     }
 
@@ -298,20 +397,11 @@ impl Scan {
             c.first()?
         };
         let mut n = 0;
-        // Long keys sharing their inline bytes (stored in digest order):
-        // those bytes and where their entries start in `pending`.
-        let mut run: Option<(Vec<u8>, usize)> = None;
         while let Some((k, v)) = e {
             self.unreported += 1;
             let (rid, values) = self.ix.decode_entry(&k, &v)?;
             if self.sorted {
-                let cut = self.ix.cut_prefix(&k);
-                if run.as_ref().is_some_and(|(p, _)| cut != Some(p.as_slice())) {
-                    self.order_run(run.take().expect("a run").1);
-                }
-                if let (Some(p), None) = (cut, &run) {
-                    run = Some((p.to_vec(), self.pending.len()));
-                }
+                self.track_run(self.ix.cut_prefix(&k).map(<[u8]>::to_vec));
             }
             if in_bounds(&values, &self.bounds) && self.within_min_max(&values) {
                 // Each record once: a multikey index holds several keys
@@ -326,20 +416,21 @@ impl Scan {
                     }
                 }
                 if first {
-                    self.pending.push_back((rid, values, std::mem::take(&mut self.unreported)));
+                    let entry = (rid, values, std::mem::take(&mut self.unreported));
+                    match &self.run {
+                        Some(_) => self.held.push(entry),
+                        None => self.pending.push_back(entry),
+                    }
                 }
             }
             n += 1;
-            // A chunk ends between runs of long keys, never inside one.
-            if n >= CHUNK_KEYS && run.is_none() {
+            if n == CHUNK_KEYS {
                 self.after = Some(k.to_vec());
                 return Ok(true);
             }
             e = if self.reverse { c.prev()? } else { c.next()? };
         }
-        if let Some((_, start)) = run {
-            self.order_run(start);
-        }
+        self.track_run(None);
         self.ranges.pop_front();
         Ok(true)
     }
