@@ -592,20 +592,26 @@ mod tests {
         assert!(!implies(&q(doc! { "b": { "$lt": 3 } }), &exists));
     }
 
-    fn shown(filter: Document, ix: IndexInfo) -> (Vec<Vec<String>>, Option<Document>) {
-        let indexes = [ix];
-        let shape = ReadShape {
-            filter: &filter,
+    /// A plain unhinted read of `filter` over `indexes`.
+    fn shape_over<'a, 'i>(filter: &'a Document, indexes: &'i [IndexInfo]) -> ReadShape<'a, 'i> {
+        ReadShape {
+            filter,
             id_index_collation_matches: true,
             tailable: false,
-            indexes: &indexes,
+            indexes,
             binary_collation: true,
             hint: Hint::None,
             projection: None,
             min_max: None,
             sort: None,
+        }
+    }
+
+    fn shown(filter: Document, ix: IndexInfo) -> (Vec<Vec<String>>, Option<Document>) {
+        let indexes = [ix];
+        let AccessPath::IndexScan(s) = plan(&shape_over(&filter, &indexes)) else {
+            panic!("no index scan for {filter}")
         };
-        let AccessPath::IndexScan(s) = plan(&shape) else { panic!("no index scan for {filter}") };
         (s.bounds.iter().map(|f| f.iter().map(|i| i.shown(false)).collect()).collect(), s.fetch_filter)
     }
 
@@ -660,23 +666,10 @@ mod tests {
     #[test]
     fn an_or_is_read_by_its_branches_indexes_when_each_has_one() {
         let indexes = [index("a_1", &["a"], &[&[]]), index("b_1", &["b"], &[&[]])];
-        let plan_of = |filter: Document| {
-            let shape = ReadShape {
-                filter: &filter,
-                id_index_collation_matches: true,
-                tailable: false,
-                indexes: &indexes,
-                binary_collation: true,
-                hint: Hint::None,
-                projection: None,
-                min_max: None,
-                sort: None,
-            };
-            match plan(&shape) {
-                AccessPath::Or(scans) => format!("Or{:?}", scans.iter().map(|s| s.index).collect::<Vec<_>>()),
-                AccessPath::IndexScan(s) => format!("Ix{}", s.index),
-                other => format!("{other:?}"),
-            }
+        let plan_of = |filter: Document| match plan(&shape_over(&filter, &indexes)) {
+            AccessPath::Or(scans) => format!("Or{:?}", scans.iter().map(|s| s.index).collect::<Vec<_>>()),
+            AccessPath::IndexScan(s) => format!("Ix{}", s.index),
+            other => format!("{other:?}"),
         };
         assert_eq!(plan_of(doc! { "$or": [{ "a": 1 }, { "b": { "$gt": 2 } }] }), "Or[0, 1]");
         assert_eq!(plan_of(doc! { "x": 1, "$or": [{ "b": 1 }, { "a": 2 }] }), "Or[1, 0]");
