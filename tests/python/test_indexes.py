@@ -567,3 +567,44 @@ def test_a_sorted_read_over_hundreds_of_long_keys_sharing_their_stored_bytes(cli
         want = [d["_id"] for d in db.longs.find({}, {"_id": 1}).sort("s", direction).hint([("$natural", 1)])]
         assert [d["_id"] for d in db.longs.find({}, {"_id": 1}).sort("s", direction)] == want
         assert [d["_id"] for d in db.longs.find({}, {"_id": 1}).sort("s", direction).limit(5)] == want[:5]
+
+
+def test_aggregate_reads_through_the_planner_and_explains(client):
+    db = client.test
+    db.ag.create_index([("a", 1), ("b", 1)])
+    db.ag.insert_many([{"_id": i, "a": i % 10, "b": i, "c": "x" * (i % 3)} for i in range(300)])
+
+    def same(pipeline):
+        got = list(db.ag.aggregate(pipeline))
+        want = list(db.ag.aggregate(pipeline, hint={"$natural": 1}))
+        assert got == want, pipeline
+        return got
+
+    # The `$sort` comes from the index, and the `$limit` stops the read.
+    top = [{"$match": {"a": {"$gte": 7}}}, {"$sort": {"a": -1, "b": -1}}, {"$limit": 4}]
+    assert [d["_id"] for d in same(top)] == [299, 289, 279, 269]
+    e = db.command("explain", {"aggregate": "ag", "pipeline": top, "cursor": {}}, verbosity="executionStats")
+    plan = e["queryPlanner"]["winningPlan"]
+    assert plan["stage"] == "LIMIT" and plan["inputStage"]["inputStage"]["direction"] == "backward"
+    assert e["executionStats"]["totalKeysExamined"] == 4
+    # Covered: only the index's fields are read.
+    covered = [{"$match": {"a": 3}}, {"$sort": {"b": 1}}, {"$project": {"_id": 0, "a": 1, "b": 1}}]
+    assert same(covered)[:2] == [{"a": 3, "b": 3}, {"a": 3, "b": 13}]
+    e = db.command("explain", {"aggregate": "ag", "pipeline": covered, "cursor": {}}, verbosity="executionStats")
+    assert e["queryPlanner"]["winningPlan"]["stage"] == "PROJECTION_COVERED"
+    assert e["executionStats"]["totalDocsExamined"] == 0
+    # Another order, its field outside the index: fetched, sorted.
+    fetched = [{"$match": {"a": 3}}, {"$sort": {"c": 1, "b": 1}}, {"$project": {"_id": 0, "a": 1, "b": 1}}]
+    assert same(fetched)[0] == {"a": 3, "b": 3}
+    # Other stages: the read is the first stage, `$cursor`.
+    grouped = [{"$match": {"a": {"$in": [1, 2]}}}, {"$group": {"_id": "$a", "n": {"$sum": 1}}}]
+    assert sorted((d["_id"], d["n"]) for d in same(grouped)) == [(1, 30), (2, 30)]
+    e = db.command("explain", {"aggregate": "ag", "pipeline": grouped, "cursor": {}}, verbosity="queryPlanner")
+    assert [next(iter(s)) for s in e["stages"]] == ["$cursor", "$group"]
+    assert e["stages"][0]["$cursor"]["queryPlanner"]["winningPlan"]["inputStage"]["indexBounds"]["a"] == [
+        "[1, 1]",
+        "[2, 2]",
+    ]
+    # `aggregate` with `explain: true` answers the plan.
+    e = db.command("aggregate", "ag", pipeline=[{"$match": {"a": 5}}], explain=True)
+    assert e["queryPlanner"]["winningPlan"]["stage"] == "FETCH"

@@ -278,7 +278,7 @@ fn elem_match_leaves(path: &str, arg: &Document, group: usize, out: &mut Vec<Lea
                     push(full.clone(), op, v);
                 }
             }
-            v => push(full, "$eq", v),
+            v => push(full, IMPLICIT_EQ, v),
         }
     }
 }
@@ -315,7 +315,7 @@ fn flatten(filter: &Document, out: &mut Conjunction) {
             Bson::Document(cond) if cond.keys().next().is_some_and(|k| k.starts_with('$')) => {
                 operators(key, cond, out);
             }
-            v => match leaf(key, "$eq", v, None) {
+            v => match leaf(key, IMPLICIT_EQ, v, None) {
                 Some(l) => out.leaves.push(l),
                 None => other(),
             },
@@ -356,7 +356,12 @@ fn or_simplified(value: &Bson) -> Option<Document> {
     values.sort_by(compare);
     values.dedup_by(|a, b| compare(a, b).is_eq() && doc::compare::canonical_type(a) == doc::compare::canonical_type(b));
     let mut d = Document::new();
-    d.insert(path?, bson::doc! { "$in": values });
+    match values.as_slice() {
+        // A regex alone matches by pattern as a bare value, not as `$eq`.
+        [one @ Bson::RegularExpression(_)] => d.insert(path?, one.clone()),
+        [one] => d.insert(path?, bson::doc! { "$eq": one.clone() }),
+        _ => d.insert(path?, bson::doc! { "$in": values }),
+    };
     Some(d)
 }
 
@@ -376,7 +381,7 @@ fn operators(path: &str, cond: &Document, out: &mut Conjunction) {
             continue;
         }
         let made = match (op.as_str(), &regex) {
-            ("$regex", Some(r)) => leaf(path, "$eq", &Bson::RegularExpression(r.clone()), None),
+            ("$regex", Some(r)) => leaf(path, IMPLICIT_EQ, &Bson::RegularExpression(r.clone()), None),
             ("$options", Some(_)) => continue,
             _ => leaf(path, op, v, None),
         };
@@ -415,11 +420,18 @@ fn regex_of(pattern: &Bson, options: Option<&Bson>) -> Option<bson::Regex> {
     }
 }
 
+/// The operator of `{path: value}` (an equality, or a pattern match for
+/// a regex value).
+const IMPLICIT_EQ: &str = "";
+
 /// The leaf of `{path: {op: v}}` when bounds can be built for it.
 fn leaf(path: &str, op: &str, v: &Bson, group: Option<usize>) -> Option<Leaf> {
     let make = |op, value: &Bson| Some(Leaf { path: path.to_string(), op, value: value.clone(), group });
     match (op, v) {
-        ("$eq", Bson::RegularExpression(_)) => make(Op::Regex, v),
+        // `{a: /re/}` and `$regex` match by pattern; `$eq: /re/` matches
+        // only that regex (left to FETCH).
+        (IMPLICIT_EQ, Bson::RegularExpression(_)) => make(Op::Regex, v),
+        (IMPLICIT_EQ, v) => leaf(path, "$eq", v, group),
         ("$exists", v) => make(if truthy(v) { Op::Exists } else { Op::NotExists }, &Bson::Boolean(truthy(v))),
         (_, v) => {
             let op = Op::of(op)?;
@@ -500,7 +512,8 @@ pub fn regex_prefix(r: &bson::Regex) -> Option<(String, bool)> {
         // (a quantifier that may follow — `?`, `*`, `{0,1}`, or one after
         // a comment — makes it optional).
         let keep = match c {
-            ' ' | '\n' | '\t' | '\r' | '\x0b' | '\x0c' if extended => continue,
+            // The whitespace the regex engine skips under `x`.
+            ' ' | '\n' | '\t' | '\r' if extended => continue,
             '\\' => match chars.peek() {
                 Some(&n) if LITERAL_ESCAPES.contains(n) => {
                     chars.next();
@@ -767,6 +780,19 @@ mod tests {
             assert!(c.leaves.is_empty(), "{filter}");
             assert_eq!(c.others, vec![filter]);
         }
+        // `$eq` with a regex matches that regex only: left to FETCH.
+        let eq_re = doc! { "a": { "$eq": re("^a", "") } };
+        assert_eq!(conjunction(&eq_re).others, vec![eq_re.clone()]);
+        // An `$or` of one value on one path is its equality.
+        let one = conjunction(&doc! { "$or": [{ "a": 1 }, { "a": 1.0 }] });
+        assert_eq!((one.leaves[0].op, one.leaves[0].as_filter()), (Op::Eq, doc! { "a": { "$eq": 1 } }));
+        let one_re = conjunction(&doc! { "$or": [{ "a": re("^a", "") }, { "a": re("^a", "") }] });
+        assert_eq!(one_re.leaves[0].op, Op::Regex);
+        // Vertical tab and form feed are not skipped under `x`.
+        assert_eq!(
+            regex_prefix(&bson::Regex { pattern: "^a\u{b}b".into(), options: "x".into() }).unwrap().0,
+            "a\u{b}b"
+        );
         let ne = &conjunction(&doc! { "a": { "$ne": 5 } }).leaves[0];
         assert_eq!(ne.as_filter(), doc! { "a": { "$not": { "$eq": 5 } } });
     }

@@ -205,6 +205,9 @@ pub struct Pipeline {
     /// The filter of a leading `$match`, as given: what the access path
     /// is planned from (`plan.rs`).
     leading_match: Option<Document>,
+    /// A `$project` ending a pipeline of only `$match`, `$sort`, `$skip`
+    /// and `$limit` before it, as given: an index may cover it.
+    final_projection: Option<Document>,
 }
 
 /// Where blocking stages spill, and the counters they report spills to
@@ -293,6 +296,44 @@ impl Pipeline {
         self.leading_match.as_ref()
     }
 
+    /// The position of the `$sort` that orders the pipeline's input: the
+    /// first stage, or the second after the leading `$match`.
+    fn leading_sort_at(&self) -> Option<usize> {
+        let at = usize::from(matches!(self.stages.first(), Some(Stage::Match(_))));
+        matches!(self.stages.get(at), Some(Stage::Sort(_))).then_some(at)
+    }
+
+    /// The `$project` an index may cover (see `final_projection`).
+    pub fn final_projection(&self) -> Option<&Document> {
+        self.final_projection.as_ref()
+    }
+
+    /// The leading `$match` as parsed (its variables and collation in).
+    pub fn leading_filter(&self) -> Option<&Filter> {
+        match self.stages.first() {
+            Some(Stage::Match(f)) => Some(f),
+            _ => None,
+        }
+    }
+
+    /// That `$sort`, which an index scan may give.
+    pub fn leading_sort(&self) -> Option<&Sort> {
+        match self.stages.get(self.leading_sort_at()?) {
+            Some(Stage::Sort(sort)) => Some(sort),
+            _ => None,
+        }
+    }
+
+    /// This pipeline without its leading `$sort`, for input that comes in
+    /// its order already (a `$limit` after it then stops the read).
+    pub fn without_leading_sort(&self) -> Pipeline {
+        let mut out = self.clone();
+        if let Some(at) = self.leading_sort_at() {
+            out.stages.remove(at);
+        }
+        out
+    }
+
     /// The collation its stages compare strings under (`None`: binary).
     pub fn collation(&self) -> Option<&Arc<Collation>> {
         self.collation.as_ref()
@@ -363,7 +404,18 @@ impl Pipeline {
             Some((name, Bson::Document(filter))) if name.as_str() == "$match" => Some(filter.clone()),
             _ => None,
         };
-        Ok(Pipeline { stages: out, collation: None, memory: None, spill: None, leading_match })
+        let final_projection = match out.split_last() {
+            Some((Stage::Project(_), before))
+                if before
+                    .iter()
+                    .all(|s| matches!(s, Stage::Match(_) | Stage::Sort(_) | Stage::Skip(_) | Stage::Limit(_)))
+                    && before.iter().skip(1).all(|s| !matches!(s, Stage::Match(_))) =>
+            {
+                stages.last().map(stage_of).transpose()?.and_then(|(_, spec)| spec.as_document().cloned())
+            }
+            _ => None,
+        };
+        Ok(Pipeline { stages: out, collation: None, memory: None, spill: None, leading_match, final_projection })
     }
 
     /// Hold `$sort` and `$group` to `limits`: past them they fail with

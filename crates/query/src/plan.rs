@@ -237,8 +237,8 @@ fn whole_scan(shape: &ReadShape<'_, '_>, i: usize) -> IndexScan {
     let bounds: Vec<Vec<Interval>> = ix.fields.iter().map(|_| vec![Interval::all()]).collect();
     let parsed = parsed_query(shape.filter);
     let fetch_filter = (!parsed.is_empty()).then_some(parsed);
-    let covered = fetch_filter.is_none() && covers(ix, shape.projection);
     let order = sort_order(shape, ix, &bounds);
+    let covered = fetch_filter.is_none() && covers(ix, shape.projection) && sort_covered(shape, ix, order);
     IndexScan {
         index: i,
         bounds,
@@ -248,6 +248,14 @@ fn whole_scan(shape: &ReadShape<'_, '_>, i: usize) -> IndexScan {
         reverse: order == Some(true),
         sorted: order.is_some(),
     }
+}
+
+/// Whether a covered read's documents can be sorted: the index gives the
+/// order, or holds every sort field (on no multikey path) for a
+/// blocking SORT over them.
+fn sort_covered(shape: &ReadShape<'_, '_>, ix: &IndexInfo, order: Option<bool>) -> bool {
+    let fields: Option<Vec<String>> = shape.sort.map(|s| s.iter().map(|(p, _)| p.clone()).collect());
+    order.is_some() || fields.is_none_or(|f| covers(ix, Some(&f)))
 }
 
 /// Whether `ix` holds every field of `projection` on no multikey path.
@@ -396,8 +404,8 @@ fn index_scan(shape: &ReadShape<'_, '_>, i: usize) -> IndexScan {
         field_bounds.push(intervals);
     }
     let fetch_filter = residual(&conj, &answered);
-    let covered = fetch_filter.is_none() && covers(ix, shape.projection);
     let order = sort_order(shape, ix, &field_bounds);
+    let covered = fetch_filter.is_none() && covers(ix, shape.projection) && sort_covered(shape, ix, order);
     IndexScan {
         index: i,
         bounds: field_bounds,

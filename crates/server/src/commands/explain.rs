@@ -20,7 +20,7 @@ use std::time::Instant;
 
 /// How much `explain` runs.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Verbosity {
+pub(crate) enum Verbosity {
     QueryPlanner,
     ExecutionStats,
     AllPlansExecution,
@@ -56,6 +56,7 @@ pub fn explain(shared: &Shared, cmd: &Document) -> CommandResult {
         Some("count") => explain_count(shared, &inner, verbosity),
         Some("distinct") => explain_distinct(shared, &inner, verbosity),
         Some("update" | "delete" | "findAndModify" | "findandmodify") => explain_write(shared, &inner, verbosity),
+        Some("aggregate") => explain_aggregate(shared, &inner, verbosity),
         Some(name) => Err(CommandError::not_implemented(format!("explain of {name} is not supported yet"))),
         None => Err(CommandError::failed_to_parse("explain command requires a nested object")),
     }
@@ -100,6 +101,75 @@ fn explain_find(shared: &Shared, cmd: &Document, verbosity: Verbosity) -> Comman
 }
 
 /// `count`: COUNT over the read.
+/// `aggregate`: a pipeline the query layer answers whole (`$match`,
+/// `$sort`, `$skip`, `$limit`, `$project`, in that order) explains as the
+/// `find` it is; any other shows its read as the first stage, `$cursor`
+/// (the leading `$match` and `$sort`, a `$limit` right after the sort),
+/// and the stages after it as written.
+pub(crate) fn explain_aggregate(shared: &Shared, cmd: &Document, verbosity: Verbosity) -> CommandResult {
+    let ns = namespace(cmd, "aggregate")?;
+    let scope = crate::args::scope_of(cmd)?;
+    let stages = cmd
+        .get_array("pipeline")
+        .map_err(|_| CommandError::type_mismatch("'pipeline' option must be specified as an array"))?;
+    // Checked whole, as the command would.
+    query::Pipeline::parse_in(stages, &scope)?;
+    let stage = |i: usize, name: &str| {
+        stages.get(i).and_then(Bson::as_document).filter(|d| d.len() == 1).and_then(|d| d.get(name)).cloned()
+    };
+    let mut at = 0;
+    let take = |at: &mut usize, name: &str| {
+        let found = stage(*at, name);
+        *at += usize::from(found.is_some());
+        found
+    };
+    let filter_doc = take(&mut at, "$match").and_then(|m| m.as_document().cloned()).unwrap_or_default();
+    let sort = take(&mut at, "$sort").and_then(|s| s.as_document().cloned());
+    // Already checked by the pipeline's parse.
+    let number = |v: Option<Bson>| match v.as_ref().and_then(doc::compare::number) {
+        Some(doc::compare::Number::Int(n)) => Some(n.max(0) as usize),
+        Some(doc::compare::Number::Float(f)) => Some(f.max(0.0) as usize),
+        None => None,
+    };
+    let (mut skip, mut limit, mut projection) = (0, None, None);
+    let pushed = at;
+    if let Some(n) = number(take(&mut at, "$skip")) {
+        skip = n;
+    }
+    limit = number(take(&mut at, "$limit")).or(limit);
+    if let Some(Bson::Document(p)) = take(&mut at, "$project") {
+        projection = Some(p);
+    }
+    let whole = at == stages.len();
+    let filter = query::Filter::parse_in(&filter_doc, &scope)?;
+    let hint = cmd.get("hint");
+    if whole {
+        let read = Read { ns, filter_doc, filter, projection, sort, skip, limit, hint, collation_of: cmd };
+        return explain_read(shared, cmd, read, None, verbosity);
+    }
+    // The read below the other stages: the `$match`, the `$sort` and a
+    // `$limit` right after it.
+    let limit = if sort.is_some() { number(stage(pushed, "$limit")) } else { None };
+    let rest_from = pushed + usize::from(limit.is_some());
+    let read = Read { ns, filter_doc, filter, projection: None, sort, skip: 0, limit, hint, collation_of: cmd };
+    let mut inner = explain_read(shared, cmd, read, None, verbosity)?;
+    let mut cursor = doc! {};
+    for key in ["queryPlanner", "executionStats"] {
+        if let Some(v) = inner.remove(key) {
+            cursor.insert(key, v);
+        }
+    }
+    let mut shown: Vec<Bson> = vec![Bson::Document(doc! { "$cursor": cursor })];
+    shown.extend(stages[rest_from..].iter().cloned());
+    let mut reply = doc! { "explainVersion": "1", "stages": shown };
+    for key in ["command", "serverInfo", "ok"] {
+        if let Some(v) = inner.remove(key) {
+            reply.insert(key, v);
+        }
+    }
+    Ok(reply)
+}
+
 fn explain_count(shared: &Shared, cmd: &Document, verbosity: Verbosity) -> CommandResult {
     let ns = namespace(cmd, "count")?;
     let (filter_doc, filter) = filter_of(cmd, "query", &query::expr::Scope::default())?;

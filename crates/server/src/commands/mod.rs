@@ -292,6 +292,16 @@ pub(crate) fn dispatch(shared: &Shared, conn: &Conn, name: &str, msg: &OpMsg) ->
         "dbStats" | "dbstats" => crate::commands::stats::db_stats(shared, cmd),
         "update" => crate::commands::update::update(shared, msg),
         "findAndModify" | "findandmodify" => crate::commands::update::find_and_modify(shared, cmd),
+        // `explain: true`: the plan at queryPlanner verbosity, nothing run.
+        "aggregate" if matches!(cmd.get("explain"), Some(Bson::Boolean(true))) && cmd.get_str("aggregate").is_ok() => {
+            let mut inner = cmd.clone();
+            inner.remove("explain");
+            crate::commands::explain::explain_aggregate(
+                shared,
+                &inner,
+                crate::commands::explain::Verbosity::QueryPlanner,
+            )
+        }
         "aggregate" => crate::commands::aggregate::aggregate(shared, cmd),
         "create" => crate::commands::ddl::create(shared, cmd),
         "collMod" => crate::commands::ddl::coll_mod(shared, cmd),

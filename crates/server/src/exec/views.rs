@@ -62,10 +62,23 @@ pub(crate) fn stream_over(
         return Ok((pipeline.stream(std::iter::empty())?, None));
     };
     let empty = bson::Document::new();
-    let filter = pipeline.leading_match().unwrap_or(&empty);
-    let planned = access::plan_read(&coll, filter, pipeline.collation(), false, hint);
+    let filter_doc = pipeline.leading_match().unwrap_or(&empty);
+    let sort = pipeline.leading_sort().map(|s| s.fields());
+    // A covered read gives documents of the index's fields alone: the
+    // `$sort` (when the index does not give it) needs its fields too.
+    let needs = pipeline.final_projection().and_then(query::plan::projection_fields).map(|mut fields| {
+        fields.extend(sort.into_iter().flatten().map(|(path, _)| path.clone()));
+        fields
+    });
+    let how = access::How { hint, sort, projection: needs.as_deref(), ..access::How::default() };
+    let planned = access::plan_projected(&coll, filter_doc, pipeline.collation(), how);
+    let everything = query::Filter::parse(&empty)?;
+    let planned = access::race(shared, base, &coll, planned, pipeline.leading_filter().unwrap_or(&everything))?;
     let records = access::candidates(shared, base, &coll, &planned, Default::default())?;
-    Ok((pipeline.stream(pipeline_input(records))?, Some((base.clone(), coll))))
+    // An index scan in the `$sort`'s order stands in for it.
+    let sorted = matches!(&planned.path, query::plan::AccessPath::IndexScan(s) if s.sorted);
+    let stages = if sorted { pipeline.without_leading_sort() } else { pipeline.clone() };
+    Ok((stages.stream(pipeline_input(records))?, Some((base.clone(), coll))))
 }
 
 /// Records as a pipeline takes them: documents, an error as the last
