@@ -608,3 +608,55 @@ def test_aggregate_reads_through_the_planner_and_explains(client):
     # `aggregate` with `explain: true` answers the plan.
     e = db.command("aggregate", "ag", pipeline=[{"$match": {"a": 5}}], explain=True)
     assert e["queryPlanner"]["winningPlan"]["stage"] == "FETCH"
+
+
+def test_current_op_shows_a_build_and_its_progress(datadir):
+    """A build held by mongod's fail point past its first chunk shows in
+    `currentOp` with `progress: {done, total}`; released, it finishes and
+    is gone from the list."""
+    from conftest import Server
+
+    server = Server(datadir / "ops", extra=("--setParameter", "enableTestCommands=1"))
+    client = server.client()
+    hang = "hangIndexBuildDuringCollectionScanPhaseBeforeInsertion"
+    try:
+        db = client.test
+        db.big.insert_many([{"_id": i, "a": i % 97} for i in range(2000)])
+        client.admin.command("configureFailPoint", hang, mode="alwaysOn")
+        errors = []
+
+        def build():
+            try:
+                db.big.create_index("a")
+            except Exception as e:  # reported below
+                errors.append(e)
+
+        t = threading.Thread(target=build)
+        t.start()
+        deadline = time.time() + 30
+        ops = []
+        # Listed as it starts; held once its first chunk is in.
+        while time.time() < deadline and not (ops and ops[0]["progress"]["done"] > 0):
+            ops = client.admin.command({"currentOp": True, "command.createIndexes": {"$exists": True}})["inprog"]
+            time.sleep(0.02)
+        assert len(ops) == 1
+        op = ops[0]
+        assert op["ns"] == "test.big" and op["op"] == "command" and op["active"] is True
+        assert op["command"]["createIndexes"] == "big" and op["command"]["indexes"][0]["name"] == "a_1"
+        assert 0 < op["progress"]["done"] < op["progress"]["total"] == 2000
+        assert op["msg"].startswith("Index Build: scanning collection")
+        # Filtered out, and refused outside admin.
+        assert client.admin.command({"currentOp": True, "ns": "test.other"})["inprog"] == []
+        with pytest.raises(OperationFailure) as err:
+            db.command("currentOp")
+        assert err.value.code == 13
+        client.admin.command("configureFailPoint", hang, mode="off")
+        t.join(30)
+        hang = None
+        assert not t.is_alive() and errors == []
+        assert client.admin.command("currentOp")["inprog"] == []
+        assert db.big.find({"a": 5}).explain()["queryPlanner"]["winningPlan"]["inputStage"]["indexName"] == "a_1"
+    finally:
+        if hang:
+            client.admin.command("configureFailPoint", hang, mode="off")
+        server.stop()

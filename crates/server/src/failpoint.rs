@@ -11,6 +11,11 @@
 //! `writeConcernError`, `errorLabels`, `blockConnection` with
 //! `blockTimeMS`, `appName` (only that client's connections), and
 //! `failInternalCommands` (accepted; we have no internal clients).
+//!
+//! Also mongod's `hangIndexBuildDuringCollectionScanPhaseBeforeInsertion`
+//! (`alwaysOn` or `off`): index builds wait, past their first chunk of
+//! documents, while it is on (tests use it to see a build in
+//! `currentOp`).
 
 use crate::error::CommandError;
 use bson::{doc, Bson, Document};
@@ -102,7 +107,12 @@ pub struct FailPoints {
     fail_command: Mutex<Option<FailCommand>>,
     /// Times the fail point has fired (a running total, as mongod's).
     entered: AtomicU64,
+    /// `hangIndexBuildDuringCollectionScanPhaseBeforeInsertion` is on.
+    hang_index_build: AtomicBool,
 }
+
+/// The fail point that holds index builds in their collection scan.
+const HANG_INDEX_BUILD: &str = "hangIndexBuildDuringCollectionScanPhaseBeforeInsertion";
 
 fn bad(message: impl Into<String>) -> CommandError {
     CommandError::bad_value(message)
@@ -113,6 +123,11 @@ impl FailPoints {
         self.armed.load(Ordering::Acquire)
     }
 
+    /// Whether index builds are to wait in their collection scan.
+    pub fn hangs_index_builds(&self) -> bool {
+        self.hang_index_build.load(Ordering::Acquire)
+    }
+
     /// `{configureFailPoint: "failCommand", mode, data}`; replies with the
     /// times the fail point fired under its previous setting.
     pub fn configure(&self, cmd: &Document) -> Result<Document, CommandError> {
@@ -120,8 +135,19 @@ impl FailPoints {
             Some(Bson::String(n)) => n.as_str(),
             _ => return Err(CommandError::type_mismatch("configureFailPoint takes the fail point's name")),
         };
+        if name == HANG_INDEX_BUILD {
+            let on = match cmd.get("mode") {
+                Some(Bson::String(m)) if m == "alwaysOn" => true,
+                Some(Bson::String(m)) if m == "off" => false,
+                _ => return Err(bad(format!("{HANG_INDEX_BUILD} takes the mode 'alwaysOn' or 'off'"))),
+            };
+            let was = self.hang_index_build.swap(on, Ordering::AcqRel);
+            return Ok(doc! { "count": i64::from(was), "ok": 1.0 });
+        }
         if name != "failCommand" {
-            return Err(bad(format!("Cannot find failpoint: {name} (only failCommand is supported)")));
+            return Err(bad(format!(
+                "Cannot find failpoint: {name} (only failCommand and {HANG_INDEX_BUILD} are supported)"
+            )));
         }
         let mode = match cmd.get("mode") {
             Some(Bson::String(m)) if m == "off" => None,

@@ -113,6 +113,8 @@ pub struct Shared {
     pub ttl: crate::ttl::Ttl,
     /// Winning indexes by query shape (`exec/plan_cache.rs`).
     pub plan_cache: crate::exec::plan_cache::PlanCache,
+    /// Index builds under way, for `currentOp` (`exec/index_builds.rs`).
+    pub index_builds: crate::exec::index_builds::IndexBuilds,
     next_request_id: AtomicI32,
     pub(crate) shutdown: watch::Sender<bool>,
 }
@@ -144,6 +146,7 @@ impl Shared {
             durability: crate::durability::Durability::start(engine.clone())?,
             capped_inserts: watch::channel(0).0,
             plan_cache: Default::default(),
+            index_builds: Default::default(),
             ttl: crate::ttl::Ttl::default(),
             fail_points: crate::failpoint::FailPoints::default(),
             next_request_id: AtomicI32::new(1),

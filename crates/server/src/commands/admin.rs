@@ -264,3 +264,37 @@ pub(crate) fn list_commands() -> Document {
     }
     doc! { "commands": cmds, "ok": 1.0 }
 }
+
+/// `currentOp`: the operations under way that the server lists (index
+/// builds, with their progress), those matching the command's filter
+/// (its fields other than the options).
+pub(crate) fn current_op(shared: &Shared, cmd: &Document) -> CommandResult {
+    if cmd.get_str("$db") != Ok("admin") {
+        return Err(CommandError::unauthorized("currentOp may only be run against the admin database."));
+    }
+    const OPTIONS: &[&str] = &[
+        "currentOp",
+        "$all",
+        "$ownOps",
+        "$truncateOps",
+        "$db",
+        "lsid",
+        "$clusterTime",
+        "$readPreference",
+        "comment",
+        "maxTimeMS",
+        "apiVersion",
+        "apiStrict",
+        "apiDeprecationErrors",
+    ];
+    let filter: Document =
+        cmd.iter().filter(|(k, _)| !OPTIONS.contains(&k.as_str())).map(|(k, v)| (k.clone(), v.clone())).collect();
+    let filter = query::Filter::parse(&filter)?;
+    let mut ops = Vec::new();
+    for op in shared.index_builds.current_ops(&hostname()) {
+        if filter.try_matches_at(&op)?.0 {
+            ops.push(Bson::Document(op));
+        }
+    }
+    Ok(doc! { "inprog": ops, "ok": 1.0 })
+}

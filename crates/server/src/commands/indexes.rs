@@ -7,6 +7,7 @@ use crate::error::CommandError;
 use crate::exec::id_index::id_index_name;
 use crate::exec::id_index::id_index_spec;
 use crate::exec::id_index::is_id_key;
+use crate::exec::index_builds::Build;
 use crate::exec::index_spec::{self, INDEXES_PER_COLLECTION_MAX};
 use crate::exec::views::check_not_view;
 use crate::exec::views::existing;
@@ -97,18 +98,25 @@ pub fn create_indexes(shared: &Shared, cmd: &Document) -> CommandResult {
         reply.insert("note", "all indexes already exist");
     }
     for spec in to_build {
-        build(shared, &ns, spec)?;
+        let mut command = doc! { "createIndexes": ns.coll.clone(), "indexes": [spec.shown.clone()] };
+        command.insert("$db", ns.db.clone());
+        let listed = shared.index_builds.start(&ns.to_string(), command);
+        build(shared, &ns, spec, &listed.build)?;
     }
     reply.insert("ok", 1.0);
     Ok(reply)
 }
 
-/// Build one index, logging its progress.
-fn build(shared: &Shared, ns: &Namespace, spec: IndexSpec) -> Result<(), CommandError> {
+/// Build one index, its progress logged and shown by `currentOp`.
+fn build(shared: &Shared, ns: &Namespace, spec: IndexSpec, listed: &Build) -> Result<(), CommandError> {
     let name = spec.name.clone();
     tracing::info!(ns = %ns, index = %name, "index build: started");
     let logged = std::sync::atomic::AtomicU64::new(0);
     let progress = |done: u64, total: u64| {
+        listed.progress(done, total);
+        while done > 0 && done < total && shared.fail_points.hangs_index_builds() {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         // About every tenth of the way.
         let step = (total / 10).max(1);
         if done == total || done >= logged.load(std::sync::atomic::Ordering::Relaxed) + step {

@@ -50,6 +50,7 @@ pub(crate) const COMMANDS: &[(&str, &str)] = &[
     ("getParameter", "server parameters"),
     ("setParameter", "change a server parameter"),
     ("serverStatus", "counters and storage engine statistics"),
+    ("currentOp", "the operations under way (index builds, with their progress)"),
     ("hostInfo", "the machine"),
     ("whatsmyuri", "the client's address"),
     ("getCmdLineOpts", "the server's options"),
@@ -264,6 +265,7 @@ pub(crate) fn dispatch(shared: &Shared, conn: &Conn, name: &str, msg: &OpMsg) ->
             shared.fail_points.configure(cmd)
         }
         "serverStatus" => Ok(server_status(shared)),
+        "currentOp" => crate::commands::admin::current_op(shared, cmd),
         "hostInfo" => Ok(host_info()),
         "whatsmyuri" => Ok(doc! { "you": conn.peer.to_string(), "ok": 1.0 }),
         "getCmdLineOpts" => {

@@ -8,6 +8,7 @@ pub mod agg_write;
 pub mod cursors;
 pub mod deadline;
 pub mod id_index;
+pub mod index_builds;
 pub mod index_scan;
 pub mod index_spec;
 pub mod modify;
