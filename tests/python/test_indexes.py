@@ -660,3 +660,31 @@ def test_current_op_shows_a_build_and_its_progress(datadir):
         if hang:
             client.admin.command("configureFailPoint", hang, mode="off")
         server.stop()
+
+
+def test_plan_cache_stats_list_the_cached_choices(client):
+    db = client.test
+    db.pc.create_index("a")
+    db.pc.create_index([("a", 1), ("b", 1)])
+    db.pc.insert_many([{"_id": i, "a": i % 5, "b": i} for i in range(200)])
+    assert list(db.pc.aggregate([{"$planCacheStats": {}}])) == []
+    # Raced (two candidates), then cached.
+    list(db.pc.find({"a": 3, "b": {"$gt": 10}}))
+    entries = list(db.pc.aggregate([{"$planCacheStats": {}}]))
+    assert len(entries) == 1
+    entry = entries[0]
+    assert entry["createdFromQuery"]["query"] == {"$and": [{"a": {"$eq": 3}}, {"b": {"$gt": 10}}]}
+    assert entry["cachedPlan"]["inputStage"]["indexName"] == "a_1_b_1"
+    assert entry["isActive"] is True and entry["works"] > 0
+    planner = db.pc.find({"a": 1, "b": {"$gt": 50}}).explain()["queryPlanner"]
+    assert planner["winningPlan"]["isCached"] is True
+    assert (planner["queryHash"], planner["planCacheKey"]) == (entry["queryHash"], entry["planCacheKey"])
+    assert len(planner["queryHash"]) == 8
+    # Another shape, another entry; planCacheClear forgets them.
+    list(db.pc.find({"a": 3}))
+    assert len(list(db.pc.aggregate([{"$planCacheStats": {}}]))) == 2
+    db.command("planCacheClear", "pc")
+    assert list(db.pc.aggregate([{"$planCacheStats": {}}])) == []
+    with pytest.raises(OperationFailure) as err:
+        list(db.pc.aggregate([{"$planCacheStats": 1}]))
+    assert err.value.code == 9

@@ -82,6 +82,17 @@ pub fn aggregate(shared: &Shared, cmd: &Document) -> CommandResult {
             }
             (Some(vec![coll_stats_stage(shared, &ns, d)?]), &stages[1..])
         }
+        Some(Bson::Document(d)) if d.len() == 1 && d.contains_key("$planCacheStats") => {
+            if view.is_some() {
+                return Err(crate::exec::views::not_on_view(&ns));
+            }
+            match d.get("$planCacheStats") {
+                Some(Bson::Document(o)) if o.keys().all(|k| k == "allHosts") => {}
+                _ => return Err(CommandError::failed_to_parse("$planCacheStats value must be an object")),
+            }
+            let host = crate::server::hostname();
+            (Some(shared.plan_cache.stats(&ns.to_string(), &host)), &stages[1..])
+        }
         Some(Bson::Document(d)) if d.len() == 1 && d.contains_key("$indexStats") => {
             if view.is_some() {
                 return Err(crate::exec::views::not_on_view(&ns));

@@ -344,6 +344,13 @@ fn explain_read(
         "maxScansToExplodeReached": false,
         "prunedSimilarIndexes": false,
     };
+    // A read the planner chooses for (not a point read) has a cache key.
+    if let Some(p) = planned.as_ref().filter(|p| !matches!(p.path, AccessPath::IdPoint(_))) {
+        use crate::exec::plan_cache::{plan_cache_key, query_hash};
+        planner.insert("queryHash", query_hash(&p.shape));
+        planner.insert("planCacheShapeHash", query_hash(&p.shape));
+        planner.insert("planCacheKey", plan_cache_key(&p.shape, &p.among));
+    }
     let mut winning_plan = doc! { "isCached": planned.as_ref().is_some_and(|p| p.cached) };
     winning_plan.extend(tree(Verbosity::QueryPlanner));
     planner.insert("winningPlan", winning_plan);

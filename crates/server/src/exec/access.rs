@@ -26,6 +26,11 @@ pub(crate) struct Planned<'a> {
     pub rejected: Vec<IndexScan>,
     /// The read's shape (`query::plan::shape`), the plan cache's key.
     pub shape: String,
+    /// The collection's tables and ready indexes the choice is made
+    /// among (a cached choice holds only among the same).
+    pub among: String,
+    /// `{query, sort, projection}` as the plan cache shows the read.
+    pub created_from: Document,
     /// The choice came from the plan cache (explain's `isCached`).
     pub cached: bool,
 }
@@ -113,7 +118,20 @@ pub(crate) fn plan_projected<'a>(
         _ => Vec::new(),
     };
     let shape = plan::shape(filter, projection, sort);
-    Planned { path, indexes, infos, rejected, shape, cached: false }
+    let among = format!(
+        "{}:{}",
+        coll.records_table(),
+        indexes.iter().map(|ix| ix.spec.name.as_str()).collect::<Vec<_>>().join(",")
+    );
+    let spec = |fields: &mut dyn Iterator<Item = (String, i32)>| {
+        fields.map(|(k, v)| (k, Bson::Int32(v))).collect::<Document>()
+    };
+    let created_from = bson::doc! {
+        "query": plan::parsed_query(filter),
+        "sort": spec(&mut sort.unwrap_or_default().iter().map(|(p, d)| (p.clone(), if *d { -1 } else { 1 }))),
+        "projection": spec(&mut projection.unwrap_or_default().iter().map(|p| (p.clone(), 1))),
+    };
+    Planned { path, indexes, infos, rejected, shape, among, created_from, cached: false }
 }
 
 /// A command's `min` and `max` (`find`'s `min()`/`max()`), checked as
@@ -190,14 +208,8 @@ pub(crate) fn race<'a>(
     let sorting = contenders_sorting(chosen, &planned.rejected);
     let mut contenders = vec![chosen.clone()];
     contenders.append(&mut planned.rejected);
-    // The indexes a cached choice was made among.
-    let among = format!(
-        "{}:{}",
-        coll.records_table(),
-        planned.indexes.iter().map(|ix| ix.spec.name.as_str()).collect::<Vec<_>>().join(",")
-    );
     let ns_key = ns.to_string();
-    if let Some(winner) = shared.plan_cache.get(&ns_key, &planned.shape, &among) {
+    if let Some(winner) = shared.plan_cache.get(&ns_key, &planned.shape, &planned.among) {
         if let Some(at) = contenders.iter().position(|c| planned.indexes[c.index].spec.name == winner) {
             planned.path = AccessPath::IndexScan(contenders.remove(at));
             planned.rejected = contenders;
@@ -206,6 +218,7 @@ pub(crate) fn race<'a>(
         }
     }
     let mut scores = Vec::with_capacity(contenders.len());
+    let mut trial_works = Vec::with_capacity(contenders.len());
     for scan in &contenders {
         let stats = Arc::new(ScanStats::default());
         let trial = Planned {
@@ -214,6 +227,8 @@ pub(crate) fn race<'a>(
             infos: Vec::new(),
             rejected: Vec::new(),
             shape: String::new(),
+            among: String::new(),
+            created_from: Document::new(),
             cached: false,
         };
         let mut matched = 0u64;
@@ -232,12 +247,20 @@ pub(crate) fn race<'a>(
             matched = 0;
         }
         let works = ScanStats::get(&stats.keys_examined) + ScanStats::get(&stats.docs_examined) + 1;
+        trial_works.push(works);
         let bonus = if scan.covered { 1e-4 } else { 0.0 };
         scores.push(1.0 + matched as f64 / works as f64 + bonus);
     }
     let best = (0..contenders.len()).fold(0, |b, i| if scores[i] > scores[b] { i } else { b });
     let winner = contenders.remove(best);
-    shared.plan_cache.put(&ns_key, &planned.shape, &among, &planned.indexes[winner.index].spec.name);
+    let ix = &planned.indexes[winner.index];
+    let entry = crate::exec::plan_cache::PlanCache::entry(
+        &ix.spec.name,
+        ix.spec.key.clone(),
+        planned.created_from.clone(),
+        trial_works[best],
+    );
+    shared.plan_cache.put(&ns_key, &planned.shape, &planned.among, entry);
     planned.path = AccessPath::IndexScan(winner);
     planned.rejected = contenders;
     Ok(planned)

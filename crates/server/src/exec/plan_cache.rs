@@ -2,38 +2,77 @@
 //! race chose, so a query of a known shape skips the trial runs. An entry
 //! holds only while the collection's ready indexes are the ones it was
 //! chosen among (any index built, dropped or hidden since makes it miss),
-//! and `planCacheClear` empties a collection's entries.
+//! and `planCacheClear` empties a collection's entries. `$planCacheStats`
+//! lists them; explain shows a read's `queryHash` and `planCacheKey`.
 //!
 //! Unlike mongod's, an entry is not replanned when its plan later does
 //! much more work than the race measured.
 
+use bson::{doc, Document};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 
 /// Entries kept before the cache starts over.
 const ENTRIES_MAX: usize = 5000;
 
+/// One cached choice.
+#[derive(Clone)]
+pub(crate) struct Entry {
+    /// The indexes it was chosen among.
+    among: String,
+    pub winner: String,
+    /// The winner's key pattern.
+    pub key_pattern: Document,
+    /// `{query, sort, projection}` of the read it was chosen for.
+    pub created_from: Document,
+    /// The winner's work in its trial.
+    pub works: u64,
+    pub created: bson::DateTime,
+}
+
 #[derive(Default)]
 pub struct PlanCache {
-    /// (namespace, query shape) -> (the indexes it was chosen among, the
-    /// winning index's name).
-    entries: Mutex<HashMap<(String, String), (String, String)>>,
+    /// (namespace, query shape) -> the entry.
+    entries: Mutex<HashMap<(String, String), Entry>>,
+}
+
+/// mongod's `queryHash`: eight hex digits of the query shape.
+pub(crate) fn query_hash(shape: &str) -> String {
+    format!("{:08X}", crc32c::crc32c(shape.as_bytes()))
+}
+
+/// mongod's `planCacheKey`: the shape with the indexes it may use.
+pub(crate) fn plan_cache_key(shape: &str, among: &str) -> String {
+    format!("{:08X}", crc32c::crc32c_append(crc32c::crc32c(shape.as_bytes()), among.as_bytes()))
 }
 
 impl PlanCache {
     /// The cached winner for `shape` on `ns` among `indexes`.
     pub(crate) fn get(&self, ns: &str, shape: &str, indexes: &str) -> Option<String> {
         let entries = self.entries.lock();
-        let (among, winner) = entries.get(&(ns.to_string(), shape.to_string()))?;
-        (among == indexes).then(|| winner.clone())
+        let entry = entries.get(&(ns.to_string(), shape.to_string()))?;
+        (entry.among == indexes).then(|| entry.winner.clone())
     }
 
-    pub(crate) fn put(&self, ns: &str, shape: &str, indexes: &str, winner: &str) {
+    /// Remember `winner` for `shape` on `ns` among `indexes`.
+    pub(crate) fn put(&self, ns: &str, shape: &str, indexes: &str, winner: Entry) {
         let mut entries = self.entries.lock();
         if entries.len() >= ENTRIES_MAX {
             entries.clear();
         }
-        entries.insert((ns.to_string(), shape.to_string()), (indexes.to_string(), winner.to_string()));
+        entries.insert((ns.to_string(), shape.to_string()), Entry { among: indexes.to_string(), ..winner });
+    }
+
+    /// A new entry (`put` fills in the indexes it was chosen among).
+    pub(crate) fn entry(winner: &str, key_pattern: Document, created_from: Document, works: u64) -> Entry {
+        Entry {
+            among: String::new(),
+            winner: winner.to_string(),
+            key_pattern,
+            created_from,
+            works,
+            created: bson::DateTime::now(),
+        }
     }
 
     /// Forget every entry of `ns`; returns how many there were.
@@ -42,5 +81,33 @@ impl PlanCache {
         let before = entries.len();
         entries.retain(|(n, _), _| n != ns);
         before - entries.len()
+    }
+
+    /// `$planCacheStats`: the entries of `ns`, in mongod's shape.
+    pub(crate) fn stats(&self, ns: &str, host: &str) -> Vec<Document> {
+        let entries = self.entries.lock();
+        let mut out: Vec<Document> = entries
+            .iter()
+            .filter(|((n, _), _)| n == ns)
+            .map(|((_, shape), e)| {
+                doc! {
+                    "version": "1",
+                    "queryHash": query_hash(shape),
+                    "planCacheShapeHash": query_hash(shape),
+                    "planCacheKey": plan_cache_key(shape, &e.among),
+                    "isActive": true,
+                    "works": e.works as i64,
+                    "timeOfCreation": e.created,
+                    "createdFromQuery": e.created_from.clone(),
+                    "cachedPlan": {
+                        "stage": "FETCH",
+                        "inputStage": { "stage": "IXSCAN", "keyPattern": e.key_pattern.clone(), "indexName": e.winner.clone() },
+                    },
+                    "host": host,
+                }
+            })
+            .collect();
+        out.sort_by(|a, b| a.get_str("queryHash").ok().cmp(&b.get_str("queryHash").ok()));
+        out
     }
 }
