@@ -58,7 +58,7 @@ def leaf(rng):
 
 
 # Conditions with bounds of their own: negations, null and missing,
-# regexes, arrays, `$elemMatch` (value and object form).
+# regexes, arrays, `$elemMatch` (value and object form), `$type`.
 OTHER_CONDITIONS = [
     {"$exists": True},
     {"$exists": False},
@@ -75,6 +75,12 @@ OTHER_CONDITIONS = [
     {"$elemMatch": {"$gt": 0, "$lt": 3}},
     {"$elemMatch": {"x": {"$gte": 1}}},
     {"$elemMatch": {"x": None}},
+    {"$type": "number"},
+    {"$type": "string"},
+    {"$type": ["bool", "null"]},
+    {"$type": "array"},
+    {"$type": "object"},
+    {"$type": "double"},
 ]
 
 

@@ -688,3 +688,63 @@ def test_plan_cache_stats_list_the_cached_choices(client):
     with pytest.raises(OperationFailure) as err:
         list(db.pc.aggregate([{"$planCacheStats": 1}]))
     assert err.value.code == 9
+
+
+def test_a_cached_plan_that_degrades_is_replanned(client):
+    """The cache keeps the index a race chose for a shape; a read of that
+    shape for which it does ten times the work per document of its trial
+    drops the entry, and the next read races again."""
+    db = client.test
+    db.rp.create_index("a")
+    db.rp.create_index("b")
+    # a = 0 for most documents, b unique.
+    db.rp.insert_many([{"_id": i, "a": 0 if i >= 100 else i, "b": i} for i in range(5000)])
+    # Selective on a: the race picks a_1 and caches it.
+    list(db.rp.find({"a": 7, "b": {"$gte": 0}}))
+    [entry] = list(db.rp.aggregate([{"$planCacheStats": {}}]))
+    assert entry["cachedPlan"]["inputStage"]["indexName"] == "a_1"
+    # Same shape, but a matches 4900 documents and b one: the cached a_1
+    # reads thousands of keys for one document.
+    assert [d["_id"] for d in db.rp.find({"a": 0, "b": {"$gte": 4999}})] == [4999]
+    assert list(db.rp.aggregate([{"$planCacheStats": {}}])) == []
+    planner = db.rp.find({"a": 0, "b": {"$gte": 4999}}).explain()["queryPlanner"]
+    assert planner["winningPlan"]["isCached"] is False
+    assert planner["winningPlan"]["inputStage"]["indexName"] == "b_1"
+
+
+def test_review_cases_for_covered_reads_and_explain_of_aggregate(client):
+    db = client.test
+    db.rc.create_index("a")
+    db.rc.insert_many([{"_id": 0, "a": 0, "b": 10}, {"_id": 1, "a": 1, "b": 30}, {"_id": 2, "a": 2, "b": 20}])
+    # A `$sort` after the leading one needs fields the index lacks.
+    later_sort = [
+        {"$match": {"a": {"$gte": 0}}},
+        {"$sort": {"a": 1}},
+        {"$limit": 3},
+        {"$sort": {"b": -1}},
+        {"$project": {"_id": 0, "a": 1}},
+    ]
+    assert list(db.rc.aggregate(later_sort)) == [{"a": 1}, {"a": 2}, {"a": 0}]
+    # A numeric path is never covered: the key is an array element.
+    db.pos.create_index("a.0")
+    db.pos.insert_one({"_id": 1, "a": [5, 6]})
+    want = list(db.pos.find({"a.0": {"$gt": 0}}, {"_id": 0, "a.0": 1}).hint([("$natural", 1)]))
+    assert list(db.pos.find({"a.0": {"$gt": 0}}, {"_id": 0, "a.0": 1})) == want
+    assert list(db.pos.aggregate([{"$match": {"a.0": {"$gt": 0}}}, {"$project": {"_id": 0, "a.0": 1}}])) == want
+    # explain: true never runs a pipeline, writes included.
+    with pytest.raises(OperationFailure):
+        db.command({"aggregate": 1, "pipeline": [{"$documents": [{"x": 1}]}, {"$out": "written"}], "explain": True})
+    assert "written" not in db.list_collection_names()
+    e = db.command("aggregate", "rc", pipeline=[{"$match": {"a": 1}}, {"$out": "written"}], explain=True)
+    assert [next(iter(s)) for s in e["stages"]] == ["$cursor", "$out"]
+    assert "written" not in db.list_collection_names()
+    db.command("create", "rcview", viewOn="rc", pipeline=[{"$match": {"a": {"$gt": 0}}}])
+    with pytest.raises(OperationFailure) as err:
+        db.command("explain", {"aggregate": "rcview", "pipeline": [], "cursor": {}})
+    assert err.value.code == 238
+    # `$planCacheStats` lists only entries that still hold.
+    db.rc.create_index([("a", 1), ("b", 1)])
+    list(db.rc.find({"a": 1, "b": {"$gt": 0}}))
+    assert len(list(db.rc.aggregate([{"$planCacheStats": {}}]))) == 1
+    db.rc.drop_index("a_1")
+    assert list(db.rc.aggregate([{"$planCacheStats": {}}])) == []

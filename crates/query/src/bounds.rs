@@ -133,6 +133,8 @@ pub enum Op {
     Nin,
     /// `$exists: false`.
     NotExists,
+    /// `$type`: the value is its argument (an alias, a code, or a list).
+    Type,
 }
 
 impl Op {
@@ -169,6 +171,7 @@ impl Leaf {
             (Op::Ne, v) => not(bson::doc! { "$eq": v.clone() }),
             (Op::Nin, v) => not(bson::doc! { "$in": v.clone() }),
             (Op::NotExists, _) => not(bson::doc! { "$exists": true }),
+            (Op::Type, v) => bson::doc! { "$type": v.clone() },
         };
         let mut d = Document::new();
         d.insert(self.path.clone(), cond);
@@ -195,6 +198,7 @@ impl Leaf {
             },
             Op::Ne => exact_value(&self.value) || matches!(self.value, Bson::Null),
             Op::Exists | Op::NotExists => false,
+            Op::Type => type_codes(&self.value).is_some_and(|codes| codes.iter().all(|&c| type_range(c).1)),
         }
     }
 
@@ -203,7 +207,7 @@ impl Leaf {
     pub fn needs_value(&self) -> bool {
         match self.op {
             Op::Eq => !matches!(self.value, Bson::Null),
-            Op::Lte | Op::Lt | Op::Gt | Op::Gte | Op::Regex | Op::Exists => true,
+            Op::Lte | Op::Lt | Op::Gt | Op::Gte | Op::Regex | Op::Exists | Op::Type => true,
             Op::In => matches!(&self.value, Bson::Array(items) if !items.iter().any(|i| matches!(i, Bson::Null))),
             Op::Ne => matches!(self.value, Bson::Null),
             Op::Nin | Op::NotExists => false,
@@ -433,6 +437,7 @@ fn leaf(path: &str, op: &str, v: &Bson, group: Option<usize>) -> Option<Leaf> {
         (IMPLICIT_EQ, Bson::RegularExpression(_)) => make(Op::Regex, v),
         (IMPLICIT_EQ, v) => leaf(path, "$eq", v, group),
         ("$exists", v) => make(if truthy(v) { Op::Exists } else { Op::NotExists }, &Bson::Boolean(truthy(v))),
+        ("$type", v) => type_codes(v).and_then(|_| make(Op::Type, v)),
         (_, v) => {
             let op = Op::of(op)?;
             let fits = match op {
@@ -454,6 +459,46 @@ fn leaf(path: &str, op: &str, v: &Bson, group: Option<usize>) -> Option<Leaf> {
 /// `$exists`'s argument as the matcher reads it.
 fn truthy(v: &Bson) -> bool {
     crate::types::truthy(&Some(v.clone()))
+}
+
+/// The type codes of a `$type` argument (`-2` for "number"); `None`
+/// when it is not one the matcher takes.
+fn type_codes(v: &Bson) -> Option<Vec<i32>> {
+    match v {
+        Bson::Array(items) if !items.is_empty() => items.iter().map(|i| crate::types::type_code(i).ok()).collect(),
+        Bson::Array(_) => None,
+        v => crate::types::type_code(v).ok().map(|c| vec![c]),
+    }
+}
+
+/// The keys a value of type `code` may have, and whether every key there
+/// is of that type (exact): mongod's bounds for `$type`.
+fn type_range(code: i32) -> (Interval, bool) {
+    let between = |low: Bson, high: Bson, high_inclusive| Interval { low, low_inclusive: true, high, high_inclusive };
+    let numbers = between(Bson::Double(f64::NAN), Bson::Double(f64::INFINITY), true);
+    match code {
+        -2 => (numbers, true),
+        1 | 16 | 18 | 19 => (numbers, false),
+        2 | 14 => (between(Bson::String(String::new()), Bson::Document(Document::new()), false), false),
+        3 => (between(Bson::Document(Document::new()), Bson::Array(Vec::new()), false), true),
+        6 => (Interval::point(Bson::Undefined), false),
+        10 => (Interval::point(Bson::Null), false),
+        -1 => (Interval::point(Bson::MinKey), true),
+        127 => (Interval::point(Bson::MaxKey), true),
+        7 | 8 | 9 | 17 => {
+            let sample = match code {
+                7 => Bson::ObjectId(bson::oid::ObjectId::from_bytes([0; 12])),
+                8 => Bson::Boolean(false),
+                9 => Bson::DateTime(bson::DateTime::from_millis(0)),
+                _ => Bson::Timestamp(bson::Timestamp { time: 0, increment: 0 }),
+            };
+            let ((low, _), (high, _)) = type_bracket(&sample);
+            (between(low, high, true), true)
+        }
+        // Arrays (their elements are the keys), and types without a
+        // bracket here: every key.
+        _ => (Interval::all(), false),
+    }
 }
 
 /// Values an equality's bounds are built for.
@@ -561,6 +606,10 @@ pub fn intervals(leaf: &Leaf) -> Vec<Interval> {
         Op::Regex => eq_intervals(v),
         Op::Exists => vec![Interval::all()],
         Op::NotExists => vec![Interval::point(Bson::Null)],
+        Op::Type => match type_codes(v) {
+            Some(codes) => union(codes.into_iter().map(|c| type_range(c).0).collect()),
+            None => vec![Interval::all()],
+        },
         Op::Gt => vec![Interval { low: v.clone(), low_inclusive: false, high: max.0, high_inclusive: max.1 }],
         Op::Gte => vec![Interval { low: v.clone(), low_inclusive: true, high: max.0, high_inclusive: max.1 }],
         Op::Lt => vec![Interval { low: min.0, low_inclusive: min.1, high: v.clone(), high_inclusive: false }],
@@ -762,6 +811,12 @@ mod tests {
             (doc! { "a": [1, 2] }, vec!["[1, 1]", "[[ 1, 2 ], [ 1, 2 ]]"], false),
             (doc! { "a": [] }, vec!["[undefined, undefined]", "[[], []]"], false),
             (doc! { "a": { "b": 1 } }, vec!["[{ b: 1 }, { b: 1 }]"], true),
+            (doc! { "a": { "$type": "number" } }, vec!["[nan.0, inf.0]"], true),
+            (doc! { "a": { "$type": "int" } }, vec!["[nan.0, inf.0]"], false),
+            (doc! { "a": { "$type": 2 } }, vec!["[\"\", {})"], false),
+            (doc! { "a": { "$type": "object" } }, vec!["[{}, [])"], true),
+            (doc! { "a": { "$type": ["bool", "null"] } }, vec!["[null, null]", "[false, true]"], false),
+            (doc! { "a": { "$type": "array" } }, vec!["[MinKey, MaxKey]"], false),
         ];
         for (filter, want, exact) in cases {
             let got = shown_bounds(filter.clone());

@@ -404,13 +404,16 @@ impl Pipeline {
             Some((name, Bson::Document(filter))) if name.as_str() == "$match" => Some(filter.clone()),
             _ => None,
         };
+        // Only a leading `$match` and `$sort` (whose fields the read can
+        // be asked to hold) and `$skip`/`$limit` may come before it.
+        let leading = |i: usize, s: &Stage, before: &[Stage]| match s {
+            Stage::Match(_) => i == 0,
+            Stage::Sort(_) => i == 0 || (i == 1 && matches!(before[0], Stage::Match(_))),
+            Stage::Skip(_) | Stage::Limit(_) => true,
+            _ => false,
+        };
         let final_projection = match out.split_last() {
-            Some((Stage::Project(_), before))
-                if before
-                    .iter()
-                    .all(|s| matches!(s, Stage::Match(_) | Stage::Sort(_) | Stage::Skip(_) | Stage::Limit(_)))
-                    && before.iter().skip(1).all(|s| !matches!(s, Stage::Match(_))) =>
-            {
+            Some((Stage::Project(_), before)) if before.iter().enumerate().all(|(i, s)| leading(i, s, before)) => {
                 stages.last().map(stage_of).transpose()?.and_then(|(_, spec)| spec.as_document().cloned())
             }
             _ => None,

@@ -258,10 +258,15 @@ fn sort_covered(shape: &ReadShape<'_, '_>, ix: &IndexInfo, order: Option<bool>) 
     order.is_some() || fields.is_none_or(|f| covers(ix, Some(&f)))
 }
 
-/// Whether `ix` holds every field of `projection` on no multikey path.
+/// Whether `ix` holds every field of `projection` on no multikey path
+/// and no numeric component (`a.0` may name an array element, which a
+/// document made from the key would show as a field).
 fn covers(ix: &IndexInfo, projection: Option<&[String]>) -> bool {
     projection.is_some_and(|fields| {
-        fields.iter().all(|p| ix.fields.iter().position(|(f, _)| f == p).is_some_and(|at| ix.multikey[at].is_empty()))
+        fields.iter().all(|p| {
+            !p.split('.').any(|c| !c.is_empty() && c.bytes().all(|b| b.is_ascii_digit()))
+                && ix.fields.iter().position(|(f, _)| f == p).is_some_and(|at| ix.multikey[at].is_empty())
+        })
     })
 }
 

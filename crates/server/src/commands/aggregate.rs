@@ -87,11 +87,18 @@ pub fn aggregate(shared: &Shared, cmd: &Document) -> CommandResult {
                 return Err(crate::exec::views::not_on_view(&ns));
             }
             match d.get("$planCacheStats") {
-                Some(Bson::Document(o)) if o.keys().all(|k| k == "allHosts") => {}
+                Some(Bson::Document(o)) if o.iter().all(|(k, v)| k == "allHosts" && v.as_bool().is_some()) => {}
                 _ => return Err(CommandError::failed_to_parse("$planCacheStats value must be an object")),
             }
             let host = crate::server::hostname();
-            (Some(shared.plan_cache.stats(&ns.to_string(), &host)), &stages[1..])
+            let entries = match shared.catalog.get(&ns) {
+                Some(coll) if !collectionless => {
+                    let among = crate::exec::access::among(&coll, &crate::exec::access::ready_indexes(&coll).0);
+                    shared.plan_cache.stats(&ns.to_string(), &among, &host)
+                }
+                _ => Vec::new(),
+            };
+            (Some(entries), &stages[1..])
         }
         Some(Bson::Document(d)) if d.len() == 1 && d.contains_key("$indexStats") => {
             if view.is_some() {

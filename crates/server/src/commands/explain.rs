@@ -107,13 +107,24 @@ fn explain_find(shared: &Shared, cmd: &Document, verbosity: Verbosity) -> Comman
 /// (the leading `$match` and `$sort`, a `$limit` right after the sort),
 /// and the stages after it as written.
 pub(crate) fn explain_aggregate(shared: &Shared, cmd: &Document, verbosity: Verbosity) -> CommandResult {
+    if !matches!(cmd.get("aggregate"), Some(Bson::String(_))) {
+        return Err(CommandError::not_implemented("explain of an aggregate on a database is not supported yet"));
+    }
     let ns = namespace(cmd, "aggregate")?;
+    if crate::exec::views::resolve_view(shared, &ns)?.is_some() {
+        return Err(CommandError::not_implemented("explain of an aggregate on a view is not supported yet"));
+    }
     let scope = crate::args::scope_of(cmd)?;
     let stages = cmd
         .get_array("pipeline")
         .map_err(|_| CommandError::type_mismatch("'pipeline' option must be specified as an array"))?;
-    // Checked whole, as the command would.
-    query::Pipeline::parse_in(stages, &scope)?;
+    let first = stages.first().and_then(Bson::as_document).and_then(|d| d.keys().next().cloned());
+    if let Some(name @ ("$collStats" | "$indexStats" | "$planCacheStats" | "$documents")) = first.as_deref() {
+        return Err(CommandError::not_implemented(format!("explain of {name} is not supported yet")));
+    }
+    // Checked whole, as the command would (its `$out` or `$merge` apart).
+    let (checked, _) = crate::exec::agg_write::split(stages, &ns.db)?;
+    query::Pipeline::parse_in(&checked, &scope)?;
     let stage = |i: usize, name: &str| {
         stages.get(i).and_then(Bson::as_document).filter(|d| d.len() == 1).and_then(|d| d.get(name)).cloned()
     };

@@ -22,6 +22,7 @@ use crate::exec::cursors::Cursors;
 use crate::exec::cursors::RecordIds;
 use crate::exec::cursors::Source;
 use crate::exec::deadline::Deadline;
+use crate::exec::index_scan::ScanStats;
 use crate::exec::scan::check_hint;
 use crate::exec::scan::collation_of;
 use crate::exec::scan::scan_hits;
@@ -174,6 +175,9 @@ pub fn find(shared: &Shared, cmd: &Document) -> CommandResult {
         None => None,
     };
     let point = planned.as_ref().and_then(|(p, c)| Some((access::point(&p.path)?, *c)));
+    // A cached plan's shape and the work its read does (checked after the
+    // first batch).
+    let mut cached: Option<(String, Arc<ScanStats>)> = None;
     let index_scan = planned.as_ref().filter(|(p, _)| matches!(p.path, AccessPath::IndexScan(_) | AccessPath::Or(_)));
     // An index scan that returns the documents in the sort's order needs
     // no blocking sort.
@@ -200,7 +204,11 @@ pub fn find(shared: &Shared, cmd: &Document) -> CommandResult {
             state.remaining = limit;
         }
     } else if let Some((planned, coll)) = index_scan {
-        let records = access::candidates(shared, &ns, coll, planned, Default::default())?;
+        let stats = Arc::new(ScanStats::default());
+        if planned.cached {
+            cached = Some((planned.shape.clone(), stats.clone()));
+        }
+        let records = access::candidates(shared, &ns, coll, planned, stats)?;
         let scanning = Some((ns.clone(), (*coll).clone()));
         let docs: query::pipeline::DocStream<'static> = Box::new(crate::exec::views::pipeline_input(records));
         state.source = Source::Stream { docs: docs.peekable(), scanning, filter: Some(filter) };
@@ -211,7 +219,17 @@ pub fn find(shared: &Shared, cmd: &Document) -> CommandResult {
         skip_hits(shared, &mut state, skip, &deadline)?;
         state.remaining = limit;
     }
-    first_batch(shared, state, batch_size.map(|b| b as usize), single, &deadline)
+    let reply = first_batch(shared, state, batch_size.map(|b| b as usize), single, &deadline)?;
+    // A plan from the cache that did far more work than its trial: the
+    // next read of the shape races again.
+    if let Some((shape, stats)) = cached {
+        let works = stats.total(|s| &s.keys_examined) + stats.total(|s| &s.docs_examined);
+        let returned = reply.get_document("cursor").and_then(|c| c.get_array("firstBatch")).map_or(0, Vec::len);
+        if shared.plan_cache.check(&ns.to_string(), &shape, works, returned as u64) {
+            tracing::info!(ns = %ns, works, returned, "plan cache: a cached plan degraded; replanning its shape");
+        }
+    }
+    Ok(reply)
 }
 
 pub fn get_more(shared: &Shared, cmd: &Document) -> CommandResult {

@@ -112,10 +112,15 @@ fn build(shared: &Shared, ns: &Namespace, spec: IndexSpec, listed: &Build) -> Re
     let name = spec.name.clone();
     tracing::info!(ns = %ns, index = %name, "index build: started");
     let logged = std::sync::atomic::AtomicU64::new(0);
+    let held = std::sync::atomic::AtomicBool::new(false);
     let progress = |done: u64, total: u64| {
         listed.progress(done, total);
-        while done > 0 && done < total && shared.fail_points.hangs_index_builds() {
-            std::thread::sleep(std::time::Duration::from_millis(10));
+        // The fail point holds the build once, after its first chunk,
+        // until it is turned off or the server shuts down.
+        if done > 0 && done < total && !held.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            while shared.fail_points.hangs_index_builds() && !*shared.shutdown.borrow() {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
         }
         // About every tenth of the way.
         let step = (total / 10).max(1);

@@ -295,7 +295,7 @@ pub(crate) fn dispatch(shared: &Shared, conn: &Conn, name: &str, msg: &OpMsg) ->
         "update" => crate::commands::update::update(shared, msg),
         "findAndModify" | "findandmodify" => crate::commands::update::find_and_modify(shared, cmd),
         // `explain: true`: the plan at queryPlanner verbosity, nothing run.
-        "aggregate" if matches!(cmd.get("explain"), Some(Bson::Boolean(true))) && cmd.get_str("aggregate").is_ok() => {
+        "aggregate" if matches!(cmd.get("explain"), Some(Bson::Boolean(true))) => {
             let mut inner = cmd.clone();
             inner.remove("explain");
             crate::commands::explain::explain_aggregate(

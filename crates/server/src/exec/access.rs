@@ -52,6 +52,13 @@ pub(crate) fn ready_indexes(coll: &Collection) -> (Vec<Arc<Index>>, Vec<IndexInf
     (ready, infos)
 }
 
+/// The tables and ready indexes a plan is chosen among: a cached choice
+/// holds only while they are the same.
+pub(crate) fn among(coll: &Collection, ready: &[Arc<Index>]) -> String {
+    let names: Vec<&str> = ready.iter().map(|ix| ix.spec.name.as_str()).collect();
+    format!("{}:{}", coll.records_table(), names.join(","))
+}
+
 /// A hidden index is maintained but neither planned nor hinted.
 pub(crate) fn is_hidden(ix: &Index) -> bool {
     ix.is_hidden()
@@ -118,11 +125,7 @@ pub(crate) fn plan_projected<'a>(
         _ => Vec::new(),
     };
     let shape = plan::shape(filter, projection, sort);
-    let among = format!(
-        "{}:{}",
-        coll.records_table(),
-        indexes.iter().map(|ix| ix.spec.name.as_str()).collect::<Vec<_>>().join(",")
-    );
+    let among = among(coll, &indexes);
     let spec = |fields: &mut dyn Iterator<Item = (String, i32)>| {
         fields.map(|(k, v)| (k, Bson::Int32(v))).collect::<Document>()
     };
@@ -218,7 +221,7 @@ pub(crate) fn race<'a>(
         }
     }
     let mut scores = Vec::with_capacity(contenders.len());
-    let mut trial_works = Vec::with_capacity(contenders.len());
+    let mut trials = Vec::with_capacity(contenders.len());
     for scan in &contenders {
         let stats = Arc::new(ScanStats::default());
         let trial = Planned {
@@ -247,7 +250,7 @@ pub(crate) fn race<'a>(
             matched = 0;
         }
         let works = ScanStats::get(&stats.keys_examined) + ScanStats::get(&stats.docs_examined) + 1;
-        trial_works.push(works);
+        trials.push((works, matched));
         let bonus = if scan.covered { 1e-4 } else { 0.0 };
         scores.push(1.0 + matched as f64 / works as f64 + bonus);
     }
@@ -258,7 +261,7 @@ pub(crate) fn race<'a>(
         &ix.spec.name,
         ix.spec.key.clone(),
         planned.created_from.clone(),
-        trial_works[best],
+        trials[best],
     );
     shared.plan_cache.put(&ns_key, &planned.shape, &planned.among, entry);
     planned.path = AccessPath::IndexScan(winner);

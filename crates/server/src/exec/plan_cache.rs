@@ -5,8 +5,10 @@
 //! and `planCacheClear` empties a collection's entries. `$planCacheStats`
 //! lists them; explain shows a read's `queryHash` and `planCacheKey`.
 //!
-//! Unlike mongod's, an entry is not replanned when its plan later does
-//! much more work than the race measured.
+//! A `find` whose cached plan does more than ten times the work per
+//! document its trial measured drops the entry, so the next read of the
+//! shape races again (`check`; mongod replans within the same read,
+//! here the read that notices finishes on its plan).
 
 use bson::{doc, Document};
 use parking_lot::Mutex;
@@ -14,6 +16,13 @@ use std::collections::HashMap;
 
 /// Entries kept before the cache starts over.
 const ENTRIES_MAX: usize = 5000;
+
+/// How many times its trial's work per document a cached plan may do
+/// before it is replanned (mongod's `internalQueryCacheEvictionRatio`).
+const EVICTION_RATIO: f64 = 10.0;
+
+/// Work below which a cached plan is never judged degraded.
+const EVICTION_WORKS_MIN: u64 = 1000;
 
 /// One cached choice.
 #[derive(Clone)]
@@ -25,8 +34,9 @@ pub(crate) struct Entry {
     pub key_pattern: Document,
     /// `{query, sort, projection}` of the read it was chosen for.
     pub created_from: Document,
-    /// The winner's work in its trial.
+    /// The winner's work in its trial, and the documents it matched.
     pub works: u64,
+    pub results: u64,
     pub created: bson::DateTime,
 }
 
@@ -64,15 +74,39 @@ impl PlanCache {
     }
 
     /// A new entry (`put` fills in the indexes it was chosen among).
-    pub(crate) fn entry(winner: &str, key_pattern: Document, created_from: Document, works: u64) -> Entry {
+    pub(crate) fn entry(winner: &str, key_pattern: Document, created_from: Document, trial: (u64, u64)) -> Entry {
         Entry {
             among: String::new(),
             winner: winner.to_string(),
             key_pattern,
             created_from,
-            works,
+            works: trial.0,
+            results: trial.1,
             created: bson::DateTime::now(),
         }
+    }
+
+    /// A read of `shape` on `ns` that took its plan from the cache did
+    /// `works` for `returned` documents: when that is more than
+    /// `EVICTION_RATIO` times the work per document its trial measured
+    /// (and more than `EVICTION_WORKS_MIN` in all), the entry goes, so
+    /// the next read of the shape races its candidates again (mongod's
+    /// replanning of a degraded cached plan). True when it went.
+    pub(crate) fn check(&self, ns: &str, shape: &str, works: u64, returned: u64) -> bool {
+        if works < EVICTION_WORKS_MIN {
+            return false;
+        }
+        let mut entries = self.entries.lock();
+        let key = (ns.to_string(), shape.to_string());
+        let Some(e) = entries.get(&key) else { return false };
+        // Per document returned (one more, so none returned still counts).
+        let measured = e.works as f64 / (e.results + 1) as f64;
+        let now = works as f64 / (returned + 1) as f64;
+        let degraded = now > EVICTION_RATIO * measured;
+        if degraded {
+            entries.remove(&key);
+        }
+        degraded
     }
 
     /// Forget every entry of `ns`; returns how many there were.
@@ -83,12 +117,13 @@ impl PlanCache {
         before - entries.len()
     }
 
-    /// `$planCacheStats`: the entries of `ns`, in mongod's shape.
-    pub(crate) fn stats(&self, ns: &str, host: &str) -> Vec<Document> {
+    /// `$planCacheStats`: the entries of `ns` that still hold (chosen
+    /// among the indexes it has now, `among`), in mongod's shape.
+    pub(crate) fn stats(&self, ns: &str, among: &str, host: &str) -> Vec<Document> {
         let entries = self.entries.lock();
         let mut out: Vec<Document> = entries
             .iter()
-            .filter(|((n, _), _)| n == ns)
+            .filter(|((n, _), e)| n == ns && e.among == among)
             .map(|((_, shape), e)| {
                 doc! {
                     "version": "1",
