@@ -49,8 +49,9 @@ def test_creating_the_id_index_is_a_no_op_that_may_create_the_collection(client)
 
 @pytest.mark.parametrize("indexes, code", [
     ([{"key": {"_id": 1}, "name": "_id_", "unique": True}], 238),
-    ([{"key": {"_id": "hashed"}, "name": "_id_hashed"}], 238),
-    ([{"key": {"x": "hashed"}, "name": "x_hashed"}], 238),
+    ([{"key": {"x": "text"}, "name": "x_text"}], 238),
+    ([{"key": {"x": "hashed", "y": "hashed"}, "name": "xy"}], 67),
+    ([{"key": {"x": "hashed"}, "name": "xh", "unique": True}], 16764),
     ([{"key": {"x": 1}, "name": "x_1", "collation": {"locale": "fr"}}], 238),
     ([{"key": {"x": 1}, "name": "x_1", "partialFilterExpression": {"x": {"$ne": 1}}}], 67),
     ([{"key": {"x": 1}, "name": "x_1", "partialFilterExpression": {"x": 1}, "sparse": True}], 67),
@@ -748,3 +749,47 @@ def test_review_cases_for_covered_reads_and_explain_of_aggregate(client):
     assert len(list(db.rc.aggregate([{"$planCacheStats": {}}]))) == 1
     db.rc.drop_index("a_1")
     assert list(db.rc.aggregate([{"$planCacheStats": {}}])) == []
+
+
+def test_hashed_indexes_answer_equalities_with_mongods_hashes(client):
+    db = client.test
+    assert db.h.create_index([("a", "hashed")]) == "a_hashed"
+    spec = [i for i in db.h.list_indexes() if i["name"] == "a_hashed"][0]
+    assert spec["key"] == {"a": "hashed"}
+    db.h.insert_many([{"_id": i, "a": i % 50} for i in range(500)] + [{"_id": 1000, "a": "abc"}, {"_id": 1001}])
+    # 42's hash is mongod's: -944302157085130861 (its hasher_test.cpp).
+    e = db.command("explain", {"find": "h", "filter": {"a": 42}}, verbosity="executionStats")
+    fetch = e["queryPlanner"]["winningPlan"]
+    assert fetch["stage"] == "FETCH" and fetch["filter"] == {"a": {"$eq": 42}}
+    assert fetch["inputStage"]["indexBounds"] == {"a": ["[-944302157085130861, -944302157085130861]"]}
+    assert e["executionStats"]["nReturned"] == 10 and e["executionStats"]["totalKeysExamined"] == 10
+    assert sorted(d["_id"] for d in db.h.find({"a": 42})) == [42 + 50 * k for k in range(10)]
+    # 42.5 hashes as 42 (numbers squash to integers): fetched, then refused.
+    assert list(db.h.find({"a": 42.5})) == []
+    assert sorted(d["_id"] for d in db.h.find({"a": {"$in": ["abc", 7]}})) == [7 + 50 * k for k in range(10)] + [1000]
+    # null: the missing field's key.
+    assert [d["_id"] for d in db.h.find({"a": None})] == [1001]
+    # Ranges cannot use it; nor sorts.
+    plan = db.h.find({"a": {"$gt": 45}}).explain()["queryPlanner"]["winningPlan"]
+    assert plan["stage"] == "COLLSCAN"
+    plan = db.h.find({"a": 3}).sort("a", 1).explain()["queryPlanner"]["winningPlan"]
+    assert plan["stage"] == "SORT"
+    # Arrays are refused (and nothing is written), as is uniqueness.
+    with pytest.raises(WriteError) as err:
+        db.h.insert_one({"_id": 2000, "a": [1, 2]})
+    assert err.value.code == 16766
+    assert err.value.details["errmsg"] == "hashed indexes do not currently support array values. Found array at path: a"
+    assert db.h.count_documents({"_id": 2000}) == 0
+    with pytest.raises(OperationFailure) as err:
+        db.h2.create_index([("a", "hashed")], unique=True)
+    assert err.value.code == 16764
+    db.h3.insert_one({"a": {"b": [1]}})
+    with pytest.raises(OperationFailure) as err:
+        db.h3.create_index([("a.b", "hashed")])
+    assert err.value.code == 16766
+    # Compound: an equality on each field pins both.
+    db.h.create_index([("b", 1), ("a", "hashed")])
+    db.h.update_many({}, [{"$set": {"b": {"$mod": ["$_id", 3]}}}])
+    want = sorted(d["_id"] for d in db.h.find({"b": 1, "a": 42}).hint([("$natural", 1)]))
+    assert sorted(d["_id"] for d in db.h.find({"b": 1, "a": 42}).hint("b_1_a_hashed")) == want
+    assert db.command("validate", "h")["valid"] is True

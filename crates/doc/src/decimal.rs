@@ -43,6 +43,29 @@ pub fn is_nan(d: &bson::Decimal128) -> bool {
     decimal(d.bytes()) == Exact::NaN
 }
 
+/// A Decimal128 as a 64-bit integer, toward zero: NaN is 0, values past
+/// the range (infinities too) are its ends.
+pub fn truncated_i64(d: &bson::Decimal128) -> i64 {
+    let (negative, magnitude) = match decimal(d.bytes()) {
+        Exact::NaN => return 0,
+        Exact::Inf { negative } => (negative, u128::MAX),
+        Exact::Finite { negative, mantissa, exp10, .. } if exp10 >= 0 => {
+            let scaled = 10u128.checked_pow(exp10 as u32).and_then(|p| mantissa.checked_mul(p));
+            (negative, scaled.unwrap_or(u128::MAX))
+        }
+        Exact::Finite { negative, mantissa, exp10, .. } => {
+            (negative, 10u128.checked_pow(exp10.unsigned_abs()).map_or(0, |p| mantissa / p))
+        }
+    };
+    match (negative, i64::try_from(magnitude)) {
+        (false, Ok(n)) => n,
+        (false, Err(_)) => i64::MAX,
+        (true, _) if magnitude >= 1u128 << 63 => i64::MIN,
+        (true, Ok(n)) => -n,
+        (true, Err(_)) => i64::MIN,
+    }
+}
+
 pub(crate) fn double(f: f64) -> Exact {
     if f.is_nan() {
         return Exact::NaN;

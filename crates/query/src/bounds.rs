@@ -617,6 +617,20 @@ pub fn intervals(leaf: &Leaf) -> Vec<Interval> {
     }
 }
 
+/// The keys of a hashed field an equality (or `$in`) may meet: the
+/// points of its values' hashes; `None` for any other leaf (or an `$in`
+/// holding a regex), which bounds a hashed field not at all.
+pub fn hashed_intervals(leaf: &Leaf) -> Option<Vec<Interval>> {
+    let hash = |v: &Bson| Interval::point(Bson::Int64(doc::index::hashed::hash64(v)));
+    match (&leaf.op, &leaf.value) {
+        (Op::Eq, v) => Some(vec![hash(v)]),
+        (Op::In, Bson::Array(items)) if !items.iter().any(|i| matches!(i, Bson::RegularExpression(_))) => {
+            Some(union(items.iter().map(hash).collect()))
+        }
+        _ => None,
+    }
+}
+
 /// The keys a value equal to `v` may have: `v` itself; for an array
 /// also its first element (an array field equal to it has that key) or
 /// `undefined` for the empty array; for a regex the strings under its

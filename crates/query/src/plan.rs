@@ -63,6 +63,10 @@ pub struct IndexInfo {
     pub hidden: bool,
     /// A partial index's `partialFilterExpression`.
     pub partial: Option<Document>,
+    /// The position of its `"hashed"` field, if any: bounded only by
+    /// equalities (points of their values' hashes), never giving a sort or
+    /// covering a read.
+    pub hashed: Option<usize>,
 }
 
 /// A `hint` the caller resolved against the collection.
@@ -203,7 +207,9 @@ pub fn candidates(shape: &ReadShape<'_, '_>) -> Vec<IndexScan> {
     let mut out: Vec<IndexScan> = (0..shape.indexes.len())
         .filter(|&i| {
             let ix = &shape.indexes[i];
-            let leading = |l: &&Leaf| l.path == ix.fields[0].0;
+            let leading = |l: &&Leaf| {
+                l.path == ix.fields[0].0 && (ix.hashed != Some(0) || matches!(l.op, bounds::Op::Eq | bounds::Op::In))
+            };
             !ix.hidden
                 && conj.leaves.iter().any(|l| leading(&l))
                 && (!ix.sparse || conj.leaves.iter().filter(leading).any(Leaf::needs_value))
@@ -265,7 +271,11 @@ fn covers(ix: &IndexInfo, projection: Option<&[String]>) -> bool {
     projection.is_some_and(|fields| {
         fields.iter().all(|p| {
             !p.split('.').any(|c| !c.is_empty() && c.bytes().all(|b| b.is_ascii_digit()))
-                && ix.fields.iter().position(|(f, _)| f == p).is_some_and(|at| ix.multikey[at].is_empty())
+                && ix
+                    .fields
+                    .iter()
+                    .position(|(f, _)| f == p)
+                    .is_some_and(|at| ix.multikey[at].is_empty() && ix.hashed != Some(at))
         })
     })
 }
@@ -279,7 +289,7 @@ fn covers(ix: &IndexInfo, projection: Option<&[String]>) -> bool {
 /// components.
 fn sort_order(shape: &ReadShape<'_, '_>, ix: &IndexInfo, bounds: &[Vec<Interval>]) -> Option<bool> {
     let sort = shape.sort.filter(|s| !s.is_empty())?;
-    if !shape.binary_collation || ix.multikey.iter().any(|m| !m.is_empty()) {
+    if !shape.binary_collation || ix.hashed.is_some() || ix.multikey.iter().any(|m| !m.is_empty()) {
         return None;
     }
     let mut reverse = None;
@@ -385,7 +395,22 @@ fn index_scan(shape: &ReadShape<'_, '_>, i: usize) -> IndexScan {
         // query compares inside it: no bounds on such a path.
         let positional = parts.iter().any(|c| !c.is_empty() && c.bytes().all(|b| b.is_ascii_digit()));
         let mut intervals = vec![Interval::all()];
-        if shape.binary_collation && !positional {
+        if ix.hashed == Some(f) {
+            // Points of the equalities' hashes; never exact (hashes collide).
+            for (l, leaf) in conj.leaves.iter().enumerate() {
+                if used[l] || leaf.path != *path || leaf.group.is_some() {
+                    continue;
+                }
+                if let Some(points) = bounds::hashed_intervals(leaf) {
+                    intervals = if intervals.iter().all(Interval::is_all) {
+                        points
+                    } else {
+                        bounds::intersect(&intervals, &points)
+                    };
+                    used[l] = true;
+                }
+            }
+        } else if shape.binary_collation && !positional {
             let chosen = field_leaves(&conj, &used, path, &prefixes, &bounded);
             for (n, &l) in chosen.iter().enumerate() {
                 let leaf = &conj.leaves[l];
@@ -588,6 +613,7 @@ mod tests {
             sparse: false,
             hidden: false,
             partial: None,
+            hashed: None,
         }
     }
 

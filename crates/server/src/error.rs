@@ -147,6 +147,7 @@ impl From<DocError> for CommandError {
                 err
             }
             DocError::ParallelArrays(m) => CommandError::with_code(171, m),
+            DocError::HashedArray(m) => CommandError::with_code(16766, m),
             DocError::IndexNotFound(_) => CommandError::with_code(27, e.to_string()),
             DocError::IndexExists(_) => CommandError::with_code(85, e.to_string()),
             // BackgroundOperationInProgressForNamespace.

@@ -20,6 +20,9 @@ pub enum DocError {
     /// A document whose indexed paths meet two arrays (171).
     #[error("{0}")]
     ParallelArrays(String),
+    /// A hashed index's path holds an array (mongod's 16766).
+    #[error("{0}")]
+    HashedArray(String),
     /// A rename of a collection whose index is being built.
     #[error("cannot perform operation: an index build is currently running for collection '{0}'")]
     BuildInProgress(String),

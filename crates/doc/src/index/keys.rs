@@ -62,6 +62,9 @@ pub type KeyValues = Vec<Option<Bson>>;
 pub struct KeyField {
     pub path: Vec<String>,
     pub descending: bool,
+    /// `"hashed"`: the key holds the value's hash (`hashed.rs`), never an
+    /// array's elements (a document with an array there is refused).
+    pub hashed: bool,
 }
 
 /// Where one field stands while a document is walked.
@@ -184,13 +187,30 @@ fn emit(slots: &[Slot], fields: &[KeyField], sparse: bool, out: &mut DocKeys) {
     }
     let values: KeyValues = slots
         .iter()
-        .map(|s| match s {
+        .zip(fields)
+        .map(|(s, f)| match s {
+            Slot::Found(v) if f.hashed => Some(Bson::Int64(crate::index::hashed::hash64(v))),
+            Slot::Missing if f.hashed => Some(Bson::Int64(crate::index::hashed::hash64(&Bson::Null))),
             Slot::Found(v) => Some(v.clone()),
             Slot::Missing => None,
             Slot::Pending { .. } => unreachable!("walk resolves every slot before it emits"),
         })
         .collect();
     out.keys.insert(key_string(&values, fields), values);
+}
+
+/// The path of `field` in `doc` meets an array (which a hashed field
+/// refuses): the first array's path, if any.
+pub fn array_on_path(doc: &Document, field: &KeyField) -> Option<String> {
+    let mut current = doc;
+    for (i, component) in field.path.iter().enumerate() {
+        match current.get(component) {
+            Some(Bson::Array(_)) => return Some(field.path[..=i].join(".")),
+            Some(Bson::Document(d)) => current = d,
+            _ => return None,
+        }
+    }
+    None
 }
 
 /// The KeyString of a key: each field's encoding, inverted for a
@@ -215,7 +235,10 @@ mod tests {
     use bson::doc;
 
     fn fields(paths: &[&str]) -> Vec<KeyField> {
-        paths.iter().map(|p| KeyField { path: p.split('.').map(String::from).collect(), descending: false }).collect()
+        paths
+            .iter()
+            .map(|p| KeyField { path: p.split('.').map(String::from).collect(), descending: false, hashed: false })
+            .collect()
     }
 
     /// The keys as the index holds them (a missing field as null).
@@ -309,8 +332,8 @@ mod tests {
     #[test]
     fn descending_fields_reverse_their_order_only() {
         let f = vec![
-            KeyField { path: vec!["a".into()], descending: false },
-            KeyField { path: vec!["b".into()], descending: true },
+            KeyField { path: vec!["a".into()], descending: false, hashed: false },
+            KeyField { path: vec!["b".into()], descending: true, hashed: false },
         ];
         let k = |a: i32, b: &str| key_string(&[Some(Bson::Int32(a)), Some(Bson::String(b.into()))], &f);
         assert!(k(1, "z") < k(2, "a"));

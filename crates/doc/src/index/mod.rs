@@ -26,6 +26,7 @@
 //!    in memory it is raised before that transaction commits, so a reader
 //!    never plans with less than is stored.
 
+pub mod hashed;
 pub mod keys;
 
 use crate::catalog::DocError;
@@ -65,9 +66,11 @@ impl IndexSpec {
                 Bson::Int64(n) => *n < 0,
                 Bson::Double(n) => *n < 0.0,
                 Bson::Decimal128(_) => dir.to_string().starts_with('-'),
+                Bson::String(kind) if kind == "hashed" => false,
                 _ => return Err(corrupt()),
             };
-            fields.push(KeyField { path: path.split('.').map(String::from).collect(), descending });
+            let hashed = matches!(dir, Bson::String(_));
+            fields.push(KeyField { path: path.split('.').map(String::from).collect(), descending, hashed });
         }
         let unique = shown.get_bool("unique").unwrap_or(false);
         let sparse = shown.get_bool("sparse").unwrap_or(false);
@@ -76,6 +79,13 @@ impl IndexSpec {
 
     /// The keys `doc` gives this index.
     pub fn doc_keys(&self, doc: &Document) -> Result<DocKeys, DocError> {
+        for f in self.fields.iter().filter(|f| f.hashed) {
+            if let Some(at) = keys::array_on_path(doc, f) {
+                return Err(DocError::HashedArray(format!(
+                    "hashed indexes do not currently support array values. Found array at path: {at}"
+                )));
+            }
+        }
         keys::doc_keys(doc, &self.fields, self.sparse).map_err(|e| DocError::ParallelArrays(e.to_string()))
     }
 }

@@ -47,6 +47,7 @@ pub(crate) fn ready_indexes(coll: &Collection) -> (Vec<Arc<Index>>, Vec<IndexInf
             sparse: ix.spec.sparse,
             hidden: is_hidden(ix),
             partial: ix.spec.shown.get_document("partialFilterExpression").ok().cloned(),
+            hashed: ix.spec.fields.iter().position(|f| f.hashed),
         })
         .collect();
     (ready, infos)

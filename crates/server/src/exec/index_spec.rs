@@ -47,6 +47,13 @@ pub(crate) fn parse(spec: &Bson) -> Result<IndexSpec, CommandError> {
         }
     };
     check_key_pattern(key)?;
+    let hashed = key.values().any(|v| matches!(v, Bson::String(k) if k == "hashed"));
+    if hashed && spec.get("unique").is_some_and(truthy) {
+        return Err(CommandError::with_code(
+            16764,
+            "Currently hashed indexes cannot guarantee uniqueness. Use a regular index.",
+        ));
+    }
     let name = match spec.get("name") {
         Some(Bson::String(n)) if n.is_empty() => return Err(CommandError::bad_value("index name cannot be empty")),
         Some(Bson::String(n)) if n == "_id_" => {
@@ -218,9 +225,9 @@ fn truthy(v: &Bson) -> bool {
     }
 }
 
-/// A key pattern mongod accepts for an ascending/descending index; the
-/// index types this build does not have (hashed, text, geo, wildcard)
-/// answer NotImplemented.
+/// A key pattern mongod accepts for an ascending, descending or hashed
+/// index (one hashed field at most); the index types this build does not
+/// have (text, geo, wildcard) answer NotImplemented.
 fn check_key_pattern(key: &Document) -> Result<(), CommandError> {
     if key.is_empty() {
         return Err(cannot_create("Index keys cannot be empty.".into()));
@@ -230,6 +237,13 @@ fn check_key_pattern(key: &Document) -> Result<(), CommandError> {
             13103,
             format!("too many fields in index key pattern (more than {KEY_FIELDS_MAX})"),
         ));
+    }
+    let hashed = key.values().filter(|v| matches!(v, Bson::String(k) if k == "hashed")).count();
+    if hashed > 1 {
+        return Err(cannot_create(format!(
+            "A maximum of one index field is allowed to be hashed but found {hashed} for 'key' {}",
+            doc::format::spaced(&Bson::Document(key.clone()))
+        )));
     }
     for (field, value) in key {
         if field.is_empty() {
@@ -251,7 +265,8 @@ fn check_key_pattern(key: &Document) -> Result<(), CommandError> {
                 }
             }
             Bson::String(kind) => match kind.as_str() {
-                "hashed" | "text" | "2d" | "2dsphere" | "geoHaystack" => {
+                "hashed" => {}
+                "text" | "2d" | "2dsphere" | "geoHaystack" => {
                     return Err(CommandError::not_implemented(format!("'{kind}' indexes are not supported yet")))
                 }
                 _ => return Err(cannot_create(format!("Unknown index plugin '{kind}'"))),
@@ -343,7 +358,9 @@ mod tests {
         assert_eq!(code(doc! { "key": { "a": true }, "name": "x" }), 67);
         assert_eq!(code(doc! { "key": { "a": 1 }, "name": "x", "bogus": 1 }), 197);
         assert_eq!(code(doc! { "key": { "a": 1 } }), 9);
-        assert_eq!(code(doc! { "key": { "a": "hashed" }, "name": "x" }), 238);
+        assert_eq!(code(doc! { "key": { "a": "text" }, "name": "x" }), 238);
+        assert_eq!(code(doc! { "key": { "a": "hashed", "b": "hashed" }, "name": "x" }), 67);
+        assert_eq!(code(doc! { "key": { "a": "hashed" }, "name": "x", "unique": true }), 16764);
     }
 
     #[test]
