@@ -793,3 +793,20 @@ def test_hashed_indexes_answer_equalities_with_mongods_hashes(client):
     want = sorted(d["_id"] for d in db.h.find({"b": 1, "a": 42}).hint([("$natural", 1)]))
     assert sorted(d["_id"] for d in db.h.find({"b": 1, "a": 42}).hint("b_1_a_hashed")) == want
     assert db.command("validate", "h")["valid"] is True
+    # Under another collation the hashes do not apply: a hint scans it all.
+    db.hc.create_index([("s", "hashed")])
+    db.hc.insert_one({"_id": 1, "s": "ABC"})
+    en2 = {"locale": "en", "strength": 2}
+    assert [d["_id"] for d in db.hc.find({"s": "abc"}).collation(en2).hint("s_hashed")] == [1]
+    # Zero is zero whatever its exponent.
+    db.hc.insert_one({"_id": 2, "s": bson.Decimal128("0E+50")})
+    assert [d["_id"] for d in db.hc.find({"s": 0}).hint("s_hashed")] == [2]
+
+
+def test_a_partial_index_on_a_type_serves_queries_of_that_type(client):
+    db = client.test
+    db.pt.create_index("email", partialFilterExpression={"email": {"$type": "string"}})
+    db.pt.insert_many([{"_id": 1, "email": "a@x"}, {"_id": 2, "email": 5}])
+    plan = db.pt.find({"email": {"$type": "string", "$eq": "a@x"}}).explain()["queryPlanner"]["winningPlan"]
+    assert plan["inputStage"]["indexName"] == "email_1"
+    assert [d["_id"] for d in db.pt.find({"email": {"$type": "string", "$eq": "a@x"}})] == [1]

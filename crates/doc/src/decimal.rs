@@ -48,6 +48,7 @@ pub fn is_nan(d: &bson::Decimal128) -> bool {
 pub fn truncated_i64(d: &bson::Decimal128) -> i64 {
     let (negative, magnitude) = match decimal(d.bytes()) {
         Exact::NaN => return 0,
+        Exact::Finite { mantissa: 0, .. } => return 0,
         Exact::Inf { negative } => (negative, u128::MAX),
         Exact::Finite { negative, mantissa, exp10, .. } if exp10 >= 0 => {
             let scaled = 10u128.checked_pow(exp10 as u32).and_then(|p| mantissa.checked_mul(p));

@@ -463,7 +463,7 @@ fn truthy(v: &Bson) -> bool {
 
 /// The type codes of a `$type` argument (`-2` for "number"); `None`
 /// when it is not one the matcher takes.
-fn type_codes(v: &Bson) -> Option<Vec<i32>> {
+pub fn type_codes(v: &Bson) -> Option<Vec<i32>> {
     match v {
         Bson::Array(items) if !items.is_empty() => items.iter().map(|i| crate::types::type_code(i).ok()).collect(),
         Bson::Array(_) => None,

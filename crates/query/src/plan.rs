@@ -352,6 +352,10 @@ fn leaf_implies(have: &Leaf, need: &Leaf) -> bool {
     };
     match (need.op, have.op) {
         (Exists, _) => have.needs_value(),
+        (Type, Type) => match (bounds::type_codes(&have.value), bounds::type_codes(&need.value)) {
+            (Some(h), Some(n)) => h.iter().all(|c| n.contains(c)),
+            _ => false,
+        },
         (Eq, Eq) => cmp(&have.value, &need.value) == Some(Equal),
         (In, Eq) => in_list(&have.value, &need.value),
         (In, In) => match &have.value {
@@ -395,7 +399,10 @@ fn index_scan(shape: &ReadShape<'_, '_>, i: usize) -> IndexScan {
         // query compares inside it: no bounds on such a path.
         let positional = parts.iter().any(|c| !c.is_empty() && c.bytes().all(|b| b.is_ascii_digit()));
         let mut intervals = vec![Interval::all()];
-        if ix.hashed == Some(f) {
+        if ix.hashed == Some(f) && !shape.binary_collation {
+            // Strings hash as stored: another collation's equal strings
+            // hash apart.
+        } else if ix.hashed == Some(f) {
             // Points of the equalities' hashes; never exact (hashes collide).
             for (l, leaf) in conj.leaves.iter().enumerate() {
                 if used[l] || leaf.path != *path || leaf.group.is_some() {

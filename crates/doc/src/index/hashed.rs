@@ -4,7 +4,7 @@
 //! type and its bytes, numbers squashed to a 64-bit integer (so `3`,
 //! `3.1` and `NumberLong(3)` hash alike), documents and arrays element by
 //! element with their names; the first 8 bytes of the digest, little
-//! endian.
+//! endian. One difference: see `squashed` on Decimal128 fractions.
 
 use bson::{Bson, Document};
 use md5::{Digest, Md5};
@@ -43,7 +43,9 @@ fn canonical(v: &Bson) -> i32 {
 
 /// A number as a 64-bit integer, toward zero; NaN is 0, and values past
 /// the range are its ends (2^63 as a double is the least, as mongod keeps
-/// from older versions).
+/// from older versions). A Decimal128 with a fraction truncates here
+/// where mongod rounds half to even: `2.7` hashes as `2` (as the double
+/// `2.7` does), not as mongod's `3`, so equal numbers always hash alike.
 fn squashed(v: &Bson) -> i64 {
     let from_f64 = |d: f64| {
         if d.is_nan() {
@@ -94,11 +96,8 @@ fn add(h: &mut Md5, v: &Bson, name: Option<&str>) {
             h.update([0]);
             add_document(h, &c.scope);
         }
-        Bson::Binary(b) => {
-            h.update((b.bytes.len() as i32).to_le_bytes());
-            h.update([u8::from(b.subtype)]);
-            h.update(&b.bytes);
-        }
+        // As stored (the old binary subtype keeps its inner length).
+        Bson::Binary(_) => h.update(value_bytes(v)),
         Bson::ObjectId(o) => h.update(o.bytes()),
         Bson::Boolean(b) => h.update([u8::from(*b)]),
         Bson::DateTime(d) => h.update(d.timestamp_millis().to_le_bytes()),
@@ -185,6 +184,7 @@ mod tests {
             ),
             (Bson::RegularExpression(bson::Regex { pattern: ".*".into(), options: "i".into() }), 7095855029187981886),
             (Bson::JavaScriptCode("func f() { return 1; }".into()), 6861638109178014270),
+            (Bson::Decimal128("0E+50".parse().unwrap()), 4854801880128277513),
             (
                 Bson::Binary(bson::Binary {
                     subtype: bson::spec::BinarySubtype::Generic,

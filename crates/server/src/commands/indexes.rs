@@ -117,7 +117,11 @@ fn build(shared: &Shared, ns: &Namespace, spec: IndexSpec, listed: &Build) -> Re
         listed.progress(done, total);
         // The fail point holds the build once, after its first chunk,
         // until it is turned off or the server shuts down.
-        if done > 0 && done < total && !held.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        if done > 0
+            && done < total
+            && shared.fail_points.hangs_index_builds()
+            && !held.swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
             while shared.fail_points.hangs_index_builds() && !*shared.shutdown.borrow() {
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
