@@ -743,6 +743,9 @@ def test_review_cases_for_covered_reads_and_explain_of_aggregate(client):
     with pytest.raises(OperationFailure) as err:
         db.command("explain", {"aggregate": "rcview", "pipeline": [], "cursor": {}})
     assert err.value.code == 238
+    with pytest.raises(OperationFailure) as err:
+        db.command("explain", {"find": "rcview", "filter": {}})
+    assert err.value.code == 238
     # `$planCacheStats` lists only entries that still hold.
     db.rc.create_index([("a", 1), ("b", 1)])
     list(db.rc.find({"a": 1, "b": {"$gt": 0}}))
