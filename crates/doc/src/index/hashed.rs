@@ -18,27 +18,12 @@ pub fn hash64(v: &Bson) -> i64 {
     i64::from_le_bytes(digest[..8].try_into().expect("an MD5 digest has 16 bytes"))
 }
 
-/// mongod's canonical type numbers (`canonicalizeBSONType`).
+/// mongod's canonical type numbers (`canonicalizeBSONType`), by the
+/// rank `compare::canonical_type` gives (MinKey first, MaxKey last).
+const CANONICAL_NUMBERS: [i32; 17] = [-1, 0, 5, 10, 15, 20, 25, 30, 35, 40, 45, 47, 50, 55, 60, 65, 127];
+
 fn canonical(v: &Bson) -> i32 {
-    match v {
-        Bson::MinKey => -1,
-        Bson::Undefined => 0,
-        Bson::Null => 5,
-        Bson::Double(_) | Bson::Int32(_) | Bson::Int64(_) | Bson::Decimal128(_) => 10,
-        Bson::String(_) | Bson::Symbol(_) => 15,
-        Bson::Document(_) => 20,
-        Bson::Array(_) => 25,
-        Bson::Binary(_) => 30,
-        Bson::ObjectId(_) => 35,
-        Bson::Boolean(_) => 40,
-        Bson::DateTime(_) => 45,
-        Bson::Timestamp(_) => 47,
-        Bson::RegularExpression(_) => 50,
-        Bson::DbPointer(_) => 55,
-        Bson::JavaScriptCode(_) => 60,
-        Bson::JavaScriptCodeWithScope(_) => 65,
-        Bson::MaxKey => 127,
-    }
+    CANONICAL_NUMBERS[usize::from(crate::compare::canonical_type(v))]
 }
 
 /// A number as a 64-bit integer, toward zero; NaN is 0, and values past
