@@ -52,7 +52,6 @@ def test_creating_the_id_index_is_a_no_op_that_may_create_the_collection(client)
     ([{"key": {"x": "text"}, "name": "x_text"}], 238),
     ([{"key": {"x": "hashed", "y": "hashed"}, "name": "xy"}], 67),
     ([{"key": {"x": "hashed"}, "name": "xh", "unique": True}], 16764),
-    ([{"key": {"x": 1}, "name": "x_1", "collation": {"locale": "fr"}}], 238),
     ([{"key": {"x": 1}, "name": "x_1", "partialFilterExpression": {"x": {"$ne": 1}}}], 67),
     ([{"key": {"x": 1}, "name": "x_1", "partialFilterExpression": {"x": 1}, "sparse": True}], 67),
     ([{"key": {"x": 1}, "name": "x_1", "partialFilterExpression": 5}], 14),

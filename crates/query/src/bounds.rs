@@ -5,11 +5,17 @@
 //! the field is not multikey, and the leaves the bounds do not answer
 //! exactly left for the FETCH stage's filter.
 //!
+//! An index with a collation holds strings by their sort keys: its
+//! bounds are built from the query's values and then mapped the same way
+//! (`collated`); a regex prefix says nothing about sort keys, so there a
+//! regex bounds all strings.
+//!
 //! Invariant: every document the filter matches has an index key inside
 //! the bounds (bounds only narrow what is read; the executor still
 //! applies the whole filter).
 
 use bson::{Bson, Document};
+use doc::catalog::KeyCollation;
 use doc::compare::compare;
 use std::cmp::Ordering;
 
@@ -199,6 +205,31 @@ impl Leaf {
             Op::Ne => exact_value(&self.value) || matches!(self.value, Bson::Null),
             Op::Exists | Op::NotExists => false,
             Op::Type => type_codes(&self.value).is_some_and(|codes| codes.iter().all(|&c| type_range(c).1)),
+        }
+    }
+
+    /// `exact` on an index with a collation or not (`collated`), where a
+    /// regex bounds all strings.
+    pub fn exact_on(&self, collated: bool) -> bool {
+        let regex = |v: &Bson| matches!(v, Bson::RegularExpression(_));
+        let has_regex = match (&self.op, &self.value) {
+            (Op::Regex, _) => true,
+            (Op::In | Op::Nin, Bson::Array(items)) => items.iter().any(regex),
+            _ => false,
+        };
+        self.exact() && !(collated && has_regex)
+    }
+
+    /// Whether its bounds depend on how strings compare (mongod's
+    /// collatable types: a string, symbol, document or array value), so
+    /// that an index of another collation than the query's cannot take
+    /// them.
+    pub fn collatable(&self) -> bool {
+        let collatable = |v: &Bson| matches!(v, Bson::String(_) | Bson::Symbol(_) | Bson::Document(_) | Bson::Array(_));
+        match (self.op, &self.value) {
+            (Op::Regex | Op::Exists | Op::NotExists | Op::Type, _) => false,
+            (Op::In | Op::Nin, Bson::Array(items)) => items.iter().any(collatable),
+            (_, v) => collatable(v),
         }
     }
 
@@ -589,6 +620,38 @@ pub fn regex_prefix(r: &bson::Regex) -> Option<(String, bool)> {
 
 /// The intervals of one leaf, ordered and disjoint.
 pub fn intervals(leaf: &Leaf) -> Vec<Interval> {
+    leaf_intervals(leaf, true)
+}
+
+/// The intervals of one leaf on an index of collation `c`: those of
+/// `intervals` with every string as its sort key, a regex bounding all
+/// strings.
+pub fn intervals_under(leaf: &Leaf, c: Option<&dyn KeyCollation>) -> Vec<Interval> {
+    match c {
+        None => leaf_intervals(leaf, true),
+        Some(c) => collated(leaf_intervals(leaf, false), c),
+    }
+}
+
+/// `list` as an index of collation `c` holds its values: each endpoint
+/// by its sort key, ordered and merged again. A range that starts at the
+/// empty string (the least string) keeps it: no sort key is less.
+fn collated(list: Vec<Interval>, c: &dyn KeyCollation) -> Vec<Interval> {
+    let least = Bson::String(String::new());
+    let mapped = list
+        .into_iter()
+        .map(|i| {
+            let low = if !i.is_point() && i.low == least { i.low.clone() } else { c.key_of(&i.low) };
+            Interval { low, low_inclusive: i.low_inclusive, high: c.key_of(&i.high), high_inclusive: i.high_inclusive }
+        })
+        .collect();
+    union(mapped)
+}
+
+/// `intervals`; `prefixes`: a regex bounds the strings under its prefix
+/// (else all strings).
+fn leaf_intervals(leaf: &Leaf, prefixes: bool) -> Vec<Interval> {
+    let eq_intervals = |v: &Bson| eq_intervals(v, prefixes);
     let v = &leaf.value;
     let (min, max) = type_bracket(v);
     match leaf.op {
@@ -617,11 +680,17 @@ pub fn intervals(leaf: &Leaf) -> Vec<Interval> {
     }
 }
 
-/// The keys of a hashed field an equality (or `$in`) may meet: the
-/// points of its values' hashes; `None` for any other leaf (or an `$in`
-/// holding a regex), which bounds a hashed field not at all.
-pub fn hashed_intervals(leaf: &Leaf) -> Option<Vec<Interval>> {
-    let hash = |v: &Bson| Interval::point(Bson::Int64(doc::index::hashed::hash64(v)));
+/// The keys of a hashed field (of collation `c`) an equality (or `$in`)
+/// may meet: the points of its values' hashes; `None` for any other leaf
+/// (or an `$in` holding a regex), which bounds a hashed field not at all.
+pub fn hashed_intervals(leaf: &Leaf, c: Option<&dyn KeyCollation>) -> Option<Vec<Interval>> {
+    let hash = |v: &Bson| {
+        let key = match c {
+            Some(c) => c.key_of(v),
+            None => v.clone(),
+        };
+        Interval::point(Bson::Int64(doc::index::hashed::hash64(&key)))
+    };
     match (&leaf.op, &leaf.value) {
         (Op::Eq, v) => Some(vec![hash(v)]),
         (Op::In, Bson::Array(items)) if !items.iter().any(|i| matches!(i, Bson::RegularExpression(_))) => {
@@ -634,15 +703,15 @@ pub fn hashed_intervals(leaf: &Leaf) -> Option<Vec<Interval>> {
 /// The keys a value equal to `v` may have: `v` itself; for an array
 /// also its first element (an array field equal to it has that key) or
 /// `undefined` for the empty array; for a regex the strings under its
-/// prefix (or all strings) and the regex itself.
-fn eq_intervals(v: &Bson) -> Vec<Interval> {
+/// prefix (or all strings, without `prefixes`) and the regex itself.
+fn eq_intervals(v: &Bson, prefixes: bool) -> Vec<Interval> {
     match v {
         Bson::Array(items) => {
             let first = items.first().cloned().unwrap_or(Bson::Undefined);
             union(vec![Interval::point(first), Interval::point(v.clone())])
         }
         Bson::RegularExpression(r) => {
-            let strings = match regex_prefix(r) {
+            let strings = match regex_prefix(r).filter(|_| prefixes) {
                 Some((prefix, _)) if !prefix.is_empty() => prefix_range(prefix),
                 _ => Interval {
                     low: Bson::String(String::new()),
@@ -940,5 +1009,38 @@ mod tests {
         let within = intervals(&leaf(Op::In, bson::bson!([3, 1, 3])));
         assert_eq!(within.iter().map(|i| i.shown(false)).collect::<Vec<_>>(), vec!["[1, 1]", "[3, 3]"]);
         assert!(intersect(&intervals(&leaf(Op::Gt, Bson::Int32(5))), &lt).is_empty());
+    }
+
+    /// English at strength 2: case folds, accents do not.
+    fn s2() -> std::sync::Arc<crate::Collation> {
+        crate::Collation::parse(Some(&bson::bson!({ "locale": "en", "strength": 2 }))).unwrap().unwrap()
+    }
+
+    fn on_s2(op: Op, v: Bson) -> Vec<Interval> {
+        let l = Leaf { path: "a".into(), op, value: v, group: None };
+        intervals_under(&l, Some(&*s2()))
+    }
+
+    #[test]
+    fn a_collated_index_is_bounded_by_sort_keys() {
+        let key = |s: &str| KeyCollation::key_of(&*s2(), &Bson::String(s.into()));
+        assert_eq!(on_s2(Op::Eq, "ANN".into()), vec![Interval::point(key("ann"))]);
+        // `$in` points in sort-key order, equal ones merged.
+        let within = on_s2(Op::In, bson::bson!(["b", "A", "a", 3]));
+        assert_eq!(within, vec![Interval::point(Bson::Int32(3)), Interval::point(key("a")), Interval::point(key("b"))]);
+        // Below a string: from the least string, which no sort key precedes.
+        let below = on_s2(Op::Lt, "b".into());
+        assert_eq!((below[0].low.clone(), below[0].high.clone()), (Bson::String(String::new()), key("b")));
+        // A regex prefix says nothing of sort keys: all strings, inexact.
+        let re = Bson::RegularExpression(bson::Regex { pattern: "^ab".into(), options: String::new() });
+        let shown: Vec<String> = on_s2(Op::Regex, re.clone()).iter().map(|i| i.shown(false)).collect();
+        assert_eq!(shown, vec!["[\"\", {})", "[/^ab/, /^ab/]"]);
+        let l = Leaf { path: "a".into(), op: Op::Regex, value: re, group: None };
+        assert!(l.exact_on(false) && !l.exact_on(true));
+        // Which leaves compare strings.
+        let leaf = |op: Op, v: Bson| Leaf { path: "a".into(), op, value: v, group: None };
+        assert!(leaf(Op::Eq, "x".into()).collatable() && leaf(Op::Gt, bson::bson!({ "a": 1 })).collatable());
+        assert!(leaf(Op::In, bson::bson!([1, "x"])).collatable() && !leaf(Op::In, bson::bson!([1, 2])).collatable());
+        assert!(!leaf(Op::Gt, Bson::Int32(1)).collatable() && !leaf(Op::Type, "string".into()).collatable());
     }
 }

@@ -228,7 +228,7 @@ fn strength_level(spec: &Document) -> Option<i32> {
 /// The `_id` index applies a collection's default collation through its
 /// sort keys (`Collation::key_of`). They are stored, so the ICU version
 /// that makes them is pinned (Cargo.lock), as mongod records "57.1".
-impl doc::catalog::IdCollation for Collation {
+impl doc::catalog::KeyCollation for Collation {
     fn key_of(&self, id: &Bson) -> Bson {
         Collation::key_of(self, id)
     }
@@ -238,7 +238,7 @@ impl doc::catalog::IdCollation for Collation {
     }
 
     fn key_format(&self) -> &'static str {
-        ID_KEY_FORMAT
+        KEY_FORMAT
     }
 }
 
@@ -246,11 +246,11 @@ impl doc::catalog::IdCollation for Collation {
 /// compiled CLDR data. A dependency update that changes any key must
 /// change this name (`id_keys_are_stable` pins sample keys), so that an
 /// index with keys of the old format is refused rather than misread.
-pub const ID_KEY_FORMAT: &str = "icu4x-collator-2.4";
+pub const KEY_FORMAT: &str = "icu4x-collator-2.4";
 
 /// The `_id` index collation of a stored collation spec, for
 /// `Catalog::open_with`.
-pub fn id_collation(spec: &Document) -> Option<Arc<dyn doc::catalog::IdCollation>> {
+pub fn key_collation(spec: &Document) -> Option<Arc<dyn doc::catalog::KeyCollation>> {
     let c = Collation::parse(Some(&Bson::Document(spec.clone()))).ok().flatten()?;
     Some(c)
 }
@@ -283,18 +283,18 @@ mod tests {
 
     #[test]
     fn id_keys_are_stable() {
-        use doc::catalog::IdCollation;
+        use doc::catalog::KeyCollation;
         let s2 = c(doc! { "locale": "en", "strength": 2 });
         let keys: Vec<String> = ["ann", "ANN", "Ärger", "a10"]
             .iter()
-            .map(|s| match IdCollation::key_of(&*s2, &bson!(*s)) {
+            .map(|s| match KeyCollation::key_of(&*s2, &bson!(*s)) {
                 Bson::String(k) => k,
                 other => panic!("{other:?}"),
             })
             .collect();
         assert_eq!(keys[0], keys[1]);
-        // Were these to change, ID_KEY_FORMAT must change with them.
-        assert_eq!(keys, PINNED_KEYS, "collation sort keys changed: bump ID_KEY_FORMAT");
+        // Were these to change, KEY_FORMAT must change with them.
+        assert_eq!(keys, PINNED_KEYS, "collation sort keys changed: bump KEY_FORMAT");
     }
 
     #[test]

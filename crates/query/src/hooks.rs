@@ -1,5 +1,5 @@
 //! What the catalog (in `doc`, below this crate) evaluates through this
-//! crate: `_id` index collations and partial indexes' filters.
+//! crate: index collations and partial indexes' filters.
 
 use crate::Filter;
 use bson::Document;
@@ -9,13 +9,18 @@ use std::sync::Arc;
 
 /// The catalog's hooks into the query language.
 pub fn hooks() -> Hooks {
-    Hooks { id_collations: Some(crate::collation::id_collation), filters: Some(partial_filter) }
+    Hooks { collations: Some(crate::collation::key_collation), filters: Some(partial_filter) }
 }
 
-/// A `partialFilterExpression` as a `DocFilter` (`None` if it does not
-/// parse, which `createIndexes` refused before it was stored).
-fn partial_filter(expr: &Document) -> Option<Arc<dyn DocFilter>> {
-    Some(Arc::new(Partial(Filter::parse(expr).ok()?)))
+/// A `partialFilterExpression` as a `DocFilter`, strings compared under
+/// the index's `collation` (`None` if either does not parse, which
+/// `createIndexes` refused before they were stored).
+fn partial_filter(expr: &Document, collation: Option<&Document>) -> Option<Arc<dyn DocFilter>> {
+    let collation = match collation {
+        Some(c) => crate::Collation::parse(Some(&bson::Bson::Document(c.clone()))).ok()?,
+        None => None,
+    };
+    Some(Arc::new(Partial(Filter::parse(expr).ok()?.with_collation(collation))))
 }
 
 struct Partial(Filter);

@@ -19,7 +19,9 @@
 
 use crate::bounds::{self, Interval, Leaf};
 use bson::{Bson, Document};
+use doc::catalog::KeyCollation;
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 /// What the planner needs to know about one read.
 #[derive(Debug, Clone, Copy)]
@@ -32,9 +34,6 @@ pub struct ReadShape<'a, 'i> {
     pub tailable: bool,
     /// The collection's ready secondary indexes.
     pub indexes: &'i [IndexInfo],
-    /// The read compares strings binary (secondary indexes hold binary
-    /// keys, so another collation does not use them).
-    pub binary_collation: bool,
     pub hint: Hint,
     /// The fields a projection needs, when it needs nothing else
     /// (`projection_fields`); `None`: the whole document.
@@ -67,6 +66,46 @@ pub struct IndexInfo {
     /// equalities (points of their values' hashes), never giving a sort or
     /// covering a read.
     pub hashed: Option<usize>,
+    /// Its collation (`None`: binary): it holds strings as their sort
+    /// keys under it, so it never covers a read.
+    pub collation: Option<IndexCollation>,
+    /// The read's collation is the index's (both binary, or the same):
+    /// only then may it bound a predicate that compares strings
+    /// (`Leaf::collatable`), give a sort, or serve as a partial index.
+    pub collation_matches: bool,
+}
+
+impl IndexInfo {
+    /// Whether its bounds may take `leaf` (see `collation_matches`).
+    fn takes(&self, leaf: &Leaf) -> bool {
+        self.collation_matches || !leaf.collatable()
+    }
+
+    fn key_collation(&self) -> Option<&dyn KeyCollation> {
+        self.collation.as_ref().map(|c| &*c.0)
+    }
+
+    /// A partial index serves the read: their collations match and the
+    /// read implies its filter.
+    fn partial_serves(&self, conj: &bounds::Conjunction) -> bool {
+        self.partial.as_ref().is_none_or(|p| self.collation_matches && implies(conj, p, self.collation.is_none()))
+    }
+}
+
+/// An index's collation, shown and compared by its full specification.
+#[derive(Clone)]
+pub struct IndexCollation(pub Arc<dyn KeyCollation>);
+
+impl std::fmt::Debug for IndexCollation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0.full_spec())
+    }
+}
+
+impl PartialEq for IndexCollation {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.full_spec() == other.0.full_spec()
+    }
 }
 
 /// A `hint` the caller resolved against the collection.
@@ -200,20 +239,19 @@ fn or_plan(shape: &ReadShape<'_, '_>) -> Option<Vec<IndexScan>> {
 /// fields are pinned to points, then fewer fields; the executor races
 /// them when there are several (`server/exec/access.rs`).
 pub fn candidates(shape: &ReadShape<'_, '_>) -> Vec<IndexScan> {
-    if !shape.binary_collation {
-        return Vec::new();
-    }
     let conj = bounds::conjunction(shape.filter);
     let mut out: Vec<IndexScan> = (0..shape.indexes.len())
         .filter(|&i| {
             let ix = &shape.indexes[i];
             let leading = |l: &&Leaf| {
-                l.path == ix.fields[0].0 && (ix.hashed != Some(0) || matches!(l.op, bounds::Op::Eq | bounds::Op::In))
+                l.path == ix.fields[0].0
+                    && ix.takes(l)
+                    && (ix.hashed != Some(0) || matches!(l.op, bounds::Op::Eq | bounds::Op::In))
             };
             !ix.hidden
                 && conj.leaves.iter().any(|l| leading(&l))
                 && (!ix.sparse || conj.leaves.iter().filter(leading).any(Leaf::needs_value))
-                && ix.partial.as_ref().is_none_or(|p| implies(&conj, p))
+                && ix.partial_serves(&conj)
         })
         .map(|i| index_scan(shape, i))
         .collect();
@@ -222,7 +260,7 @@ pub fn candidates(shape: &ReadShape<'_, '_>) -> Vec<IndexScan> {
     if shape.sort.is_some() && !out.iter().any(|s| s.sorted) {
         for i in 0..shape.indexes.len() {
             let ix = &shape.indexes[i];
-            if ix.hidden || ix.sparse || !ix.partial.as_ref().is_none_or(|p| implies(&conj, p)) {
+            if ix.hidden || ix.sparse || !ix.partial_serves(&conj) {
                 continue;
             }
             let scan = whole_scan(shape, i);
@@ -266,18 +304,20 @@ fn sort_covered(shape: &ReadShape<'_, '_>, ix: &IndexInfo, order: Option<bool>) 
 
 /// Whether `ix` holds every field of `projection` on no multikey path
 /// and no numeric component (`a.0` may name an array element, which a
-/// document made from the key would show as a field).
+/// document made from the key would show as a field), as given (no
+/// collation's sort keys).
 fn covers(ix: &IndexInfo, projection: Option<&[String]>) -> bool {
-    projection.is_some_and(|fields| {
-        fields.iter().all(|p| {
-            !p.split('.').any(|c| !c.is_empty() && c.bytes().all(|b| b.is_ascii_digit()))
-                && ix
-                    .fields
-                    .iter()
-                    .position(|(f, _)| f == p)
-                    .is_some_and(|at| ix.multikey[at].is_empty() && ix.hashed != Some(at))
+    ix.collation.is_none()
+        && projection.is_some_and(|fields| {
+            fields.iter().all(|p| {
+                !p.split('.').any(|c| !c.is_empty() && c.bytes().all(|b| b.is_ascii_digit()))
+                    && ix
+                        .fields
+                        .iter()
+                        .position(|(f, _)| f == p)
+                        .is_some_and(|at| ix.multikey[at].is_empty() && ix.hashed != Some(at))
+            })
         })
-    })
 }
 
 /// Whether a scan of `ix` within `bounds` returns documents in the
@@ -289,7 +329,7 @@ fn covers(ix: &IndexInfo, projection: Option<&[String]>) -> bool {
 /// components.
 fn sort_order(shape: &ReadShape<'_, '_>, ix: &IndexInfo, bounds: &[Vec<Interval>]) -> Option<bool> {
     let sort = shape.sort.filter(|s| !s.is_empty())?;
-    if !shape.binary_collation || ix.hashed.is_some() || ix.multikey.iter().any(|m| !m.is_empty()) {
+    if !ix.collation_matches || ix.hashed.is_some() || ix.multikey.iter().any(|m| !m.is_empty()) {
         return None;
     }
     let mut reverse = None;
@@ -319,7 +359,10 @@ fn sort_order(shape: &ReadShape<'_, '_>, ix: &IndexInfo, bounds: &[Vec<Interval>
 /// of the filter's predicates is implied by one of the query's on the
 /// same path (a tighter or equal bound of the same type, an equality
 /// inside an `$in`), and anything else appears in the query as written.
-pub fn implies(query: &bounds::Conjunction, partial: &Document) -> bool {
+///
+/// `binary`: strings compare binary (else only equal values imply each
+/// other: a collation orders strings otherwise).
+pub fn implies(query: &bounds::Conjunction, partial: &Document, binary: bool) -> bool {
     let needed = bounds::conjunction(partial);
     // A leaf inside one of the filter's `$elemMatch`es is implied by the
     // same `$elemMatch` only (checked with the groups).
@@ -327,7 +370,7 @@ pub fn implies(query: &bounds::Conjunction, partial: &Document) -> bool {
         .leaves
         .iter()
         .filter(|n| n.group.is_none())
-        .all(|need| query.leaves.iter().any(|have| leaf_implies(have, need)));
+        .all(|need| query.leaves.iter().any(|have| leaf_implies(have, need, binary)));
     let others_implied = needed
         .others
         .iter()
@@ -336,8 +379,9 @@ pub fn implies(query: &bounds::Conjunction, partial: &Document) -> bool {
     leaves_implied && others_implied
 }
 
-/// Whether the query predicate `have` implies `need` (same path).
-fn leaf_implies(have: &Leaf, need: &Leaf) -> bool {
+/// Whether the query predicate `have` implies `need` (same path); an
+/// order between strings only when they compare `binary`.
+fn leaf_implies(have: &Leaf, need: &Leaf, binary: bool) -> bool {
     use bounds::Op::*;
     use doc::compare::{canonical_type, compare};
     use std::cmp::Ordering::*;
@@ -345,7 +389,10 @@ fn leaf_implies(have: &Leaf, need: &Leaf) -> bool {
         return false;
     }
     let same_type = |a: &Bson, b: &Bson| canonical_type(a) == canonical_type(b);
-    let cmp = |a: &Bson, b: &Bson| same_type(a, b).then(|| compare(a, b));
+    let ordered =
+        |v: &Bson| binary || !matches!(v, Bson::String(_) | Bson::Symbol(_) | Bson::Document(_) | Bson::Array(_));
+    let cmp =
+        |a: &Bson, b: &Bson| same_type(a, b).then(|| compare(a, b)).filter(|o| o.is_eq() || (ordered(a) && ordered(b)));
     let in_list = |v: &Bson, list: &Bson| match list {
         Bson::Array(items) => items.iter().any(|i| compare(i, v).is_eq()),
         _ => false,
@@ -382,7 +429,9 @@ fn leaf_implies(have: &Leaf, need: &Leaf) -> bool {
 fn index_scan(shape: &ReadShape<'_, '_>, i: usize) -> IndexScan {
     let ix = &shape.indexes[i];
     let conj = bounds::conjunction(shape.filter);
-    let mut used = vec![false; conj.leaves.len()];
+    // Leaves its collation cannot take stay for FETCH from the start.
+    let mut used: Vec<bool> = conj.leaves.iter().map(|l| !ix.takes(l)).collect();
+    let collation = ix.key_collation();
     // The leaves the bounds answer exactly (FETCH need not test them).
     let mut answered = vec![false; conj.leaves.len()];
     let single_sparse = ix.sparse && ix.fields.len() == 1;
@@ -399,16 +448,13 @@ fn index_scan(shape: &ReadShape<'_, '_>, i: usize) -> IndexScan {
         // query compares inside it: no bounds on such a path.
         let positional = parts.iter().any(|c| !c.is_empty() && c.bytes().all(|b| b.is_ascii_digit()));
         let mut intervals = vec![Interval::all()];
-        if ix.hashed == Some(f) && !shape.binary_collation {
-            // Strings hash as stored: another collation's equal strings
-            // hash apart.
-        } else if ix.hashed == Some(f) {
+        if ix.hashed == Some(f) {
             // Points of the equalities' hashes; never exact (hashes collide).
             for (l, leaf) in conj.leaves.iter().enumerate() {
                 if used[l] || leaf.path != *path || leaf.group.is_some() {
                     continue;
                 }
-                if let Some(points) = bounds::hashed_intervals(leaf) {
+                if let Some(points) = bounds::hashed_intervals(leaf, collation) {
                     intervals = if intervals.iter().all(Interval::is_all) {
                         points
                     } else {
@@ -417,17 +463,17 @@ fn index_scan(shape: &ReadShape<'_, '_>, i: usize) -> IndexScan {
                     used[l] = true;
                 }
             }
-        } else if shape.binary_collation && !positional {
+        } else if !positional {
             let chosen = field_leaves(&conj, &used, path, &prefixes, &bounded);
             for (n, &l) in chosen.iter().enumerate() {
                 let leaf = &conj.leaves[l];
-                let leaf_bounds = bounds::intervals(leaf);
+                let leaf_bounds = bounds::intervals_under(leaf, collation);
                 intervals = if n == 0 { leaf_bounds } else { bounds::intersect(&intervals, &leaf_bounds) };
                 used[l] = true;
                 // A complement on a multikey field holds the keys of
                 // arrays that also hold the excluded value.
                 let negated = matches!(leaf.op, bounds::Op::Ne | bounds::Op::Nin);
-                answered[l] = (leaf.exact() && (prefixes.is_empty() || !negated))
+                answered[l] = (leaf.exact_on(collation.is_some()) && (prefixes.is_empty() || !negated))
                     || (leaf.op == bounds::Op::Exists && single_sparse);
             }
             let group = chosen
@@ -603,7 +649,6 @@ mod tests {
             id_index_collation_matches: matches,
             tailable,
             indexes: &[],
-            binary_collation: true,
             hint: Hint::None,
             projection: None,
             min_max: None,
@@ -621,6 +666,8 @@ mod tests {
             hidden: false,
             partial: None,
             hashed: None,
+            collation: None,
+            collation_matches: true,
         }
     }
 
@@ -628,14 +675,20 @@ mod tests {
     fn a_partial_index_serves_only_queries_that_imply_its_filter() {
         let q = |f: Document| bounds::conjunction(&f);
         let partial = doc! { "status": "active", "age": { "$gt": 18 } };
-        assert!(implies(&q(doc! { "status": "active", "age": { "$gte": 30 } }), &partial));
-        assert!(implies(&q(doc! { "status": "active", "age": 19, "x": 1 }), &partial));
-        assert!(!implies(&q(doc! { "status": "active", "age": { "$gte": 18 } }), &partial));
-        assert!(!implies(&q(doc! { "age": { "$gte": 30 } }), &partial));
-        assert!(!implies(&q(doc! { "status": "active", "age": { "$gt": "30" } }), &partial), "another type");
+        assert!(implies(&q(doc! { "status": "active", "age": { "$gte": 30 } }), &partial, true));
+        assert!(implies(&q(doc! { "status": "active", "age": 19, "x": 1 }), &partial, true));
+        assert!(!implies(&q(doc! { "status": "active", "age": { "$gte": 18 } }), &partial, true));
+        assert!(!implies(&q(doc! { "age": { "$gte": 30 } }), &partial, true));
+        assert!(!implies(&q(doc! { "status": "active", "age": { "$gt": "30" } }), &partial, true), "another type");
         let exists = doc! { "a": { "$exists": true } };
-        assert!(implies(&q(doc! { "a": { "$lt": 3 } }), &exists));
-        assert!(!implies(&q(doc! { "b": { "$lt": 3 } }), &exists));
+        assert!(implies(&q(doc! { "a": { "$lt": 3 } }), &exists, true));
+        assert!(!implies(&q(doc! { "b": { "$lt": 3 } }), &exists, true));
+        // Under a collation strings order otherwise: only equal ones imply.
+        let named = doc! { "name": { "$gt": "m" } };
+        assert!(implies(&q(doc! { "name": { "$gt": "n" } }), &named, true));
+        assert!(!implies(&q(doc! { "name": { "$gt": "n" } }), &named, false));
+        assert!(implies(&q(doc! { "name": { "$gt": "m" } }), &named, false));
+        assert!(implies(&q(doc! { "n": { "$gt": 5 } }), &doc! { "n": { "$gt": 1 } }, false));
     }
 
     /// A plain unhinted read of `filter` over `indexes`.
@@ -645,7 +698,6 @@ mod tests {
             id_index_collation_matches: true,
             tailable: false,
             indexes,
-            binary_collation: true,
             hint: Hint::None,
             projection: None,
             min_max: None,
@@ -659,6 +711,26 @@ mod tests {
             panic!("no index scan for {filter}")
         };
         (s.bounds.iter().map(|f| f.iter().map(|i| i.shown(false)).collect()).collect(), s.fetch_filter)
+    }
+
+    /// An index of another collation than the read's takes only the
+    /// predicates that compare no strings; it never gives a sort.
+    #[test]
+    fn an_index_of_another_collation_bounds_no_strings() {
+        let mut ix = index("a", &["a"], &[&[]]);
+        ix.collation_matches = false;
+        let indexes = [ix];
+        let strings = doc! { "a": "x" };
+        assert_eq!(plan(&shape_over(&strings, &indexes)), AccessPath::CollScan { reverse: false });
+        let numbers = doc! { "a": { "$gt": 5 } };
+        assert!(matches!(plan(&shape_over(&numbers, &indexes)), AccessPath::IndexScan(_)));
+        let both = doc! { "a": { "$gt": 5, "$ne": "x" } };
+        let AccessPath::IndexScan(s) = plan(&shape_over(&both, &indexes)) else { panic!("no index scan") };
+        assert_eq!(s.fetch_filter, Some(doc! { "a": { "$not": { "$eq": "x" } } }));
+        let sort = [("a".to_string(), false)];
+        let sorted = ReadShape { sort: Some(&sort), ..shape_over(&numbers, &indexes) };
+        let AccessPath::IndexScan(s) = plan(&sorted) else { panic!("no index scan") };
+        assert!(!s.sorted);
     }
 
     /// The bounds of `multikey-bounds.md`, step by step.

@@ -142,7 +142,10 @@ impl From<DocError> for CommandError {
             }
             DocError::DuplicateIndexKey(ref dup) => {
                 let mut err = CommandError::duplicate_key(e.to_string());
-                let extra = doc! { "keyPattern": dup.key_pattern.clone(), "keyValue": dup.key_value.clone() };
+                let mut extra = doc! { "keyPattern": dup.key_pattern.clone(), "keyValue": dup.key_value.clone() };
+                if let Some(c) = &dup.collation {
+                    extra.insert("collation", c.clone());
+                }
                 err.extra = Some(Box::new(extra));
                 err
             }

@@ -18,7 +18,7 @@ pub struct Collection {
     pub(crate) id_index: Table,
     /// The `_id` index's collation (the collection's default one, from
     /// its catalog entry); `None`: binary keys.
-    pub(crate) id_collation: Option<Arc<dyn IdCollation>>,
+    pub(crate) id_collation: Option<Arc<dyn KeyCollation>>,
     /// `_id` keys of any length, a long one stored cut with a digest
     /// (`keystring::storable`); collections made before this was possible
     /// keep whole keys (and refuse one past the engine's key limit).
@@ -70,7 +70,7 @@ impl Ack {
 pub(crate) struct IdIndexEntry {
     pub(crate) records: String,
     pub(crate) id_index: String,
-    pub(crate) id_collation: Option<Arc<dyn IdCollation>>,
+    pub(crate) id_collation: Option<Arc<dyn KeyCollation>>,
     pub(crate) long_keys: bool,
 }
 
@@ -81,7 +81,7 @@ impl Collection {
         options: Document,
         id: IdIndexEntry,
         indexes: Vec<IndexEntry>,
-        filters: Option<crate::index::DocFilters>,
+        hooks: &super::Hooks,
     ) -> Result<Collection, DocError> {
         let IdIndexEntry { records, id_index, id_collation, long_keys } = id;
         let records = engine.table(&records)?;
@@ -89,7 +89,8 @@ impl Collection {
         let mut secondary = Vec::new();
         for ix in indexes {
             let table = engine.table(&ix.table)?;
-            secondary.push(Arc::new(Index::new(ix.spec, table, (ix.ready, ix.multikey), filters)?));
+            let state = (ix.ready, ix.multikey);
+            secondary.push(Arc::new(Index::new(ix.spec, table, state, hooks, ix.key_format.as_deref())?));
         }
         let next = match engine.cursor(&records)?.last()? {
             Some((k, _)) => record_id(&k)? + 1,

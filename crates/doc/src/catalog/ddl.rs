@@ -109,12 +109,12 @@ impl Catalog {
             let id_collation = options
                 .get_document("collation")
                 .ok()
-                .and_then(|spec| self.hooks.id_collations.and_then(|make| make(spec)));
+                .and_then(|spec| self.hooks.collations.and_then(|make| make(spec)));
             let entry = catalog_entry(ns, &options, (&records, &id_index), id_collation.as_ref(), true);
             txn.put(&self.meta, ns.to_string().as_bytes(), &encode(&entry)?)?;
             let id =
                 IdIndexEntry { records: records.clone(), id_index: id_index.clone(), id_collation, long_keys: true };
-            Collection::load(&self.engine, ns.clone(), options, id, Vec::new(), self.hooks.filters)
+            Collection::load(&self.engine, ns.clone(), options, id, Vec::new(), &self.hooks)
         })();
         match made {
             Ok(coll) => Ok(Pending { change: Change::Create { coll: Arc::new(coll) } }),

@@ -67,12 +67,18 @@ pub struct DuplicateIndexKey {
     pub index: String,
     pub key_pattern: Document,
     pub key_value: Document,
+    /// The index's collation, in full (`None`: binary).
+    pub collation: Option<Document>,
 }
 
 impl std::fmt::Display for DuplicateIndexKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let key = crate::format::spaced(&Bson::Document(self.key_value.clone()));
-        write!(f, "E11000 duplicate key error collection: {} index: {} dup key: {key}", self.ns, self.index)
+        write!(f, "E11000 duplicate key error collection: {} index: {}", self.ns, self.index)?;
+        if let Some(c) = &self.collation {
+            write!(f, " collation: {}", crate::format::spaced(&Bson::Document(c.clone())))?;
+        }
+        write!(f, " dup key: {key}")
     }
 }
 

@@ -7,13 +7,14 @@ use bson::{Bson, Document};
 use std::sync::Arc;
 use storage::TableConfig;
 
-/// A collection's default collation as its `_id` index applies it (the
+/// A collation as an index applies it: the `_id` index under its
+/// collection's default collation, a secondary index under its own (the
 /// query layer implements it with ICU; this crate only stores its keys).
-pub trait IdCollation: Send + Sync {
-    /// `id` with every string replaced so that the binary order of its
-    /// KeyString is the collation's order: two `_id`s the collation finds
+pub trait KeyCollation: Send + Sync {
+    /// `v` with every string replaced so that the binary order of its
+    /// KeyString is the collation's order: two values the collation finds
     /// equal get one key.
-    fn key_of(&self, id: &Bson) -> Bson;
+    fn key_of(&self, v: &Bson) -> Bson;
     /// The collation in full, as the `_id` index entry records it.
     fn full_spec(&self) -> Document;
     /// Names the code and data that make the keys: an index whose entry
@@ -21,9 +22,9 @@ pub trait IdCollation: Send + Sync {
     fn key_format(&self) -> &'static str;
 }
 
-/// Makes the `IdCollation` of a collation specification (`None`: the
+/// Makes the `KeyCollation` of a collation specification (`None`: the
 /// simple collation, binary keys).
-pub type IdCollations = fn(&Document) -> Option<Arc<dyn IdCollation>>;
+pub type KeyCollations = fn(&Document) -> Option<Arc<dyn KeyCollation>>;
 
 /// Index tables get smaller leaves than record tables (16 KiB against
 /// 32 KiB, as MongoDB configures WiredTiger): their entries are small and
@@ -41,7 +42,7 @@ pub(crate) const INDEX_LEAF_BYTES: u32 = 16 * 1024;
 
 impl Collection {
     /// The `_id` index's collation (`None`: binary).
-    pub fn id_collation(&self) -> Option<&Arc<dyn IdCollation>> {
+    pub fn id_collation(&self) -> Option<&Arc<dyn KeyCollation>> {
         self.id_collation.as_ref()
     }
 

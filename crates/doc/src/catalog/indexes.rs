@@ -37,6 +37,8 @@ pub(crate) struct IndexEntry {
     pub(crate) table: String,
     pub(crate) ready: bool,
     pub(crate) multikey: Vec<BTreeSet<usize>>,
+    /// The format of its collation keys, if it has a collation.
+    pub(crate) key_format: Option<String>,
 }
 
 /// The secondary indexes a catalog entry names.
@@ -63,7 +65,10 @@ pub(crate) fn index_entries(entry: &Document) -> Result<Vec<IndexEntry>, DocErro
                 at.map(|a| a.iter().filter_map(|n| n.as_i32()).map(|n| n as usize).collect()).unwrap_or_default()
             })
             .collect();
-        out.push(IndexEntry { spec, table: table.to_string(), ready: ix.get_bool("ready").unwrap_or(true), multikey });
+        let key_format =
+            spec.shown.contains_key("collation").then(|| ix.get_str("keyFormat").unwrap_or("").to_string());
+        let ready = ix.get_bool("ready").unwrap_or(true);
+        out.push(IndexEntry { spec, table: table.to_string(), ready, multikey, key_format });
     }
     Ok(out)
 }
@@ -76,12 +81,15 @@ pub(crate) fn without_unready(mut entry: Document) -> Document {
     entry
 }
 
-/// An index's catalog entry.
-fn index_entry_doc(spec: &IndexSpec, table: &str, ready: bool, multikey: &[BTreeSet<usize>]) -> Document {
-    let mut d = spec.shown.clone();
+/// A new index's catalog entry.
+fn index_entry_doc(ix: &Index, table: &str, multikey: &[BTreeSet<usize>]) -> Document {
+    let mut d = ix.spec.shown.clone();
     d.insert("table", table);
-    d.insert("ready", ready);
-    set_multikey(&mut d, spec, multikey);
+    d.insert("ready", false);
+    if let Some(c) = ix.collation() {
+        d.insert("keyFormat", c.key_format());
+    }
+    set_multikey(&mut d, &ix.spec, multikey);
     d
 }
 
@@ -324,7 +332,7 @@ impl Catalog {
         let table = format!("i/{}/ix", self.next_ident.fetch_add(1, Ordering::Relaxed));
         let handle = self.engine.create_table(&table, index_table_config())?;
         let no_arrays = vec![BTreeSet::new(); spec.fields.len()];
-        let ix = match Index::new(spec, handle, (false, no_arrays.clone()), self.hooks.filters) {
+        let ix = match Index::new(spec, handle, (false, no_arrays.clone()), &self.hooks, None) {
             Ok(ix) => Arc::new(ix),
             Err(e) => {
                 let _ = self.engine.drop_table(&table);
@@ -334,7 +342,7 @@ impl Catalog {
         let recorded = self.edit_entry_locked(ns, |entry| {
             let indexes =
                 entry.get_array_mut("indexes").map_err(|_| DocError::Corrupt("an entry without indexes".into()))?;
-            indexes.push(Bson::Document(index_entry_doc(&ix.spec, &table, false, &no_arrays)));
+            indexes.push(Bson::Document(index_entry_doc(&ix, &table, &no_arrays)));
             Ok(())
         });
         if let Err(e) = recorded {

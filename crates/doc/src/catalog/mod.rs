@@ -41,7 +41,7 @@ mod tests;
 pub use collection::{with_id_first, Ack, Collection, ScanFrom};
 pub use ddl::Pending;
 pub use error::{DocError, DuplicateIndexKey};
-pub use id_index::{IdCollation, IdCollations};
+pub use id_index::{KeyCollation, KeyCollations};
 pub use indexes::IndexCheck;
 pub use namespace::{check_db_name, Namespace};
 pub use record_store::InsertResult;
@@ -57,7 +57,7 @@ pub(crate) const CATALOG: &str = "_catalog";
 pub struct Hooks {
     /// Makes the `_id` index collations of collections with a default
     /// collation.
-    pub id_collations: Option<IdCollations>,
+    pub collations: Option<KeyCollations>,
     /// Makes partial indexes' filters.
     pub filters: Option<crate::index::DocFilters>,
 }
@@ -108,7 +108,7 @@ pub(crate) fn catalog_entry(
     ns: &Namespace,
     options: &Document,
     (records, id_index): (&str, &str),
-    id_collation: Option<&Arc<dyn IdCollation>>,
+    id_collation: Option<&Arc<dyn KeyCollation>>,
     long_keys: bool,
 ) -> Document {
     let mut index = doc! { "v": 2, "key": { "_id": 1 }, "name": "_id_", "table": id_index };
@@ -136,7 +136,7 @@ impl Catalog {
 
     /// Open the catalog with the query layer's `hooks`.
     pub fn open_with(engine: Engine, hooks: Hooks) -> Result<Catalog, DocError> {
-        let id_collations = hooks.id_collations;
+        let collations = hooks.collations;
         let meta = match engine.table(CATALOG) {
             Ok(t) => t,
             Err(StorageError::TableNotFound(_)) => engine.create_table(CATALOG, TableConfig::default())?,
@@ -160,7 +160,7 @@ impl Catalog {
             let id_collation = match collation {
                 None => None,
                 Some((spec, format)) => {
-                    let c = id_collations.and_then(|make| make(&spec)).ok_or_else(|| {
+                    let c = collations.and_then(|make| make(&spec)).ok_or_else(|| {
                         DocError::Corrupt(format!("the _id index of {ns} has a collation this catalog cannot apply"))
                     })?;
                     if c.key_format() != format {
@@ -175,7 +175,7 @@ impl Catalog {
             let secondary = indexes::index_entries(&meta_doc)?;
             let long_keys = id_index_long_keys(&meta_doc);
             let id = collection::IdIndexEntry { records, id_index, id_collation, long_keys };
-            let c = Collection::load(&engine, ns.clone(), options, id, secondary, hooks.filters)?;
+            let c = Collection::load(&engine, ns.clone(), options, id, secondary, &hooks)?;
             collections.insert(ns, Arc::new(c));
             entry = cursor.next()?;
         }

@@ -20,7 +20,7 @@ fn fresh_catalog() -> (tempfile::TempDir, Engine, Catalog) {
 /// its keys of the format named.
 struct Folded(&'static str);
 
-impl IdCollation for Folded {
+impl KeyCollation for Folded {
     fn key_of(&self, id: &Bson) -> Bson {
         match id {
             Bson::String(s) => Bson::String(s.to_lowercase()),
@@ -35,12 +35,12 @@ impl IdCollation for Folded {
     }
 }
 
-fn folded(spec: &Document) -> Option<Arc<dyn IdCollation>> {
-    (spec.get_str("locale") == Ok("folded")).then(|| Arc::new(Folded("lowercase")) as Arc<dyn IdCollation>)
+fn folded(spec: &Document) -> Option<Arc<dyn KeyCollation>> {
+    (spec.get_str("locale") == Ok("folded")).then(|| Arc::new(Folded("lowercase")) as Arc<dyn KeyCollation>)
 }
 
-fn folded_otherwise(spec: &Document) -> Option<Arc<dyn IdCollation>> {
-    (spec.get_str("locale") == Ok("folded")).then(|| Arc::new(Folded("lowercase-2")) as Arc<dyn IdCollation>)
+fn folded_otherwise(spec: &Document) -> Option<Arc<dyn KeyCollation>> {
+    (spec.get_str("locale") == Ok("folded")).then(|| Arc::new(Folded("lowercase-2")) as Arc<dyn KeyCollation>)
 }
 
 #[test]
@@ -50,7 +50,7 @@ fn the_id_index_applies_the_collection_collation_and_keeps_it_across_reopen() {
     let spec = doc! { "collation": { "locale": "folded" } };
     {
         let e = engine(dir.path());
-        let cat = Catalog::open_with(e.clone(), Hooks { id_collations: Some(folded), ..Hooks::default() }).unwrap();
+        let cat = Catalog::open_with(e.clone(), Hooks { collations: Some(folded), ..Hooks::default() }).unwrap();
         let c = cat.create(&ci, spec.clone()).unwrap();
         let p = cat.create(&plain, Document::new()).unwrap();
         c.insert(&e, &doc! { "_id": "Ann" }, Ack::Journaled, None).unwrap();
@@ -68,7 +68,7 @@ fn the_id_index_applies_the_collection_collation_and_keeps_it_across_reopen() {
     }
     let e = engine(dir.path());
     let ci2 = Namespace::new("test", "ci2").unwrap();
-    let cat = Catalog::open_with(e.clone(), Hooks { id_collations: Some(folded), ..Hooks::default() }).unwrap();
+    let cat = Catalog::open_with(e.clone(), Hooks { collations: Some(folded), ..Hooks::default() }).unwrap();
     let c = cat.get(&ci2).unwrap();
     assert!(c.id_collation().is_some() && cat.get(&plain).unwrap().id_collation().is_none());
     assert!(matches!(c.insert(&e, &doc! { "_id": "aNn" }, Ack::Journaled, None), Err(DocError::DuplicateKey { .. })));
@@ -79,8 +79,45 @@ fn the_id_index_applies_the_collection_collation_and_keeps_it_across_reopen() {
     // A catalog that cannot apply the collation, or makes keys of
     // another format, refuses to open.
     assert!(matches!(Catalog::open(e.clone()), Err(DocError::Corrupt(_))));
-    match Catalog::open_with(e.clone(), Hooks { id_collations: Some(folded_otherwise), ..Hooks::default() }) {
+    match Catalog::open_with(e.clone(), Hooks { collations: Some(folded_otherwise), ..Hooks::default() }) {
         Err(DocError::Corrupt(why)) => assert!(why.contains("\"lowercase\""), "{why}"),
+        other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
+    }
+}
+
+#[test]
+fn a_collated_index_keys_strings_by_its_collation_and_keeps_it_across_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let ns = Namespace::new("test", "people").unwrap();
+    let hooks = Hooks { collations: Some(folded), ..Hooks::default() };
+    let collated =
+        doc! { "v": 2, "key": { "a": 1 }, "name": "a_1", "unique": true, "collation": { "locale": "folded" } };
+    {
+        let e = engine(dir.path());
+        let cat = Catalog::open_with(e.clone(), hooks).unwrap();
+        let c = cat.create(&ns, Document::new()).unwrap();
+        c.insert(&e, &doc! { "_id": 1, "a": "Ann" }, Ack::Journaled, None).unwrap();
+        cat.build_index(&ns, spec(collated.clone()), &|_, _| {}).unwrap();
+        match c.insert(&e, &doc! { "_id": 2, "a": "ANN" }, Ack::Journaled, None) {
+            Err(e @ DocError::DuplicateIndexKey(_)) => {
+                let msg = e.to_string();
+                assert!(msg.contains("index: a_1 collation: { locale: \"folded\" } dup key: { a: \"0xann\" }"), "{msg}")
+            }
+            other => panic!("expected a duplicate key, got {other:?}"),
+        }
+        c.insert(&e, &doc! { "_id": 3, "a": ["Bob", "BOB", 7] }, Ack::Journaled, None).unwrap();
+        let ix = c.indexes()[0].clone();
+        let keys: Vec<Bson> = ix.entries(&e).unwrap().into_iter().map(|(v, _)| v[0].clone().unwrap()).collect();
+        assert_eq!(keys, vec![Bson::Int32(7), Bson::from("ann"), Bson::from("bob")]);
+        let check = c.check_index(&e, &ix).unwrap();
+        assert!(check.missing.is_empty() && check.extra.is_empty() && check.keys == 3);
+    }
+    let e = engine(dir.path());
+    let cat = Catalog::open_with(e.clone(), hooks).unwrap();
+    assert!(cat.get(&ns).unwrap().indexes()[0].collation().is_some());
+    drop(cat);
+    match Catalog::open_with(e.clone(), Hooks { collations: Some(folded_otherwise), ..Hooks::default() }) {
+        Err(DocError::Corrupt(why)) => assert!(why.contains("index a_1") && why.contains("\"lowercase\""), "{why}"),
         other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
     }
 }

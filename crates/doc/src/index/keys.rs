@@ -16,6 +16,7 @@
 //! Invariant: keys come out in index order (by their KeyString), without
 //! duplicates.
 
+use crate::catalog::KeyCollation;
 use bson::{Bson, Document};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -79,12 +80,20 @@ enum Slot<'p> {
     Missing,
 }
 
-/// The keys `doc` gives the index on `fields`; a sparse index takes no
-/// key in which every field is missing.
-pub fn doc_keys(doc: &Document, fields: &[KeyField], sparse: bool) -> Result<DocKeys, ParallelArrays> {
+/// How an index turns the values it finds into keys.
+#[derive(Clone, Copy)]
+pub struct KeyRules<'c> {
+    /// No key in which every field is missing.
+    pub sparse: bool,
+    /// Strings by their sort keys under the index's collation.
+    pub collation: Option<&'c dyn KeyCollation>,
+}
+
+/// The keys `doc` gives the index on `fields` under `rules`.
+pub fn doc_keys(doc: &Document, fields: &[KeyField], rules: KeyRules<'_>) -> Result<DocKeys, ParallelArrays> {
     let mut out = DocKeys { keys: BTreeMap::new(), multikey: vec![BTreeSet::new(); fields.len()] };
     let slots: Vec<Slot> = fields.iter().map(|f| Slot::Pending { rest: &f.path, at: 0 }).collect();
-    walk(doc, slots, fields, sparse, &mut out)?;
+    walk(doc, slots, fields, rules, &mut out)?;
     Ok(out)
 }
 
@@ -93,7 +102,7 @@ fn walk<'p>(
     obj: &Document,
     mut slots: Vec<Slot<'p>>,
     fields: &[KeyField],
-    sparse: bool,
+    rules: KeyRules<'_>,
     out: &mut DocKeys,
 ) -> Result<(), ParallelArrays> {
     // The array met (by address, so two paths through one array share it),
@@ -142,7 +151,7 @@ fn walk<'p>(
         };
     }
     let Some((items, _)) = array else {
-        emit(&slots, fields, sparse, out);
+        emit(&slots, fields, rules, out);
         return Ok(());
     };
     let empty = Document::new();
@@ -154,7 +163,7 @@ fn walk<'p>(
                 slots[i] = Slot::Found(Bson::Undefined);
             }
         }
-        return walk(&empty, slots, fields, sparse, out);
+        return walk(&empty, slots, fields, rules, out);
     }
     for item in items {
         let mut each = slots.clone();
@@ -167,7 +176,7 @@ fn walk<'p>(
             Bson::Document(d) => d,
             _ => &empty,
         };
-        walk(inner, each, fields, sparse, out)?;
+        walk(inner, each, fields, rules, out)?;
     }
     Ok(())
 }
@@ -180,18 +189,23 @@ pub fn element_index(component: &str) -> Option<usize> {
     (at.to_string() == component).then_some(at)
 }
 
-/// Add the key the resolved `slots` make.
-fn emit(slots: &[Slot], fields: &[KeyField], sparse: bool, out: &mut DocKeys) {
-    if sparse && slots.iter().all(|s| matches!(s, Slot::Missing)) {
+/// Add the key the resolved `slots` make: under a collation, strings
+/// as their sort keys (then hashed, for a hashed field).
+fn emit(slots: &[Slot], fields: &[KeyField], rules: KeyRules<'_>, out: &mut DocKeys) {
+    if rules.sparse && slots.iter().all(|s| matches!(s, Slot::Missing)) {
         return;
     }
+    let collated = |v: &Bson| match rules.collation {
+        Some(c) => c.key_of(v),
+        None => v.clone(),
+    };
     let values: KeyValues = slots
         .iter()
         .zip(fields)
         .map(|(s, f)| match s {
-            Slot::Found(v) if f.hashed => Some(Bson::Int64(crate::index::hashed::hash64(v))),
+            Slot::Found(v) if f.hashed => Some(Bson::Int64(crate::index::hashed::hash64(&collated(v)))),
             Slot::Missing if f.hashed => Some(Bson::Int64(crate::index::hashed::hash64(&Bson::Null))),
-            Slot::Found(v) => Some(v.clone()),
+            Slot::Found(v) => Some(collated(v)),
             Slot::Missing => None,
             Slot::Pending { .. } => unreachable!("walk resolves every slot before it emits"),
         })
@@ -234,6 +248,9 @@ mod tests {
     use super::*;
     use bson::doc;
 
+    const PLAIN: KeyRules = KeyRules { sparse: false, collation: None };
+    const SPARSE: KeyRules = KeyRules { sparse: true, collation: None };
+
     fn fields(paths: &[&str]) -> Vec<KeyField> {
         paths
             .iter()
@@ -243,7 +260,7 @@ mod tests {
 
     /// The keys as the index holds them (a missing field as null).
     fn keys_of(d: Document, paths: &[&str]) -> Vec<Vec<Bson>> {
-        let keys = doc_keys(&d, &fields(paths), false).unwrap().keys;
+        let keys = doc_keys(&d, &fields(paths), PLAIN).unwrap().keys;
         keys.into_values().map(|k| k.into_iter().map(|v| v.unwrap_or(Bson::Null)).collect()).collect()
     }
 
@@ -264,7 +281,7 @@ mod tests {
         let got = keys_of(doc! { "field1": 2, "field2": ["x", "y", "z"] }, &["field1", "field2"]);
         assert_eq!(got.len(), 3);
         let d = doc! { "field1": [0, 5], "field2": ["x", "y", "z"] };
-        let err = doc_keys(&d, &fields(&["field1", "field2"]), false).unwrap_err();
+        let err = doc_keys(&d, &fields(&["field1", "field2"]), PLAIN).unwrap_err();
         assert_eq!(err.to_string(), "cannot index parallel arrays [field2] [field1]");
         // Two paths through one array are not parallel.
         let d = doc! { "a": [{ "b": 1, "c": 2 }, { "b": 3, "c": 4 }] };
@@ -283,21 +300,21 @@ mod tests {
         assert_eq!(one(doc! { "a": [{ "b": 1 }] }, "a.0.b"), vec![vec![Bson::Int32(1)]]);
         assert_eq!(one(doc! { "a": [{ "b": [1, 2] }] }, "a.0.b"), vec![vec![Bson::Int32(1)], vec![Bson::Int32(2)]]);
         assert_eq!(one(doc! { "a": [] }, "a.0.0"), vec![vec![Bson::Null]]);
-        let k = doc_keys(&doc! { "a": [{ "b": [1] }] }, &fields(&["a.0.b"]), false).unwrap();
+        let k = doc_keys(&doc! { "a": [{ "b": [1] }] }, &fields(&["a.0.b"]), PLAIN).unwrap();
         assert_eq!(k.multikey, vec![BTreeSet::from([2])]);
-        let k = doc_keys(&doc! { "a": [5, 6] }, &fields(&["a.0"]), false).unwrap();
+        let k = doc_keys(&doc! { "a": [5, 6] }, &fields(&["a.0"]), PLAIN).unwrap();
         assert!(!k.is_multikey());
     }
 
     #[test]
     fn multikey_paths_name_where_arrays_were_met() {
         let d = doc! { "obj": [{ "sub1": [1, 2, 3], "sub2": "x" }] };
-        let k = doc_keys(&d, &fields(&["obj.sub1", "obj.sub2"]), false).unwrap();
+        let k = doc_keys(&d, &fields(&["obj.sub1", "obj.sub2"]), PLAIN).unwrap();
         assert_eq!(k.multikey, vec![BTreeSet::from([0, 1]), BTreeSet::from([0])]);
         // mongod's GetKeysComplexNestedArrays.
         let d = doc! { "a": [1, { "b": [2, { "c": [3, { "d": 1 }], "e": 4 }, 5, { "f": 6 }], "g": 7 }] };
         let paths = ["a.b.c.d", "a.g", "a.b.f", "a.b.c", "a.b.e"];
-        let k = doc_keys(&d, &fields(&paths), false).unwrap();
+        let k = doc_keys(&d, &fields(&paths), PLAIN).unwrap();
         let shown: Vec<String> = k
             .keys
             .values()
@@ -318,15 +335,15 @@ mod tests {
             vec![[0, 1, 2].into(), [0].into(), [0, 1].into(), [0, 1, 2].into(), [0, 1].into()];
         assert_eq!(k.multikey, want_mk);
         let d = doc! { "field1": 2, "field2": ["x"] };
-        let k = doc_keys(&d, &fields(&["field1", "field2"]), false).unwrap();
+        let k = doc_keys(&d, &fields(&["field1", "field2"]), PLAIN).unwrap();
         assert_eq!(k.multikey, vec![BTreeSet::new(), BTreeSet::from([0])]);
     }
 
     #[test]
     fn sparse_skips_documents_missing_every_field_but_keeps_nulls() {
-        assert!(doc_keys(&doc! { "b": 1 }, &fields(&["a"]), true).unwrap().keys.is_empty());
-        assert_eq!(doc_keys(&doc! { "a": null }, &fields(&["a"]), true).unwrap().keys.len(), 1);
-        assert_eq!(doc_keys(&doc! { "a": 1 }, &fields(&["a", "c"]), true).unwrap().keys.len(), 1);
+        assert!(doc_keys(&doc! { "b": 1 }, &fields(&["a"]), SPARSE).unwrap().keys.is_empty());
+        assert_eq!(doc_keys(&doc! { "a": null }, &fields(&["a"]), SPARSE).unwrap().keys.len(), 1);
+        assert_eq!(doc_keys(&doc! { "a": 1 }, &fields(&["a", "c"]), SPARSE).unwrap().keys.len(), 1);
     }
 
     #[test]

@@ -29,7 +29,7 @@
 pub mod hashed;
 pub mod keys;
 
-use crate::catalog::DocError;
+use crate::catalog::{DocError, Hooks, KeyCollation};
 use bson::{Bson, Document};
 use keys::{DocKeys, KeyField, KeyValues};
 use parking_lot::Mutex;
@@ -77,8 +77,8 @@ impl IndexSpec {
         Ok(IndexSpec { name, key, fields, unique, sparse, shown })
     }
 
-    /// The keys `doc` gives this index.
-    pub fn doc_keys(&self, doc: &Document) -> Result<DocKeys, DocError> {
+    /// The keys `doc` gives this index, strings under `collation`.
+    pub fn doc_keys(&self, doc: &Document, collation: Option<&dyn KeyCollation>) -> Result<DocKeys, DocError> {
         for f in self.fields.iter().filter(|f| f.hashed) {
             if let Some(at) = keys::array_on_path(doc, f) {
                 return Err(DocError::HashedArray(format!(
@@ -86,7 +86,8 @@ impl IndexSpec {
                 )));
             }
         }
-        keys::doc_keys(doc, &self.fields, self.sparse).map_err(|e| DocError::ParallelArrays(e.to_string()))
+        let rules = keys::KeyRules { sparse: self.sparse, collation };
+        keys::doc_keys(doc, &self.fields, rules).map_err(|e| DocError::ParallelArrays(e.to_string()))
     }
 }
 
@@ -96,15 +97,18 @@ pub trait DocFilter: Send + Sync {
     fn matches(&self, doc: &Document) -> bool;
 }
 
-/// Makes the `DocFilter` of a `partialFilterExpression` (`None`: this
-/// catalog cannot evaluate it).
-pub type DocFilters = fn(&Document) -> Option<Arc<dyn DocFilter>>;
+/// Makes the `DocFilter` of a `partialFilterExpression` under the
+/// index's collation spec, if any (`None`: this catalog cannot evaluate
+/// it).
+pub type DocFilters = fn(&Document, Option<&Document>) -> Option<Arc<dyn DocFilter>>;
 
 /// A secondary index of a collection.
 pub struct Index {
     pub spec: IndexSpec,
     /// A partial index's filter: documents it does not match have no key.
     filter: Option<Arc<dyn DocFilter>>,
+    /// Its collation (`None`: binary): keys hold strings as its sort keys.
+    collation: Option<Arc<dyn KeyCollation>>,
     pub(crate) table: Table,
     /// Built: queries may use it (writers maintain it either way).
     ready: AtomicBool,
@@ -126,15 +130,35 @@ pub struct Index {
 pub const CHANGEABLE: [&str; 2] = ["hidden", "expireAfterSeconds"];
 
 impl Index {
+    /// The index of `spec` in `table`, with the query layer's `hooks`;
+    /// `stored_format`: the `keyFormat` its catalog entry records (`None`
+    /// for a new index), which must be the format this build makes.
     pub(crate) fn new(
         spec: IndexSpec,
         table: Table,
         (ready, multikey): (bool, Vec<BTreeSet<usize>>),
-        filters: Option<DocFilters>,
+        hooks: &Hooks,
+        stored_format: Option<&str>,
     ) -> Result<Index, DocError> {
         debug_assert_eq!(multikey.len(), spec.fields.len());
+        let collation_spec = spec.shown.get_document("collation").ok();
+        let collation = match collation_spec {
+            Some(c) => Some(hooks.collations.and_then(|make| make(c)).ok_or_else(|| {
+                DocError::Corrupt(format!("index {} has a collation this catalog cannot apply", spec.name))
+            })?),
+            None => None,
+        };
+        if let (Some(c), Some(stored)) = (&collation, stored_format) {
+            if c.key_format() != stored {
+                return Err(DocError::Corrupt(format!(
+                    "index {} holds collation keys of format {stored:?}, this build makes {:?}",
+                    spec.name,
+                    c.key_format()
+                )));
+            }
+        }
         let filter = match spec.shown.get_document("partialFilterExpression") {
-            Ok(expr) => Some(filters.and_then(|make| make(expr)).ok_or_else(|| {
+            Ok(expr) => Some(hooks.filters.and_then(|make| make(expr, collation_spec)).ok_or_else(|| {
                 DocError::Corrupt(format!("index {} has a partial filter this catalog cannot evaluate", spec.name))
             })?),
             Err(_) => None,
@@ -149,6 +173,7 @@ impl Index {
         Ok(Index {
             spec,
             filter,
+            collation,
             table,
             ready: AtomicBool::new(ready),
             multikey: Mutex::new(multikey),
@@ -220,8 +245,13 @@ impl Index {
             Some(f) if !f.matches(doc) => {
                 Ok(DocKeys { keys: Default::default(), multikey: vec![BTreeSet::new(); self.spec.fields.len()] })
             }
-            _ => self.spec.doc_keys(doc),
+            _ => self.spec.doc_keys(doc, self.collation.as_deref()),
         }
+    }
+
+    /// Its collation (`None`: binary).
+    pub fn collation(&self) -> Option<&Arc<dyn KeyCollation>> {
+        self.collation.as_ref()
     }
 
     /// Whether it is a partial index.
@@ -370,17 +400,23 @@ impl Index {
         }
     }
 
-    /// mongod's E11000 for a key of this index.
+    /// mongod's E11000 for a key of this index: under a collation it
+    /// names the collation and shows a string as its sort key (`0x…`).
     pub(crate) fn duplicate(&self, ns: &str, values: &[Option<Bson>]) -> DocError {
         let mut key_value = Document::new();
         for ((path, _), v) in self.spec.key.iter().zip(values) {
-            key_value.insert(path.clone(), v.clone().unwrap_or(Bson::Null));
+            let v = match (v, &self.collation) {
+                (Some(Bson::String(hex)), Some(_)) => Bson::String(format!("0x{hex}")),
+                (v, _) => v.clone().unwrap_or(Bson::Null),
+            };
+            key_value.insert(path.clone(), v);
         }
         DocError::DuplicateIndexKey(Box::new(crate::catalog::DuplicateIndexKey {
             ns: ns.to_string(),
             index: self.spec.name.clone(),
             key_pattern: self.spec.key.clone(),
             key_value,
+            collation: self.collation.as_ref().map(|c| c.full_spec()),
         }))
     }
 }

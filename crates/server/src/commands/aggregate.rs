@@ -93,7 +93,7 @@ pub fn aggregate(shared: &Shared, cmd: &Document) -> CommandResult {
             let host = crate::server::hostname();
             let entries = match shared.catalog.get(&ns) {
                 Some(coll) if !collectionless => {
-                    let among = crate::exec::access::among(&coll, &crate::exec::access::ready_indexes(&coll).0);
+                    let among = crate::exec::access::among(&coll, &crate::exec::access::ready(&coll));
                     shared.plan_cache.stats(&ns.to_string(), &among, &host)
                 }
                 _ => Vec::new(),

@@ -560,10 +560,12 @@ fn ixscan_stage(ix: &Index, info: &IndexInfo, bounds: &[Vec<Interval>], reverse:
         }
         shown_bounds.insert(path.clone(), intervals);
     }
-    doc! {
-        "stage": "IXSCAN",
-        "keyPattern": ix.spec.key.clone(),
-        "indexName": ix.spec.name.clone(),
+    let mut stage = doc! { "stage": "IXSCAN", "keyPattern": ix.spec.key.clone(), "indexName": ix.spec.name.clone() };
+    // A collated index shows its collation (mongod's stage does too).
+    if let Some(c) = ix.collation() {
+        stage.insert("collation", c.full_spec());
+    }
+    stage.extend(doc! {
         "isMultiKey": info.multikey.iter().any(|m| !m.is_empty()),
         "multiKeyPaths": paths,
         "isUnique": ix.spec.unique,
@@ -572,7 +574,8 @@ fn ixscan_stage(ix: &Index, info: &IndexInfo, bounds: &[Vec<Interval>], reverse:
         "indexVersion": 2,
         "direction": if reverse { "backward" } else { "forward" },
         "indexBounds": shown_bounds,
-    }
+    });
+    stage
 }
 
 /// The counters every executed stage shows.

@@ -49,14 +49,16 @@ pub fn create_indexes(shared: &Shared, cmd: &Document) -> CommandResult {
         }
     };
     // Every spec is checked before anything is created.
-    let clustered = shared.catalog.get(&ns).is_some_and(|c| c.is_clustered());
+    let existing = shared.catalog.get(&ns);
+    let clustered = existing.as_ref().is_some_and(|c| c.is_clustered());
+    let default_collation = existing.as_ref().and_then(|c| c.options.get_document("collation").ok());
     let mut asked = Vec::new();
     for spec in specs {
         if let Some(key) = spec.as_document().and_then(|s| s.get_document("key").ok()).filter(|k| is_id_key(k)) {
             check_id_spec(spec.as_document().expect("a document"), key, clustered)?;
             continue;
         }
-        asked.push(index_spec::parse(spec)?);
+        asked.push(index_spec::parse(spec, default_collation)?);
     }
     check_not_view(shared, &ns)?;
     let created = shared.catalog.get(&ns).is_none();
@@ -185,15 +187,15 @@ pub fn drop_indexes(shared: &Shared, cmd: &Document) -> CommandResult {
     check_fields(cmd, "dropIndexes", &["index"], false)?;
     let (ns, coll) = existing(shared, cmd, "dropIndexes")?;
     let id_name = id_index_name(&coll);
-    let ready: Vec<(String, Document)> = coll
+    let ready: Vec<(String, Document, Document)> = coll
         .indexes()
         .iter()
         .filter(|ix| ix.is_ready())
-        .map(|ix| (ix.spec.name.clone(), ix.spec.key.clone()))
+        .map(|ix| (ix.spec.name.clone(), ix.spec.key.clone(), ix.shown()))
         .collect();
     let was = 1 + ready.len() as i32;
     let names: Vec<String> = match cmd.get("index") {
-        Some(Bson::String(name)) if name == "*" => ready.iter().map(|(n, _)| n.clone()).collect(),
+        Some(Bson::String(name)) if name == "*" => ready.iter().map(|(n, _, _)| n.clone()).collect(),
         Some(Bson::String(name)) => vec![name.clone()],
         Some(Bson::Array(names)) => {
             let mut out = Vec::new();
@@ -207,10 +209,10 @@ pub fn drop_indexes(shared: &Shared, cmd: &Document) -> CommandResult {
         }
         Some(Bson::Document(key)) if is_id_key(key) => vec![id_name.clone()],
         Some(Bson::Document(key)) => {
-            let found: Vec<&String> =
-                ready.iter().filter(|(_, k)| index_spec::same_pattern(k, key)).map(|(n, _)| n).collect();
+            let found: Vec<(&String, &Document)> =
+                ready.iter().filter(|(_, k, _)| index_spec::same_pattern(k, key)).map(|(n, _, d)| (n, d)).collect();
             match found.as_slice() {
-                [one] => vec![(*one).clone()],
+                [(one, _)] => vec![(*one).clone()],
                 [] => {
                     return Err(CommandError::with_code(
                         27,
@@ -218,15 +220,18 @@ pub fn drop_indexes(shared: &Shared, cmd: &Document) -> CommandResult {
                     ))
                 }
                 many => {
+                    // AmbiguousIndexKeyPattern, naming the first two.
+                    let shown = |d: &Document| doc::format::spaced(&Bson::Document(d.clone()));
                     return Err(CommandError::with_code(
-                        86,
+                        181,
                         format!(
-                            "{} indexes found for key: {}, identify by name instead. Conflicting indexes: {}",
+                            "{} indexes found for key: {}, identify by name instead. Conflicting indexes: {}, {}",
                             many.len(),
-                            doc::format::spaced(&Bson::Document(key.clone())),
-                            many.iter().map(|n| n.as_str()).collect::<Vec<_>>().join(", ")
+                            shown(key),
+                            shown(many[0].1),
+                            shown(many[1].1)
                         ),
-                    ))
+                    ));
                 }
             }
         }
@@ -251,7 +256,7 @@ pub fn drop_indexes(shared: &Shared, cmd: &Document) -> CommandResult {
             }
             n if n == id_name => return Err(CommandError::invalid_options("cannot drop _id index")),
             "*" => return Err(CommandError::bad_value("'*' cannot be combined with other index names")),
-            n if ready.iter().any(|(r, _)| r == n) => {}
+            n if ready.iter().any(|(r, _, _)| r == n) => {}
             other => return Err(CommandError::with_code(27, format!("index not found with name [{other}]"))),
         }
     }

@@ -35,9 +35,19 @@ pub(crate) struct Planned<'a> {
     pub cached: bool,
 }
 
-/// The ready secondary indexes of `coll` as the planner sees them.
-pub(crate) fn ready_indexes(coll: &Collection) -> (Vec<Arc<Index>>, Vec<IndexInfo>) {
-    let ready: Vec<Arc<Index>> = coll.indexes().into_iter().filter(|ix| ix.is_ready()).collect();
+/// The ready secondary indexes of `coll`.
+pub(crate) fn ready(coll: &Collection) -> Vec<Arc<Index>> {
+    coll.indexes().into_iter().filter(|ix| ix.is_ready()).collect()
+}
+
+/// The ready secondary indexes of `coll` as the planner sees them for a
+/// read under `collation` (`None`: binary).
+pub(crate) fn ready_indexes(
+    coll: &Collection,
+    collation: Option<&Arc<Collation>>,
+) -> (Vec<Arc<Index>>, Vec<IndexInfo>) {
+    let ready = ready(coll);
+    let read_spec = collation.map(|c| c.full_spec());
     let infos = ready
         .iter()
         .map(|ix| IndexInfo {
@@ -48,6 +58,8 @@ pub(crate) fn ready_indexes(coll: &Collection) -> (Vec<Arc<Index>>, Vec<IndexInf
             hidden: is_hidden(ix),
             partial: ix.spec.shown.get_document("partialFilterExpression").ok().cloned(),
             hashed: ix.spec.fields.iter().position(|f| f.hashed),
+            collation: ix.collation().map(|c| plan::IndexCollation(c.clone())),
+            collation_matches: ix.collation().map(|c| c.full_spec()) == read_spec,
         })
         .collect();
     (ready, infos)
@@ -106,13 +118,12 @@ pub(crate) fn plan_projected<'a>(
         (Some(a), Some(b)) => a.full_spec() == b.full_spec(),
         _ => false,
     };
-    let (indexes, infos) = ready_indexes(coll);
+    let (indexes, infos) = ready_indexes(coll, collation);
     let shape = ReadShape {
         filter,
         id_index_collation_matches,
         tailable,
         indexes: &infos,
-        binary_collation: collation.is_none(),
         hint: resolve_hint(hint, &indexes),
         projection,
         min_max,
@@ -125,7 +136,11 @@ pub(crate) fn plan_projected<'a>(
         }
         _ => Vec::new(),
     };
-    let shape = plan::shape(filter, projection, sort);
+    let mut shape = plan::shape(filter, projection, sort);
+    // The collation is part of the shape: it decides which indexes serve.
+    if let Some(c) = collation {
+        shape.push_str(&format!("collation:{};", c.full_spec()));
+    }
     let among = among(coll, &indexes);
     let spec = |fields: &mut dyn Iterator<Item = (String, i32)>| {
         fields.map(|(k, v)| (k, Bson::Int32(v))).collect::<Document>()
@@ -154,7 +169,7 @@ pub(crate) fn min_max_of(coll: Option<&Collection>, cmd: &Document) -> Result<Op
             "When using min()/max() a hint of which index to use must be provided",
         ));
     };
-    let indexes = coll.map(|c| ready_indexes(c).0).unwrap_or_default();
+    let indexes = coll.map(ready).unwrap_or_default();
     let Hint::Index(i) = resolve_hint(Some(hint), &indexes) else {
         return Err(CommandError::not_implemented("min()/max() on the _id index or $natural is not supported yet"));
     };
@@ -169,7 +184,12 @@ pub(crate) fn min_max_of(coll: Option<&Collection>, cmd: &Document) -> Result<Op
                 ),
             ));
         }
-        Ok(Some(bound.values().cloned().collect()))
+        // A collated index holds strings by their sort keys.
+        let collated = |v: &Bson| match indexes[i].collation() {
+            Some(c) => c.key_of(v),
+            None => v.clone(),
+        };
+        Ok(Some(bound.values().map(collated).collect()))
     };
     let range = (values(min)?, values(max)?);
     if let (Some(lo), Some(hi)) = &range {

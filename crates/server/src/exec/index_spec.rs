@@ -13,13 +13,12 @@ pub(crate) const INDEXES_PER_COLLECTION_MAX: usize = 64;
 const KEY_FIELDS_MAX: usize = 32;
 
 /// Options a spec may carry that this build applies.
-const APPLIED: [&str; 8] =
-    ["key", "name", "v", "unique", "sparse", "hidden", "partialFilterExpression", "expireAfterSeconds"];
+const APPLIED: [&str; 9] =
+    ["key", "name", "v", "unique", "sparse", "hidden", "partialFilterExpression", "expireAfterSeconds", "collation"];
 
 /// Options mongod accepts that this build does not apply yet: refused
 /// with NotImplemented rather than stored without effect.
-const NOT_YET: [&str; 6] =
-    ["collation", "wildcardProjection", "weights", "default_language", "2dsphereIndexVersion", "bits"];
+const NOT_YET: [&str; 5] = ["wildcardProjection", "weights", "default_language", "2dsphereIndexVersion", "bits"];
 
 /// Accepted and ignored, as mongod ignores them.
 const IGNORED: [&str; 2] = ["background", "ns"];
@@ -29,8 +28,10 @@ fn cannot_create(msg: String) -> CommandError {
     CommandError::with_code(67, msg)
 }
 
-/// Check one element of `indexes` and make its spec.
-pub(crate) fn parse(spec: &Bson) -> Result<IndexSpec, CommandError> {
+/// Check one element of `indexes` and make its spec. An index takes its
+/// `collation` in full, or without one the collection's `default`
+/// (`{locale: "simple"}`: binary, shown without one).
+pub(crate) fn parse(spec: &Bson, default: Option<&Document>) -> Result<IndexSpec, CommandError> {
     let Bson::Document(spec) = spec else {
         return Err(CommandError::type_mismatch(format!(
             "The elements of the 'indexes' array must be objects, but found {}",
@@ -103,6 +104,17 @@ pub(crate) fn parse(spec: &Bson) -> Result<IndexSpec, CommandError> {
             "expireAfterSeconds" => {
                 shown.insert(field.clone(), check_ttl(spec, key, value)?);
             }
+            "collation" => {
+                if !matches!(value, Bson::Document(_)) {
+                    return Err(CommandError::type_mismatch(format!(
+                        "The field 'collation' must be an object, but got {}",
+                        crate::args::type_name(value)
+                    )));
+                }
+                if let Some(c) = query::Collation::parse(Some(value))? {
+                    shown.insert(field.clone(), c.full_spec());
+                }
+            }
             f if IGNORED.contains(&f) => {}
             f if NOT_YET.contains(&f) => {
                 return Err(CommandError::not_implemented(format!(
@@ -132,6 +144,11 @@ pub(crate) fn parse(spec: &Bson) -> Result<IndexSpec, CommandError> {
                     doc::format::spaced(&Bson::Document(spec.clone()))
                 ),
             ));
+        }
+    }
+    if let (None, Some(default)) = (spec.get("collation"), default) {
+        if let Some(c) = query::Collation::parse(Some(&Bson::Document(default.clone())))? {
+            shown.insert("collation", c.full_spec());
         }
     }
     IndexSpec::from_shown(shown).map_err(CommandError::from)
@@ -294,40 +311,41 @@ pub(crate) enum Versus {
     Conflict(CommandError),
 }
 
-/// Compare a requested spec with an existing one (both as shown).
+/// Compare a requested spec with an existing one (both as shown), as
+/// mongod does: two indexes are equivalent when their key patterns,
+/// collations and partial filters are the same (a collection may hold
+/// several indexes of one key pattern that differ in those), identical
+/// when their other options are the same too.
 pub(crate) fn versus(asked: &IndexSpec, existing: &Document) -> Versus {
     let name = existing.get_str("name").unwrap_or_default();
     let key = existing.get_document("key").ok();
-    let same_key = key.is_some_and(|k| same_pattern(k, &asked.key));
+    let identity = |d: &Document| (d.get("collation").cloned(), d.get("partialFilterExpression").cloned());
+    let equivalent = key.is_some_and(|k| same_pattern(k, &asked.key)) && identity(existing) == identity(&asked.shown);
     let options = |d: &Document| -> Document {
         d.iter()
             .filter(|(k, _)| !matches!(k.as_str(), "v" | "key" | "name" | "hidden"))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect()
     };
-    let same_options = options(existing) == options(&asked.shown);
+    let identical = equivalent && options(existing) == options(&asked.shown);
     let shown = |d: &Document| doc::format::spaced(&Bson::Document(d.clone()));
-    if name == asked.name {
-        if same_key && same_options {
-            return Versus::Same;
+    let both = format!("Requested index: {}, existing index: {}", shown(&asked.shown), shown(existing));
+    let conflict = |code: i32, msg: String| Versus::Conflict(CommandError::with_code(code, msg));
+    match (name == asked.name, equivalent, identical) {
+        (true, _, true) => Versus::Same,
+        (true, true, false) => {
+            conflict(85, format!("An equivalent index already exists with the same name but different options. {both}"))
         }
-        let code = if same_key { 85 } else { 86 };
-        return Versus::Conflict(CommandError::with_code(
-            code,
-            format!(
-                "An existing index has the same name as the requested index. When index names are not specified, they are auto generated and can cause conflicts. Please refer to our documentation. Requested index: {}, existing index: {}",
-                shown(&asked.shown),
-                shown(existing)
-            ),
-        ));
+        (true, false, _) => conflict(
+            86,
+            format!("An existing index has the same name as the requested index. When index names are not specified, they are auto generated and can cause conflicts. Please refer to our documentation. {both}"),
+        ),
+        (false, _, true) => conflict(85, format!("Index already exists with a different name: {name}")),
+        (false, true, false) => {
+            conflict(85, format!("An equivalent index already exists with a different name and options. {both}"))
+        }
+        (false, false, _) => Versus::Other,
     }
-    if same_key && same_options {
-        return Versus::Conflict(CommandError::with_code(
-            85,
-            format!("Index already exists with a different name: {name}"),
-        ));
-    }
-    Versus::Other
 }
 
 /// Key patterns equal field by field, numbers compared by value.
@@ -346,12 +364,16 @@ mod tests {
     use super::*;
     use bson::doc;
 
+    fn parse_plain(spec: &Bson) -> Result<IndexSpec, CommandError> {
+        parse(spec, None)
+    }
+
     #[test]
     fn specs_are_checked_as_mongod_checks_them() {
-        let ok = parse(&Bson::Document(doc! { "key": { "a": 1, "b.c": -1 }, "name": "x", "unique": 1 })).unwrap();
+        let ok = parse_plain(&Bson::Document(doc! { "key": { "a": 1, "b.c": -1 }, "name": "x", "unique": 1 })).unwrap();
         assert_eq!(ok.shown, doc! { "v": 2, "key": { "a": 1, "b.c": -1 }, "name": "x", "unique": true });
         assert_eq!(default_name(&doc! { "a": 1, "b": -1 }), "a_1_b_-1");
-        let code = |d: Document| parse(&Bson::Document(d)).unwrap_err().code;
+        let code = |d: Document| parse_plain(&Bson::Document(d)).unwrap_err().code;
         assert_eq!(code(doc! { "key": {}, "name": "x" }), 67);
         assert_eq!(code(doc! { "key": { "a": 0 }, "name": "x" }), 67);
         assert_eq!(code(doc! { "key": { "a": "nope" }, "name": "x" }), 67);
@@ -365,7 +387,7 @@ mod tests {
 
     #[test]
     fn an_existing_index_is_the_same_or_conflicts() {
-        let asked = parse(&Bson::Document(doc! { "key": { "a": 1 }, "name": "a_1" })).unwrap();
+        let asked = parse_plain(&Bson::Document(doc! { "key": { "a": 1 }, "name": "a_1" })).unwrap();
         let existing = doc! { "v": 2, "key": { "a": 1 }, "name": "a_1" };
         assert!(matches!(versus(&asked, &existing), Versus::Same));
         let renamed = doc! { "v": 2, "key": { "a": 1.0 }, "name": "other" };
@@ -374,5 +396,28 @@ mod tests {
         assert!(matches!(versus(&asked, &rekeyed), Versus::Conflict(e) if e.code == 86));
         let unique = doc! { "v": 2, "key": { "a": 1 }, "name": "a_1", "unique": true };
         assert!(matches!(versus(&asked, &unique), Versus::Conflict(e) if e.code == 85));
+        let unique_elsewhere = doc! { "v": 2, "key": { "a": 1 }, "name": "u", "unique": true };
+        assert!(matches!(versus(&asked, &unique_elsewhere), Versus::Conflict(e) if e.code == 85));
+        // Another collation or partial filter: another index of the same key.
+        let collated = doc! { "v": 2, "key": { "a": 1 }, "name": "c", "collation": { "locale": "fr" } };
+        assert!(matches!(versus(&asked, &collated), Versus::Other));
+        let collated_same_name = doc! { "v": 2, "key": { "a": 1 }, "name": "a_1", "collation": { "locale": "fr" } };
+        assert!(matches!(versus(&asked, &collated_same_name), Versus::Conflict(e) if e.code == 86));
+    }
+
+    #[test]
+    fn an_index_takes_its_collation_in_full_or_the_collections() {
+        let fr = doc! { "locale": "fr", "strength": 1 };
+        let given =
+            parse(&Bson::Document(doc! { "key": { "a": 1 }, "name": "a", "collation": fr.clone() }), None).unwrap();
+        assert_eq!(given.shown.get_document("collation").unwrap().get_str("locale"), Ok("fr"));
+        assert_eq!(given.shown.get_document("collation").unwrap().get_i32("strength"), Ok(1));
+        let inherited = parse(&Bson::Document(doc! { "key": { "a": 1 }, "name": "a" }), Some(&fr)).unwrap();
+        assert_eq!(inherited.shown, given.shown);
+        let simple = doc! { "key": { "a": 1 }, "name": "a", "collation": { "locale": "simple" } };
+        assert!(!parse(&Bson::Document(simple), Some(&fr)).unwrap().shown.contains_key("collation"));
+        let bad = |c: Bson| parse(&Bson::Document(doc! { "key": { "a": 1 }, "name": "a", "collation": c }), None);
+        assert_eq!(bad(Bson::String("fr".into())).unwrap_err().code, 14);
+        assert_eq!(bad(bson::bson!({ "locale": "fr", "strength": 9 })).unwrap_err().code, 2);
     }
 }

@@ -213,7 +213,7 @@ pub(crate) fn check_hint(shared: &Shared, ns: &Namespace, cmd: &Document) -> Res
     let coll = resolve_view(shared, ns)?.map_or_else(|| shared.catalog.get(ns), |(base, _)| shared.catalog.get(&base));
     // Hidden indexes cannot be hinted (mongod answers BadValue).
     let ready = || {
-        let all = coll.as_ref().map(|c| crate::exec::access::ready_indexes(c).0).unwrap_or_default();
+        let all = coll.as_ref().map(|c| crate::exec::access::ready(c)).unwrap_or_default();
         all.into_iter().filter(|ix| !crate::exec::access::is_hidden(ix)).collect::<Vec<_>>()
     };
     let ok = match hint {
@@ -224,10 +224,30 @@ pub(crate) fn check_hint(shared: &Shared, ns: &Namespace, cmd: &Document) -> Res
             None => name == "_id_",
         },
         Bson::Document(d) => {
+            let matched: Vec<_> =
+                ready().into_iter().filter(|ix| crate::exec::index_spec::same_pattern(&ix.spec.key, d)).collect();
+            if let [first, second, ..] = matched.as_slice() {
+                // Indexes of one key pattern and other collations or filters.
+                let entry = |ix: &doc::index::Index| {
+                    format!(
+                        "kp: {} name: '{}'",
+                        doc::format::spaced(&Bson::Document(ix.spec.key.clone())),
+                        ix.spec.name
+                    )
+                };
+                return Err(CommandError::with_code(
+                    27,
+                    format!(
+                        "error processing query: planner returned error :: caused by :: Hint matched multiple indexes, must hint by index name. Matched: {} and {}",
+                        entry(first),
+                        entry(second)
+                    ),
+                ));
+            }
             d.is_empty()
                 || crate::exec::id_index::is_id_key(d)
                 || d.keys().next().is_some_and(|k| k == "$natural")
-                || ready().iter().any(|ix| crate::exec::index_spec::same_pattern(&ix.spec.key, d))
+                || !matched.is_empty()
         }
         _ => false,
     };

@@ -73,7 +73,6 @@ pub fn find_by_id(shared: &Shared, header: &Header, body: &[u8]) -> Option<Vec<u
         id_index_collation_matches,
         tailable: false,
         indexes: &[],
-        binary_collation: !coll.options.contains_key("collation"),
         hint: query::plan::Hint::None,
         projection: None,
         min_max: None,
