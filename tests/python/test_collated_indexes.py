@@ -76,7 +76,8 @@ def test_a_collated_index_answers_queries_of_its_collation(client):
     regex = c.find({"name": {"$regex": "^an"}}).collation(under)
     assert [d["_id"] for d in regex] == [2]
     bounds = ixscan(c.find({"name": {"$regex": "^an"}}).collation(under))["indexBounds"]["name"]
-    assert bounds == ['["", {})', '[/^an/, /^an/]']
+    # (From the empty string's sort key, the least of all.)
+    assert bounds == ['["01", {})', '[/^an/, /^an/]']
 
 
 def test_unique_under_a_collation_and_min_max(client):
@@ -96,6 +97,11 @@ def test_unique_under_a_collation_and_min_max(client):
     # min/max take values as the index compares them.
     found = c.find().min([("login", "ZOE")]).max([("login", "zz")]).hint("login_1").collation(Collation(**EN2))
     assert sorted(d["_id"] for d in found) == [1, 3]
+    # Under another collation a string bound means nothing to the index.
+    with pytest.raises(OperationFailure) as e:
+        list(c.find().min([("login", "ZOE")]).hint("login_1"))
+    assert e.value.code == 51174 and "The index chosen is not compatible with min/max" in str(e.value)
+    assert [d["_id"] for d in c.find().min([("login", 5)]).hint("login_1")] == [1, 3]
 
 
 def test_the_collections_default_and_several_indexes_of_one_key(client):

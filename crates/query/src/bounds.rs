@@ -620,52 +620,57 @@ pub fn regex_prefix(r: &bson::Regex) -> Option<(String, bool)> {
 
 /// The intervals of one leaf, ordered and disjoint.
 pub fn intervals(leaf: &Leaf) -> Vec<Interval> {
-    leaf_intervals(leaf, true)
+    intervals_under(leaf, None)
 }
 
 /// The intervals of one leaf on an index of collation `c`: those of
-/// `intervals` with every string as its sort key, a regex bounding all
-/// strings.
+/// `intervals` with every string as its sort key (a complement taken of
+/// the mapped values), a regex bounding all strings.
 pub fn intervals_under(leaf: &Leaf, c: Option<&dyn KeyCollation>) -> Vec<Interval> {
-    match c {
-        None => leaf_intervals(leaf, true),
-        Some(c) => collated(leaf_intervals(leaf, false), c),
+    let mapped = |list: Vec<Interval>| match c {
+        Some(c) => collated(list, c),
+        None => list,
+    };
+    match leaf.op {
+        Op::Nin if !matches!(leaf.value, Bson::Array(_)) => vec![Interval::all()],
+        Op::Ne | Op::Nin => {
+            let excluded = Leaf { op: if leaf.op == Op::Ne { Op::Eq } else { Op::In }, ..leaf.clone() };
+            complement(&mapped(leaf_intervals(&excluded, c.is_none())))
+        }
+        _ => mapped(leaf_intervals(leaf, c.is_none())),
     }
 }
 
 /// `list` as an index of collation `c` holds its values: each endpoint
-/// by its sort key, ordered and merged again. A range that starts at the
-/// empty string (the least string) keeps it: no sort key is less.
+/// by its sort key (the empty string's is the least), ordered and merged
+/// again.
 fn collated(list: Vec<Interval>, c: &dyn KeyCollation) -> Vec<Interval> {
-    let least = Bson::String(String::new());
     let mapped = list
         .into_iter()
-        .map(|i| {
-            let low = if !i.is_point() && i.low == least { i.low.clone() } else { c.key_of(&i.low) };
-            Interval { low, low_inclusive: i.low_inclusive, high: c.key_of(&i.high), high_inclusive: i.high_inclusive }
+        .map(|i| Interval {
+            low: c.key_of(&i.low),
+            low_inclusive: i.low_inclusive,
+            high: c.key_of(&i.high),
+            high_inclusive: i.high_inclusive,
         })
         .collect();
     union(mapped)
 }
 
-/// `intervals`; `prefixes`: a regex bounds the strings under its prefix
-/// (else all strings).
+/// The intervals of one leaf that is no complement (`$ne`, `$nin`: see
+/// `intervals_under`); `prefixes`: a regex bounds the strings under its
+/// prefix (else all strings).
 fn leaf_intervals(leaf: &Leaf, prefixes: bool) -> Vec<Interval> {
     let eq_intervals = |v: &Bson| eq_intervals(v, prefixes);
     let v = &leaf.value;
     let (min, max) = type_bracket(v);
     match leaf.op {
         Op::Eq => eq_intervals(v),
-        Op::In | Op::Nin => {
+        Op::In => {
             let Bson::Array(items) = v else { return vec![Interval::all()] };
-            let all = union(items.iter().flat_map(eq_intervals).collect());
-            if leaf.op == Op::Nin {
-                complement(&all)
-            } else {
-                all
-            }
+            union(items.iter().flat_map(eq_intervals).collect())
         }
-        Op::Ne => complement(&eq_intervals(v)),
+        Op::Ne | Op::Nin => unreachable!("complements are taken in intervals_under"),
         Op::Regex => eq_intervals(v),
         Op::Exists => vec![Interval::all()],
         Op::NotExists => vec![Interval::point(Bson::Null)],
@@ -1028,13 +1033,17 @@ mod tests {
         // `$in` points in sort-key order, equal ones merged.
         let within = on_s2(Op::In, bson::bson!(["b", "A", "a", 3]));
         assert_eq!(within, vec![Interval::point(Bson::Int32(3)), Interval::point(key("a")), Interval::point(key("b"))]);
-        // Below a string: from the least string, which no sort key precedes.
+        // Below a string: from the empty string's key, the least.
         let below = on_s2(Op::Lt, "b".into());
-        assert_eq!((below[0].low.clone(), below[0].high.clone()), (Bson::String(String::new()), key("b")));
+        assert_eq!((below[0].low.clone(), below[0].high.clone()), (key(""), key("b")));
+        // A complement of the mapped values: "a" before "B" under it.
+        let outside = on_s2(Op::Nin, bson::bson!(["a", "B"]));
+        assert_eq!(outside.len(), 3, "{outside:?}");
+        assert_eq!((outside[1].low.clone(), outside[1].high.clone()), (key("a"), key("b")));
         // A regex prefix says nothing of sort keys: all strings, inexact.
         let re = Bson::RegularExpression(bson::Regex { pattern: "^ab".into(), options: String::new() });
         let shown: Vec<String> = on_s2(Op::Regex, re.clone()).iter().map(|i| i.shown(false)).collect();
-        assert_eq!(shown, vec!["[\"\", {})", "[/^ab/, /^ab/]"]);
+        assert_eq!(shown, vec!["[\"01\", {})", "[/^ab/, /^ab/]"]);
         let l = Leaf { path: "a".into(), op: Op::Regex, value: re, group: None };
         assert!(l.exact_on(false) && !l.exact_on(true));
         // Which leaves compare strings.

@@ -88,6 +88,7 @@ pub fn known(code: i32) -> Option<&'static str> {
         286 => "ChangeStreamHistoryLost",
         290 => "TransactionExceededLifetimeLimitSeconds",
         291 => "NoQueryExecutionPlans",
+        359 => "CannotConvertIndexToUnique",
         9001 => "SocketException",
         10003 => "CannotGrowDocumentInCappedNamespace",
         10107 => "NotWritablePrimary",

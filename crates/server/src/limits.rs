@@ -4,6 +4,9 @@
 
 /// Largest BSON document a client may send or store.
 pub const bson_object_size_max_bytes: usize = 16 * 1024 * 1024;
+
+/// The `_id`s CannotConvertIndexToUnique lists, at most (mongod's).
+pub const violations_max_bytes: usize = bson_object_size_max_bytes / 2;
 /// Largest wire message (a batch of documents plus framing).
 pub const message_size_max_bytes: usize = 48_000_000;
 /// Most write operations in one insert, update or delete command.

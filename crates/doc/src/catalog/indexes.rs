@@ -81,16 +81,21 @@ pub(crate) fn without_unready(mut entry: Document) -> Document {
     entry
 }
 
-/// A new index's catalog entry.
-fn index_entry_doc(ix: &Index, table: &str, multikey: &[BTreeSet<usize>]) -> Document {
+/// The catalog entry of index `ix` in `table`, ready or not.
+pub(crate) fn index_entry_doc(ix: &Index, table: &str, ready: bool) -> Document {
     let mut d = ix.spec.shown.clone();
     d.insert("table", table);
-    d.insert("ready", false);
+    d.insert("ready", ready);
     if let Some(c) = ix.collation() {
         d.insert("keyFormat", c.key_format());
     }
-    set_multikey(&mut d, &ix.spec, multikey);
+    set_multikey(&mut d, &ix.spec, &ix.multikey_paths());
     d
+}
+
+/// Put `replacement` in place of index `name`'s entry in a catalog entry.
+pub(crate) fn replace_index(entry: &mut Document, name: &str, replacement: Document) -> Result<(), DocError> {
+    edit_index(entry, name, |d| *d = replacement)
 }
 
 /// Record `multikey` in an index's catalog entry.
@@ -332,7 +337,7 @@ impl Catalog {
         let table = format!("i/{}/ix", self.next_ident.fetch_add(1, Ordering::Relaxed));
         let handle = self.engine.create_table(&table, index_table_config())?;
         let no_arrays = vec![BTreeSet::new(); spec.fields.len()];
-        let ix = match Index::new(spec, handle, (false, no_arrays.clone()), &self.hooks, None) {
+        let ix = match Index::new(spec, handle, (false, no_arrays), &self.hooks, None) {
             Ok(ix) => Arc::new(ix),
             Err(e) => {
                 let _ = self.engine.drop_table(&table);
@@ -342,7 +347,7 @@ impl Catalog {
         let recorded = self.edit_entry_locked(ns, |entry| {
             let indexes =
                 entry.get_array_mut("indexes").map_err(|_| DocError::Corrupt("an entry without indexes".into()))?;
-            indexes.push(Bson::Document(index_entry_doc(&ix, &table, &no_arrays)));
+            indexes.push(Bson::Document(index_entry_doc(&ix, &table, false)));
             Ok(())
         });
         if let Err(e) = recorded {
@@ -468,7 +473,7 @@ impl Catalog {
     }
 
     /// `edit_entry` with the DDL lock held.
-    fn edit_entry_locked(
+    pub(crate) fn edit_entry_locked(
         &self,
         ns: &Namespace,
         mut change: impl FnMut(&mut Document) -> Result<(), DocError>,

@@ -37,6 +37,7 @@ mod namespace;
 mod record_store;
 #[cfg(test)]
 mod tests;
+mod unique;
 
 pub use collection::{with_id_first, Ack, Collection, ScanFrom};
 pub use ddl::Pending;
@@ -45,6 +46,7 @@ pub use id_index::{KeyCollation, KeyCollations};
 pub use indexes::IndexCheck;
 pub use namespace::{check_db_name, Namespace};
 pub use record_store::InsertResult;
+pub use unique::Convert;
 
 use capped::Capped;
 use id_index::index_table_config;

@@ -123,6 +123,63 @@ fn a_collated_index_keys_strings_by_its_collation_and_keeps_it_across_reopen() {
 }
 
 #[test]
+fn an_index_prepared_for_unique_refuses_new_duplicates_then_converts() {
+    let dir = tempfile::tempdir().unwrap();
+    let ns = Namespace::new("test", "conv").unwrap();
+    {
+        let e = engine(dir.path());
+        let cat = Catalog::open(e.clone()).unwrap();
+        let c = cat.create(&ns, Document::new()).unwrap();
+        for (id, a) in [(1, 1), (2, 1), (3, 2)] {
+            c.insert(&e, &doc! { "_id": id, "a": a }, Ack::Journaled, None).unwrap();
+        }
+        cat.build_index(&ns, spec(doc! { "v": 2, "key": { "a": 1 }, "name": "a_1" }), &|_, _| {}).unwrap();
+        cat.modify_index(&ns, "a_1", &doc! { "prepareUnique": true }).unwrap();
+        let dup = c.insert(&e, &doc! { "_id": 4, "a": 2 }, Ack::Journaled, None);
+        assert!(matches!(dup, Err(DocError::DuplicateIndexKey(_))), "{dup:?}");
+        c.insert(&e, &doc! { "_id": 5, "a": 3 }, Ack::Journaled, None).unwrap();
+        // Two writers of one new key: the second conflicts on the claim.
+        let (t1, t2) =
+            (e.begin(storage::TxnOptions::default()).unwrap(), e.begin(storage::TxnOptions::default()).unwrap());
+        c.insert_in(&t1, &doc! { "_id": 6, "a": 9 }).unwrap();
+        match c.insert_in(&t2, &doc! { "_id": 7, "a": 9 }) {
+            Err(DocError::Storage(s)) => assert!(s.is_retryable(), "{s}"),
+            other => panic!("expected a write conflict, got {other:?}"),
+        }
+        t1.commit().unwrap();
+        t2.rollback();
+        // The old duplicates stop the conversion, naming their records.
+        match cat.convert_index(&ns, "a_1", true) {
+            Err(Convert::Duplicates(groups)) => assert_eq!(groups, vec![vec![1, 2]]),
+            other => panic!("expected duplicates, got {other:?}"),
+        }
+        let (rid, d) = c.find_rid_by_id(&e, &Bson::Int32(2)).unwrap().unwrap();
+        c.delete(&e, rid, &d, Ack::Journaled, None).unwrap();
+        cat.convert_index(&ns, "a_1", true).unwrap();
+        let ix = c.indexes()[0].clone();
+        assert!(ix.spec.unique && !ix.prepare_unique() && ix.shown().get_bool("unique") == Ok(true));
+        assert_eq!(ix.entries(&e).unwrap().len(), 4);
+        let check = c.check_index(&e, &ix).unwrap();
+        assert!(check.missing.is_empty() && check.extra.is_empty());
+    }
+    let e = engine(dir.path());
+    let cat = Catalog::open(e.clone()).unwrap();
+    let c = cat.get(&ns).unwrap();
+    assert!(c.indexes()[0].spec.unique);
+    assert!(matches!(
+        c.insert(&e, &doc! { "_id": 8, "a": 3 }, Ack::Journaled, None),
+        Err(DocError::DuplicateIndexKey(_))
+    ));
+    cat.convert_index(&ns, "a_1", false).unwrap();
+    c.insert(&e, &doc! { "_id": 8, "a": 3 }, Ack::Journaled, None).unwrap();
+    let ix = c.indexes()[0].clone();
+    assert!(!ix.spec.unique && ix.entries(&e).unwrap().len() == 5);
+    // The old tables are gone.
+    let tables = e.table_names().into_iter().filter(|t| t.starts_with("i/") && !t.ends_with("_id_")).count();
+    assert_eq!(tables, 1);
+}
+
+#[test]
 fn a_clustered_collection_scans_in_id_order_and_expires_date_ids() {
     let dir = tempfile::tempdir().unwrap();
     let e = engine(dir.path());

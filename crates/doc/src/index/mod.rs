@@ -15,6 +15,12 @@
 //! same storage key, so two concurrent writers of it conflict (first
 //! updater wins) instead of both passing their uniqueness checks.
 //!
+//! A `prepareUnique` index (on its way to unique, `collMod`) keeps the
+//! non-unique layout and refuses a key another record holds; its writers
+//! claim the key's bare storage key (`keystring::storable`, a delete that
+//! leaves nothing behind) so that two concurrent writers of one new key
+//! conflict the same way.
+//!
 //! Invariants:
 //! 1. A ready index holds exactly the entries its collection's documents
 //!    give it (`keys::doc_keys`), written in the transaction of the write
@@ -127,7 +133,7 @@ pub struct Index {
 }
 
 /// The options of an index `collMod` may change.
-pub const CHANGEABLE: [&str; 2] = ["hidden", "expireAfterSeconds"];
+pub const CHANGEABLE: [&str; 3] = ["hidden", "expireAfterSeconds", "prepareUnique"];
 
 impl Index {
     /// The index of `spec` in `table`, with the query layer's `hooks`;
@@ -215,6 +221,11 @@ impl Index {
     /// Hidden: maintained, but neither planned nor hinted.
     pub fn is_hidden(&self) -> bool {
         self.options.lock().get_bool("hidden").unwrap_or(false)
+    }
+
+    /// Refusing new duplicate keys before a conversion to unique.
+    pub fn prepare_unique(&self) -> bool {
+        self.options.lock().get_bool("prepareUnique").unwrap_or(false)
     }
 
     /// A TTL index's `expireAfterSeconds`.
@@ -315,6 +326,8 @@ impl Index {
     /// In `txn`: add the entries of `keys` for record `rid`; a unique
     /// index refuses a key another record holds.
     pub(crate) fn insert_keys(&self, txn: &Txn, rid: u64, keys: &DocKeys, ns: &str) -> Result<(), DocError> {
+        // A build takes the duplicates already there (as mongod's does).
+        let prepared = !self.spec.unique && self.prepare_unique() && self.is_ready();
         for (key, values) in &keys.keys {
             if self.spec.unique {
                 if let Some(other) = self.holder(txn, key)? {
@@ -322,6 +335,8 @@ impl Index {
                         return Err(self.duplicate(ns, values));
                     }
                 }
+            } else if prepared && self.held_by_another(txn, key, rid)? {
+                return Err(self.duplicate(ns, values));
             }
             txn.put(&self.table, &self.storage_key(key, rid), &self.storage_value(rid, values)?)?;
         }
@@ -347,7 +362,7 @@ impl Index {
         }
     }
 
-    fn storage_value(&self, rid: u64, values: &[Option<Bson>]) -> Result<Vec<u8>, DocError> {
+    pub(crate) fn storage_value(&self, rid: u64, values: &[Option<Bson>]) -> Result<Vec<u8>, DocError> {
         let bson = entry_value(values)?;
         if !self.spec.unique {
             return Ok(bson);
@@ -389,6 +404,55 @@ impl Index {
             e = c.next()?;
         }
         Ok(out)
+    }
+
+    /// In `txn`, whether a record other than `rid` holds `key` in this
+    /// non-unique index; claims the key first (see the module).
+    fn held_by_another(&self, txn: &Txn, key: &[u8], rid: u64) -> Result<bool, DocError> {
+        debug_assert!(!self.spec.unique);
+        let stored = crate::keystring::storable(key.to_vec());
+        txn.delete(&self.table, &stored)?;
+        let mut c = txn.cursor(&self.table)?;
+        let mut e = c.seek(&entry_key(key, 0))?;
+        while let Some((k, _)) = e {
+            if !k.starts_with(&stored) {
+                break;
+            }
+            if k.len() == stored.len() + 8 && record_of(&k)? != rid {
+                return Ok(true);
+            }
+            e = c.next()?;
+        }
+        Ok(false)
+    }
+
+    /// The record ids of each key more than one record holds, in index
+    /// order (none for a unique index, by its layout).
+    pub fn duplicates(&self, engine: &storage::Engine) -> Result<Vec<Vec<u64>>, DocError> {
+        let mut groups: Vec<Vec<u64>> = Vec::new();
+        if self.spec.unique {
+            return Ok(groups);
+        }
+        let mut c = engine.cursor(&self.table)?;
+        let mut e = c.first()?;
+        let mut previous: Option<(Vec<u8>, u64)> = None;
+        let mut run: Vec<u64> = Vec::new();
+        while let Some((k, _)) = e {
+            let (stored, rid) = (k[..k.len().saturating_sub(8)].to_vec(), record_of(&k)?);
+            match previous {
+                Some((p, first)) if p == stored => {
+                    if run.is_empty() {
+                        run.push(first);
+                    }
+                    run.push(rid);
+                }
+                _ => groups.extend((!run.is_empty()).then(|| std::mem::take(&mut run))),
+            }
+            previous = Some((stored, rid));
+            e = c.next()?;
+        }
+        groups.extend((!run.is_empty()).then_some(run));
+        Ok(groups)
     }
 
     /// The record a unique index's `key` belongs to, if any.

@@ -10,11 +10,12 @@ use crate::args::wrong_type;
 use crate::args::CommandResult;
 use crate::args::GENERIC_FIELDS;
 use crate::error::CommandError;
+use crate::exec::index_mod;
 use crate::exec::views::check_not_view;
 use crate::exec::write::Validator;
 use crate::server::Shared;
 use bson::{doc, Bson, Document};
-use doc::catalog::{Collection, DocError, Namespace};
+use doc::catalog::{DocError, Namespace};
 use query::expr::Scope;
 
 pub fn create(shared: &Shared, cmd: &Document) -> CommandResult {
@@ -313,13 +314,17 @@ pub fn coll_mod(shared: &Shared, cmd: &Document) -> CommandResult {
         return Err(CommandError::namespace_not_found(format!("ns does not exist: {ns}")));
     };
     let is_view = c.view_on().is_some();
-    let mut reply = doc! {};
-    if let Some(index) = cmd.get("index") {
+    if bool_option(cmd, "dryRun", "collMod", false)? {
+        index_mod::dry_run(shared, &c, cmd.get("index"))?;
+        return Ok(doc! { "ok": 1.0 });
+    }
+    let mut index = None;
+    if let Some(spec) = cmd.get("index") {
         if is_view {
             return Err(CommandError::invalid_options("option not supported on a view: index"));
         }
         // Checked now, applied once every other option has been checked.
-        reply = coll_mod_index(shared, &c, index, true)?;
+        index = Some(index_mod::check(&c, spec)?);
     }
     let mut options = c.options.clone();
     // A clustered collection's TTL: seconds, or "off" to remove it.
@@ -377,91 +382,14 @@ pub fn coll_mod(shared: &Shared, cmd: &Document) -> CommandResult {
             options
         }
     };
-    reply.insert("ok", 1.0);
-    if bool_option(cmd, "dryRun", "collMod", false)? {
-        return Ok(reply);
-    }
-    if let Some(index) = cmd.get("index") {
-        coll_mod_index(shared, &c, index, false)?;
-    }
+    let mut reply = match &index {
+        Some(m) => index_mod::apply(shared, &c, m)?,
+        None => Document::new(),
+    };
     if options != c.options {
         shared.catalog.set_options(&ns, options)?;
     }
-    Ok(reply)
-}
-
-/// `collMod`'s `index`: change an index's `hidden` or `expireAfterSeconds`
-/// (by `name` or `keyPattern`); answers `<option>_old` / `<option>_new`.
-fn coll_mod_index(shared: &Shared, c: &Collection, index: &Bson, dry_run: bool) -> Result<Document, CommandError> {
-    let Bson::Document(spec) = index else {
-        return Err(wrong_type("collMod.index", index, "object"));
-    };
-    check_fields(
-        spec,
-        "collMod.index",
-        &["name", "keyPattern", "hidden", "expireAfterSeconds", "unique", "prepareUnique", "forceNonUnique"],
-        false,
-    )?;
-    if let Some(k) = ["unique", "prepareUnique", "forceNonUnique"].iter().find(|k| spec.contains_key(**k)) {
-        return Err(CommandError::not_implemented(format!("collMod of an index's '{k}' is not supported yet")));
-    }
-    let ready: Vec<_> = c.indexes().into_iter().filter(|ix| ix.is_ready()).collect();
-    let found = match (spec.get("name"), spec.get("keyPattern")) {
-        (Some(_), Some(_)) => return Err(CommandError::bad_value("Cannot specify both key pattern and name.")),
-        (None, None) => return Err(CommandError::bad_value("Must specify either index name or key pattern.")),
-        (Some(Bson::String(n)), None) if n == "_id_" => return Err(CommandError::bad_value("can't hide _id index")),
-        (Some(Bson::String(n)), None) => ready.iter().find(|ix| ix.spec.name == *n),
-        (None, Some(Bson::Document(k))) if crate::exec::id_index::is_id_key(k) => {
-            return Err(CommandError::bad_value("can't hide _id index"))
-        }
-        (None, Some(Bson::Document(k))) => {
-            ready.iter().find(|ix| crate::exec::index_spec::same_pattern(&ix.spec.key, k))
-        }
-        (Some(other), None) => return Err(wrong_type("collMod.index.name", other, "string")),
-        (None, Some(other)) => return Err(wrong_type("collMod.index.keyPattern", other, "object")),
-    };
-    let Some(ix) = found else {
-        let what = match (spec.get("name"), spec.get("keyPattern")) {
-            (Some(Bson::String(name)), _) => name.clone(),
-            (_, Some(pattern)) => doc::format::spaced(pattern),
-            _ => String::new(),
-        };
-        return Err(CommandError::with_code(27, format!("cannot find index {what} for ns {}", c.ns)));
-    };
-    let mut changes = Document::new();
-    if let Some(hidden) = spec.get("hidden") {
-        let Bson::Boolean(hidden) = hidden else { return Err(wrong_type("collMod.index.hidden", hidden, "bool")) };
-        changes.insert("hidden", if *hidden { Bson::Boolean(true) } else { Bson::Null });
-    }
-    if let Some(ttl) = spec.get("expireAfterSeconds") {
-        if ix.spec.fields.len() != 1 {
-            return Err(CommandError::invalid_options(
-                "TTL indexes are single-field indexes, compound indexes do not support TTL",
-            ));
-        }
-        if c.capped.is_some() {
-            return Err(CommandError::with_code(67, "Cannot create TTL index on a capped collection"));
-        }
-        changes.insert("expireAfterSeconds", crate::exec::index_spec::check_ttl_seconds(ttl)?);
-    }
-    if changes.is_empty() {
-        return Err(CommandError::invalid_options("no expireAfterSeconds or hidden field"));
-    }
-    let before = ix.shown();
-    if !dry_run {
-        shared.catalog.modify_index(&c.ns, &ix.spec.name, &changes)?;
-        // A hidden index is no longer a candidate, an unhidden one is again.
-        shared.plan_cache.clear(&c.ns.to_string());
-    }
-    let mut reply = Document::new();
-    for (k, v) in &changes {
-        let old = before.get(k).cloned().unwrap_or(if k == "hidden" { Bson::Boolean(false) } else { Bson::Null });
-        let new = if matches!(v, Bson::Null) { Bson::Boolean(false) } else { v.clone() };
-        if old != new {
-            reply.insert(format!("{k}_old"), old);
-            reply.insert(format!("{k}_new"), new);
-        }
-    }
+    reply.insert("ok", 1.0);
     Ok(reply)
 }
 

@@ -279,7 +279,8 @@ fn explain_read(
     let needs = projection.as_ref().and_then(query::plan::projection_fields);
     // As `find` plans: a write's read takes the planner's first choice,
     // a `find` is raced and may be covered or sorted by its index.
-    let min_max = coll.as_ref().map(|c| access::min_max_of(Some(c), with_collation)).transpose()?.flatten();
+    let min_max =
+        coll.as_ref().map(|c| access::min_max_of(Some(c), with_collation, collation.as_ref())).transpose()?.flatten();
     if sort.is_some() && min_max.is_some() {
         return Err(CommandError::not_implemented("min()/max() with a sort is not supported yet"));
     }

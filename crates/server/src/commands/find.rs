@@ -152,7 +152,7 @@ pub fn find(shared: &Shared, cmd: &Document) -> CommandResult {
         state.tailing = coll.as_ref().map(Arc::downgrade);
     }
     let is_view = coll.as_ref().is_some_and(|c| c.view_on().is_some());
-    let min_max = access::min_max_of(coll.as_deref().filter(|_| !is_view), cmd)?;
+    let min_max = access::min_max_of(coll.as_deref().filter(|_| !is_view), cmd, collation.as_ref())?;
     if min_max.is_some() && (!sort.is_empty() || tailable) {
         return Err(CommandError::not_implemented("min()/max() with a sort or a tailable cursor is not supported yet"));
     }

@@ -156,7 +156,14 @@ pub(crate) fn plan_projected<'a>(
 /// A command's `min` and `max` (`find`'s `min()`/`max()`), checked as
 /// mongod checks them against the index its `hint` names: each a value
 /// per field of its key pattern, in order, the min before the max.
-pub(crate) fn min_max_of(coll: Option<&Collection>, cmd: &Document) -> Result<Option<KeyRange>, CommandError> {
+///
+/// Under another collation than the index's, a bound holding a string,
+/// document or array is refused (mongod's 51174).
+pub(crate) fn min_max_of(
+    coll: Option<&Collection>,
+    cmd: &Document,
+    collation: Option<&Arc<Collation>>,
+) -> Result<Option<KeyRange>, CommandError> {
     let given = |field: &str| cmd.get_document(field).ok().filter(|d| !d.is_empty());
     let (min, max) = (given("min"), given("max"));
     if min.is_none() && max.is_none() {
@@ -174,8 +181,13 @@ pub(crate) fn min_max_of(coll: Option<&Collection>, cmd: &Document) -> Result<Op
         return Err(CommandError::not_implemented("min()/max() on the _id index or $natural is not supported yet"));
     };
     let pattern = &indexes[i].spec.key;
+    let matches = indexes[i].collation().map(|c| c.full_spec()) == collation.map(|c| c.full_spec());
     let values = |bound: Option<&Document>| -> Result<Option<Vec<Bson>>, CommandError> {
         let Some(bound) = bound else { return Ok(None) };
+        let collatable = |v: &Bson| matches!(v, Bson::String(_) | Bson::Symbol(_) | Bson::Document(_) | Bson::Array(_));
+        if !matches && bound.values().any(collatable) {
+            return Err(CommandError::with_code(51174, "The index chosen is not compatible with min/max"));
+        }
         if !bound.keys().eq(pattern.keys()) {
             return Err(CommandError::with_code(
                 51174,

@@ -13,8 +13,18 @@ pub(crate) const INDEXES_PER_COLLECTION_MAX: usize = 64;
 const KEY_FIELDS_MAX: usize = 32;
 
 /// Options a spec may carry that this build applies.
-const APPLIED: [&str; 9] =
-    ["key", "name", "v", "unique", "sparse", "hidden", "partialFilterExpression", "expireAfterSeconds", "collation"];
+const APPLIED: [&str; 10] = [
+    "key",
+    "name",
+    "v",
+    "unique",
+    "sparse",
+    "hidden",
+    "prepareUnique",
+    "partialFilterExpression",
+    "expireAfterSeconds",
+    "collation",
+];
 
 /// Options mongod accepts that this build does not apply yet: refused
 /// with NotImplemented rather than stored without effect.
@@ -80,7 +90,7 @@ pub(crate) fn parse(spec: &Bson, default: Option<&Document>) -> Result<IndexSpec
     for (field, value) in spec {
         match field.as_str() {
             "key" | "name" | "v" => {}
-            "unique" | "sparse" | "hidden" => {
+            "unique" | "sparse" | "hidden" | "prepareUnique" => {
                 // mongod takes any value and keeps its truth.
                 if truthy(value) {
                     shown.insert(field.clone(), true);

@@ -9,6 +9,7 @@ pub mod cursors;
 pub mod deadline;
 pub mod id_index;
 pub mod index_builds;
+pub mod index_mod;
 pub mod index_scan;
 pub mod index_spec;
 pub mod modify;
