@@ -1,6 +1,10 @@
-//! `arbordb verify` and `arbordb dump`: look inside a data directory
-//! without changing it. Verify checks everything the engine relies on and
-//! exits non-zero naming each problem; dump prints tables, pages and journal
+//! `arbordb verify` and `arbordb dump`: look inside a data directory.
+//! Verify checks everything the engine relies on, without changing the
+//! directory; then (unless `--storage-only`) it opens the directory as
+//! `arbordb serve` would (recovering the journal, which the directory lock
+//! allows only while no server runs on it) and checks every index against
+//! its collection's documents, as the `validate` command does. It exits
+//! non-zero naming each problem. Dump prints tables, pages and journal
 //! records the way `wt dump` and a binary page decoder do.
 
 use clap::Args;
@@ -17,6 +21,10 @@ pub struct VerifyArgs {
     /// The data directory.
     #[arg(long, default_value = "data")]
     pub dbpath: PathBuf,
+    /// Check the storage files only (do not open the directory to check
+    /// the indexes against the documents).
+    #[arg(long)]
+    pub storage_only: bool,
 }
 
 #[derive(Args, Debug)]
@@ -136,7 +144,59 @@ pub fn verify(args: VerifyArgs) -> Result<bool, String> {
         started.elapsed().as_secs_f64(),
         if report.problems.is_empty() { "OK".to_string() } else { format!("{} PROBLEMS", report.problems.len()) }
     );
-    Ok(report.problems.is_empty())
+    if !report.problems.is_empty() || args.storage_only {
+        return Ok(report.problems.is_empty());
+    }
+    let problems = verify_indexes(&args.dbpath)?;
+    for problem in &problems {
+        println!("PROBLEM: {problem}");
+    }
+    Ok(problems.is_empty())
+}
+
+/// Every index of every collection against its documents (each
+/// document's keys present, no entry no document gives): the problems.
+fn verify_indexes(dbpath: &Path) -> Result<Vec<String>, String> {
+    let config = storage::Config { checkpoint_interval: None, ..storage::Config::default() };
+    let engine = storage::Engine::open(dbpath, config).map_err(|e| format!("open {}: {e}", dbpath.display()))?;
+    let catalog = doc::catalog::Catalog::open_with(engine.clone(), query::hooks::hooks()).map_err(|e| e.to_string())?;
+    let mut problems = Vec::new();
+    let (mut indexes, mut keys) = (0u64, 0u64);
+    let started = Instant::now();
+    for db in catalog.databases() {
+        for coll in catalog.list(&db).into_iter().filter(|c| c.view_on().is_none()) {
+            let mut checks = vec![("_id_".to_string(), coll.check_id_index(&engine))];
+            for ix in coll.indexes().into_iter().filter(|ix| ix.is_ready()) {
+                checks.push((ix.spec.name.clone(), coll.check_index(&engine, &ix)));
+            }
+            for (name, check) in checks {
+                let check = check.map_err(|e| format!("{}: index {name}: {e}", coll.ns))?;
+                indexes += 1;
+                keys += check.keys;
+                eprintln!("verify: {} index {name}: {} keys", coll.ns, check.keys);
+                if let Some((values, rid)) = check.missing.first() {
+                    problems.push(format!(
+                        "{} index {name}: {} keys missing (the first {values:?} of recordId {rid})",
+                        coll.ns,
+                        check.missing.len()
+                    ));
+                }
+                if let Some((values, rid)) = check.extra.first() {
+                    problems.push(format!(
+                        "{} index {name}: {} entries no document gives (the first {values:?} of recordId {rid})",
+                        coll.ns,
+                        check.extra.len()
+                    ));
+                }
+            }
+        }
+    }
+    println!(
+        "verify: {indexes} indexes, {keys} keys against their documents, {:.2}s: {}",
+        started.elapsed().as_secs_f64(),
+        if problems.is_empty() { "OK".to_string() } else { format!("{} PROBLEMS", problems.len()) }
+    );
+    Ok(problems)
 }
 
 /// Hex and printable forms of `b`, cut to `width` bytes.

@@ -133,3 +133,54 @@ fn dump_bson_decodes_documents_catalog_entries_and_id_entries() {
     let o = arbordb(&["dump", "--dbpath", d, "--bson"]);
     assert!(!o.status.success(), "--bson needs --table");
 }
+
+/// A collection with a secondary index, made through the catalog (as the
+/// server makes them).
+fn make_indexed_db(dir: &Path) -> String {
+    let engine = Engine::open(dir, Config::default()).unwrap();
+    let catalog = doc::catalog::Catalog::open_with(engine.clone(), query::hooks::hooks()).unwrap();
+    let ns = doc::catalog::Namespace::new("shop", "orders").unwrap();
+    let c = catalog.create(&ns, bson::Document::new()).unwrap();
+    for i in 0..500 {
+        c.insert(
+            &engine,
+            &bson::doc! { "_id": i, "cust": i % 7, "tags": [i, i + 1] },
+            doc::catalog::Ack::Journaled,
+            None,
+        )
+        .unwrap();
+    }
+    let spec = bson::doc! { "v": 2, "key": { "cust": 1, "tags": 1 }, "name": "cust_1_tags_1" };
+    catalog.build_index(&ns, doc::index::IndexSpec::from_shown(spec).unwrap(), &|_, _| {}).unwrap();
+    let table = c.indexes()[0].table_name().to_string();
+    drop((c, catalog));
+    engine.close().unwrap();
+    table
+}
+
+#[test]
+fn verify_checks_every_index_against_its_documents() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = make_indexed_db(dir.path());
+    let o = arbordb(&["verify", "--dbpath", dir.path().to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("verify: 2 indexes, 1500 keys against their documents"), "{}", text(&o));
+    assert!(text(&o).contains("shop.orders index cust_1_tags_1: 1000 keys"), "{}", text(&o));
+    // One entry lost: verify names the index and exits non-zero.
+    {
+        let engine = Engine::open(dir.path(), Config::default()).unwrap();
+        let t = engine.table(&table).unwrap();
+        let (first, _) = engine.cursor(&t).unwrap().first().unwrap().unwrap();
+        let mut b = WriteBatch::new();
+        b.delete(&t, &first).unwrap();
+        engine.write(&b).unwrap();
+        engine.close().unwrap();
+    }
+    let o = arbordb(&["verify", "--dbpath", dir.path().to_str().unwrap()]);
+    assert!(!o.status.success(), "{}", text(&o));
+    let out = text(&o);
+    assert!(out.contains("PROBLEM: shop.orders index cust_1_tags_1: 1 keys missing"), "{out}");
+    // The storage alone is sound.
+    let o = arbordb(&["verify", "--storage-only", "--dbpath", dir.path().to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+}
