@@ -53,6 +53,10 @@ def test_the_manuals_conversion_to_unique(client):
                                              "documents before running collMod again.")
         assert e.value.details["violations"] == [{"ids": [0, 2]}]
     assert "unique" not in list(db.apples.list_indexes())[1]
+    # A refused conversion changes nothing else asked with it.
+    with pytest.raises(OperationFailure) as e:
+        coll_mod(db, name="type_1", unique=True, hidden=True)
+    assert e.value.code == 359 and "hidden" not in list(db.apples.list_indexes())[1]
 
     db.apples.delete_one({"_id": 2})
     assert own(db.command("collMod", "apples", index={"keyPattern": {"type": 1}, "unique": True}, dryRun=True)) == \
@@ -83,7 +87,7 @@ def test_the_manuals_conversion_to_unique(client):
     ({"name": "type_1", "forceNonUnique": False}, False, 2),
     ({"name": "type_1", "unique": True, "forceNonUnique": True}, False, 72),
     ({"name": "type_1", "prepareUnique": False, "hidden": True}, False, 72),
-    ({"name": "type_1", "prepareUnique": 1}, False, 14),
+    ({"name": "type_1", "prepareUnique": "yes"}, False, 14),
     ({"name": "type_1", "hidden": True}, True, 72),
     ({"name": "type_1", "unique": True, "hidden": True}, True, 72),
     ({"name": "type_1", "unique": True, "keyPattern": {"type": 1}}, False, 72),

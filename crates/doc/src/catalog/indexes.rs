@@ -417,6 +417,9 @@ impl Catalog {
             .find(|ix| ix.spec.name == name && ix.is_ready())
             .cloned()
             .ok_or_else(|| DocError::IndexNotFound(name.to_string()))?;
+        // Writers in flight did not check for duplicates: a change of
+        // `prepareUnique` waits for them (and holds back new ones).
+        let _writers = changes.contains_key("prepareUnique").then(|| coll.indexes.write());
         self.edit_entry_locked(ns, |entry| {
             edit_index(entry, name, |d| {
                 for (k, v) in changes {

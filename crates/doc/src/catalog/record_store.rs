@@ -118,6 +118,10 @@ impl Collection {
             if limit == 0 {
                 // The first document failed inside the chunk: alone, it
                 // reports its own error (or succeeds if it was a conflict).
+                // `insert` takes the index list's read lock itself: a
+                // second read on one thread would wait behind a waiting
+                // writer (a build, a drop, a conversion) forever.
+                drop(ixs);
                 let result = self.insert(engine, docs[0], ack, stamp).map(|_| ());
                 let stopped = ordered && result.is_err();
                 return Ok((vec![result], stopped));

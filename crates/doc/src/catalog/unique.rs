@@ -23,8 +23,12 @@ use crate::index::keys::key_string;
 use crate::index::{Index, IndexSpec};
 use storage::TxnOptions;
 
-/// Entries copied per transaction.
+/// Entries copied per transaction, at most.
 const COPY_CHUNK_ENTRIES: usize = 1024;
+
+/// Bytes of entries copied per transaction, at most (long keys make
+/// large entries).
+const COPY_CHUNK_BYTES: usize = 1024 * 1024;
 
 /// Why a conversion to unique did not happen.
 #[derive(Debug)]
@@ -66,9 +70,11 @@ impl Catalog {
             return Err(Convert::Duplicates(duplicates));
         }
         let mut shown = old.shown();
-        shown.remove("prepareUnique");
         match unique {
-            true => shown.insert("unique", true),
+            true => {
+                shown.remove("prepareUnique");
+                shown.insert("unique", true)
+            }
             false => shown.remove("unique"),
         };
         let table = format!("i/{}/ix", self.next_ident.fetch_add(1, Ordering::Relaxed));
@@ -101,11 +107,18 @@ impl Catalog {
         let mut e = c.first()?;
         while e.is_some() {
             let txn = self.engine.begin(TxnOptions::default())?;
+            let mut bytes = 0;
             for _ in 0..COPY_CHUNK_ENTRIES {
                 let Some((k, v)) = e else { break };
+                if bytes >= COPY_CHUNK_BYTES {
+                    e = Some((k, v));
+                    break;
+                }
                 let (rid, values) = old.decode_entry(&k, &v)?;
                 let key = key_string(&values, &new.spec.fields);
-                txn.put(new.table(), &new.storage_key(&key, rid), &new.storage_value(rid, &values)?)?;
+                let (stored, value) = (new.storage_key(&key, rid), new.storage_value(rid, &values)?);
+                bytes += stored.len() + value.len();
+                txn.put(new.table(), &stored, &value)?;
                 e = c.next()?;
             }
             txn.commit()?;

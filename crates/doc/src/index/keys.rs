@@ -45,12 +45,14 @@ pub struct DocKeys {
     /// Per indexed field, the component positions where arrays were met
     /// (0: the first component).
     pub multikey: Vec<BTreeSet<usize>>,
+    /// A wildcard index's: the paths where arrays were met.
+    pub wildcard_arrays: BTreeSet<String>,
 }
 
 impl DocKeys {
     /// Whether any field met an array.
     pub fn is_multikey(&self) -> bool {
-        self.multikey.iter().any(|p| !p.is_empty())
+        self.multikey.iter().any(|p| !p.is_empty()) || !self.wildcard_arrays.is_empty()
     }
 }
 
@@ -91,7 +93,7 @@ pub struct KeyRules<'c> {
 
 /// The keys `doc` gives the index on `fields` under `rules`.
 pub fn doc_keys(doc: &Document, fields: &[KeyField], rules: KeyRules<'_>) -> Result<DocKeys, ParallelArrays> {
-    let mut out = DocKeys { keys: BTreeMap::new(), multikey: vec![BTreeSet::new(); fields.len()] };
+    let mut out = DocKeys { multikey: vec![BTreeSet::new(); fields.len()], ..DocKeys::default() };
     let slots: Vec<Slot> = fields.iter().map(|f| Slot::Pending { rest: &f.path, at: 0 }).collect();
     walk(doc, slots, fields, rules, &mut out)?;
     Ok(out)

@@ -34,6 +34,7 @@
 
 pub mod hashed;
 pub mod keys;
+pub mod wildcard;
 
 use crate::catalog::{DocError, Hooks, KeyCollation};
 use bson::{Bson, Document};
@@ -53,6 +54,9 @@ pub struct IndexSpec {
     pub fields: Vec<KeyField>,
     pub unique: bool,
     pub sparse: bool,
+    /// A wildcard index's paths (`wildcard.rs`): its `fields` are then
+    /// `$_path` and the value, each key a path and a value.
+    pub wildcard: Option<wildcard::Wildcard>,
     /// The spec as `listIndexes` shows it: `v`, `key`, `name` and the
     /// options given.
     pub shown: Document,
@@ -80,11 +84,28 @@ impl IndexSpec {
         }
         let unique = shown.get_bool("unique").unwrap_or(false);
         let sparse = shown.get_bool("sparse").unwrap_or(false);
-        Ok(IndexSpec { name, key, fields, unique, sparse, shown })
+        let wildcard = match key.keys().next() {
+            Some(path) if key.len() == 1 => wildcard::Wildcard::of(path, shown.get_document("wildcardProjection").ok()),
+            _ => None,
+        };
+        if wildcard.is_some() {
+            let value = fields.pop().expect("one field");
+            fields = vec![KeyField { path: vec!["$_path".into()], descending: false, hashed: false }, value];
+        }
+        Ok(IndexSpec { name, key, fields, unique, sparse, wildcard, shown })
     }
 
     /// The keys `doc` gives this index, strings under `collation`.
     pub fn doc_keys(&self, doc: &Document, collation: Option<&dyn KeyCollation>) -> Result<DocKeys, DocError> {
+        if let Some(w) = &self.wildcard {
+            let (found, arrays) = w.keys(doc, collation);
+            let mut out = DocKeys { multikey: vec![BTreeSet::new(); 2], wildcard_arrays: arrays, ..DocKeys::default() };
+            for (path, value) in found {
+                let values = vec![Some(Bson::String(path)), Some(value)];
+                out.keys.insert(keys::key_string(&values, &self.fields), values);
+            }
+            return Ok(out);
+        }
         for f in self.fields.iter().filter(|f| f.hashed) {
             if let Some(at) = keys::array_on_path(doc, f) {
                 return Err(DocError::HashedArray(format!(
@@ -254,7 +275,7 @@ impl Index {
     pub fn doc_keys(&self, doc: &Document) -> Result<DocKeys, DocError> {
         match &self.filter {
             Some(f) if !f.matches(doc) => {
-                Ok(DocKeys { keys: Default::default(), multikey: vec![BTreeSet::new(); self.spec.fields.len()] })
+                Ok(DocKeys { multikey: vec![BTreeSet::new(); self.spec.fields.len()], ..DocKeys::default() })
             }
             _ => self.spec.doc_keys(doc, self.collation.as_deref()),
         }

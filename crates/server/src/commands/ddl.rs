@@ -315,7 +315,7 @@ pub fn coll_mod(shared: &Shared, cmd: &Document) -> CommandResult {
     };
     let is_view = c.view_on().is_some();
     if bool_option(cmd, "dryRun", "collMod", false)? {
-        index_mod::dry_run(shared, &c, cmd.get("index"))?;
+        index_mod::dry_run(shared, &c, cmd)?;
         return Ok(doc! { "ok": 1.0 });
     }
     let mut index = None;

@@ -31,19 +31,31 @@ pub(crate) fn check(c: &Collection, index: &Bson) -> Result<IndexMod, CommandErr
     const FIELDS: [&str; 7] =
         ["name", "keyPattern", "hidden", "expireAfterSeconds", "unique", "prepareUnique", "forceNonUnique"];
     check_fields(spec, "collMod.index", &FIELDS, false)?;
+    // mongod's booleans: true, false or a number; null is absent.
+    let mut flags = Document::new();
     for f in ["hidden", "unique", "prepareUnique", "forceNonUnique"] {
-        if let Some(v) = spec.get(f).filter(|v| !matches!(v, Bson::Boolean(_))) {
-            return Err(wrong_type(&format!("collMod.index.{f}"), v, "bool"));
+        match spec.get(f) {
+            None | Some(Bson::Null) => {}
+            Some(Bson::Boolean(b)) => {
+                flags.insert(f, *b);
+            }
+            Some(v @ (Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_))) => {
+                flags.insert(f, !doc::compare::compare(v, &Bson::Int32(0)).is_eq());
+            }
+            Some(v) => return Err(wrong_type(&format!("collMod.index.{f}"), v, "bool")),
         }
     }
-    if !FIELDS[2..].iter().any(|f| spec.contains_key(*f)) {
+    let flag = |f: &str| flags.get_bool(f).ok();
+    if spec.get("expireAfterSeconds").is_none() && flags.is_empty() {
         return Err(CommandError::invalid_options("no expireAfterSeconds, hidden, unique, or prepareUnique field"));
     }
-    let flag = |f: &str| spec.get_bool(f).ok();
     if flag("unique").is_some() && flag("forceNonUnique").is_some() {
         return Err(CommandError::invalid_options(
             "collMod does not support 'unique' and 'forceNonUnique' options at the same time",
         ));
+    }
+    if spec.contains_key("expireAfterSeconds") && c.capped.is_some() {
+        return Err(CommandError::invalid_options("TTL indexes are not supported for capped collections."));
     }
     let ix = find(c, spec)?;
     let mut changes = Document::new();
@@ -55,9 +67,6 @@ pub(crate) fn check(c: &Collection, index: &Bson) -> Result<IndexMod, CommandErr
             return Err(CommandError::invalid_options(
                 "TTL indexes are single-field indexes, compound indexes do not support TTL",
             ));
-        }
-        if c.capped.is_some() {
-            return Err(CommandError::with_code(67, "Cannot create TTL index on a capped collection"));
         }
         changes.insert("expireAfterSeconds", crate::exec::index_spec::check_ttl_seconds(ttl)?);
     }
@@ -141,15 +150,16 @@ fn find(c: &Collection, spec: &Document) -> Result<Arc<Index>, CommandError> {
 
 /// `dryRun`: only a conversion to unique may be asked, and it is checked
 /// for duplicates without being made.
-pub(crate) fn dry_run(shared: &Shared, c: &Collection, index: Option<&Bson>) -> Result<(), CommandError> {
-    let Some(index) = index else {
+pub(crate) fn dry_run(shared: &Shared, c: &Collection, cmd: &Document) -> Result<(), CommandError> {
+    let Some(index) = cmd.get("index") else {
         return Err(CommandError::invalid_options("dry run mode requires an valid index modification."));
     };
     if index.as_document().and_then(|d| d.get_bool("unique").ok()) != Some(true) {
         return Err(CommandError::invalid_options("dry run mode requires an index modification with unique: true."));
     }
     let m = check(c, index)?;
-    if !m.changes.is_empty() {
+    let others = ["validator", "validationLevel", "validationAction", "viewOn", "pipeline", "expireAfterSeconds"];
+    if !m.changes.is_empty() || others.iter().any(|k| cmd.contains_key(*k)) {
         return Err(CommandError::invalid_options(
             "unique: true cannot be combined with any other modification in dry run mode.",
         ));
@@ -165,25 +175,36 @@ pub(crate) fn dry_run(shared: &Shared, c: &Collection, index: Option<&Bson>) -> 
 pub(crate) fn apply(shared: &Shared, c: &Collection, m: &IndexMod) -> Result<Document, CommandError> {
     let name = &m.ix.spec.name;
     let before = m.ix.shown();
-    if !m.changes.is_empty() {
-        shared.catalog.modify_index(&c.ns, name, &m.changes)?;
-    }
-    let mut reply = Document::new();
-    for (k, v) in &m.changes {
-        let absent = if k == "expireAfterSeconds" { Bson::Null } else { Bson::Boolean(false) };
-        let old = before.get(k).cloned().unwrap_or_else(|| absent.clone());
-        let new = if matches!(v, Bson::Null) { absent } else { v.clone() };
-        if old != new {
-            reply.insert(format!("{k}_old"), old);
-            reply.insert(format!("{k}_new"), new);
-        }
-    }
+    // The conversion first: when it finds duplicates nothing has changed.
     if let Some(unique) = m.convert {
         match shared.catalog.convert_index(&c.ns, name, unique) {
             Ok(()) => {}
             Err(Convert::Duplicates(groups)) => return Err(cannot_convert(shared, c, &groups)),
             Err(Convert::Failed(e)) => return Err(e.into()),
         }
+    }
+    if !m.changes.is_empty() {
+        shared.catalog.modify_index(&c.ns, name, &m.changes)?;
+    }
+    let mut reply = Document::new();
+    for (k, v) in &m.changes {
+        if k == "expireAfterSeconds" {
+            // mongod's: the new value always, the old one if there was one.
+            let seconds = |v: &Bson| v.as_i64().or_else(|| v.as_i32().map(i64::from)).map(Bson::Int64);
+            if let Some(old) = before.get(k).and_then(seconds) {
+                reply.insert("expireAfterSeconds_old", old);
+            }
+            reply.insert("expireAfterSeconds_new", seconds(v).unwrap_or(Bson::Null));
+            continue;
+        }
+        let old = before.get(k).cloned().unwrap_or(Bson::Boolean(false));
+        let new = if matches!(v, Bson::Null) { Bson::Boolean(false) } else { v.clone() };
+        if old != new {
+            reply.insert(format!("{k}_old"), old);
+            reply.insert(format!("{k}_new"), new);
+        }
+    }
+    if let Some(unique) = m.convert {
         reply.insert(if unique { "unique_new" } else { "forceNonUnique_new" }, true);
     }
     // Another index is a candidate now (hidden, unhidden, converted).
