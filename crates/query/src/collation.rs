@@ -8,7 +8,7 @@
 //! arrays and inside documents (whose field names stay binary), as in
 //! MongoDB. A collection's `_id` index uses its default collation (or is
 //! binary), so a query under another collation reads a string `_id` by a
-//! scan (`plan.rs`). A filter, sort, update or pipeline
+//! scan (`plan/mod.rs`). A filter, sort, update or pipeline
 //! hands its collation to the comparisons in its evaluation context
 //! (`context.rs`).
 

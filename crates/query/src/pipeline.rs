@@ -203,7 +203,7 @@ pub struct Pipeline {
     /// spill here instead of failing.
     spill: Option<SpillTo>,
     /// The filter of a leading `$match`, as given: what the access path
-    /// is planned from (`plan.rs`).
+    /// is planned from (`plan/mod.rs`).
     leading_match: Option<Document>,
     /// A `$project` ending a pipeline of only `$match`, `$sort`, `$skip`
     /// and `$limit` before it, as given: an index may cover it.

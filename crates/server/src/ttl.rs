@@ -124,6 +124,7 @@ fn expire_through(
         key_range: None,
         reverse: false,
         sorted: false,
+        wildcard_path: None,
     };
     let records = crate::exec::index_scan::records(engine.clone(), coll.clone(), ix, &scan, stats);
     let mut deleted = 0;

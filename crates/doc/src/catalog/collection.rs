@@ -90,7 +90,10 @@ impl Collection {
         for ix in indexes {
             let table = engine.table(&ix.table)?;
             let state = (ix.ready, ix.multikey);
-            secondary.push(Arc::new(Index::new(ix.spec, table, state, hooks, ix.key_format.as_deref())?));
+            let index = Index::new(ix.spec, table, state, hooks, ix.key_format.as_deref())?;
+            index.raise_wildcard(&ix.wildcard_multikey);
+            index.raise_recorded(&[], &ix.wildcard_multikey);
+            secondary.push(Arc::new(index));
         }
         let next = match engine.cursor(&records)?.last()? {
             Some((k, _)) => record_id(&k)? + 1,

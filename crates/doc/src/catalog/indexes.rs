@@ -26,7 +26,8 @@ use std::collections::BTreeSet;
 use storage::{Txn, TxnOptions};
 
 /// Index entries hold these fields besides the spec `listIndexes` shows.
-const INTERNAL_FIELDS: [&str; 5] = ["table", "ready", "multikey", "multikeyPaths", "keyFormat"];
+const INTERNAL_FIELDS: [&str; 6] =
+    ["table", "ready", "multikey", "multikeyPaths", "keyFormat", "wildcardMultikeyPaths"];
 
 /// Documents indexed per build transaction.
 const BUILD_CHUNK_DOCS: usize = 256;
@@ -37,6 +38,8 @@ pub(crate) struct IndexEntry {
     pub(crate) table: String,
     pub(crate) ready: bool,
     pub(crate) multikey: Vec<BTreeSet<usize>>,
+    /// A wildcard index's paths where arrays were met.
+    pub(crate) wildcard_multikey: BTreeSet<String>,
     /// The format of its collation keys, if it has a collation.
     pub(crate) key_format: Option<String>,
 }
@@ -57,18 +60,25 @@ pub(crate) fn index_entries(entry: &Document) -> Result<Vec<IndexEntry>, DocErro
         let table =
             ix.get_str("table").map_err(|_| DocError::Corrupt(format!("index {} names no table", spec.name)))?;
         let paths = ix.get_document("multikeyPaths").ok();
-        let multikey = spec
-            .key
-            .keys()
-            .map(|field| {
-                let at = paths.and_then(|p| p.get_array(field).ok());
-                at.map(|a| a.iter().filter_map(|n| n.as_i32()).map(|n| n as usize).collect()).unwrap_or_default()
-            })
-            .collect();
+        let multikey = match spec.wildcard {
+            Some(_) => vec![BTreeSet::new(); spec.fields.len()],
+            None => spec
+                .key
+                .keys()
+                .map(|field| {
+                    let at = paths.and_then(|p| p.get_array(field).ok());
+                    at.map(|a| a.iter().filter_map(|n| n.as_i32()).map(|n| n as usize).collect()).unwrap_or_default()
+                })
+                .collect(),
+        };
+        let wildcard_multikey = ix
+            .get_array("wildcardMultikeyPaths")
+            .map(|a| a.iter().filter_map(|p| p.as_str().map(str::to_string)).collect())
+            .unwrap_or_default();
         let key_format =
             spec.shown.contains_key("collation").then(|| ix.get_str("keyFormat").unwrap_or("").to_string());
         let ready = ix.get_bool("ready").unwrap_or(true);
-        out.push(IndexEntry { spec, table: table.to_string(), ready, multikey, key_format });
+        out.push(IndexEntry { spec, table: table.to_string(), ready, multikey, wildcard_multikey, key_format });
     }
     Ok(out)
 }
@@ -89,7 +99,7 @@ pub(crate) fn index_entry_doc(ix: &Index, table: &str, ready: bool) -> Document 
     if let Some(c) = ix.collation() {
         d.insert("keyFormat", c.key_format());
     }
-    set_multikey(&mut d, &ix.spec, &ix.multikey_paths());
+    set_multikey(&mut d, &ix.spec, &ix.multikey_paths(), &ix.wildcard_multikey_paths());
     d
 }
 
@@ -98,9 +108,14 @@ pub(crate) fn replace_index(entry: &mut Document, name: &str, replacement: Docum
     edit_index(entry, name, |d| *d = replacement)
 }
 
-/// Record `multikey` in an index's catalog entry.
-fn set_multikey(d: &mut Document, spec: &IndexSpec, multikey: &[BTreeSet<usize>]) {
-    d.insert("multikey", multikey.iter().any(|p| !p.is_empty()));
+/// Record `multikey` (and a wildcard index's array paths) in an index's
+/// catalog entry.
+fn set_multikey(d: &mut Document, spec: &IndexSpec, multikey: &[BTreeSet<usize>], wildcard: &BTreeSet<String>) {
+    d.insert("multikey", multikey.iter().any(|p| !p.is_empty()) || !wildcard.is_empty());
+    if spec.wildcard.is_some() {
+        d.insert("wildcardMultikeyPaths", wildcard.iter().map(|p| Bson::String(p.clone())).collect::<Vec<_>>());
+        return;
+    }
     let mut paths = Document::new();
     for (field, at) in spec.key.keys().zip(multikey) {
         paths.insert(field.clone(), at.iter().map(|&n| Bson::Int32(n as i32)).collect::<Vec<_>>());
@@ -191,7 +206,8 @@ impl Collection {
             return Ok(());
         }
         ix.raise_multikey(&keys.multikey);
-        if ix.recorded_covers(&keys.multikey) {
+        ix.raise_wildcard(&keys.wildcard_arrays);
+        if ix.recorded_covers(&keys.multikey, &keys.wildcard_arrays) {
             return Ok(());
         }
         let key = self.ns.to_string();
@@ -203,17 +219,17 @@ impl Collection {
         };
         let mut entry = decode(&bytes)?;
         // The index dropped since: nothing to record.
-        let Some(stored) = index_entries(&entry)?.into_iter().find(|e| e.spec.name == ix.spec.name).map(|e| e.multikey)
-        else {
+        let Some(stored) = index_entries(&entry)?.into_iter().find(|e| e.spec.name == ix.spec.name) else {
             return Ok(());
         };
-        let merged: Vec<BTreeSet<usize>> = stored.iter().zip(&keys.multikey).map(|(s, k)| s | k).collect();
-        if merged == stored {
+        let merged: Vec<BTreeSet<usize>> = stored.multikey.iter().zip(&keys.multikey).map(|(s, k)| s | k).collect();
+        let merged_paths: BTreeSet<String> = &stored.wildcard_multikey | &keys.wildcard_arrays;
+        if merged == stored.multikey && merged_paths == stored.wildcard_multikey {
             // Committed by an earlier write: later writes need not look.
-            ix.raise_recorded(&stored);
+            ix.raise_recorded(&merged, &merged_paths);
             return Ok(());
         }
-        edit_index(&mut entry, &ix.spec.name, |d| set_multikey(d, &ix.spec, &merged))?;
+        edit_index(&mut entry, &ix.spec.name, |d| set_multikey(d, &ix.spec, &merged, &merged_paths))?;
         txn.put(&self.meta, key.as_bytes(), &encode(&entry)?)?;
         Ok(())
     }

@@ -145,6 +145,9 @@ pub struct Index {
     /// What the catalog is known to hold committed (never more than it
     /// does): a write whose paths it covers need not look.
     recorded: Mutex<Vec<BTreeSet<usize>>>,
+    /// A wildcard index's array paths, as `multikey` and `recorded`.
+    wildcard_multikey: Mutex<BTreeSet<String>>,
+    wildcard_recorded: Mutex<BTreeSet<String>>,
     /// The options `collMod` changes (`hidden`, `expireAfterSeconds`), as
     /// they now are; they override `spec.shown`'s.
     options: Mutex<Document>,
@@ -205,6 +208,8 @@ impl Index {
             ready: AtomicBool::new(ready),
             multikey: Mutex::new(multikey),
             recorded,
+            wildcard_multikey: Mutex::default(),
+            wildcard_recorded: Mutex::default(),
             options: Mutex::new(options),
             accesses: Default::default(),
             since: bson::DateTime::now(),
@@ -314,7 +319,20 @@ impl Index {
     }
 
     pub fn is_multikey(&self) -> bool {
-        self.multikey.lock().iter().any(|p| !p.is_empty())
+        self.multikey.lock().iter().any(|p| !p.is_empty()) || !self.wildcard_multikey.lock().is_empty()
+    }
+
+    /// A wildcard index's paths where arrays were met.
+    pub fn wildcard_multikey_paths(&self) -> BTreeSet<String> {
+        self.wildcard_multikey.lock().clone()
+    }
+
+    /// Raise a wildcard index's array paths (invariant 3, as
+    /// `raise_multikey`).
+    pub(crate) fn raise_wildcard(&self, seen: &BTreeSet<String>) {
+        if !seen.is_empty() {
+            self.wildcard_multikey.lock().extend(seen.iter().cloned());
+        }
     }
 
     /// Raise the multikey paths to cover `seen`; returns the new paths if
@@ -331,17 +349,19 @@ impl Index {
         Some(held.clone())
     }
 
-    /// Whether the catalog is known to record `seen` already.
-    pub(crate) fn recorded_covers(&self, seen: &[BTreeSet<usize>]) -> bool {
+    /// Whether the catalog is known to record `seen` (and `paths`) already.
+    pub(crate) fn recorded_covers(&self, seen: &[BTreeSet<usize>], paths: &BTreeSet<String>) -> bool {
         self.recorded.lock().iter().zip(seen).all(|(r, s)| s.is_subset(r))
+            && paths.is_subset(&self.wildcard_recorded.lock())
     }
 
-    /// The catalog holds `stored`, committed.
-    pub(crate) fn raise_recorded(&self, stored: &[BTreeSet<usize>]) {
+    /// The catalog holds `stored` (and `paths`), committed.
+    pub(crate) fn raise_recorded(&self, stored: &[BTreeSet<usize>], paths: &BTreeSet<String>) {
         let mut held = self.recorded.lock();
         for (h, s) in held.iter_mut().zip(stored) {
             h.extend(s.iter().copied());
         }
+        self.wildcard_recorded.lock().extend(paths.iter().cloned());
     }
 
     /// In `txn`: add the entries of `keys` for record `rid`; a unique

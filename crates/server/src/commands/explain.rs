@@ -13,7 +13,6 @@ use crate::server::Shared;
 use bson::{doc, Bson, Document};
 use doc::catalog::Namespace;
 use doc::index::Index;
-use query::bounds::Interval;
 use query::plan::{AccessPath, IndexInfo, IndexScan};
 use std::sync::Arc;
 use std::time::Instant;
@@ -467,7 +466,7 @@ fn or_stage(p: &Planned<'_>, scans: &[IndexScan], parsed: &Document, run: &Run<'
         .iter()
         .enumerate()
         .map(|(i, scan)| {
-            let mut ixscan = ixscan_stage(&p.indexes[scan.index], &p.infos[scan.index], &scan.bounds, scan.reverse);
+            let mut ixscan = ixscan_stage(&p.indexes[scan.index], &p.infos[scan.index], scan);
             if executed {
                 let s = branches.get(i).cloned().unwrap_or_default();
                 let keys = ScanStats::get(&s.keys_examined);
@@ -516,7 +515,7 @@ fn or_stage(p: &Planned<'_>, scans: &[IndexScan], parsed: &Document, run: &Run<'
 fn index_scan_stage(p: &Planned<'_>, scan: &IndexScan, run: &Run<'_>, verbosity: Verbosity) -> Document {
     let executed = verbosity != Verbosity::QueryPlanner;
     let ix = &p.indexes[scan.index];
-    let mut ixscan = ixscan_stage(ix, &p.infos[scan.index], &scan.bounds, scan.reverse);
+    let mut ixscan = ixscan_stage(ix, &p.infos[scan.index], scan);
     let s = run.stats;
     let keys = ScanStats::get(&s.keys_examined);
     let fetched = ScanStats::get(&s.docs_examined);
@@ -546,7 +545,23 @@ fn index_scan_stage(p: &Planned<'_>, scan: &IndexScan, run: &Run<'_>, verbosity:
 
 /// IXSCAN as explain shows it: each field's intervals in the order the
 /// scan meets them (a descending field or a backward scan high to low).
-fn ixscan_stage(ix: &Index, info: &IndexInfo, bounds: &[Vec<Interval>], reverse: bool) -> Document {
+/// A wildcard index shows itself as the index of the path it reads,
+/// `{$_path: 1, <path>: ±1}`.
+fn ixscan_stage(ix: &Index, info: &IndexInfo, scan: &IndexScan) -> Document {
+    let (bounds, reverse) = (&scan.bounds, scan.reverse);
+    let (info, key) = match (&scan.wildcard_path, &info.wildcard) {
+        (Some(path), Some(w)) => {
+            let parts: Vec<&str> = path.split('.').collect();
+            let at = (0..parts.len()).filter(|&k| w.multikey.contains(&parts[..=k].join("."))).collect();
+            let expanded = IndexInfo {
+                fields: vec![("$_path".to_string(), false), (path.clone(), info.fields[1].1)],
+                multikey: vec![Default::default(), at],
+                ..info.clone()
+            };
+            (std::borrow::Cow::Owned(expanded), crate::exec::access::scan_key_pattern(ix, scan))
+        }
+        _ => (std::borrow::Cow::Borrowed(info), ix.spec.key.clone()),
+    };
     let mut paths = Document::new();
     let mut shown_bounds = Document::new();
     for (f, (path, descending)) in info.fields.iter().enumerate() {
@@ -561,7 +576,7 @@ fn ixscan_stage(ix: &Index, info: &IndexInfo, bounds: &[Vec<Interval>], reverse:
         }
         shown_bounds.insert(path.clone(), intervals);
     }
-    let mut stage = doc! { "stage": "IXSCAN", "keyPattern": ix.spec.key.clone(), "indexName": ix.spec.name.clone() };
+    let mut stage = doc! { "stage": "IXSCAN", "keyPattern": key, "indexName": ix.spec.name.clone() };
     // A collated index shows its collation (mongod's stage does too).
     if let Some(c) = ix.collation() {
         stage.insert("collation", c.full_spec());

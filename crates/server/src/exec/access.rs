@@ -60,6 +60,11 @@ pub(crate) fn ready_indexes(
             hashed: ix.spec.fields.iter().position(|f| f.hashed),
             collation: ix.collation().map(|c| plan::IndexCollation(c.clone())),
             collation_matches: ix.collation().map(|c| c.full_spec()) == read_spec,
+            wildcard: ix
+                .spec
+                .wildcard
+                .clone()
+                .map(|paths| plan::WildcardInfo { paths, multikey: ix.wildcard_multikey_paths() }),
         })
         .collect();
     (ready, infos)
@@ -131,9 +136,10 @@ pub(crate) fn plan_projected<'a>(
     };
     let path = plan::plan(&shape);
     let rejected = match (&path, shape.hint) {
-        (AccessPath::IndexScan(chosen), Hint::None) => {
-            plan::candidates(&shape).into_iter().filter(|c| c.index != chosen.index).collect()
-        }
+        (AccessPath::IndexScan(chosen), Hint::None) => plan::candidates(&shape)
+            .into_iter()
+            .filter(|c| (c.index, &c.wildcard_path) != (chosen.index, &chosen.wildcard_path))
+            .collect(),
         _ => Vec::new(),
     };
     let mut shape = plan::shape(filter, projection, sort);
@@ -180,6 +186,9 @@ pub(crate) fn min_max_of(
     let Hint::Index(i) = resolve_hint(Some(hint), &indexes) else {
         return Err(CommandError::not_implemented("min()/max() on the _id index or $natural is not supported yet"));
     };
+    if indexes[i].spec.wildcard.is_some() {
+        return Err(CommandError::with_code(51174, "The index chosen is not compatible with min/max"));
+    }
     let pattern = &indexes[i].spec.key;
     let matches = indexes[i].collation().map(|c| c.full_spec()) == collation.map(|c| c.full_spec());
     let values = |bound: Option<&Document>| -> Result<Option<Vec<Bson>>, CommandError> {
@@ -245,8 +254,12 @@ pub(crate) fn race<'a>(
     let mut contenders = vec![chosen.clone()];
     contenders.append(&mut planned.rejected);
     let ns_key = ns.to_string();
-    if let Some(winner) = shared.plan_cache.get(&ns_key, &planned.shape, &planned.among) {
-        if let Some(at) = contenders.iter().position(|c| planned.indexes[c.index].spec.name == winner) {
+    if let Some((winner, key)) = shared.plan_cache.get(&ns_key, &planned.shape, &planned.among) {
+        let same = |c: &IndexScan| {
+            let ix = &planned.indexes[c.index];
+            ix.spec.name == winner && scan_key_pattern(ix, c) == key
+        };
+        if let Some(at) = contenders.iter().position(same) {
             planned.path = AccessPath::IndexScan(contenders.remove(at));
             planned.rejected = contenders;
             planned.cached = true;
@@ -292,7 +305,7 @@ pub(crate) fn race<'a>(
     let ix = &planned.indexes[winner.index];
     let entry = crate::exec::plan_cache::PlanCache::entry(
         &ix.spec.name,
-        ix.spec.key.clone(),
+        scan_key_pattern(ix, &winner),
         planned.created_from.clone(),
         trials[best],
     );
@@ -300,6 +313,19 @@ pub(crate) fn race<'a>(
     planned.path = AccessPath::IndexScan(winner);
     planned.rejected = contenders;
     Ok(planned)
+}
+
+/// The key pattern `scan` reads `ix` by: a wildcard index's is
+/// `{$_path: 1, <path>: ±1}` (as explain shows it).
+pub(crate) fn scan_key_pattern(ix: &Index, scan: &IndexScan) -> Document {
+    match &scan.wildcard_path {
+        Some(path) => {
+            let mut key = bson::doc! { "$_path": 1 };
+            key.insert(path.clone(), ix.spec.key.values().next().cloned().unwrap_or(Bson::Int32(1)));
+            key
+        }
+        None => ix.spec.key.clone(),
+    }
 }
 
 /// Whether the read asked for an order (some contender gives it).

@@ -229,7 +229,8 @@ impl Scan {
         if plan.reverse {
             ranges = ranges.into_iter().rev().collect();
         }
-        let multikey = ix.is_multikey();
+        // A wildcard index holds a document under several paths too.
+        let multikey = ix.is_multikey() || ix.spec.wildcard.is_some();
         // A `min()`/`max()` scan checks each key against them whole: its
         // range was widened where they are longer than a stored key.
         let min_max = plan.key_range.as_ref().map(|r| {
@@ -387,7 +388,7 @@ impl Scan {
             self.stats.seeks.fetch_add(1, Ordering::Relaxed);
         }
         // An index may turn multikey while it is read.
-        self.multikey = self.multikey || self.ix.is_multikey();
+        self.multikey = self.multikey || self.ix.is_multikey() || self.ix.spec.wildcard.is_some();
         let mut c = self.engine.cursor(self.ix.table())?;
         let mut e = if self.reverse {
             c.set_bounds(Bound::Included(start), resume.map_or(Bound::Excluded(end), Bound::Excluded));

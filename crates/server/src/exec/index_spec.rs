@@ -13,7 +13,8 @@ pub(crate) const INDEXES_PER_COLLECTION_MAX: usize = 64;
 const KEY_FIELDS_MAX: usize = 32;
 
 /// Options a spec may carry that this build applies.
-const APPLIED: [&str; 10] = [
+const APPLIED: [&str; 11] = [
+    "wildcardProjection",
     "key",
     "name",
     "v",
@@ -28,7 +29,7 @@ const APPLIED: [&str; 10] = [
 
 /// Options mongod accepts that this build does not apply yet: refused
 /// with NotImplemented rather than stored without effect.
-const NOT_YET: [&str; 5] = ["wildcardProjection", "weights", "default_language", "2dsphereIndexVersion", "bits"];
+const NOT_YET: [&str; 4] = ["weights", "default_language", "2dsphereIndexVersion", "bits"];
 
 /// Accepted and ignored, as mongod ignores them.
 const IGNORED: [&str; 2] = ["background", "ns"];
@@ -58,6 +59,7 @@ pub(crate) fn parse(spec: &Bson, default: Option<&Document>) -> Result<IndexSpec
         }
     };
     check_key_pattern(key)?;
+    check_wildcard(spec, key)?;
     let hashed = key.values().any(|v| matches!(v, Bson::String(k) if k == "hashed"));
     if hashed && spec.get("unique").is_some_and(truthy) {
         return Err(CommandError::with_code(
@@ -113,6 +115,9 @@ pub(crate) fn parse(spec: &Bson, default: Option<&Document>) -> Result<IndexSpec
             }
             "expireAfterSeconds" => {
                 shown.insert(field.clone(), check_ttl(spec, key, value)?);
+            }
+            "wildcardProjection" => {
+                shown.insert(field.clone(), value.clone());
             }
             "collation" => {
                 if !matches!(value, Bson::Document(_)) {
@@ -279,7 +284,12 @@ fn check_key_pattern(key: &Document) -> Result<(), CommandError> {
         if field.split('.').any(str::is_empty) {
             return Err(cannot_create(format!("Index key contains an illegal field name: '{field}'")));
         }
-        if field.split('.').any(|c| c.starts_with('$')) {
+        let numeric = matches!(value, Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_));
+        let path = match is_wildcard(field) {
+            true if numeric => field.strip_suffix("$**").unwrap_or_default(),
+            _ => field.as_str(),
+        };
+        if path.split('.').any(|c| c.starts_with('$')) {
             return Err(cannot_create("Index key contains an illegal field name: field name starts with '$'.".into()));
         }
         match value {
@@ -305,8 +315,96 @@ fn check_key_pattern(key: &Document) -> Result<(), CommandError> {
                 )))
             }
         }
-        if field == "$**" || field.ends_with(".$**") {
-            return Err(CommandError::not_implemented("wildcard indexes are not supported yet"));
+    }
+    if key.len() > 1 && key.keys().any(|f| is_wildcard(f)) {
+        return Err(CommandError::not_implemented("compound wildcard indexes are not supported yet"));
+    }
+    Ok(())
+}
+
+/// A wildcard key pattern field: `$**` or `path.$**`.
+fn is_wildcard(field: &str) -> bool {
+    field == "$**" || field.ends_with(".$**")
+}
+
+/// A wildcard index's options, as mongod checks them: no `sparse`,
+/// `unique` or TTL; a `wildcardProjection` only with `{"$**": ±1}`, of
+/// inclusions or exclusions (`_id` either way).
+fn check_wildcard(spec: &Document, key: &Document) -> Result<(), CommandError> {
+    let wildcard = key.keys().any(|f| is_wildcard(f));
+    if !wildcard {
+        return match spec.contains_key("wildcardProjection") {
+            true => {
+                Err(CommandError::bad_value("The field 'wildcardProjection' is only allowed in 'wildcard' indexes"))
+            }
+            false => Ok(()),
+        };
+    }
+    for (option, what) in
+        [("sparse", "does not support the sparse option"), ("unique", "does not support the unique option")]
+    {
+        if spec.get(option).is_some_and(truthy) {
+            return Err(cannot_create(format!("Index type 'wildcard' {what}")));
+        }
+    }
+    if spec.contains_key("expireAfterSeconds") {
+        return Err(cannot_create("Index type 'wildcard' cannot be a TTL index".into()));
+    }
+    let Some(projection) = spec.get("wildcardProjection") else { return Ok(()) };
+    let Bson::Document(projection) = projection else {
+        return Err(CommandError::type_mismatch(format!(
+            "The field 'wildcardProjection' must be a non-empty object, but got {}",
+            crate::args::type_name(projection)
+        )));
+    };
+    if !key.contains_key("$**") {
+        return Err(CommandError::failed_to_parse(
+            "The field 'wildcardProjection' is only allowed when 'key' is {\"$**\": ±1}",
+        ));
+    }
+    if projection.is_empty() {
+        return Err(CommandError::failed_to_parse("The 'wildcardProjection' field can't be an empty object"));
+    }
+    check_projection(projection, "", &mut None)
+}
+
+/// Every path of a `wildcardProjection` included or every one excluded
+/// (`_id` either way), with numbers or booleans.
+fn check_projection(projection: &Document, prefix: &str, mode: &mut Option<bool>) -> Result<(), CommandError> {
+    let failed = |code: i32, why: String| {
+        CommandError::with_code(code, format!("Failed to parse projection: wildcardProjection :: caused by :: {why}"))
+    };
+    for (k, v) in projection {
+        let path = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+        if k.starts_with('$') || k.is_empty() {
+            return Err(failed(
+                31254,
+                format!("Cannot use expression other than $meta in exclusion projection: {path}"),
+            ));
+        }
+        let on = match v {
+            Bson::Document(inner) if !inner.is_empty() => {
+                check_projection(inner, &path, mode)?;
+                continue;
+            }
+            Bson::Boolean(b) => *b,
+            Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_) => {
+                !doc::compare::compare(v, &Bson::Int32(0)).is_eq()
+            }
+            _ => {
+                return Err(failed(
+                    51271,
+                    format!("The value of the projection of field '{path}' must be a number or a boolean"),
+                ))
+            }
+        };
+        if path == "_id" {
+            continue;
+        }
+        match *mode.get_or_insert(on) {
+            m if m == on => {}
+            true => return Err(failed(31254, format!("Cannot do exclusion on field {path} in inclusion projection"))),
+            false => return Err(failed(31253, format!("Cannot do inclusion on field {path} in exclusion projection"))),
         }
     }
     Ok(())
@@ -329,7 +427,10 @@ pub(crate) enum Versus {
 pub(crate) fn versus(asked: &IndexSpec, existing: &Document) -> Versus {
     let name = existing.get_str("name").unwrap_or_default();
     let key = existing.get_document("key").ok();
-    let identity = |d: &Document| (d.get("collation").cloned(), d.get("partialFilterExpression").cloned());
+    let identity = |d: &Document| {
+        let part = |f: &str| d.get(f).cloned();
+        (part("collation"), part("partialFilterExpression"), part("wildcardProjection"))
+    };
     let equivalent = key.is_some_and(|k| same_pattern(k, &asked.key)) && identity(existing) == identity(&asked.shown);
     let options = |d: &Document| -> Document {
         d.iter()

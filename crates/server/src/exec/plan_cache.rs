@@ -57,11 +57,12 @@ pub(crate) fn plan_cache_key(shape: &str, among: &str) -> String {
 }
 
 impl PlanCache {
-    /// The cached winner for `shape` on `ns` among `indexes`.
-    pub(crate) fn get(&self, ns: &str, shape: &str, indexes: &str) -> Option<String> {
+    /// The cached winner for `shape` on `ns` among `indexes`: its name and
+    /// the key pattern it was read by.
+    pub(crate) fn get(&self, ns: &str, shape: &str, indexes: &str) -> Option<(String, Document)> {
         let entries = self.entries.lock();
         let entry = entries.get(&(ns.to_string(), shape.to_string()))?;
-        (entry.among == indexes).then(|| entry.winner.clone())
+        (entry.among == indexes).then(|| (entry.winner.clone(), entry.key_pattern.clone()))
     }
 
     /// Remember `winner` for `shape` on `ns` among `indexes`.

@@ -251,6 +251,23 @@ pub(crate) fn check_hint(shared: &Shared, ns: &Namespace, cmd: &Document) -> Res
         }
         _ => false,
     };
+    // A wildcard index reads the paths of a predicate, never all of it.
+    let hinted = match hint {
+        Bson::String(name) => ready().into_iter().find(|ix| ix.spec.name == *name),
+        Bson::Document(d) => ready().into_iter().find(|ix| crate::exec::index_spec::same_pattern(&ix.spec.key, d)),
+        _ => None,
+    };
+    // (With min()/max() the hint is refused for those, 51174.)
+    let min_max = cmd.contains_key("min") || cmd.contains_key("max");
+    if let Some(w) = hinted.as_ref().and_then(|ix| ix.spec.wildcard.as_ref()).filter(|_| !min_max) {
+        let filter = cmd.get_document("filter").or_else(|_| cmd.get_document("query")).cloned().unwrap_or_default();
+        if !query::plan::wildcard_could_read(&filter, w) {
+            return Err(CommandError::with_code(
+                291,
+                "error processing query: planner returned error :: caused by :: $hint: refusing to build whole-index solution, because it's a wildcard index",
+            ));
+        }
+    }
     if ok {
         Ok(())
     } else {

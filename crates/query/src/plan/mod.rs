@@ -17,6 +17,10 @@
 //!    the same filter would (the executor still applies the filter); a path
 //!    only narrows which documents are looked at.
 
+mod wildcard;
+
+pub use wildcard::{could_read as wildcard_could_read, WildcardInfo};
+
 use crate::bounds::{self, Interval, Leaf};
 use bson::{Bson, Document};
 use doc::catalog::KeyCollation;
@@ -73,12 +77,15 @@ pub struct IndexInfo {
     /// only then may it bound a predicate that compares strings
     /// (`Leaf::collatable`), give a sort, or serve as a partial index.
     pub collation_matches: bool,
+    /// A wildcard index's paths (`wildcard.rs`): its `fields` are
+    /// `$_path` and the value.
+    pub wildcard: Option<WildcardInfo>,
 }
 
 impl IndexInfo {
     /// Whether its bounds may take `leaf` (see `collation_matches`).
     fn takes(&self, leaf: &Leaf) -> bool {
-        self.collation_matches || !leaf.collatable()
+        (self.collation_matches || !leaf.collatable()) && (self.wildcard.is_none() || wildcard::serves(leaf))
     }
 
     fn key_collation(&self) -> Option<&dyn KeyCollation> {
@@ -155,6 +162,8 @@ pub struct IndexScan {
     /// The scan returns documents in the read's requested sort order
     /// (no blocking SORT stage).
     pub sorted: bool,
+    /// A wildcard index's scan: the path it reads (`$_path`).
+    pub wildcard_path: Option<String>,
 }
 
 /// The fields an inclusion projection of plain paths needs (`_id`
@@ -193,6 +202,14 @@ pub fn plan<'a>(shape: &ReadShape<'a, '_>) -> AccessPath<'a> {
     }
     match shape.hint {
         Hint::Natural { reverse } => return AccessPath::CollScan { reverse },
+        // A wildcard index reads one path; with none to read (or with
+        // min/max), which the server refuses before, every document.
+        Hint::Index(i) if shape.indexes[i].wildcard.is_some() => {
+            return match (shape.min_max, wildcard::paths(shape, i).first()) {
+                (None, Some(path)) => AccessPath::IndexScan(wildcard::scan(shape, i, path)),
+                _ => scan,
+            }
+        }
         Hint::Index(i) => {
             return AccessPath::IndexScan(match shape.min_max {
                 Some(range) => min_max_scan(shape, i, range),
@@ -249,18 +266,26 @@ pub fn candidates(shape: &ReadShape<'_, '_>) -> Vec<IndexScan> {
                     && (ix.hashed != Some(0) || matches!(l.op, bounds::Op::Eq | bounds::Op::In))
             };
             !ix.hidden
+                && ix.wildcard.is_none()
                 && conj.leaves.iter().any(|l| leading(&l))
                 && (!ix.sparse || conj.leaves.iter().filter(leading).any(Leaf::needs_value))
                 && ix.partial_serves(&conj)
         })
         .map(|i| index_scan(shape, i))
         .collect();
+    // A wildcard index: one scan per path it could read.
+    for i in 0..shape.indexes.len() {
+        let ix = &shape.indexes[i];
+        if ix.wildcard.is_some() && !ix.hidden && ix.partial_serves(&conj) {
+            out.extend(wildcard::paths(shape, i).iter().map(|p| wildcard::scan(shape, i, p)));
+        }
+    }
     // A sort no bounded scan gives: every index that gives it, scanned
     // whole (mongod adds these even without a predicate on them).
     if shape.sort.is_some() && !out.iter().any(|s| s.sorted) {
         for i in 0..shape.indexes.len() {
             let ix = &shape.indexes[i];
-            if ix.hidden || ix.sparse || !ix.partial_serves(&conj) {
+            if ix.hidden || ix.sparse || ix.wildcard.is_some() || !ix.partial_serves(&conj) {
                 continue;
             }
             let scan = whole_scan(shape, i);
@@ -280,7 +305,18 @@ fn whole_scan(shape: &ReadShape<'_, '_>, i: usize) -> IndexScan {
     let ix = &shape.indexes[i];
     let bounds: Vec<Vec<Interval>> = ix.fields.iter().map(|_| vec![Interval::all()]).collect();
     let parsed = parsed_query(shape.filter);
-    let fetch_filter = (!parsed.is_empty()).then_some(parsed);
+    scan_within(shape, i, bounds, (!parsed.is_empty()).then_some(parsed))
+}
+
+/// The scan of index `i` within `bounds`, `fetch_filter` on FETCH: in the
+/// read's order when the index gives it, covered when it can be.
+fn scan_within(
+    shape: &ReadShape<'_, '_>,
+    i: usize,
+    bounds: Vec<Vec<Interval>>,
+    fetch_filter: Option<Document>,
+) -> IndexScan {
+    let ix = &shape.indexes[i];
     let order = sort_order(shape, ix, &bounds);
     let covered = fetch_filter.is_none() && covers(ix, shape.projection) && sort_covered(shape, ix, order);
     IndexScan {
@@ -291,6 +327,7 @@ fn whole_scan(shape: &ReadShape<'_, '_>, i: usize) -> IndexScan {
         key_range: None,
         reverse: order == Some(true),
         sorted: order.is_some(),
+        wildcard_path: None,
     }
 }
 
@@ -486,18 +523,7 @@ fn index_scan(shape: &ReadShape<'_, '_>, i: usize) -> IndexScan {
         }
         field_bounds.push(intervals);
     }
-    let fetch_filter = residual(&conj, &answered);
-    let order = sort_order(shape, ix, &field_bounds);
-    let covered = fetch_filter.is_none() && covers(ix, shape.projection) && sort_covered(shape, ix, order);
-    IndexScan {
-        index: i,
-        bounds: field_bounds,
-        fetch_filter,
-        covered,
-        key_range: None,
-        reverse: order == Some(true),
-        sorted: order.is_some(),
-    }
+    scan_within(shape, i, field_bounds, residual(&conj, &answered))
 }
 
 /// Whether the `$elemMatch` at `group_path` holds one element of the
@@ -562,6 +588,7 @@ fn min_max_scan(shape: &ReadShape<'_, '_>, i: usize, range: &KeyRange) -> IndexS
         key_range: Some(range.clone()),
         reverse: false,
         sorted: false,
+        wildcard_path: None,
     }
 }
 
@@ -668,6 +695,7 @@ mod tests {
             hashed: None,
             collation: None,
             collation_matches: true,
+            wildcard: None,
         }
     }
 
