@@ -86,7 +86,46 @@ def test_subtree_and_projection_choose_the_paths(client):
     assert shown["only_b_y"]["wildcardProjection"] == {"b.y": 1}
 
 
+def test_arrays_above_the_held_paths_make_them_multikey(client):
+    """An array met on the way to a held path makes the paths below it
+    multikey, so two predicates on one are not intersected."""
+    c = client.test.m
+    c.create_index([("$**", 1)], wildcardProjection={"a.b": 1})
+    c.create_index([("x.y.$**", 1)])
+    c.insert_many([{"_id": 1, "a": [{"b": 1}, {"b": 5}]}, {"_id": 2, "x": {"y": [{"z": 1}, {"z": 5}]}}])
+    assert [d["_id"] for d in c.find({"a.b": {"$gt": 2, "$lt": 4}})] == [1]
+    assert ixscan(c.find({"a.b": {"$gt": 2, "$lt": 4}}))["multiKeyPaths"] == {"$_path": [], "a.b": ["a"]}
+    assert [d["_id"] for d in c.find({"x.y.z": {"$gt": 2, "$lt": 4}})] == [2]
+    # A path with something below it left out: `$exists` does not use it.
+    c.create_index([("$**", 1)], name="not_a_b", wildcardProjection={"a.b": 0})
+    c.insert_one({"_id": 3, "a": {"b": 1}})
+    assert sorted(d["_id"] for d in c.find({"a": {"$exists": True}})) == [1, 3]
+    with pytest.raises(OperationFailure) as e:
+        list(c.find({"a": {"$exists": True}}).hint("not_a_b"))
+    assert e.value.code == 291
+
+
+def test_hints_of_a_wildcard_index_from_every_command(client):
+    db = client.test
+    db.u.insert_many([{"_id": i, "a": i} for i in range(5)])
+    db.u.create_index([("$**", 1)])
+    assert db.u.update_one({"a": 3}, {"$set": {"x": 1}}, hint="$**_1").modified_count == 1
+    assert db.u.delete_one({"a": 4}, hint="$**_1").deleted_count == 1
+    assert list(db.u.aggregate([{"$match": {"a": 3}}], hint="$**_1")) == [{"_id": 3, "a": 3, "x": 1}]
+    assert db.u.find({"a": 3}).hint("$**_1").explain()["queryPlanner"]["winningPlan"]["inputStage"]["stage"] == "IXSCAN"
+    assert db.u.count_documents({"a": {"$gte": 1}}, hint="$**_1") == 3
+    with pytest.raises(OperationFailure) as e:
+        db.u.update_one({}, {"$set": {"x": 2}}, hint="$**_1")
+    assert e.value.code == 291
+    # No unique or TTL through collMod either.
+    for index in ({"name": "$**_1", "prepareUnique": True}, {"name": "$**_1", "expireAfterSeconds": 5}):
+        with pytest.raises(OperationFailure) as e:
+            db.command("collMod", "u", index=index)
+        assert e.value.code == 72, index
+
+
 @pytest.mark.parametrize("spec, code", [
+    ({"key": {"$**": 1}, "name": "w", "prepareUnique": True}, 67),
     ({"key": {"$**": 1}, "name": "w", "unique": True}, 67),
     ({"key": {"$**": 1}, "name": "w", "sparse": True}, 67),
     ({"key": {"$**": 1}, "name": "w", "expireAfterSeconds": 5}, 67),
@@ -151,13 +190,15 @@ def test_every_wildcard_plan_answers_as_a_scan(datadir):
     c.insert_many([{"_id": i, "a": random_value(r), "d": random_value(r)} for i in range(500)])
     c.create_index([("$**", 1)])
     c.create_index([("a.$**", 1)])
+    c.create_index([("$**", 1)], name="a_b", wildcardProjection={"a.b": 1, "d": 1})
+    c.create_index([("$**", 1)], name="not_a_c", wildcardProjection={"a.c": 0})
 
     def check(rounds):
         for _ in range(rounds):
             f = random_filter(r)
             want = sorted(d["_id"] for d in c.find(f).hint([("$natural", 1)]))
             assert sorted(d["_id"] for d in c.find(f)) == want, f
-            for hint in ("$**_1", "a.$**_1"):
+            for hint in ("$**_1", "a.$**_1", "a_b", "not_a_c"):
                 try:
                     got = sorted(d["_id"] for d in c.find(f).hint(hint))
                 except OperationFailure as e:

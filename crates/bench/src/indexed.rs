@@ -16,8 +16,8 @@
 //! driver).
 
 use crate::measure;
+use crate::procs::{percentile, start_arbordb, start_postgres};
 use crate::report;
-use crate::ycsb::{free_port, percentile, wait_listening, PeerProcess, ServerProcess};
 use crate::BenchResult;
 use clap::Args;
 use mongodb::bson::{doc, RawDocumentBuf};
@@ -25,7 +25,6 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -177,19 +176,8 @@ async fn run_queries<S: Store>(
 }
 
 async fn bench_arbordb(a: &IndexArgs) -> BenchResult<Vec<serde_json::Value>> {
-    let bin = match &a.arbordb_bin {
-        Some(p) => p.clone(),
-        None => std::env::current_exe()?.with_file_name("arbordb"),
-    };
-    let dir = tempfile::Builder::new().prefix("arbordb-index-").tempdir()?;
-    let port = free_port()?;
-    let mut cmd = Command::new(bin);
-    cmd.args(["serve", "--dbpath"]).arg(dir.path().join("db")).args(["--port", &port.to_string()]);
-    if a.arbordb_cache_mib > 0 {
-        cmd.args(["--cache-mib", &a.arbordb_cache_mib.to_string()]);
-    }
-    let server = ServerProcess(cmd.stderr(Stdio::null()).spawn()?);
-    wait_listening(port).await?;
+    let arbordb = start_arbordb(a.arbordb_bin.as_deref(), a.arbordb_cache_mib, "index").await?;
+    let port = arbordb.port;
     let client = mongodb::Client::with_uri_str(format!("mongodb://127.0.0.1:{port}/?directConnection=true")).await?;
     let coll = client.database("bench").collection::<mongodb::bson::Document>("t");
     let started = Instant::now();
@@ -205,22 +193,17 @@ async fn bench_arbordb(a: &IndexArgs) -> BenchResult<Vec<serde_json::Value>> {
     coll.create_index(mongodb::IndexModel::builder().keys(doc! { "k": 1 }).build()).await?;
     coll.create_index(mongodb::IndexModel::builder().keys(doc! { "k": 1, "v": 1 }).build()).await?;
     eprintln!("  arbordb load and index builds: {:.1} s", started.elapsed().as_secs_f64());
-    let store = Arc::new(Arbor { coll: client.database("bench").collection("t"), pid: server.0.id() });
+    let store = Arc::new(Arbor { coll: client.database("bench").collection("t"), pid: arbordb.server.0.id() });
     let mut rows = Vec::new();
     for kind in QUERIES {
         rows.push(run_queries("arbordb", &store, a, kind).await?);
     }
-    drop(server);
+    drop(arbordb);
     Ok(rows)
 }
 
 async fn bench_postgres(a: &IndexArgs) -> BenchResult<Vec<serde_json::Value>> {
-    let out = Command::new(&a.postgres_local).arg("start").output()?;
-    if !out.status.success() {
-        return Err(format!("postgres-local start failed: {}", String::from_utf8_lossy(&out.stderr)).into());
-    }
-    let _peer = PeerProcess(a.postgres_local.clone());
-    let url = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let (_peer, url) = start_postgres(&a.postgres_local)?;
     let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
     tokio::spawn(connection);
     client.batch_execute("CREATE TABLE t (id bigint PRIMARY KEY, doc jsonb NOT NULL)").await?;

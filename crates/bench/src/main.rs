@@ -14,7 +14,9 @@ mod canned;
 mod engine;
 mod indexed;
 mod lmdb_peer;
+mod many_index;
 mod measure;
+mod procs;
 mod redb_peer;
 mod report;
 mod smallbank;
@@ -51,6 +53,8 @@ enum Target {
     Ycsb(ycsb::YcsbArgs),
     /// Indexed equality, range and covered queries: ArborDB vs PostgreSQL.
     Index(indexed::IndexArgs),
+    /// Many-index updates under a small cache (W3): ArborDB vs PostgreSQL.
+    W3(many_index::W3Args),
     /// The prepared-reply server of `ycsb --driver-ceiling` (no database).
     #[command(hide = true)]
     CannedServer(canned::CannedArgs),
@@ -62,6 +66,7 @@ fn main() -> ExitCode {
         Target::Smallbank(a) => smallbank::run(a),
         Target::Ycsb(a) => ycsb::run(a),
         Target::Index(a) => indexed::run(a),
+        Target::W3(a) => many_index::run(a),
         Target::CannedServer(a) => canned::run(a),
     };
     match result {

@@ -23,6 +23,7 @@
 //! the same client task count, key sequence seeds and durations.
 
 use crate::measure;
+use crate::procs::{free_port, percentile, wait_listening, PeerProcess, ServerProcess};
 use crate::report;
 use crate::BenchResult;
 use clap::Args;
@@ -30,9 +31,8 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 use std::future::Future;
-use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -383,47 +383,6 @@ async fn run_workload<S: Store>(
     let secs = start.elapsed().as_secs_f64();
     eprintln!("  {name}: {} ops in {secs:.1} s", all.len());
     Ok((all.len() as u64, updates, all, secs))
-}
-
-pub(crate) fn percentile(sorted: &[u32], p: f64) -> u32 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
-}
-
-pub(crate) fn free_port() -> BenchResult<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-/// The ArborDB server process, stopped (SIGTERM, clean checkpoint) on drop.
-pub(crate) struct ServerProcess(pub(crate) Child);
-
-impl Drop for ServerProcess {
-    fn drop(&mut self) {
-        // SAFETY: sending a signal to our own child.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
-        let _ = self.0.wait();
-    }
-}
-
-/// The PostgreSQL peer, stopped and removed on drop.
-pub(crate) struct PeerProcess(pub(crate) PathBuf);
-
-impl Drop for PeerProcess {
-    fn drop(&mut self) {
-        let _ = Command::new(&self.0).arg("stop").status();
-    }
-}
-
-pub(crate) async fn wait_listening(port: u16) -> BenchResult<()> {
-    for _ in 0..200 {
-        if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    Err(format!("nothing listening on port {port}").into())
 }
 
 /// Load, then run every workload, on one system; rows for the report.

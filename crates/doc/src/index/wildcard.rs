@@ -83,6 +83,13 @@ impl Wildcard {
         }
     }
 
+    /// Whether every path below `path` is held too (no exclusion under
+    /// it): a document there has keys for all its leaves.
+    pub fn holds_below(&self, path: &str) -> bool {
+        let below = |q: &String| q.strip_prefix(path).is_some_and(|r| r.starts_with('.'));
+        self.holds(path) && (self.include || !self.paths.iter().any(below))
+    }
+
     /// Whether keys of some path below `path` may be held.
     fn may_descend(&self, path: &str) -> bool {
         self.holds(path)
@@ -141,9 +148,9 @@ impl Walk<'_, '_> {
             Bson::Array(items) if in_array => self.emit(path, Bson::Array(items.clone())),
             Bson::Array(items) if items.is_empty() => self.emit(path, Bson::Undefined),
             Bson::Array(items) => {
-                if self.wildcard.holds(path) {
-                    self.arrays.insert(path.to_string());
-                }
+                // Recorded wherever the walk meets it, held or not: the
+                // paths below it (which may be held) are multikey.
+                self.arrays.insert(path.to_string());
                 for item in items {
                     self.value(item, path, true);
                 }

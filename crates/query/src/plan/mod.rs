@@ -85,7 +85,8 @@ pub struct IndexInfo {
 impl IndexInfo {
     /// Whether its bounds may take `leaf` (see `collation_matches`).
     fn takes(&self, leaf: &Leaf) -> bool {
-        (self.collation_matches || !leaf.collatable()) && (self.wildcard.is_none() || wildcard::serves(leaf))
+        (self.collation_matches || !leaf.collatable())
+            && self.wildcard.as_ref().is_none_or(|w| wildcard::takes(&w.paths, leaf))
     }
 
     fn key_collation(&self) -> Option<&dyn KeyCollation> {

@@ -23,6 +23,19 @@ pub struct WildcardInfo {
     pub multikey: BTreeSet<String>,
 }
 
+/// Whether a wildcard index holding `paths` can bound `leaf`: as
+/// `serves`, and a leaf a document with keys only below its path could
+/// match (`$exists`, `$type: "object"`) only where nothing below is left
+/// out of the index.
+pub(super) fn takes(paths: &Wildcard, leaf: &Leaf) -> bool {
+    let reaches_documents = match leaf.op {
+        bounds::Op::Exists => true,
+        bounds::Op::Type => bounds::type_codes(&leaf.value).is_some_and(|codes| codes.contains(&3)),
+        _ => false,
+    };
+    serves(leaf) && (!reaches_documents || paths.holds_below(&leaf.path))
+}
+
 /// Whether a wildcard index can bound `leaf` (see the module).
 pub(super) fn serves(leaf: &Leaf) -> bool {
     use bounds::Op;
@@ -47,7 +60,13 @@ pub(super) fn serves(leaf: &Leaf) -> bool {
 /// `filter` (a hint of it must, as mongod refuses a whole-index scan).
 pub fn could_read(filter: &Document, paths: &Wildcard) -> bool {
     let conj = bounds::conjunction(filter);
-    conj.leaves.iter().any(|l| paths.holds(&l.path) && serves(l))
+    conj.leaves.iter().any(|l| !positional(&l.path) && paths.holds(&l.path) && takes(paths, l))
+}
+
+/// A path with a numeric component, which may name an array position
+/// (not read through a wildcard index here).
+fn positional(path: &str) -> bool {
+    path.split('.').any(|c| !c.is_empty() && c.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// The paths of `shape`'s filter a wildcard index `i` could scan for,
@@ -58,8 +77,7 @@ pub(super) fn paths(shape: &ReadShape<'_, '_>, i: usize) -> Vec<String> {
     let conj = bounds::conjunction(shape.filter);
     let mut out: Vec<String> = Vec::new();
     for l in &conj.leaves {
-        let positional = l.path.split('.').any(|c| c.bytes().all(|b| b.is_ascii_digit()));
-        if !positional && w.paths.holds(&l.path) && ix.takes(l) && !out.contains(&l.path) {
+        if !positional(&l.path) && w.paths.holds(&l.path) && ix.takes(l) && !out.contains(&l.path) {
             out.push(l.path.clone());
         }
     }

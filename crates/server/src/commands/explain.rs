@@ -267,7 +267,17 @@ fn explain_read(
 ) -> CommandResult {
     let Read { ns, filter_doc, filter, projection, sort, skip, limit, hint, collation_of: with_collation } = read;
     let projection = if top.is_some() { None } else { projection };
-    check_hint(shared, &ns, &hint.map(|h| doc! { "hint": h.clone() }).unwrap_or_default())?;
+    // The hint checked as the command would check it (with its filter,
+    // and `min`/`max`, which a wildcard hint answers first).
+    if let Some(h) = hint {
+        let mut asked = doc! { "hint": h.clone(), "filter": filter_doc.clone() };
+        for bound in ["min", "max"] {
+            if let Some(v) = with_collation.get(bound) {
+                asked.insert(bound, v.clone());
+            }
+        }
+        check_hint(shared, &ns, &asked)?;
+    }
     let collation = collation_of(shared, &ns, with_collation)?;
     let filter = filter.with_collation(collation.clone());
     // mongod explains a read of a view as the aggregate it becomes.

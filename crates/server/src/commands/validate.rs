@@ -62,7 +62,10 @@ pub fn validate(shared: &Shared, cmd: &Document) -> CommandResult {
 }
 
 /// A key as `{field: value}` in key-pattern order (a missing field as
-/// null, as the key holds it).
+/// null, as the key holds it); a wildcard index's as `{$_path: path,
+/// <field>: value}`.
 fn key_doc(pattern: &Document, values: &KeyValues) -> Document {
-    pattern.keys().zip(values).map(|(k, v)| (k.clone(), v.clone().unwrap_or(Bson::Null))).collect()
+    let wildcard = pattern.len() == 1 && values.len() == 2;
+    let names = wildcard.then_some("$_path").into_iter().chain(pattern.keys().map(String::as_str));
+    names.zip(values).map(|(k, v)| (k.to_string(), v.clone().unwrap_or(Bson::Null))).collect()
 }

@@ -58,6 +58,14 @@ pub(crate) fn check(c: &Collection, index: &Bson) -> Result<IndexMod, CommandErr
         return Err(CommandError::invalid_options("TTL indexes are not supported for capped collections."));
     }
     let ix = find(c, spec)?;
+    if ix.spec.wildcard.is_some() {
+        if spec.contains_key("expireAfterSeconds") {
+            return Err(CommandError::invalid_options("Index type 'wildcard' cannot be a TTL index"));
+        }
+        if flag("unique") == Some(true) || flag("prepareUnique") == Some(true) {
+            return Err(CommandError::invalid_options("Index type 'wildcard' does not support the unique option"));
+        }
+    }
     let mut changes = Document::new();
     let mut convert = None;
     let mut modifications = 0;

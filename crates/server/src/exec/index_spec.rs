@@ -340,9 +340,12 @@ fn check_wildcard(spec: &Document, key: &Document) -> Result<(), CommandError> {
             false => Ok(()),
         };
     }
-    for (option, what) in
-        [("sparse", "does not support the sparse option"), ("unique", "does not support the unique option")]
-    {
+    let refused = [
+        ("sparse", "does not support the sparse option"),
+        ("unique", "does not support the unique option"),
+        ("prepareUnique", "does not support the prepareUnique option"),
+    ];
+    for (option, what) in refused {
         if spec.get(option).is_some_and(truthy) {
             return Err(cannot_create(format!("Index type 'wildcard' {what}")));
         }

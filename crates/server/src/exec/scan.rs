@@ -260,8 +260,7 @@ pub(crate) fn check_hint(shared: &Shared, ns: &Namespace, cmd: &Document) -> Res
     // (With min()/max() the hint is refused for those, 51174.)
     let min_max = cmd.contains_key("min") || cmd.contains_key("max");
     if let Some(w) = hinted.as_ref().and_then(|ix| ix.spec.wildcard.as_ref()).filter(|_| !min_max) {
-        let filter = cmd.get_document("filter").or_else(|_| cmd.get_document("query")).cloned().unwrap_or_default();
-        if !query::plan::wildcard_could_read(&filter, w) {
+        if !query::plan::wildcard_could_read(&hinted_filter(cmd), w) {
             return Err(CommandError::with_code(
                 291,
                 "error processing query: planner returned error :: caused by :: $hint: refusing to build whole-index solution, because it's a wildcard index",
@@ -275,6 +274,21 @@ pub(crate) fn check_hint(shared: &Shared, ns: &Namespace, cmd: &Document) -> Res
             "error processing query: planner returned error :: caused by :: hint provided does not correspond to an existing index",
         ))
     }
+}
+
+/// The filter a hinted command reads by: `find`'s `filter`, `count`'s,
+/// `distinct`'s and `findAndModify`'s `query`, an update or delete
+/// statement's `q`, an aggregate's leading `$match`.
+fn hinted_filter(cmd: &Document) -> Document {
+    let leading_match = || {
+        let first = cmd.get_array("pipeline").ok()?.first()?.as_document()?;
+        first.get_document("$match").ok().cloned()
+    };
+    ["filter", "query", "q"]
+        .iter()
+        .find_map(|f| cmd.get_document(f).ok().cloned())
+        .or_else(leading_match)
+        .unwrap_or_default()
 }
 
 /// The collation a command (or statement) on `ns` uses: its own

@@ -1,0 +1,87 @@
+//! The processes a benchmark runs beside itself: the ArborDB server
+//! (`arbordb serve`, as a user starts it) and the PostgreSQL peer
+//! (`../shared/tools/postgres-local`), each stopped when dropped; ports,
+//! and latency percentiles.
+
+use crate::BenchResult;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+pub(crate) fn percentile(sorted: &[u32], p: f64) -> u32 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+pub(crate) fn free_port() -> BenchResult<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// The ArborDB server process, stopped (SIGTERM, clean checkpoint) on drop.
+pub(crate) struct ServerProcess(pub(crate) Child);
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        // SAFETY: sending a signal to our own child.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let _ = self.0.wait();
+    }
+}
+
+/// The PostgreSQL peer, stopped and removed on drop.
+pub(crate) struct PeerProcess(pub(crate) PathBuf);
+
+impl Drop for PeerProcess {
+    fn drop(&mut self) {
+        let _ = Command::new(&self.0).arg("stop").status();
+    }
+}
+
+pub(crate) async fn wait_listening(port: u16) -> BenchResult<()> {
+    for _ in 0..200 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Err(format!("nothing listening on port {port}").into())
+}
+
+/// A running ArborDB server over a new data directory (removed with it).
+pub(crate) struct Arbordb {
+    pub server: ServerProcess,
+    pub port: u16,
+    _dir: tempfile::TempDir,
+}
+
+/// Start `arbordb serve` (`bin`, or the `arbordb` beside this binary) on
+/// a free port with a cache of `cache_mib` (0: the server's default).
+pub(crate) async fn start_arbordb(bin: Option<&Path>, cache_mib: u64, name: &str) -> BenchResult<Arbordb> {
+    let bin = match bin {
+        Some(p) => p.to_path_buf(),
+        None => std::env::current_exe()?.with_file_name("arbordb"),
+    };
+    let dir = tempfile::Builder::new().prefix(&format!("arbordb-{name}-")).tempdir()?;
+    let port = free_port()?;
+    let mut cmd = Command::new(bin);
+    cmd.args(["serve", "--dbpath"]).arg(dir.path().join("db")).args(["--port", &port.to_string()]);
+    if cache_mib > 0 {
+        cmd.args(["--cache-mib", &cache_mib.to_string()]);
+    }
+    let server = ServerProcess(cmd.stderr(Stdio::null()).spawn()?);
+    wait_listening(port).await?;
+    Ok(Arbordb { server, port, _dir: dir })
+}
+
+/// Start the PostgreSQL peer: its guard and connection URL.
+pub(crate) fn start_postgres(postgres_local: &Path) -> BenchResult<(PeerProcess, String)> {
+    let out = Command::new(postgres_local).arg("start").output()?;
+    if !out.status.success() {
+        return Err(format!("postgres-local start failed: {}", String::from_utf8_lossy(&out.stderr)).into());
+    }
+    let url = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    Ok((PeerProcess(postgres_local.to_path_buf()), url))
+}
