@@ -83,8 +83,16 @@ impl StorageError {
         matches!(self, StorageError::Corruption { .. })
     }
 
-    /// A conflict the caller resolves by retrying the whole transaction.
+    /// A conflict the caller resolves by retrying the whole transaction:
+    /// a write conflict, a serialization failure, or a rollback to free
+    /// the cache (the retry is the newest transaction, not the oldest the
+    /// cache rolls back).
     pub fn is_retryable(&self) -> bool {
-        matches!(self, StorageError::WriteConflict { .. } | StorageError::SerializationFailure { .. })
+        matches!(
+            self,
+            StorageError::WriteConflict { .. }
+                | StorageError::SerializationFailure { .. }
+                | StorageError::CachePressure { .. }
+        )
     }
 }
