@@ -65,4 +65,14 @@ cargo run --release --quiet -p arbordb-bench -- ycsb --records 2000 --seconds 1 
 python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert len(r['results']) == 2 and all(x['ops'] > 0 for x in r['results']); print('ycsb smoke:', [round(x['ops_per_sec']) for x in r['results']])" "$out/ycsb.json"
 rm -rf "$out"
 
+echo "== index and W3 benchmark smoke runs (ArborDB only; the full runs with PostgreSQL are in README)"
+out=$(mktemp -d)
+cargo run --release --quiet -p arbordb-bench -- index --docs 2000 --seconds 1 --threads 2 --skip-peer \
+  --out "$out/index.json" >/dev/null
+python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert len(r['results']) == 3 and all(x['queries'] > 0 for x in r['results']); print('index smoke:', [round(x['queries_per_sec']) for x in r['results']])" "$out/index.json"
+cargo run --release --quiet -p arbordb-bench -- w3 --docs 1000 --collections 2 --threads 2 --seconds 1 \
+  --arbordb-cache-mib 8 --skip-peer --out "$out/w3.json" >/dev/null
+python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert r['results'][0]['docs_updated'] > 0; print('w3 smoke:', round(r['results'][0]['docs_updated_per_sec']), 'documents updated/s')" "$out/w3.json"
+rm -rf "$out"
+
 echo "== all tests passed"
