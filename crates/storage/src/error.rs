@@ -79,6 +79,16 @@ impl StorageError {
         StorageError::Corruption { path: path.into(), offset, detail: detail.into() }
     }
 
+    /// Before retrying after this error: a cache rollback waits a little
+    /// (the pinned versions need the oldest snapshots to end), a
+    /// conflict only yields.
+    pub fn pause_before_retry(&self) {
+        match self {
+            StorageError::CachePressure { .. } => std::thread::sleep(std::time::Duration::from_millis(1)),
+            _ => std::thread::yield_now(),
+        }
+    }
+
     pub fn is_corruption(&self) -> bool {
         matches!(self, StorageError::Corruption { .. })
     }

@@ -379,6 +379,7 @@ impl Catalog {
     fn fill_index(&self, coll: &Collection, ix: &Index, progress: &dyn Fn(u64, u64)) -> Result<(), DocError> {
         let total = coll.count_and_size(&self.engine)?.0;
         let (mut after, mut done) = (0u64, 0u64);
+        let mut chunk_docs = BUILD_CHUNK_DOCS;
         progress(0, total);
         loop {
             let txn = self.engine.begin(TxnOptions::default())?;
@@ -395,7 +396,7 @@ impl Catalog {
                     ix.insert_keys(&txn, rid, &keys, &coll.ns.to_string())?;
                     last = Some(rid);
                     n += 1;
-                    if n == BUILD_CHUNK_DOCS {
+                    if n == chunk_docs {
                         break;
                     }
                     e = c.next()?;
@@ -405,7 +406,12 @@ impl Catalog {
             let (last, n) = match chunk.and_then(|got| txn.commit().map(|_| got).map_err(DocError::from)) {
                 Ok(got) => got,
                 Err(DocError::Storage(e)) if e.is_retryable() => {
-                    std::thread::yield_now();
+                    // Rolled back to free the cache: fewer documents a
+                    // chunk, so the build's transaction ends sooner.
+                    if matches!(e, StorageError::CachePressure { .. }) {
+                        chunk_docs = (chunk_docs / 2).max(1);
+                    }
+                    e.pause_before_retry();
                     continue;
                 }
                 Err(e) => return Err(e),
@@ -510,7 +516,7 @@ impl Catalog {
             })()
             .and_then(|_| txn.commit().map(|_| ()).map_err(DocError::from));
             match attempt {
-                Err(DocError::Storage(e)) if e.is_retryable() => std::thread::yield_now(),
+                Err(DocError::Storage(e)) if e.is_retryable() => e.pause_before_retry(),
                 other => return other,
             }
         }

@@ -179,7 +179,7 @@ impl Collection {
             let done: Vec<usize> = (0..results.len()).filter(|&i| results[i].is_ok()).collect();
             match commit_stamped(txn, stamp, &done) {
                 Ok(_) => return Ok((results, stopped)),
-                Err(e) if e.is_retryable() => std::thread::yield_now(),
+                Err(e) if e.is_retryable() => e.pause_before_retry(),
                 // Too much for a small cache: fewer documents at a time,
                 // down to one (which fails as a lone insert would).
                 Err(StorageError::TransactionTooLarge { .. }) if results.len() > 1 => limit = results.len() / 2,
@@ -375,7 +375,7 @@ fn retrying<T>(
             other => other,
         };
         match attempt {
-            Err(DocError::Storage(e)) if e.is_retryable() => std::thread::yield_now(),
+            Err(DocError::Storage(e)) if e.is_retryable() => e.pause_before_retry(),
             other => return other,
         }
     }

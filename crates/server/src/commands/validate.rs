@@ -65,7 +65,7 @@ pub fn validate(shared: &Shared, cmd: &Document) -> CommandResult {
 /// null, as the key holds it); a wildcard index's as `{$_path: path,
 /// <field>: value}`.
 fn key_doc(pattern: &Document, values: &KeyValues) -> Document {
-    let wildcard = pattern.len() == 1 && values.len() == 2;
+    let wildcard = pattern.keys().any(|k| k == "$**" || k.ends_with(".$**"));
     let names = wildcard.then_some("$_path").into_iter().chain(pattern.keys().map(String::as_str));
     names.zip(values).map(|(k, v)| (k.to_string(), v.clone().unwrap_or(Bson::Null))).collect()
 }
