@@ -144,6 +144,24 @@ def test_the_collections_default_and_several_indexes_of_one_key(client):
     assert [i["name"] for i in c.list_indexes()] == ["_id_", "city_1"]
 
 
+def test_the_id_index_spec_a_restore_sends_back(client):
+    db = client.test
+    db.create_collection("coll", collation=EN2)
+    [id_index] = db.coll.list_indexes()
+    assert id_index["collation"] == EN2_FULL
+    # The spec as listed is the index already there.
+    r = db.command("createIndexes", "coll", indexes=[dict(id_index)])
+    assert r["note"] == "all indexes already exist" and r["numIndexesAfter"] == 1
+    for other in ({"locale": "fr"}, {"locale": "simple"}):
+        with pytest.raises(OperationFailure) as e:
+            db.command("createIndexes", "coll", indexes=[{"key": {"_id": 1}, "name": "_id_", "collation": other}])
+        assert e.value.code == 67
+        assert e.value.details["errmsg"] == "_id index must have the collection default collation"
+    r = db.command("createIndexes", "plain", indexes=[{"key": {"_id": 1}, "name": "_id_",
+                                                       "collation": {"locale": "simple"}}])
+    assert r["createdCollectionAutomatically"] is True
+
+
 @pytest.mark.parametrize("collation, code", [
     ("en", 14), ({"locale": "en", "strength": 9}, 2), ({"strength": 1}, 40414), ({"locale": "en", "x": 1}, 40415),
 ])

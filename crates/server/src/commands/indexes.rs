@@ -55,7 +55,7 @@ pub fn create_indexes(shared: &Shared, cmd: &Document) -> CommandResult {
     let mut asked = Vec::new();
     for spec in specs {
         if let Some(key) = spec.as_document().and_then(|s| s.get_document("key").ok()).filter(|k| is_id_key(k)) {
-            check_id_spec(spec.as_document().expect("a document"), key, clustered)?;
+            check_id_spec(spec.as_document().expect("a document"), key, clustered, default_collation)?;
             continue;
         }
         asked.push(index_spec::parse(spec, default_collation)?);
@@ -171,9 +171,23 @@ fn wait_for_build(shared: &Shared, ns: &Namespace, spec: &IndexSpec) -> Result<b
 /// `{_id: 1}` under any name (drivers name it `_id_1`) is the index that
 /// is already there (a clustered collection's spec, as listIndexes shows
 /// it, too); other options on it are not supported.
-fn check_id_spec(spec: &Document, key: &Document, clustered: bool) -> Result<(), CommandError> {
+fn check_id_spec(
+    spec: &Document,
+    key: &Document,
+    clustered: bool,
+    default_collation: Option<&Document>,
+) -> Result<(), CommandError> {
+    // A `collation` (as `listIndexes` shows a collated collection's `_id`
+    // index, which a restore sends back) must be the collection's own.
+    if let Some(given) = spec.get("collation") {
+        let full = |c: Option<std::sync::Arc<query::Collation>>| c.map(|c| c.full_spec());
+        let default = default_collation.map(|d| Bson::Document(d.clone()));
+        if full(query::Collation::parse(Some(given))?) != full(query::Collation::parse(default.as_ref())?) {
+            return Err(CommandError::with_code(67, "_id index must have the collection default collation"));
+        }
+    }
     let plain = spec.keys().all(|k| match k.as_str() {
-        "key" | "name" | "v" => true,
+        "key" | "name" | "v" | "collation" => true,
         "unique" | "clustered" => clustered && matches!(spec.get(k), Some(Bson::Boolean(true))),
         _ => false,
     });
