@@ -225,7 +225,6 @@ impl Leaf {
     /// that an index of another collation than the query's cannot take
     /// them.
     pub fn collatable(&self) -> bool {
-        let collatable = |v: &Bson| matches!(v, Bson::String(_) | Bson::Symbol(_) | Bson::Document(_) | Bson::Array(_));
         match (self.op, &self.value) {
             (Op::Regex | Op::Exists | Op::NotExists | Op::Type, _) => false,
             (Op::In | Op::Nin, Bson::Array(items)) => items.iter().any(collatable),
@@ -530,6 +529,12 @@ fn type_range(code: i32) -> (Interval, bool) {
         // bracket here: every key.
         _ => (Interval::all(), false),
     }
+}
+
+/// A value a collation compares otherwise than binary (mongod's
+/// collatable types: string, symbol, document, array).
+pub fn collatable(v: &Bson) -> bool {
+    matches!(v, Bson::String(_) | Bson::Symbol(_) | Bson::Document(_) | Bson::Array(_))
 }
 
 /// Values an equality's bounds are built for.

@@ -427,8 +427,7 @@ fn leaf_implies(have: &Leaf, need: &Leaf, binary: bool) -> bool {
         return false;
     }
     let same_type = |a: &Bson, b: &Bson| canonical_type(a) == canonical_type(b);
-    let ordered =
-        |v: &Bson| binary || !matches!(v, Bson::String(_) | Bson::Symbol(_) | Bson::Document(_) | Bson::Array(_));
+    let ordered = |v: &Bson| binary || !bounds::collatable(v);
     let cmp =
         |a: &Bson, b: &Bson| same_type(a, b).then(|| compare(a, b)).filter(|o| o.is_eq() || (ordered(a) && ordered(b)));
     let in_list = |v: &Bson, list: &Bson| match list {

@@ -23,6 +23,22 @@ pub struct WildcardInfo {
     pub multikey: BTreeSet<String>,
 }
 
+impl IndexInfo {
+    /// A wildcard index as it is for `path`: fields `($_path, path)`,
+    /// multikey where it met arrays on `path`'s prefixes (how it is
+    /// scanned and explained).
+    pub fn expanded(&self, path: &str) -> IndexInfo {
+        let w = self.wildcard.as_ref().expect("a wildcard index");
+        let parts: Vec<&str> = path.split('.').collect();
+        let at = (0..parts.len()).filter(|&k| w.multikey.contains(&parts[..=k].join("."))).collect();
+        IndexInfo {
+            fields: vec![("$_path".to_string(), false), (path.to_string(), self.fields[1].1)],
+            multikey: vec![BTreeSet::new(), at],
+            ..self.clone()
+        }
+    }
+}
+
 /// Whether a wildcard index holding `paths` can bound `leaf`: as
 /// `serves`, and a leaf a document with keys only below its path could
 /// match (`$exists`, `$type: "object"`) only where nothing below is left
@@ -87,16 +103,7 @@ pub(super) fn paths(shape: &ReadShape<'_, '_>, i: usize) -> Vec<String> {
 /// The scan of wildcard index `i` for `path`.
 pub(super) fn scan(shape: &ReadShape<'_, '_>, i: usize, path: &str) -> IndexScan {
     let ix = &shape.indexes[i];
-    let w = ix.wildcard.as_ref().expect("a wildcard index");
-    let parts: Vec<&str> = path.split('.').collect();
-    let multikey: BTreeSet<usize> = (0..parts.len()).filter(|&k| w.multikey.contains(&parts[..=k].join("."))).collect();
-    // The index as it is for `path`: `($_path, path)`.
-    let expanded = IndexInfo {
-        fields: vec![("$_path".to_string(), false), (path.to_string(), ix.fields[1].1)],
-        multikey: vec![BTreeSet::new(), multikey],
-        ..ix.clone()
-    };
-    let indexes = [expanded];
+    let indexes = [ix.expanded(path)];
     let sub = ReadShape { indexes: &indexes, hint: Hint::None, projection: None, min_max: None, ..*shape };
     let mut scan = index_scan(&sub, 0);
     scan.index = i;

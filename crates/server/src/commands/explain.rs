@@ -560,15 +560,8 @@ fn index_scan_stage(p: &Planned<'_>, scan: &IndexScan, run: &Run<'_>, verbosity:
 fn ixscan_stage(ix: &Index, info: &IndexInfo, scan: &IndexScan) -> Document {
     let (bounds, reverse) = (&scan.bounds, scan.reverse);
     let (info, key) = match (&scan.wildcard_path, &info.wildcard) {
-        (Some(path), Some(w)) => {
-            let parts: Vec<&str> = path.split('.').collect();
-            let at = (0..parts.len()).filter(|&k| w.multikey.contains(&parts[..=k].join("."))).collect();
-            let expanded = IndexInfo {
-                fields: vec![("$_path".to_string(), false), (path.clone(), info.fields[1].1)],
-                multikey: vec![Default::default(), at],
-                ..info.clone()
-            };
-            (std::borrow::Cow::Owned(expanded), crate::exec::access::scan_key_pattern(ix, scan))
+        (Some(path), Some(_)) => {
+            (std::borrow::Cow::Owned(info.expanded(path)), crate::exec::access::scan_key_pattern(ix, scan))
         }
         _ => (std::borrow::Cow::Borrowed(info), ix.spec.key.clone()),
     };

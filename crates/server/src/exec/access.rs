@@ -193,8 +193,7 @@ pub(crate) fn min_max_of(
     let matches = indexes[i].collation().map(|c| c.full_spec()) == collation.map(|c| c.full_spec());
     let values = |bound: Option<&Document>| -> Result<Option<Vec<Bson>>, CommandError> {
         let Some(bound) = bound else { return Ok(None) };
-        let collatable = |v: &Bson| matches!(v, Bson::String(_) | Bson::Symbol(_) | Bson::Document(_) | Bson::Array(_));
-        if !matches && bound.values().any(collatable) {
+        if !matches && bound.values().any(query::bounds::collatable) {
             return Err(CommandError::with_code(51174, "The index chosen is not compatible with min/max"));
         }
         if !bound.keys().eq(pattern.keys()) {
