@@ -15,8 +15,9 @@
 //! 1. No Extended JSON is interpreted: every element keeps its BSON type,
 //!    its key and its place (duplicate keys aside, which a [`Document`]
 //!    cannot hold: the last value wins, at the first key's place).
-//! 2. Nesting is measured on the bytes, without recursion, before anything
-//!    recursive runs, so hostile nesting cannot overflow the stack.
+//! 2. Decoding recurses one level per nested document, array or code
+//!    scope, and refuses a level past the maximum before it enters it, so
+//!    hostile nesting cannot overflow the stack.
 //! 3. Every length and string is checked (the raw reader validates as it
 //!    goes); a malformed document is an error, never a panic.
 //! 4. `decode(encode(d)) == d` and `encode(decode(b)) == b` for every
@@ -50,12 +51,7 @@ impl From<bson::raw::Error> for DecodeError {
 /// than `depth_max` (a flat document has depth 1).
 pub fn decode_with_depth(bytes: &[u8], depth_max: usize) -> Result<Document, DecodeError> {
     let raw = RawDocument::from_bytes(bytes)?;
-    let max = depth_max.min(decode_depth_max);
-    let depth = nesting(raw, max)?;
-    if depth > max {
-        return Err(DecodeError::TooDeep { depth, max });
-    }
-    document(raw)
+    document(raw, Depth { at: 1, max: depth_max.min(decode_depth_max) })
 }
 
 /// Decode one whole document (exactly `bytes`) of any sane nesting: for
@@ -64,25 +60,45 @@ pub fn decode(bytes: &[u8]) -> Result<Document, DecodeError> {
     decode_with_depth(bytes, decode_depth_max)
 }
 
-/// Convert a raw document element by element (see invariant 1). Callers
-/// have checked its nesting (invariant 2).
-fn document(raw: &RawDocument) -> Result<Document, DecodeError> {
+/// The nesting level being decoded (the top level is 1) and the most
+/// allowed (invariant 2).
+#[derive(Clone, Copy)]
+struct Depth {
+    at: usize,
+    max: usize,
+}
+
+impl Depth {
+    /// One level further in, refused past the maximum.
+    fn inner(self) -> Result<Depth, DecodeError> {
+        match self.at < self.max {
+            true => Ok(Depth { at: self.at + 1, ..self }),
+            false => Err(DecodeError::TooDeep { depth: self.at + 1, max: self.max }),
+        }
+    }
+}
+
+/// Convert a raw document element by element (see invariant 1), at
+/// nesting level `depth`.
+fn document(raw: &RawDocument, depth: Depth) -> Result<Document, DecodeError> {
     let mut out = Document::new();
     for element in raw {
         let (key, value) = element?;
-        out.insert(key, value_of(value)?);
+        out.insert(key, value_of(value, depth)?);
     }
     Ok(out)
 }
 
-/// One raw value as a [`Bson`], without interpreting its keys.
-fn value_of(value: RawBsonRef<'_>) -> Result<Bson, DecodeError> {
+/// One raw value, found at nesting level `depth`, as a [`Bson`], without
+/// interpreting its keys.
+fn value_of(value: RawBsonRef<'_>, depth: Depth) -> Result<Bson, DecodeError> {
     Ok(match value {
-        RawBsonRef::Document(d) => Bson::Document(document(d)?),
+        RawBsonRef::Document(d) => Bson::Document(document(d, depth.inner()?)?),
         RawBsonRef::Array(a) => {
+            let inner = depth.inner()?;
             let mut items = Vec::new();
             for item in a {
-                items.push(value_of(item?)?);
+                items.push(value_of(item?, inner)?);
             }
             Bson::Array(items)
         }
@@ -92,7 +108,7 @@ fn value_of(value: RawBsonRef<'_>) -> Result<Bson, DecodeError> {
         }
         RawBsonRef::JavaScriptCodeWithScope(c) => Bson::JavaScriptCodeWithScope(JavaScriptCodeWithScope {
             code: c.code.to_string(),
-            scope: document(c.scope)?,
+            scope: document(c.scope, depth.inner()?)?,
         }),
         // Scalars: the crate's conversion copies no nested bytes.
         scalar => Bson::try_from(scalar)?,
@@ -116,32 +132,6 @@ pub fn deeper_than(doc: &Document, max: usize) -> bool {
         }
     }
     fields(doc.values(), max)
-}
-
-/// Depth of objects, arrays and code scopes in `raw` (a flat document is
-/// 1), walking the bytes with an explicit stack; stops counting past
-/// `stop_after` so the stack stays bounded.
-pub fn nesting(raw: &RawDocument, stop_after: usize) -> Result<usize, DecodeError> {
-    let mut stack = vec![raw.iter()];
-    let mut deepest = 1;
-    while let Some(top) = stack.last_mut() {
-        let Some(element) = top.next() else {
-            stack.pop();
-            continue;
-        };
-        let inner = match element?.1 {
-            RawBsonRef::Document(d) => d,
-            RawBsonRef::Array(a) => RawDocument::from_bytes(a.as_bytes())?,
-            RawBsonRef::JavaScriptCodeWithScope(c) => c.scope,
-            _ => continue,
-        };
-        deepest = deepest.max(stack.len() + 1);
-        if deepest > stop_after {
-            return Ok(deepest);
-        }
-        stack.push(inner.iter());
-    }
-    Ok(deepest)
 }
 
 /// Why a document cannot be written as BSON.
@@ -376,13 +366,12 @@ mod tests {
             d = doc! { "n": [d] };
         }
         let raw = bytes(&d);
-        assert_eq!(nesting(RawDocument::from_bytes(&raw).unwrap(), 100).unwrap(), 19);
         assert!(decode_with_depth(&raw, 19).is_ok());
         assert_eq!(decode_with_depth(&raw, 18), Err(DecodeError::TooDeep { depth: 19, max: 18 }));
     }
 
     #[test]
-    fn hostile_nesting_is_refused_without_recursion() {
+    fn hostile_nesting_is_refused_at_the_depth_limit() {
         // 100,000 levels of {"": {...}} built as bytes: far past any stack.
         let levels = 100_000;
         let mut raw = Vec::new();

@@ -17,6 +17,10 @@ pub const bson_depth_max: usize = 100;
 pub const header_bytes: usize = 16;
 /// MongoDB 8.0's wire version, so drivers enable everything 8.0 offers.
 pub const wire_version_max: i32 = 25;
+/// Most documents a `find` on exact index bounds may skip and return in
+/// its first batch on a network thread, without handing the thread's
+/// other connections to another thread first.
+pub const quick_read_docs_max: usize = 128;
 /// Seconds an idle cursor lives.
 pub const cursor_idle_timeout_secs: u64 = 600;
 /// Minutes an idle session lives (drivers turn sessions on when set).

@@ -4,6 +4,7 @@
 
 use bson::{doc, Bson, Document};
 use server::commands;
+use server::exec::call::{Call, Place};
 use server::net::wire::OpMsg;
 use server::server::{Conn, ServerOptions, Shared};
 use std::path::Path;
@@ -35,7 +36,9 @@ fn run(shared: &Shared, body: Document, sequence: Option<(&str, Vec<Document>)>)
     let mut body = body;
     body.insert("$db", "t");
     let sequences = sequence.map(|(name, docs)| vec![(name.to_string(), docs)]).unwrap_or_default();
-    commands::run(shared, &conn(), &OpMsg { flags: 0, body, sequences })
+    let conn = conn();
+    let call = Call::new(&conn, Place::Blocking, false);
+    commands::run(shared, &call, &OpMsg { flags: 0, body, sequences })
 }
 
 fn ok(reply: &Document) {

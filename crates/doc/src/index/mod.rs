@@ -422,6 +422,14 @@ impl Index {
         (key.len() > key_inline_max_bytes).then(|| &key[..key_inline_max_bytes])
     }
 
+    /// An entry's record id.
+    pub fn entry_record(&self, key: &[u8], value: &[u8]) -> Result<u64, DocError> {
+        match self.spec.unique {
+            false => record_of(key),
+            true => record_of(value.get(..8).ok_or_else(|| DocError::Corrupt("a short unique index entry".into()))?),
+        }
+    }
+
     /// An entry's record id and key values.
     pub fn decode_entry(&self, key: &[u8], value: &[u8]) -> Result<(u64, KeyValues), DocError> {
         let fields = self.spec.fields.len();

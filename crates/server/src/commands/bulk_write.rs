@@ -25,6 +25,7 @@ use crate::args::statements;
 use crate::args::wrong_type;
 use crate::args::CommandResult;
 use crate::error::CommandError;
+use crate::exec::call::Call;
 use crate::exec::modify::delete_one_spec;
 use crate::exec::modify::parse_statement;
 use crate::exec::modify::run_statement;
@@ -218,7 +219,7 @@ enum Kind {
     Delete,
 }
 
-pub fn bulk_write(shared: &Shared, msg: &OpMsg) -> CommandResult {
+pub fn bulk_write(shared: &Shared, call: &Call, msg: &OpMsg) -> CommandResult {
     let cmd = &msg.body;
     if db_of(cmd)? != "admin" {
         return Err(CommandError::unauthorized("bulkWrite may only be run against the admin database."));
@@ -309,7 +310,7 @@ pub fn bulk_write(shared: &Shared, msg: &OpMsg) -> CommandResult {
         reply.insert("retriedStmtIds", retried);
     }
     reply.insert("ok", 1.0);
-    acknowledge(shared, ack, reply)
+    acknowledge(shared, Some(call), ack, reply)
 }
 
 /// Run operation `i` on `ns`: as its `insert`, `update` or `delete`

@@ -9,6 +9,7 @@ use crate::args::scope_of;
 use crate::args::statements;
 use crate::args::CommandResult;
 use crate::error::CommandError;
+use crate::exec::call::Call;
 use crate::exec::modify::delete_one_spec;
 use crate::exec::views::check_not_view;
 use crate::exec::write::acknowledge;
@@ -19,7 +20,7 @@ use crate::server::Shared;
 use crate::session::{Retry, StmtLog};
 use std::sync::atomic::Ordering;
 
-pub fn delete(shared: &Shared, msg: &OpMsg) -> CommandResult {
+pub fn delete(shared: &Shared, call: &Call, msg: &OpMsg) -> CommandResult {
     let cmd = &msg.body;
     let ns = namespace(cmd, "delete")?;
     let specs = statements(msg, "delete", "deletes")?;
@@ -61,5 +62,5 @@ pub fn delete(shared: &Shared, msg: &OpMsg) -> CommandResult {
     if let Some(retry) = retry {
         retry.finish_reply(&mut reply);
     }
-    acknowledge(shared, ack, reply)
+    acknowledge(shared, Some(call), ack, reply)
 }

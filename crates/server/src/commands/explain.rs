@@ -7,6 +7,7 @@
 use crate::args::{check_fields, count_option, document_option, filter_of, namespace, CommandResult};
 use crate::error::CommandError;
 use crate::exec::access::{self, Planned};
+use crate::exec::call::Place;
 use crate::exec::index_scan::ScanStats;
 use crate::exec::scan::{check_hint, collation_of};
 use crate::server::Shared;
@@ -310,7 +311,7 @@ fn explain_read(
                 sort: sort_fields.as_deref(),
             };
             let planned = access::plan_projected(c, &filter_doc, collation.as_ref(), how);
-            Some(access::race(shared, &ns, c, planned, &filter)?)
+            Some(access::race(shared, Place::Blocking, &ns, c, planned, &filter)?)
         }
         None => None,
     };

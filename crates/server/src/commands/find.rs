@@ -10,6 +10,7 @@ use crate::args::namespace;
 use crate::args::CommandResult;
 use crate::error::CommandError;
 use crate::exec::access;
+use crate::exec::call::Place;
 use crate::exec::cursors::check_tail_position;
 use crate::exec::cursors::cursor_reply;
 use crate::exec::cursors::fill;
@@ -30,6 +31,7 @@ use crate::exec::scan::sorted_hits;
 use crate::exec::scan::Hit;
 use crate::exec::views::resolve_view;
 use crate::exec::views::stream_over;
+use crate::limits::quick_read_docs_max;
 use crate::server::Shared;
 use bson::{doc, Bson, Document};
 use doc::catalog::{Namespace, ScanFrom};
@@ -40,7 +42,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-pub fn find(shared: &Shared, cmd: &Document) -> CommandResult {
+pub fn find(shared: &Shared, place: Place, cmd: &Document) -> CommandResult {
     shared.opcounters.query.fetch_add(1, Ordering::Relaxed);
     let deadline = Deadline::of(cmd)?;
     let ns = namespace(cmd, "find")?;
@@ -170,66 +172,87 @@ pub fn find(shared: &Shared, cmd: &Document) -> CommandResult {
                 sort: (!sort.is_empty()).then(|| sort.fields()),
             };
             let planned = access::plan_projected(c, &filter_doc, collation.as_ref(), how);
-            Some((access::race(shared, &ns, c, planned, &filter)?, c))
+            Some((access::race(shared, place, &ns, c, planned, &filter)?, c))
         }
         None => None,
     };
-    let point = planned.as_ref().and_then(|(p, c)| Some((access::point(&p.path)?, *c)));
-    // A cached plan's shape and the work its read does (checked after the
-    // first batch).
-    let mut cached: Option<(String, Arc<ScanStats>)> = None;
-    let index_scan = planned.as_ref().filter(|(p, _)| matches!(p.path, AccessPath::IndexScan(_) | AccessPath::Or(_)));
-    // An index scan that returns the documents in the sort's order needs
-    // no blocking sort.
-    let index_sorted = index_scan.is_some_and(|(p, _)| matches!(&p.path, AccessPath::IndexScan(s) if s.sorted));
-    if let Some((id, coll)) = point {
-        let found = coll.find_rid_by_id(shared.catalog.engine(), id)?;
-        let hits: Vec<Hit> = found.into_iter().skip(skip).map(|(rid, doc)| Hit { rid, doc, pos: None }).collect();
-        state.source = Source::Buffer(hits.into_iter());
-        state.remaining = limit;
-    } else if !sort.is_empty() && !index_sorted {
-        let hits = &mut scan_hits(shared, &ns, (&filter_doc, &filter), cmd.get("hint"));
-        state.source = sorted_hits(shared, hits, &sort, (skip, limit), allow_disk_use, &deadline)?;
-        // A spilled sort applied the skip but not the limit.
-        state.remaining = limit.filter(|_| matches!(state.source, Source::Merge(_)));
-    } else if is_view {
-        // A view's documents come from its pipeline as the cursor is read,
-        // in the pipeline's order, filtered; no blocking sort.
-        // Dropped since it was looked up: as any missing namespace, empty.
-        if let Some((base, stages)) = resolve_view(shared, &ns)? {
-            let pipeline = query::Pipeline::parse(&stages)?.with_collation(filter.collation().cloned());
-            let (docs, scanning) = stream_over(shared, &base, &pipeline, cmd.get("hint"))?;
+    // A read that fills its first batch from a bounded number of index
+    // entries and documents runs on this thread; one that may scan further
+    // hands this network thread's other connections to another first.
+    let first = match (limit, batch_size) {
+        (Some(l), Some(b)) if b > 0 => l.min(b as usize),
+        (Some(l), _) => l,
+        (None, Some(b)) if b > 0 => b as usize,
+        (None, _) => crate::exec::cursors::FIRST_BATCH_DEFAULT,
+    };
+    let quick = !is_view
+        && skip.saturating_add(first) <= quick_read_docs_max
+        && match planned.as_ref().map(|(p, _)| &p.path) {
+            Some(AccessPath::IdPoint(_)) => true,
+            Some(AccessPath::IndexScan(s)) => s.fetch_filter.is_none() && (sort.is_empty() || s.sorted),
+            Some(AccessPath::CollScan { .. }) => filter_doc.is_empty() && sort.is_empty(),
+            Some(AccessPath::Or(_)) | None => false,
+        };
+    place.run(quick, || {
+        let point = planned.as_ref().and_then(|(p, c)| Some((access::point(&p.path)?, *c)));
+        // A cached plan's shape and the work its read does (checked after the
+        // first batch).
+        let mut cached: Option<(String, Arc<ScanStats>)> = None;
+        let index_scan =
+            planned.as_ref().filter(|(p, _)| matches!(p.path, AccessPath::IndexScan(_) | AccessPath::Or(_)));
+        // An index scan that returns the documents in the sort's order needs
+        // no blocking sort.
+        let index_sorted = index_scan.is_some_and(|(p, _)| matches!(&p.path, AccessPath::IndexScan(s) if s.sorted));
+        if let Some((id, coll)) = point {
+            let found = coll.find_rid_by_id(shared.catalog.engine(), id)?;
+            let hits: Vec<Hit> = found.into_iter().skip(skip).map(|(rid, doc)| Hit { rid, doc, pos: None }).collect();
+            state.source = Source::Buffer(hits.into_iter());
+            state.remaining = limit;
+        } else if !sort.is_empty() && !index_sorted {
+            let hits = &mut scan_hits(shared, &ns, (&filter_doc, &filter), cmd.get("hint"));
+            state.source = sorted_hits(shared, hits, &sort, (skip, limit), allow_disk_use, &deadline)?;
+            // A spilled sort applied the skip but not the limit.
+            state.remaining = limit.filter(|_| matches!(state.source, Source::Merge(_)));
+        } else if is_view {
+            // A view's documents come from its pipeline as the cursor is read,
+            // in the pipeline's order, filtered; no blocking sort.
+            // Dropped since it was looked up: as any missing namespace, empty.
+            if let Some((base, stages)) = resolve_view(shared, &ns)? {
+                let pipeline = query::Pipeline::parse(&stages)?.with_collation(filter.collation().cloned());
+                let (docs, scanning) = stream_over(shared, &base, &pipeline, cmd.get("hint"))?;
+                state.source = Source::Stream { docs: docs.peekable(), scanning, filter: Some(filter) };
+                skip_hits(shared, &mut state, skip, &deadline)?;
+                state.remaining = limit;
+            }
+        } else if let Some((planned, coll)) = index_scan {
+            let stats = Arc::new(ScanStats::default());
+            if planned.cached {
+                cached = Some((planned.shape.clone(), stats.clone()));
+            }
+            let records = access::candidates(shared, &ns, coll, planned, stats)?;
+            let scanning = Some((ns.clone(), (*coll).clone()));
+            let docs: query::pipeline::DocStream<'static> = Box::new(crate::exec::views::pipeline_input(records));
             state.source = Source::Stream { docs: docs.peekable(), scanning, filter: Some(filter) };
             skip_hits(shared, &mut state, skip, &deadline)?;
             state.remaining = limit;
+        } else {
+            state.source =
+                Source::Scan { filter, after: ScanFrom::Start, pending: VecDeque::new(), reverse: natural < 0 };
+            skip_hits(shared, &mut state, skip, &deadline)?;
+            state.remaining = limit;
         }
-    } else if let Some((planned, coll)) = index_scan {
-        let stats = Arc::new(ScanStats::default());
-        if planned.cached {
-            cached = Some((planned.shape.clone(), stats.clone()));
+        let reply = first_batch(shared, state, batch_size.map(|b| b as usize), single, &deadline)?;
+        // A plan from the cache that did far more work than its trial: the
+        // next read of the shape races again.
+        if let Some((shape, stats)) = cached {
+            let works = stats.total(|s| &s.keys_examined) + stats.total(|s| &s.docs_examined);
+            let returned = reply.get_document("cursor").and_then(|c| c.get_array("firstBatch")).map_or(0, Vec::len);
+            if shared.plan_cache.check(&ns.to_string(), &shape, works, returned as u64) {
+                tracing::info!(ns = %ns, works, returned, "plan cache: a cached plan degraded; replanning its shape");
+            }
         }
-        let records = access::candidates(shared, &ns, coll, planned, stats)?;
-        let scanning = Some((ns.clone(), (*coll).clone()));
-        let docs: query::pipeline::DocStream<'static> = Box::new(crate::exec::views::pipeline_input(records));
-        state.source = Source::Stream { docs: docs.peekable(), scanning, filter: Some(filter) };
-        skip_hits(shared, &mut state, skip, &deadline)?;
-        state.remaining = limit;
-    } else {
-        state.source = Source::Scan { filter, after: ScanFrom::Start, pending: VecDeque::new(), reverse: natural < 0 };
-        skip_hits(shared, &mut state, skip, &deadline)?;
-        state.remaining = limit;
-    }
-    let reply = first_batch(shared, state, batch_size.map(|b| b as usize), single, &deadline)?;
-    // A plan from the cache that did far more work than its trial: the
-    // next read of the shape races again.
-    if let Some((shape, stats)) = cached {
-        let works = stats.total(|s| &s.keys_examined) + stats.total(|s| &s.docs_examined);
-        let returned = reply.get_document("cursor").and_then(|c| c.get_array("firstBatch")).map_or(0, Vec::len);
-        if shared.plan_cache.check(&ns.to_string(), &shape, works, returned as u64) {
-            tracing::info!(ns = %ns, works, returned, "plan cache: a cached plan degraded; replanning its shape");
-        }
-    }
-    Ok(reply)
+        Ok(reply)
+    })
 }
 
 pub fn get_more(shared: &Shared, cmd: &Document) -> CommandResult {

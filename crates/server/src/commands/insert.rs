@@ -7,6 +7,7 @@ use crate::args::namespace;
 use crate::args::statements;
 use crate::args::CommandResult;
 use crate::error::CommandError;
+use crate::exec::call::Call;
 use crate::exec::views::check_not_view;
 use crate::exec::write::acknowledge;
 use crate::exec::write::check_insert;
@@ -21,7 +22,7 @@ use bson::Document;
 use doc::sessions::Stamp;
 use std::sync::atomic::Ordering;
 
-pub fn insert(shared: &Shared, msg: &OpMsg) -> CommandResult {
+pub fn insert(shared: &Shared, call: &Call, msg: &OpMsg) -> CommandResult {
     let cmd = &msg.body;
     let ns = namespace(cmd, "insert")?;
     let docs = statements(msg, "insert", "documents")?;
@@ -70,5 +71,5 @@ pub fn insert(shared: &Shared, msg: &OpMsg) -> CommandResult {
     if let Some(retry) = retry {
         retry.finish_reply(&mut reply);
     }
-    acknowledge(shared, ack, reply)
+    acknowledge(shared, Some(call), ack, reply)
 }

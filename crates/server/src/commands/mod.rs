@@ -28,6 +28,7 @@ use crate::commands::admin::server_status;
 use crate::commands::admin::set_parameter;
 use crate::commands::admin::with_compression;
 use crate::error::CommandError;
+use crate::exec::call::Call;
 use crate::net::wire::OpMsg;
 use crate::server::build_info;
 use crate::server::{Conn, Shared};
@@ -90,15 +91,15 @@ pub(crate) const COMMANDS: &[(&str, &str)] = &[
 ];
 
 /// Run the command in an OP_MSG body (its first key names it).
-pub fn run(shared: &Shared, conn: &Conn, msg: &OpMsg) -> Document {
+pub fn run(shared: &Shared, call: &Call, msg: &OpMsg) -> Document {
     shared.opcounters.command.fetch_add(1, Ordering::Relaxed);
     let result = match msg.body.keys().next() {
         None => Err(CommandError::failed_to_parse("Empty command object")),
         Some(name) => crate::session::session_fields(name, &msg.body).and_then(|f| match f.lsid {
-            None => dispatch(shared, conn, name, msg),
+            None => dispatch(shared, call, name, msg),
             Some(lsid) => {
                 shared.sessions.vivify(lsid)?;
-                let reply = dispatch(shared, conn, name, msg)?;
+                let reply = dispatch(shared, call, name, msg)?;
                 // The session that opens a cursor owns it (a getMore from
                 // another session does not take it over).
                 if name != "getMore" {
@@ -160,19 +161,13 @@ pub(crate) fn write_statements<'m>(name: &str, msg: &'m OpMsg) -> Option<impl It
 }
 
 /// Whether a command the connection's task runs may take long: anything
-/// but a `find` by one `_id` (under the collection's collation) or an
-/// unfiltered, unsorted, unskipped `find` of a collection (which stops at
-/// its first batch), and a small write whose statements each name one
-/// `_id`. `server.rs` runs those under `block_in_place`, so that the other
-/// connections of this network thread carry on meanwhile.
+/// but a `find` (which decides once it knows its plan) and a small write
+/// whose statements each name one `_id`. The connection runs those
+/// through [`crate::exec::call::Place::long`], so that the other
+/// connections of its network thread carry on meanwhile.
 pub fn may_scan(shared: &Shared, name: &str, msg: &OpMsg) -> bool {
     let pinned = |q: Option<&Bson>| match q {
         Some(Bson::Document(f)) => query::Filter::id_equality(f).is_some(),
-        _ => false,
-    };
-    let empty = |q: Option<&Bson>| match q {
-        None | Some(Bson::Null) => true,
-        Some(Bson::Document(f)) => f.is_empty(),
         _ => false,
     };
     let body = &msg.body;
@@ -189,11 +184,8 @@ pub fn may_scan(shared: &Shared, name: &str, msg: &OpMsg) -> bool {
             }
     };
     match name {
-        "find" => {
-            let skip = !matches!(body.get("skip"), None | Some(Bson::Int32(0) | Bson::Int64(0)));
-            let first_batch = empty(body.get("filter")) && empty(body.get("sort")) && !skip;
-            !((pinned(body.get("filter")) || first_batch) && plain_collection())
-        }
+        // `find` hands its thread off itself once it knows its plan.
+        "find" => false,
         "update" | "delete" => {
             let scans = write_statements(name, msg)
                 .is_some_and(|mut st| st.any(|st| !pinned(st.get("q")) || st.contains_key("collation")));
@@ -248,8 +240,8 @@ pub fn runs_inline(name: &str) -> bool {
     )
 }
 
-pub(crate) fn dispatch(shared: &Shared, conn: &Conn, name: &str, msg: &OpMsg) -> CommandResult {
-    let cmd = &msg.body;
+pub(crate) fn dispatch(shared: &Shared, call: &Call, name: &str, msg: &OpMsg) -> CommandResult {
+    let (cmd, conn) = (&msg.body, call.conn);
     match name {
         "hello" | "isMaster" | "ismaster" => hello(shared, conn, name, cmd).map(|d| with_compression(d, cmd)),
         "ping" => Ok(ok()),
@@ -280,10 +272,10 @@ pub(crate) fn dispatch(shared: &Shared, conn: &Conn, name: &str, msg: &OpMsg) ->
         "endSessions" | "killAllSessions" | "killSessions" => {
             crate::commands::sessions::end_sessions(shared, name, cmd)
         }
-        "insert" => crate::commands::insert::insert(shared, msg),
-        "bulkWrite" => crate::commands::bulk_write::bulk_write(shared, msg),
-        "delete" => crate::commands::delete::delete(shared, msg),
-        "find" => crate::commands::find::find(shared, cmd),
+        "insert" => crate::commands::insert::insert(shared, call, msg),
+        "bulkWrite" => crate::commands::bulk_write::bulk_write(shared, call, msg),
+        "delete" => crate::commands::delete::delete(shared, call, msg),
+        "find" => crate::commands::find::find(shared, call.place, cmd),
         "explain" => crate::commands::explain::explain(shared, cmd),
         "getMore" => crate::commands::find::get_more(shared, cmd),
         "killCursors" => crate::commands::find::kill_cursors(shared, cmd),
@@ -292,8 +284,8 @@ pub(crate) fn dispatch(shared: &Shared, conn: &Conn, name: &str, msg: &OpMsg) ->
         "renameCollection" => crate::commands::ddl::rename_collection(shared, cmd),
         "collStats" => crate::commands::stats::coll_stats(shared, cmd),
         "dbStats" | "dbstats" => crate::commands::stats::db_stats(shared, cmd),
-        "update" => crate::commands::update::update(shared, msg),
-        "findAndModify" | "findandmodify" => crate::commands::update::find_and_modify(shared, cmd),
+        "update" => crate::commands::update::update(shared, call, msg),
+        "findAndModify" | "findandmodify" => crate::commands::update::find_and_modify(shared, call, cmd),
         // `explain: true`: the plan at queryPlanner verbosity, nothing run.
         "aggregate" if matches!(cmd.get("explain"), Some(Bson::Boolean(true))) => {
             let mut inner = cmd.clone();

@@ -9,6 +9,7 @@ use crate::args::scope_of;
 use crate::args::statements;
 use crate::args::CommandResult;
 use crate::error::CommandError;
+use crate::exec::call::Call;
 use crate::exec::deadline::Deadline;
 use crate::exec::modify::array_filters;
 use crate::exec::modify::first_match;
@@ -35,7 +36,7 @@ use doc::sessions::Stamp;
 use query::{Projection, Sort};
 use std::sync::atomic::Ordering;
 
-pub fn update(shared: &Shared, msg: &OpMsg) -> CommandResult {
+pub fn update(shared: &Shared, call: &Call, msg: &OpMsg) -> CommandResult {
     let cmd = &msg.body;
     let ns = namespace(cmd, "update")?;
     let specs = statements(msg, "update", "updates")?;
@@ -88,10 +89,10 @@ pub fn update(shared: &Shared, msg: &OpMsg) -> CommandResult {
     if let Some(retry) = retry {
         retry.finish_reply(&mut reply);
     }
-    acknowledge(shared, ack, reply)
+    acknowledge(shared, Some(call), ack, reply)
 }
 
-pub fn find_and_modify(shared: &Shared, cmd: &Document) -> CommandResult {
+pub fn find_and_modify(shared: &Shared, call: &Call, cmd: &Document) -> CommandResult {
     let deadline = Deadline::of(cmd)?;
     let name = cmd.keys().next().cloned().unwrap_or_default();
     let ns = namespace(cmd, &name)?;
@@ -150,7 +151,7 @@ pub fn find_and_modify(shared: &Shared, cmd: &Document) -> CommandResult {
             // nothing again.
             answer.insert("retriedStmtId", r.stmt_id(0));
             answer.insert("ok", 1.0);
-            return acknowledge(shared, ack, answer);
+            return acknowledge(shared, Some(call), ack, answer);
         }
     }
     let log = retry.as_ref().map(|r| StmtLog::new(r, 0));

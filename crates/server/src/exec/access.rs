@@ -5,6 +5,7 @@
 //! which index a hint names) is stated here.
 
 use crate::error::CommandError;
+use crate::exec::call::Place;
 use crate::exec::index_scan::{self, ScanStats};
 use crate::exec::scan::ScanIter;
 use crate::server::Shared;
@@ -240,6 +241,7 @@ const TRIAL_RESULTS: u64 = 101;
 /// within the trial.
 pub(crate) fn race<'a>(
     shared: &Shared,
+    place: Place,
     ns: &Namespace,
     coll: &Arc<Collection>,
     mut planned: Planned<'a>,
@@ -265,13 +267,47 @@ pub(crate) fn race<'a>(
             return Ok(planned);
         }
     }
-    let mut scores = Vec::with_capacity(contenders.len());
+    // Trial runs may read thousands of entries: off a network thread.
+    let trials = place.long(|| trial_runs(shared, ns, coll, &planned.indexes, &contenders, sorting, filter))?;
+    let best = (0..contenders.len()).fold(0, |b, i| if trials[i].score > trials[b].score { i } else { b });
+    let winner = contenders.remove(best);
+    let ix = &planned.indexes[winner.index];
+    let entry = crate::exec::plan_cache::PlanCache::entry(
+        &ix.spec.name,
+        scan_key_pattern(ix, &winner),
+        planned.created_from.clone(),
+        (trials[best].works, trials[best].matched),
+    );
+    shared.plan_cache.put(&ns_key, &planned.shape, &planned.among, entry);
+    planned.path = AccessPath::IndexScan(winner);
+    planned.rejected = contenders;
+    Ok(planned)
+}
+
+/// What one contender's trial run did.
+struct Trial {
+    /// Higher wins.
+    score: f64,
+    works: u64,
+    matched: u64,
+}
+
+/// Run each contender for a trial, in order.
+fn trial_runs(
+    shared: &Shared,
+    ns: &Namespace,
+    coll: &Arc<Collection>,
+    indexes: &[Arc<Index>],
+    contenders: &[IndexScan],
+    sorting: bool,
+    filter: &query::Filter,
+) -> Result<Vec<Trial>, CommandError> {
     let mut trials = Vec::with_capacity(contenders.len());
-    for scan in &contenders {
+    for scan in contenders {
         let stats = Arc::new(ScanStats::default());
         let trial = Planned {
             path: AccessPath::IndexScan(scan.clone()),
-            indexes: planned.indexes.clone(),
+            indexes: indexes.to_vec(),
             infos: Vec::new(),
             rejected: Vec::new(),
             shape: String::new(),
@@ -295,23 +331,10 @@ pub(crate) fn race<'a>(
             matched = 0;
         }
         let works = ScanStats::get(&stats.keys_examined) + ScanStats::get(&stats.docs_examined) + 1;
-        trials.push((works, matched));
         let bonus = if scan.covered { 1e-4 } else { 0.0 };
-        scores.push(1.0 + matched as f64 / works as f64 + bonus);
+        trials.push(Trial { score: 1.0 + matched as f64 / works as f64 + bonus, works, matched });
     }
-    let best = (0..contenders.len()).fold(0, |b, i| if scores[i] > scores[b] { i } else { b });
-    let winner = contenders.remove(best);
-    let ix = &planned.indexes[winner.index];
-    let entry = crate::exec::plan_cache::PlanCache::entry(
-        &ix.spec.name,
-        scan_key_pattern(ix, &winner),
-        planned.created_from.clone(),
-        trials[best],
-    );
-    shared.plan_cache.put(&ns_key, &planned.shape, &planned.among, entry);
-    planned.path = AccessPath::IndexScan(winner);
-    planned.rejected = contenders;
-    Ok(planned)
+    Ok(trials)
 }
 
 /// The key pattern `scan` reads `ix` by: a wildcard index's is

@@ -184,7 +184,7 @@ pub(crate) fn write(
             merge(shared, into, (when_matched, when_not_matched), docs, bypass)?
         }
     }
-    acknowledge(shared, ack, Document::new()).map(|_| ())
+    acknowledge(shared, None, ack, Document::new()).map(|_| ())
 }
 
 fn validator(shared: &Shared, ns: &Namespace, bypass: bool) -> Result<Option<(Validator, bool)>, CommandError> {

@@ -66,17 +66,20 @@ impl ScanStats {
 type Range = (Vec<u8>, Vec<u8>);
 
 /// The key ranges of `bounds` over an index whose fields are descending
-/// where `descending` says, in index order.
-pub(crate) fn key_ranges(bounds: &[Vec<Interval>], descending: &[bool]) -> Vec<Range> {
-    let mut out = Vec::new();
-    extend(&mut Vec::new(), bounds, descending, &mut out);
-    out
+/// where `descending` says, in index order, and whether they are exact:
+/// every key inside them lies in the bounds (each range closes on a field
+/// after which every field is unbounded), so a scan need not check its
+/// keys' values.
+fn key_ranges_exact(bounds: &[Vec<Interval>], descending: &[bool]) -> (Vec<Range>, bool) {
+    let (mut out, mut exact) = (Vec::new(), true);
+    extend(&mut Vec::new(), bounds, descending, &mut out, &mut exact);
+    (out, exact)
 }
 
 /// Above every byte that can follow a complete value's encoding.
 const PAST: u8 = 0xff;
 
-fn extend(prefix: &mut Vec<u8>, bounds: &[Vec<Interval>], descending: &[bool], out: &mut Vec<Range>) {
+fn extend(prefix: &mut Vec<u8>, bounds: &[Vec<Interval>], descending: &[bool], out: &mut Vec<Range>, exact: &mut bool) {
     let Some((intervals, rest)) = bounds.split_first() else {
         let mut end = prefix.clone();
         end.push(PAST);
@@ -90,10 +93,12 @@ fn extend(prefix: &mut Vec<u8>, bounds: &[Vec<Interval>], descending: &[bool], o
         let at = prefix.len();
         if points && out.len() + intervals.len() <= RANGES_MAX {
             append(prefix, &i.low, desc);
-            extend(prefix, rest, &descending[1..], out);
+            extend(prefix, rest, &descending[1..], out, exact);
             prefix.truncate(at);
             continue;
         }
+        // The range bounds this field alone.
+        *exact &= rest.iter().all(|f| matches!(f.as_slice(), [i] if i.is_all()));
         // In index order: the low end is the interval's high end on a
         // descending field.
         let (lo, lo_in, hi, hi_in) = if desc {
@@ -220,9 +225,9 @@ impl Scan {
     ) -> Scan {
         let (bounds, covered) = (plan.bounds.clone(), plan.covered);
         let descending: Vec<bool> = ix.spec.fields.iter().map(|f| f.descending).collect();
-        let ranges = match &plan.key_range {
-            Some(range) => vec![min_max_range(range, &ix.spec.fields)],
-            None => key_ranges(&bounds, &descending),
+        let (ranges, exact) = match &plan.key_range {
+            Some(range) => (vec![min_max_range(range, &ix.spec.fields)], false),
+            None => key_ranges_exact(&bounds, &descending),
         };
         // Over the keys as stored (a long key cut, with a digest).
         let mut ranges: VecDeque<Range> = ranges.into_iter().map(|(s, e)| doc::keystring::scan_bounds(s, e)).collect();
@@ -238,6 +243,7 @@ impl Scan {
             (lo, r.1.as_ref().map(|_| hi))
         });
         Scan {
+            exact: exact && ix.spec.wildcard.is_none(),
             min_max,
             engine,
             coll,
@@ -280,6 +286,9 @@ struct Scan {
     multikey: bool,
     /// Answer from the keys alone: a document of the indexed fields.
     covered: bool,
+    /// Every key within the ranges lies in the bounds (`key_ranges_exact`)
+    /// unless stored cut (`Index::cut_prefix`): its values need no check.
+    exact: bool,
     /// `min()`'s key (included) and `max()`'s (excluded), whole.
     min_max: Option<(Vec<u8>, Option<Vec<u8>>)>,
     /// Read each range from its end, the ranges last to first.
@@ -400,11 +409,19 @@ impl Scan {
         let mut n = 0;
         while let Some((k, v)) = e {
             self.unreported += 1;
-            let (rid, values) = self.ix.decode_entry(&k, &v)?;
+            let cut = self.ix.cut_prefix(&k);
+            // A key inside exact ranges lies in the bounds: its values are
+            // decoded only when the read returns them (covered).
+            let checked = !self.exact || cut.is_some();
+            let (rid, values) = match checked || self.covered {
+                true => self.ix.decode_entry(&k, &v)?,
+                false => (self.ix.entry_record(&k, &v)?, Vec::new()),
+            };
+            debug_assert!(checked || in_bounds(&self.ix.decode_entry(&k, &v)?.1, &self.bounds));
             if self.sorted {
-                self.track_run(self.ix.cut_prefix(&k).map(<[u8]>::to_vec));
+                self.track_run(cut.map(<[u8]>::to_vec));
             }
-            if in_bounds(&values, &self.bounds) && self.within_min_max(&values) {
+            if !checked || (in_bounds(&values, &self.bounds) && self.within_min_max(&values)) {
                 // Each record once: a multikey index holds several keys
                 // of it, and a write during the scan may move its key
                 // ahead of the scan (counted as explain counts: only in

@@ -5,6 +5,7 @@
 
 pub mod access;
 pub mod agg_write;
+pub mod call;
 pub mod cursors;
 pub mod deadline;
 pub mod id_index;

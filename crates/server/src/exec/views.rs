@@ -3,6 +3,7 @@
 
 use crate::error::CommandError;
 use crate::exec::access;
+use crate::exec::call::Place;
 use crate::server::Shared;
 use bson::Bson;
 use doc::catalog::Collection;
@@ -73,7 +74,8 @@ pub(crate) fn stream_over(
     let how = access::How { hint, sort, projection: needs.as_deref(), ..access::How::default() };
     let planned = access::plan_projected(&coll, filter_doc, pipeline.collation(), how);
     let everything = query::Filter::parse(&empty)?;
-    let planned = access::race(shared, base, &coll, planned, pipeline.leading_filter().unwrap_or(&everything))?;
+    let planned =
+        access::race(shared, Place::Blocking, base, &coll, planned, pipeline.leading_filter().unwrap_or(&everything))?;
     let records = access::candidates(shared, base, &coll, &planned, Default::default())?;
     // An index scan in the `$sort`'s order stands in for it.
     let sorted = matches!(&planned.path, query::plan::AccessPath::IndexScan(s) if s.sorted);

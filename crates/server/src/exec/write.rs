@@ -4,6 +4,7 @@
 use crate::args::bool_option;
 use crate::args::CommandResult;
 use crate::error::CommandError;
+use crate::exec::call::Call;
 use crate::server::Shared;
 use bson::{doc, Bson, Document};
 use doc::catalog::{Ack, Namespace};
@@ -15,43 +16,19 @@ use query::Filter;
 /// one fsync, not 1,000, and nothing is acknowledged before it is durable.
 pub(crate) const STATEMENT_ACK: Ack = Ack::Written;
 
-thread_local! {
-    /// Set while a write command runs on a connection's task: `Some(owed)`.
-    static DEFERRED_SYNC: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
-}
-
-/// Run `command` with its journal wait deferred: [`acknowledge`] records
-/// that the reply needs a durable journal instead of blocking for it.
-/// Returns the reply and whether the caller owes that wait
-/// ([`crate::durability::Durability::wait`]) before sending it.
-pub(crate) fn deferring_sync<T>(command: impl FnOnce() -> T) -> (T, bool) {
-    struct Reset;
-    impl Drop for Reset {
-        fn drop(&mut self) {
-            DEFERRED_SYNC.set(None);
-        }
-    }
-    DEFERRED_SYNC.set(Some(false));
-    let _reset = Reset;
-    let reply = command();
-    (reply, DEFERRED_SYNC.get() == Some(true))
-}
-
-/// Wait for the journal fsync a write command's acknowledgement needs
-/// (or, under [`deferring_sync`], leave the wait to the caller).
-pub(crate) fn acknowledge(shared: &Shared, ack: Ack, reply: Document) -> CommandResult {
-    if ack != Ack::Journaled {
+/// Wait for the journal fsync a write command's acknowledgement needs,
+/// or leave the wait to the connection when `call` defers it
+/// ([`Call::owes_sync`]). `None`: no connection awaits (a write inside
+/// an aggregate), so the journal is synced here.
+pub(crate) fn acknowledge(shared: &Shared, call: Option<&Call>, ack: Ack, reply: Document) -> CommandResult {
+    if ack != Ack::Journaled || call.is_some_and(Call::defer_sync) {
         return Ok(reply);
     }
-    if DEFERRED_SYNC.get().is_some() {
-        DEFERRED_SYNC.set(Some(true));
-    } else {
-        shared
-            .catalog
-            .engine()
-            .sync_journal()
-            .map_err(|e| CommandError::internal_error(format!("the journal could not be made durable: {e}")))?;
-    }
+    shared
+        .catalog
+        .engine()
+        .sync_journal()
+        .map_err(|e| CommandError::internal_error(format!("the journal could not be made durable: {e}")))?;
     Ok(reply)
 }
 

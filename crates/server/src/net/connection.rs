@@ -30,6 +30,7 @@
 //!    `hello`, an awaitData `getMore`.
 
 use crate::commands;
+use crate::exec::call::{Call, Place};
 use crate::limits::*;
 use crate::net::compression;
 use crate::net::wire;
@@ -407,33 +408,33 @@ async fn run_command(shared: &Arc<Shared>, conn: &Conn, msg: wire::OpMsg, how: R
         // request.
         let _running = shared.durability.running();
         let writer = (how == Run::InlineWrite).then(|| shared.durability.writer());
-        let run = || {
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                crate::exec::write::deferring_sync(|| commands::run(shared, conn, &msg))
-            }))
-            .unwrap_or_else(|_| (panicked(), false))
-        };
-        // A command that may scan gives this thread's other connections
-        // to another thread while it runs.
-        let name = msg.body.keys().next().map_or("", String::as_str);
         let multi_thread =
             tokio::runtime::Handle::current().runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread;
-        let (reply, owed) = match multi_thread && commands::may_scan(shared, name, &msg) {
-            true => tokio::task::block_in_place(run),
-            false => run(),
+        let place = if multi_thread { Place::Network } else { Place::Blocking };
+        let call = Call::new(conn, place, true);
+        let run = || {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| commands::run(shared, &call, &msg)))
+                .unwrap_or_else(|_| panicked())
         };
+        // A command that may scan gives this thread's other connections
+        // to another thread while it runs (`find` decides that itself,
+        // once it knows its plan).
+        let name = msg.body.keys().next().map_or("", String::as_str);
+        let reply = place.run(!commands::may_scan(shared, name, &msg), run);
         drop(writer);
         // A single client (one pool connection and its monitors): no other
         // request can be queued behind this thread unseen.
         let few_clients = shared.connections_current.load(Ordering::Relaxed) <= FEW_CLIENTS;
-        match if owed { shared.durability.wait(few_clients).await } else { Ok(()) } {
+        match if call.owes_sync() { shared.durability.wait(few_clients).await } else { Ok(()) } {
             Ok(()) => reply,
             Err(why) => crate::error::CommandError::internal_error(why).to_document(),
         }
     } else {
         // Writes wait for the journal fsync: off the async workers.
         let (s, c) = (shared.clone(), conn.clone());
-        tokio::task::spawn_blocking(move || commands::run(&s, &c, &msg)).await.unwrap_or_else(|_| panicked())
+        tokio::task::spawn_blocking(move || commands::run(&s, &Call::new(&c, Place::Blocking, false), &msg))
+            .await
+            .unwrap_or_else(|_| panicked())
     }
 }
 

@@ -33,9 +33,7 @@ pub fn find_by_id(shared: &Shared, header: &Header, body: &[u8]) -> Option<Vec<u
         return None;
     }
     let cmd = RawDocument::from_bytes(&body[5..]).ok()?;
-    if cmd.as_bytes().len() != body.len() - 5
-        || !depth_within(&mut cmd.into_iter().map(|e| e.map(|(_, v)| v)), DEPTH_MAX)
-    {
+    if cmd.as_bytes().len() != body.len() - 5 {
         return None;
     }
     let mut elements = cmd.into_iter();
@@ -59,6 +57,11 @@ pub fn find_by_id(shared: &Shared, header: &Header, body: &[u8]) -> Option<Vec<u
             ("$clusterTime" | "$readPreference", RawBsonRef::Document(_)) => {}
             _ => return None,
         }
+    }
+    // Invariant 2, once the command looks like a point read (any other
+    // `find` leaves at its first unexpected field above).
+    if !depth_within(&mut cmd.into_iter().map(|e| e.map(|(_, v)| v)), DEPTH_MAX) {
+        return None;
     }
     let ns = Namespace::new(db?, coll).ok()?;
     let coll = shared.catalog.get(&ns).filter(|c| c.view_on().is_none())?;

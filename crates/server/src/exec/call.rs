@@ -1,0 +1,82 @@
+//! A command call as its connection runs it: the connection, the thread it
+//! runs on ([`Place`]), and whether its journal wait is the connection's
+//! to make. Passed to every command that needs one of them (no
+//! thread-local carries it).
+//!
+//! Invariants:
+//! 1. A command on a network thread never runs a part that may take long
+//!    (a scan, a sort, a plan race) without first handing that thread's
+//!    other connections to another thread ([`Place::long`]).
+//! 2. A write acknowledged with `j: true` is durable before its reply is
+//!    sent: either [`crate::exec::write::acknowledge`] syncs the journal,
+//!    or the call records the wait ([`Call::owes_sync`]) and the
+//!    connection awaits it before replying.
+
+use crate::server::Conn;
+use std::cell::Cell;
+
+/// Where a command runs.
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub enum Place {
+    /// A network thread of the multi-threaded runtime, whose other
+    /// connections wait while it runs.
+    Network,
+    /// Where blocking delays nobody: the blocking pool, a thread already
+    /// handed off, a current-thread runtime.
+    Blocking,
+}
+
+impl Place {
+    /// Run `f`, which may take long: on a network thread, after handing
+    /// the thread's other connections to another thread
+    /// (`tokio::task::block_in_place`, free when already handed off).
+    pub fn long<R>(self, f: impl FnOnce() -> R) -> R {
+        match self {
+            Place::Network => tokio::task::block_in_place(f),
+            Place::Blocking => f(),
+        }
+    }
+
+    /// Run `f` here when `quick`, otherwise as [`Place::long`].
+    pub fn run<R>(self, quick: bool, f: impl FnOnce() -> R) -> R {
+        match quick {
+            true => f(),
+            false => self.long(f),
+        }
+    }
+}
+
+/// A command being run.
+pub struct Call<'a> {
+    pub conn: &'a Conn,
+    pub place: Place,
+    /// `Some(owed)` when the connection awaits the journal fsync itself:
+    /// `owed` once a write needs it.
+    deferred_sync: Option<Cell<bool>>,
+}
+
+impl<'a> Call<'a> {
+    /// A request whose journal waits, if `defer_sync`, are left to the
+    /// connection ([`Call::owes_sync`]).
+    pub fn new(conn: &'a Conn, place: Place, defer_sync: bool) -> Call<'a> {
+        Call { conn, place, deferred_sync: defer_sync.then(|| Cell::new(false)) }
+    }
+
+    /// Record that the reply needs a durable journal; false when the
+    /// caller must sync it itself (the wait is not deferred).
+    pub(crate) fn defer_sync(&self) -> bool {
+        match &self.deferred_sync {
+            Some(owed) => {
+                owed.set(true);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether the connection must await the journal fsync before it
+    /// sends the reply.
+    pub fn owes_sync(&self) -> bool {
+        self.deferred_sync.as_ref().is_some_and(Cell::get)
+    }
+}
