@@ -512,6 +512,41 @@ def test_long_keys_sharing_their_stored_bytes_still_sort_in_order(client):
         assert [d["_id"] for d in db.long.find().sort("s", direction).limit(3)] == want[:3]
 
 
+def test_range_ends_at_the_stored_key_length_keep_their_bounds(client):
+    """A range end one byte past the 4 KiB a stored key keeps is cut to
+    it, which widens the range: a key of exactly that length must still
+    be checked against an exclusive bound (ascending and descending,
+    single-field and compound), as the collection scan answers."""
+    db = client.test
+    db.edge.create_index("s")
+    db.edge.create_index([("s", DESCENDING)])
+    db.edge.create_index([("a", 1), ("s", 1)])
+    # Strings whose KeyStrings are a few bytes either side of 4096.
+    docs = [{"_id": n, "a": 5, "s": "q" * n} for n in range(4085, 4100)]
+    db.edge.insert_many(docs)
+    for n in range(4085, 4100):
+        value = "q" * n
+        for flt in (
+            {"s": {"$gt": value}},
+            {"s": {"$lt": value}},
+            {"a": 5, "s": {"$gt": value}},
+            {"a": 5, "s": {"$lte": value}},
+        ):
+            want = sorted(d["_id"] for d in db.edge.find(flt).hint([("$natural", 1)]))
+            assert want == sorted(d["_id"] for d in db.edge.find(flt)), flt
+            for index in ("s_1", "s_-1", "a_1_s_1"):
+                if "a" in flt and index != "a_1_s_1":
+                    continue
+                got = sorted(d["_id"] for d in db.edge.find(flt).hint(index))
+                assert got == want, (n, flt, index)
+                # The bounds answer the filter: the scan fetches only
+                # documents it returns.
+                stats = db.command(
+                    "explain", {"find": "edge", "filter": flt, "hint": index}, verbosity="executionStats"
+                )["executionStats"]
+                assert stats["totalDocsExamined"] == stats["nReturned"] == len(want), (n, flt, index, stats)
+
+
 def test_an_or_reads_each_branch_by_its_index(client):
     db = client.test
     db.o.create_index("a")

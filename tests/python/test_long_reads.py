@@ -28,12 +28,14 @@ def one_worker(datadir):
     assert s.stop() == 0
 
 
-# A collection scan, and an index scan whose FETCH filter rejects every
-# document (`find` hands the thread off once its plan shows it may read
-# more than a first batch).
+# A collection scan, an index scan whose FETCH filter rejects every
+# document, and one whose bounds answer the filter but whose key range
+# (closed on its first field) holds every key (`find` hands the thread
+# off once its plan shows it may read more than a first batch).
 SCANS = {
     "collscan": (None, {"x": -1}),
     "ixscan": ("x", {"x": {"$gte": 0}, "pad": "none"}),
+    "compound": ([("x", 1), ("pad", 1)], {"x": {"$gte": 0}, "pad": "none"}),
 }
 
 

@@ -51,7 +51,11 @@ impl From<bson::raw::Error> for DecodeError {
 /// than `depth_max` (a flat document has depth 1).
 pub fn decode_with_depth(bytes: &[u8], depth_max: usize) -> Result<Document, DecodeError> {
     let raw = RawDocument::from_bytes(bytes)?;
-    document(raw, Depth { at: 1, max: depth_max.min(decode_depth_max) })
+    let max = depth_max.min(decode_depth_max);
+    if max == 0 {
+        return Err(DecodeError::TooDeep { depth: 1, max });
+    }
+    document(raw, Depth { at: 1, max })
 }
 
 /// Decode one whole document (exactly `bytes`) of any sane nesting: for

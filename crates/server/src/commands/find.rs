@@ -189,7 +189,12 @@ pub fn find(shared: &Shared, place: Place, cmd: &Document) -> CommandResult {
         && skip.saturating_add(first) <= quick_read_docs_max
         && match planned.as_ref().map(|(p, _)| &p.path) {
             Some(AccessPath::IdPoint(_)) => true,
-            Some(AccessPath::IndexScan(s)) => s.fetch_filter.is_none() && (sort.is_empty() || s.sorted),
+            Some(AccessPath::IndexScan(s)) => {
+                let ix = planned.as_ref().map(|(p, _)| &p.indexes[s.index]);
+                s.fetch_filter.is_none()
+                    && (sort.is_empty() || s.sorted)
+                    && ix.is_some_and(|ix| crate::exec::index_scan::reads_only_matches(ix, s))
+            }
             Some(AccessPath::CollScan { .. }) => filter_doc.is_empty() && sort.is_empty(),
             Some(AccessPath::Or(_)) | None => false,
         };

@@ -6,8 +6,11 @@
 //! The bounds become ranges of index keys (KeyString bytes): fields
 //! pinned to points extend a prefix, one range per combination of points
 //! (up to `RANGES_MAX`), the first field that is not a point closes the
-//! range. Every key read is still checked against every field's
-//! intervals, so a range only narrows what is read.
+//! range. When the ranges are exact (each closes on a field after which
+//! every field is unbounded, and no range end is cut to the stored key
+//! length) every key inside them lies in the bounds; otherwise every key
+//! read is checked against every field's intervals, so a range only
+//! narrows what is read. A key stored cut is always checked.
 //!
 //! A backward scan (for a sort the index gives in reverse) reads the
 //! ranges last to first, each from its end.
@@ -120,6 +123,29 @@ fn extend(prefix: &mut Vec<u8>, bounds: &[Vec<Interval>], descending: &[bool], o
     }
 }
 
+/// The whole-key ranges `plan` reads of `ix`, and whether they are exact
+/// (see the module): never for a `min()`/`max()` scan or a wildcard index,
+/// nor where a range end is longer than a stored key (`scan_bounds` cuts
+/// it, widening the range).
+fn scan_ranges(ix: &Index, plan: &IndexScan) -> (Vec<Range>, bool) {
+    if let Some(range) = &plan.key_range {
+        return (vec![min_max_range(range, &ix.spec.fields)], false);
+    }
+    let descending: Vec<bool> = ix.spec.fields.iter().map(|f| f.descending).collect();
+    let (ranges, exact) = key_ranges_exact(&plan.bounds, &descending);
+    let inline = |key: &Vec<u8>| key.len() <= doc::limits::key_inline_max_bytes;
+    let exact = exact && ix.spec.wildcard.is_none() && ranges.iter().all(|(s, e)| inline(s) && inline(e));
+    (ranges, exact)
+}
+
+/// Whether reading `plan` of `ix` examines only keys within its bounds,
+/// each of a different document (exact ranges on an index that is not
+/// multikey): so a read that stops after n documents has read about n
+/// keys.
+pub(crate) fn reads_only_matches(ix: &Index, plan: &IndexScan) -> bool {
+    !ix.is_multikey() && scan_ranges(ix, plan).1
+}
+
 /// The key range from a `min()` key (included; none: the first key) to a
 /// `max()` key (excluded; none: past the last).
 fn min_max_range((min, max): &KeyRange, fields: &[KeyField]) -> Range {
@@ -224,11 +250,7 @@ impl Scan {
         stats: Arc<ScanStats>,
     ) -> Scan {
         let (bounds, covered) = (plan.bounds.clone(), plan.covered);
-        let descending: Vec<bool> = ix.spec.fields.iter().map(|f| f.descending).collect();
-        let (ranges, exact) = match &plan.key_range {
-            Some(range) => (vec![min_max_range(range, &ix.spec.fields)], false),
-            None => key_ranges_exact(&bounds, &descending),
-        };
+        let (ranges, exact) = scan_ranges(&ix, plan);
         // Over the keys as stored (a long key cut, with a digest).
         let mut ranges: VecDeque<Range> = ranges.into_iter().map(|(s, e)| doc::keystring::scan_bounds(s, e)).collect();
         if plan.reverse {
@@ -243,7 +265,7 @@ impl Scan {
             (lo, r.1.as_ref().map(|_| hi))
         });
         Scan {
-            exact: exact && ix.spec.wildcard.is_none(),
+            exact,
             min_max,
             engine,
             coll,
