@@ -79,6 +79,25 @@ def test_max_time_ms(client):
         list(c.find().max_time_ms(-1))
 
 
+def test_max_time_ms_bounds_a_scan_that_matches_nothing(client):
+    """The deadline counts every document examined, not only those
+    returned: a scan that never finds a match still stops at it."""
+    c = client.test.slow
+    c.insert_many([{"_id": i, "pad": "x" * 1000} for i in range(20000)])
+    nothing = {"$nor": [{"pad": "y"}] * 50, "pad": "none"}
+    for run in (
+        lambda: list(c.find(nothing).max_time_ms(1)),
+        lambda: list(c.find(nothing).sort("pad", 1).max_time_ms(1)),
+        lambda: c.count_documents(nothing, maxTimeMS=1),
+        lambda: c.database.command("count", "slow", query=nothing, maxTimeMS=1),
+        lambda: c.distinct("pad", nothing, maxTimeMS=1),
+    ):
+        with pytest.raises(OperationFailure) as e:
+            run()
+        assert e.value.code == 50, e.value.details
+    assert list(c.find(nothing)) == []
+
+
 def test_hint_and_collation(people):
     assert len(list(people.find().hint("_id_"))) == 4
     assert len(list(people.find().hint([("$natural", 1)]))) == 4

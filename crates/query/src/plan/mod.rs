@@ -359,37 +359,67 @@ fn covers(ix: &IndexInfo, projection: Option<&[String]>) -> bool {
 }
 
 /// Whether a scan of `ix` within `bounds` returns documents in the
-/// read's sort order, and then whether backwards: the sort's fields
-/// follow the key pattern in order, each in the pattern's direction (or
-/// each reversed), skipping fields the bounds pin to one value. Only
-/// under binary comparison, and never over an index that holds arrays
-/// (a document's keys would place it at each element) or numeric path
-/// components.
+/// read's sort order, and then whether backwards, as mongod decides
+/// (`IndexScanNode`'s provided sorts): the sort's fields follow the key
+/// pattern in order, each in the pattern's direction (or each reversed),
+/// leaving out fields the bounds pin to one value. Only under binary
+/// comparison, never over a hashed field or numeric path components.
+///
+/// A multikey field gives its order only when its bounds are every key
+/// and no other multikey field under the same top-level field is
+/// bounded: the scan, which returns each document once, then meets a
+/// document first at its lowest value (backwards: its highest), the
+/// value a sort orders it by. Otherwise a multikey field pinned to one
+/// value is passed over (the sort may not name it), and any other ends
+/// the order the index gives.
 fn sort_order(shape: &ReadShape<'_, '_>, ix: &IndexInfo, bounds: &[Vec<Interval>]) -> Option<bool> {
     let sort = shape.sort.filter(|s| !s.is_empty())?;
-    if !ix.collation_matches || ix.hashed.is_some() || ix.multikey.iter().any(|m| !m.is_empty()) {
+    if !ix.collation_matches || ix.hashed.is_some() {
         return None;
     }
-    let mut reverse = None;
-    let mut next = sort.iter().peekable();
-    for ((path, descending), field) in ix.fields.iter().zip(bounds) {
-        if path.split('.').any(|c| !c.is_empty() && c.bytes().all(|b| b.is_ascii_digit())) {
+    let numeric = |path: &str| path.split('.').any(|c| !c.is_empty() && c.bytes().all(|b| b.is_ascii_digit()));
+    let point = |f: usize| bounds[f].len() == 1 && bounds[f][0].is_point();
+    let full = |f: usize| bounds[f].len() == 1 && bounds[f][0].is_all();
+    let multikey = |f: usize| !ix.multikey[f].is_empty();
+    let top = |f: usize| ix.fields[f].0.split('.').next().unwrap_or_default();
+    let orders =
+        |f: usize| full(f) && !(0..ix.fields.len()).any(|g| g != f && multikey(g) && !full(g) && top(g) == top(f));
+    // The fields whose order the scan gives, in key pattern order.
+    let mut given: Vec<usize> = Vec::new();
+    for f in 0..ix.fields.len() {
+        if numeric(&ix.fields[f].0) {
             return None;
         }
-        match next.peek() {
-            None => break,
-            Some((want, want_desc)) if want == path => {
-                let backwards = want_desc != descending;
-                if *reverse.get_or_insert(backwards) != backwards {
-                    return None;
-                }
-                next.next();
-            }
-            Some(_) if field.len() == 1 && field[0].is_point() => {}
-            Some(_) => return None,
+        match (multikey(f), point(f)) {
+            (true, _) if orders(f) => given.push(f),
+            (true, true) => {}
+            (true, false) => break,
+            (false, _) => given.push(f),
         }
     }
-    next.peek().is_none().then_some(reverse.unwrap_or(false))
+    // The sort's fields, but those pinned by the bounds on a field that
+    // is not multikey, must be the given fields in order, passing over
+    // given fields pinned to a point.
+    let pinned_at = |f: usize| point(f) && !multikey(f);
+    let pinned = |path: &str| (0..ix.fields.len()).any(|f| ix.fields[f].0 == path && pinned_at(f));
+    let mut given = given.into_iter().peekable();
+    let mut reverse = None;
+    for (want, want_desc) in sort.iter().filter(|(p, _)| !pinned(p)) {
+        let f = loop {
+            let f = given.next()?;
+            if ix.fields[f].0 == *want {
+                break f;
+            }
+            if !pinned_at(f) {
+                return None;
+            }
+        };
+        let backwards = *want_desc != ix.fields[f].1;
+        if *reverse.get_or_insert(backwards) != backwards {
+            return None;
+        }
+    }
+    Some(reverse.unwrap_or(false))
 }
 
 /// Whether every document the query's conjunction matches also matches

@@ -31,7 +31,7 @@ pub fn count(shared: &Shared, cmd: &Document) -> CommandResult {
     }
     let limit = count_option(cmd, "limit")?.unwrap_or(0).unsigned_abs() as usize;
     let mut n = 0usize;
-    for hit in scan_hits(shared, &ns, (&filter_doc, &filter), cmd.get("hint")) {
+    for hit in scan_hits(shared, &ns, (&filter_doc, &filter), cmd.get("hint"), &deadline) {
         hit?;
         deadline.check()?;
         n += 1;
@@ -67,7 +67,7 @@ pub fn distinct(shared: &Shared, cmd: &Document) -> CommandResult {
     // Values equal by MongoDB's comparison (1 and 1.0; under a collation,
     // "a" and "A" at strength 2) count once, the first one met.
     let mut values: BTreeSet<Ordered> = BTreeSet::new();
-    for hit in scan_hits(shared, &ns, (&filter_doc, &filter), cmd.get("hint")) {
+    for hit in scan_hits(shared, &ns, (&filter_doc, &filter), cmd.get("hint"), &deadline) {
         let hit = hit?;
         deadline.check()?;
         query::matcher::values_at(&hit.doc, &key, &mut |v| {

@@ -214,7 +214,7 @@ pub fn find(shared: &Shared, place: Place, cmd: &Document) -> CommandResult {
             state.source = Source::Buffer(hits.into_iter());
             state.remaining = limit;
         } else if !sort.is_empty() && !index_sorted {
-            let hits = &mut scan_hits(shared, &ns, (&filter_doc, &filter), cmd.get("hint"));
+            let hits = &mut scan_hits(shared, &ns, (&filter_doc, &filter), cmd.get("hint"), &deadline);
             state.source = sorted_hits(shared, hits, &sort, (skip, limit), allow_disk_use, &deadline)?;
             // A spilled sort applied the skip but not the limit.
             state.remaining = limit.filter(|_| matches!(state.source, Source::Merge(_)));

@@ -149,12 +149,15 @@ impl Cursors {
 }
 
 /// The next match of a cursor's source.
-pub(crate) fn next_hit(shared: &Shared, c: &mut CursorState) -> Result<Option<Hit>, CommandError> {
+/// The cursor's next hit; `deadline` bounds every document examined on
+/// the way, matching or not.
+pub(crate) fn next_hit(shared: &Shared, c: &mut CursorState, deadline: &Deadline) -> Result<Option<Hit>, CommandError> {
     match &mut c.source {
         Source::Buffer(items) => Ok(items.next()),
         Source::Merge(runs) => runs.next(),
         Source::Stream { docs, filter, .. } => loop {
             let Some(doc) = docs.next().transpose()? else { return Ok(None) };
+            deadline.check()?;
             let pos = match filter {
                 None => None,
                 Some(f) => match f.try_matches_at(&doc)? {
@@ -175,6 +178,7 @@ pub(crate) fn next_hit(shared: &Shared, c: &mut CursorState) -> Result<Option<Hi
             }
             let (at, rid, d) = pending.pop_front().expect("refilled above");
             *after = at;
+            deadline.check()?;
             let (ok, pos) = filter.try_matches_at(&d)?;
             if ok {
                 return Ok(Some(Hit { rid, doc: d, pos }));
@@ -192,7 +196,7 @@ pub(crate) fn skip_hits(
 ) -> Result<(), CommandError> {
     for _ in 0..skip {
         deadline.check()?;
-        if next_hit(shared, c)?.is_none() {
+        if next_hit(shared, c, deadline)?.is_none() {
             break;
         }
     }
@@ -286,7 +290,7 @@ pub(crate) fn fill(
     let mut bytes = 0usize;
     while out.len() < want {
         deadline.check()?;
-        let Some(hit) = next_hit(shared, c)? else { return Ok((out, !c.tailable)) };
+        let Some(hit) = next_hit(shared, c, deadline)? else { return Ok((out, !c.tailable)) };
         let d = render(c, hit)?;
         bytes += encoded_len(&d);
         out.push(Bson::Document(d));

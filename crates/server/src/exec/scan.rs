@@ -149,6 +149,7 @@ pub(crate) fn scan_hits<'a>(
     ns: &Namespace,
     (filter_doc, filter): (&Document, &'a Filter),
     hint: Option<&Bson>,
+    deadline: &'a Deadline,
 ) -> Box<dyn Iterator<Item = Result<Hit, CommandError>> + 'a> {
     match resolve_view(shared, ns) {
         Err(e) => return Box::new(std::iter::once(Err(e))),
@@ -158,9 +159,9 @@ pub(crate) fn scan_hits<'a>(
             return match pipeline.map_err(CommandError::from).and_then(|p| stream_over(shared, &base, &p, hint)) {
                 Err(e) => Box::new(std::iter::once(Err(e))),
                 Ok((docs, _)) => Box::new(docs.filter_map(move |doc| {
-                    let doc = match doc {
+                    let doc = match doc.map_err(CommandError::from).and_then(|d| deadline.check().map(|()| d)) {
                         Ok(doc) => doc,
-                        Err(e) => return Some(Err(e.into())),
+                        Err(e) => return Some(Err(e)),
                     };
                     match filter.try_matches_at(&doc) {
                         Ok((ok, pos)) => ok.then_some(Ok(Hit { rid: 0, doc, pos })),
@@ -183,7 +184,9 @@ pub(crate) fn scan_hits<'a>(
             return None;
         }
         for record in records.by_ref() {
+            // The deadline bounds every record examined, matching or not.
             let matched = record.map_err(CommandError::from).and_then(|(rid, d)| {
+                deadline.check()?;
                 let (ok, pos) = filter.try_matches_at(&d)?;
                 Ok(ok.then_some(Hit { rid, doc: d, pos }))
             });
