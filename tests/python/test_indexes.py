@@ -727,8 +727,9 @@ def test_plan_cache_stats_list_the_cached_choices(client):
 
 def test_a_cached_plan_that_degrades_is_replanned(client):
     """The cache keeps the index a race chose for a shape; a read of that
-    shape for which it does ten times the work per document of its trial
-    drops the entry, and the next read races again."""
+    shape for which it works ten times its trial before matching a
+    trial's worth of documents is planned again within the read: the
+    entry is replaced by the new winner's."""
     db = client.test
     db.rp.create_index("a")
     db.rp.create_index("b")
@@ -741,10 +742,39 @@ def test_a_cached_plan_that_degrades_is_replanned(client):
     # Same shape, but a matches 4900 documents and b one: the cached a_1
     # reads thousands of keys for one document.
     assert [d["_id"] for d in db.rp.find({"a": 0, "b": {"$gte": 4999}})] == [4999]
-    assert list(db.rp.aggregate([{"$planCacheStats": {}}])) == []
+    [entry] = list(db.rp.aggregate([{"$planCacheStats": {}}]))
+    assert entry["cachedPlan"]["inputStage"]["indexName"] == "b_1"
     planner = db.rp.find({"a": 0, "b": {"$gte": 4999}}).explain()["queryPlanner"]
-    assert planner["winningPlan"]["isCached"] is False
+    assert planner["winningPlan"]["isCached"] is True
     assert planner["winningPlan"]["inputStage"]["indexName"] == "b_1"
+    # Replanned before answering: every document, in every batch size,
+    # with a skip, and none twice.
+    list(db.rp.find({"a": 7, "b": {"$gte": 0}}))  # a_1 cached again
+    [entry] = list(db.rp.aggregate([{"$planCacheStats": {}}]))
+    assert entry["cachedPlan"]["inputStage"]["indexName"] == "a_1"
+    flt = {"a": 0, "b": {"$gte": 4000}}
+    got = [d["_id"] for d in db.rp.find(flt).batch_size(7).skip(3)]
+    assert got == [d["_id"] for d in db.rp.find(flt).hint([("$natural", 1)])][3:]
+    [entry] = list(db.rp.aggregate([{"$planCacheStats": {}}]))
+    assert entry["cachedPlan"]["inputStage"]["indexName"] == "b_1"
+
+
+def test_a_sorted_cached_plan_that_degrades_is_replanned_into_a_blocking_sort(client):
+    """The cached plan gave the sort; the plan that replaces it within the
+    read does not, so the read sorts its documents itself."""
+    db = client.test
+    db.rs.create_index("a")
+    db.rs.create_index("b")
+    # b follows a but for the last ten documents, whose b runs backwards.
+    db.rs.insert_many([{"_id": i, "a": i, "b": i if i < 4990 else 10000 - i} for i in range(5000)])
+    list(db.rs.find({"a": {"$gte": 4995}, "b": {"$gte": 0}}).sort("a", 1))
+    [entry] = list(db.rs.aggregate([{"$planCacheStats": {}}]))
+    assert entry["cachedPlan"]["inputStage"]["indexName"] == "a_1"
+    flt = {"a": {"$gte": 0}, "b": {"$gte": 4990}}
+    assert [d["_id"] for d in db.rs.find(flt).sort("a", 1)] == list(range(4990, 5000))
+    [entry] = list(db.rs.aggregate([{"$planCacheStats": {}}]))
+    assert entry["cachedPlan"]["inputStage"]["indexName"] == "b_1"
+    assert [d["_id"] for d in db.rs.find(flt).sort("a", 1).limit(3)] == [4990, 4991, 4992]
 
 
 def test_review_cases_for_covered_reads_and_explain_of_aggregate(client):

@@ -377,7 +377,7 @@ fn explain_read(
         planner.insert("planCacheShapeHash", query_hash(&p.shape));
         planner.insert("planCacheKey", plan_cache_key(&p.shape, &p.among));
     }
-    let mut winning_plan = doc! { "isCached": planned.as_ref().is_some_and(|p| p.cached) };
+    let mut winning_plan = doc! { "isCached": planned.as_ref().is_some_and(|p| p.cached.is_some()) };
     winning_plan.extend(tree(Verbosity::QueryPlanner));
     planner.insert("winningPlan", winning_plan);
     let rejected: Vec<Bson> = planned

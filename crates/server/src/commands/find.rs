@@ -162,18 +162,19 @@ pub fn find(shared: &Shared, place: Place, cmd: &Document) -> CommandResult {
         return Err(crate::exec::views::not_on_view(&ns));
     }
     // The planner's path (views read through their pipeline).
+    let plan = |c: &Arc<doc::catalog::Collection>| {
+        let how = access::How {
+            tailable,
+            hint: cmd.get("hint"),
+            projection: needs.as_deref(),
+            min_max: min_max.as_ref(),
+            sort: (!sort.is_empty()).then(|| sort.fields()),
+        };
+        let planned = access::plan_projected(c, &filter_doc, collation.as_ref(), how);
+        access::race(shared, place, &ns, c, planned, &filter)
+    };
     let planned = match coll.as_ref().filter(|_| !is_view) {
-        Some(c) => {
-            let how = access::How {
-                tailable,
-                hint: cmd.get("hint"),
-                projection: needs.as_deref(),
-                min_max: min_max.as_ref(),
-                sort: (!sort.is_empty()).then(|| sort.fields()),
-            };
-            let planned = access::plan_projected(c, &filter_doc, collation.as_ref(), how);
-            Some((access::race(shared, place, &ns, c, planned, &filter)?, c))
-        }
+        Some(c) => Some((plan(c)?, c)),
         None => None,
     };
     // A read that fills its first batch from a bounded number of index
@@ -198,66 +199,90 @@ pub fn find(shared: &Shared, place: Place, cmd: &Document) -> CommandResult {
             Some(AccessPath::CollScan { .. }) => filter_doc.is_empty() && sort.is_empty(),
             Some(AccessPath::Or(_)) | None => false,
         };
-    place.run(quick, || {
-        let point = planned.as_ref().and_then(|(p, c)| Some((access::point(&p.path)?, *c)));
-        // A cached plan's shape and the work its read does (checked after the
-        // first batch).
-        let mut cached: Option<(String, Arc<ScanStats>)> = None;
-        let index_scan =
-            planned.as_ref().filter(|(p, _)| matches!(p.path, AccessPath::IndexScan(_) | AccessPath::Or(_)));
-        // An index scan that returns the documents in the sort's order needs
-        // no blocking sort.
+    // Open the cursor's source by `planned` (none: a view, or a missing
+    // collection) on `state`; a plan from the cache is watched through
+    // its trial by `watch`.
+    let open = |state: &mut CursorState,
+                planned: Option<(&access::Planned, &Arc<doc::catalog::Collection>)>,
+                watch: Option<Arc<access::TrialWatch>>| {
+        let point = planned.and_then(|(p, c)| Some((access::point(&p.path)?, c)));
+        let index_scan = planned.filter(|(p, _)| matches!(p.path, AccessPath::IndexScan(_) | AccessPath::Or(_)));
+        // An index scan that returns the documents in the sort's order
+        // needs no blocking sort.
         let index_sorted = index_scan.is_some_and(|(p, _)| matches!(&p.path, AccessPath::IndexScan(s) if s.sorted));
         if let Some((id, coll)) = point {
             let found = coll.find_rid_by_id(shared.catalog.engine(), id)?;
             let hits: Vec<Hit> = found.into_iter().skip(skip).map(|(rid, doc)| Hit { rid, doc, pos: None }).collect();
             state.source = Source::Buffer(hits.into_iter());
             state.remaining = limit;
-        } else if !sort.is_empty() && !index_sorted {
+            return Ok(());
+        }
+        if !sort.is_empty() && !index_sorted {
             let hits = &mut scan_hits(shared, &ns, (&filter_doc, &filter), cmd.get("hint"), &deadline);
             state.source = sorted_hits(shared, hits, &sort, (skip, limit), allow_disk_use, &deadline)?;
             // A spilled sort applied the skip but not the limit.
             state.remaining = limit.filter(|_| matches!(state.source, Source::Merge(_)));
-        } else if is_view {
-            // A view's documents come from its pipeline as the cursor is read,
-            // in the pipeline's order, filtered; no blocking sort.
+            return Ok(());
+        }
+        if is_view {
+            // A view's documents come from its pipeline as the cursor is
+            // read, in the pipeline's order, filtered; no blocking sort.
             // Dropped since it was looked up: as any missing namespace, empty.
-            if let Some((base, stages)) = resolve_view(shared, &ns)? {
-                let pipeline = query::Pipeline::parse(&stages)?.with_collation(filter.collation().cloned());
-                let (docs, scanning) = stream_over(shared, &base, &pipeline, cmd.get("hint"))?;
-                state.source = Source::Stream { docs: docs.peekable(), scanning, filter: Some(filter) };
-                skip_hits(shared, &mut state, skip, &deadline)?;
-                state.remaining = limit;
-            }
+            let Some((base, stages)) = resolve_view(shared, &ns)? else { return Ok(()) };
+            let pipeline = query::Pipeline::parse(&stages)?.with_collation(filter.collation().cloned());
+            let (docs, scanning) = stream_over(shared, &base, &pipeline, cmd.get("hint"))?;
+            state.source = Source::Stream { docs: docs.peekable(), scanning, filter: Some(filter.clone()) };
         } else if let Some((planned, coll)) = index_scan {
-            let stats = Arc::new(ScanStats::default());
-            if planned.cached {
-                cached = Some((planned.shape.clone(), stats.clone()));
-            }
-            let records = access::candidates(shared, &ns, coll, planned, stats)?;
-            let scanning = Some((ns.clone(), (*coll).clone()));
-            let docs: query::pipeline::DocStream<'static> = Box::new(crate::exec::views::pipeline_input(records));
-            state.source = Source::Stream { docs: docs.peekable(), scanning, filter: Some(filter) };
-            skip_hits(shared, &mut state, skip, &deadline)?;
-            state.remaining = limit;
+            state.source = index_source(shared, (&ns, coll), planned, &filter, watch.as_ref())?;
         } else {
-            state.source =
-                Source::Scan { filter, after: ScanFrom::Start, pending: VecDeque::new(), reverse: natural < 0 };
-            skip_hits(shared, &mut state, skip, &deadline)?;
-            state.remaining = limit;
+            let (filter, reverse) = (filter.clone(), natural < 0);
+            state.source = Source::Scan { filter, after: ScanFrom::Start, pending: VecDeque::new(), reverse };
         }
+        skip_hits(shared, state, skip, &deadline)?;
+        state.remaining = limit;
+        Ok::<(), CommandError>(())
+    };
+    place.run(quick, || {
+        let fresh = state.fresh();
+        let planned = planned.as_ref().map(|(p, c)| (p, *c));
+        // A plan from the cache is watched through its trial.
+        let watch = planned.and_then(|(p, _)| p.cached).map(|_| Arc::new(access::TrialWatch::default()));
+        open(&mut state, planned, watch.clone())?;
         let reply = first_batch(shared, state, batch_size.map(|b| b as usize), single, &deadline)?;
-        // A plan from the cache that did far more work than its trial: the
-        // next read of the shape races again.
-        if let Some((shape, stats)) = cached {
-            let works = stats.total(|s| &s.keys_examined) + stats.total(|s| &s.docs_examined);
-            let returned = reply.get_document("cursor").and_then(|c| c.get_array("firstBatch")).map_or(0, Vec::len);
-            if shared.plan_cache.check(&ns.to_string(), &shape, works, returned as u64) {
-                tracing::info!(ns = %ns, works, returned, "plan cache: a cached plan degraded; replanning its shape");
-            }
-        }
-        Ok(reply)
+        // A plan from the cache that degraded in its trial ended its read
+        // before answering anything (no cursor was kept): the shape is
+        // planned again and read by the new winner.
+        let Some((planned, coll)) = planned.filter(|_| watch.as_ref().is_some_and(|w| w.degraded())) else {
+            return Ok(reply);
+        };
+        tracing::info!(ns = %ns, shape = %planned.shape, "plan cache: a cached plan degraded in its trial; replanning");
+        shared.plan_cache.remove(&ns.to_string(), &planned.shape);
+        let replanned = plan(coll)?;
+        let mut state = fresh;
+        open(&mut state, Some((&replanned, coll)), None)?;
+        first_batch(shared, state, batch_size.map(|b| b as usize), single, &deadline)
     })
+}
+
+/// A cursor's source reading `planned`'s index scans of `coll` (`ns`),
+/// `filter` applied to what they fetch; a plan from the cache watched
+/// through its trial by `watch`.
+fn index_source(
+    shared: &Shared,
+    (ns, coll): (&Namespace, &Arc<doc::catalog::Collection>),
+    planned: &access::Planned<'_>,
+    filter: &query::Filter,
+    watch: Option<&Arc<access::TrialWatch>>,
+) -> Result<Source, CommandError> {
+    let stats = Arc::new(ScanStats::default());
+    let mut records = access::candidates(shared, ns, coll, planned, stats.clone())?;
+    if let (Some(watch), Some(works)) = (watch, planned.cached) {
+        let budget = crate::exec::plan_cache::PlanCache::replan_budget(works);
+        records = access::watch_trial(records, stats, filter.clone(), budget, watch.clone());
+    }
+    let scanning = Some((ns.clone(), Arc::clone(coll)));
+    let docs: query::pipeline::DocStream<'static> = Box::new(crate::exec::views::pipeline_input(records));
+    Ok(Source::Stream { docs: docs.peekable(), scanning, filter: Some(filter.clone()) })
 }
 
 pub fn get_more(shared: &Shared, cmd: &Document) -> CommandResult {

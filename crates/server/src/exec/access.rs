@@ -32,8 +32,9 @@ pub(crate) struct Planned<'a> {
     pub among: String,
     /// `{query, sort, projection}` as the plan cache shows the read.
     pub created_from: Document,
-    /// The choice came from the plan cache (explain's `isCached`).
-    pub cached: bool,
+    /// The choice came from the plan cache (explain's `isCached`): the
+    /// works of the trial that chose it.
+    pub cached: Option<u64>,
 }
 
 /// The ready secondary indexes of `coll`.
@@ -157,7 +158,7 @@ pub(crate) fn plan_projected<'a>(
         "sort": spec(&mut sort.unwrap_or_default().iter().map(|(p, d)| (p.clone(), if *d { -1 } else { 1 }))),
         "projection": spec(&mut projection.unwrap_or_default().iter().map(|p| (p.clone(), 1))),
     };
-    Planned { path, indexes, infos, rejected, shape, among, created_from, cached: false }
+    Planned { path, indexes, infos, rejected, shape, among, created_from, cached: None }
 }
 
 /// A command's `min` and `max` (`find`'s `min()`/`max()`), checked as
@@ -255,7 +256,7 @@ pub(crate) fn race<'a>(
     let mut contenders = vec![chosen.clone()];
     contenders.append(&mut planned.rejected);
     let ns_key = ns.to_string();
-    if let Some((winner, key)) = shared.plan_cache.get(&ns_key, &planned.shape, &planned.among) {
+    if let Some((winner, key, works)) = shared.plan_cache.get(&ns_key, &planned.shape, &planned.among) {
         let same = |c: &IndexScan| {
             let ix = &planned.indexes[c.index];
             ix.spec.name == winner && scan_key_pattern(ix, c) == key
@@ -263,7 +264,7 @@ pub(crate) fn race<'a>(
         if let Some(at) = contenders.iter().position(same) {
             planned.path = AccessPath::IndexScan(contenders.remove(at));
             planned.rejected = contenders;
-            planned.cached = true;
+            planned.cached = Some(works);
             return Ok(planned);
         }
     }
@@ -276,7 +277,7 @@ pub(crate) fn race<'a>(
         &ix.spec.name,
         scan_key_pattern(ix, &winner),
         planned.created_from.clone(),
-        (trials[best].works, trials[best].matched),
+        trials[best].works,
     );
     shared.plan_cache.put(&ns_key, &planned.shape, &planned.among, entry);
     planned.path = AccessPath::IndexScan(winner);
@@ -289,7 +290,6 @@ struct Trial {
     /// Higher wins.
     score: f64,
     works: u64,
-    matched: u64,
 }
 
 /// Run each contender for a trial, in order.
@@ -313,7 +313,7 @@ fn trial_runs(
             shape: String::new(),
             among: String::new(),
             created_from: Document::new(),
-            cached: false,
+            cached: None,
         };
         let mut matched = 0u64;
         let mut ended = true;
@@ -332,9 +332,51 @@ fn trial_runs(
         }
         let works = ScanStats::get(&stats.keys_examined) + ScanStats::get(&stats.docs_examined) + 1;
         let bonus = if scan.covered { 1e-4 } else { 0.0 };
-        trials.push(Trial { score: 1.0 + matched as f64 / works as f64 + bonus, works, matched });
+        trials.push(Trial { score: 1.0 + matched as f64 / works as f64 + bonus, works });
     }
     Ok(trials)
+}
+
+/// Whether a read by a cached plan degraded during its trial
+/// (`watch_trial`).
+#[derive(Default)]
+pub(crate) struct TrialWatch {
+    degraded: std::sync::atomic::AtomicBool,
+}
+
+impl TrialWatch {
+    pub(crate) fn degraded(&self) -> bool {
+        self.degraded.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// `records` of a plan from the cache, watched as mongod's cached plan
+/// stage watches it: until `filter` has matched `TRIAL_RESULTS` of them,
+/// work (`stats`) past `budget` ends the records and marks `watch`
+/// degraded, so the read is planned again.
+pub(crate) fn watch_trial(
+    mut records: Records,
+    stats: Arc<ScanStats>,
+    filter: query::Filter,
+    budget: u64,
+    watch: Arc<TrialWatch>,
+) -> Records {
+    let mut matched = 0u64;
+    Box::new(std::iter::from_fn(move || {
+        let record = records.next()?;
+        if matched < TRIAL_RESULTS {
+            // An error is the read's to report (as a match here).
+            if record.as_ref().map_or(true, |(_, d)| filter.try_matches_at(d).map_or(true, |m| m.0)) {
+                matched += 1;
+            }
+            let works = stats.total(|s| &s.keys_examined) + stats.total(|s| &s.docs_examined);
+            if matched < TRIAL_RESULTS && works > budget {
+                watch.degraded.store(true, std::sync::atomic::Ordering::Relaxed);
+                return None;
+            }
+        }
+        Some(record)
+    }))
 }
 
 /// The key pattern `scan` reads `ix` by: a wildcard index's is

@@ -67,6 +67,7 @@ pub(crate) struct CursorState {
 }
 
 /// `showRecordId`'s `$recordId`.
+#[derive(Clone)]
 pub(crate) enum RecordIds {
     Hidden,
     /// The record id, a long.
@@ -78,6 +79,24 @@ pub(crate) enum RecordIds {
 }
 
 impl CursorState {
+    /// A cursor like this one over no source yet (a read that starts
+    /// again on another plan).
+    pub(crate) fn fresh(&self) -> CursorState {
+        CursorState {
+            ns: self.ns.clone(),
+            source: Source::Buffer(Vec::new().into_iter()),
+            projection: self.projection.clone(),
+            record_id: self.record_id.clone(),
+            remaining: self.remaining,
+            last_used: self.last_used,
+            tailable: self.tailable,
+            await_data: self.await_data,
+            tailing: self.tailing.clone(),
+            lsid: self.lsid,
+            time_left: self.time_left,
+        }
+    }
+
     /// A cursor over `source` as it is: no projection, limit or tailing.
     pub(crate) fn of(ns: Namespace, source: Source) -> CursorState {
         CursorState {

@@ -5,10 +5,12 @@
 //! and `planCacheClear` empties a collection's entries. `$planCacheStats`
 //! lists them; explain shows a read's `queryHash` and `planCacheKey`.
 //!
-//! A `find` whose cached plan does more than ten times the work per
-//! document its trial measured drops the entry, so the next read of the
-//! shape races again (`check`; mongod replans within the same read,
-//! here the read that notices finishes on its plan).
+//! A `find` that reads by a cached plan is watched through its trial, as
+//! mongod's cached plan stage does (`access::watch_trial`): if the plan
+//! works more than `replan_budget` of its entry's trial works before it
+//! has matched a trial's worth of documents, the read drops the entry,
+//! races the candidates again and reads by the new winner (nothing is
+//! returned before that).
 
 use bson::{doc, Document};
 use parking_lot::Mutex;
@@ -17,11 +19,11 @@ use std::collections::HashMap;
 /// Entries kept before the cache starts over.
 const ENTRIES_MAX: usize = 5000;
 
-/// How many times its trial's work per document a cached plan may do
-/// before it is replanned (mongod's `internalQueryCacheEvictionRatio`).
+/// How many times its trial's works a cached plan may do before it is
+/// replanned (mongod's `internalQueryCacheEvictionRatio`).
 const EVICTION_RATIO: f64 = 10.0;
 
-/// Work below which a cached plan is never judged degraded.
+/// Works below which a cached plan is never judged degraded.
 const EVICTION_WORKS_MIN: u64 = 1000;
 
 /// One cached choice.
@@ -34,9 +36,8 @@ pub(crate) struct Entry {
     pub key_pattern: Document,
     /// `{query, sort, projection}` of the read it was chosen for.
     pub created_from: Document,
-    /// The winner's work in its trial, and the documents it matched.
+    /// The winner's work in its trial.
     pub works: u64,
-    pub results: u64,
     pub created: bson::DateTime,
 }
 
@@ -57,12 +58,12 @@ pub(crate) fn plan_cache_key(shape: &str, among: &str) -> String {
 }
 
 impl PlanCache {
-    /// The cached winner for `shape` on `ns` among `indexes`: its name and
-    /// the key pattern it was read by.
-    pub(crate) fn get(&self, ns: &str, shape: &str, indexes: &str) -> Option<(String, Document)> {
+    /// The cached winner for `shape` on `ns` among `indexes`: its name,
+    /// the key pattern it was read by, and its trial's works.
+    pub(crate) fn get(&self, ns: &str, shape: &str, indexes: &str) -> Option<(String, Document, u64)> {
         let entries = self.entries.lock();
         let entry = entries.get(&(ns.to_string(), shape.to_string()))?;
-        (entry.among == indexes).then(|| (entry.winner.clone(), entry.key_pattern.clone()))
+        (entry.among == indexes).then(|| (entry.winner.clone(), entry.key_pattern.clone(), entry.works))
     }
 
     /// Remember `winner` for `shape` on `ns` among `indexes`.
@@ -75,39 +76,27 @@ impl PlanCache {
     }
 
     /// A new entry (`put` fills in the indexes it was chosen among).
-    pub(crate) fn entry(winner: &str, key_pattern: Document, created_from: Document, trial: (u64, u64)) -> Entry {
+    pub(crate) fn entry(winner: &str, key_pattern: Document, created_from: Document, works: u64) -> Entry {
         Entry {
             among: String::new(),
             winner: winner.to_string(),
             key_pattern,
             created_from,
-            works: trial.0,
-            results: trial.1,
+            works,
             created: bson::DateTime::now(),
         }
     }
 
-    /// A read of `shape` on `ns` that took its plan from the cache did
-    /// `works` for `returned` documents: when that is more than
-    /// `EVICTION_RATIO` times the work per document its trial measured
-    /// (and more than `EVICTION_WORKS_MIN` in all), the entry goes, so
-    /// the next read of the shape races its candidates again (mongod's
-    /// replanning of a degraded cached plan). True when it went.
-    pub(crate) fn check(&self, ns: &str, shape: &str, works: u64, returned: u64) -> bool {
-        if works < EVICTION_WORKS_MIN {
-            return false;
-        }
-        let mut entries = self.entries.lock();
-        let key = (ns.to_string(), shape.to_string());
-        let Some(e) = entries.get(&key) else { return false };
-        // Per document returned (one more, so none returned still counts).
-        let measured = e.works as f64 / (e.results + 1) as f64;
-        let now = works as f64 / (returned + 1) as f64;
-        let degraded = now > EVICTION_RATIO * measured;
-        if degraded {
-            entries.remove(&key);
-        }
-        degraded
+    /// The work a read by a cached plan whose trial did `works` may do
+    /// before it has matched a trial's worth of documents: more, and it
+    /// is planned again (mongod's `internalQueryCacheEvictionRatio`).
+    pub(crate) fn replan_budget(works: u64) -> u64 {
+        ((works as f64 * EVICTION_RATIO) as u64).max(EVICTION_WORKS_MIN)
+    }
+
+    /// Forget the entry of `shape` on `ns` (its plan degraded).
+    pub(crate) fn remove(&self, ns: &str, shape: &str) {
+        self.entries.lock().remove(&(ns.to_string(), shape.to_string()));
     }
 
     /// Forget every entry of `ns`; returns how many there were.
