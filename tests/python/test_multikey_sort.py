@@ -8,10 +8,12 @@ against the same read with a blocking sort (`$natural` hinted)."""
 import random
 
 import pytest
+from bson.min_key import MinKey
 
 VALUES = [
     None, [], 3, "s", [1, 5], [[2], 0], [{"x": 3}, {"x": 1}], {"x": 2}, [{"x": 4}, {"y": 1}],
     [None], 2.5, [-1, "z"], [7, 7], [[]], [{"x": [6, 0]}], {"x": [9, -2]}, True, [False, 4],
+    MinKey(), [MinKey(), 3],
 ]
 
 
@@ -78,3 +80,35 @@ def test_a_multikey_index_gives_a_sort_only_under_mongods_rule(docs, flt, sort, 
     assert [d["_id"] for d in find()] == want
     assert [d["_id"] for d in find().limit(7)] == want[:7]
     assert [d["_id"] for d in find().skip(5).limit(20)] == want[5:25]
+
+
+def test_two_sort_fields_in_one_array_take_a_blocking_sort(client):
+    """A document meets the scan at its lowest key as a whole; a sort
+    orders by each field's own lowest value: two sort fields under one
+    array are sorted by a SORT stage."""
+    c = client.test.pair
+    c.insert_many([{"_id": 1, "x": [{"a": 1, "b": 9}, {"a": 2, "b": 0}]}, {"_id": 2, "x": {"a": 1, "b": 5}}])
+    c.create_index([("x.a", 1), ("x.b", 1)])
+    sort = [("x.a", 1), ("x.b", 1)]
+    plan = c.find().sort(sort).explain()["queryPlanner"]["winningPlan"]
+    assert "SORT" in stages(plan), plan
+    want = [d["_id"] for d in c.find().sort(sort).hint([("$natural", 1)])]
+    assert [d["_id"] for d in c.find().sort(sort)] == want
+    assert [d["_id"] for d in c.find().sort(sort).hint("x.a_1_x.b_1")] == want
+
+
+def test_long_multikey_keys_give_each_document_at_its_lowest_key(client):
+    """Keys past 4 KiB sharing their stored bytes are read in digest order
+    and put back in key order before duplicates are dropped: a document
+    comes at its lowest key."""
+    c = client.test.longmk
+    stem = "p" * 5000
+    rows = [{"_id": i, "a": [stem + chr(90 - i), stem + chr(65 + i)]} for i in range(8)]
+    rows += [{"_id": 10 + i, "a": stem + chr(72 + i)} for i in range(8)]
+    c.insert_many(rows)
+    c.create_index("a")
+    for direction in (1, -1):
+        plan = c.find().sort("a", direction).explain()["queryPlanner"]["winningPlan"]
+        assert "SORT" not in stages(plan), plan
+        want = [d["_id"] for d in c.find().sort("a", direction).hint([("$natural", 1)])]
+        assert [d["_id"] for d in c.find().sort("a", direction)] == want

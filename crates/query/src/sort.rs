@@ -1,6 +1,7 @@
 //! Sorting documents as MongoDB does: by each field's sort key, which for
 //! an array is its smallest element ascending and its largest descending;
-//! a missing field sorts as null, and an empty array before null.
+//! a missing field sorts as null, and an empty array as undefined (below
+//! null, above MinKey), as mongod's sort keys and index keys both have it.
 
 use crate::collation::Collation;
 use crate::context::EvalContext;
@@ -69,7 +70,7 @@ impl Sort {
     pub fn compare(&self, a: &Document, b: &Document) -> Ordering {
         let cx = EvalContext::new(self.collation.as_deref());
         for (path, desc) in &self.fields {
-            let o = compare_keys(&sort_key(a, path, *desc, &cx), &sort_key(b, path, *desc, &cx), &cx);
+            let o = cx.compare(&sort_key(a, path, *desc, &cx), &sort_key(b, path, *desc, &cx));
             let o = if *desc { o.reverse() } else { o };
             if o != Ordering::Equal {
                 return o;
@@ -84,15 +85,14 @@ impl Sort {
     }
 }
 
-/// A field's sort key: `None` stands for an empty array, which sorts
-/// before every value.
-fn sort_key(d: &Document, path: &str, desc: bool, cx: &EvalContext) -> Option<Bson> {
-    let mut best: Option<Option<Bson>> = None;
-    let mut offer = |k: Option<Bson>| {
+/// A field's sort key (an empty array's is undefined, as its index key).
+fn sort_key(d: &Document, path: &str, desc: bool, cx: &EvalContext) -> Bson {
+    let mut best: Option<Bson> = None;
+    let mut offer = |k: Bson| {
         let better = match &best {
             None => true,
             Some(cur) => {
-                let o = compare_keys(&k, cur, cx);
+                let o = cx.compare(&k, cur);
                 if desc {
                     o == Ordering::Greater
                 } else {
@@ -105,21 +105,12 @@ fn sort_key(d: &Document, path: &str, desc: bool, cx: &EvalContext) -> Option<Bs
         }
     };
     walk(d, path, None, &mut |v, _| match v {
-        None => offer(Some(Bson::Null)),
-        Some(Bson::Array(items)) if items.is_empty() => offer(None),
-        Some(Bson::Array(items)) => items.iter().for_each(|i| offer(Some(i.clone()))),
-        Some(v) => offer(Some(v.clone())),
+        None => offer(Bson::Null),
+        Some(Bson::Array(items)) if items.is_empty() => offer(Bson::Undefined),
+        Some(Bson::Array(items)) => items.iter().for_each(|i| offer(i.clone())),
+        Some(v) => offer(v.clone()),
     });
-    best.unwrap_or(Some(Bson::Null))
-}
-
-fn compare_keys(a: &Option<Bson>, b: &Option<Bson>, cx: &EvalContext) -> Ordering {
-    match (a, b) {
-        (None, None) => Ordering::Equal,
-        (None, Some(_)) => Ordering::Less,
-        (Some(_), None) => Ordering::Greater,
-        (Some(x), Some(y)) => cx.compare(x, y),
-    }
+    best.unwrap_or(Bson::Null)
 }
 
 #[cfg(test)]
@@ -143,7 +134,11 @@ mod tests {
             doc! { "_id": 5, "a": "x" },
         ];
         assert_eq!(sorted(doc! { "a": 1 }, docs.clone()), vec![4, 3, 1, 2, 5]);
-        assert_eq!(sorted(doc! { "a": -1 }, docs), vec![5, 1, 2, 3, 4]);
+        assert_eq!(sorted(doc! { "a": -1 }, docs.clone()), vec![5, 1, 2, 3, 4]);
+        // An empty array sorts as undefined: above MinKey.
+        let mut with_min = docs;
+        with_min.push(doc! { "_id": 6, "a": Bson::MinKey });
+        assert_eq!(sorted(doc! { "a": 1 }, with_min), vec![6, 4, 3, 1, 2, 5]);
     }
 
     #[test]

@@ -371,7 +371,8 @@ fn covers(ix: &IndexInfo, projection: Option<&[String]>) -> bool {
 /// document first at its lowest value (backwards: its highest), the
 /// value a sort orders it by. Otherwise a multikey field pinned to one
 /// value is passed over (the sort may not name it), and any other ends
-/// the order the index gives.
+/// the order the index gives. Two sort fields under one multikey
+/// top-level field give no order.
 fn sort_order(shape: &ReadShape<'_, '_>, ix: &IndexInfo, bounds: &[Vec<Interval>]) -> Option<bool> {
     let sort = shape.sort.filter(|s| !s.is_empty())?;
     if !ix.collation_matches || ix.hashed.is_some() {
@@ -388,7 +389,7 @@ fn sort_order(shape: &ReadShape<'_, '_>, ix: &IndexInfo, bounds: &[Vec<Interval>
     let mut given: Vec<usize> = Vec::new();
     for f in 0..ix.fields.len() {
         if numeric(&ix.fields[f].0) {
-            return None;
+            break;
         }
         match (multikey(f), point(f)) {
             (true, _) if orders(f) => given.push(f),
@@ -404,6 +405,11 @@ fn sort_order(shape: &ReadShape<'_, '_>, ix: &IndexInfo, bounds: &[Vec<Interval>
     let pinned = |path: &str| (0..ix.fields.len()).any(|f| ix.fields[f].0 == path && pinned_at(f));
     let mut given = given.into_iter().peekable();
     let mut reverse = None;
+    // The top-level fields of the multikey fields the sort uses: a
+    // document meets the scan at its lowest key as a whole, where a sort
+    // takes each field's lowest value, so two sort fields in one array
+    // could disagree.
+    let mut arrays: Vec<&str> = Vec::new();
     for (want, want_desc) in sort.iter().filter(|(p, _)| !pinned(p)) {
         let f = loop {
             let f = given.next()?;
@@ -414,6 +420,12 @@ fn sort_order(shape: &ReadShape<'_, '_>, ix: &IndexInfo, bounds: &[Vec<Interval>
                 return None;
             }
         };
+        if multikey(f) {
+            if arrays.contains(&top(f)) {
+                return None;
+            }
+            arrays.push(top(f));
+        }
         let backwards = *want_desc != ix.fields[f].1;
         if *reverse.get_or_insert(backwards) != backwards {
             return None;

@@ -396,11 +396,29 @@ impl Scan {
             if self.reverse {
                 run.reverse();
             }
-            self.pending.extend(run);
+            run.into_iter().for_each(|entry| self.admit(entry));
             self.run = None;
         }
         if self.run.is_none() {
             self.run = cut;
+        }
+    }
+
+    /// Queue an entry to return unless its record was queued before: a
+    /// multikey index holds several keys of it, and a write during the
+    /// scan may move its key ahead of the scan (counted as explain counts:
+    /// only in a multikey index). A dropped entry's keys are examined now.
+    fn admit(&mut self, entry: (u64, KeyValues, u64)) {
+        let first = self.seen.insert(entry.0);
+        if self.multikey {
+            self.stats.dups_tested.fetch_add(1, Ordering::Relaxed);
+            if !first {
+                self.stats.dups_dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        match first {
+            true => self.pending.push_back(entry),
+            false => self.unreported += entry.2,
         }
     }
 
@@ -444,23 +462,13 @@ impl Scan {
                 self.track_run(cut.map(<[u8]>::to_vec));
             }
             if !checked || (in_bounds(&values, &self.bounds) && self.within_min_max(&values)) {
-                // Each record once: a multikey index holds several keys
-                // of it, and a write during the scan may move its key
-                // ahead of the scan (counted as explain counts: only in
-                // a multikey index).
-                let first = self.seen.insert(rid);
-                if self.multikey {
-                    self.stats.dups_tested.fetch_add(1, Ordering::Relaxed);
-                    if !first {
-                        self.stats.dups_dropped.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-                if first {
-                    let entry = (rid, values, std::mem::take(&mut self.unreported));
-                    match &self.run {
-                        Some(_) => self.held.push(entry),
-                        None => self.pending.push_back(entry),
-                    }
+                // Each record once (`admit`); a held run of long keys is
+                // deduplicated when released, in key order (so a document
+                // comes at its lowest key).
+                let entry = (rid, values, std::mem::take(&mut self.unreported));
+                match &self.run {
+                    Some(_) => self.held.push(entry),
+                    None => self.admit(entry),
                 }
             }
             n += 1;
