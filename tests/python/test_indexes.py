@@ -759,6 +759,66 @@ def test_a_cached_plan_that_degrades_is_replanned(client):
     assert entry["cachedPlan"]["inputStage"]["indexName"] == "b_1"
 
 
+def test_a_cached_plan_is_watched_only_through_its_first_batch(client):
+    """Once a first batch is answered the read goes on by its plan: a
+    small first batch ends the watch, and later batches return every
+    document even where the plan works far past its trial."""
+    db = client.test
+    db.rw.create_index("a")
+    db.rw.create_index("b")
+    # a = 0 from 100 on; b matches `$gte: 0` for 100..109 and past 4900.
+    db.rw.insert_many(
+        [{"_id": i, "a": 0 if i >= 100 else i, "b": i if i < 110 or i > 4900 else -1} for i in range(5000)]
+    )
+    list(db.rw.find({"a": 7, "b": {"$gte": 0}}))
+    [entry] = list(db.rw.aggregate([{"$planCacheStats": {}}]))
+    assert entry["cachedPlan"]["inputStage"]["indexName"] == "a_1"
+    flt = {"a": 0, "b": {"$gte": 0}}
+    want = sorted(d["_id"] for d in db.rw.find(flt).hint([("$natural", 1)]))
+    assert len(want) == 110
+    for batch in (1, 5):
+        assert sorted(d["_id"] for d in db.rw.find(flt).batch_size(batch)) == want, batch
+    # An empty first batch (pymongo's batch_size(0) sends none) reads
+    # nothing before the watch ends.
+    first = db.command("find", "rw", filter=flt, batchSize=0)["cursor"]
+    assert first["firstBatch"] == [] and first["id"] != 0
+    got, cursor_id = [], first["id"]
+    while cursor_id:
+        more = db.command("getMore", cursor_id, collection="rw", batchSize=7)["cursor"]
+        got += [d["_id"] for d in more["nextBatch"]]
+        cursor_id = more["id"]
+    assert sorted(got) == want
+    [entry] = list(db.rw.aggregate([{"$planCacheStats": {}}]))
+    assert entry["cachedPlan"]["inputStage"]["indexName"] == "a_1"
+    # Degraded while skipping (before any batch): replanned, and the
+    # read by the new plan skips as many.
+    first = db.command("find", "rw", filter=flt, skip=50, batchSize=0)["cursor"]
+    got, cursor_id = [], first["id"]
+    while cursor_id:
+        more = db.command("getMore", cursor_id, collection="rw")["cursor"]
+        got += [d["_id"] for d in more["nextBatch"]]
+        cursor_id = more["id"]
+    assert len(got) == len(set(got)) == len(want) - 50 and set(got) <= set(want)
+    [entry] = list(db.rw.aggregate([{"$planCacheStats": {}}]))
+    assert entry["cachedPlan"]["inputStage"]["indexName"] == "b_1"
+    list(db.rw.find({"a": 7, "b": {"$gte": 0}}).hint("a_1"))
+    db.command("planCacheClear", "rw")
+    list(db.rw.find({"a": 7, "b": {"$gte": 0}}))
+    [entry] = list(db.rw.aggregate([{"$planCacheStats": {}}]))
+    assert entry["cachedPlan"]["inputStage"]["indexName"] == "a_1"
+    # A first batch of the default size works past the budget: replanned;
+    # `$indexStats` counts the read once, for the index it kept.
+    def accesses():
+        return {s["name"]: s["accesses"]["ops"] for s in db.rw.aggregate([{"$indexStats": {}}])}
+
+    before = accesses()
+    assert sorted(d["_id"] for d in db.rw.find(flt)) == want
+    [entry] = list(db.rw.aggregate([{"$planCacheStats": {}}]))
+    assert entry["cachedPlan"]["inputStage"]["indexName"] == "b_1"
+    after = accesses()
+    assert (after["a_1"] - before["a_1"], after["b_1"] - before["b_1"]) == (0, 1), (before, after)
+
+
 def test_a_sorted_cached_plan_that_degrades_is_replanned_into_a_blocking_sort(client):
     """The cached plan gave the sort; the plan that replaces it within the
     read does not, so the read sorts its documents itself."""

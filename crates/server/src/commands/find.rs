@@ -246,14 +246,25 @@ pub fn find(shared: &Shared, place: Place, cmd: &Document) -> CommandResult {
         let fresh = state.fresh();
         let planned = planned.as_ref().map(|(p, c)| (p, *c));
         // A plan from the cache is watched through its trial.
-        let watch = planned.and_then(|(p, _)| p.cached).map(|_| Arc::new(access::TrialWatch::default()));
+        let watch = planned.and_then(|(p, _)| p.cached).map(|_| Arc::new(access::TrialWatch::new()));
         open(&mut state, planned, watch.clone())?;
-        let reply = first_batch(shared, state, batch_size.map(|b| b as usize), single, &deadline)?;
+        let degraded = || watch.as_ref().is_some_and(|w| w.degraded());
+        // Degraded while skipping: no batch is read (nor a cursor kept).
+        let reply = match degraded() {
+            true => None,
+            false => Some(first_batch(shared, state, batch_size.map(|b| b as usize), single, &deadline)?),
+        };
+        if let Some(w) = &watch {
+            w.end();
+        }
         // A plan from the cache that degraded in its trial ended its read
         // before answering anything (no cursor was kept): the shape is
         // planned again and read by the new winner.
-        let Some((planned, coll)) = planned.filter(|_| watch.as_ref().is_some_and(|w| w.degraded())) else {
-            return Ok(reply);
+        let (Some((planned, coll)), true) = (planned, degraded()) else {
+            if let (Some((planned, _)), Some(_)) = (planned, &watch) {
+                access::note_access(planned);
+            }
+            return Ok(reply.expect("read unless degraded"));
         };
         tracing::info!(ns = %ns, shape = %planned.shape, "plan cache: a cached plan degraded in its trial; replanning");
         shared.plan_cache.remove(&ns.to_string(), &planned.shape);
@@ -275,11 +286,15 @@ fn index_source(
     watch: Option<&Arc<access::TrialWatch>>,
 ) -> Result<Source, CommandError> {
     let stats = Arc::new(ScanStats::default());
-    let mut records = access::candidates(shared, ns, coll, planned, stats.clone())?;
-    if let (Some(watch), Some(works)) = (watch, planned.cached) {
-        let budget = crate::exec::plan_cache::PlanCache::replan_budget(works);
-        records = access::watch_trial(records, stats, filter.clone(), budget, watch.clone());
-    }
+    let records = match (watch, planned.cached) {
+        // Its index access is counted once it is kept (`find`).
+        (Some(watch), Some(works)) => {
+            let budget = crate::exec::plan_cache::PlanCache::replan_budget(works);
+            let records = access::records(shared, ns, coll, planned, stats.clone())?;
+            access::watch_trial(records, stats, filter.clone(), budget, watch.clone())
+        }
+        _ => access::candidates(shared, ns, coll, planned, stats)?,
+    };
     let scanning = Some((ns.clone(), Arc::clone(coll)));
     let docs: query::pipeline::DocStream<'static> = Box::new(crate::exec::views::pipeline_input(records));
     Ok(Source::Stream { docs: docs.peekable(), scanning, filter: Some(filter.clone()) })

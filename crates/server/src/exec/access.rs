@@ -338,22 +338,33 @@ fn trial_runs(
 }
 
 /// Whether a read by a cached plan degraded during its trial
-/// (`watch_trial`).
-#[derive(Default)]
+/// (`watch_trial`). Only its first batch is watched: once that is
+/// answered (`end`), nothing the client has seen can be read again, so
+/// the read goes on by its plan.
 pub(crate) struct TrialWatch {
     degraded: std::sync::atomic::AtomicBool,
+    ended: std::sync::atomic::AtomicBool,
 }
 
 impl TrialWatch {
+    pub(crate) fn new() -> TrialWatch {
+        TrialWatch { degraded: false.into(), ended: false.into() }
+    }
+
     pub(crate) fn degraded(&self) -> bool {
         self.degraded.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The first batch is answered: stop watching.
+    pub(crate) fn end(&self) {
+        self.ended.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
 /// `records` of a plan from the cache, watched as mongod's cached plan
-/// stage watches it: until `filter` has matched `TRIAL_RESULTS` of them,
-/// work (`stats`) past `budget` ends the records and marks `watch`
-/// degraded, so the read is planned again.
+/// stage watches it: until `filter` has matched `TRIAL_RESULTS` of them
+/// (or the first batch is answered), work (`stats`) past `budget` ends
+/// the records and marks `watch` degraded, so the read is planned again.
 pub(crate) fn watch_trial(
     mut records: Records,
     stats: Arc<ScanStats>,
@@ -363,8 +374,12 @@ pub(crate) fn watch_trial(
 ) -> Records {
     let mut matched = 0u64;
     Box::new(std::iter::from_fn(move || {
+        // Once degraded, ended for good.
+        if watch.degraded() {
+            return None;
+        }
         let record = records.next()?;
-        if matched < TRIAL_RESULTS {
+        if matched < TRIAL_RESULTS && !watch.ended.load(std::sync::atomic::Ordering::Relaxed) {
             // An error is the read's to report (as a match here).
             if record.as_ref().map_or(true, |(_, d)| filter.try_matches_at(d).map_or(true, |m| m.0)) {
                 matched += 1;
@@ -432,17 +447,23 @@ pub(crate) fn candidates(
     planned: &Planned<'_>,
     stats: Arc<ScanStats>,
 ) -> Result<Records, CommandError> {
-    // `$indexStats` counts the reads an index serves (not trial runs).
+    note_access(planned);
+    records(shared, ns, coll, planned, stats)
+}
+
+/// Count a read of `planned`'s indexes for `$indexStats` (the reads an
+/// index serves, not trial runs).
+pub(crate) fn note_access(planned: &Planned<'_>) {
     match &planned.path {
         AccessPath::IndexScan(scan) => planned.indexes[scan.index].note_access(),
         AccessPath::Or(scans) => scans.iter().for_each(|s| planned.indexes[s.index].note_access()),
         AccessPath::IdPoint(_) | AccessPath::CollScan { .. } => {}
     }
-    records(shared, ns, coll, planned, stats)
 }
 
-/// `candidates` without counting an index access (a trial run).
-fn records(
+/// `candidates` without counting an index access (a trial run, or a
+/// cached plan's read until its trial is over).
+pub(crate) fn records(
     shared: &Shared,
     ns: &Namespace,
     coll: &Arc<Collection>,
