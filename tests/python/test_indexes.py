@@ -834,7 +834,15 @@ def test_a_sorted_cached_plan_that_degrades_is_replanned_into_a_blocking_sort(cl
     assert [d["_id"] for d in db.rs.find(flt).sort("a", 1)] == list(range(4990, 5000))
     [entry] = list(db.rs.aggregate([{"$planCacheStats": {}}]))
     assert entry["cachedPlan"]["inputStage"]["indexName"] == "b_1"
+
+    # A read with a blocking sort goes by the cached (raced) plan too.
+    def accesses():
+        return {s["name"]: s["accesses"]["ops"] for s in db.rs.aggregate([{"$indexStats": {}}])}
+
+    before = accesses()
     assert [d["_id"] for d in db.rs.find(flt).sort("a", 1).limit(3)] == [4990, 4991, 4992]
+    after = accesses()
+    assert (after["a_1"] - before["a_1"], after["b_1"] - before["b_1"]) == (0, 1), (before, after)
 
 
 def test_review_cases_for_covered_reads_and_explain_of_aggregate(client):

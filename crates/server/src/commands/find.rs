@@ -26,6 +26,7 @@ use crate::exec::deadline::Deadline;
 use crate::exec::index_scan::ScanStats;
 use crate::exec::scan::check_hint;
 use crate::exec::scan::collation_of;
+use crate::exec::scan::planned_hits;
 use crate::exec::scan::scan_hits;
 use crate::exec::scan::sorted_hits;
 use crate::exec::scan::Hit;
@@ -218,7 +219,11 @@ pub fn find(shared: &Shared, place: Place, cmd: &Document) -> CommandResult {
             return Ok(());
         }
         if !sort.is_empty() && !index_sorted {
-            let hits = &mut scan_hits(shared, &ns, (&filter_doc, &filter), cmd.get("hint"), &deadline);
+            // The planned (raced) read, or a view's documents.
+            let hits = &mut match planned {
+                Some((planned, coll)) => planned_hits(shared, &ns, coll, planned, &filter, &deadline),
+                None => scan_hits(shared, &ns, (&filter_doc, &filter), cmd.get("hint"), &deadline),
+            };
             state.source = sorted_hits(shared, hits, &sort, (skip, limit), allow_disk_use, &deadline)?;
             // A spilled sort applied the skip but not the limit.
             state.remaining = limit.filter(|_| matches!(state.source, Source::Merge(_)));
@@ -243,10 +248,12 @@ pub fn find(shared: &Shared, place: Place, cmd: &Document) -> CommandResult {
         Ok::<(), CommandError>(())
     };
     place.run(quick, || {
-        let fresh = state.fresh();
         let planned = planned.as_ref().map(|(p, c)| (p, *c));
-        // A plan from the cache is watched through its trial.
-        let watch = planned.and_then(|(p, _)| p.cached).map(|_| Arc::new(access::TrialWatch::new()));
+        // A plan from the cache is watched through its trial (and, should
+        // it degrade, the read starts over from a fresh cursor).
+        let watched = planned.filter(|(p, _)| p.cached.is_some() && access::may_degrade(p));
+        let watch = watched.map(|_| Arc::new(access::TrialWatch::new()));
+        let fresh = watch.as_ref().map(|_| state.fresh());
         open(&mut state, planned, watch.clone())?;
         let degraded = || watch.as_ref().is_some_and(|w| w.degraded());
         // Degraded while skipping: no batch is read (nor a cursor kept).
@@ -261,7 +268,7 @@ pub fn find(shared: &Shared, place: Place, cmd: &Document) -> CommandResult {
         // before answering anything (no cursor was kept): the shape is
         // planned again and read by the new winner.
         let (Some((planned, coll)), true) = (planned, degraded()) else {
-            if let (Some((planned, _)), Some(_)) = (planned, &watch) {
+            if let (Some((planned, _)), Some(true)) = (planned, watch.as_ref().map(|w| w.watching())) {
                 access::note_access(planned);
             }
             return Ok(reply.expect("read unless degraded"));
@@ -269,7 +276,7 @@ pub fn find(shared: &Shared, place: Place, cmd: &Document) -> CommandResult {
         tracing::info!(ns = %ns, shape = %planned.shape, "plan cache: a cached plan degraded in its trial; replanning");
         shared.plan_cache.remove(&ns.to_string(), &planned.shape);
         let replanned = plan(coll)?;
-        let mut state = fresh;
+        let mut state = fresh.expect("kept for a watched read");
         open(&mut state, Some((&replanned, coll)), None)?;
         first_batch(shared, state, batch_size.map(|b| b as usize), single, &deadline)
     })

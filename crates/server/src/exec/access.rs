@@ -342,13 +342,20 @@ fn trial_runs(
 /// answered (`end`), nothing the client has seen can be read again, so
 /// the read goes on by its plan.
 pub(crate) struct TrialWatch {
+    /// Some records are watched (`watch_trial`): a streamed read, whose
+    /// index access is counted once it is kept.
+    watching: std::sync::atomic::AtomicBool,
     degraded: std::sync::atomic::AtomicBool,
     ended: std::sync::atomic::AtomicBool,
 }
 
 impl TrialWatch {
     pub(crate) fn new() -> TrialWatch {
-        TrialWatch { degraded: false.into(), ended: false.into() }
+        TrialWatch { watching: false.into(), degraded: false.into(), ended: false.into() }
+    }
+
+    pub(crate) fn watching(&self) -> bool {
+        self.watching.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub(crate) fn degraded(&self) -> bool {
@@ -358,6 +365,19 @@ impl TrialWatch {
     /// The first batch is answered: stop watching.
     pub(crate) fn end(&self) {
         self.ended.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Whether a read by `planned` from the cache could degrade in its
+/// trial: not when it is one index scan whose every key read is of a
+/// matching document (a trial's worth of matches then costs about twice
+/// as many works, under any budget), so such a read is not watched.
+pub(crate) fn may_degrade(planned: &Planned<'_>) -> bool {
+    match &planned.path {
+        AccessPath::IndexScan(s) => {
+            s.fetch_filter.is_some() || !index_scan::reads_only_matches(&planned.indexes[s.index], s)
+        }
+        AccessPath::IdPoint(_) | AccessPath::CollScan { .. } | AccessPath::Or(_) => true,
     }
 }
 
@@ -372,6 +392,7 @@ pub(crate) fn watch_trial(
     budget: u64,
     watch: Arc<TrialWatch>,
 ) -> Records {
+    watch.watching.store(true, std::sync::atomic::Ordering::Relaxed);
     let mut matched = 0u64;
     Box::new(std::iter::from_fn(move || {
         // Once degraded, ended for good.
@@ -384,7 +405,8 @@ pub(crate) fn watch_trial(
             if record.as_ref().map_or(true, |(_, d)| filter.try_matches_at(d).map_or(true, |m| m.0)) {
                 matched += 1;
             }
-            let works = stats.total(|s| &s.keys_examined) + stats.total(|s| &s.docs_examined);
+            // (A cached plan is one index scan: no branches to add.)
+            let works = ScanStats::get(&stats.keys_examined) + ScanStats::get(&stats.docs_examined);
             if matched < TRIAL_RESULTS && works > budget {
                 watch.degraded.store(true, std::sync::atomic::Ordering::Relaxed);
                 return None;

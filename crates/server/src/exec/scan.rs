@@ -174,7 +174,19 @@ pub(crate) fn scan_hits<'a>(
     }
     let Some(coll) = shared.catalog.get(ns) else { return Box::new(std::iter::empty()) };
     let planned = access::plan_read(&coll, filter_doc, filter.collation(), false, hint);
-    let mut records = match access::candidates(shared, ns, &coll, &planned, Default::default()) {
+    planned_hits(shared, ns, &coll, &planned, filter, deadline)
+}
+
+/// The hits of `filter` among the records `planned` reads of `coll`.
+pub(crate) fn planned_hits<'a>(
+    shared: &'a Shared,
+    ns: &Namespace,
+    coll: &Arc<doc::catalog::Collection>,
+    planned: &access::Planned<'_>,
+    filter: &'a Filter,
+    deadline: &'a Deadline,
+) -> Box<dyn Iterator<Item = Result<Hit, CommandError>> + 'a> {
+    let mut records = match access::candidates(shared, ns, coll, planned, Default::default()) {
         Ok(records) => records,
         Err(e) => return Box::new(std::iter::once(Err(e))),
     };
