@@ -845,6 +845,32 @@ def test_a_sorted_cached_plan_that_degrades_is_replanned_into_a_blocking_sort(cl
     assert (after["a_1"] - before["a_1"], after["b_1"] - before["b_1"]) == (0, 1), (before, after)
 
 
+def test_a_cached_plan_under_a_blocking_sort_is_watched_too(client):
+    db = client.test
+    db.rb.create_index("a")
+    db.rb.create_index("b")
+    db.rb.insert_many([{"_id": i, "a": 0 if i >= 100 else i, "b": i, "c": -i} for i in range(5000)])
+    list(db.rb.find({"a": 7, "b": {"$gte": 0}}).sort("c", 1))
+    [entry] = list(db.rb.aggregate([{"$planCacheStats": {}}]))
+    assert entry["cachedPlan"]["inputStage"]["indexName"] == "a_1"
+    got = [d["_id"] for d in db.rb.find({"a": 0, "b": {"$gte": 4990}}).sort("c", 1)]
+    assert got == list(range(4999, 4989, -1))
+    [entry] = list(db.rb.aggregate([{"$planCacheStats": {}}]))
+    assert entry["cachedPlan"]["inputStage"]["indexName"] == "b_1"
+
+
+def test_a_blocking_sort_over_a_covered_plan(client):
+    """A raced plan may cover the projection while a SORT orders it: only
+    when the index holds the sort's fields too."""
+    db = client.test
+    db.cs.create_index([("a", 1), ("b", 1)])
+    db.cs.insert_many([{"_id": i, "a": i % 7, "b": (i * 5) % 11, "c": -i} for i in range(200)])
+    for projection, sort in (({"b": 1, "_id": 0}, [("b", 1)]), ({"a": 1, "_id": 0}, [("c", 1)])):
+        flt = {"a": {"$gt": 0}}
+        want = list(db.cs.find(flt, projection).sort(sort).hint([("$natural", 1)]))
+        assert list(db.cs.find(flt, projection).sort(sort)) == want, (projection, sort)
+
+
 def test_review_cases_for_covered_reads_and_explain_of_aggregate(client):
     db = client.test
     db.rc.create_index("a")

@@ -221,7 +221,10 @@ pub fn find(shared: &Shared, place: Place, cmd: &Document) -> CommandResult {
         if !sort.is_empty() && !index_sorted {
             // The planned (raced) read, or a view's documents.
             let hits = &mut match planned {
-                Some((planned, coll)) => planned_hits(shared, &ns, coll, planned, &filter, &deadline),
+                Some((planned, coll)) => {
+                    let watch = watch.as_ref().map(|w| (w, &filter));
+                    planned_hits(shared, (&ns, coll), planned, (&filter, watch), &deadline)
+                }
                 None => scan_hits(shared, &ns, (&filter_doc, &filter), cmd.get("hint"), &deadline),
             };
             state.source = sorted_hits(shared, hits, &sort, (skip, limit), allow_disk_use, &deadline)?;
@@ -293,15 +296,7 @@ fn index_source(
     watch: Option<&Arc<access::TrialWatch>>,
 ) -> Result<Source, CommandError> {
     let stats = Arc::new(ScanStats::default());
-    let records = match (watch, planned.cached) {
-        // Its index access is counted once it is kept (`find`).
-        (Some(watch), Some(works)) => {
-            let budget = crate::exec::plan_cache::PlanCache::replan_budget(works);
-            let records = access::records(shared, ns, coll, planned, stats.clone())?;
-            access::watch_trial(records, stats, filter.clone(), budget, watch.clone())
-        }
-        _ => access::candidates(shared, ns, coll, planned, stats)?,
-    };
+    let records = access::watched_candidates(shared, (ns, coll), planned, stats, watch.map(|w| (w, filter)))?;
     let scanning = Some((ns.clone(), Arc::clone(coll)));
     let docs: query::pipeline::DocStream<'static> = Box::new(crate::exec::views::pipeline_input(records));
     Ok(Source::Stream { docs: docs.peekable(), scanning, filter: Some(filter.clone()) })

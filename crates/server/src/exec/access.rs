@@ -473,6 +473,26 @@ pub(crate) fn candidates(
     records(shared, ns, coll, planned, stats)
 }
 
+/// `candidates`, or for a plan from the cache watched by `watch`, its
+/// records watched through its trial (`watch_trial`, `filter` telling
+/// the matches; its index access is counted once it is kept).
+pub(crate) fn watched_candidates(
+    shared: &Shared,
+    (ns, coll): (&Namespace, &Arc<Collection>),
+    planned: &Planned<'_>,
+    stats: Arc<ScanStats>,
+    watch: Option<(&Arc<TrialWatch>, &query::Filter)>,
+) -> Result<Records, CommandError> {
+    match (watch, planned.cached) {
+        (Some((watch, filter)), Some(works)) => {
+            let budget = crate::exec::plan_cache::PlanCache::replan_budget(works);
+            let records = records(shared, ns, coll, planned, stats.clone())?;
+            Ok(watch_trial(records, stats, filter.clone(), budget, watch.clone()))
+        }
+        _ => candidates(shared, ns, coll, planned, stats),
+    }
+}
+
 /// Count a read of `planned`'s indexes for `$indexStats` (the reads an
 /// index serves, not trial runs).
 pub(crate) fn note_access(planned: &Planned<'_>) {
@@ -485,7 +505,7 @@ pub(crate) fn note_access(planned: &Planned<'_>) {
 
 /// `candidates` without counting an index access (a trial run, or a
 /// cached plan's read until its trial is over).
-pub(crate) fn records(
+fn records(
     shared: &Shared,
     ns: &Namespace,
     coll: &Arc<Collection>,

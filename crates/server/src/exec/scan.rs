@@ -174,19 +174,19 @@ pub(crate) fn scan_hits<'a>(
     }
     let Some(coll) = shared.catalog.get(ns) else { return Box::new(std::iter::empty()) };
     let planned = access::plan_read(&coll, filter_doc, filter.collation(), false, hint);
-    planned_hits(shared, ns, &coll, &planned, filter, deadline)
+    planned_hits(shared, (ns, &coll), &planned, (filter, None), deadline)
 }
 
-/// The hits of `filter` among the records `planned` reads of `coll`.
+/// The hits of `filter` among the records `planned` reads of `coll`
+/// (`ns`); a plan from the cache watched by `watch` through its trial.
 pub(crate) fn planned_hits<'a>(
     shared: &'a Shared,
-    ns: &Namespace,
-    coll: &Arc<doc::catalog::Collection>,
+    (ns, coll): (&Namespace, &Arc<doc::catalog::Collection>),
     planned: &access::Planned<'_>,
-    filter: &'a Filter,
+    (filter, watch): (&'a Filter, Option<(&Arc<access::TrialWatch>, &Filter)>),
     deadline: &'a Deadline,
 ) -> Box<dyn Iterator<Item = Result<Hit, CommandError>> + 'a> {
-    let mut records = match access::candidates(shared, ns, coll, planned, Default::default()) {
+    let mut records = match access::watched_candidates(shared, (ns, coll), planned, Default::default(), watch) {
         Ok(records) => records,
         Err(e) => return Box::new(std::iter::once(Err(e))),
     };
