@@ -265,5 +265,5 @@ async fn serve(a: CannedArgs) -> BenchResult<()> {
 }
 
 pub fn run(a: CannedArgs) -> BenchResult<()> {
-    tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(serve(a))
+    crate::report::block_on(serve(a))
 }

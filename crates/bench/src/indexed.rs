@@ -285,11 +285,10 @@ async fn run_async(a: IndexArgs) -> BenchResult<()> {
         "results": rows,
         "arbordb_over_postgresql_server_cpu_per_query": cpu_ratios,
     });
-    report::write_json(&a.out, &doc)?;
-    eprintln!("wrote {}", a.out.display());
+    report::save(&a.out, &doc)?;
     Ok(())
 }
 
 pub fn run(a: IndexArgs) -> BenchResult<()> {
-    tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(run_async(a))
+    report::block_on(run_async(a))
 }

@@ -289,11 +289,10 @@ async fn run_async(a: W3Args) -> BenchResult<()> {
         "machine_cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
         "results": rows,
     });
-    report::write_json(&a.out, &doc)?;
-    eprintln!("wrote {}", a.out.display());
+    report::save(&a.out, &doc)?;
     Ok(())
 }
 
 pub fn run(a: W3Args) -> BenchResult<()> {
-    tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(run_async(a))
+    report::block_on(run_async(a))
 }

@@ -235,6 +235,18 @@ pub fn write_json(path: &Path, doc: &serde_json::Value) -> BenchResult<()> {
     Ok(())
 }
 
+/// `write_json`, then say where on stderr.
+pub fn save(path: &Path, doc: &serde_json::Value) -> BenchResult<()> {
+    write_json(path, doc)?;
+    eprintln!("wrote {}", path.display());
+    Ok(())
+}
+
+/// Run a benchmark's async body on a multi-threaded runtime.
+pub fn block_on<T>(body: impl std::future::Future<Output = BenchResult<T>>) -> BenchResult<T> {
+    tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(body)
+}
+
 /// One line per (workload, threads, batch): each engine's ops/s, ArborDB's
 /// ratio to each peer, and each engine's bytes written per op.
 pub fn print_table(rows: &[Row]) {

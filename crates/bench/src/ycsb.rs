@@ -592,8 +592,7 @@ async fn run_async(a: YcsbArgs) -> BenchResult<()> {
         "postgresql_over_arbordb_server_cpu_per_op": server_cpu_ratios,
         "driver_ceiling_over_postgresql_throughput": ceiling_ratios,
     });
-    report::write_json(&a.out, &doc)?;
-    eprintln!("wrote {}", a.out.display());
+    report::save(&a.out, &doc)?;
     Ok(())
 }
 

@@ -187,19 +187,8 @@ pub fn find(shared: &Shared, place: Place, cmd: &Document) -> CommandResult {
         (None, Some(b)) if b > 0 => b as usize,
         (None, _) => crate::exec::cursors::FIRST_BATCH_DEFAULT,
     };
-    let quick = !is_view
-        && skip.saturating_add(first) <= quick_read_docs_max
-        && match planned.as_ref().map(|(p, _)| &p.path) {
-            Some(AccessPath::IdPoint(_)) => true,
-            Some(AccessPath::IndexScan(s)) => {
-                let ix = planned.as_ref().map(|(p, _)| &p.indexes[s.index]);
-                s.fetch_filter.is_none()
-                    && (sort.is_empty() || s.sorted)
-                    && ix.is_some_and(|ix| crate::exec::index_scan::reads_only_matches(ix, s))
-            }
-            Some(AccessPath::CollScan { .. }) => filter_doc.is_empty() && sort.is_empty(),
-            Some(AccessPath::Or(_)) | None => false,
-        };
+    let quick = skip.saturating_add(first) <= quick_read_docs_max
+        && planned.as_ref().is_some_and(|(p, _)| bounded(p, filter_doc.is_empty(), sort.is_empty()));
     // Open the cursor's source by `planned` (none: a view, or a missing
     // collection) on `state`; a plan from the cache is watched through
     // its trial by `watch`.
@@ -254,7 +243,7 @@ pub fn find(shared: &Shared, place: Place, cmd: &Document) -> CommandResult {
         let planned = planned.as_ref().map(|(p, c)| (p, *c));
         // A plan from the cache is watched through its trial (and, should
         // it degrade, the read starts over from a fresh cursor).
-        let watched = planned.filter(|(p, _)| p.cached.is_some() && access::may_degrade(p));
+        let watched = planned.filter(|(p, _)| p.cached.is_some() && !access::every_key_matches(p));
         let watch = watched.map(|_| Arc::new(access::TrialWatch::new()));
         let fresh = watch.as_ref().map(|_| state.fresh());
         open(&mut state, planned, watch.clone())?;
@@ -283,6 +272,18 @@ pub fn find(shared: &Shared, place: Place, cmd: &Document) -> CommandResult {
         open(&mut state, Some((&replanned, coll)), None)?;
         first_batch(shared, state, batch_size.map(|b| b as usize), single, &deadline)
     })
+}
+
+/// Whether reading `planned` up to a first batch is bounded by that batch:
+/// an `_id` point, an index scan whose every key read is returned in the
+/// sort's order, or an unfiltered unsorted collection scan.
+fn bounded(planned: &access::Planned<'_>, unfiltered: bool, unsorted: bool) -> bool {
+    match &planned.path {
+        AccessPath::IdPoint(_) => true,
+        AccessPath::IndexScan(s) => access::every_key_matches(planned) && (unsorted || s.sorted),
+        AccessPath::CollScan { .. } => unfiltered && unsorted,
+        AccessPath::Or(_) => false,
+    }
 }
 
 /// A cursor's source reading `planned`'s index scans of `coll` (`ns`),

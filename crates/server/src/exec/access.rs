@@ -14,6 +14,7 @@ use doc::catalog::{Collection, DocError, Namespace};
 use doc::index::Index;
 use query::plan::{self, AccessPath, Hint, IndexInfo, IndexScan, KeyRange, ReadShape};
 use query::Collation;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 
 /// A planned read: the path, and the indexes its positions refer to.
@@ -344,9 +345,9 @@ fn trial_runs(
 pub(crate) struct TrialWatch {
     /// Some records are watched (`watch_trial`): a streamed read, whose
     /// index access is counted once it is kept.
-    watching: std::sync::atomic::AtomicBool,
-    degraded: std::sync::atomic::AtomicBool,
-    ended: std::sync::atomic::AtomicBool,
+    watching: AtomicBool,
+    degraded: AtomicBool,
+    ended: AtomicBool,
 }
 
 impl TrialWatch {
@@ -355,29 +356,30 @@ impl TrialWatch {
     }
 
     pub(crate) fn watching(&self) -> bool {
-        self.watching.load(std::sync::atomic::Ordering::Relaxed)
+        self.watching.load(Relaxed)
     }
 
     pub(crate) fn degraded(&self) -> bool {
-        self.degraded.load(std::sync::atomic::Ordering::Relaxed)
+        self.degraded.load(Relaxed)
     }
 
     /// The first batch is answered: stop watching.
     pub(crate) fn end(&self) {
-        self.ended.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.ended.store(true, Relaxed);
     }
 }
 
-/// Whether a read by `planned` from the cache could degrade in its
-/// trial: not when it is one index scan whose every key read is of a
-/// matching document (a trial's worth of matches then costs about twice
-/// as many works, under any budget), so such a read is not watched.
-pub(crate) fn may_degrade(planned: &Planned<'_>) -> bool {
+/// Whether `planned` is one index scan whose every key read is of a
+/// document the read returns (no FETCH filter, `reads_only_matches`): a
+/// read of n documents then does about 2n works. Such a read stays on
+/// its network thread (`find`), and from the cache it cannot degrade in
+/// its trial, so it is not watched.
+pub(crate) fn every_key_matches(planned: &Planned<'_>) -> bool {
     match &planned.path {
         AccessPath::IndexScan(s) => {
-            s.fetch_filter.is_some() || !index_scan::reads_only_matches(&planned.indexes[s.index], s)
+            s.fetch_filter.is_none() && index_scan::reads_only_matches(&planned.indexes[s.index], s)
         }
-        AccessPath::IdPoint(_) | AccessPath::CollScan { .. } | AccessPath::Or(_) => true,
+        AccessPath::IdPoint(_) | AccessPath::CollScan { .. } | AccessPath::Or(_) => false,
     }
 }
 
@@ -385,14 +387,14 @@ pub(crate) fn may_degrade(planned: &Planned<'_>) -> bool {
 /// stage watches it: until `filter` has matched `TRIAL_RESULTS` of them
 /// (or the first batch is answered), work (`stats`) past `budget` ends
 /// the records and marks `watch` degraded, so the read is planned again.
-pub(crate) fn watch_trial(
+fn watch_trial(
     mut records: Records,
     stats: Arc<ScanStats>,
     filter: query::Filter,
     budget: u64,
     watch: Arc<TrialWatch>,
 ) -> Records {
-    watch.watching.store(true, std::sync::atomic::Ordering::Relaxed);
+    watch.watching.store(true, Relaxed);
     let mut matched = 0u64;
     Box::new(std::iter::from_fn(move || {
         // Once degraded, ended for good.
@@ -400,7 +402,7 @@ pub(crate) fn watch_trial(
             return None;
         }
         let record = records.next()?;
-        if matched < TRIAL_RESULTS && !watch.ended.load(std::sync::atomic::Ordering::Relaxed) {
+        if matched < TRIAL_RESULTS && !watch.ended.load(Relaxed) {
             // An error is the read's to report (as a match here).
             if record.as_ref().map_or(true, |(_, d)| filter.try_matches_at(d).map_or(true, |m| m.0)) {
                 matched += 1;
@@ -408,7 +410,7 @@ pub(crate) fn watch_trial(
             // (A cached plan is one index scan: no branches to add.)
             let works = ScanStats::get(&stats.keys_examined) + ScanStats::get(&stats.docs_examined);
             if matched < TRIAL_RESULTS && works > budget {
-                watch.degraded.store(true, std::sync::atomic::Ordering::Relaxed);
+                watch.degraded.store(true, Relaxed);
                 return None;
             }
         }
