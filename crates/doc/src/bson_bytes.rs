@@ -93,6 +93,23 @@ fn document(raw: &RawDocument, depth: Depth) -> Result<Document, DecodeError> {
     Ok(out)
 }
 
+/// Decode only the top-level fields of `bytes` that `keep` names, in
+/// their place, exactly as [`decode`] would decode them: the rest is
+/// passed over by its length, unread. For a filter that names a few
+/// fields of a large document.
+pub fn decode_fields(bytes: &[u8], keep: impl Fn(&str) -> bool) -> Result<Document, DecodeError> {
+    let raw = RawDocument::from_bytes(bytes)?;
+    let depth = Depth { at: 1, max: decode_depth_max };
+    let mut out = Document::new();
+    for element in raw.iter_elements() {
+        let element = element?;
+        if keep(element.key()) {
+            out.insert(element.key(), value_of(element.value()?, depth)?);
+        }
+    }
+    Ok(out)
+}
+
 /// One raw value, found at nesting level `depth`, as a [`Bson`], without
 /// interpreting its keys.
 fn value_of(value: RawBsonRef<'_>, depth: Depth) -> Result<Bson, DecodeError> {
@@ -219,6 +236,104 @@ fn write_document<'a>(
     patch_length(out, start)
 }
 
+/// Append the field `name: value` to the whole document `doc` (its
+/// bytes, terminator included); on error `doc` is left as it was.
+pub fn append_field(doc: &mut Vec<u8>, name: &str, value: &Bson) -> Result<(), EncodeError> {
+    append_with(doc, name, value.element_type() as u8, |out| write_value(out, value, decode_depth_max))
+}
+
+/// Append an element of type `kind` named `name` whose value `value`
+/// writes, before `doc`'s terminator.
+fn append_with(
+    doc: &mut Vec<u8>,
+    name: &str,
+    kind: u8,
+    value: impl FnOnce(&mut Vec<u8>) -> Result<(), EncodeError>,
+) -> Result<(), EncodeError> {
+    assert!(doc.len() >= 5 && doc.last() == Some(&0), "a whole document");
+    let end = doc.len() - 1;
+    doc.truncate(end);
+    doc.push(kind);
+    let written = write_cstring(doc, name)
+        .map_err(|()| EncodeError::NulInName(name.to_string()))
+        .and_then(|()| value(doc))
+        .and_then(|()| {
+            doc.push(0);
+            patch_length(doc, 0)
+        });
+    if written.is_err() {
+        doc.truncate(end);
+        doc.push(0);
+    }
+    written
+}
+
+/// A document written field by field, nested documents and arrays opened
+/// and closed in turn, with documents already in BSON spliced in as they
+/// are (a reply's batch of stored documents, copied, never decoded).
+pub struct Writer {
+    out: Vec<u8>,
+    /// Where each open document's length goes, the top one first.
+    open: Vec<usize>,
+}
+
+impl Default for Writer {
+    fn default() -> Writer {
+        Writer::new()
+    }
+}
+
+impl Writer {
+    /// A writer with the top document open.
+    pub fn new() -> Writer {
+        Writer { out: vec![0; 4], open: vec![0] }
+    }
+
+    /// Open the document (or array, whose names are "0", "1", ...)
+    /// `name`, which takes the fields written until its `close`.
+    pub fn open(&mut self, name: &str, array: bool) -> Result<(), EncodeError> {
+        self.out.push(if array { 0x04 } else { 0x03 });
+        write_cstring(&mut self.out, name).map_err(|()| EncodeError::NulInName(name.to_string()))?;
+        self.open.push(self.out.len());
+        self.out.extend_from_slice(&[0; 4]);
+        Ok(())
+    }
+
+    /// Write the field `name: value`.
+    pub fn field(&mut self, name: &str, value: &Bson) -> Result<(), EncodeError> {
+        self.out.push(value.element_type() as u8);
+        write_cstring(&mut self.out, name).map_err(|()| EncodeError::NulInName(name.to_string()))?;
+        write_value(&mut self.out, value, decode_depth_max)
+    }
+
+    /// Write the field `name` holding the encoded document `bytes` as it is.
+    pub fn document_bytes(&mut self, name: &str, bytes: &[u8]) -> Result<(), EncodeError> {
+        debug_assert!(bytes.len() >= 5 && bytes.last() == Some(&0), "a whole document");
+        self.out.push(0x03);
+        write_cstring(&mut self.out, name).map_err(|()| EncodeError::NulInName(name.to_string()))?;
+        self.out.extend_from_slice(bytes);
+        Ok(())
+    }
+
+    /// Close the innermost open document or array.
+    pub fn close(&mut self) -> Result<(), EncodeError> {
+        assert!(self.open.len() > 1, "close only what open opened");
+        let start = self.open.pop().expect("checked above");
+        self.out.push(0);
+        patch_length(&mut self.out, start)
+    }
+
+    /// The whole document, every nested one closed.
+    pub fn finish(mut self) -> Result<Vec<u8>, EncodeError> {
+        while self.open.len() > 1 {
+            self.close()?;
+        }
+        self.out.push(0);
+        patch_length(&mut self.out, 0)?;
+        Ok(self.out)
+    }
+}
+
 /// Fill in the i32 length prefix at `start` with the bytes written since.
 fn patch_length(out: &mut [u8], start: usize) -> Result<(), EncodeError> {
     let len = i32::try_from(out.len() - start).map_err(|_| EncodeError::TooLarge)?;
@@ -311,6 +426,25 @@ mod tests {
 
     fn bytes(d: &Document) -> Vec<u8> {
         encode(d).unwrap()
+    }
+
+    #[test]
+    fn appended_fields_and_documents_read_back_in_place() {
+        let mut w = Writer::new();
+        w.field("n", &Bson::Int32(3)).unwrap();
+        w.open("c", false).unwrap();
+        w.open("a", true).unwrap();
+        w.document_bytes("0", &bytes(&doc! { "x": "y" })).unwrap();
+        w.field("1", &Bson::Int32(2)).unwrap();
+        w.close().unwrap();
+        w.field("id", &Bson::Int64(0)).unwrap();
+        let mut out = w.finish().unwrap();
+        assert_eq!(decode(&out).unwrap(), doc! { "n": 3, "c": { "a": [{ "x": "y" }, 2], "id": 0i64 } });
+        append_field(&mut out, "ok", &Bson::Double(1.0)).unwrap();
+        assert_eq!(decode(&out).unwrap(), doc! { "n": 3, "c": { "a": [{ "x": "y" }, 2], "id": 0i64 }, "ok": 1.0 });
+        let before = out.clone();
+        assert!(append_field(&mut out, "bad\0", &Bson::Null).is_err());
+        assert_eq!(out, before, "a failed append leaves the document as it was");
     }
 
     #[test]

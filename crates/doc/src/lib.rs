@@ -16,3 +16,4 @@ pub mod index;
 pub mod keystring;
 pub mod limits;
 pub mod sessions;
+pub mod stored;

@@ -67,6 +67,34 @@ enum Expr {
     True,
 }
 
+/// Gather the first components of the paths `e` reads into `reads`, or
+/// make it `None` when `e` reads the whole document.
+fn top_fields(e: &Expr, reads: &mut Option<Vec<String>>) {
+    let path = match e {
+        Expr::True => return,
+        Expr::Schema(_) | Expr::Agg(_) => {
+            *reads = None;
+            return;
+        }
+        Expr::And(subs) | Expr::Or(subs) | Expr::Nor(subs) => return subs.iter().for_each(|s| top_fields(s, reads)),
+        Expr::Not(sub) => return top_fields(sub, reads),
+        Expr::Compare(path, ..)
+        | Expr::In(path, _)
+        | Expr::Exists(path, _)
+        | Expr::Type(path, _)
+        | Expr::Size(path, _)
+        | Expr::Mod(path, ..)
+        | Expr::Regex(path, _)
+        | Expr::Bits(path, ..)
+        | Expr::ElemMatch(path, _) => path,
+    };
+    let Some(names) = reads else { return };
+    let top = path.split('.').next().unwrap_or(path);
+    if !names.iter().any(|n| n == top) {
+        names.push(top.to_string());
+    }
+}
+
 /// Which of the `$bits*` operators.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum BitTest {
@@ -82,6 +110,9 @@ pub struct Filter {
     root: Expr,
     /// Strings compare through it (`None`: binary).
     collation: Option<Arc<Collation>>,
+    /// The top-level fields the filter reads (`None`: the whole document,
+    /// for `$expr` and `$jsonSchema`).
+    reads: Option<Vec<String>>,
 }
 
 impl Filter {
@@ -91,7 +122,17 @@ impl Filter {
 
     /// Parse with a command's `let` variables in scope for `$expr`.
     pub fn parse_in(filter: &Document, scope: &Scope) -> Result<Filter, FilterError> {
-        Ok(Filter { root: parse_document(filter, Some(scope))?, collation: None })
+        let root = parse_document(filter, Some(scope))?;
+        let mut reads = Some(Vec::new());
+        top_fields(&root, &mut reads);
+        Ok(Filter { root, collation: None, reads })
+    }
+
+    /// The top-level fields a match reads, each once: a document holding
+    /// only those matches exactly when the whole does. `None` when the
+    /// match reads the whole document (`$expr`, `$jsonSchema`).
+    pub fn reads(&self) -> Option<&[String]> {
+        self.reads.as_deref()
     }
 
     /// The collation strings are compared through (`None`: binary).
@@ -505,17 +546,13 @@ fn eval(e: &Expr, doc: &Document, pos: &mut Option<usize>, cx: &EvalContext) -> 
         Expr::Or(subs) => subs.iter().any(|s| eval(s, doc, pos, cx)),
         Expr::Nor(subs) => !subs.iter().any(|s| eval(s, doc, &mut None, cx)),
         Expr::Not(sub) => !eval(sub, doc, &mut None, cx),
-        Expr::Compare(path, cmp, target) => {
-            let mut missing = false;
-            let found = any_value(doc, path, pos, &mut missing, &mut |v| compare_one(v, *cmp, target, cx));
-            found || (missing && matches!(target, Bson::Null) && matches!(cmp, Cmp::Eq | Cmp::Gte | Cmp::Lte))
-        }
+        Expr::Compare(path, cmp, target) => compare_path(doc, path, *cmp, target, pos, cx),
         Expr::In(path, items) => items.iter().any(|t| match t {
             Bson::RegularExpression(r) => match Regex::from_bson(r) {
-                Ok(re) => eval(&Expr::Regex(path.clone(), Box::new(re)), doc, pos, cx),
+                Ok(re) => any_value(doc, path, pos, &mut false, &mut |v| re.matches(v)),
                 Err(_) => false,
             },
-            t => eval(&Expr::Compare(path.clone(), Cmp::Eq, t.clone()), doc, pos, cx),
+            t => compare_path(doc, path, Cmp::Eq, t, pos, cx),
         }),
         Expr::Regex(path, re) => any_value(doc, path, pos, &mut false, &mut |v| re.matches(v)),
         Expr::Type(path, codes) => any_value(doc, path, pos, &mut false, &mut |v| has_type(v, codes)),
@@ -554,6 +591,21 @@ fn eval(e: &Expr, doc: &Document, pos: &mut Option<usize>, cx: &EvalContext) -> 
             found
         }
     }
+}
+
+/// Whether a value at `path` compares as `cmp` to `target` (a missing
+/// path equals null).
+fn compare_path(
+    doc: &Document,
+    path: &str,
+    cmp: Cmp,
+    target: &Bson,
+    pos: &mut Option<usize>,
+    cx: &EvalContext,
+) -> bool {
+    let mut missing = false;
+    let found = any_value(doc, path, pos, &mut missing, &mut |v| compare_one(v, cmp, target, cx));
+    found || (missing && matches!(target, Bson::Null) && matches!(cmp, Cmp::Eq | Cmp::Gte | Cmp::Lte))
 }
 
 /// Does one array element satisfy an `$elemMatch`? A value condition
@@ -755,6 +807,41 @@ fn walk_value(
 mod tests {
     use super::*;
     use bson::doc;
+
+    /// A match over only the fields a filter reads (decoded from the
+    /// stored bytes) agrees with the match over the whole document.
+    #[test]
+    fn a_filter_reads_only_its_top_level_fields() {
+        let docs = [
+            doc! { "_id": 1, "a": [1, { "b": 2 }], "c": "x", "k": 5 },
+            doc! { "_id": 2, "a": { "b": [2, 3] }, "k": null },
+            doc! { "_id": 3, "z": 1 },
+            doc! { "_id": 4, "a": [], "k": [4, 6], "c": { "d": 1 } },
+        ];
+        let filters = [
+            doc! { "k": { "$gt": 4 } },
+            doc! { "a.b": 2, "c": { "$exists": false } },
+            doc! { "$or": [{ "k": null }, { "a": { "$size": 0 } }] },
+            doc! { "$nor": [{ "c.d": 1 }], "a": { "$elemMatch": { "b": 2 } } },
+            doc! { "k": { "$not": { "$in": [5, 6] } } },
+            doc! {},
+        ];
+        for f in &filters {
+            let filter = Filter::parse(f).unwrap();
+            let reads = filter.reads().expect("path filters read named fields");
+            for d in &docs {
+                let bytes = doc::bson_bytes::encode(d).unwrap();
+                let part = doc::bson_bytes::decode_fields(&bytes, |k| reads.iter().any(|r| r == k)).unwrap();
+                assert_eq!(filter.matches_at(&part), filter.matches_at(d), "{f} on {d}");
+            }
+        }
+        assert_eq!(
+            Filter::parse(&doc! { "a.b": 1, "a": 2, "c": 3 }).unwrap().reads(),
+            Some(&["a".to_string(), "c".to_string()][..])
+        );
+        assert_eq!(Filter::parse(&doc! { "$expr": { "$eq": ["$a", 1] } }).unwrap().reads(), None);
+        assert_eq!(Filter::parse(&doc! { "k": 1, "$jsonSchema": { "required": ["q"] } }).unwrap().reads(), None);
+    }
 
     fn m(filter: Document, d: Document) -> bool {
         Filter::parse(&filter).unwrap().matches(&d)

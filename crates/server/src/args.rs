@@ -11,6 +11,9 @@ pub(crate) use query::type_name;
 use query::Filter;
 
 pub(crate) type CommandResult = Result<Document, CommandError>;
+/// A command's outcome as a [`crate::reply::Reply`] (a cursor's reply,
+/// written as BSON).
+pub(crate) type ReplyResult = Result<crate::reply::Reply, CommandError>;
 
 /// mongod's IDL error for the field at `path` (e.g. `find.let`) holding `v`
 /// of the wrong type. `expected` is one type name (`"object"`, giving

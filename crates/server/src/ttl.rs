@@ -130,7 +130,7 @@ fn expire_through(
     let mut deleted = 0;
     for record in records {
         let (rid, d) = record?;
-        deleted += u64::from(coll.delete(engine, rid, &d, Ack::Written, None)?);
+        deleted += u64::from(coll.delete(engine, rid, d.document()?, Ack::Written, None)?);
     }
     Ok(deleted)
 }

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::index::Index;
+use crate::stored::Stored;
 use bson::{oid::ObjectId, Bson, Document};
 use indexes::IndexEntry;
 use parking_lot::{Mutex, RwLock};
@@ -129,6 +130,11 @@ impl Collection {
         engine.get(&self.records, &rid.to_be_bytes())?.map(|b| decode(&b)).transpose()
     }
 
+    /// The record at `rid` as stored, if any, decoded only when used.
+    pub fn get_stored(&self, engine: &Engine, rid: u64) -> Result<Option<Stored>, DocError> {
+        Ok(engine.get(&self.records, &rid.to_be_bytes())?.map(Stored::read))
+    }
+
     /// The document with this `_id` and its record id, if any.
     pub fn find_rid_by_id(&self, engine: &Engine, id: &Bson) -> Result<Option<(u64, Document)>, DocError> {
         match self.find_raw_by_id(engine, id)? {
@@ -178,13 +184,16 @@ impl Collection {
         from: &ScanFrom,
         reverse: bool,
         max: usize,
-    ) -> Result<Vec<(ScanFrom, u64, Document)>, DocError> {
+    ) -> Result<Vec<(ScanFrom, u64, Stored)>, DocError> {
         if !self.is_clustered() {
             let rid = match from {
                 ScanFrom::Record(rid) => *rid,
                 _ => 0,
             };
-            let found = if reverse { self.scan_back(engine, rid, max)? } else { self.scan(engine, rid, max)? };
+            let found = match reverse {
+                true => self.stored_back(engine, rid, max)?,
+                false => self.stored_after(engine, rid, max)?,
+            };
             return Ok(found.into_iter().map(|(rid, d)| (ScanFrom::Record(rid), rid, d)).collect());
         }
         use std::ops::Bound::{Excluded, Unbounded};
@@ -200,7 +209,7 @@ impl Collection {
         while let Some((k, v)) = e {
             let rid = record_id(&v)?;
             if let Some(bytes) = engine.get(&self.records, &rid.to_be_bytes())? {
-                out.push((ScanFrom::Key(k.to_vec()), rid, decode(&bytes)?));
+                out.push((ScanFrom::Key(k.to_vec()), rid, Stored::read(bytes)));
                 if max != 0 && out.len() >= max {
                     break;
                 }
@@ -241,12 +250,18 @@ impl Collection {
     /// Up to `max` documents with record ids above `after`, in record-id
     /// order, each with its record id; `max` = 0 means all.
     pub fn scan(&self, engine: &Engine, after: u64, max: usize) -> Result<Vec<(u64, Document)>, DocError> {
+        let found = self.stored_after(engine, after, max)?;
+        found.into_iter().map(|(rid, s)| Ok((rid, s.into_document()?))).collect()
+    }
+
+    /// `scan`'s records as stored.
+    fn stored_after(&self, engine: &Engine, after: u64, max: usize) -> Result<Vec<(u64, Stored)>, DocError> {
         let mut out = Vec::new();
         let mut c = engine.cursor(&self.records)?;
         let mut e = c.seek(&(after + 1).to_be_bytes())?;
         while let Some((k, v)) = e {
             let rid = record_id(&k)?;
-            out.push((rid, decode(&v)?));
+            out.push((rid, Stored::read(v)));
             if max != 0 && out.len() >= max {
                 break;
             }
@@ -255,9 +270,9 @@ impl Collection {
         Ok(out)
     }
 
-    /// Up to `max` documents (0: all) with record ids below `before` (0:
+    /// Up to `max` records (0: all) with record ids below `before` (0:
     /// from the newest), newest first: a reverse natural-order scan.
-    pub fn scan_back(&self, engine: &Engine, before: u64, max: usize) -> Result<Vec<(u64, Document)>, DocError> {
+    fn stored_back(&self, engine: &Engine, before: u64, max: usize) -> Result<Vec<(u64, Stored)>, DocError> {
         let mut out = Vec::new();
         let mut c = engine.cursor(&self.records)?;
         if before != 0 {
@@ -265,7 +280,7 @@ impl Collection {
         }
         let mut e = c.last()?;
         while let Some((k, v)) = e {
-            out.push((record_id(&k)?, decode(&v)?));
+            out.push((record_id(&k)?, Stored::read(v)));
             if max != 0 && out.len() >= max {
                 break;
             }

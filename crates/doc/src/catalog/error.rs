@@ -60,6 +60,14 @@ pub enum DocError {
     Storage(#[from] StorageError),
 }
 
+/// A stored record that does not decode is corruption (only records this
+/// process wrote are decoded through `Stored`).
+impl From<crate::bson_bytes::DecodeError> for DocError {
+    fn from(e: crate::bson_bytes::DecodeError) -> DocError {
+        DocError::Corrupt(e.to_string())
+    }
+}
+
 /// A key a unique secondary index already holds.
 #[derive(Debug)]
 pub struct DuplicateIndexKey {

@@ -193,8 +193,8 @@ fn a_clustered_collection_scans_in_id_order_and_expires_date_ids() {
     for id in [Bson::Int32(4), date(5_000), Bson::String("x".into()), Bson::Int32(2), date(-1), date(0), date(9_000)] {
         c.insert(&e, &doc! { "_id": id }, Ack::Journaled, None).unwrap();
     }
-    let ids = |found: Vec<(ScanFrom, u64, Document)>| -> Vec<Bson> {
-        found.into_iter().map(|(_, _, d)| d.get("_id").unwrap().clone()).collect()
+    let ids = |found: Vec<(ScanFrom, u64, crate::stored::Stored)>| -> Vec<Bson> {
+        found.into_iter().map(|(_, _, d)| d.document().unwrap().get("_id").unwrap().clone()).collect()
     };
     let all =
         vec![Bson::Int32(2), Bson::Int32(4), Bson::String("x".into()), date(-1), date(0), date(5_000), date(9_000)];

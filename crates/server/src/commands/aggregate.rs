@@ -5,7 +5,7 @@ use crate::args::bool_option;
 use crate::args::count_option;
 use crate::args::db_of;
 use crate::args::namespace;
-use crate::args::CommandResult;
+use crate::args::ReplyResult;
 use crate::error::CommandError;
 use crate::exec::cursors::buffered_cursor;
 use crate::exec::cursors::first_batch;
@@ -25,7 +25,7 @@ use std::sync::atomic::Ordering;
 /// The stage that lists the local session cache (`{aggregate: 1}` only).
 pub(crate) const LOCAL_SESSIONS: &str = "$listLocalSessions";
 
-pub fn aggregate(shared: &Shared, cmd: &Document) -> CommandResult {
+pub fn aggregate(shared: &Shared, cmd: &Document) -> ReplyResult {
     let deadline = Deadline::of(cmd)?;
     // `{aggregate: 1}`: a database-level pipeline, starting from `$documents`.
     let collectionless = match cmd.get("aggregate") {

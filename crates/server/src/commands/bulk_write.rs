@@ -298,7 +298,8 @@ pub fn bulk_write(shared: &Shared, call: &Call, msg: &OpMsg) -> CommandResult {
     drop(retry);
     let ns = Namespace { db: "admin".into(), coll: CURSOR_COLLECTION.into() };
     let docs = results.into_iter().filter_map(|b| b.as_document().cloned()).collect();
-    let mut reply = crate::exec::cursors::buffered_cursor(shared, ns, docs, batch_size.or(Some(usize::MAX)))?;
+    let mut reply =
+        crate::exec::cursors::buffered_cursor(shared, ns, docs, batch_size.or(Some(usize::MAX)))?.into_document();
     reply.remove("ok");
     reply.insert("nErrors", errors);
     reply.insert("nInserted", inserted);

@@ -70,7 +70,8 @@ pub fn distinct(shared: &Shared, cmd: &Document) -> CommandResult {
     for hit in scan_hits(shared, &ns, (&filter_doc, &filter), cmd.get("hint"), &deadline) {
         let hit = hit?;
         deadline.check()?;
-        query::matcher::values_at(&hit.doc, &key, &mut |v| {
+        let d = hit.doc.document().map_err(doc::catalog::DocError::from)?;
+        query::matcher::values_at(d, &key, &mut |v| {
             let value = Ordered(v.clone(), collation.clone());
             if !values.contains(&value) {
                 values.insert(value);

@@ -329,7 +329,7 @@ fn explain_read(
             for record in access::candidates(shared, &ns, c, p, stats.clone())? {
                 let (_, d) = record?;
                 examined += 1;
-                if filter.try_matches_at(&d)?.0 {
+                if crate::exec::scan::matches_stored(&filter, &d)?.0 {
                     matched += 1;
                 }
                 if enough.is_some_and(|n| matched >= n) {

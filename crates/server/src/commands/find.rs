@@ -7,7 +7,7 @@ use crate::args::db_of;
 use crate::args::document_option;
 use crate::args::filter_of;
 use crate::args::namespace;
-use crate::args::CommandResult;
+use crate::args::{CommandResult, ReplyResult};
 use crate::error::CommandError;
 use crate::exec::access;
 use crate::exec::call::Place;
@@ -43,7 +43,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-pub fn find(shared: &Shared, place: Place, cmd: &Document) -> CommandResult {
+pub fn find(shared: &Shared, place: Place, cmd: &Document) -> ReplyResult {
     shared.opcounters.query.fetch_add(1, Ordering::Relaxed);
     let deadline = Deadline::of(cmd)?;
     let ns = namespace(cmd, "find")?;
@@ -202,7 +202,8 @@ pub fn find(shared: &Shared, place: Place, cmd: &Document) -> CommandResult {
         let index_sorted = index_scan.is_some_and(|(p, _)| matches!(&p.path, AccessPath::IndexScan(s) if s.sorted));
         if let Some((id, coll)) = point {
             let found = coll.find_rid_by_id(shared.catalog.engine(), id)?;
-            let hits: Vec<Hit> = found.into_iter().skip(skip).map(|(rid, doc)| Hit { rid, doc, pos: None }).collect();
+            let hits: Vec<Hit> =
+                found.into_iter().skip(skip).map(|(rid, doc)| Hit { rid, doc: doc.into(), pos: None }).collect();
             state.source = Source::Buffer(hits.into_iter());
             state.remaining = limit;
             return Ok(());
@@ -303,7 +304,7 @@ fn index_source(
     Ok(Source::Stream { docs: docs.peekable(), scanning, filter: Some(filter.clone()) })
 }
 
-pub fn get_more(shared: &Shared, cmd: &Document) -> CommandResult {
+pub fn get_more(shared: &Shared, cmd: &Document) -> ReplyResult {
     shared.opcounters.getmore.fetch_add(1, Ordering::Relaxed);
     let id = match cmd.get("getMore") {
         Some(Bson::Int64(i)) => *i,
@@ -371,7 +372,7 @@ pub fn get_more(shared: &Shared, cmd: &Document) -> CommandResult {
         }
     };
     drop(busy);
-    Ok(cursor_reply(&ns, id, "nextBatch", batch))
+    cursor_reply(&ns, id, "nextBatch", batch)
 }
 
 pub fn kill_cursors(shared: &Shared, cmd: &Document) -> CommandResult {

@@ -2,7 +2,7 @@
 
 use crate::args::check_fields;
 use crate::args::namespace;
-use crate::args::CommandResult;
+use crate::args::{CommandResult, ReplyResult};
 use crate::error::CommandError;
 use crate::exec::id_index::id_index_name;
 use crate::exec::id_index::id_index_spec;
@@ -16,7 +16,7 @@ use bson::{doc, Bson, Document};
 use doc::catalog::{Collection, Namespace};
 use doc::index::IndexSpec;
 
-pub fn list_indexes(shared: &Shared, cmd: &Document) -> CommandResult {
+pub fn list_indexes(shared: &Shared, cmd: &Document) -> ReplyResult {
     check_fields(cmd, "listIndexes", &["cursor", "includeBuildUUIDs", "includeIndexBuildInfo"], false)?;
     let (ns, coll) = existing(shared, cmd, "listIndexes")?;
     let batch_size = match cmd.get("cursor") {

@@ -19,7 +19,7 @@ pub mod update;
 pub mod validate;
 
 use crate::args::wrong_type;
-use crate::args::CommandResult;
+use crate::args::{CommandResult, ReplyResult};
 use crate::commands::admin::get_parameter;
 use crate::commands::admin::hello;
 use crate::commands::admin::host_info;
@@ -30,6 +30,7 @@ use crate::commands::admin::with_compression;
 use crate::error::CommandError;
 use crate::exec::call::Call;
 use crate::net::wire::OpMsg;
+use crate::reply::Reply;
 use crate::server::build_info;
 use crate::server::{Conn, Shared};
 use bson::{doc, spec::BinarySubtype, Binary, Bson, DateTime, Document, Timestamp};
@@ -91,7 +92,7 @@ pub(crate) const COMMANDS: &[(&str, &str)] = &[
 ];
 
 /// Run the command in an OP_MSG body (its first key names it).
-pub fn run(shared: &Shared, call: &Call, msg: &OpMsg) -> Document {
+pub fn run(shared: &Shared, call: &Call, msg: &OpMsg) -> Reply {
     shared.opcounters.command.fetch_add(1, Ordering::Relaxed);
     let result = match msg.body.keys().next() {
         None => Err(CommandError::failed_to_parse("Empty command object")),
@@ -103,18 +104,18 @@ pub fn run(shared: &Shared, call: &Call, msg: &OpMsg) -> Document {
                 // The session that opens a cursor owns it (a getMore from
                 // another session does not take it over).
                 if name != "getMore" {
-                    if let Some(id) = reply.get_document("cursor").ok().and_then(|c| c.get_i64("id").ok()) {
-                        if id != 0 {
-                            shared.cursors.bind_session(id, lsid);
-                        }
+                    if let Some((id, _)) = reply.cursor().filter(|(id, _)| *id != 0) {
+                        shared.cursors.bind_session(id, lsid);
                     }
                 }
                 Ok(reply)
             }
         }),
     };
-    let mut reply = result.unwrap_or_else(|e| e.to_document());
-    add_cluster_time(&mut reply);
+    let mut reply = result.unwrap_or_else(|e| Reply::Doc(e.to_document()));
+    for (key, value) in cluster_time_fields() {
+        reply.append(key, value);
+    }
     reply
 }
 
@@ -240,7 +241,24 @@ pub fn runs_inline(name: &str) -> bool {
     )
 }
 
-pub(crate) fn dispatch(shared: &Shared, call: &Call, name: &str, msg: &OpMsg) -> CommandResult {
+/// Run the command `name`: those that answer with a cursor of stored
+/// documents write their reply as BSON (`Reply::Bytes`), the rest answer
+/// a document.
+pub(crate) fn dispatch(shared: &Shared, call: &Call, name: &str, msg: &OpMsg) -> ReplyResult {
+    let cmd = &msg.body;
+    match name {
+        "find" => crate::commands::find::find(shared, call.place, cmd),
+        "getMore" => crate::commands::find::get_more(shared, cmd),
+        "aggregate" if !matches!(cmd.get("explain"), Some(Bson::Boolean(true))) => {
+            crate::commands::aggregate::aggregate(shared, cmd)
+        }
+        "listIndexes" => crate::commands::indexes::list_indexes(shared, cmd),
+        _ => answer_document(shared, call, name, msg).map(Reply::Doc),
+    }
+}
+
+/// The commands that answer a document.
+fn answer_document(shared: &Shared, call: &Call, name: &str, msg: &OpMsg) -> CommandResult {
     let (cmd, conn) = (&msg.body, call.conn);
     match name {
         "hello" | "isMaster" | "ismaster" => hello(shared, conn, name, cmd).map(|d| with_compression(d, cmd)),
@@ -275,9 +293,7 @@ pub(crate) fn dispatch(shared: &Shared, call: &Call, name: &str, msg: &OpMsg) ->
         "insert" => crate::commands::insert::insert(shared, call, msg),
         "bulkWrite" => crate::commands::bulk_write::bulk_write(shared, call, msg),
         "delete" => crate::commands::delete::delete(shared, call, msg),
-        "find" => crate::commands::find::find(shared, call.place, cmd),
         "explain" => crate::commands::explain::explain(shared, cmd),
-        "getMore" => crate::commands::find::get_more(shared, cmd),
         "killCursors" => crate::commands::find::kill_cursors(shared, cmd),
         "count" => crate::commands::count_distinct::count(shared, cmd),
         "distinct" => crate::commands::count_distinct::distinct(shared, cmd),
@@ -287,7 +303,7 @@ pub(crate) fn dispatch(shared: &Shared, call: &Call, name: &str, msg: &OpMsg) ->
         "update" => crate::commands::update::update(shared, call, msg),
         "findAndModify" | "findandmodify" => crate::commands::update::find_and_modify(shared, call, cmd),
         // `explain: true`: the plan at queryPlanner verbosity, nothing run.
-        "aggregate" if matches!(cmd.get("explain"), Some(Bson::Boolean(true))) => {
+        "aggregate" => {
             let mut inner = cmd.clone();
             inner.remove("explain");
             crate::commands::explain::explain_aggregate(
@@ -296,10 +312,8 @@ pub(crate) fn dispatch(shared: &Shared, call: &Call, name: &str, msg: &OpMsg) ->
                 crate::commands::explain::Verbosity::QueryPlanner,
             )
         }
-        "aggregate" => crate::commands::aggregate::aggregate(shared, cmd),
         "create" => crate::commands::ddl::create(shared, cmd),
         "collMod" => crate::commands::ddl::coll_mod(shared, cmd),
-        "listIndexes" => crate::commands::indexes::list_indexes(shared, cmd),
         "validate" => crate::commands::validate::validate(shared, cmd),
         "planCacheClear" => crate::commands::indexes::plan_cache_clear(shared, cmd),
         "createIndexes" => crate::commands::indexes::create_indexes(shared, cmd),

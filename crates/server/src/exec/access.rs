@@ -7,11 +7,12 @@
 use crate::error::CommandError;
 use crate::exec::call::Place;
 use crate::exec::index_scan::{self, ScanStats};
-use crate::exec::scan::ScanIter;
+use crate::exec::scan::{matches_stored, ScanIter};
 use crate::server::Shared;
 use bson::{Bson, Document};
 use doc::catalog::{Collection, DocError, Namespace};
 use doc::index::Index;
+use doc::stored::Stored;
 use query::plan::{self, AccessPath, Hint, IndexInfo, IndexScan, KeyRange, ReadShape};
 use query::Collation;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -320,7 +321,7 @@ fn trial_runs(
         let mut ended = true;
         for record in records(shared, ns, coll, &trial, stats.clone())? {
             let (_, d) = record?;
-            if filter.try_matches_at(&d)?.0 {
+            if matches_stored(filter, &d)?.0 {
                 matched += 1;
             }
             if matched >= TRIAL_RESULTS || ScanStats::get(&stats.keys_examined) >= TRIAL_WORKS_MAX {
@@ -404,7 +405,7 @@ fn watch_trial(
         let record = records.next()?;
         if matched < TRIAL_RESULTS && !watch.ended.load(Relaxed) {
             // An error is the read's to report (as a match here).
-            if record.as_ref().map_or(true, |(_, d)| filter.try_matches_at(d).map_or(true, |m| m.0)) {
+            if record.as_ref().map_or(true, |(_, d)| matches_stored(&filter, d).map_or(true, |m| m.0)) {
                 matched += 1;
             }
             // (A cached plan is one index scan: no branches to add.)
@@ -459,7 +460,7 @@ fn resolve_hint(hint: Option<&Bson>, indexes: &[Arc<Index>]) -> Hint {
 
 /// Records `(record id, document)` as a path yields them; a storage error
 /// is an item.
-pub(crate) type Records = Box<dyn Iterator<Item = Result<(u64, Document), DocError>> + Send>;
+pub(crate) type Records = Box<dyn Iterator<Item = Result<(u64, Stored), DocError>> + Send>;
 
 /// The candidate records of a read, `(record id, document)` in the path's
 /// order; the caller still applies the filter (a path only narrows what
@@ -515,7 +516,10 @@ fn records(
     stats: Arc<ScanStats>,
 ) -> Result<Records, CommandError> {
     Ok(match &planned.path {
-        AccessPath::IdPoint(id) => Box::new(coll.find_rid_by_id(shared.catalog.engine(), id)?.into_iter().map(Ok)),
+        AccessPath::IdPoint(id) => {
+            let found = coll.find_raw_by_id(shared.catalog.engine(), id)?;
+            Box::new(found.into_iter().map(|(rid, bytes)| Ok((rid, Stored::read(bytes)))))
+        }
         // Forwards: `find` reads `$natural: -1` through its cursor's own
         // scan; for the other reads the order is not observable beyond
         // which documents a limited write meets first.

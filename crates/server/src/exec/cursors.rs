@@ -1,18 +1,18 @@
 //! The cursor registry and cursor state: batches, `getMore`, tailable
 //! and awaitData cursors, kills.
 
-use crate::args::CommandResult;
+use crate::args::ReplyResult;
 use crate::error::CommandError;
 use crate::exec::deadline::Deadline;
-use crate::exec::scan::Hit;
 use crate::exec::scan::SCAN_CHUNK;
+use crate::exec::scan::{matches_stored, Hit};
 use crate::exec::views::Scanning;
 use crate::limits::*;
+use crate::reply::Reply;
 use crate::server::Shared;
-use bson::{doc, Bson, Document};
-/// A document's BSON size.
-pub(crate) use doc::bson_bytes::encoded_len;
-use doc::catalog::{Collection, Namespace, ScanFrom};
+use bson::{Bson, Document};
+use doc::catalog::{Collection, DocError, Namespace, ScanFrom};
+use doc::stored::Stored;
 use parking_lot::Mutex;
 use query::{Filter, Projection};
 use std::collections::{HashMap, VecDeque};
@@ -25,7 +25,7 @@ pub(crate) const FIRST_BATCH_DEFAULT: usize = 101;
 pub(crate) enum Source {
     /// Scanning the collection in natural order (`Collection::natural`),
     /// or in reverse; `after` is where the last record examined was.
-    Scan { filter: Filter, after: ScanFrom, pending: VecDeque<(ScanFrom, u64, Document)>, reverse: bool },
+    Scan { filter: Filter, after: ScanFrom, pending: VecDeque<(ScanFrom, u64, Stored)>, reverse: bool },
     /// Results computed up front (a sort, a point lookup, a pipeline).
     Buffer(std::vec::IntoIter<Hit>),
     /// A sort that spilled to disk, merged as it is read.
@@ -184,7 +184,7 @@ pub(crate) fn next_hit(shared: &Shared, c: &mut CursorState, deadline: &Deadline
                     (false, _) => continue,
                 },
             };
-            return Ok(Some(Hit { rid: 0, doc, pos }));
+            return Ok(Some(Hit { rid: 0, doc: Stored::owned(doc), pos }));
         },
         Source::Scan { filter, after, pending, reverse } => loop {
             if pending.is_empty() {
@@ -198,7 +198,7 @@ pub(crate) fn next_hit(shared: &Shared, c: &mut CursorState, deadline: &Deadline
             let (at, rid, d) = pending.pop_front().expect("refilled above");
             *after = at;
             deadline.check()?;
-            let (ok, pos) = filter.try_matches_at(&d)?;
+            let (ok, pos) = matches_stored(filter, &d)?;
             if ok {
                 return Ok(Some(Hit { rid, doc: d, pos }));
             }
@@ -275,23 +275,28 @@ impl Cursors {
     }
 }
 
-/// A hit as the client sees it: projected, with `$recordId` if asked.
-pub(crate) fn render(c: &CursorState, hit: Hit) -> Result<Document, CommandError> {
+/// A hit as the client sees it: projected, with `$recordId` if asked; a
+/// stored document returned whole stays its stored bytes.
+pub(crate) fn render(c: &CursorState, hit: Hit) -> Result<Stored, CommandError> {
+    if c.projection.is_none() && matches!(c.record_id, RecordIds::Hidden) {
+        return Ok(hit.doc);
+    }
+    let doc = hit.doc.document().map_err(DocError::from)?;
     let record_id = match &c.record_id {
         RecordIds::Hidden => None,
         RecordIds::Long => Some(Bson::Int64(hit.rid as i64)),
-        RecordIds::Key(coll) => hit.doc.get("_id").map(|id| {
+        RecordIds::Key(coll) => doc.get("_id").map(|id| {
             Bson::Binary(bson::Binary { subtype: bson::spec::BinarySubtype::Generic, bytes: coll.id_key(id) })
         }),
     };
     let mut d = match &c.projection {
-        Some(p) => p.apply(&hit.doc, hit.pos)?,
-        None => hit.doc,
+        Some(p) => p.apply(doc, hit.pos)?,
+        None => hit.doc.into_document().map_err(DocError::from)?,
     };
     if let Some(record_id) = record_id {
         d.insert("$recordId", record_id);
     }
-    Ok(d)
+    Ok(Stored::owned(d))
 }
 
 /// Up to `batch` documents from the cursor; `true` when it is exhausted.
@@ -300,7 +305,7 @@ pub(crate) fn fill(
     c: &mut CursorState,
     batch: usize,
     deadline: &Deadline,
-) -> Result<(Vec<Bson>, bool), CommandError> {
+) -> Result<(Vec<Stored>, bool), CommandError> {
     let want = match c.remaining {
         Some(r) => batch.min(r),
         None => batch,
@@ -311,8 +316,8 @@ pub(crate) fn fill(
         deadline.check()?;
         let Some(hit) = next_hit(shared, c, deadline)? else { return Ok((out, !c.tailable)) };
         let d = render(c, hit)?;
-        bytes += encoded_len(&d);
-        out.push(Bson::Document(d));
+        bytes += d.size();
+        out.push(d);
         if let Some(r) = &mut c.remaining {
             *r -= 1;
             if *r == 0 {
@@ -351,8 +356,28 @@ pub(crate) fn rand_u64() -> u64 {
     std::collections::hash_map::RandomState::new().hash_one(0u8)
 }
 
-pub(crate) fn cursor_reply(ns: &Namespace, id: i64, key: &str, batch: Vec<Bson>) -> Document {
-    doc! { "cursor": { key: batch, "id": id, "ns": ns.to_string() }, "ok": 1.0 }
+/// `{cursor: {<key>: batch, id, ns}, ok: 1}`, written as BSON with each
+/// stored document's bytes copied as they were read.
+pub(crate) fn cursor_reply(ns: &Namespace, id: i64, key: &str, batch: Vec<Stored>) -> ReplyResult {
+    let mut w = doc::bson_bytes::Writer::new();
+    let written: Result<(), doc::bson_bytes::EncodeError> = (|| {
+        w.open("cursor", false)?;
+        w.open(key, true)?;
+        for (i, d) in batch.iter().enumerate() {
+            match d.bytes() {
+                Some(bytes) => w.document_bytes(&i.to_string(), bytes)?,
+                None => w.field(&i.to_string(), &Bson::Document(d.document().expect("an owned document").clone()))?,
+            }
+        }
+        w.close()?;
+        w.field("id", &Bson::Int64(id))?;
+        w.field("ns", &Bson::String(ns.to_string()))?;
+        w.close()?;
+        w.field("ok", &Bson::Double(1.0))
+    })();
+    // A document BSON cannot hold (a field name with a null byte, built by
+    // an expression) fails the command.
+    written.and_then(|()| w.finish()).map(Reply::Bytes).map_err(|e| CommandError::bad_value(e.to_string()))
 }
 
 /// Reply with a first batch, keeping a cursor open for the rest.
@@ -362,7 +387,7 @@ pub(crate) fn first_batch(
     batch_size: Option<usize>,
     single: bool,
     deadline: &Deadline,
-) -> CommandResult {
+) -> ReplyResult {
     let ns = state.ns.clone();
     let first = batch_size.unwrap_or(FIRST_BATCH_DEFAULT);
     let (batch, done) =
@@ -372,7 +397,7 @@ pub(crate) fn first_batch(
     let dead = state.tailable && first > 0 && batch.is_empty();
     state.time_left = deadline.left();
     let id = if done || single || dead { 0 } else { register(shared, state) };
-    Ok(cursor_reply(&ns, id, "firstBatch", batch))
+    cursor_reply(&ns, id, "firstBatch", batch)
 }
 
 /// Reply with the first batch of documents computed up front, keeping a
@@ -382,8 +407,8 @@ pub(crate) fn buffered_cursor(
     ns: Namespace,
     docs: Vec<Document>,
     batch_size: Option<usize>,
-) -> CommandResult {
-    let hits: Vec<Hit> = docs.into_iter().map(|doc| Hit { rid: 0, doc, pos: None }).collect();
+) -> ReplyResult {
+    let hits: Vec<Hit> = docs.into_iter().map(|doc| Hit { rid: 0, doc: Stored::owned(doc), pos: None }).collect();
     let state = CursorState::of(ns, Source::Buffer(hits.into_iter()));
     first_batch(shared, state, batch_size, false, &Deadline::none())
 }

@@ -25,6 +25,7 @@ use doc::catalog::{Collection, DocError};
 use doc::index::keys::KeyField;
 use doc::index::keys::KeyValues;
 use doc::index::Index;
+use doc::stored::Stored;
 use query::bounds::Interval;
 use query::plan::{IndexScan, KeyRange};
 use std::collections::{HashSet, VecDeque};
@@ -229,7 +230,7 @@ pub(crate) fn union(
             continue;
         }
         stats.docs_examined.fetch_add(1, Ordering::Relaxed);
-        match coll.get(&engine, rid) {
+        match coll.get_stored(&engine, rid) {
             Ok(Some(doc)) => return Some(Ok((rid, doc))),
             // Deleted since its key was read, as if just before.
             Ok(None) => {}
@@ -328,7 +329,7 @@ struct Scan {
 }
 
 impl Scan {
-    fn next_record(&mut self) -> Option<Result<(u64, bson::Document), DocError>> {
+    fn next_record(&mut self) -> Option<Result<(u64, Stored), DocError>> {
         loop {
             if self.failed {
                 return None;
@@ -351,15 +352,15 @@ impl Scan {
             let (rid, values, keys) = self.pending.pop_front().expect("refilled");
             self.stats.keys_examined.fetch_add(keys, Ordering::Relaxed);
             if self.ids_only {
-                return Some(Ok((rid, bson::Document::new())));
+                return Some(Ok((rid, Stored::owned(bson::Document::new()))));
             }
             // Covered while its fields hold no arrays; an index that turns
             // multikey during the scan is read through its documents.
             if self.covered && !self.ix.is_multikey() {
-                return Some(Ok((rid, self.key_document(values))));
+                return Some(Ok((rid, Stored::owned(self.key_document(values)))));
             }
             self.stats.docs_examined.fetch_add(1, Ordering::Relaxed);
-            match self.coll.get(&self.engine, rid) {
+            match self.coll.get_stored(&self.engine, rid) {
                 Ok(Some(doc)) => return Some(Ok((rid, doc))),
                 // Deleted since its key was read, as if just before.
                 Ok(None) => {}

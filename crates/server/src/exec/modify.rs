@@ -10,6 +10,7 @@ use crate::exec::access;
 use crate::exec::deadline::Deadline;
 use crate::exec::scan::check_hint;
 use crate::exec::scan::collation_of;
+use crate::exec::scan::matches_stored;
 use crate::exec::write::validator_of;
 use crate::exec::write::Outcome;
 use crate::exec::write::Validator;
@@ -19,7 +20,7 @@ use crate::server::Shared;
 use crate::session::StmtLog;
 use bson::{doc, Bson, Document};
 use doc::bson_bytes::encoded_len;
-use doc::catalog::{with_id_first, Collection};
+use doc::catalog::{with_id_first, Collection, DocError};
 use doc::catalog::{Ack, Namespace};
 use doc::sessions::Stamp;
 use query::expr::Scope;
@@ -54,7 +55,9 @@ pub(crate) fn delete_one_spec(
     let mut deleted = 0;
     for record in access::candidates(shared, ns, &coll, &planned, Default::default())? {
         let (rid, d) = record?;
-        if filter.try_matches_at(&d)?.0 && coll.delete(engine, rid, &d, ack, stamp)? {
+        if matches_stored(&filter, &d)?.0
+            && coll.delete(engine, rid, d.document().map_err(DocError::from)?, ack, stamp)?
+        {
             deleted += 1;
             if limit == 1 {
                 break;
@@ -313,10 +316,11 @@ pub(crate) fn run_statement(
         let planned = access::plan_write(&coll, &st.query, st.collation.as_ref(), st.hint.as_ref());
         for candidate in access::candidates(shared, ns, &coll, &planned, Default::default())? {
             let (rid, d) = candidate?;
-            let (ok, pos) = st.filter.try_matches_at(&d)?;
+            let (ok, pos) = matches_stored(&st.filter, &d)?;
             if !ok {
                 continue;
             }
+            let d = d.into_document().map_err(DocError::from)?;
             if let Some((_, _, changed)) = update_document(shared, &coll, rid, (d, pos), &change)? {
                 out.n += 1;
                 out.modified += i64::from(changed);
@@ -361,10 +365,11 @@ pub(crate) fn first_match(
         if scanning {
             deadline.check()?;
         }
-        let (ok, pos) = filter.try_matches_at(&d)?;
+        let (ok, pos) = matches_stored(filter, &d)?;
         if !ok {
             continue;
         }
+        let d = d.into_document().map_err(DocError::from)?;
         if sort.is_empty() {
             return Ok(Some((rid, d, pos)));
         }

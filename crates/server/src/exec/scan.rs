@@ -9,9 +9,8 @@ use crate::exec::views::resolve_view;
 use crate::exec::views::stream_over;
 use crate::server::Shared;
 use bson::{Bson, Document};
-/// A document's BSON size.
-pub(crate) use doc::bson_bytes::encoded_len;
 use doc::catalog::{Collection, DocError, Namespace, ScanFrom};
+use doc::stored::Stored;
 use query::{Collation, Filter, Sort};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -31,8 +30,26 @@ pub(crate) const SCAN_CHUNK: usize = 256;
 /// matched at (for positional projections).
 pub(crate) struct Hit {
     pub rid: u64,
-    pub doc: Document,
+    pub doc: Stored,
     pub pos: Option<usize>,
+}
+
+impl Hit {
+    /// A sorted hit's document: decoded when the sort took it
+    /// (`sorted_hits`).
+    pub(crate) fn sorted(&self) -> &Document {
+        self.doc.decoded().expect("a sort holds its hits decoded")
+    }
+}
+
+/// Whether a stored document matches `filter` (and at which array
+/// position), decoding only the fields the filter reads.
+pub(crate) fn matches_stored(filter: &Filter, d: &Stored) -> Result<(bool, Option<usize>), CommandError> {
+    let fields = match filter.reads() {
+        Some(names) => d.fields(names),
+        None => d.document().map(std::borrow::Cow::Borrowed),
+    };
+    Ok(filter.try_matches_at(fields.map_err(DocError::from)?.as_ref())?)
 }
 
 /// The collection's documents in record-id order, read in chunks; a
@@ -42,7 +59,7 @@ pub(crate) struct ScanIter {
     pub(crate) engine: storage::Engine,
     pub(crate) coll: Option<Arc<Collection>>,
     pub(crate) after: ScanFrom,
-    pub(crate) pending: VecDeque<(ScanFrom, u64, Document)>,
+    pub(crate) pending: VecDeque<(ScanFrom, u64, Stored)>,
     pub error: Option<DocError>,
 }
 
@@ -53,7 +70,7 @@ impl ScanIter {
     }
 
     /// The records, a storage error as the last item.
-    pub fn results(mut self) -> impl Iterator<Item = Result<(u64, Document), DocError>> + Send {
+    pub fn results(mut self) -> impl Iterator<Item = Result<(u64, Stored), DocError>> + Send {
         std::iter::from_fn(move || match self.next() {
             Some(record) => Some(Ok(record)),
             None => self.error.take().map(Err),
@@ -62,9 +79,9 @@ impl ScanIter {
 }
 
 impl Iterator for ScanIter {
-    type Item = (u64, Document);
+    type Item = (u64, Stored);
 
-    fn next(&mut self) -> Option<(u64, Document)> {
+    fn next(&mut self) -> Option<(u64, Stored)> {
         if self.pending.is_empty() {
             let coll = self.coll.as_ref()?;
             match coll.natural(&self.engine, &self.after, false, SCAN_CHUNK) {
@@ -99,17 +116,20 @@ pub(crate) fn sorted_hits(
     let mut buf: Vec<Hit> = Vec::new();
     let mut bytes = 0usize;
     let mut spilled: Option<crate::exec::spill::Spilled> = None;
-    let by_sort = |a: &Hit, b: &Hit| sort.compare(&a.doc, &b.doc);
+    let by_sort = |a: &Hit, b: &Hit| sort.compare(a.sorted(), b.sorted());
     for hit in hits {
         deadline.check()?;
         let hit = hit?;
-        bytes += encoded_len(&hit.doc);
+        // Held decoded (not as a slice of its page, which would keep the
+        // page in memory outside the cache's count).
+        let hit = Hit { doc: Stored::owned(hit.doc.into_document().map_err(DocError::from)?), ..hit };
+        bytes += hit.doc.size();
         buf.push(hit);
         if let Some(k) = keep {
             if buf.len() >= 2 * k.max(512) {
                 buf.sort_by(by_sort);
                 buf.truncate(k);
-                bytes = buf.iter().map(|h| encoded_len(&h.doc)).sum();
+                bytes = buf.iter().map(|h| h.doc.size()).sum();
             }
         }
         if bytes > memory_limit {
@@ -164,7 +184,7 @@ pub(crate) fn scan_hits<'a>(
                         Err(e) => return Some(Err(e)),
                     };
                     match filter.try_matches_at(&doc) {
-                        Ok((ok, pos)) => ok.then_some(Ok(Hit { rid: 0, doc, pos })),
+                        Ok((ok, pos)) => ok.then_some(Ok(Hit { rid: 0, doc: Stored::owned(doc), pos })),
                         Err(e) => Some(Err(e.into())),
                     }
                 })),
@@ -199,7 +219,7 @@ pub(crate) fn planned_hits<'a>(
             // The deadline bounds every record examined, matching or not.
             let matched = record.map_err(CommandError::from).and_then(|(rid, d)| {
                 deadline.check()?;
-                let (ok, pos) = filter.try_matches_at(&d)?;
+                let (ok, pos) = matches_stored(filter, &d)?;
                 Ok(ok.then_some(Hit { rid, doc: d, pos }))
             });
             match matched {

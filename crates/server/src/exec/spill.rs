@@ -9,6 +9,7 @@
 
 use crate::error::CommandError;
 use crate::exec::scan::Hit;
+use doc::stored::Stored;
 use query::external::{read_document, Runs, Spill};
 use query::Sort;
 use std::io::{self, Read, Write};
@@ -23,7 +24,7 @@ impl Spill for Hit {
     fn write_to(&self, w: &mut dyn Write) -> io::Result<()> {
         w.write_all(&self.rid.to_le_bytes())?;
         w.write_all(&self.pos.map_or(-1, |p| p as i64).to_le_bytes())?;
-        self.doc.write_to(w)
+        self.sorted().write_to(w)
     }
 
     fn read_from(r: &mut dyn Read) -> io::Result<Option<Hit>> {
@@ -36,7 +37,7 @@ impl Spill for Hit {
         let rid = u64::from_le_bytes(head[..8].try_into().expect("8 bytes"));
         let pos = i64::from_le_bytes(head[8..].try_into().expect("8 bytes"));
         let doc = read_document(r)?.ok_or_else(|| io::Error::other("a run ends inside a hit"))?;
-        Ok(Some(Hit { rid, doc, pos: usize::try_from(pos).ok() }))
+        Ok(Some(Hit { rid, doc: Stored::owned(doc), pos: usize::try_from(pos).ok() }))
     }
 }
 
@@ -48,7 +49,7 @@ pub(crate) struct Spilled {
 
 impl Spilled {
     pub fn new(dir: &Path, sort: Sort) -> Spilled {
-        let compare = Arc::new(move |a: &Hit, b: &Hit| sort.compare(&a.doc, &b.doc));
+        let compare = Arc::new(move |a: &Hit, b: &Hit| sort.compare(a.sorted(), b.sorted()));
         Spilled { runs: Runs::new(dir.to_path_buf(), compare) }
     }
 
@@ -91,7 +92,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let sort = Sort::parse(&doc! { "k": 1 }).unwrap();
         let mut s = Spilled::new(dir.path(), sort);
-        let hit = |rid: u64, k: i32| Hit { rid, doc: doc! { "k": k, "pad": "x".repeat(k as usize % 7) }, pos: None };
+        let hit =
+            |rid: u64, k: i32| Hit { rid, doc: doc! { "k": k, "pad": "x".repeat(k as usize % 7) }.into(), pos: None };
         let mut all: Vec<(i32, u64, Option<usize>)> = Vec::new();
         let mut rid = 0;
         for run in 0..4 {
@@ -117,7 +119,7 @@ mod tests {
         all.sort(); // by key, then record id: scan order among equals
         let mut got = Vec::new();
         while let Some(h) = s.next().unwrap() {
-            got.push((h.doc.get_i32("k").unwrap(), h.rid, h.pos));
+            got.push((h.sorted().get_i32("k").unwrap(), h.rid, h.pos));
         }
         assert!(s.is_done());
         assert_eq!(got, all[7..].to_vec());

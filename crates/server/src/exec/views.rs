@@ -90,7 +90,7 @@ pub(crate) fn pipeline_input(
     records: access::Records,
 ) -> impl Iterator<Item = Result<bson::Document, query::FilterError>> + Send {
     records.map(|r| {
-        r.map(|(_, d)| d).map_err(|e| match e {
+        r.and_then(|(_, d)| Ok(d.into_document()?)).map_err(|e| match e {
             doc::catalog::DocError::Storage(storage::StorageError::TableNotFound(_)) => query::FilterError {
                 code: 175,
                 message: "PlanExecutor error during aggregation :: caused by :: collection dropped".into(),

@@ -37,6 +37,7 @@ use crate::net::wire;
 use crate::net::wire::Header;
 use crate::net::wire::Request;
 use crate::net::wire::WireError;
+use crate::reply::Reply;
 use crate::server::Conn;
 use crate::server::Shared;
 use bson::Document;
@@ -266,7 +267,7 @@ impl Serving<'_> {
         if let (Some(wait), Some(msg)) = (exhaust, again) {
             return self.stream_hello(header, compressor, reply, msg, wait).await;
         }
-        Ok(Next::Reply(wire::encode_msg(shared.request_id(), header.request_id, &reply)))
+        Ok(Next::Reply(wire::encode_msg_reply(shared.request_id(), header.request_id, 0, &reply)))
     }
 
     /// Run a legacy OP_QUERY (the handshake), which meets a fail point as
@@ -295,11 +296,11 @@ async fn answer_msg(
     how: Run,
     failing: Option<crate::failpoint::Action>,
     tail_wait: Option<std::time::Duration>,
-) -> Document {
+) -> Reply {
     let Ok(_turn) = session_turn(shared, &msg.body).await else {
         let mut reply = crate::error::CommandError::max_time_ms_expired("operation exceeded time limit").to_document();
         commands::add_cluster_time(&mut reply);
-        return reply;
+        return Reply::Doc(reply);
     };
     if let Some(wait) = tail_wait {
         return await_get_more(shared, conn, msg, wait).await;
@@ -307,9 +308,9 @@ async fn answer_msg(
     match &failing {
         Some(action) => {
             let body = msg.body.clone();
-            let mut reply = run_command(shared, conn, msg, how).await;
+            let mut reply = run_command(shared, conn, msg, how).await.into_document();
             action.amend(&mut reply, &body);
-            reply
+            Reply::Doc(reply)
         }
         None => run_command(shared, conn, msg, how).await,
     }
@@ -399,8 +400,8 @@ impl Run {
 
 /// Run an OP_MSG command: on this task when it is quick or a small write
 /// (awaiting its journal fsync here), otherwise on the blocking pool.
-async fn run_command(shared: &Arc<Shared>, conn: &Conn, msg: wire::OpMsg, how: Run) -> Document {
-    let panicked = || crate::error::CommandError::internal_error("the command panicked").to_document();
+async fn run_command(shared: &Arc<Shared>, conn: &Conn, msg: wire::OpMsg, how: Run) -> Reply {
+    let panicked = || Reply::Doc(crate::error::CommandError::internal_error("the command panicked").to_document());
     if how != Run::Pool {
         // Reads answer from memory or a short page read, and a small write
         // commits here and awaits its journal fsync instead of blocking on
@@ -427,7 +428,7 @@ async fn run_command(shared: &Arc<Shared>, conn: &Conn, msg: wire::OpMsg, how: R
         let few_clients = shared.connections_current.load(Ordering::Relaxed) <= FEW_CLIENTS;
         match if call.owes_sync() { shared.durability.wait(few_clients).await } else { Ok(()) } {
             Ok(()) => reply,
-            Err(why) => crate::error::CommandError::internal_error(why).to_document(),
+            Err(why) => Reply::Doc(crate::error::CommandError::internal_error(why).to_document()),
         }
     } else {
         // Writes wait for the journal fsync: off the async workers.
@@ -464,7 +465,7 @@ impl Serving<'_> {
         &mut self,
         header: &Header,
         compressor: Option<compression::Compressor>,
-        first: Document,
+        first: Reply,
         msg: wire::OpMsg,
         wait: std::time::Duration,
     ) -> Result<Next, ConnError> {
@@ -472,7 +473,7 @@ impl Serving<'_> {
         let mut response_to = header.request_id;
         loop {
             let id = self.shared.request_id();
-            let bytes = wire::encode_msg_flags(id, response_to, wire::MORE_TO_COME, &reply);
+            let bytes = wire::encode_msg_reply(id, response_to, wire::MORE_TO_COME, &reply);
             self.send(bytes, compressor).await?;
             response_to = id;
             tokio::select! {
@@ -493,16 +494,16 @@ impl Serving<'_> {
 /// A `getMore` on an awaitData cursor (capped collections): while its
 /// batch is empty, wait for an insert into a capped collection, up to
 /// `wait`, and look again.
-async fn await_get_more(shared: &Arc<Shared>, conn: &Conn, msg: wire::OpMsg, wait: std::time::Duration) -> Document {
+async fn await_get_more(shared: &Arc<Shared>, conn: &Conn, msg: wire::OpMsg, wait: std::time::Duration) -> Reply {
     let deadline = tokio::time::Instant::now() + wait;
     let mut inserts = shared.capped_inserts.subscribe();
     let mut stop = shared.shutdown.subscribe();
     loop {
         inserts.borrow_and_update();
         let reply = run_command(shared, conn, msg.clone(), Run::Inline).await;
-        let cursor = reply.get_document("cursor").ok();
-        let empty = cursor.and_then(|c| c.get_array("nextBatch").ok()).is_some_and(|b| b.is_empty());
-        let open = cursor.and_then(|c| c.get_i64("id").ok()).is_some_and(|id| id != 0);
+        let cursor = reply.cursor();
+        let empty = cursor.is_some_and(|(_, empty)| empty);
+        let open = cursor.is_some_and(|(id, _)| id != 0);
         if !empty || !open || tokio::time::Instant::now() >= deadline {
             return reply;
         }

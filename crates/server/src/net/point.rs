@@ -103,7 +103,7 @@ pub fn find_by_id(shared: &Shared, header: &Header, body: &[u8]) -> Option<Vec<u
     for (key, value) in cluster_time_fields() {
         reply.append(key, bson::RawBson::try_from(value).ok()?);
     }
-    Some(wire::encode_msg_raw(shared.request_id(), header.request_id, reply.as_bytes()))
+    Some(wire::encode_msg_raw(shared.request_id(), header.request_id, 0, reply.as_bytes()))
 }
 
 /// The `_id` of a filter that is exactly `{_id: <scalar>}` (as

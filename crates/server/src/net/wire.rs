@@ -253,10 +253,18 @@ fn write_reply_document(out: &mut Vec<u8>, doc: &Document) {
     out.extend_from_slice(&bytes);
 }
 
+/// An OP_MSG holding a command's reply, with flag bits.
+pub fn encode_msg_reply(request_id: i32, response_to: i32, flags: u32, reply: &crate::reply::Reply) -> Vec<u8> {
+    match reply {
+        crate::reply::Reply::Doc(d) => encode_msg_flags(request_id, response_to, flags, d),
+        crate::reply::Reply::Bytes(b) => encode_msg_raw(request_id, response_to, flags, b),
+    }
+}
+
 /// An OP_MSG reply holding the already encoded document `doc`.
-pub fn encode_msg_raw(request_id: i32, response_to: i32, doc: &[u8]) -> Vec<u8> {
+pub fn encode_msg_raw(request_id: i32, response_to: i32, flags: u32, doc: &[u8]) -> Vec<u8> {
     let mut out = frame(request_id, response_to, OP_MSG);
-    out.extend_from_slice(&0u32.to_le_bytes());
+    out.extend_from_slice(&flags.to_le_bytes());
     out.push(0);
     out.extend_from_slice(doc);
     finish(out)
