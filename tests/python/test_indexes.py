@@ -971,3 +971,23 @@ def test_a_partial_index_on_a_type_serves_queries_of_that_type(client):
     plan = db.pt.find({"email": {"$type": "string", "$eq": "a@x"}}).explain()["queryPlanner"]["winningPlan"]
     assert plan["inputStage"]["indexName"] == "email_1"
     assert [d["_id"] for d in db.pt.find({"email": {"$type": "string", "$eq": "a@x"}})] == [1]
+
+
+def test_an_index_that_turns_multikey_under_an_open_cursor_filters_again(client):
+    """A plan whose every key read was a match (a `$ne` complement on an
+    index without arrays) returns what it reads unfiltered, but only
+    while the index holds no arrays: a document that makes it multikey
+    while the cursor is open is filtered (it holds 3, so `$ne: 3` fails
+    although its key 500 lies in the bounds)."""
+    c = client.test.c
+    c.create_index("k")
+    c.insert_many([{"_id": i, "k": i} for i in range(10)])
+    cursor = c.find({"k": {"$ne": 3}}).sort("k", 1).batch_size(2)
+    first = [next(cursor)["_id"], next(cursor)["_id"]]
+    assert first == [0, 1]
+    c.insert_one({"_id": "both", "k": [3, 500]})
+    rest = [d["_id"] for d in cursor]
+    assert rest == [2, 4, 5, 6, 7, 8, 9]
+    plan = c.find({"k": {"$ne": 3}}).sort("k", 1).explain()["queryPlanner"]["winningPlan"]
+    assert plan["stage"] == "FETCH" and plan["inputStage"]["isMultiKey"] is True
+    assert [d["_id"] for d in c.find({"k": {"$ne": 3}}).sort("k", 1)] == [0, 1, 2, 4, 5, 6, 7, 8, 9]

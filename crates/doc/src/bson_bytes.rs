@@ -93,17 +93,21 @@ fn document(raw: &RawDocument, depth: Depth) -> Result<Document, DecodeError> {
     Ok(out)
 }
 
-/// Decode only the top-level fields of `bytes` that `keep` names, in
+/// Decode only the top-level fields of `bytes` that `names` lists, in
 /// their place, exactly as [`decode`] would decode them: the rest is
-/// passed over by its length, unread. For a filter that names a few
-/// fields of a large document.
-pub fn decode_fields(bytes: &[u8], keep: impl Fn(&str) -> bool) -> Result<Document, DecodeError> {
+/// passed over by its length, unread, and the walk stops once every
+/// name is found. For a filter that names a few fields of a large
+/// document; `bytes` hold no duplicate keys (a stored record).
+pub fn decode_fields(bytes: &[u8], names: &[String]) -> Result<Document, DecodeError> {
     let raw = RawDocument::from_bytes(bytes)?;
     let depth = Depth { at: 1, max: decode_depth_max };
     let mut out = Document::new();
     for element in raw.iter_elements() {
+        if out.len() == names.len() {
+            break;
+        }
         let element = element?;
-        if keep(element.key()) {
+        if names.iter().any(|n| n == element.key()) {
             out.insert(element.key(), value_of(element.value()?, depth)?);
         }
     }
@@ -303,7 +307,22 @@ impl Writer {
     pub fn field(&mut self, name: &str, value: &Bson) -> Result<(), EncodeError> {
         self.out.push(value.element_type() as u8);
         write_cstring(&mut self.out, name).map_err(|()| EncodeError::NulInName(name.to_string()))?;
-        write_value(&mut self.out, value, decode_depth_max)
+        let room = self.room();
+        write_value(&mut self.out, value, room).map_err(too_deep_at_most)
+    }
+
+    /// Write the field `name` holding the document `doc`.
+    pub fn document(&mut self, name: &str, doc: &Document) -> Result<(), EncodeError> {
+        self.out.push(0x03);
+        write_cstring(&mut self.out, name).map_err(|()| EncodeError::NulInName(name.to_string()))?;
+        let room = self.room();
+        write_document(&mut self.out, doc.iter().map(|(k, v)| (k.as_str(), v)), room).map_err(too_deep_at_most)
+    }
+
+    /// The levels a value written now may take: the whole stays within
+    /// the nesting a decode accepts.
+    fn room(&self) -> usize {
+        decode_depth_max.saturating_sub(self.open.len())
     }
 
     /// Write the field `name` holding the encoded document `bytes` as it is.
@@ -331,6 +350,14 @@ impl Writer {
         self.out.push(0);
         patch_length(&mut self.out, 0)?;
         Ok(self.out)
+    }
+}
+
+/// A nesting refusal names the most levels a whole document may have.
+fn too_deep_at_most(e: EncodeError) -> EncodeError {
+    match e {
+        EncodeError::TooDeep(_) => EncodeError::TooDeep(decode_depth_max),
+        other => other,
     }
 }
 
@@ -441,6 +468,16 @@ mod tests {
         let mut out = w.finish().unwrap();
         assert_eq!(decode(&out).unwrap(), doc! { "n": 3, "c": { "a": [{ "x": "y" }, 2], "id": 0i64 } });
         append_field(&mut out, "ok", &Bson::Double(1.0)).unwrap();
+        // What a writer writes stays within the nesting a decode takes.
+        let mut deep = doc! { "x": 1 };
+        for _ in 0..decode_depth_max - 3 {
+            deep = doc! { "d": deep };
+        }
+        let mut w = Writer::new();
+        w.open("c", false).unwrap();
+        assert!(w.document("0", &deep).is_ok(), "{} levels in all", decode_depth_max);
+        w.document("1", &doc! { "d": deep.clone() }).unwrap_err();
+        w.field("2", &Bson::Document(doc! { "d": deep })).unwrap_err();
         assert_eq!(decode(&out).unwrap(), doc! { "n": 3, "c": { "a": [{ "x": "y" }, 2], "id": 0i64 }, "ok": 1.0 });
         let before = out.clone();
         assert!(append_field(&mut out, "bad\0", &Bson::Null).is_err());

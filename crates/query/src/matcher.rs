@@ -831,7 +831,7 @@ mod tests {
             let reads = filter.reads().expect("path filters read named fields");
             for d in &docs {
                 let bytes = doc::bson_bytes::encode(d).unwrap();
-                let part = doc::bson_bytes::decode_fields(&bytes, |k| reads.iter().any(|r| r == k)).unwrap();
+                let part = doc::bson_bytes::decode_fields(&bytes, reads).unwrap();
                 assert_eq!(filter.matches_at(&part), filter.matches_at(d), "{f} on {d}");
             }
         }

@@ -9,6 +9,7 @@ use crate::args::ReplyResult;
 use crate::error::CommandError;
 use crate::exec::cursors::buffered_cursor;
 use crate::exec::cursors::first_batch;
+use crate::exec::cursors::stream_of;
 use crate::exec::cursors::CursorState;
 use crate::exec::cursors::Source;
 use crate::exec::deadline::Deadline;
@@ -156,7 +157,7 @@ pub fn aggregate(shared: &Shared, cmd: &Document) -> ReplyResult {
         crate::exec::agg_write::write(shared, cmd, &write, out)?;
         return buffered_cursor(shared, ns, Vec::new(), None);
     }
-    let state = CursorState::of(ns, Source::Stream { docs: docs.peekable(), scanning, filter: None });
+    let state = CursorState::of(ns, Source::Stream { docs: stream_of(docs), scanning, filter: None, exact: None });
     first_batch(shared, state, batch_size.map(|b| b as usize), false, &deadline)
 }
 

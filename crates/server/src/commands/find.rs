@@ -17,6 +17,7 @@ use crate::exec::cursors::fill;
 use crate::exec::cursors::first_batch;
 use crate::exec::cursors::natural_direction;
 use crate::exec::cursors::skip_hits;
+use crate::exec::cursors::stream_of;
 use crate::exec::cursors::Busy;
 use crate::exec::cursors::CursorState;
 use crate::exec::cursors::Cursors;
@@ -36,6 +37,7 @@ use crate::limits::quick_read_docs_max;
 use crate::server::Shared;
 use bson::{doc, Bson, Document};
 use doc::catalog::{Namespace, ScanFrom};
+use doc::stored::Stored;
 use query::plan::AccessPath;
 use query::{Projection, Sort};
 use std::collections::VecDeque;
@@ -201,9 +203,9 @@ pub fn find(shared: &Shared, place: Place, cmd: &Document) -> ReplyResult {
         // needs no blocking sort.
         let index_sorted = index_scan.is_some_and(|(p, _)| matches!(&p.path, AccessPath::IndexScan(s) if s.sorted));
         if let Some((id, coll)) = point {
-            let found = coll.find_rid_by_id(shared.catalog.engine(), id)?;
+            let found = coll.find_raw_by_id(shared.catalog.engine(), id)?;
             let hits: Vec<Hit> =
-                found.into_iter().skip(skip).map(|(rid, doc)| Hit { rid, doc: doc.into(), pos: None }).collect();
+                found.into_iter().skip(skip).map(|(rid, b)| Hit { rid, doc: Stored::read(b), pos: None }).collect();
             state.source = Source::Buffer(hits.into_iter());
             state.remaining = limit;
             return Ok(());
@@ -229,7 +231,8 @@ pub fn find(shared: &Shared, place: Place, cmd: &Document) -> ReplyResult {
             let Some((base, stages)) = resolve_view(shared, &ns)? else { return Ok(()) };
             let pipeline = query::Pipeline::parse(&stages)?.with_collation(filter.collation().cloned());
             let (docs, scanning) = stream_over(shared, &base, &pipeline, cmd.get("hint"))?;
-            state.source = Source::Stream { docs: docs.peekable(), scanning, filter: Some(filter.clone()) };
+            state.source =
+                Source::Stream { docs: stream_of(docs), scanning, filter: Some(filter.clone()), exact: None };
         } else if let Some((planned, coll)) = index_scan {
             state.source = index_source(shared, (&ns, coll), planned, &filter, watch.as_ref())?;
         } else {
@@ -300,8 +303,12 @@ fn index_source(
     let stats = Arc::new(ScanStats::default());
     let records = access::watched_candidates(shared, (ns, coll), planned, stats, watch.map(|w| (w, filter)))?;
     let scanning = Some((ns.clone(), Arc::clone(coll)));
-    let docs: query::pipeline::DocStream<'static> = Box::new(crate::exec::views::pipeline_input(records));
-    Ok(Source::Stream { docs: docs.peekable(), scanning, filter: Some(filter.clone()) })
+    let docs = crate::exec::views::stored_input(records);
+    let exact = match &planned.path {
+        AccessPath::IndexScan(s) if access::every_key_matches(planned) => Some(planned.indexes[s.index].clone()),
+        _ => None,
+    };
+    Ok(Source::Stream { docs, scanning, filter: Some(filter.clone()), exact })
 }
 
 pub fn get_more(shared: &Shared, cmd: &Document) -> ReplyResult {
@@ -357,22 +364,21 @@ pub fn get_more(shared: &Shared, cmd: &Document) -> ReplyResult {
     // Past the time limit the cursor is gone (not put back), as mongod's.
     let (batch, done) = fill(shared, &mut state, batch_size, &deadline)?;
     state.time_left = deadline.left();
+    // A batch BSON cannot hold fails the command, and the cursor is gone.
+    let reply = cursor_reply(&ns, if done { 0 } else { id }, "nextBatch", batch)?;
     // Put back under the lock `killCursors` takes, unless killed meanwhile.
-    let id = {
+    {
         let mut open = shared.cursors.open.lock();
         if busy.killed() {
             return Err(CommandError::with_code(237, format!("cursor id {id} was killed")));
         }
-        if done {
-            0
-        } else {
-            state.last_used = Instant::now();
+        if !done {
+            state.park();
             open.insert(id, state);
-            id
         }
-    };
+    }
     drop(busy);
-    cursor_reply(&ns, id, "nextBatch", batch)
+    Ok(reply)
 }
 
 pub fn kill_cursors(shared: &Shared, cmd: &Document) -> CommandResult {

@@ -30,15 +30,24 @@ pub(crate) enum Source {
     Buffer(std::vec::IntoIter<Hit>),
     /// A sort that spilled to disk, merged as it is read.
     Merge(Box<crate::exec::spill::Spilled>),
-    /// An aggregation's output, produced as it is read; `scanning`: the
-    /// collection its first stage reads (if it is dropped or replaced,
-    /// the cursor dies).
-    /// A `find` on a view filters the view's output (`filter`).
-    Stream {
-        docs: std::iter::Peekable<query::pipeline::DocStream<'static>>,
-        scanning: Scanning,
-        filter: Option<Filter>,
-    },
+    /// An aggregation's output, or a `find`'s index scan, produced as it
+    /// is read; `scanning`: the collection read (if it is dropped or
+    /// replaced, the cursor dies). A `find` filters what it reads
+    /// (`filter`), but not while `exact`'s index holds no arrays: then
+    /// every key its scan reads is of a match (`access::every_key_matches`;
+    /// an index raises its multikey flag before the write that makes it
+    /// multikey commits, so a record read after that is filtered).
+    Stream { docs: Stream, scanning: Scanning, filter: Option<Filter>, exact: Option<Arc<doc::index::Index>> },
+}
+
+/// What a cursor streams: stored records, or a pipeline's documents.
+pub(crate) type Stream = std::iter::Peekable<Box<dyn Iterator<Item = Result<Stored, query::FilterError>> + Send>>;
+
+/// A pipeline's output as a cursor streams it.
+pub(crate) fn stream_of(docs: query::pipeline::DocStream<'static>) -> Stream {
+    let stored: Box<dyn Iterator<Item = Result<Stored, query::FilterError>> + Send> =
+        Box::new(docs.map(|d| d.map(Stored::owned)));
+    stored.peekable()
 }
 
 /// A cursor between batches.
@@ -95,6 +104,27 @@ impl CursorState {
             lsid: self.lsid,
             time_left: self.time_left,
         }
+    }
+
+    /// Ready to wait between batches: records read ahead hold bytes of
+    /// their own, not slices of pages (which would keep the pages in
+    /// memory, outside the cache's count, for as long as the cursor
+    /// lives).
+    pub(crate) fn park(&mut self) {
+        match &mut self.source {
+            Source::Scan { pending, .. } => {
+                for (_, _, d) in pending.iter_mut() {
+                    detach(d);
+                }
+            }
+            Source::Stream { docs, .. } => {
+                if let Some(Ok(d)) = docs.peek_mut() {
+                    detach(d);
+                }
+            }
+            Source::Buffer(_) | Source::Merge(_) => {}
+        }
+        self.last_used = Instant::now();
     }
 
     /// A cursor over `source` as it is: no projection, limit or tailing.
@@ -174,17 +204,18 @@ pub(crate) fn next_hit(shared: &Shared, c: &mut CursorState, deadline: &Deadline
     match &mut c.source {
         Source::Buffer(items) => Ok(items.next()),
         Source::Merge(runs) => runs.next(),
-        Source::Stream { docs, filter, .. } => loop {
+        Source::Stream { docs, filter, exact, .. } => loop {
             let Some(doc) = docs.next().transpose()? else { return Ok(None) };
             deadline.check()?;
             let pos = match filter {
                 None => None,
-                Some(f) => match f.try_matches_at(&doc)? {
+                Some(_) if exact.as_ref().is_some_and(|ix| !ix.is_multikey()) => None,
+                Some(f) => match matches_stored(f, &doc)? {
                     (true, pos) => pos,
                     (false, _) => continue,
                 },
             };
-            return Ok(Some(Hit { rid: 0, doc: Stored::owned(doc), pos }));
+            return Ok(Some(Hit { rid: 0, doc, pos }));
         },
         Source::Scan { filter, after, pending, reverse } => loop {
             if pending.is_empty() {
@@ -338,7 +369,8 @@ pub(crate) fn fill(
     Ok((out, exhausted))
 }
 
-pub(crate) fn register(shared: &Shared, state: CursorState) -> i64 {
+pub(crate) fn register(shared: &Shared, mut state: CursorState) -> i64 {
+    state.park();
     let mut open = shared.cursors.open.lock();
     Cursors::reap(&mut open);
     loop {
@@ -348,6 +380,12 @@ pub(crate) fn register(shared: &Shared, state: CursorState) -> i64 {
             return id;
         }
     }
+}
+
+/// `d` with bytes of its own ([`Stored::detached`]), in place.
+fn detach(d: &mut Stored) {
+    let taken = std::mem::replace(d, Stored::owned(Document::new()));
+    *d = taken.detached();
 }
 
 /// A random number: each `RandomState` is keyed afresh.
@@ -366,7 +404,7 @@ pub(crate) fn cursor_reply(ns: &Namespace, id: i64, key: &str, batch: Vec<Stored
         for (i, d) in batch.iter().enumerate() {
             match d.bytes() {
                 Some(bytes) => w.document_bytes(&i.to_string(), bytes)?,
-                None => w.field(&i.to_string(), &Bson::Document(d.document().expect("an owned document").clone()))?,
+                None => w.document(&i.to_string(), d.decoded().expect("a Stored without bytes is a document"))?,
             }
         }
         w.close()?;
@@ -397,7 +435,12 @@ pub(crate) fn first_batch(
     let dead = state.tailable && first > 0 && batch.is_empty();
     state.time_left = deadline.left();
     let id = if done || single || dead { 0 } else { register(shared, state) };
-    cursor_reply(&ns, id, "firstBatch", batch)
+    let reply = cursor_reply(&ns, id, "firstBatch", batch);
+    // A batch BSON cannot hold fails the command, and its cursor goes.
+    if reply.is_err() && id != 0 {
+        shared.cursors.open.lock().remove(&id);
+    }
+    reply
 }
 
 /// Reply with the first batch of documents computed up front, keeping a

@@ -8,6 +8,7 @@ use crate::server::Shared;
 use bson::Bson;
 use doc::catalog::Collection;
 use doc::catalog::Namespace;
+use doc::stored::Stored;
 use std::sync::Arc;
 
 /// Writes and storage commands on a view fail as mongod's do.
@@ -89,18 +90,30 @@ pub(crate) fn stream_over(
 pub(crate) fn pipeline_input(
     records: access::Records,
 ) -> impl Iterator<Item = Result<bson::Document, query::FilterError>> + Send {
-    records.map(|r| {
-        r.and_then(|(_, d)| Ok(d.into_document()?)).map_err(|e| match e {
-            doc::catalog::DocError::Storage(storage::StorageError::TableNotFound(_)) => query::FilterError {
-                code: 175,
-                message: "PlanExecutor error during aggregation :: caused by :: collection dropped".into(),
-            },
-            e => {
-                let e = CommandError::from(e);
-                query::FilterError { code: e.code, message: e.errmsg }
-            }
-        })
-    })
+    records.map(|r| r.and_then(|(_, d)| Ok(d.into_document()?)).map_err(read_error))
+}
+
+/// Records as a cursor streams them, as stored (errors as
+/// [`pipeline_input`]'s).
+pub(crate) fn stored_input(records: access::Records) -> crate::exec::cursors::Stream {
+    let stored = records.map(|r| r.map(|(_, d)| d).map_err(read_error));
+    let boxed: Box<dyn Iterator<Item = Result<Stored, query::FilterError>> + Send> = Box::new(stored);
+    boxed.peekable()
+}
+
+/// A read's storage error as a stream carries it: a collection dropped
+/// under the read is QueryPlanKilled (175).
+fn read_error(e: doc::catalog::DocError) -> query::FilterError {
+    match e {
+        doc::catalog::DocError::Storage(storage::StorageError::TableNotFound(_)) => query::FilterError {
+            code: 175,
+            message: "PlanExecutor error during aggregation :: caused by :: collection dropped".into(),
+        },
+        e => {
+            let e = CommandError::from(e);
+            query::FilterError { code: e.code, message: e.errmsg }
+        }
+    }
 }
 
 /// The collection a command names, which must exist and not be a view.
