@@ -191,6 +191,11 @@ fn get_path<'a>(d: &'a Document, path: &[String]) -> Option<&'a Bson> {
     cur.get(last)
 }
 
+/// A dotted path's first field.
+fn top_of(path: &str) -> &str {
+    path.split('.').next().unwrap_or(path)
+}
+
 /// A parsed pipeline.
 #[derive(Debug, Clone)]
 pub struct Pipeline {
@@ -439,6 +444,38 @@ impl Pipeline {
     /// Run the pipeline over `input`, collecting its output.
     pub fn run(&self, input: impl Iterator<Item = Document> + Send) -> Result<Vec<Document>, FilterError> {
         self.stream(input.map(Ok))?.collect()
+    }
+
+    /// The top-level fields of its input documents the pipeline reads,
+    /// when a stage replaces the documents (`$group`, `$count`) before
+    /// any stage needs them whole; `None` otherwise. A document holding
+    /// only those fields gives the same output as the whole document.
+    pub fn reads(&self) -> Option<Vec<String>> {
+        let mut reads = Some(Vec::new());
+        let add = |reads: &mut Option<Vec<String>>, top: &str| {
+            if let Some(names) = reads.as_mut().filter(|n| !n.iter().any(|n| n == top)) {
+                names.push(top.to_string());
+            }
+        };
+        for stage in &self.stages {
+            match stage {
+                Stage::Match(f) => match f.reads() {
+                    Some(names) => names.iter().for_each(|n| add(&mut reads, n)),
+                    None => return None,
+                },
+                Stage::Skip(_) | Stage::Limit(_) => {}
+                Stage::Sort(s) => s.fields().iter().for_each(|(path, _)| add(&mut reads, top_of(path))),
+                Stage::Unwind(u) => add(&mut reads, top_of(&u.field)),
+                Stage::Count(_) => return reads,
+                Stage::Group { id, fields } => {
+                    id.top_fields(&mut reads);
+                    fields.iter().for_each(|(_, _, e)| e.top_fields(&mut reads));
+                    return reads;
+                }
+                Stage::Project(_) | Stage::Reshape(_) => return None,
+            }
+        }
+        None
     }
 
     /// The pipeline's output over `input`, produced as it is read. Stages
@@ -1019,6 +1056,44 @@ mod tests {
     fn run(pipeline: Bson, docs: Vec<Document>) -> Vec<Document> {
         let Bson::Array(stages) = pipeline else { panic!() };
         Pipeline::parse(&stages).unwrap().run(docs.into_iter()).unwrap()
+    }
+
+    /// A pipeline over documents holding only the fields it reads gives
+    /// what it gives over the whole documents.
+    #[test]
+    fn a_pipeline_reads_only_the_fields_it_names() {
+        let docs = vec![
+            doc! { "_id": 1, "k": 5, "s": "x".repeat(50), "arr": [1, 2], "g": { "h": 1 } },
+            doc! { "_id": 2, "k": 12, "arr": [], "g": { "h": 2 } },
+            doc! { "_id": 3, "s": "y", "g": null },
+            doc! { "_id": 4, "k": 7.5, "arr": [3], "g": { "h": 1 } },
+        ];
+        let cases = [
+            (
+                bson!([{ "$match": { "k": { "$lt": 10 } } }, { "$group": { "_id": 1, "n": { "$sum": 1 } } }]),
+                Some(vec!["k"]),
+            ),
+            (bson!([{ "$group": { "_id": { "$mod": ["$k", 10] }, "n": { "$sum": 1 } } }]), Some(vec!["k"])),
+            (bson!([{ "$unwind": "$arr" }, { "$sort": { "g.h": 1 } }, { "$count": "c" }]), Some(vec!["arr", "g"])),
+            (bson!([{ "$match": {} }, { "$group": { "_id": null, "n": { "$sum": 1 } } }]), Some(vec![])),
+            (bson!([{ "$group": { "_id": "$g.h", "all": { "$push": "$$ROOT.s" } } }]), Some(vec!["g", "s"])),
+            (bson!([{ "$group": { "_id": "$$ROOT", "n": { "$sum": 1 } } }]), None),
+            (bson!([{ "$match": { "$expr": { "$gt": ["$k", 6] } } }, { "$count": "c" }]), None),
+            (bson!([{ "$match": { "k": 5 } }]), None),
+            (bson!([{ "$project": { "k": 1 } }, { "$count": "c" }]), None),
+        ];
+        for (stages, want) in cases {
+            let Bson::Array(list) = &stages else { panic!() };
+            let pipeline = Pipeline::parse(list).unwrap();
+            let reads = pipeline.reads();
+            assert_eq!(reads, want.map(|w| w.into_iter().map(String::from).collect::<Vec<_>>()), "{stages}");
+            let Some(names) = reads else { continue };
+            let partial: Vec<Document> = docs
+                .iter()
+                .map(|d| doc::bson_bytes::decode_fields(&doc::bson_bytes::encode(d).unwrap(), &names).unwrap())
+                .collect();
+            assert_eq!(run(stages.clone(), partial), run(stages.clone(), docs.clone()), "{stages}");
+        }
     }
 
     fn people() -> Vec<Document> {

@@ -135,6 +135,13 @@ impl Expression {
         self.0.eval(&Env { root: doc, current: None, vars: Vec::new(), cx })
     }
 
+    /// Add the top-level fields of the document the expression reads to
+    /// `reads`, or make it `None` when it reads the whole document
+    /// (`$$ROOT`, `$$CURRENT`).
+    pub fn top_fields(&self, reads: &mut Option<Vec<String>>) {
+        self.0.top_fields(reads)
+    }
+
     /// A top-level field name's expression in `$set`/`$addFields`: an
     /// object there merges into the field, so callers see objects.
     pub fn as_object(&self) -> Option<Vec<(&str, Expression)>> {
@@ -282,6 +289,29 @@ struct Env<'a> {
 }
 
 impl Node {
+    fn top_fields(&self, reads: &mut Option<Vec<String>>) {
+        let first = match self {
+            Node::Const(_) | Node::Missing => return,
+            Node::Path(p) => p.first(),
+            Node::Var(name, p) if name == "ROOT" || name == "CURRENT" => match p.first() {
+                Some(first) => Some(first),
+                None => {
+                    *reads = None;
+                    return;
+                }
+            },
+            // A `$let` variable: its value comes from the nodes bound to it.
+            Node::Var(..) => return,
+            Node::Object(fields) => return fields.iter().for_each(|(_, n)| n.top_fields(reads)),
+            Node::Array(items) | Node::Op(_, items) => return items.iter().for_each(|n| n.top_fields(reads)),
+        };
+        if let (Some(first), Some(names)) = (first, reads.as_mut()) {
+            if !names.contains(first) {
+                names.push(first.clone());
+            }
+        }
+    }
+
     fn eval(&self, env: &Env) -> Result<Option<Bson>, FilterError> {
         Ok(match self {
             Node::Const(v) => Some(v.clone()),

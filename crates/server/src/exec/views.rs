@@ -81,16 +81,26 @@ pub(crate) fn stream_over(
     // An index scan in the `$sort`'s order stands in for it.
     let sorted = matches!(&planned.path, query::plan::AccessPath::IndexScan(s) if s.sorted);
     let stages = if sorted { pipeline.without_leading_sort() } else { pipeline.clone() };
-    Ok((stages.stream(pipeline_input(records))?, Some((base.clone(), coll))))
+    // Decoded only as far as the pipeline reads them.
+    let reads = stages.reads();
+    Ok((stages.stream(pipeline_input(records, reads))?, Some((base.clone(), coll))))
 }
 
-/// Records as a pipeline takes them: documents, an error as the last
-/// item. A collection dropped under the read ends it with QueryPlanKilled
-/// (175), as mongod's.
+/// Records as a pipeline takes them: documents (only the top-level
+/// fields `reads` lists, when it lists them: `Pipeline::reads`), an error
+/// as the last item. A collection dropped under the read ends it with
+/// QueryPlanKilled (175), as mongod's.
 pub(crate) fn pipeline_input(
     records: access::Records,
+    reads: Option<Vec<String>>,
 ) -> impl Iterator<Item = Result<bson::Document, query::FilterError>> + Send {
-    records.map(|r| r.and_then(|(_, d)| Ok(d.into_document()?)).map_err(read_error))
+    records.map(move |r| {
+        r.and_then(|(_, d)| match &reads {
+            Some(names) => Ok(d.fields(names)?.into_owned()),
+            None => Ok(d.into_document()?),
+        })
+        .map_err(read_error)
+    })
 }
 
 /// Records as a cursor streams them, as stored (errors as
