@@ -214,3 +214,24 @@ def test_an_aggregate_cursor_outlives_a_coll_mod_and_keeps_its_time_limit(client
     with pytest.raises(OperationFailure) as e:
         client.test.command("getMore", reply["cursor"]["id"], collection="big")
     assert e.value.code == 43, "the expired cursor is gone"
+
+
+@pytest.mark.parametrize("skip, limit", [(0, 1), (0, 5), (3, 7), (100, 700), (0, 2999)])
+@pytest.mark.parametrize("desc", [False, True])
+def test_a_sort_with_a_limit_keeps_the_best_as_a_model_says(client, coll, skip, limit, desc):
+    """A blocking sort with a limit passes over a document that cannot be
+    among the best without decoding it; what it returns agrees with a
+    model sorting every document (in memory, and spilled)."""
+    docs = list(coll.find())
+    sign = -1 if desc else 1
+    model = sorted(docs, key=lambda d: (sign * d["k"], d["_id"]))[skip:skip + limit]
+    direction = pymongo.DESCENDING if desc else pymongo.ASCENDING
+    sort = [("k", direction), ("_id", pymongo.ASCENDING)]
+    assert list(coll.find(sort=sort, skip=skip, limit=limit)) == model
+    projected = list(coll.find({}, {"k": 1}, sort=sort, skip=skip, limit=limit))
+    assert projected == [{"_id": d["_id"], "k": d["k"]} for d in model]
+    was = set_limit(client, SMALL_LIMIT)
+    try:
+        assert list(coll.find(sort=sort, skip=skip, limit=limit)) == model
+    finally:
+        set_limit(client, was)

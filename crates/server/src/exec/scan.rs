@@ -35,10 +35,10 @@ pub(crate) struct Hit {
 }
 
 impl Hit {
-    /// A sorted hit's document: decoded when the sort took it
-    /// (`sorted_hits`).
+    /// A sorted hit's document: one made elsewhere, or decoded for a
+    /// spilled run (`sorted_hits`).
     pub(crate) fn sorted(&self) -> &Document {
-        self.doc.decoded().expect("a sort holds its hits decoded")
+        self.doc.decoded().expect("a sort compares decoded documents")
     }
 }
 
@@ -113,23 +113,34 @@ pub(crate) fn sorted_hits(
 ) -> Result<Source, CommandError> {
     let memory_limit = shared.parameters.sort_memory_limit.load(Ordering::Relaxed);
     let keep = limit.map(|l| l.saturating_add(skip));
-    let mut buf: Vec<Hit> = Vec::new();
+    let mut fields: Vec<String> = Vec::new();
+    for (path, _) in sort.fields() {
+        let top = path.split('.').next().unwrap_or(path);
+        if !fields.iter().any(|f| f == top) {
+            fields.push(top.to_string());
+        }
+    }
+    let mut buf: Vec<Keyed> = Vec::new();
     let mut bytes = 0usize;
     let mut spilled: Option<crate::exec::spill::Spilled> = None;
-    let by_sort = |a: &Hit, b: &Hit| sort.compare(a.sorted(), b.sorted());
+    // With a limit, once the best `keep` are known: the last of them. A
+    // hit that does not sort before it is passed over, its key alone read.
+    let mut worst: Option<Document> = None;
+    let by_sort = |a: &Keyed, b: &Keyed| sort.compare(a.key(), b.key());
     for hit in hits {
         deadline.check()?;
-        let hit = hit?;
-        // Held decoded (not as a slice of its page, which would keep the
-        // page in memory outside the cache's count).
-        let hit = Hit { doc: Stored::owned(hit.doc.into_document().map_err(DocError::from)?), ..hit };
-        bytes += hit.doc.size();
-        buf.push(hit);
+        let keyed = Keyed::of(hit?, &fields)?;
+        if worst.as_ref().is_some_and(|w| !sort.compare(keyed.key(), w).is_lt()) {
+            continue;
+        }
+        bytes += keyed.size();
+        buf.push(keyed);
         if let Some(k) = keep {
             if buf.len() >= 2 * k.max(512) {
                 buf.sort_by(by_sort);
                 buf.truncate(k);
-                bytes = buf.iter().map(|h| h.doc.size()).sum();
+                worst = buf.last().filter(|_| buf.len() == k).map(|e| e.key().clone());
+                bytes = buf.iter().map(Keyed::size).sum();
             }
         }
         if bytes > memory_limit {
@@ -140,21 +151,61 @@ pub(crate) fn sorted_hits(
             }
             let runs =
                 spilled.get_or_insert_with(|| crate::exec::spill::Spilled::new(&spill_dir(shared), sort.clone()));
-            runs.spill(&mut buf, keep)?;
+            let mut run = std::mem::take(&mut buf).into_iter().map(Keyed::decoded).collect::<Result<Vec<_>, _>>()?;
+            runs.spill(&mut run, keep)?;
             shared.opcounters.spills.sort_spills.fetch_add(1, Ordering::Relaxed);
             bytes = 0;
         }
     }
     if let Some(mut runs) = spilled {
-        runs.finish(buf, skip)?;
+        let rest = buf.into_iter().map(Keyed::decoded).collect::<Result<Vec<_>, _>>()?;
+        runs.finish(rest, skip)?;
         return Ok(Source::Merge(Box::new(runs)));
     }
     buf.sort_by(by_sort);
-    let mut out: Vec<Hit> = buf.into_iter().skip(skip).collect();
+    let mut out: Vec<Hit> = buf.into_iter().skip(skip).map(|e| e.hit).collect();
     if let Some(l) = limit {
         out.truncate(l);
     }
     Ok(Source::Buffer(out.into_iter()))
+}
+
+/// A hit a sort holds: a stored document's sort fields decoded alone
+/// (`key`; the hit keeps its bytes, copied off their page so that the
+/// page is not held outside the cache's count), or a document made
+/// elsewhere, its own key.
+struct Keyed {
+    key: Option<Document>,
+    hit: Hit,
+}
+
+impl Keyed {
+    fn of(hit: Hit, fields: &[String]) -> Result<Keyed, CommandError> {
+        if hit.doc.bytes().is_none() {
+            return Ok(Keyed { key: None, hit });
+        }
+        let key = hit.doc.fields(fields).map_err(DocError::from)?.into_owned();
+        Ok(Keyed { key: Some(key), hit: Hit { doc: hit.doc.detached(), ..hit } })
+    }
+
+    fn key(&self) -> &Document {
+        self.key.as_ref().unwrap_or_else(|| self.hit.sorted())
+    }
+
+    /// Memory held, as the sort's limit counts it.
+    fn size(&self) -> usize {
+        self.hit.doc.size() + self.key.as_ref().map_or(0, doc::bson_bytes::encoded_len)
+    }
+
+    /// The hit with its document decoded, as a spilled run holds it.
+    fn decoded(self) -> Result<Hit, CommandError> {
+        match self.key {
+            None => Ok(self.hit),
+            Some(_) => {
+                Ok(Hit { doc: Stored::owned(self.hit.doc.into_document().map_err(DocError::from)?), ..self.hit })
+            }
+        }
+    }
 }
 
 /// Where blocking sorts and groups spill to (`allowDiskUse`).
