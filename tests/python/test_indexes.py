@@ -991,3 +991,27 @@ def test_an_index_that_turns_multikey_under_an_open_cursor_filters_again(client)
     plan = c.find({"k": {"$ne": 3}}).sort("k", 1).explain()["queryPlanner"]["winningPlan"]
     assert plan["stage"] == "FETCH" and plan["inputStage"]["isMultiKey"] is True
     assert [d["_id"] for d in c.find({"k": {"$ne": 3}}).sort("k", 1)] == [0, 1, 2, 4, 5, 6, 7, 8, 9]
+
+
+def test_a_document_changed_under_an_open_index_cursor_is_filtered(client):
+    """An index scan reads keys ahead of the documents it fetches: a
+    document updated since its key was read is checked against the
+    filter again (it no longer matches `$ne: 3`)."""
+    c = client.test.c
+    c.create_index("k")
+    c.insert_many([{"_id": i, "k": i} for i in range(10)])
+    cursor = c.find({"k": {"$ne": 3}}).sort("k", 1).batch_size(2)
+    assert [next(cursor)["_id"], next(cursor)["_id"]] == [0, 1]
+    c.update_one({"_id": 5}, {"$set": {"k": 3}})
+    assert [d["_id"] for d in cursor] == [2, 4, 6, 7, 8, 9]
+
+
+def test_show_record_id_over_an_index_scan_names_the_record(client):
+    c = client.test.c
+    c.create_index("k")
+    c.insert_many([{"_id": i, "k": 10 - i} for i in range(5)])
+    natural = {d["_id"]: d["$recordId"] for d in c.find({}, show_record_id=True, hint=[("$natural", 1)])}
+    by_index = {d["_id"]: d["$recordId"] for d in c.find({"k": {"$gte": 7}}, show_record_id=True)}
+    assert c.find({"k": {"$gte": 7}}).explain()["queryPlanner"]["winningPlan"]["inputStage"]["stage"] == "IXSCAN"
+    assert by_index == {i: natural[i] for i in range(4)}
+    assert len(set(natural.values())) == 5

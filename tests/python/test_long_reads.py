@@ -31,10 +31,13 @@ def one_worker(datadir):
 # A collection scan, an index scan whose FETCH filter rejects every
 # document, and one whose bounds answer the filter but whose key range
 # (closed on its first field) holds every key (`find` hands the thread
-# off once its plan shows it may read more than a first batch).
+# off once its plan shows it may read more than a first batch). The
+# first two filters' `$expr` decodes every document examined whole, so
+# that the scan is slow enough to watch.
+NONE = {"$expr": {"$eq": ["$pad", "none"]}}
 SCANS = {
-    "collscan": (None, {"x": -1}),
-    "ixscan": ("x", {"x": {"$gte": 0}, "pad": "none"}),
+    "collscan": (None, NONE),
+    "ixscan": ("x", {"x": {"$gte": 0}, **NONE}),
     "compound": ([("x", 1), ("pad", 1)], {"x": {"$gte": 0}, "pad": "none"}),
 }
 

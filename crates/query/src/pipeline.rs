@@ -447,8 +447,9 @@ impl Pipeline {
     }
 
     /// The top-level fields of its input documents the pipeline reads,
-    /// when a stage replaces the documents (`$group`, `$count`) before
-    /// any stage needs them whole; `None` otherwise. A document holding
+    /// when a stage replaces the documents (`$group`, `$count`, an
+    /// inclusion `$project`) before any stage needs them whole; `None`
+    /// otherwise. A document holding
     /// only those fields gives the same output as the whole document.
     pub fn reads(&self) -> Option<Vec<String>> {
         let mut reads = Some(Vec::new());
@@ -472,7 +473,12 @@ impl Pipeline {
                     fields.iter().for_each(|(_, _, e)| e.top_fields(&mut reads));
                     return reads;
                 }
-                Stage::Project(_) | Stage::Reshape(_) => return None,
+                // An inclusion's output holds only what it reads.
+                Stage::Project(p) => {
+                    p.reads()?.iter().for_each(|n| add(&mut reads, n));
+                    return reads;
+                }
+                Stage::Reshape(_) => return None,
             }
         }
         None
@@ -1080,7 +1086,12 @@ mod tests {
             (bson!([{ "$group": { "_id": "$$ROOT", "n": { "$sum": 1 } } }]), None),
             (bson!([{ "$match": { "$expr": { "$gt": ["$k", 6] } } }, { "$count": "c" }]), None),
             (bson!([{ "$match": { "k": 5 } }]), None),
-            (bson!([{ "$project": { "k": 1 } }, { "$count": "c" }]), None),
+            (bson!([{ "$project": { "k": 1 } }, { "$count": "c" }]), Some(vec!["_id", "k"])),
+            (
+                bson!([{ "$match": { "arr": 1 } }, { "$project": { "_id": 0, "t": { "$add": ["$k", 1] } } }]),
+                Some(vec!["arr", "t", "k"]),
+            ),
+            (bson!([{ "$project": { "k": 0 } }, { "$count": "c" }]), None),
         ];
         for (stages, want) in cases {
             let Bson::Array(list) = &stages else { panic!() };

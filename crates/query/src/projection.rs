@@ -42,6 +42,14 @@ impl Node {
         &mut self.children.last_mut().unwrap().1
     }
 
+    /// Add the fields its computed fields' expressions read to `reads`.
+    fn expression_fields(&self, reads: &mut Option<Vec<String>>) {
+        if let Some(Action::Computed(e)) = &self.action {
+            e.top_fields(reads);
+        }
+        self.children.iter().for_each(|(_, c)| c.expression_fields(reads));
+    }
+
     fn get(&self, name: &str) -> Option<&Node> {
         self.children.iter().find(|(n, _)| n == name).map(|(_, c)| c)
     }
@@ -54,6 +62,9 @@ pub struct Projection {
     include_id: bool,
     root: Node,
     positional: bool,
+    /// The top-level fields an inclusion projection reads (`None`: an
+    /// exclusion, which reads the whole document).
+    reads: Option<Vec<String>>,
 }
 
 impl Projection {
@@ -117,7 +128,24 @@ impl Projection {
             Some((k, _)) => k,
             None => root.children.is_empty() && include_id && spec.contains_key("_id"),
         };
-        Ok(Projection { inclusion, include_id, root, positional })
+        let reads = inclusion.then(|| {
+            let mut reads = Some(if include_id { vec!["_id".to_string()] } else { Vec::new() });
+            for (name, node) in &root.children {
+                if let Some(names) = reads.as_mut().filter(|n| !n.contains(name)) {
+                    names.push(name.clone());
+                }
+                node.expression_fields(&mut reads);
+            }
+            reads
+        });
+        Ok(Projection { inclusion, include_id, root, positional, reads: reads.flatten() })
+    }
+
+    /// The top-level fields the projection reads: a document holding only
+    /// those projects as the whole does. `None` when it reads the whole
+    /// document (an exclusion, or an expression reading `$$ROOT`).
+    pub fn reads(&self) -> Option<&[String]> {
+        self.reads.as_deref()
     }
 
     /// Does it use the positional `a.$` (which needs the query's match
@@ -462,6 +490,34 @@ mod tests {
 
     fn p(spec: Document, d: Document) -> Document {
         Projection::parse(&spec).unwrap().apply(&d, None).unwrap()
+    }
+
+    /// An inclusion projection over only the fields it reads gives what it
+    /// gives over the whole document.
+    #[test]
+    fn an_inclusion_reads_only_its_fields() {
+        let d =
+            doc! { "_id": 1, "a": 1, "b": { "c": 2, "d": 3 }, "e": [{ "c": 1, "x": 0 }, 5, { "x": 1 }], "s": "pad" };
+        let cases = [
+            (doc! { "b.c": 1, "a": 1 }, Some(vec!["_id", "b", "a"])),
+            (doc! { "_id": 0, "e.x": 1, "t": { "$add": ["$a", 1] } }, Some(vec!["e", "t", "a"])),
+            (
+                doc! { "e": { "$slice": 1 }, "k": "$b.d", "lit": { "$literal": 5 } },
+                Some(vec!["_id", "e", "k", "b", "lit"]),
+            ),
+            (doc! { "e": { "$elemMatch": { "x": 1 } } }, Some(vec!["_id", "e"])),
+            (doc! { "_id": 1 }, Some(vec!["_id"])),
+            (doc! { "whole": "$$ROOT" }, None),
+            (doc! { "a": 0 }, None),
+        ];
+        for (spec, want) in cases {
+            let projection = Projection::parse(&spec).unwrap();
+            let want: Option<Vec<String>> = want.map(|w| w.into_iter().map(String::from).collect());
+            assert_eq!(projection.reads().map(<[String]>::to_vec), want, "{spec}");
+            let Some(names) = projection.reads() else { continue };
+            let part = doc::bson_bytes::decode_fields(&doc::bson_bytes::encode(&d).unwrap(), names).unwrap();
+            assert_eq!(projection.apply(&part, None).unwrap(), projection.apply(&d, None).unwrap(), "{spec}");
+        }
     }
 
     #[test]

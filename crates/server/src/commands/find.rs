@@ -231,8 +231,7 @@ pub fn find(shared: &Shared, place: Place, cmd: &Document) -> ReplyResult {
             let Some((base, stages)) = resolve_view(shared, &ns)? else { return Ok(()) };
             let pipeline = query::Pipeline::parse(&stages)?.with_collation(filter.collation().cloned());
             let (docs, scanning) = stream_over(shared, &base, &pipeline, cmd.get("hint"))?;
-            state.source =
-                Source::Stream { docs: stream_of(docs), scanning, filter: Some(filter.clone()), exact: None };
+            state.source = Source::Stream { docs: stream_of(docs), scanning, filter: Some(filter.clone()) };
         } else if let Some((planned, coll)) = index_scan {
             state.source = index_source(shared, (&ns, coll), planned, &filter, watch.as_ref())?;
         } else {
@@ -304,11 +303,7 @@ fn index_source(
     let records = access::watched_candidates(shared, (ns, coll), planned, stats, watch.map(|w| (w, filter)))?;
     let scanning = Some((ns.clone(), Arc::clone(coll)));
     let docs = crate::exec::views::stored_input(records);
-    let exact = match &planned.path {
-        AccessPath::IndexScan(s) if access::every_key_matches(planned) => Some(planned.indexes[s.index].clone()),
-        _ => None,
-    };
-    Ok(Source::Stream { docs, scanning, filter: Some(filter.clone()), exact })
+    Ok(Source::Stream { docs, scanning, filter: Some(filter.clone()) })
 }
 
 pub fn get_more(shared: &Shared, cmd: &Document) -> ReplyResult {

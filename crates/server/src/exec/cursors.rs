@@ -33,20 +33,21 @@ pub(crate) enum Source {
     /// An aggregation's output, or a `find`'s index scan, produced as it
     /// is read; `scanning`: the collection read (if it is dropped or
     /// replaced, the cursor dies). A `find` filters what it reads
-    /// (`filter`), but not while `exact`'s index holds no arrays: then
-    /// every key its scan reads is of a match (`access::every_key_matches`;
-    /// an index raises its multikey flag before the write that makes it
-    /// multikey commits, so a record read after that is filtered).
-    Stream { docs: Stream, scanning: Scanning, filter: Option<Filter>, exact: Option<Arc<doc::index::Index>> },
+    /// (`filter`) even when every key its scan reads is of a match: a
+    /// record is fetched after its key was read, and may have changed
+    /// since.
+    Stream { docs: Stream, scanning: Scanning, filter: Option<Filter> },
 }
 
-/// What a cursor streams: stored records, or a pipeline's documents.
-pub(crate) type Stream = std::iter::Peekable<Box<dyn Iterator<Item = Result<Stored, query::FilterError>> + Send>>;
+/// What a cursor streams: stored records with their record ids, or a
+/// pipeline's documents (record id 0).
+pub(crate) type Stream =
+    std::iter::Peekable<Box<dyn Iterator<Item = Result<(u64, Stored), query::FilterError>> + Send>>;
 
 /// A pipeline's output as a cursor streams it.
 pub(crate) fn stream_of(docs: query::pipeline::DocStream<'static>) -> Stream {
-    let stored: Box<dyn Iterator<Item = Result<Stored, query::FilterError>> + Send> =
-        Box::new(docs.map(|d| d.map(Stored::owned)));
+    let stored: Box<dyn Iterator<Item = Result<(u64, Stored), query::FilterError>> + Send> =
+        Box::new(docs.map(|d| d.map(|d| (0, Stored::owned(d)))));
     stored.peekable()
 }
 
@@ -118,11 +119,12 @@ impl CursorState {
                 }
             }
             Source::Stream { docs, .. } => {
-                if let Some(Ok(d)) = docs.peek_mut() {
+                if let Some(Ok((_, d))) = docs.peek_mut() {
                     detach(d);
                 }
             }
-            Source::Buffer(_) | Source::Merge(_) => {}
+            Source::Buffer(hits) => hits.as_mut_slice().iter_mut().for_each(|h| detach(&mut h.doc)),
+            Source::Merge(_) => {}
         }
         self.last_used = Instant::now();
     }
@@ -204,18 +206,17 @@ pub(crate) fn next_hit(shared: &Shared, c: &mut CursorState, deadline: &Deadline
     match &mut c.source {
         Source::Buffer(items) => Ok(items.next()),
         Source::Merge(runs) => runs.next(),
-        Source::Stream { docs, filter, exact, .. } => loop {
-            let Some(doc) = docs.next().transpose()? else { return Ok(None) };
+        Source::Stream { docs, filter, .. } => loop {
+            let Some((rid, doc)) = docs.next().transpose()? else { return Ok(None) };
             deadline.check()?;
             let pos = match filter {
                 None => None,
-                Some(_) if exact.as_ref().is_some_and(|ix| !ix.is_multikey()) => None,
                 Some(f) => match matches_stored(f, &doc)? {
                     (true, pos) => pos,
                     (false, _) => continue,
                 },
             };
-            return Ok(Some(Hit { rid: 0, doc, pos }));
+            return Ok(Some(Hit { rid, doc, pos }));
         },
         Source::Scan { filter, after, pending, reverse } => loop {
             if pending.is_empty() {
@@ -312,16 +313,19 @@ pub(crate) fn render(c: &CursorState, hit: Hit) -> Result<Stored, CommandError> 
     if c.projection.is_none() && matches!(c.record_id, RecordIds::Hidden) {
         return Ok(hit.doc);
     }
-    let doc = hit.doc.document().map_err(DocError::from)?;
     let record_id = match &c.record_id {
         RecordIds::Hidden => None,
         RecordIds::Long => Some(Bson::Int64(hit.rid as i64)),
-        RecordIds::Key(coll) => doc.get("_id").map(|id| {
+        RecordIds::Key(coll) => hit.doc.fields(&["_id".to_string()]).map_err(DocError::from)?.get("_id").map(|id| {
             Bson::Binary(bson::Binary { subtype: bson::spec::BinarySubtype::Generic, bytes: coll.id_key(id) })
         }),
     };
+    // A projection decodes only the fields it reads.
     let mut d = match &c.projection {
-        Some(p) => p.apply(doc, hit.pos)?,
+        Some(p) => match p.reads() {
+            Some(names) => p.apply(hit.doc.fields(names).map_err(DocError::from)?.as_ref(), hit.pos)?,
+            None => p.apply(hit.doc.document().map_err(DocError::from)?, hit.pos)?,
+        },
         None => hit.doc.into_document().map_err(DocError::from)?,
     };
     if let Some(record_id) = record_id {

@@ -133,10 +133,11 @@ pub(crate) fn sorted_hits(
         if worst.as_ref().is_some_and(|w| !sort.compare(keyed.key(), w).is_lt()) {
             continue;
         }
+        let keyed = keyed.kept();
         bytes += keyed.size();
         buf.push(keyed);
         if let Some(k) = keep {
-            if buf.len() >= 2 * k.max(512) {
+            if buf.len() >= k.max(512).saturating_mul(2) {
                 buf.sort_by(by_sort);
                 buf.truncate(k);
                 worst = buf.last().filter(|_| buf.len() == k).map(|e| e.key().clone());
@@ -151,6 +152,9 @@ pub(crate) fn sorted_hits(
             }
             let runs =
                 spilled.get_or_insert_with(|| crate::exec::spill::Spilled::new(&spill_dir(shared), sort.clone()));
+            // Sorted and cut by key before the documents are decoded.
+            buf.sort_by(by_sort);
+            buf.truncate(keep.unwrap_or(usize::MAX));
             let mut run = std::mem::take(&mut buf).into_iter().map(Keyed::decoded).collect::<Result<Vec<_>, _>>()?;
             runs.spill(&mut run, keep)?;
             shared.opcounters.spills.sort_spills.fetch_add(1, Ordering::Relaxed);
@@ -171,9 +175,10 @@ pub(crate) fn sorted_hits(
 }
 
 /// A hit a sort holds: a stored document's sort fields decoded alone
-/// (`key`; the hit keeps its bytes, copied off their page so that the
-/// page is not held outside the cache's count), or a document made
-/// elsewhere, its own key.
+/// (`key`; the hit keeps its bytes, copied off their page once kept, so
+/// that the page is not held outside the cache's count), or a document
+/// decoded already (made elsewhere, or by a filter that read it whole),
+/// its own key.
 struct Keyed {
     key: Option<Document>,
     hit: Hit,
@@ -184,8 +189,17 @@ impl Keyed {
         if hit.doc.bytes().is_none() {
             return Ok(Keyed { key: None, hit });
         }
+        if hit.doc.decoded().is_some() {
+            let doc = Stored::owned(hit.doc.into_document().map_err(DocError::from)?);
+            return Ok(Keyed { key: None, hit: Hit { doc, ..hit } });
+        }
         let key = hit.doc.fields(fields).map_err(DocError::from)?.into_owned();
-        Ok(Keyed { key: Some(key), hit: Hit { doc: hit.doc.detached(), ..hit } })
+        Ok(Keyed { key: Some(key), hit })
+    }
+
+    /// Kept by the sort: its bytes its own.
+    fn kept(self) -> Keyed {
+        Keyed { hit: Hit { doc: self.hit.doc.detached(), ..self.hit }, ..self }
     }
 
     fn key(&self) -> &Document {

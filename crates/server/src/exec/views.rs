@@ -106,8 +106,8 @@ pub(crate) fn pipeline_input(
 /// Records as a cursor streams them, as stored (errors as
 /// [`pipeline_input`]'s).
 pub(crate) fn stored_input(records: access::Records) -> crate::exec::cursors::Stream {
-    let stored = records.map(|r| r.map(|(_, d)| d).map_err(read_error));
-    let boxed: Box<dyn Iterator<Item = Result<Stored, query::FilterError>> + Send> = Box::new(stored);
+    let stored = records.map(|r| r.map_err(read_error));
+    let boxed: Box<dyn Iterator<Item = Result<(u64, Stored), query::FilterError>> + Send> = Box::new(stored);
     boxed.peekable()
 }
 
