@@ -1363,6 +1363,14 @@ impl Engine {
         }
     }
 
+    /// The commit timestamp of the newest published version. Every commit
+    /// publishes at a greater one (its journal sequence number), so a
+    /// reader that finds it unchanged between two moments saw no commit
+    /// in between: what it read then is one version.
+    pub fn published_ts(&self) -> u64 {
+        self.inner.txns.published_ts()
+    }
+
     /// Sequence number of the last journal record appended (every commit
     /// so far is at or below it), if any.
     pub fn last_journal_seq(&self) -> Option<u64> {

@@ -375,6 +375,11 @@ impl TxnManager {
         self.published.read().unwrap().clone()
     }
 
+    /// The commit timestamp of the newest published version.
+    pub fn published_ts(&self) -> u64 {
+        self.published.read().unwrap().ts
+    }
+
     /// The newest published root of one table (cheaper than the whole set:
     /// one reference count, not the set's shared one).
     pub fn published_root(&self, table: u32) -> Option<Arc<Node>> {

@@ -157,7 +157,7 @@ pub fn aggregate(shared: &Shared, cmd: &Document) -> ReplyResult {
         crate::exec::agg_write::write(shared, cmd, &write, out)?;
         return buffered_cursor(shared, ns, Vec::new(), None);
     }
-    let state = CursorState::of(ns, Source::Stream { docs: stream_of(docs), scanning, filter: None });
+    let state = CursorState::of(ns, Source::Stream { docs: stream_of(docs), scanning, filter: None, exact: None });
     first_batch(shared, state, batch_size.map(|b| b as usize), false, &deadline)
 }
 

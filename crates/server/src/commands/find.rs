@@ -21,6 +21,7 @@ use crate::exec::cursors::stream_of;
 use crate::exec::cursors::Busy;
 use crate::exec::cursors::CursorState;
 use crate::exec::cursors::Cursors;
+use crate::exec::cursors::Exact;
 use crate::exec::cursors::RecordIds;
 use crate::exec::cursors::Source;
 use crate::exec::deadline::Deadline;
@@ -231,7 +232,8 @@ pub fn find(shared: &Shared, place: Place, cmd: &Document) -> ReplyResult {
             let Some((base, stages)) = resolve_view(shared, &ns)? else { return Ok(()) };
             let pipeline = query::Pipeline::parse(&stages)?.with_collation(filter.collation().cloned());
             let (docs, scanning) = stream_over(shared, &base, &pipeline, cmd.get("hint"))?;
-            state.source = Source::Stream { docs: stream_of(docs), scanning, filter: Some(filter.clone()) };
+            state.source =
+                Source::Stream { docs: stream_of(docs), scanning, filter: Some(filter.clone()), exact: None };
         } else if let Some((planned, coll)) = index_scan {
             state.source = index_source(shared, (&ns, coll), planned, &filter, watch.as_ref())?;
         } else {
@@ -300,10 +302,18 @@ fn index_source(
     watch: Option<&Arc<access::TrialWatch>>,
 ) -> Result<Source, CommandError> {
     let stats = Arc::new(ScanStats::default());
+    // Taken before the first key is read.
+    let since = shared.catalog.engine().published_ts();
     let records = access::watched_candidates(shared, (ns, coll), planned, stats, watch.map(|w| (w, filter)))?;
     let scanning = Some((ns.clone(), Arc::clone(coll)));
     let docs = crate::exec::views::stored_input(records);
-    Ok(Source::Stream { docs, scanning, filter: Some(filter.clone()) })
+    let exact = match &planned.path {
+        AccessPath::IndexScan(s) if access::every_key_matches(planned) => {
+            Some(Exact { index: planned.indexes[s.index].clone(), since })
+        }
+        _ => None,
+    };
+    Ok(Source::Stream { docs, scanning, filter: Some(filter.clone()), exact })
 }
 
 pub fn get_more(shared: &Shared, cmd: &Document) -> ReplyResult {

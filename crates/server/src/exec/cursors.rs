@@ -33,10 +33,26 @@ pub(crate) enum Source {
     /// An aggregation's output, or a `find`'s index scan, produced as it
     /// is read; `scanning`: the collection read (if it is dropped or
     /// replaced, the cursor dies). A `find` filters what it reads
-    /// (`filter`) even when every key its scan reads is of a match: a
-    /// record is fetched after its key was read, and may have changed
-    /// since.
-    Stream { docs: Stream, scanning: Scanning, filter: Option<Filter> },
+    /// (`filter`), but not while [`Exact`] vouches for what it reads.
+    Stream { docs: Stream, scanning: Scanning, filter: Option<Filter>, exact: Option<Exact> },
+}
+
+/// An index scan every key of which is of a match (`access::every_key_matches`):
+/// its records need no filter while no commit has been published since
+/// the scan began (`since`, `Engine::published_ts`; a record is fetched
+/// after its key was read, and a commit in between may have changed it)
+/// and the index holds no arrays (an index raises its multikey flag
+/// before the write that makes it multikey commits).
+pub(crate) struct Exact {
+    pub(crate) index: Arc<doc::index::Index>,
+    pub(crate) since: u64,
+}
+
+impl Exact {
+    /// Whether the record just read needs no filter.
+    fn vouches(&self, engine: &storage::Engine) -> bool {
+        engine.published_ts() == self.since && !self.index.is_multikey()
+    }
 }
 
 /// What a cursor streams: stored records with their record ids, or a
@@ -206,11 +222,12 @@ pub(crate) fn next_hit(shared: &Shared, c: &mut CursorState, deadline: &Deadline
     match &mut c.source {
         Source::Buffer(items) => Ok(items.next()),
         Source::Merge(runs) => runs.next(),
-        Source::Stream { docs, filter, .. } => loop {
+        Source::Stream { docs, filter, exact, .. } => loop {
             let Some((rid, doc)) = docs.next().transpose()? else { return Ok(None) };
             deadline.check()?;
             let pos = match filter {
                 None => None,
+                Some(_) if exact.as_ref().is_some_and(|e| e.vouches(shared.catalog.engine())) => None,
                 Some(f) => match matches_stored(f, &doc)? {
                     (true, pos) => pos,
                     (false, _) => continue,
