@@ -197,36 +197,49 @@ pub fn projection_fields(projection: &Document) -> Option<Vec<String>> {
 
 /// Choose the access path of `shape`.
 pub fn plan<'a>(shape: &ReadShape<'a, '_>) -> AccessPath<'a> {
+    plan_among(shape).0
+}
+
+/// [`plan`], and when it chose among unhinted index candidates, the
+/// other candidates (those on other indexes or paths), best first.
+pub fn plan_among<'a>(shape: &ReadShape<'a, '_>) -> (AccessPath<'a>, Vec<IndexScan>) {
+    let none = Vec::new();
     let scan = AccessPath::CollScan { reverse: false };
     if shape.tailable {
-        return scan;
+        return (scan, none);
     }
     match shape.hint {
-        Hint::Natural { reverse } => return AccessPath::CollScan { reverse },
+        Hint::Natural { reverse } => return (AccessPath::CollScan { reverse }, none),
         // A wildcard index reads one path; with none to read (or with
         // min/max), which the server refuses before, every document.
         Hint::Index(i) if shape.indexes[i].wildcard.is_some() => {
-            return match (shape.min_max, wildcard::paths(shape, i).first()) {
+            let path = match (shape.min_max, wildcard::paths(shape, i).first()) {
                 (None, Some(path)) => AccessPath::IndexScan(wildcard::scan(shape, i, path)),
                 _ => scan,
-            }
+            };
+            return (path, none);
         }
         Hint::Index(i) => {
-            return AccessPath::IndexScan(match shape.min_max {
+            let path = AccessPath::IndexScan(match shape.min_max {
                 Some(range) => min_max_scan(shape, i, range),
                 None => index_scan(shape, i),
-            })
+            });
+            return (path, none);
         }
         Hint::None => {}
     }
     match crate::Filter::id_equality(shape.filter) {
         // The index finds a string `_id` only under its own collation.
-        Some(id) if shape.id_index_collation_matches || !holds_string(id) => return AccessPath::IdPoint(id),
+        Some(id) if shape.id_index_collation_matches || !holds_string(id) => return (AccessPath::IdPoint(id), none),
         _ => {}
     }
-    match candidates(shape).into_iter().next() {
-        Some(best) => AccessPath::IndexScan(best),
-        None => or_plan(shape).map_or(scan, AccessPath::Or),
+    let mut found = candidates(shape).into_iter();
+    match found.next() {
+        Some(best) => {
+            let others = found.filter(|c| (c.index, &c.wildcard_path) != (best.index, &best.wildcard_path)).collect();
+            (AccessPath::IndexScan(best), others)
+        }
+        None => (or_plan(shape).map_or(scan, AccessPath::Or), none),
     }
 }
 

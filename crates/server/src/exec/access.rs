@@ -138,14 +138,7 @@ pub(crate) fn plan_projected<'a>(
         min_max,
         sort,
     };
-    let path = plan::plan(&shape);
-    let rejected = match (&path, shape.hint) {
-        (AccessPath::IndexScan(chosen), Hint::None) => plan::candidates(&shape)
-            .into_iter()
-            .filter(|c| (c.index, &c.wildcard_path) != (chosen.index, &chosen.wildcard_path))
-            .collect(),
-        _ => Vec::new(),
-    };
+    let (path, rejected) = plan::plan_among(&shape);
     let mut shape = plan::shape(filter, projection, sort);
     // The collation is part of the shape: it decides which indexes serve.
     if let Some(c) = collation {
