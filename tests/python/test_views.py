@@ -146,3 +146,31 @@ def test_a_find_on_a_view_produces_its_documents_as_it_is_read(client):
     with pytest.raises(OperationFailure) as e:
         list(cursor)
     assert e.value.code == 175
+
+
+def test_explain_of_a_read_of_a_view_explains_the_aggregate_it_becomes(client):
+    """mongod turns a find on a view into an aggregate on the collection
+    under it (the view's pipeline, then the find's filter, sort, skip,
+    limit and projection as stages) and explains that."""
+    db = client.test
+    db.c.create_index("a")
+    db.c.insert_many([{"_id": i, "a": i % 5, "b": i % 2} for i in range(20)])
+    db.create_collection("plain", viewOn="c", pipeline=[])
+    db.create_collection("odd", viewOn="c", pipeline=[{"$match": {"b": 1}}])
+    plain = db.plain.find({"a": 2}).explain()
+    assert plain["queryPlanner"]["namespace"] == "test.c"
+    assert plain["queryPlanner"]["winningPlan"]["inputStage"]["stage"] == "IXSCAN"
+    assert plain["queryPlanner"]["winningPlan"]["inputStage"]["indexName"] == "a_1"
+    assert plain["executionStats"]["nReturned"] == 4
+    odd = db.odd.find({"a": 3}).sort("a", 1).limit(2).explain()
+    cursor = odd["stages"][0]["$cursor"]
+    assert cursor["queryPlanner"]["namespace"] == "test.c"
+    assert cursor["queryPlanner"]["parsedQuery"] == {"b": {"$eq": 1}}
+    assert [list(s)[0] for s in odd["stages"][1:]] == ["$match", "$sort", "$limit"]
+    grouped = db.command("explain", {"aggregate": "odd", "pipeline": [{"$group": {"_id": "$a"}}], "cursor": {}},
+                         verbosity="queryPlanner")
+    assert grouped["stages"][0]["$cursor"]["queryPlanner"]["namespace"] == "test.c"
+    assert list(grouped["stages"][1]) == ["$group"]
+    with pytest.raises(OperationFailure) as e:
+        db.command("explain", {"count": "odd", "query": {}})
+    assert e.value.code == 238

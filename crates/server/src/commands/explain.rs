@@ -87,6 +87,9 @@ struct Top {
 
 fn explain_find(shared: &Shared, cmd: &Document, verbosity: Verbosity) -> CommandResult {
     let ns = namespace(cmd, "find")?;
+    if crate::exec::views::resolve_view(shared, &ns)?.is_some() {
+        return explain_aggregate(shared, &find_as_aggregate(cmd)?, verbosity);
+    }
     let scope = crate::args::scope_of(cmd)?;
     let (filter_doc, filter) = filter_of(cmd, "filter", &scope)?;
     let projection = document_option(cmd, "projection")?.filter(|p| !p.is_empty());
@@ -100,6 +103,35 @@ fn explain_find(shared: &Shared, cmd: &Document, verbosity: Verbosity) -> Comman
     explain_read(shared, cmd, read, None, verbosity)
 }
 
+/// A `find` on a view as the aggregate mongod makes of it: the view's
+/// pipeline (added by `explain_aggregate`), then the find's filter,
+/// sort, skip, limit and projection as stages.
+fn find_as_aggregate(cmd: &Document) -> Result<Document, CommandError> {
+    let mut pipeline: Vec<Bson> = Vec::new();
+    if let Some(filter) = document_option(cmd, "filter")?.filter(|f| !f.is_empty()) {
+        pipeline.push(Bson::Document(doc! { "$match": filter }));
+    }
+    if let Some(sort) = document_option(cmd, "sort")?.filter(|s| !s.is_empty()) {
+        pipeline.push(Bson::Document(doc! { "$sort": sort }));
+    }
+    if let Some(skip) = count_option(cmd, "skip")?.filter(|s| *s > 0) {
+        pipeline.push(Bson::Document(doc! { "$skip": skip }));
+    }
+    if let Some(limit) = count_option(cmd, "limit")?.filter(|l| *l > 0) {
+        pipeline.push(Bson::Document(doc! { "$limit": limit }));
+    }
+    if let Some(projection) = document_option(cmd, "projection")?.filter(|p| !p.is_empty()) {
+        pipeline.push(Bson::Document(doc! { "$project": projection }));
+    }
+    let mut agg = doc! { "aggregate": cmd.get("find").cloned().unwrap_or(Bson::Null), "pipeline": pipeline };
+    for field in ["hint", "collation", "let", "$db"] {
+        if let Some(v) = cmd.get(field) {
+            agg.insert(field, v.clone());
+        }
+    }
+    Ok(agg)
+}
+
 /// `count`: COUNT over the read.
 /// `aggregate`: a pipeline the query layer answers whole (`$match`,
 /// `$sort`, `$skip`, `$limit`, `$project`, in that order) explains as the
@@ -111,8 +143,19 @@ pub(crate) fn explain_aggregate(shared: &Shared, cmd: &Document, verbosity: Verb
         return Err(CommandError::not_implemented("explain of an aggregate on a database is not supported yet"));
     }
     let ns = namespace(cmd, "aggregate")?;
-    if crate::exec::views::resolve_view(shared, &ns)?.is_some() {
-        return Err(CommandError::not_implemented("explain of an aggregate on a view is not supported yet"));
+    // On a view: the view's pipeline, then the command's, on the
+    // collection under it (as mongod resolves a view).
+    if let Some((base, mut stages)) = crate::exec::views::resolve_view(shared, &ns)? {
+        stages.extend(
+            cmd.get_array("pipeline")
+                .map_err(|_| CommandError::type_mismatch("'pipeline' option must be specified as an array"))?
+                .iter()
+                .cloned(),
+        );
+        let mut resolved = cmd.clone();
+        resolved.insert("aggregate", base.coll.clone());
+        resolved.insert("pipeline", stages);
+        return explain_aggregate(shared, &resolved, verbosity);
     }
     let scope = crate::args::scope_of(cmd)?;
     let stages = cmd
@@ -281,9 +324,12 @@ fn explain_read(
     }
     let collation = collation_of(shared, &ns, with_collation)?;
     let filter = filter.with_collation(collation.clone());
-    // mongod explains a read of a view as the aggregate it becomes.
+    // mongod explains a read of a view as the aggregate it becomes (only
+    // `find` and `aggregate` do so here).
     if shared.catalog.get(&ns).is_some_and(|c| c.view_on().is_some()) {
-        return Err(CommandError::not_implemented(format!("explain of a read of the view {ns} is not supported yet")));
+        return Err(CommandError::not_implemented(format!(
+            "explain of this read of the view {ns} is not supported yet"
+        )));
     }
     let coll = shared.catalog.get(&ns);
     let needs = projection.as_ref().and_then(query::plan::projection_fields);
