@@ -174,3 +174,30 @@ def test_explain_of_a_read_of_a_view_explains_the_aggregate_it_becomes(client):
     with pytest.raises(OperationFailure) as e:
         db.command("explain", {"count": "odd", "query": {}})
     assert e.value.code == 238
+
+
+def test_a_find_on_a_view_reads_by_index_and_explain_keeps_the_views_collation(client):
+    db = client.test
+    db.c.create_index("a")
+    db.c.insert_many([{"_id": i, "a": i % 5, "s": "x" if i % 2 else "X"} for i in range(20)])
+    db.create_collection("plain", viewOn="c", pipeline=[])
+
+    def accesses():
+        return {s["name"]: s["accesses"]["ops"] for s in db.c.aggregate([{"$indexStats": {}}])}["a_1"]
+
+    before = accesses()
+    assert sorted(d["_id"] for d in db.plain.find({"a": 2})) == [2, 7, 12, 17]
+    assert accesses() == before + 1, "the find's filter is read through the index under the view"
+    # A view's default collation is its own, not its collection's.
+    db.create_collection("folded", viewOn="c", pipeline=[], collation={"locale": "en", "strength": 2})
+    assert db.folded.count_documents({"s": "x"}) == 20
+    planner = db.folded.find({"s": "x"}).explain()["queryPlanner"]
+    assert planner["namespace"] == "test.c"
+    assert db.folded.find({"s": "x"}).explain()["executionStats"]["nReturned"] == 20
+    with pytest.raises(OperationFailure) as e:
+        db.command("explain", {"find": "folded", "filter": {}, "collation": {"locale": "fr"}})
+    assert e.value.code == 167
+    for option in [{"min": {"a": 1}}, {"showRecordId": True}, {"returnKey": True}, {"sort": {"$natural": 1}}]:
+        with pytest.raises(OperationFailure) as e:
+            db.command("explain", {"find": "plain", "filter": {}, **option})
+        assert e.value.code == 168, option

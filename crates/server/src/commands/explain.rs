@@ -107,6 +107,20 @@ fn explain_find(shared: &Shared, cmd: &Document, verbosity: Verbosity) -> Comman
 /// pipeline (added by `explain_aggregate`), then the find's filter,
 /// sort, skip, limit and projection as stages.
 fn find_as_aggregate(cmd: &Document) -> Result<Document, CommandError> {
+    // Options an aggregate has no stage for, refused as mongod refuses them.
+    for option in ["min", "max", "returnKey", "showRecordId", "tailable"] {
+        let given = match cmd.get(option) {
+            None | Some(Bson::Null) | Some(Bson::Boolean(false)) => false,
+            Some(Bson::Document(d)) => !d.is_empty(),
+            Some(_) => true,
+        };
+        if given {
+            return Err(CommandError::with_code(168, format!("Option {option} not supported in aggregation.")));
+        }
+    }
+    if document_option(cmd, "sort")?.is_some_and(|s| s.contains_key("$natural")) {
+        return Err(CommandError::with_code(168, "Sort option $natural not supported in aggregation."));
+    }
     let mut pipeline: Vec<Bson> = Vec::new();
     if let Some(filter) = document_option(cmd, "filter")?.filter(|f| !f.is_empty()) {
         pipeline.push(Bson::Document(doc! { "$match": filter }));
@@ -152,9 +166,13 @@ pub(crate) fn explain_aggregate(shared: &Shared, cmd: &Document, verbosity: Verb
                 .iter()
                 .cloned(),
         );
+        // The view's collation (another given is refused, 167), not the
+        // collection's under it.
+        let collation = collation_of(shared, &ns, cmd)?;
         let mut resolved = cmd.clone();
         resolved.insert("aggregate", base.coll.clone());
         resolved.insert("pipeline", stages);
+        resolved.insert("collation", collation.map_or_else(|| doc! { "locale": "simple" }, |c| c.full_spec()));
         return explain_aggregate(shared, &resolved, verbosity);
     }
     let scope = crate::args::scope_of(cmd)?;

@@ -229,8 +229,14 @@ pub fn find(shared: &Shared, place: Place, cmd: &Document) -> ReplyResult {
             // A view's documents come from its pipeline as the cursor is
             // read, in the pipeline's order, filtered; no blocking sort.
             // Dropped since it was looked up: as any missing namespace, empty.
-            let Some((base, stages)) = resolve_view(shared, &ns)? else { return Ok(()) };
-            let pipeline = query::Pipeline::parse(&stages)?.with_collation(filter.collation().cloned());
+            let Some((base, mut stages)) = resolve_view(shared, &ns)? else { return Ok(()) };
+            // The filter goes at the pipeline's end, as mongod puts it,
+            // where a view with no stages of its own reads it through an
+            // index (and the cursor still filters, for positions).
+            if !filter_doc.is_empty() {
+                stages.push(Bson::Document(bson::doc! { "$match": filter_doc.clone() }));
+            }
+            let pipeline = query::Pipeline::parse_in(&stages, &scope)?.with_collation(filter.collation().cloned());
             let (docs, scanning) = stream_over(shared, &base, &pipeline, cmd.get("hint"))?;
             state.source =
                 Source::Stream { docs: stream_of(docs), scanning, filter: Some(filter.clone()), exact: None };
