@@ -84,13 +84,12 @@ impl Stored {
         }
     }
 
-    /// This document holding bytes of its own, not a slice of a page's:
-    /// for documents kept a while (a sort's buffer), which would otherwise
-    /// keep whole pages in memory outside the cache's count.
-    pub fn detached(self) -> Stored {
-        match self.bytes {
-            Some(b) => Stored { bytes: Some(Bytes::copy_from_slice(&b)), decoded: self.decoded },
-            None => self,
+    /// Hold bytes of its own, not a slice of a page's: for documents kept
+    /// a while (a sort's buffer, a cursor between batches), which would
+    /// otherwise keep whole pages in memory outside the cache's count.
+    pub fn detach(&mut self) {
+        if let Some(b) = &mut self.bytes {
+            *b = Bytes::copy_from_slice(b);
         }
     }
 }
@@ -130,8 +129,8 @@ mod tests {
         assert!(owned.bytes().is_none());
         assert_eq!(owned.size(), encode(&d).unwrap().len());
         let page = Bytes::from(encode(&doc! { "x": 1, "a": 1 }).unwrap());
-        let s = Stored::read(page.slice(..));
-        let kept = s.detached();
+        let mut kept = Stored::read(page.slice(..));
+        kept.detach();
         assert_eq!(kept.bytes(), Some(&page[..]));
         assert_ne!(kept.bytes().unwrap().as_ptr(), page.as_ptr(), "its own copy");
         assert_eq!(kept.into_document().unwrap(), doc! { "x": 1, "a": 1 });

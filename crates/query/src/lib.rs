@@ -3,8 +3,9 @@
 //! pipelines. Performs no I/O of its own, but for the runs of an external
 //! sort (`external.rs`).
 //!
-//! Two leaves under everything: `error.rs` (the layer's error and its
-//! codes) and `types.rs` (type names and other shared type helpers). What
+//! Leaves under everything: `error.rs` (the layer's error and its
+//! codes), `types.rs` (type names and other shared type helpers) and
+//! `reads.rs` (the top-level fields an operation reads). What
 //! an evaluation reads besides the document (the collation) travels as a
 //! parameter, the evaluation context (`context.rs`).
 
@@ -22,6 +23,7 @@ pub mod matcher;
 pub mod pipeline;
 pub mod plan;
 pub mod projection;
+pub(crate) mod reads;
 pub mod regex;
 pub mod schema;
 pub mod sort;

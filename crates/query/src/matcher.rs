@@ -88,11 +88,7 @@ fn top_fields(e: &Expr, reads: &mut Option<Vec<String>>) {
         | Expr::Bits(path, ..)
         | Expr::ElemMatch(path, _) => path,
     };
-    let Some(names) = reads else { return };
-    let top = path.split('.').next().unwrap_or(path);
-    if !names.iter().any(|n| n == top) {
-        names.push(top.to_string());
-    }
+    crate::reads::note(reads, path);
 }
 
 /// Which of the `$bits*` operators.

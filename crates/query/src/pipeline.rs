@@ -191,11 +191,6 @@ fn get_path<'a>(d: &'a Document, path: &[String]) -> Option<&'a Bson> {
     cur.get(last)
 }
 
-/// A dotted path's first field.
-fn top_of(path: &str) -> &str {
-    path.split('.').next().unwrap_or(path)
-}
-
 /// A parsed pipeline.
 #[derive(Debug, Clone)]
 pub struct Pipeline {
@@ -449,15 +444,11 @@ impl Pipeline {
     /// The top-level fields of its input documents the pipeline reads,
     /// when a stage replaces the documents (`$group`, `$count`, an
     /// inclusion `$project`) before any stage needs them whole; `None`
-    /// otherwise. A document holding
-    /// only those fields gives the same output as the whole document.
+    /// otherwise. A document holding only those fields gives the same
+    /// output as the whole document.
     pub fn reads(&self) -> Option<Vec<String>> {
         let mut reads = Some(Vec::new());
-        let add = |reads: &mut Option<Vec<String>>, top: &str| {
-            if let Some(names) = reads.as_mut().filter(|n| !n.iter().any(|n| n == top)) {
-                names.push(top.to_string());
-            }
-        };
+        let add = crate::reads::note;
         for stage in &self.stages {
             match stage {
                 Stage::Match(f) => match f.reads() {
@@ -465,8 +456,8 @@ impl Pipeline {
                     None => return None,
                 },
                 Stage::Skip(_) | Stage::Limit(_) => {}
-                Stage::Sort(s) => s.fields().iter().for_each(|(path, _)| add(&mut reads, top_of(path))),
-                Stage::Unwind(u) => add(&mut reads, top_of(&u.field)),
+                Stage::Sort(s) => s.reads().iter().for_each(|n| add(&mut reads, n)),
+                Stage::Unwind(u) => add(&mut reads, &u.field),
                 Stage::Count(_) => return reads,
                 Stage::Group { id, fields } => {
                     id.top_fields(&mut reads);

@@ -131,9 +131,7 @@ impl Projection {
         let reads = inclusion.then(|| {
             let mut reads = Some(if include_id { vec!["_id".to_string()] } else { Vec::new() });
             for (name, node) in &root.children {
-                if let Some(names) = reads.as_mut().filter(|n| !n.contains(name)) {
-                    names.push(name.clone());
-                }
+                crate::reads::note(&mut reads, name);
                 node.expression_fields(&mut reads);
             }
             reads

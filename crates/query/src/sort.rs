@@ -66,6 +66,13 @@ impl Sort {
         &self.fields
     }
 
+    /// The top-level fields the sort keys are read from.
+    pub fn reads(&self) -> Vec<String> {
+        let mut reads = Some(Vec::new());
+        self.fields.iter().for_each(|(path, _)| crate::reads::note(&mut reads, path));
+        reads.unwrap_or_default()
+    }
+
     /// The order of two documents.
     pub fn compare(&self, a: &Document, b: &Document) -> Ordering {
         let cx = EvalContext::new(self.collation.as_deref());

@@ -305,10 +305,8 @@ impl Node {
             Node::Object(fields) => return fields.iter().for_each(|(_, n)| n.top_fields(reads)),
             Node::Array(items) | Node::Op(_, items) => return items.iter().for_each(|n| n.top_fields(reads)),
         };
-        if let (Some(first), Some(names)) = (first, reads.as_mut()) {
-            if !names.contains(first) {
-                names.push(first.clone());
-            }
+        if let Some(first) = first {
+            crate::reads::note(reads, first);
         }
     }
 

@@ -129,17 +129,13 @@ impl CursorState {
     /// lives).
     pub(crate) fn park(&mut self) {
         match &mut self.source {
-            Source::Scan { pending, .. } => {
-                for (_, _, d) in pending.iter_mut() {
-                    detach(d);
-                }
-            }
+            Source::Scan { pending, .. } => pending.iter_mut().for_each(|(_, _, d)| d.detach()),
             Source::Stream { docs, .. } => {
                 if let Some(Ok((_, d))) = docs.peek_mut() {
-                    detach(d);
+                    d.detach();
                 }
             }
-            Source::Buffer(hits) => hits.as_mut_slice().iter_mut().for_each(|h| detach(&mut h.doc)),
+            Source::Buffer(hits) => hits.as_mut_slice().iter_mut().for_each(|h| h.doc.detach()),
             Source::Merge(_) => {}
         }
         self.last_used = Instant::now();
@@ -401,12 +397,6 @@ pub(crate) fn register(shared: &Shared, mut state: CursorState) -> i64 {
             return id;
         }
     }
-}
-
-/// `d` with bytes of its own ([`Stored::detached`]), in place.
-fn detach(d: &mut Stored) {
-    let taken = std::mem::replace(d, Stored::owned(Document::new()));
-    *d = taken.detached();
 }
 
 /// A random number: each `RandomState` is keyed afresh.

@@ -113,13 +113,7 @@ pub(crate) fn sorted_hits(
 ) -> Result<Source, CommandError> {
     let memory_limit = shared.parameters.sort_memory_limit.load(Ordering::Relaxed);
     let keep = limit.map(|l| l.saturating_add(skip));
-    let mut fields: Vec<String> = Vec::new();
-    for (path, _) in sort.fields() {
-        let top = path.split('.').next().unwrap_or(path);
-        if !fields.iter().any(|f| f == top) {
-            fields.push(top.to_string());
-        }
-    }
+    let fields = sort.reads();
     let mut buf: Vec<Keyed> = Vec::new();
     let mut bytes = 0usize;
     let mut spilled: Option<crate::exec::spill::Spilled> = None;
@@ -198,8 +192,9 @@ impl Keyed {
     }
 
     /// Kept by the sort: its bytes its own.
-    fn kept(self) -> Keyed {
-        Keyed { hit: Hit { doc: self.hit.doc.detached(), ..self.hit }, ..self }
+    fn kept(mut self) -> Keyed {
+        self.hit.doc.detach();
+        self
     }
 
     fn key(&self) -> &Document {
