@@ -645,6 +645,58 @@ def test_aggregate_reads_through_the_planner_and_explains(client):
     assert e["queryPlanner"]["winningPlan"]["stage"] == "FETCH"
 
 
+def test_explain_of_an_aggregate_runs_it_and_counts_each_stage(client):
+    """At executionStats mongod runs the whole pipeline over its read, as
+    the aggregate would (a later `$limit` stops the read), and shows each
+    stage with what it returned and its time; `$sort` absorbs the `$limit`
+    after it, `$unwind` and `$out` show their long forms, and a `$out`
+    writes nothing."""
+    db = client.test
+    db.ag.create_index("a")
+    db.ag.insert_many([{"_id": i, "a": i % 3, "arr": [i, i + 1]} for i in range(30)])
+
+    def explained(pipeline, verbosity="executionStats"):
+        return db.command("explain", {"aggregate": "ag", "pipeline": pipeline, "cursor": {}}, verbosity=verbosity)
+
+    def figures(e):
+        return [(next(iter(s)), s.get("nReturned")) for s in e["stages"]]
+
+    grouped = [{"$match": {"a": {"$in": [1, 2]}}}, {"$group": {"_id": "$a", "n": {"$sum": 1}}},
+               {"$sort": {"_id": -1}}, {"$limit": 1}]
+    assert list(db.ag.aggregate(grouped)) == [{"_id": 2, "n": 10}]
+    e = explained(grouped)
+    assert figures(e) == [("$cursor", 20), ("$group", 2), ("$sort", 1)]
+    assert e["stages"][2]["$sort"] == {"sortKey": {"_id": -1}, "limit": 1}
+    assert all(isinstance(s["executionTimeMillisEstimate"], int) for s in e["stages"])
+    assert e["stages"][0]["$cursor"]["executionStats"]["totalKeysExamined"] == 20
+    # At queryPlanner nothing runs: no figures.
+    assert figures(explained(grouped, "queryPlanner")) == [("$cursor", None), ("$group", None), ("$sort", None)]
+    # A `$limit` after an `$unwind` stops the read once it has enough.
+    unwound = [{"$match": {"a": 1}}, {"$unwind": "$arr"}, {"$limit": 3}]
+    assert len(list(db.ag.aggregate(unwound))) == 3
+    e = explained(unwound)
+    assert figures(e) == [("$cursor", 2), ("$unwind", 3), ("$limit", 3)]
+    assert e["stages"][1]["$unwind"] == {"path": "$arr"}
+    assert e["stages"][0]["$cursor"]["executionStats"]["totalDocsExamined"] == 2
+    # A `$match` after another stage shows its parsed query.
+    later = [{"$unwind": "$arr"}, {"$match": {"arr": {"$gt": 28}}}]
+    assert figures(explained(later)) == [("$cursor", 30), ("$unwind", 60), ("$match", 3)]
+    assert explained(later)["stages"][2]["$match"] == {"arr": {"$gt": 28}}
+    # `$out`: run, nothing written, its target in full.
+    e = explained([{"$match": {"a": 0}}, {"$out": "written"}])
+    assert e["stages"][1] == {"$out": {"coll": "written", "db": "test"}, "nReturned": 0,
+                              "executionTimeMillisEstimate": e["stages"][1]["executionTimeMillisEstimate"]}
+    assert e["stages"][0]["nReturned"] == 10
+    assert "written" not in db.list_collection_names()
+    # A stage that fails fails the explain as it fails the aggregate.
+    failing = [{"$match": {"a": 1}}, {"$group": {"_id": {"$divide": [1, 0]}}}]
+    with pytest.raises(OperationFailure) as agg:
+        list(db.ag.aggregate(failing))
+    with pytest.raises(OperationFailure) as exp:
+        explained(failing)
+    assert exp.value.code == agg.value.code
+
+
 def test_current_op_shows_a_build_and_its_progress(datadir):
     """A build held by mongod's fail point past its first chunk shows in
     `currentOp` with `progress: {done, total}`; released, it finishes and

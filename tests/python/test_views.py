@@ -166,7 +166,10 @@ def test_explain_of_a_read_of_a_view_explains_the_aggregate_it_becomes(client):
     cursor = odd["stages"][0]["$cursor"]
     assert cursor["queryPlanner"]["namespace"] == "test.c"
     assert cursor["queryPlanner"]["parsedQuery"] == {"b": {"$eq": 1}}
-    assert [list(s)[0] for s in odd["stages"][1:]] == ["$match", "$sort", "$limit"]
+    # The `$sort` absorbs the `$limit` after it; each stage shows its figures.
+    assert [list(s)[0] for s in odd["stages"][1:]] == ["$match", "$sort"]
+    assert odd["stages"][2]["$sort"] == {"sortKey": {"a": 1}, "limit": 2}
+    assert [s["nReturned"] for s in odd["stages"]] == [10, 2, 2]
     grouped = db.command("explain", {"aggregate": "odd", "pipeline": [{"$group": {"_id": "$a"}}], "cursor": {}},
                          verbosity="queryPlanner")
     assert grouped["stages"][0]["$cursor"]["queryPlanner"]["namespace"] == "test.c"

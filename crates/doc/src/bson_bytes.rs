@@ -114,6 +114,22 @@ pub fn decode_fields(bytes: &[u8], names: &[String]) -> Result<Document, DecodeE
     Ok(out)
 }
 
+/// The values of a document keyed by position ("0", "1", ...): slot `i`
+/// holds field `"i"`'s value, `None` where it is absent; fields keyed
+/// otherwise or past `n` are passed over. No [`Document`] is built.
+pub fn decode_positional(bytes: &[u8], n: usize) -> Result<Vec<Option<Bson>>, DecodeError> {
+    let raw = RawDocument::from_bytes(bytes)?;
+    let depth = Depth { at: 1, max: decode_depth_max };
+    let mut out = vec![None; n];
+    for element in raw.iter_elements() {
+        let element = element?;
+        if let Some(slot) = element.key().parse::<usize>().ok().and_then(|i| out.get_mut(i)) {
+            *slot = Some(value_of(element.value()?, depth)?);
+        }
+    }
+    Ok(out)
+}
+
 /// One raw value, found at nesting level `depth`, as a [`Bson`], without
 /// interpreting its keys.
 fn value_of(value: RawBsonRef<'_>, depth: Depth) -> Result<Bson, DecodeError> {
@@ -453,6 +469,14 @@ mod tests {
 
     fn bytes(d: &Document) -> Vec<u8> {
         encode(d).unwrap()
+    }
+
+    #[test]
+    fn positional_values_land_in_their_slots() {
+        let d = doc! { "2": "c", "0": { "a": [1] }, "x": 5, "7": 1 };
+        let got = decode_positional(&bytes(&d), 3).unwrap();
+        assert_eq!(got, vec![Some(Bson::Document(doc! { "a": [1] })), None, Some(Bson::String("c".into()))]);
+        assert!(decode_positional(&[5, 0, 0, 0], 1).is_err());
     }
 
     #[test]

@@ -231,6 +231,54 @@ pub struct SpillCounters {
 /// The documents a pipeline produces, as they are read.
 pub type DocStream<'a> = Box<dyn Iterator<Item = Result<Document, FilterError>> + Send + 'a>;
 
+/// What one stage of a counted run returned, and the time spent in it
+/// and in the stages before it (cumulative, as mongod estimates it).
+#[derive(Debug, Default)]
+pub struct StageCounts {
+    pub returned: AtomicU64,
+    pub nanos: AtomicU64,
+}
+
+impl StageCounts {
+    fn add_time(&self, since: std::time::Instant) {
+        let nanos = u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.nanos.fetch_add(nanos, Atomic::Relaxed);
+    }
+
+    /// The time, in whole milliseconds.
+    pub fn millis(&self) -> u64 {
+        self.nanos.load(Atomic::Relaxed) / 1_000_000
+    }
+}
+
+/// `docs` counted into `counts[at]` as they are read (what they return,
+/// the time reading them takes).
+pub fn counted<'a>(docs: DocStream<'a>, counts: Arc<[StageCounts]>, at: usize) -> DocStream<'a> {
+    Box::new(Counted { docs, counts, at })
+}
+
+/// A stage's output, counted into `counts[at]`.
+struct Counted<'a> {
+    docs: DocStream<'a>,
+    counts: Arc<[StageCounts]>,
+    at: usize,
+}
+
+impl Iterator for Counted<'_> {
+    type Item = Result<Document, FilterError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let started = std::time::Instant::now();
+        let next = self.docs.next();
+        let counts = &self.counts[self.at];
+        counts.add_time(started);
+        if let Some(Ok(_)) = next {
+            counts.returned.fetch_add(1, Atomic::Relaxed);
+        }
+        next
+    }
+}
+
 fn spill_error(e: std::io::Error) -> FilterError {
     err(1, format!("a blocking stage could not spill to disk: {e}"))
 }
@@ -484,9 +532,44 @@ impl Pipeline {
         &self,
         input: impl Iterator<Item = Result<Document, FilterError>> + Send + 'a,
     ) -> Result<DocStream<'a>, FilterError> {
-        let mut docs: DocStream<'a> = Box::new(input);
+        self.stream_with(Box::new(input), None)
+    }
+
+    /// As [`Pipeline::stream`], counting in `counts[i]` what stage `i`
+    /// returns and the time it and the stages before it take (`explain`'s
+    /// `nReturned` and `executionTimeMillisEstimate`). `counts` holds an
+    /// entry per stage at least.
+    pub fn stream_counted<'a>(
+        &self,
+        input: impl Iterator<Item = Result<Document, FilterError>> + Send + 'a,
+        counts: Arc<[StageCounts]>,
+    ) -> Result<DocStream<'a>, FilterError> {
+        assert!(counts.len() >= self.stages.len(), "a count per stage");
+        self.stream_with(Box::new(input), Some(counts))
+    }
+
+    fn stream_with<'a>(
+        &self,
+        input: DocStream<'a>,
+        counts: Option<Arc<[StageCounts]>>,
+    ) -> Result<DocStream<'a>, FilterError> {
+        let mut docs = input;
         for (i, stage) in self.stages.iter().enumerate() {
-            docs = match stage.clone() {
+            let started = std::time::Instant::now();
+            docs = self.stage_stream(i, stage, docs)?;
+            if let Some(counts) = &counts {
+                // A blocking stage took in its whole input above.
+                counts[i].add_time(started);
+                docs = counted(docs, counts.clone(), i);
+            }
+        }
+        Ok(docs)
+    }
+
+    /// Stage `i`, `stage`, reading `docs`.
+    fn stage_stream<'a>(&self, i: usize, stage: &Stage, docs: DocStream<'a>) -> Result<DocStream<'a>, FilterError> {
+        Ok({
+            match stage.clone() {
                 Stage::Match(f) => Box::new(docs.filter_map(move |d| match d {
                     Ok(d) => match f.try_matches_at(&d) {
                         Ok((true, _)) => Some(Ok(d)),
@@ -542,9 +625,8 @@ impl Pipeline {
                     Ok(d) => u.apply(d).into_iter().map(Ok).collect::<Vec<_>>(),
                     Err(e) => vec![Err(e)],
                 })),
-            };
-        }
-        Ok(docs)
+            }
+        })
     }
 
     /// A `$sort` (of the best `top` only, when a `$limit` follows). Past

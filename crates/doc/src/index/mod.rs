@@ -148,6 +148,9 @@ pub struct Index {
     /// A wildcard index's array paths, as `multikey` and `recorded`.
     wildcard_multikey: Mutex<BTreeSet<String>>,
     wildcard_recorded: Mutex<BTreeSet<String>>,
+    /// Whether `multikey` or `wildcard_multikey` holds a path: what every
+    /// key a scan reads asks, without their locks (raised under them).
+    any_multikey: AtomicBool,
     /// The options `collMod` changes (`hidden`, `expireAfterSeconds`), as
     /// they now are; they override `spec.shown`'s.
     options: Mutex<Document>,
@@ -194,6 +197,7 @@ impl Index {
             Err(_) => None,
         };
         let recorded = Mutex::new(multikey.clone());
+        let any_multikey = AtomicBool::new(multikey.iter().any(|p| !p.is_empty()));
         let options = spec
             .shown
             .iter()
@@ -210,6 +214,7 @@ impl Index {
             recorded,
             wildcard_multikey: Mutex::default(),
             wildcard_recorded: Mutex::default(),
+            any_multikey,
             options: Mutex::new(options),
             accesses: Default::default(),
             since: bson::DateTime::now(),
@@ -319,7 +324,13 @@ impl Index {
     }
 
     pub fn is_multikey(&self) -> bool {
-        self.multikey.lock().iter().any(|p| !p.is_empty()) || !self.wildcard_multikey.lock().is_empty()
+        debug_assert!({
+            // Under both locks the flag agrees with the paths.
+            let (paths, wildcard) = (self.multikey.lock(), self.wildcard_multikey.lock());
+            let any = paths.iter().any(|p| !p.is_empty()) || !wildcard.is_empty();
+            any == self.any_multikey.load(Ordering::Acquire)
+        });
+        self.any_multikey.load(Ordering::Acquire)
     }
 
     /// A wildcard index's paths where arrays were met.
@@ -331,7 +342,9 @@ impl Index {
     /// `raise_multikey`).
     pub(crate) fn raise_wildcard(&self, seen: &BTreeSet<String>) {
         if !seen.is_empty() {
-            self.wildcard_multikey.lock().extend(seen.iter().cloned());
+            let mut held = self.wildcard_multikey.lock();
+            held.extend(seen.iter().cloned());
+            self.any_multikey.store(true, Ordering::Release);
         }
     }
 
@@ -346,6 +359,7 @@ impl Index {
         for (h, s) in held.iter_mut().zip(seen) {
             h.extend(s.iter().copied());
         }
+        self.any_multikey.store(true, Ordering::Release);
         Some(held.clone())
     }
 
@@ -570,6 +584,5 @@ fn entry_value(values: &[Option<Bson>]) -> Result<Vec<u8>, DocError> {
 
 /// The key values of an index of `fields` fields an entry's value holds.
 pub fn entry_values(value: &[u8], fields: usize) -> Result<KeyValues, DocError> {
-    let d = crate::bson_bytes::decode(value).map_err(|e| DocError::Corrupt(e.to_string()))?;
-    Ok((0..fields).map(|i| d.get(i.to_string()).cloned()).collect())
+    crate::bson_bytes::decode_positional(value, fields).map_err(|e| DocError::Corrupt(e.to_string()))
 }

@@ -1,7 +1,6 @@
 //! `aggregate`, with the stages the server itself answers
 //! (`$collStats`, `$listLocalSessions`, `$documents`, `$out`, `$merge`).
 
-use crate::args::bool_option;
 use crate::args::count_option;
 use crate::args::db_of;
 use crate::args::namespace;
@@ -15,13 +14,11 @@ use crate::exec::cursors::Source;
 use crate::exec::deadline::Deadline;
 use crate::exec::scan::check_hint;
 use crate::exec::scan::collation_of;
-use crate::exec::scan::spill_dir;
 use crate::exec::views::resolve_view;
 use crate::exec::views::stream_over;
 use crate::server::Shared;
 use bson::{doc, Bson, Document};
 use doc::catalog::Namespace;
-use std::sync::atomic::Ordering;
 
 /// The stage that lists the local session cache (`{aggregate: 1}` only).
 pub(crate) const LOCAL_SESSIONS: &str = "$listLocalSessions";
@@ -127,24 +124,8 @@ pub fn aggregate(shared: &Shared, cmd: &Document) -> ReplyResult {
         }
         None => (ns.clone(), stages.to_vec()),
     };
-    // Past mongod's memory limits $sort and $group fail, or spill with
-    // allowDiskUse.
-    let allow_disk_use = bool_option(
-        cmd,
-        "allowDiskUse",
-        "aggregate",
-        shared.parameters.allow_disk_use_by_default.load(Ordering::Relaxed),
-    )?;
-    let limits = query::MemoryLimits {
-        sort: shared.parameters.sort_memory_limit.load(Ordering::Relaxed),
-        group: shared.parameters.group_memory_limit.load(Ordering::Relaxed),
-    };
-    let spill = allow_disk_use
-        .then(|| query::pipeline::SpillTo { dir: spill_dir(shared), counters: shared.opcounters.spills.clone() });
-    let pipeline = query::Pipeline::parse_in(&stages, &scope)?
-        .with_collation(collation)
-        .with_memory_limits(Some(limits))
-        .with_spill(spill);
+    let pipeline = query::Pipeline::parse_in(&stages, &scope)?.with_collation(collation);
+    let pipeline = crate::exec::views::held_to_limits(shared, cmd, pipeline)?;
     let (docs, scanning) = match source {
         Some(docs) => (pipeline.stream(docs.into_iter().map(Ok))?, None),
         None => stream_over(shared, &base, &pipeline, cmd.get("hint"))?,

@@ -86,6 +86,30 @@ pub(crate) fn stream_over(
     Ok((stages.stream(pipeline_input(records, reads))?, Some((base.clone(), coll))))
 }
 
+/// `pipeline` held to mongod's memory limits: past them `$sort` and
+/// `$group` fail, or spill with `allowDiskUse`.
+pub(crate) fn held_to_limits(
+    shared: &Shared,
+    cmd: &bson::Document,
+    pipeline: query::Pipeline,
+) -> Result<query::Pipeline, CommandError> {
+    let allow_disk_use = crate::args::bool_option(
+        cmd,
+        "allowDiskUse",
+        "aggregate",
+        shared.parameters.allow_disk_use_by_default.load(std::sync::atomic::Ordering::Relaxed),
+    )?;
+    let limits = query::MemoryLimits {
+        sort: shared.parameters.sort_memory_limit.load(std::sync::atomic::Ordering::Relaxed),
+        group: shared.parameters.group_memory_limit.load(std::sync::atomic::Ordering::Relaxed),
+    };
+    let spill = allow_disk_use.then(|| query::pipeline::SpillTo {
+        dir: crate::exec::scan::spill_dir(shared),
+        counters: shared.opcounters.spills.clone(),
+    });
+    Ok(pipeline.with_memory_limits(Some(limits)).with_spill(spill))
+}
+
 /// Records as a pipeline takes them: documents (only the top-level
 /// fields `reads` lists, when it lists them: `Pipeline::reads`), an error
 /// as the last item. A collection dropped under the read ends it with
@@ -113,7 +137,7 @@ pub(crate) fn stored_input(records: access::Records) -> crate::exec::cursors::St
 
 /// A read's storage error as a stream carries it: a collection dropped
 /// under the read is QueryPlanKilled (175).
-fn read_error(e: doc::catalog::DocError) -> query::FilterError {
+pub(crate) fn read_error(e: doc::catalog::DocError) -> query::FilterError {
     match e {
         doc::catalog::DocError::Storage(storage::StorageError::TableNotFound(_)) => query::FilterError {
             code: 175,

@@ -15,8 +15,12 @@ use bson::{doc, Bson, Document};
 use doc::catalog::Namespace;
 use doc::index::Index;
 use query::plan::{AccessPath, IndexInfo, IndexScan};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
+
+mod aggregate;
+pub(crate) use aggregate::explain_aggregate;
 
 /// How much `explain` runs.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -77,6 +81,15 @@ struct Read<'a> {
     collation_of: &'a Document,
 }
 
+/// The stages an aggregate runs over its read's documents (its
+/// `$cursor`), counted into `counts`; the documents the read gives them
+/// are counted into `cursor[0]`.
+struct Then<'a> {
+    pipeline: &'a query::Pipeline,
+    counts: Arc<[query::pipeline::StageCounts]>,
+    cursor: Arc<[query::pipeline::StageCounts]>,
+}
+
 /// The stage a command puts above its read (COUNT, UPDATE, DELETE), with
 /// the figures it adds once run.
 struct Top {
@@ -88,7 +101,7 @@ struct Top {
 fn explain_find(shared: &Shared, cmd: &Document, verbosity: Verbosity) -> CommandResult {
     let ns = namespace(cmd, "find")?;
     if crate::exec::views::resolve_view(shared, &ns)?.is_some() {
-        return explain_aggregate(shared, &find_as_aggregate(cmd)?, verbosity);
+        return explain_aggregate(shared, &aggregate::find_as_aggregate(cmd)?, verbosity);
     }
     let scope = crate::args::scope_of(cmd)?;
     let (filter_doc, filter) = filter_of(cmd, "filter", &scope)?;
@@ -100,148 +113,10 @@ fn explain_find(shared: &Shared, cmd: &Document, verbosity: Verbosity) -> Comman
     let skip = count_option(cmd, "skip")?.unwrap_or(0).max(0) as usize;
     let limit = count_option(cmd, "limit")?.filter(|l| *l > 0).map(|l| l as usize);
     let read = Read { ns, filter_doc, filter, projection, sort, skip, limit, hint: cmd.get("hint"), collation_of: cmd };
-    explain_read(shared, cmd, read, None, verbosity)
-}
-
-/// A `find` on a view as the aggregate mongod makes of it: the view's
-/// pipeline (added by `explain_aggregate`), then the find's filter,
-/// sort, skip, limit and projection as stages.
-fn find_as_aggregate(cmd: &Document) -> Result<Document, CommandError> {
-    // Options an aggregate has no stage for, refused as mongod refuses them.
-    for option in ["min", "max", "returnKey", "showRecordId", "tailable"] {
-        let given = match cmd.get(option) {
-            None | Some(Bson::Null) | Some(Bson::Boolean(false)) => false,
-            Some(Bson::Document(d)) => !d.is_empty(),
-            Some(_) => true,
-        };
-        if given {
-            return Err(CommandError::with_code(168, format!("Option {option} not supported in aggregation.")));
-        }
-    }
-    if document_option(cmd, "sort")?.is_some_and(|s| s.contains_key("$natural")) {
-        return Err(CommandError::with_code(168, "Sort option $natural not supported in aggregation."));
-    }
-    let mut pipeline: Vec<Bson> = Vec::new();
-    if let Some(filter) = document_option(cmd, "filter")?.filter(|f| !f.is_empty()) {
-        pipeline.push(Bson::Document(doc! { "$match": filter }));
-    }
-    if let Some(sort) = document_option(cmd, "sort")?.filter(|s| !s.is_empty()) {
-        pipeline.push(Bson::Document(doc! { "$sort": sort }));
-    }
-    if let Some(skip) = count_option(cmd, "skip")?.filter(|s| *s > 0) {
-        pipeline.push(Bson::Document(doc! { "$skip": skip }));
-    }
-    if let Some(limit) = count_option(cmd, "limit")?.filter(|l| *l > 0) {
-        pipeline.push(Bson::Document(doc! { "$limit": limit }));
-    }
-    if let Some(projection) = document_option(cmd, "projection")?.filter(|p| !p.is_empty()) {
-        pipeline.push(Bson::Document(doc! { "$project": projection }));
-    }
-    let mut agg = doc! { "aggregate": cmd.get("find").cloned().unwrap_or(Bson::Null), "pipeline": pipeline };
-    for field in ["hint", "collation", "let", "$db"] {
-        if let Some(v) = cmd.get(field) {
-            agg.insert(field, v.clone());
-        }
-    }
-    Ok(agg)
+    explain_read(shared, cmd, read, None, None, verbosity)
 }
 
 /// `count`: COUNT over the read.
-/// `aggregate`: a pipeline the query layer answers whole (`$match`,
-/// `$sort`, `$skip`, `$limit`, `$project`, in that order) explains as the
-/// `find` it is; any other shows its read as the first stage, `$cursor`
-/// (the leading `$match` and `$sort`, a `$limit` right after the sort),
-/// and the stages after it as written.
-pub(crate) fn explain_aggregate(shared: &Shared, cmd: &Document, verbosity: Verbosity) -> CommandResult {
-    if !matches!(cmd.get("aggregate"), Some(Bson::String(_))) {
-        return Err(CommandError::not_implemented("explain of an aggregate on a database is not supported yet"));
-    }
-    let ns = namespace(cmd, "aggregate")?;
-    // On a view: the view's pipeline, then the command's, on the
-    // collection under it (as mongod resolves a view).
-    if let Some((base, mut stages)) = crate::exec::views::resolve_view(shared, &ns)? {
-        stages.extend(
-            cmd.get_array("pipeline")
-                .map_err(|_| CommandError::type_mismatch("'pipeline' option must be specified as an array"))?
-                .iter()
-                .cloned(),
-        );
-        // The view's collation (another given is refused, 167), not the
-        // collection's under it.
-        let collation = collation_of(shared, &ns, cmd)?;
-        let mut resolved = cmd.clone();
-        resolved.insert("aggregate", base.coll.clone());
-        resolved.insert("pipeline", stages);
-        resolved.insert("collation", collation.map_or_else(|| doc! { "locale": "simple" }, |c| c.full_spec()));
-        return explain_aggregate(shared, &resolved, verbosity);
-    }
-    let scope = crate::args::scope_of(cmd)?;
-    let stages = cmd
-        .get_array("pipeline")
-        .map_err(|_| CommandError::type_mismatch("'pipeline' option must be specified as an array"))?;
-    let first = stages.first().and_then(Bson::as_document).and_then(|d| d.keys().next().cloned());
-    if let Some(name @ ("$collStats" | "$indexStats" | "$planCacheStats" | "$documents")) = first.as_deref() {
-        return Err(CommandError::not_implemented(format!("explain of {name} is not supported yet")));
-    }
-    // Checked whole, as the command would (its `$out` or `$merge` apart).
-    let (checked, _) = crate::exec::agg_write::split(stages, &ns.db)?;
-    query::Pipeline::parse_in(&checked, &scope)?;
-    let stage = |i: usize, name: &str| {
-        stages.get(i).and_then(Bson::as_document).filter(|d| d.len() == 1).and_then(|d| d.get(name)).cloned()
-    };
-    let mut at = 0;
-    let take = |at: &mut usize, name: &str| {
-        let found = stage(*at, name);
-        *at += usize::from(found.is_some());
-        found
-    };
-    let filter_doc = take(&mut at, "$match").and_then(|m| m.as_document().cloned()).unwrap_or_default();
-    let sort = take(&mut at, "$sort").and_then(|s| s.as_document().cloned());
-    // Already checked by the pipeline's parse.
-    let number = |v: Option<Bson>| match v.as_ref().and_then(doc::compare::number) {
-        Some(doc::compare::Number::Int(n)) => Some(n.max(0) as usize),
-        Some(doc::compare::Number::Float(f)) => Some(f.max(0.0) as usize),
-        None => None,
-    };
-    let (mut skip, mut limit, mut projection) = (0, None, None);
-    let pushed = at;
-    if let Some(n) = number(take(&mut at, "$skip")) {
-        skip = n;
-    }
-    limit = number(take(&mut at, "$limit")).or(limit);
-    if let Some(Bson::Document(p)) = take(&mut at, "$project") {
-        projection = Some(p);
-    }
-    let whole = at == stages.len();
-    let filter = query::Filter::parse_in(&filter_doc, &scope)?;
-    let hint = cmd.get("hint");
-    if whole {
-        let read = Read { ns, filter_doc, filter, projection, sort, skip, limit, hint, collation_of: cmd };
-        return explain_read(shared, cmd, read, None, verbosity);
-    }
-    // The read below the other stages: the `$match`, the `$sort` and a
-    // `$limit` right after it.
-    let limit = if sort.is_some() { number(stage(pushed, "$limit")) } else { None };
-    let rest_from = pushed + usize::from(limit.is_some());
-    let read = Read { ns, filter_doc, filter, projection: None, sort, skip: 0, limit, hint, collation_of: cmd };
-    let mut inner = explain_read(shared, cmd, read, None, verbosity)?;
-    let mut cursor = doc! {};
-    for key in ["queryPlanner", "executionStats"] {
-        if let Some(v) = inner.remove(key) {
-            cursor.insert(key, v);
-        }
-    }
-    let mut shown: Vec<Bson> = vec![Bson::Document(doc! { "$cursor": cursor })];
-    shown.extend(stages[rest_from..].iter().cloned());
-    let mut reply = doc! { "explainVersion": "1", "stages": shown };
-    for key in ["command", "serverInfo", "ok"] {
-        if let Some(v) = inner.remove(key) {
-            reply.insert(key, v);
-        }
-    }
-    Ok(reply)
-}
-
 fn explain_count(shared: &Shared, cmd: &Document, verbosity: Verbosity) -> CommandResult {
     let ns = namespace(cmd, "count")?;
     let (filter_doc, filter) = filter_of(cmd, "query", &query::expr::Scope::default())?;
@@ -259,7 +134,7 @@ fn explain_count(shared: &Shared, cmd: &Document, verbosity: Verbosity) -> Comma
         collation_of: cmd,
     };
     let top = Top { stage: "COUNT", counts: |_| Document::new() };
-    explain_read(shared, cmd, read, Some(top), verbosity)
+    explain_read(shared, cmd, read, Some(top), None, verbosity)
 }
 
 /// `distinct`: the read (mongod shows a projection of the key above it).
@@ -279,7 +154,7 @@ fn explain_distinct(shared: &Shared, cmd: &Document, verbosity: Verbosity) -> Co
         hint: cmd.get("hint"),
         collation_of: cmd,
     };
-    explain_read(shared, cmd, read, None, verbosity)
+    explain_read(shared, cmd, read, None, None, verbosity)
 }
 
 /// `update`, `delete` and `findAndModify`: their first statement's read
@@ -317,7 +192,7 @@ fn explain_write(shared: &Shared, cmd: &Document, verbosity: Verbosity) -> Comma
     } else {
         Top { stage: "UPDATE", counts: |n| doc! { "nMatched": n as i64, "nWouldModify": n as i64, "nWouldUpsert": 0 } }
     };
-    explain_read(shared, cmd, read, Some(top), verbosity)
+    explain_read(shared, cmd, read, Some(top), None, verbosity)
 }
 
 fn explain_read(
@@ -325,6 +200,7 @@ fn explain_read(
     cmd: &Document,
     read: Read<'_>,
     top: Option<Top>,
+    then: Option<Then<'_>>,
     verbosity: Verbosity,
 ) -> CommandResult {
     let Read { ns, filter_doc, filter, projection, sort, skip, limit, hint, collation_of: with_collation } = read;
@@ -385,23 +261,46 @@ fn explain_read(
 
     let started = Instant::now();
     let stats = Arc::new(ScanStats::default());
-    let (mut examined, mut matched) = (0u64, 0u64);
+    let (examined, matched) = (AtomicU64::new(0), AtomicU64::new(0));
     if verbosity != Verbosity::QueryPlanner {
         if let (Some(c), Some(p)) = (&coll, &planned) {
-            // Without a blocking sort the read stops at its limit.
-            let enough = limit.filter(|_| top.is_none() && (sort.is_none() || sorted)).map(|l| (l + skip) as u64);
-            for record in access::candidates(shared, &ns, c, p, stats.clone())? {
-                let (_, d) = record?;
-                examined += 1;
-                if crate::exec::scan::matches_stored(&filter, &d)?.0 {
-                    matched += 1;
+            let records = access::candidates(shared, &ns, c, p, stats.clone())?;
+            let failed = Mutex::new(None);
+            // The documents the filter matches, in the path's order, until
+            // one fails (kept in `failed`).
+            let matching = records.map_while(|record| {
+                let matches = record.map_err(CommandError::from).and_then(|(_, d)| {
+                    examined.fetch_add(1, Ordering::Relaxed);
+                    Ok(crate::exec::scan::matches_stored(&filter, &d)?.0.then_some(d))
+                });
+                match matches {
+                    Ok(d) => Some(d),
+                    Err(e) => {
+                        *failed.lock().expect("not poisoned") = Some(e);
+                        None
+                    }
                 }
-                if enough.is_some_and(|n| matched >= n) {
-                    break;
+            });
+            let matching = matching.flatten().inspect(|_| {
+                matched.fetch_add(1, Ordering::Relaxed);
+            });
+            match &then {
+                // Without a blocking sort the read stops at its limit.
+                None => {
+                    let enough = limit.filter(|_| top.is_none() && (sort.is_none() || sorted)).map(|l| l + skip);
+                    matching.take(enough.unwrap_or(usize::MAX)).for_each(drop);
                 }
+                Some(then) => {
+                    let order = sort.as_ref().filter(|_| !sorted);
+                    run_then(then, matching, order, limit, &collation)?;
+                }
+            }
+            if let Some(e) = failed.into_inner().expect("not poisoned") {
+                return Err(e);
             }
         }
     }
+    let (examined, matched) = (examined.into_inner(), matched.into_inner());
     let returned = matched.saturating_sub(skip as u64).min(limit.map_or(u64::MAX, |l| l as u64));
     let run = Run { stats: &stats, examined, matched, returned };
     let above = (sort.as_ref().filter(|_| !sorted), skip, limit, projection.as_ref());
@@ -476,6 +375,32 @@ fn explain_read(
     reply.insert("serverInfo", doc! { "host": crate::server::hostname(), "port": 27017, "version": "8.0.0" });
     reply.insert("ok", 1.0);
     Ok(reply)
+}
+
+/// Run `then` over the documents a read matched, sorted by `order` (a
+/// blocking sort; `None` when the access path gives the order) and cut
+/// to `limit`, as the read hands them to the pipeline.
+fn run_then(
+    then: &Then<'_>,
+    matching: impl Iterator<Item = doc::stored::Stored> + Send,
+    order: Option<&Document>,
+    limit: Option<usize>,
+    collation: &Option<Arc<query::collation::Collation>>,
+) -> Result<(), CommandError> {
+    let mut read: Vec<Bson> = Vec::new();
+    if let Some(order) = order {
+        read.push(Bson::Document(doc! { "$sort": order.clone() }));
+    }
+    if let Some(n) = limit {
+        read.push(Bson::Document(doc! { "$limit": n as i64 }));
+    }
+    let read = query::Pipeline::parse(&read)?.with_collation(collation.clone());
+    let input = matching.map(|d| d.into_document().map_err(|e| crate::exec::views::read_error(e.into())));
+    let given = query::pipeline::counted(read.stream(input)?, then.cursor.clone(), 0);
+    for d in then.pipeline.stream_counted(given, then.counts.clone())? {
+        d?;
+    }
+    Ok(())
 }
 
 /// What running the plan counted.
