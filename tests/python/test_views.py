@@ -162,21 +162,53 @@ def test_explain_of_a_read_of_a_view_explains_the_aggregate_it_becomes(client):
     assert plain["queryPlanner"]["winningPlan"]["inputStage"]["stage"] == "IXSCAN"
     assert plain["queryPlanner"]["winningPlan"]["inputStage"]["indexName"] == "a_1"
     assert plain["executionStats"]["nReturned"] == 4
+    # The view's `$match` and the find's are one: the read answers all.
     odd = db.odd.find({"a": 3}).sort("a", 1).limit(2).explain()
-    cursor = odd["stages"][0]["$cursor"]
+    assert odd["queryPlanner"]["parsedQuery"] == {"$and": [{"a": {"$eq": 3}}, {"b": {"$eq": 1}}]}
+    assert odd["executionStats"]["nReturned"] == 2 and "stages" not in odd
+    # Past a stage the read cannot answer, the rest are stages: the
+    # `$sort` absorbs the `$limit` after it; each shows its figures.
+    # (A `$match` on a field the `$addFields` makes cannot move before it.)
+    db.create_collection("tagged", viewOn="c", pipeline=[{"$match": {"b": 1}}, {"$addFields": {"t": "$a"}}])
+    tagged = db.tagged.find({"t": 3}).sort("t", 1).limit(2).explain()
+    cursor = tagged["stages"][0]["$cursor"]
     assert cursor["queryPlanner"]["namespace"] == "test.c"
     assert cursor["queryPlanner"]["parsedQuery"] == {"b": {"$eq": 1}}
-    # The `$sort` absorbs the `$limit` after it; each stage shows its figures.
-    assert [list(s)[0] for s in odd["stages"][1:]] == ["$match", "$sort"]
-    assert odd["stages"][2]["$sort"] == {"sortKey": {"a": 1}, "limit": 2}
-    assert [s["nReturned"] for s in odd["stages"]] == [10, 2, 2]
+    assert [list(s)[0] for s in tagged["stages"][1:]] == ["$addFields", "$match", "$sort"]
+    assert tagged["stages"][3]["$sort"] == {"sortKey": {"t": 1}, "limit": 2}
+    assert [s["nReturned"] for s in tagged["stages"]] == [10, 10, 2, 2]
     grouped = db.command("explain", {"aggregate": "odd", "pipeline": [{"$group": {"_id": "$a"}}], "cursor": {}},
                          verbosity="queryPlanner")
     assert grouped["stages"][0]["$cursor"]["queryPlanner"]["namespace"] == "test.c"
     assert list(grouped["stages"][1]) == ["$group"]
-    with pytest.raises(OperationFailure) as e:
-        db.command("explain", {"count": "odd", "query": {}})
-    assert e.value.code == 238
+    # A count and a distinct explain as the aggregates they become; the
+    # view's `$match` and the query's are one, planned together.
+    counted = db.command("explain", {"count": "odd", "query": {"a": 3}}, verbosity="executionStats")
+    cursor = counted["stages"][0]["$cursor"]
+    assert cursor["queryPlanner"]["parsedQuery"] == {"$and": [{"a": {"$eq": 3}}, {"b": {"$eq": 1}}]}
+    assert cursor["queryPlanner"]["winningPlan"]["inputStage"]["indexBounds"] == {"a": ["[3, 3]"]}
+    assert cursor["executionStats"]["totalKeysExamined"] == 4
+    assert counted["stages"][1:] == [
+        {"$group": {"_id": {"$const": None}, "count": {"$sum": {"$const": 1}}}, "nReturned": 1,
+         "executionTimeMillisEstimate": counted["stages"][1]["executionTimeMillisEstimate"]},
+        {"$project": {"count": True, "_id": False}, "nReturned": 1,
+         "executionTimeMillisEstimate": counted["stages"][2]["executionTimeMillisEstimate"]},
+    ]
+    assert db.command("count", "odd", query={"a": 3})["n"] == 2
+    db.c.insert_one({"_id": 100, "a": 9, "b": 1, "d": [{"x": 1}, {"x": [2, [3]]}, {}]})
+    distinct = db.command("explain", {"distinct": "odd", "key": "d.x"}, verbosity="executionStats")
+    unwound = [{"$unwind": {"path": p, "preserveNullAndEmptyArrays": True}} for p in ["$d", "$d.x"]]
+    assert [{k: v for k, v in s.items() if k[0] == "$"} for s in distinct["stages"][1:]] == unwound + [
+        {"$group": {"_id": None, "distinct": {"$addToSet": "$d.x"}}}]
+    assert distinct["stages"][-1]["nReturned"] == 1
+    assert sorted(db.odd.distinct("d.x"), key=str) == [1, 2, [3]]
+    # Writes are refused on a view, their explain too.
+    for write in [{"update": "odd", "updates": [{"q": {}, "u": {"$set": {"z": 1}}}]},
+                  {"delete": "odd", "deletes": [{"q": {}, "limit": 0}]},
+                  {"findAndModify": "odd", "query": {}, "remove": True}]:
+        with pytest.raises(OperationFailure) as e:
+            db.command("explain", write)
+        assert e.value.code == 166, write
 
 
 def test_a_find_on_a_view_reads_by_index_and_explain_keeps_the_views_collation(client):

@@ -38,6 +38,7 @@ enum AccKind {
     First,
     Last,
     Push,
+    AddToSet,
 }
 
 #[derive(Debug, Clone)]
@@ -189,6 +190,39 @@ fn get_path<'a>(d: &'a Document, path: &[String]) -> Option<&'a Bson> {
         cur = cur.get_document(p).ok()?;
     }
     cur.get(last)
+}
+
+/// `stages` with each run of consecutive `$match` stages made one, their
+/// filters under `$and` (as mongod's optimizer does, so the access path
+/// is planned from all of them); an empty filter drops out.
+pub fn coalesce_matches(stages: &[Bson]) -> Vec<Bson> {
+    let filter_of = |s: &Bson| match s.as_document().filter(|d| d.len() == 1)?.get("$match")? {
+        Bson::Document(f) => Some(f.clone()),
+        _ => None,
+    };
+    let mut out: Vec<Bson> = Vec::with_capacity(stages.len());
+    for stage in stages {
+        let merged = match (out.last().and_then(filter_of), filter_of(stage)) {
+            (Some(before), Some(this)) if this.is_empty() => Some(before),
+            (Some(before), Some(this)) if before.is_empty() => Some(this),
+            (Some(before), Some(this)) => {
+                // A run already joined under `$and` takes the next filter in.
+                let mut parts = match before.len() == 1 {
+                    true => before.get_array("$and").ok().cloned(),
+                    false => None,
+                }
+                .unwrap_or_else(|| vec![Bson::Document(before)]);
+                parts.push(Bson::Document(this));
+                Some(bson::doc! { "$and": parts })
+            }
+            _ => None,
+        };
+        match merged {
+            Some(filter) => *out.last_mut().expect("a stage before") = Bson::Document(bson::doc! { "$match": filter }),
+            None => out.push(stage.clone()),
+        }
+    }
+    out
 }
 
 /// A parsed pipeline.
@@ -393,6 +427,7 @@ impl Pipeline {
 
     /// Parse with a command's `let` variables in scope.
     pub fn parse_in(stages: &[Bson], scope: &Scope) -> Result<Pipeline, FilterError> {
+        let stages = &coalesce_matches(stages);
         let mut out = Vec::new();
         for s in stages {
             let (name, arg) = stage_of(s)?;
@@ -697,10 +732,7 @@ impl Pipeline {
         for d in docs {
             let d = d?;
             let key = id.eval_in(&d, &cx)?.unwrap_or(Bson::Null);
-            let k = match cx.collation_key(&key) {
-                Some(collated) => doc::keystring::encode(&collated),
-                None => doc::keystring::encode(&key),
-            };
+            let k = collated_key(&key, &cx);
             let fresh = !groups.contains_key(&k);
             // A group holds its key and about one value per accumulator
             // (counted as it starts); a $push grows with each value.
@@ -711,6 +743,7 @@ impl Pipeline {
                 let v = operand.eval_in(&d, &cx)?;
                 match (kind, &v) {
                     (AccKind::Push, Some(v)) => bytes += bson_size(v),
+                    (AccKind::AddToSet, Some(v)) if !acc.holds(v, &cx) => bytes += bson_size(v),
                     (AccKind::First | AccKind::Last | AccKind::Min | AccKind::Max, Some(v)) if fresh => {
                         bytes += bson_size(v)
                     }
@@ -830,6 +863,7 @@ fn parse_group(arg: &Bson, scope: &Scope) -> Result<Stage, FilterError> {
             "$first" => AccKind::First,
             "$last" => AccKind::Last,
             "$push" => AccKind::Push,
+            "$addToSet" => AccKind::AddToSet,
             other => return Err(err(15952, format!("unknown group operator '{other}'"))),
         };
         fields.push((name.clone(), kind, Expression::parse(operand, scope)?));
@@ -924,14 +958,22 @@ enum Acc {
     },
     Pick(Option<Bson>),
     Push(Vec<Bson>),
+    /// `$addToSet`'s values, each once, by their (collated) KeyString.
+    Set(BTreeMap<Vec<u8>, Bson>),
 }
 
 impl Acc {
+    /// Whether a `$addToSet` holds `v` already.
+    fn holds(&self, v: &Bson, cx: &EvalContext) -> bool {
+        matches!(self, Acc::Set(held) if held.contains_key(&collated_key(v, cx)))
+    }
+
     fn new(kind: AccKind) -> Acc {
         match kind {
             AccKind::Sum => Acc::Sum { total: DoubleDouble::default(), widest: Widest::Int, dec: None },
             AccKind::Avg => Acc::Avg { total: DoubleDouble::default(), n: 0, dec: None },
             AccKind::Push => Acc::Push(Vec::new()),
+            AccKind::AddToSet => Acc::Set(BTreeMap::new()),
             AccKind::Min | AccKind::Max | AccKind::First | AccKind::Last => Acc::Pick(None),
         }
     }
@@ -958,6 +1000,10 @@ impl Acc {
                 add_dec(dec, d);
             }
             (Acc::Push(items), Acc::Push(more)) => items.extend(more),
+            // The first seen of equal values stays.
+            (Acc::Set(held), Acc::Set(more)) => more.into_iter().for_each(|(k, v)| {
+                held.entry(k).or_insert(v);
+            }),
             // What the later input would have done to this accumulator.
             (acc @ Acc::Pick(_), Acc::Pick(Some(v))) => accumulate(kind, acc, Some(v), cx),
             (Acc::Pick(_), Acc::Pick(None)) => {}
@@ -979,6 +1025,15 @@ impl Acc {
             Acc::Avg { total, n, .. } => bson::doc! { "avg": total_doc(total), "n": *n as i64 },
             Acc::Pick(v) => v.iter().map(|v| ("v".to_string(), v.clone())).collect(),
             Acc::Push(items) => bson::doc! { "push": items.clone() },
+            Acc::Set(held) => {
+                let keys: Vec<Bson> = held
+                    .keys()
+                    .map(|k| {
+                        Bson::Binary(bson::Binary { subtype: bson::spec::BinarySubtype::Generic, bytes: k.clone() })
+                    })
+                    .collect();
+                bson::doc! { "set": held.values().cloned().collect::<Vec<_>>(), "keys": keys }
+            }
         };
         if let Acc::Sum { dec: Some(dec), .. } | Acc::Avg { dec: Some(dec), .. } = self {
             d.insert("dec", dec.to_bson());
@@ -1008,6 +1063,13 @@ impl Acc {
         if let Ok(items) = d.get_array("push") {
             return Some(Acc::Push(items.clone()));
         }
+        if let (Ok(items), Ok(keys)) = (d.get_array("set"), d.get_array("keys")) {
+            let keys = keys.iter().map(|k| match k {
+                Bson::Binary(b) => Some(b.bytes.clone()),
+                _ => None,
+            });
+            return keys.zip(items).map(|(k, v)| Some((k?, v.clone()))).collect::<Option<_>>().map(Acc::Set);
+        }
         Some(Acc::Pick(d.get("v").cloned()))
     }
 }
@@ -1021,7 +1083,7 @@ fn accumulate(kind: AccKind, acc: &mut Acc, v: Option<Bson>, cx: &EvalContext) {
                 *n += 1;
                 return add_decimal(dec, d);
             }
-            Acc::Pick(_) | Acc::Push(_) => {}
+            Acc::Pick(_) | Acc::Push(_) | Acc::Set(_) => {}
         }
     }
     match (kind, acc) {
@@ -1077,6 +1139,11 @@ fn accumulate(kind: AccKind, acc: &mut Acc, v: Option<Bson>, cx: &EvalContext) {
                 items.push(v);
             }
         }
+        (AccKind::AddToSet, Acc::Set(held)) => {
+            if let Some(v) = v {
+                held.entry(collated_key(&v, cx)).or_insert(v);
+            }
+        }
         _ => unreachable!("accumulator state matches its kind"),
     }
 }
@@ -1124,6 +1191,16 @@ fn finish(acc: Acc) -> Bson {
         Acc::Avg { total, n, .. } => Bson::Double(total.value() / n as f64),
         Acc::Pick(v) => v.unwrap_or(Bson::Null),
         Acc::Push(items) => Bson::Array(items),
+        Acc::Set(held) => Bson::Array(held.into_values().collect()),
+    }
+}
+
+/// `v`'s KeyString under the context's collation: equal values (1 and
+/// 1.0; strings equal under the collation) share it.
+fn collated_key(v: &Bson, cx: &EvalContext) -> Vec<u8> {
+    match cx.collation_key(v) {
+        Some(collated) => doc::keystring::encode(&collated),
+        None => doc::keystring::encode(v),
     }
 }
 
@@ -1237,7 +1314,7 @@ mod tests {
             bson!([{ "$group": {
                 "_id": "$g", "sum": { "$sum": "$v" }, "avg": { "$avg": "$v" }, "min": { "$min": "$k" },
                 "max": { "$max": "$s" }, "first": { "$first": "$i" }, "last": { "$last": "$i" },
-                "all": { "$push": "$i" },
+                "all": { "$push": "$i" }, "kinds": { "$addToSet": "$s" }, "ks": { "$addToSet": { "$mod": ["$k", 9] } },
             } }]),
             bson!([{ "$group": { "_id": { "s": "$s", "k": { "$mod": ["$k", 50] } }, "n": { "$sum": 1 } } },
                    { "$sort": { "n": -1, "_id.s": 1, "_id.k": 1 } }]),
@@ -1279,6 +1356,7 @@ mod tests {
             Acc::Pick(None),
             Acc::Pick(Some(Bson::Null)),
             Acc::Push(vec![Bson::Int32(1), Bson::String("x".into())]),
+            Acc::Set([(vec![7, 1], Bson::Int32(1)), (vec![9], Bson::String("y".into()))].into_iter().collect()),
         ];
         let p = Partial { key: vec![1, 2, 0], id: Bson::String("a".into()), accs };
         let mut bytes = Vec::new();
@@ -1290,6 +1368,23 @@ mod tests {
         let mut bad = Vec::new();
         doc! { "k": 1 }.write_to(&mut bad).unwrap();
         assert!(Partial::read_from(&mut &bad[..]).is_err());
+    }
+
+    #[test]
+    fn add_to_set_keeps_each_value_once() {
+        let docs = vec![
+            doc! { "g": 1, "v": 1 },
+            doc! { "g": 1, "v": 1.0 },
+            doc! { "g": 1, "v": "a" },
+            doc! { "g": 1, "v": [1, 2] },
+            doc! { "g": 1, "v": [1, 2] },
+            doc! { "g": 1 },
+            doc! { "g": 2, "v": null },
+        ];
+        let got =
+            run(bson!([{ "$group": { "_id": "$g", "s": { "$addToSet": "$v" } } }, { "$sort": { "_id": 1 } }]), docs);
+        // 1 and 1.0 are one value (the first seen stays); a missing value adds nothing.
+        assert_eq!(got, vec![doc! { "_id": 1, "s": [1, "a", [1, 2]] }, doc! { "_id": 2, "s": [null] }]);
     }
 
     #[test]

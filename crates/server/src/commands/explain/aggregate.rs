@@ -55,13 +55,56 @@ pub(super) fn find_as_aggregate(cmd: &Document) -> Result<Document, CommandError
     if let Some(projection) = document_option(cmd, "projection")?.filter(|p| !p.is_empty()) {
         pipeline.push(Bson::Document(doc! { "$project": projection }));
     }
-    let mut agg = doc! { "aggregate": cmd.get("find").cloned().unwrap_or(Bson::Null), "pipeline": pipeline };
+    Ok(as_aggregate(cmd, "find", pipeline))
+}
+
+/// A `count` on a view as the aggregate mongod makes of it: its query,
+/// skip and limit as stages, then `$count`.
+pub(super) fn count_as_aggregate(cmd: &Document) -> Result<Document, CommandError> {
+    let mut pipeline: Vec<Bson> = Vec::new();
+    if let Some(query) = document_option(cmd, "query")?.filter(|q| !q.is_empty()) {
+        pipeline.push(Bson::Document(doc! { "$match": query }));
+    }
+    if let Some(skip) = count_option(cmd, "skip")?.filter(|s| *s > 0) {
+        pipeline.push(Bson::Document(doc! { "$skip": skip }));
+    }
+    // A negative limit counts as its absolute value.
+    if let Some(limit) = count_option(cmd, "limit")?.filter(|l| *l != 0) {
+        pipeline.push(Bson::Document(doc! { "$limit": limit.unsigned_abs() as i64 }));
+    }
+    pipeline.push(Bson::Document(doc! { "$count": "count" }));
+    Ok(as_aggregate(cmd, "count", pipeline))
+}
+
+/// A `distinct` on a view as the aggregate mongod (before 8.0) makes of
+/// it: its query, an `$unwind` keeping empties at each prefix of the key
+/// (distinct looks into arrays along the path), and a `$group` of the
+/// values. (8.0 unwinds through an internal expression instead.)
+pub(super) fn distinct_as_aggregate(cmd: &Document, key: &str) -> Result<Document, CommandError> {
+    let mut pipeline: Vec<Bson> = Vec::new();
+    if let Some(query) = document_option(cmd, "query")?.filter(|q| !q.is_empty()) {
+        pipeline.push(Bson::Document(doc! { "$match": query }));
+    }
+    let parts: Vec<&str> = key.split('.').collect();
+    for end in 1..=parts.len() {
+        let path = format!("${}", parts[..end].join("."));
+        pipeline.push(Bson::Document(doc! { "$unwind": { "path": path, "preserveNullAndEmptyArrays": true } }));
+    }
+    let group = doc! { "_id": Bson::Null, "distinct": { "$addToSet": format!("${key}") } };
+    pipeline.push(Bson::Document(doc! { "$group": group }));
+    Ok(as_aggregate(cmd, "distinct", pipeline))
+}
+
+/// The aggregate on the namespace `cmd` names under `name`, running
+/// `pipeline`, with the options that carry over.
+fn as_aggregate(cmd: &Document, name: &str, pipeline: Vec<Bson>) -> Document {
+    let mut agg = doc! { "aggregate": cmd.get(name).cloned().unwrap_or(Bson::Null), "pipeline": pipeline };
     for field in ["hint", "collation", "let", "$db"] {
         if let Some(v) = cmd.get(field) {
             agg.insert(field, v.clone());
         }
     }
-    Ok(agg)
+    agg
 }
 
 /// `aggregate`: a pipeline the query layer answers whole (`$match`,
@@ -96,6 +139,8 @@ pub(crate) fn explain_aggregate(shared: &Shared, cmd: &Document, verbosity: Verb
     let stages = cmd
         .get_array("pipeline")
         .map_err(|_| CommandError::type_mismatch("'pipeline' option must be specified as an array"))?;
+    // Consecutive `$match` stages as one, as the read is planned.
+    let stages = &query::pipeline::coalesce_matches(stages);
     let first = stages.first().and_then(Bson::as_document).and_then(|d| d.keys().next().cloned());
     if let Some(name @ ("$collStats" | "$indexStats" | "$planCacheStats" | "$documents")) = first.as_deref() {
         return Err(CommandError::not_implemented(format!("explain of {name} is not supported yet")));
@@ -184,7 +229,8 @@ fn with_counts(mut stage: Document, counts: Option<&StageCounts>) -> Document {
 /// with `counts[i]` for stage `i` once run: a `$sort` followed by a
 /// `$limit` absorbs it (shown as the sort's `limit`, with its figures);
 /// `$unwind` and `$out` in their long forms (`$out`'s `db`: the
-/// command's by default).
+/// command's by default); `$count` as the `$group` and `$project` it
+/// stands for.
 fn shown_stages(stages: &[Bson], db: &str, counts: Option<&[StageCounts]>) -> Vec<Bson> {
     let mut out = Vec::new();
     let mut i = 0;
@@ -207,6 +253,14 @@ fn shown_stages(stages: &[Bson], db: &str, counts: Option<&[StageCounts]>) -> Ve
                 None => given,
             },
             ("$unwind", Bson::String(path)) => doc! { "$unwind": { "path": path } },
+            // An alias mongod expands when it parses the pipeline; both
+            // stages return what the count does.
+            ("$count", Bson::String(field)) => {
+                let group = doc! { "_id": { "$const": Bson::Null }, field.as_str(): { "$sum": { "$const": 1 } } };
+                let stage_counts = counts.map(|c| &c[i]);
+                out.push(Bson::Document(with_counts(doc! { "$group": group }, stage_counts)));
+                doc! { "$project": { field.as_str(): true, "_id": false } }
+            }
             ("$out", Bson::String(coll)) => doc! { "$out": { "coll": coll, "db": db } },
             ("$out", Bson::Document(target)) => {
                 let db = target.get_str("db").unwrap_or(db);

@@ -119,6 +119,9 @@ fn explain_find(shared: &Shared, cmd: &Document, verbosity: Verbosity) -> Comman
 /// `count`: COUNT over the read.
 fn explain_count(shared: &Shared, cmd: &Document, verbosity: Verbosity) -> CommandResult {
     let ns = namespace(cmd, "count")?;
+    if crate::exec::views::resolve_view(shared, &ns)?.is_some() {
+        return explain_aggregate(shared, &aggregate::count_as_aggregate(cmd)?, verbosity);
+    }
     let (filter_doc, filter) = filter_of(cmd, "query", &query::expr::Scope::default())?;
     let skip = count_option(cmd, "skip")?.unwrap_or(0).max(0) as usize;
     let limit = count_option(cmd, "limit")?.filter(|l| *l != 0).map(|l| l.unsigned_abs() as usize);
@@ -140,8 +143,11 @@ fn explain_count(shared: &Shared, cmd: &Document, verbosity: Verbosity) -> Comma
 /// `distinct`: the read (mongod shows a projection of the key above it).
 fn explain_distinct(shared: &Shared, cmd: &Document, verbosity: Verbosity) -> CommandResult {
     let ns = namespace(cmd, "distinct")?;
-    let (filter_doc, filter) = filter_of(cmd, "query", &query::expr::Scope::default())?;
     let key = cmd.get_str("key").map_err(|_| CommandError::failed_to_parse("distinct needs a string 'key'"))?;
+    if crate::exec::views::resolve_view(shared, &ns)?.is_some() {
+        return explain_aggregate(shared, &aggregate::distinct_as_aggregate(cmd, key)?, verbosity);
+    }
+    let (filter_doc, filter) = filter_of(cmd, "query", &query::expr::Scope::default())?;
     let projection = Some(doc! { "_id": 0, key: 1 });
     let read = Read {
         ns,
@@ -162,6 +168,8 @@ fn explain_distinct(shared: &Shared, cmd: &Document, verbosity: Verbosity) -> Co
 fn explain_write(shared: &Shared, cmd: &Document, verbosity: Verbosity) -> CommandResult {
     let name = cmd.keys().next().map(String::as_str).unwrap_or_default();
     let ns = namespace(cmd, name)?;
+    // As the write itself: a view is not written through.
+    crate::exec::views::check_not_view(shared, &ns)?;
     let (statement, filter_field, deleting) = match name {
         "update" | "delete" => {
             let field = if name == "update" { "updates" } else { "deletes" };
