@@ -697,6 +697,67 @@ def test_explain_of_an_aggregate_runs_it_and_counts_each_stage(client):
     assert exp.value.code == agg.value.code
 
 
+def test_an_or_and_an_intersection_race_the_single_index_plans(client):
+    """A contained `$or` whose branches are indexed is raced against the
+    index of the predicate beside it, and wins when its branches are the
+    selective ones; two pinned single-field indexes also offer an
+    intersection (AND_SORTED), which loses the race, as in mongod, unless
+    `internalQueryForceIntersectionPlans` makes it win."""
+    db = client.test
+    db.orr.insert_many([{"_id": i, "a": i % 100, "b": i % 50, "c": 1} for i in range(1000)])
+    for field in ["a", "b", "c"]:
+        db.orr.create_index(field)
+
+    def brief(p):
+        if "inputStages" in p:
+            return p["stage"] + "[" + ",".join(brief(x) for x in p["inputStages"]) + "]"
+        if "inputStage" in p:
+            return p["stage"] + ">" + brief(p["inputStage"])
+        return p["stage"] + (f"({p['indexName']})" if "indexName" in p else "")
+
+    contained = {"c": 1, "$or": [{"a": 3}, {"b": 7}]}
+    want = sorted(d["_id"] for d in db.orr.find(contained).hint([("$natural", 1)]))
+    assert sorted(d["_id"] for d in db.orr.find(contained)) == want and len(want) == 30
+    e = db.orr.find(contained).explain()
+    assert brief(e["queryPlanner"]["winningPlan"]) == "FETCH>OR[IXSCAN(a_1),IXSCAN(b_1)]"
+    assert [brief(p) for p in e["queryPlanner"]["rejectedPlans"]] == ["FETCH>IXSCAN(c_1)"]
+    # The `$or` first in canonical order; the branches answer it exactly.
+    assert e["queryPlanner"]["parsedQuery"] == {"$and": [{"$or": [{"a": {"$eq": 3}}, {"b": {"$eq": 7}}]},
+                                                         {"c": {"$eq": 1}}]}
+    assert e["queryPlanner"]["winningPlan"]["filter"] == {"c": {"$eq": 1}}
+    assert e["executionStats"]["totalKeysExamined"] == 30
+
+    both = {"a": 3, "b": 3}
+    want = sorted(d["_id"] for d in db.orr.find(both).hint([("$natural", 1)]))
+    e = db.orr.find(both).explain()
+    assert brief(e["queryPlanner"]["winningPlan"]) == "FETCH>IXSCAN(a_1)"
+    assert "FETCH>AND_SORTED[IXSCAN(a_1),IXSCAN(b_1)]" in [brief(p) for p in e["queryPlanner"]["rejectedPlans"]]
+    client.admin.command("setParameter", 1, internalQueryForceIntersectionPlans=True)
+    try:
+        db.command("planCacheClear", "orr")
+        assert sorted(d["_id"] for d in db.orr.find(both)) == want and len(want) == 10
+        e = db.orr.find(both).explain()
+        stages = e["executionStats"]["executionStages"]
+        assert brief(stages) == "FETCH>AND_SORTED[IXSCAN(a_1),IXSCAN(b_1)]"
+        assert "filter" not in stages and stages["nReturned"] == 10
+        and_sorted = stages["inputStage"]
+        # a=3: ids 3, 103, ..., 903; b=3: ids 3, 53, 103, ..., 953. Each b
+        # id between two a ids fails; once a ends, b is read no further.
+        assert [s["keysExamined"] for s in and_sorted["inputStages"]] == [10, 19]
+        assert (and_sorted["failedAnd_0"], and_sorted["failedAnd_1"]) == (0, 9)
+        assert e["executionStats"]["totalDocsExamined"] == 10
+    finally:
+        client.admin.command("setParameter", 1, internalQueryForceIntersectionPlans=False)
+    assert client.admin.command("getParameter", 1, internalQueryPlannerEnableIndexIntersection=1)[
+        "internalQueryPlannerEnableIndexIntersection"] is True
+    client.admin.command("setParameter", 1, internalQueryPlannerEnableIndexIntersection=False)
+    try:
+        e = db.orr.find({"a": 3, "b": 3, "c": 1}).explain()
+        assert not any("AND_SORTED" in brief(p) for p in e["queryPlanner"]["rejectedPlans"])
+    finally:
+        client.admin.command("setParameter", 1, internalQueryPlannerEnableIndexIntersection=True)
+
+
 def test_current_op_shows_a_build_and_its_progress(datadir):
     """A build held by mongod's fail point past its first chunk shows in
     `currentOp` with `progress: {done, total}`; released, it finishes and

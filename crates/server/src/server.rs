@@ -66,6 +66,12 @@ pub struct Parameters {
     pub allow_disk_use_by_default: AtomicBool,
     /// `internalDocumentSourceGroupMaxMemoryBytes`.
     pub group_memory_limit: AtomicUsize,
+    /// `internalQueryPlannerEnableIndexIntersection`: the planner
+    /// considers index intersections (AND_SORTED).
+    pub index_intersection: AtomicBool,
+    /// `internalQueryForceIntersectionPlans`: an intersection, when one is
+    /// considered, wins its race (for tests, as mongod's).
+    pub force_intersection: AtomicBool,
 }
 
 impl Default for Parameters {
@@ -74,6 +80,8 @@ impl Default for Parameters {
             sort_memory_limit: AtomicUsize::new(crate::exec::scan::SORT_MEMORY_LIMIT_BYTES),
             allow_disk_use_by_default: AtomicBool::new(true),
             group_memory_limit: AtomicUsize::new(crate::exec::scan::GROUP_MEMORY_LIMIT_BYTES),
+            index_intersection: AtomicBool::new(true),
+            force_intersection: AtomicBool::new(false),
         }
     }
 }

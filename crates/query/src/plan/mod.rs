@@ -8,7 +8,9 @@
 //! The paths: the `_id` index for a filter that pins one `_id`
 //! ([`AccessPath::IdPoint`]), a secondary index scan with bounds built by
 //! `bounds.rs` ([`AccessPath::IndexScan`]), and the collection scan.
-//! Index unions (`$or`) and intersections are further variants to come.
+//! Index unions (`$or`, [`AccessPath::Or`]) and intersections of point
+//! scans ([`AccessPath::AndSorted`]) are enumerated beside the single
+//! scans and raced with them.
 //!
 //! Invariants:
 //! 1. Pure: no I/O, no catalog; the caller states what it knows about the
@@ -140,6 +142,11 @@ pub enum AccessPath<'a> {
     /// A top-level `$or`, each branch by its own index scan: the union of
     /// their records, each once (mongod's OR stage).
     Or(Vec<IndexScan>),
+    /// Index intersection (mongod's AND_SORTED): scans of different
+    /// indexes, each over one point per field, so each returns its record
+    /// ids in order; the records all of them hold, fetched, with
+    /// `fetch_filter` (what no scan answers exactly) on FETCH.
+    AndSorted { scans: Vec<IndexScan>, fetch_filter: Option<Document> },
 }
 
 /// A scan of one secondary index.
@@ -201,8 +208,9 @@ pub fn plan<'a>(shape: &ReadShape<'a, '_>) -> AccessPath<'a> {
 }
 
 /// [`plan`], and when it chose among unhinted index candidates, the
-/// other candidates (those on other indexes or paths), best first.
-pub fn plan_among<'a>(shape: &ReadShape<'a, '_>) -> (AccessPath<'a>, Vec<IndexScan>) {
+/// other candidates (those on other indexes or paths, then intersections,
+/// then an `$or` by its branches), best first.
+pub fn plan_among<'a>(shape: &ReadShape<'a, '_>) -> (AccessPath<'a>, Vec<AccessPath<'a>>) {
     let none = Vec::new();
     let scan = AccessPath::CollScan { reverse: false };
     if shape.tailable {
@@ -233,14 +241,59 @@ pub fn plan_among<'a>(shape: &ReadShape<'a, '_>) -> (AccessPath<'a>, Vec<IndexSc
         Some(id) if shape.id_index_collation_matches || !holds_string(id) => return (AccessPath::IdPoint(id), none),
         _ => {}
     }
-    let mut found = candidates(shape).into_iter();
-    match found.next() {
+    let found = candidates(shape);
+    let mut found_scans = found.iter().cloned();
+    match found_scans.next() {
         Some(best) => {
-            let others = found.filter(|c| (c.index, &c.wildcard_path) != (best.index, &best.wildcard_path)).collect();
+            let mut others: Vec<AccessPath<'a>> = found_scans
+                .filter(|c| (c.index, &c.wildcard_path) != (best.index, &best.wildcard_path))
+                .map(AccessPath::IndexScan)
+                .collect();
+            others.extend(intersections(shape, &found));
+            // (Only a filter with a top-level `$or` or `$and` has an `$or`
+            // in its conjunction.)
+            if shape.filter.contains_key("$or") || shape.filter.contains_key("$and") {
+                others.extend(or_plan(shape).map(AccessPath::Or));
+            }
             (AccessPath::IndexScan(best), others)
         }
         None => (or_plan(shape).map_or(scan, AccessPath::Or), none),
     }
+}
+
+/// The index intersections mongod considers (AND_SORTED; its hash
+/// intersection is off by default): pairs of candidate scans of different
+/// indexes, each over one point per field (so each returns its record
+/// ids in order), whose bounds use disjoint predicates of the filter.
+fn intersections<'a>(shape: &ReadShape<'_, '_>, found: &[IndexScan]) -> Vec<AccessPath<'a>> {
+    let points = |s: &IndexScan| {
+        s.wildcard_path.is_none() && s.key_range.is_none() && s.bounds.iter().all(|f| f.len() == 1 && f[0].is_point())
+    };
+    let mut seen = BTreeSet::new();
+    let indexes: Vec<usize> = found.iter().filter(|s| points(s) && seen.insert(s.index)).map(|s| s.index).collect();
+    if indexes.len() < 2 {
+        return Vec::new();
+    }
+    // Each point scan once per index, with the predicates it uses and
+    // those it answers.
+    let conj = bounds::conjunction(shape.filter);
+    let parts: Vec<_> =
+        indexes.into_iter().map(|i| index_scan_parts(shape, i, &conj)).filter(|(scan, ..)| points(scan)).collect();
+    let mut out = Vec::new();
+    for (i, (a, a_uses, a_answers)) in parts.iter().enumerate() {
+        for (b, b_uses, b_answers) in &parts[i + 1..] {
+            if a_uses.iter().zip(b_uses).any(|(x, y)| *x && *y) {
+                continue;
+            }
+            let answered: Vec<bool> = a_answers.iter().zip(b_answers).map(|(x, y)| *x || *y).collect();
+            let child = |s: &IndexScan| IndexScan { covered: false, sorted: false, reverse: false, ..s.clone() };
+            out.push(AccessPath::AndSorted {
+                scans: vec![child(a), child(b)],
+                fetch_filter: residual(&conj, &answered),
+            });
+        }
+    }
+    out
 }
 
 /// An `$or` of the filter's top-level conjunction answered branch by
@@ -252,9 +305,11 @@ fn or_plan(shape: &ReadShape<'_, '_>) -> Option<Vec<IndexScan>> {
         Some(Bson::Array(items)) if d.len() == 1 && items.len() > 1 => Some(items),
         _ => None,
     })?;
+    // The branches in canonical order, as mongod plans them.
+    let mut branches: Vec<&Document> = branches.iter().map(Bson::as_document).collect::<Option<_>>()?;
+    branches.sort_by_cached_key(|b| canonical_rank(&parsed_query(b)));
     let mut scans = Vec::with_capacity(branches.len());
-    for branch in branches {
-        let filter = branch.as_document()?;
+    for filter in branches {
         let sub = ReadShape { filter, projection: None, sort: None, hint: Hint::None, min_max: None, ..*shape };
         let mut scan = candidates(&sub).into_iter().next()?;
         scan.covered = false;
@@ -519,10 +574,21 @@ fn leaf_implies(have: &Leaf, need: &Leaf, binary: bool) -> bool {
 
 /// The scan of index `i` with the bounds `shape`'s filter gives it.
 fn index_scan(shape: &ReadShape<'_, '_>, i: usize) -> IndexScan {
+    index_scan_parts(shape, i, &bounds::conjunction(shape.filter)).0
+}
+
+/// The scan of index `i` for `shape` (whose filter's conjunction is
+/// `conj`), with the conjunction's leaves its bounds use and those they
+/// answer exactly.
+fn index_scan_parts(
+    shape: &ReadShape<'_, '_>,
+    i: usize,
+    conj: &bounds::Conjunction,
+) -> (IndexScan, Vec<bool>, Vec<bool>) {
     let ix = &shape.indexes[i];
-    let conj = bounds::conjunction(shape.filter);
     // Leaves its collation cannot take stay for FETCH from the start.
-    let mut used: Vec<bool> = conj.leaves.iter().map(|l| !ix.takes(l)).collect();
+    let untaken: Vec<bool> = conj.leaves.iter().map(|l| !ix.takes(l)).collect();
+    let mut used = untaken.clone();
     let collation = ix.key_collation();
     // The leaves the bounds answer exactly (FETCH need not test them).
     let mut answered = vec![false; conj.leaves.len()];
@@ -556,7 +622,7 @@ fn index_scan(shape: &ReadShape<'_, '_>, i: usize) -> IndexScan {
                 }
             }
         } else if !positional {
-            let chosen = field_leaves(&conj, &used, path, &prefixes, &bounded);
+            let chosen = field_leaves(conj, &used, path, &prefixes, &bounded);
             for (n, &l) in chosen.iter().enumerate() {
                 let leaf = &conj.leaves[l];
                 let leaf_bounds = bounds::intervals_under(leaf, collation);
@@ -578,7 +644,9 @@ fn index_scan(shape: &ReadShape<'_, '_>, i: usize) -> IndexScan {
         }
         field_bounds.push(intervals);
     }
-    scan_within(shape, i, field_bounds, residual(&conj, &answered))
+    let uses = used.iter().zip(&untaken).map(|(u, t)| *u && !*t).collect();
+    let fetch_filter = residual(conj, &answered);
+    (scan_within(shape, i, field_bounds, fetch_filter), uses, answered)
 }
 
 /// Whether the `$elemMatch` at `group_path` holds one element of the
@@ -654,12 +722,77 @@ fn residual(conj: &bounds::Conjunction, answered: &[bool]) -> Option<Document> {
     let mut children: Vec<Document> = (conj.groups.iter().map(|(_, d)| d.clone()))
         .chain(conj.leaves.iter().zip(answered).filter(|(l, a)| !**a && l.group.is_none()).map(|(l, _)| l.as_filter()))
         .collect();
-    children.extend(conj.others.iter().cloned());
+    children.extend(conj.others.iter().map(normalized_other));
+    // mongod's canonical order: by match type, then path (stable).
+    children.sort_by_cached_key(canonical_rank);
     match children.len() {
         0 => None,
         1 => children.pop(),
         _ => Some(bson::doc! { "$and": children.into_iter().map(Bson::Document).collect::<Vec<_>>() }),
     }
+}
+
+/// A conjunction child bounds cannot use, as parsed: an `$or`'s branches
+/// each in parsed form, in canonical order.
+fn normalized_other(other: &Document) -> Document {
+    match other.get("$or") {
+        Some(Bson::Array(branches)) if other.len() == 1 => {
+            let mut parsed: Vec<Document> =
+                branches.iter().map(|b| b.as_document().map_or_else(Document::new, parsed_query)).collect();
+            parsed.sort_by_cached_key(canonical_rank);
+            bson::doc! { "$or": parsed.into_iter().map(Bson::Document).collect::<Vec<_>>() }
+        }
+        _ => other.clone(),
+    }
+}
+
+/// Where a filter child sorts in mongod's canonical order: its match
+/// type's place (AND, OR, ELEM_MATCH_OBJECT, ELEM_MATCH_VALUE, SIZE, EQ,
+/// LTE, LT, GT, GTE, REGEX, MOD, EXISTS, MATCH_IN, BITS_*, NOT, NOR,
+/// TYPE_OPERATOR, GEO, WHERE, EXPRESSION, others), then its path.
+fn canonical_rank(child: &Document) -> (u8, String) {
+    let Some((key, value)) = child.iter().next() else { return (0, String::new()) };
+    let rank = match key.as_str() {
+        "$and" => 0,
+        "$or" => 1,
+        "$nor" => 19,
+        "$where" => 22,
+        "$expr" => 23,
+        k if k.starts_with('$') => 30,
+        _ => match value {
+            Bson::Document(cond) => match cond.keys().next().map(String::as_str) {
+                Some("$elemMatch") => match cond.get_document("$elemMatch") {
+                    Ok(arg)
+                        if arg.keys().next().is_some_and(|k| {
+                            k.starts_with('$') && !matches!(k.as_str(), "$and" | "$or" | "$nor" | "$expr")
+                        }) =>
+                    {
+                        3
+                    }
+                    _ => 2,
+                },
+                Some("$size") => 4,
+                Some("$eq") => 5,
+                Some("$lte") => 6,
+                Some("$lt") => 7,
+                Some("$gt") => 8,
+                Some("$gte") => 9,
+                Some("$regex") => 10,
+                Some("$mod") => 11,
+                Some("$exists") => 12,
+                Some("$in") => 13,
+                Some("$bitsAllSet" | "$bitsAllClear" | "$bitsAnySet" | "$bitsAnyClear") => 14,
+                Some("$not" | "$ne" | "$nin") => 18,
+                Some("$type") => 20,
+                Some("$geoWithin" | "$geoIntersects" | "$near" | "$nearSphere") => 21,
+                Some("$all") => 0,
+                _ => 5,
+            },
+            Bson::RegularExpression(_) => 10,
+            _ => 5,
+        },
+    };
+    (rank, key.clone())
 }
 
 /// A read's shape, as the plan cache keys it: the filter's paths and
@@ -873,7 +1006,12 @@ mod tests {
             other => format!("{other:?}"),
         };
         assert_eq!(plan_of(doc! { "$or": [{ "a": 1 }, { "b": { "$gt": 2 } }] }), "Or[0, 1]");
-        assert_eq!(plan_of(doc! { "x": 1, "$or": [{ "b": 1 }, { "a": 2 }] }), "Or[1, 0]");
+        // The branches in canonical order (by path here), as mongod plans them.
+        assert_eq!(plan_of(doc! { "x": 1, "$or": [{ "b": 1 }, { "a": 2 }] }), "Or[0, 1]");
+        assert_eq!(
+            parsed_query(&doc! { "x": 1, "$or": [{ "b": { "$gt": 1 } }, { "b": 0 }, { "a": 2 }] }),
+            doc! { "$and": [{ "$or": [{ "a": { "$eq": 2 } }, { "b": { "$eq": 0 } }, { "b": { "$gt": 1 } }] }, { "x": { "$eq": 1 } }] }
+        );
         assert_eq!(plan_of(doc! { "$or": [{ "a": 1 }, { "x": 2 }] }), "CollScan { reverse: false }");
         // Equalities on one path: one `$in`, one scan; one branch: itself.
         assert_eq!(plan_of(doc! { "$or": [{ "b": 1 }, { "b": 3 }] }), "Ix1");
@@ -884,6 +1022,36 @@ mod tests {
         assert_eq!(parsed_query(&doc! { "$or": [{ "b": { "$gt": 3 } }] }), doc! { "b": { "$gt": 3 } });
         // A predicate on an indexed field outside the `$or` wins.
         assert_eq!(plan_of(doc! { "a": 1, "$or": [{ "b": 1 }, { "x": 3 }] }), "Ix0");
+    }
+
+    #[test]
+    fn intersections_pair_point_scans_over_disjoint_predicates() {
+        let indexes =
+            [index("a_1", &["a"], &[&[]]), index("b_1", &["b"], &[&[]]), index("a_1_b_1", &["a", "b"], &[&[], &[]])];
+        let ands = |filter: Document, among: &[IndexInfo]| -> Vec<(Vec<usize>, Option<Document>)> {
+            plan_among(&shape_over(&filter, among))
+                .1
+                .into_iter()
+                .filter_map(|p| match p {
+                    AccessPath::AndSorted { scans, fetch_filter } => {
+                        Some((scans.iter().map(|s| s.index).collect(), fetch_filter))
+                    }
+                    _ => None,
+                })
+                .collect()
+        };
+        // Two single-field indexes, each pinned: one intersection, its
+        // FETCH filter what neither answers.
+        assert_eq!(ands(doc! { "a": 1, "b": 2 }, &indexes[..2]), vec![(vec![0, 1], None)]);
+        assert_eq!(
+            ands(doc! { "a": 1, "b": 2, "c": { "$gt": 3 } }, &indexes[..2]),
+            vec![(vec![0, 1], Some(doc! { "c": { "$gt": 3 } }))]
+        );
+        // A range is no point: its scan's ids come in key order.
+        assert!(ands(doc! { "a": 1, "b": { "$gt": 2 } }, &indexes[..2]).is_empty());
+        assert!(ands(doc! { "a": { "$in": [1, 2] }, "b": 2 }, &indexes[..2]).is_empty());
+        // The compound index bounds both predicates: nothing to pair it with.
+        assert_eq!(ands(doc! { "a": 1, "b": 2 }, &indexes), vec![(vec![0, 1], None)]);
     }
 
     #[test]

@@ -81,6 +81,8 @@ pub(crate) fn parameters(shared: &Shared) -> Document {
         "internalQueryMaxBlockingSortMemoryUsageBytes": p.sort_memory_limit.load(Ordering::Relaxed) as i32,
         "internalDocumentSourceGroupMaxMemoryBytes": p.group_memory_limit.load(Ordering::Relaxed) as i64,
         "allowDiskUseByDefault": p.allow_disk_use_by_default.load(Ordering::Relaxed),
+        "internalQueryPlannerEnableIndexIntersection": p.index_intersection.load(Ordering::Relaxed),
+        "internalQueryForceIntersectionPlans": p.force_intersection.load(Ordering::Relaxed),
         "ttlMonitorEnabled": shared.ttl.enabled.load(Ordering::Relaxed),
         "ttlMonitorSleepSecs": shared.ttl.sleep_secs.load(Ordering::Relaxed) as i32,
     }
@@ -141,13 +143,18 @@ pub(crate) fn set_parameter(shared: &Shared, cmd: &Document) -> CommandResult {
                     _ => Box::new(move || Bson::Int32(p.sort_memory_limit.swap(n, Ordering::Relaxed) as i32)),
                 });
             }
-            "allowDiskUseByDefault" | "ttlMonitorEnabled" => {
+            "allowDiskUseByDefault"
+            | "ttlMonitorEnabled"
+            | "internalQueryPlannerEnableIndexIntersection"
+            | "internalQueryForceIntersectionPlans" => {
                 let b = match value {
                     Bson::Boolean(b) => *b,
                     other => return Err(bad(&format!("a boolean is needed, not {}", type_name(other)))),
                 };
                 let flag = match name.as_str() {
                     "ttlMonitorEnabled" => &shared.ttl.enabled,
+                    "internalQueryPlannerEnableIndexIntersection" => &p.index_intersection,
+                    "internalQueryForceIntersectionPlans" => &p.force_intersection,
                     _ => &p.allow_disk_use_by_default,
                 };
                 changes.push(Box::new(move || Bson::Boolean(flag.swap(b, Ordering::Relaxed))));

@@ -199,7 +199,9 @@ pub fn find(shared: &Shared, place: Place, cmd: &Document) -> ReplyResult {
                 planned: Option<(&access::Planned, &Arc<doc::catalog::Collection>)>,
                 watch: Option<Arc<access::TrialWatch>>| {
         let point = planned.and_then(|(p, c)| Some((access::point(&p.path)?, c)));
-        let index_scan = planned.filter(|(p, _)| matches!(p.path, AccessPath::IndexScan(_) | AccessPath::Or(_)));
+        let index_scan = planned.filter(|(p, _)| {
+            matches!(p.path, AccessPath::IndexScan(_) | AccessPath::Or(_) | AccessPath::AndSorted { .. })
+        });
         // An index scan that returns the documents in the sort's order
         // needs no blocking sort.
         let index_sorted = index_scan.is_some_and(|(p, _)| matches!(&p.path, AccessPath::IndexScan(s) if s.sorted));
@@ -293,7 +295,7 @@ fn bounded(planned: &access::Planned<'_>, unfiltered: bool, unsorted: bool) -> b
         AccessPath::IdPoint(_) => true,
         AccessPath::IndexScan(s) => access::every_key_matches(planned) && (unsorted || s.sorted),
         AccessPath::CollScan { .. } => unfiltered && unsorted,
-        AccessPath::Or(_) => false,
+        AccessPath::Or(_) | AccessPath::AndSorted { .. } => false,
     }
 }
 

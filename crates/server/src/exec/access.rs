@@ -24,9 +24,10 @@ pub(crate) struct Planned<'a> {
     pub indexes: Vec<Arc<Index>>,
     /// What the planner saw of them (for explain).
     pub infos: Vec<IndexInfo>,
-    /// The other index scans the planner considered (explain's
+    /// The other paths the planner considered: index scans,
+    /// intersections, an `$or` by its branches (explain's
     /// `rejectedPlans`; raced by `race`).
-    pub rejected: Vec<IndexScan>,
+    pub rejected: Vec<AccessPath<'a>>,
     /// The read's shape (`query::plan::shape`), the plan cache's key.
     pub shape: String,
     /// The collection's tables and ready indexes the choice is made
@@ -243,21 +244,26 @@ pub(crate) fn race<'a>(
     mut planned: Planned<'a>,
     filter: &query::Filter,
 ) -> Result<Planned<'a>, CommandError> {
-    let AccessPath::IndexScan(chosen) = &planned.path else { return Ok(planned) };
-    if planned.rejected.is_empty() {
+    if !shared.parameters.index_intersection.load(Relaxed) {
+        planned.rejected.retain(|p| !matches!(p, AccessPath::AndSorted { .. }));
+    }
+    if !matches!(planned.path, AccessPath::IndexScan(_)) || planned.rejected.is_empty() {
         return Ok(planned);
     }
-    let sorting = contenders_sorting(chosen, &planned.rejected);
-    let mut contenders = vec![chosen.clone()];
+    let mut contenders = vec![planned.path.clone()];
     contenders.append(&mut planned.rejected);
+    let sorting = contenders.iter().any(path_sorted);
     let ns_key = ns.to_string();
     if let Some((winner, key, works)) = shared.plan_cache.get(&ns_key, &planned.shape, &planned.among) {
-        let same = |c: &IndexScan| {
-            let ix = &planned.indexes[c.index];
-            ix.spec.name == winner && scan_key_pattern(ix, c) == key
+        let same = |c: &AccessPath<'_>| match c {
+            AccessPath::IndexScan(c) => {
+                let ix = &planned.indexes[c.index];
+                ix.spec.name == winner && scan_key_pattern(ix, c) == key
+            }
+            _ => false,
         };
         if let Some(at) = contenders.iter().position(same) {
-            planned.path = AccessPath::IndexScan(contenders.remove(at));
+            planned.path = contenders.remove(at);
             planned.rejected = contenders;
             planned.cached = Some(works);
             return Ok(planned);
@@ -265,19 +271,34 @@ pub(crate) fn race<'a>(
     }
     // Trial runs may read thousands of entries: off a network thread.
     let trials = place.long(|| trial_runs(shared, ns, coll, &planned.indexes, &contenders, sorting, filter))?;
-    let best = (0..contenders.len()).fold(0, |b, i| if trials[i].score > trials[b].score { i } else { b });
+    let forced = shared.parameters.force_intersection.load(Relaxed);
+    // mongod's test switch: an intersection outscores any other plan.
+    let score = |i: usize| match (forced, &contenders[i]) {
+        (true, AccessPath::AndSorted { .. }) => trials[i].score + 3.0,
+        _ => trials[i].score,
+    };
+    let best = (0..contenders.len()).fold(0, |b, i| if score(i) > score(b) { i } else { b });
     let winner = contenders.remove(best);
-    let ix = &planned.indexes[winner.index];
-    let entry = crate::exec::plan_cache::PlanCache::entry(
-        &ix.spec.name,
-        scan_key_pattern(ix, &winner),
-        planned.created_from.clone(),
-        trials[best].works,
-    );
-    shared.plan_cache.put(&ns_key, &planned.shape, &planned.among, entry);
-    planned.path = AccessPath::IndexScan(winner);
+    // Only a single scan's win is cached (an intersection's or an OR's
+    // is planned again next time).
+    if let AccessPath::IndexScan(scan) = &winner {
+        let ix = &planned.indexes[scan.index];
+        let entry = crate::exec::plan_cache::PlanCache::entry(
+            &ix.spec.name,
+            scan_key_pattern(ix, scan),
+            planned.created_from.clone(),
+            trials[best].works,
+        );
+        shared.plan_cache.put(&ns_key, &planned.shape, &planned.among, entry);
+    }
+    planned.path = winner;
     planned.rejected = contenders;
     Ok(planned)
+}
+
+/// Whether `path` returns its documents in the read's sort order.
+fn path_sorted(path: &AccessPath<'_>) -> bool {
+    matches!(path, AccessPath::IndexScan(s) if s.sorted)
 }
 
 /// What one contender's trial run did.
@@ -293,15 +314,15 @@ fn trial_runs(
     ns: &Namespace,
     coll: &Arc<Collection>,
     indexes: &[Arc<Index>],
-    contenders: &[IndexScan],
+    contenders: &[AccessPath<'_>],
     sorting: bool,
     filter: &query::Filter,
 ) -> Result<Vec<Trial>, CommandError> {
     let mut trials = Vec::with_capacity(contenders.len());
-    for scan in contenders {
+    for path in contenders {
         let stats = Arc::new(ScanStats::default());
         let trial = Planned {
-            path: AccessPath::IndexScan(scan.clone()),
+            path: path.clone(),
             indexes: indexes.to_vec(),
             infos: Vec::new(),
             rejected: Vec::new(),
@@ -317,16 +338,19 @@ fn trial_runs(
             if matches_stored(filter, &d)?.0 {
                 matched += 1;
             }
-            if matched >= TRIAL_RESULTS || ScanStats::get(&stats.keys_examined) >= TRIAL_WORKS_MAX {
+            if matched >= TRIAL_RESULTS || stats.total(|s| &s.keys_examined) >= TRIAL_WORKS_MAX {
                 ended = false;
                 break;
             }
         }
-        if sorting && !scan.sorted && !ended {
+        if sorting && !path_sorted(path) && !ended {
             matched = 0;
         }
-        let works = ScanStats::get(&stats.keys_examined) + ScanStats::get(&stats.docs_examined) + 1;
-        let bonus = if scan.covered { 1e-4 } else { 0.0 };
+        let works = stats.total(|s| &s.keys_examined) + stats.total(|s| &s.docs_examined) + 1;
+        // mongod's tie-breakers: no fetch, no intersection.
+        let covered = matches!(path, AccessPath::IndexScan(s) if s.covered);
+        let bonus =
+            if covered { 1e-4 } else { 0.0 } + if matches!(path, AccessPath::AndSorted { .. }) { 0.0 } else { 1e-4 };
         trials.push(Trial { score: 1.0 + matched as f64 / works as f64 + bonus, works });
     }
     Ok(trials)
@@ -373,7 +397,9 @@ pub(crate) fn every_key_matches(planned: &Planned<'_>) -> bool {
         AccessPath::IndexScan(s) => {
             s.fetch_filter.is_none() && index_scan::reads_only_matches(&planned.indexes[s.index], s)
         }
-        AccessPath::IdPoint(_) | AccessPath::CollScan { .. } | AccessPath::Or(_) => false,
+        AccessPath::IdPoint(_) | AccessPath::CollScan { .. } | AccessPath::Or(_) | AccessPath::AndSorted { .. } => {
+            false
+        }
     }
 }
 
@@ -423,11 +449,6 @@ pub(crate) fn scan_key_pattern(ix: &Index, scan: &IndexScan) -> Document {
         }
         None => ix.spec.key.clone(),
     }
-}
-
-/// Whether the read asked for an order (some contender gives it).
-fn contenders_sorting(chosen: &IndexScan, rejected: &[IndexScan]) -> bool {
-    chosen.sorted || rejected.iter().any(|s| s.sorted)
 }
 
 /// A hint as the planner takes it: `$natural`, a secondary index by name
@@ -494,7 +515,9 @@ pub(crate) fn watched_candidates(
 pub(crate) fn note_access(planned: &Planned<'_>) {
     match &planned.path {
         AccessPath::IndexScan(scan) => planned.indexes[scan.index].note_access(),
-        AccessPath::Or(scans) => scans.iter().for_each(|s| planned.indexes[s.index].note_access()),
+        AccessPath::Or(scans) | AccessPath::AndSorted { scans, .. } => {
+            scans.iter().for_each(|s| planned.indexes[s.index].note_access())
+        }
         AccessPath::IdPoint(_) | AccessPath::CollScan { .. } => {}
     }
 }
@@ -530,6 +553,12 @@ fn records(
             scans.iter().map(|s| (planned.indexes[s.index].clone(), s.clone())).collect(),
             stats,
         ),
+        AccessPath::AndSorted { scans, .. } => index_scan::intersection(
+            shared.catalog.engine().clone(),
+            coll.clone(),
+            scans.iter().map(|s| (planned.indexes[s.index].clone(), s.clone())).collect(),
+            stats,
+        ),
     })
 }
 
@@ -548,6 +577,8 @@ pub(crate) fn plan_write<'a>(
 pub(crate) fn point<'a>(path: &AccessPath<'a>) -> Option<&'a Bson> {
     match path {
         AccessPath::IdPoint(id) => Some(id),
-        AccessPath::CollScan { .. } | AccessPath::IndexScan(_) | AccessPath::Or(_) => None,
+        AccessPath::CollScan { .. } | AccessPath::IndexScan(_) | AccessPath::Or(_) | AccessPath::AndSorted { .. } => {
+            None
+        }
     }
 }

@@ -49,8 +49,11 @@ pub(crate) struct ScanStats {
     pub seeks: AtomicU64,
     pub dups_tested: AtomicU64,
     pub dups_dropped: AtomicU64,
-    /// Records an OR's branch gave the OR.
+    /// Records an OR's or an intersection's branch gave it.
     pub advanced: AtomicU64,
+    /// An intersection's branch: its records no other branch held
+    /// (explain's `failedAnd_<i>`).
+    pub failed_and: AtomicU64,
     /// An OR's branch scans, in order.
     pub branches: parking_lot::Mutex<Vec<Arc<ScanStats>>>,
 }
@@ -187,6 +190,26 @@ pub(crate) fn records(
     Box::new(std::iter::from_fn(move || scan.next_record()))
 }
 
+/// The scans of an OR's or an intersection's branches, reading record ids
+/// only, each counting into its own stats under `stats`.
+fn branch_scans(
+    engine: &storage::Engine,
+    coll: &Arc<Collection>,
+    branches: Vec<(Arc<Index>, IndexScan)>,
+    stats: &ScanStats,
+) -> Vec<Scan> {
+    branches
+        .into_iter()
+        .map(|(ix, plan)| {
+            let child = Arc::new(ScanStats::default());
+            stats.branches.lock().push(child.clone());
+            let mut scan = Scan::new(engine.clone(), coll.clone(), ix, &plan, child);
+            scan.ids_only = true;
+            scan
+        })
+        .collect()
+}
+
 /// The record ids of an OR's branches, each once, and their documents:
 /// the branches' scans read keys only, the union fetches (mongod's FETCH
 /// over OR), counting in `stats` what it fetched and the duplicates it
@@ -197,16 +220,7 @@ pub(crate) fn union(
     branches: Vec<(Arc<Index>, IndexScan)>,
     stats: Arc<ScanStats>,
 ) -> Records {
-    let mut scans: VecDeque<Scan> = branches
-        .into_iter()
-        .map(|(ix, plan)| {
-            let child = Arc::new(ScanStats::default());
-            stats.branches.lock().push(child.clone());
-            let mut scan = Scan::new(engine.clone(), coll.clone(), ix, &plan, child);
-            scan.ids_only = true;
-            scan
-        })
-        .collect();
+    let mut scans: VecDeque<Scan> = branch_scans(&engine, &coll, branches, &stats).into();
     let mut seen = HashSet::new();
     Box::new(std::iter::from_fn(move || loop {
         let scan = scans.front_mut()?;
@@ -237,6 +251,79 @@ pub(crate) fn union(
             Err(e) => {
                 scans.clear();
                 return Some(Err(e));
+            }
+        }
+    }))
+}
+
+/// The records every branch holds, fetched (mongod's FETCH over
+/// AND_SORTED): each branch is a scan over one point per field, so it
+/// returns its record ids in increasing order, and the branches are
+/// merged by them. A branch that returns a smaller id than before would
+/// make the merge miss records: that ends the read with an error.
+pub(crate) fn intersection(
+    engine: storage::Engine,
+    coll: Arc<Collection>,
+    branches: Vec<(Arc<Index>, IndexScan)>,
+    stats: Arc<ScanStats>,
+) -> Records {
+    debug_assert!(branches.iter().all(|(_, p)| p.bounds.iter().all(|f| f.len() == 1 && f[0].is_point())));
+    let mut scans = branch_scans(&engine, &coll, branches, &stats);
+    // Each branch's current record id (`None`: read the next), and the
+    // last it returned.
+    let mut heads: Vec<Option<u64>> = vec![None; scans.len()];
+    let mut last: Vec<Option<u64>> = vec![None; scans.len()];
+    let mut done = scans.is_empty();
+    Box::new(std::iter::from_fn(move || loop {
+        if done {
+            return None;
+        }
+        for (i, scan) in scans.iter_mut().enumerate() {
+            if heads[i].is_some() {
+                continue;
+            }
+            match scan.next_record() {
+                None => {
+                    done = true;
+                    return None;
+                }
+                Some(Err(e)) => {
+                    done = true;
+                    return Some(Err(e));
+                }
+                Some(Ok((rid, _))) => {
+                    if last[i].is_some_and(|l| rid <= l) {
+                        done = true;
+                        return Some(Err(DocError::Corrupt(format!(
+                            "an intersection's scan of index {} returned record {rid} after {}",
+                            scan.ix.spec.name,
+                            last[i].unwrap_or_default()
+                        ))));
+                    }
+                    scan.stats.advanced.fetch_add(1, Ordering::Relaxed);
+                    (heads[i], last[i]) = (Some(rid), Some(rid));
+                }
+            }
+        }
+        let target = heads.iter().flatten().copied().max().expect("every branch has a head");
+        if heads.iter().all(|h| *h == Some(target)) {
+            heads.fill(None);
+            stats.docs_examined.fetch_add(1, Ordering::Relaxed);
+            match coll.get_stored(&engine, target) {
+                Ok(Some(doc)) => return Some(Ok((target, doc))),
+                // Deleted since its keys were read, as if just before.
+                Ok(None) => continue,
+                Err(e) => {
+                    done = true;
+                    return Some(Err(e));
+                }
+            }
+        }
+        // The branches behind the largest id pass their current one.
+        for (i, scan) in scans.iter().enumerate() {
+            if heads[i].is_some_and(|h| h < target) {
+                scan.stats.failed_and.fetch_add(1, Ordering::Relaxed);
+                heads[i] = None;
             }
         }
     }))

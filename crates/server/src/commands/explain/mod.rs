@@ -263,8 +263,8 @@ fn explain_read(
         }
         None => None,
     };
-    let index_sorted = |scan: &IndexScan| scan.sorted;
-    let sorted = planned.as_ref().is_some_and(|p| matches!(&p.path, AccessPath::IndexScan(s) if index_sorted(s)));
+    let index_sorted = |path: &AccessPath<'_>| matches!(path, AccessPath::IndexScan(s) if s.sorted);
+    let sorted = planned.as_ref().is_some_and(|p| index_sorted(&p.path));
     let parsed = query::plan::parsed_query(&filter_doc);
 
     let started = Instant::now();
@@ -315,7 +315,7 @@ fn explain_read(
     // The plan as chosen (queryPlanner) and as run (executionStages).
     let tree = |verbosity| {
         let read = match &planned {
-            Some(p) => access_stage(p, &parsed, &run, verbosity),
+            Some(p) => access_stage(p, &p.path, &parsed, &run, verbosity),
             None => doc! { "stage": "EOF" },
         };
         let below = wrap(read, above, &run, verbosity);
@@ -354,9 +354,9 @@ fn explain_read(
     let rejected: Vec<Bson> = planned
         .iter()
         .flat_map(|p| &p.rejected)
-        .map(|scan| {
-            let read = index_scan_stage(planned.as_ref().expect("planned"), scan, &run, Verbosity::QueryPlanner);
-            let above = (sort.as_ref().filter(|_| !index_sorted(scan)), skip, limit, projection.as_ref());
+        .map(|path| {
+            let read = access_stage(planned.as_ref().expect("planned"), path, &parsed, &run, Verbosity::QueryPlanner);
+            let above = (sort.as_ref().filter(|_| !index_sorted(path)), skip, limit, projection.as_ref());
             Bson::Document(wrap(read, above, &run, Verbosity::QueryPlanner))
         })
         .collect();
@@ -426,17 +426,27 @@ impl Run<'_> {
     /// Documents read: by a collection scan, or fetched after an index.
     fn docs_examined(&self, planned: &Option<Planned<'_>>) -> u64 {
         match planned.as_ref().map(|p| &p.path) {
-            Some(AccessPath::IndexScan(_) | AccessPath::Or(_)) => self.stats.total(|s| &s.docs_examined),
+            Some(AccessPath::IndexScan(_) | AccessPath::Or(_) | AccessPath::AndSorted { .. }) => {
+                self.stats.total(|s| &s.docs_examined)
+            }
             Some(_) => self.examined,
             None => 0,
         }
     }
 }
 
-/// The stage that reads: COLLSCAN, EXPRESS_IDHACK, or FETCH over IXSCAN.
-fn access_stage(p: &Planned<'_>, parsed: &Document, run: &Run<'_>, verbosity: Verbosity) -> Document {
+/// The stage that reads by `path` (the chosen one or a rejected one):
+/// COLLSCAN, EXPRESS_IDHACK, FETCH over IXSCAN, over OR or over
+/// AND_SORTED.
+fn access_stage(
+    p: &Planned<'_>,
+    path: &AccessPath<'_>,
+    parsed: &Document,
+    run: &Run<'_>,
+    verbosity: Verbosity,
+) -> Document {
     let executed = verbosity != Verbosity::QueryPlanner;
-    match &p.path {
+    match path {
         AccessPath::CollScan { reverse } => {
             let mut d = doc! { "stage": "COLLSCAN" };
             if !parsed.is_empty() {
@@ -460,17 +470,54 @@ fn access_stage(p: &Planned<'_>, parsed: &Document, run: &Run<'_>, verbosity: Ve
         }
         AccessPath::IndexScan(scan) => index_scan_stage(p, scan, run, verbosity),
         AccessPath::Or(scans) => or_stage(p, scans, parsed, run, verbosity),
+        AccessPath::AndSorted { scans, fetch_filter } => and_stage(p, scans, fetch_filter.as_ref(), run, verbosity),
     }
 }
 
-/// FETCH over OR over each branch's IXSCAN (under SUBPLAN when the `$or`
-/// is the whole filter, as mongod plans each branch on its own). FETCH
-/// shows the filter when a branch's bounds do not answer it exactly or
-/// more than the `$or` is there.
-fn or_stage(p: &Planned<'_>, scans: &[IndexScan], parsed: &Document, run: &Run<'_>, verbosity: Verbosity) -> Document {
+/// FETCH (with what no branch answers exactly) over AND_SORTED over each
+/// branch's IXSCAN.
+fn and_stage(
+    p: &Planned<'_>,
+    scans: &[IndexScan],
+    fetch_filter: Option<&Document>,
+    run: &Run<'_>,
+    verbosity: Verbosity,
+) -> Document {
     let executed = verbosity != Verbosity::QueryPlanner;
     let branches = run.stats.branches.lock().clone();
-    let inputs: Vec<Bson> = scans
+    let mut and = doc! { "stage": "AND_SORTED" };
+    let s = run.stats;
+    let fetched = ScanStats::get(&s.docs_examined);
+    if executed {
+        let advanced: u64 = branches.iter().map(|b| ScanStats::get(&b.advanced)).sum();
+        counters(&mut and, fetched, advanced + 1);
+        for (i, b) in branches.iter().enumerate() {
+            and.insert(format!("failedAnd_{i}"), ScanStats::get(&b.failed_and) as i64);
+        }
+    }
+    and.insert("inputStages", branch_stages(p, scans, &branches, executed));
+    fetch_stage(fetch_filter, run, executed.then_some(fetched), and)
+}
+
+/// FETCH with `filter` over `input`; once run, `fetched` documents read.
+fn fetch_stage(filter: Option<&Document>, run: &Run<'_>, fetched: Option<u64>, input: Document) -> Document {
+    let mut fetch = doc! { "stage": "FETCH" };
+    if let Some(f) = filter {
+        fetch.insert("filter", f.clone());
+    }
+    if let Some(fetched) = fetched {
+        counters(&mut fetch, run.matched, fetched + 1);
+        fetch.insert("docsExamined", fetched as i64);
+        fetch.insert("alreadyHasObj", 0);
+    }
+    fetch.insert("inputStage", input);
+    fetch
+}
+
+/// The IXSCAN of each branch of an OR or an intersection, with its
+/// counters (`branches`, in order) once run.
+fn branch_stages(p: &Planned<'_>, scans: &[IndexScan], branches: &[Arc<ScanStats>], executed: bool) -> Vec<Bson> {
+    scans
         .iter()
         .enumerate()
         .map(|(i, scan)| {
@@ -486,7 +533,17 @@ fn or_stage(p: &Planned<'_>, scans: &[IndexScan], parsed: &Document, run: &Run<'
             }
             Bson::Document(ixscan)
         })
-        .collect();
+        .collect()
+}
+
+/// FETCH over OR over each branch's IXSCAN (under SUBPLAN when the `$or`
+/// is the whole filter, as mongod plans each branch on its own). FETCH
+/// shows the filter when a branch's bounds do not answer it exactly or
+/// more than the `$or` is there.
+fn or_stage(p: &Planned<'_>, scans: &[IndexScan], parsed: &Document, run: &Run<'_>, verbosity: Verbosity) -> Document {
+    let executed = verbosity != Verbosity::QueryPlanner;
+    let branches = run.stats.branches.lock().clone();
+    let inputs = branch_stages(p, scans, &branches, executed);
     let mut or = doc! { "stage": "OR" };
     let s = run.stats;
     if executed {
@@ -498,8 +555,13 @@ fn or_stage(p: &Planned<'_>, scans: &[IndexScan], parsed: &Document, run: &Run<'
     or.insert("inputStages", inputs);
     let mut fetch = doc! { "stage": "FETCH" };
     let rooted = parsed.len() == 1 && parsed.contains_key("$or");
-    if !rooted || scans.iter().any(|s| s.fetch_filter.is_some()) {
-        fetch.insert("filter", parsed.clone());
+    // Branches their bounds answer exactly leave the rest of the filter.
+    let filter = match scans.iter().any(|s| s.fetch_filter.is_some()) {
+        true => Some(parsed.clone()),
+        false => without_or(parsed),
+    };
+    if let Some(filter) = filter {
+        fetch.insert("filter", filter);
     }
     if executed {
         let fetched = ScanStats::get(&s.docs_examined);
@@ -517,6 +579,23 @@ fn or_stage(p: &Planned<'_>, scans: &[IndexScan], parsed: &Document, run: &Run<'
     }
     subplan.insert("inputStage", fetch);
     subplan
+}
+
+/// A parsed query without its (first) `$or` child, if anything is left.
+fn without_or(parsed: &Document) -> Option<Document> {
+    let mut children: Vec<Bson> = match parsed.get_array("$and") {
+        Ok(children) if parsed.len() == 1 => children.clone(),
+        _ => vec![Bson::Document(parsed.clone())],
+    };
+    let is_or = |c: &Bson| c.as_document().is_some_and(|d| d.len() == 1 && d.contains_key("$or"));
+    if let Some(at) = children.iter().position(is_or) {
+        children.remove(at);
+    }
+    match children.len() {
+        0 => None,
+        1 => children.pop().and_then(|c| c.as_document().cloned()),
+        _ => Some(doc! { "$and": children }),
+    }
 }
 
 /// IXSCAN, under FETCH unless the scan is covered.
@@ -538,17 +617,7 @@ fn index_scan_stage(p: &Planned<'_>, scan: &IndexScan, run: &Run<'_>, verbosity:
     if scan.covered {
         return ixscan;
     }
-    let mut fetch = doc! { "stage": "FETCH" };
-    if let Some(f) = &scan.fetch_filter {
-        fetch.insert("filter", f.clone());
-    }
-    if executed {
-        counters(&mut fetch, run.matched, fetched + 1);
-        fetch.insert("docsExamined", fetched as i64);
-        fetch.insert("alreadyHasObj", 0);
-    }
-    fetch.insert("inputStage", ixscan);
-    fetch
+    fetch_stage(scan.fetch_filter.as_ref(), run, executed.then_some(fetched), ixscan)
 }
 
 /// IXSCAN as explain shows it: each field's intervals in the order the
