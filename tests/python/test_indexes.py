@@ -695,6 +695,18 @@ def test_explain_of_an_aggregate_runs_it_and_counts_each_stage(client):
     with pytest.raises(OperationFailure) as exp:
         explained(failing)
     assert exp.value.code == agg.value.code
+    # The read's blocking sort is held to the aggregate's memory limit.
+    client.admin.command("setParameter", 1, internalQueryMaxBlockingSortMemoryUsageBytes=200)
+    try:
+        big_sort = [{"$sort": {"arr": 1}}, {"$group": {"_id": "$a"}}]
+        with pytest.raises(OperationFailure) as agg:
+            list(db.ag.aggregate(big_sort, allowDiskUse=False))
+        with pytest.raises(OperationFailure) as exp:
+            db.command("explain", {"aggregate": "ag", "pipeline": big_sort, "cursor": {}, "allowDiskUse": False},
+                       verbosity="executionStats")
+        assert agg.value.code == exp.value.code == 292
+    finally:
+        client.admin.command("setParameter", 1, internalQueryMaxBlockingSortMemoryUsageBytes=104857600)
 
 
 def test_an_or_and_an_intersection_race_the_single_index_plans(client):
@@ -756,6 +768,55 @@ def test_an_or_and_an_intersection_race_the_single_index_plans(client):
         assert not any("AND_SORTED" in brief(p) for p in e["queryPlanner"]["rejectedPlans"])
     finally:
         client.admin.command("setParameter", 1, internalQueryPlannerEnableIndexIntersection=True)
+
+
+def test_slow_queries_are_logged_with_their_plan_summary(server):
+    """A command that runs longer than `slowms` (the `profile` command's;
+    -1 logs every one) leaves mongod's "Slow query" line (id 51803) with
+    its namespace, command and `planSummary`."""
+    import json
+
+    client = server.client()
+    db = client.test
+    db.slow.insert_many([{"_id": i, "a": i % 10, "b": i} for i in range(100)])
+    db.slow.create_index("a")
+    db.slow.create_index([("b", -1), ("a", 1)])
+    settings = db.command("profile", -1)
+    assert {k: settings[k] for k in ["was", "slowms", "sampleRate", "ok"]} == {
+        "was": 0, "slowms": 100, "sampleRate": 1.0, "ok": 1.0}
+    assert db.command("profile", 0, slowms=-1)["slowms"] == 100
+    assert db.command("profile", -1)["slowms"] == -1
+    list(db.slow.find({"a": 3}))
+    list(db.slow.find({"b": {"$gt": 90}}).sort("b", -1))
+    db.slow.count_documents({"x": 1})
+    db.slow.find_one({"_id": 5})
+    db.slow.update_many({"a": 4}, {"$inc": {"n": 1}})
+    list(db.slow.aggregate([{"$match": {"a": 1, "b": 1}}, {"$group": {"_id": "$a"}}]))
+    db.command("profile", 0, slowms=100)
+
+    def slow_lines():
+        lines = [json.loads(line) for line in server.log.read_text().splitlines() if '"Slow query"' in line]
+        return [line["fields"] for line in lines]
+
+    summaries = [(f["ns"], f.get("planSummary")) for f in slow_lines() if f["ns"] == "test.slow"]
+    for want in [("test.slow", "IXSCAN { a: 1 }"), ("test.slow", "IXSCAN { b: -1, a: 1 }"),
+                 ("test.slow", "COLLSCAN"), ("test.slow", "EXPRESS_IDHACK")]:
+        assert want in summaries, (want, summaries)
+    update = [f for f in slow_lines() if '"update"' in f["command"]]
+    assert update and update[0]["planSummary"] == "IXSCAN { a: 1 }" and update[0]["id"] == 51803
+    assert all(isinstance(f["durationMillis"], int) for f in slow_lines())
+    # Back at 100 ms, a quick command leaves no line.
+    before = len(slow_lines())
+    db.slow.find_one({"a": 2})
+    assert len(slow_lines()) == before
+    # Levels that write `system.profile` are not built yet; bad ones are refused.
+    with pytest.raises(OperationFailure) as e:
+        db.command("profile", 1)
+    assert e.value.code == 238
+    with pytest.raises(OperationFailure) as e:
+        db.command("profile", 7)
+    assert e.value.code == 2
+    client.close()
 
 
 def test_current_op_shows_a_build_and_its_progress(datadir):

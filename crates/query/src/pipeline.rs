@@ -207,11 +207,15 @@ pub fn coalesce_matches(stages: &[Bson]) -> Vec<Bson> {
             (Some(before), Some(this)) if before.is_empty() => Some(this),
             (Some(before), Some(this)) => {
                 // A run already joined under `$and` takes the next filter in.
-                let mut parts = match before.len() == 1 {
-                    true => before.get_array("$and").ok().cloned(),
-                    false => None,
-                }
-                .unwrap_or_else(|| vec![Bson::Document(before)]);
+                // (Only a well-formed one: an empty `$and` keeps its error.)
+                let joined = before
+                    .get_array("$and")
+                    .ok()
+                    .filter(|parts| {
+                        before.len() == 1 && !parts.is_empty() && parts.iter().all(|p| p.as_document().is_some())
+                    })
+                    .cloned();
+                let mut parts = joined.unwrap_or_else(|| vec![Bson::Document(before)]);
                 parts.push(Bson::Document(this));
                 Some(bson::doc! { "$and": parts })
             }
@@ -512,6 +516,13 @@ impl Pipeline {
         self
     }
 
+    /// This pipeline held to `other`'s memory limits and spill.
+    pub fn with_limits_of(mut self, other: &Pipeline) -> Pipeline {
+        self.memory = other.memory;
+        self.spill = other.spill.clone();
+        self
+    }
+
     /// Let `$sort` and `$group` spill past their memory limits
     /// (`allowDiskUse`).
     pub fn with_spill(mut self, spill: Option<SpillTo>) -> Pipeline {
@@ -741,9 +752,16 @@ impl Pipeline {
                 groups.entry(k).or_insert_with(|| (key, fields.iter().map(|(_, kind, _)| Acc::new(*kind)).collect()));
             for ((_, kind, operand), acc) in fields.iter().zip(entry.1.iter_mut()) {
                 let v = operand.eval_in(&d, &cx)?;
+                // A set holds each new value and its key (keyed once here).
+                if let (Acc::Set(set), Some(v)) = (&mut *acc, &v) {
+                    if let std::collections::btree_map::Entry::Vacant(slot) = set.entry(collated_key(v, &cx)) {
+                        bytes += bson_size(v) + slot.key().len();
+                        slot.insert(v.clone());
+                    }
+                    continue;
+                }
                 match (kind, &v) {
                     (AccKind::Push, Some(v)) => bytes += bson_size(v),
-                    (AccKind::AddToSet, Some(v)) if !acc.holds(v, &cx) => bytes += bson_size(v),
                     (AccKind::First | AccKind::Last | AccKind::Min | AccKind::Max, Some(v)) if fresh => {
                         bytes += bson_size(v)
                     }
@@ -963,11 +981,6 @@ enum Acc {
 }
 
 impl Acc {
-    /// Whether a `$addToSet` holds `v` already.
-    fn holds(&self, v: &Bson, cx: &EvalContext) -> bool {
-        matches!(self, Acc::Set(held) if held.contains_key(&collated_key(v, cx)))
-    }
-
     fn new(kind: AccKind) -> Acc {
         match kind {
             AccKind::Sum => Acc::Sum { total: DoubleDouble::default(), widest: Widest::Int, dec: None },
@@ -1368,6 +1381,21 @@ mod tests {
         let mut bad = Vec::new();
         doc! { "k": 1 }.write_to(&mut bad).unwrap();
         assert!(Partial::read_from(&mut &bad[..]).is_err());
+    }
+
+    #[test]
+    fn consecutive_matches_are_one() {
+        let stages = bson!([{ "$match": { "a": 1 } }, { "$match": {} }, { "$match": { "b": 2 } }, { "$match": { "c": 3 } }, { "$limit": 1 }, { "$match": { "d": 4 } }]);
+        let merged = coalesce_matches(stages.as_array().unwrap());
+        assert_eq!(
+            Bson::Array(merged),
+            bson!([{ "$match": { "$and": [{ "a": 1 }, { "b": 2 }, { "c": 3 }] } }, { "$limit": 1 }, { "$match": { "d": 4 } }])
+        );
+        // An invalid filter keeps its error (an empty `$and` is no list to join).
+        let empty_and = bson!([{ "$match": { "$and": [] } }, { "$match": { "a": 1 } }]);
+        assert_eq!(Pipeline::parse(empty_and.as_array().unwrap()).unwrap_err().code, 2);
+        let not_a_filter = bson!([{ "$match": 5 }, { "$match": { "a": 1 } }]);
+        assert_eq!(Pipeline::parse(not_a_filter.as_array().unwrap()).unwrap_err().code, 15959);
     }
 
     #[test]

@@ -25,5 +25,8 @@ pub const quick_read_docs_max: usize = 128;
 pub const cursor_idle_timeout_secs: u64 = 600;
 /// Minutes an idle session lives (drivers turn sessions on when set).
 pub const session_timeout_minutes: i32 = 30;
+/// A command that takes longer is logged as a slow query (mongod's
+/// `slowms` default; the `profile` command changes it).
+pub const slow_ms_default: i64 = 100;
 
 const _: () = assert!(bson_object_size_max_bytes < message_size_max_bytes);

@@ -15,7 +15,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use std::path::PathBuf;
 
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 
 use std::sync::Arc;
 
@@ -72,6 +72,9 @@ pub struct Parameters {
     /// `internalQueryForceIntersectionPlans`: an intersection, when one is
     /// considered, wins its race (for tests, as mongod's).
     pub force_intersection: AtomicBool,
+    /// `slowms` (the `profile` command): a command that takes longer is
+    /// logged as a slow query.
+    pub slow_ms: AtomicI64,
 }
 
 impl Default for Parameters {
@@ -82,6 +85,7 @@ impl Default for Parameters {
             group_memory_limit: AtomicUsize::new(crate::exec::scan::GROUP_MEMORY_LIMIT_BYTES),
             index_intersection: AtomicBool::new(true),
             force_intersection: AtomicBool::new(false),
+            slow_ms: AtomicI64::new(crate::limits::slow_ms_default),
         }
     }
 }

@@ -70,6 +70,44 @@ pub(crate) fn with_compression(mut reply: Document, cmd: &Document) -> Document 
     reply
 }
 
+/// `profile`: level -1 reads the settings, level 0 changes `slowms`
+/// (how long a command runs before it is logged as a slow query);
+/// levels 1 and 2, which write to `system.profile`, are not built yet.
+/// Replies with the settings as they were.
+pub(crate) fn profile(shared: &Shared, cmd: &Document) -> CommandResult {
+    crate::args::check_fields(cmd, "profile", &["slowms", "sampleRate", "filter", "comment"], false)?;
+    let level = match cmd.get("profile").and_then(query::update::integral) {
+        Some(n @ -1..=2) => n,
+        _ => return Err(CommandError::bad_value("Invalid profiling level")),
+    };
+    let slow_ms = match cmd.get("slowms") {
+        None => None,
+        Some(v) => match query::update::integral(v) {
+            Some(n) => Some(n),
+            None => return Err(CommandError::type_mismatch(format!("slowms must be a number, not {}", type_name(v)))),
+        },
+    };
+    if let Some(rate) = cmd.get("sampleRate") {
+        if !doc::compare::number(rate).is_some_and(|n| {
+            matches!(n, doc::compare::Number::Float(f) if (0.0..=1.0).contains(&f))
+                || matches!(n, doc::compare::Number::Int(0 | 1))
+        }) {
+            return Err(CommandError::bad_value("'sampleRate' must be between 0.0 and 1.0 inclusive"));
+        }
+    }
+    if level > 0 {
+        return Err(CommandError::not_implemented("the profiler (levels 1 and 2) is not supported yet"));
+    }
+    if cmd.contains_key("filter") {
+        return Err(CommandError::not_implemented("a profiling filter is not supported yet"));
+    }
+    let was = shared.parameters.slow_ms.load(Ordering::Relaxed);
+    if let Some(ms) = slow_ms.filter(|_| level == 0) {
+        shared.parameters.slow_ms.store(ms, Ordering::Relaxed);
+    }
+    Ok(doc! { "was": 0, "slowms": i32::try_from(was).unwrap_or(i32::MAX), "sampleRate": 1.0, "ok": 1.0 })
+}
+
 /// Parameters `getParameter` knows, with their values.
 pub(crate) fn parameters(shared: &Shared) -> Document {
     let p = &shared.parameters;

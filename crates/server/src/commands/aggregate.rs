@@ -6,6 +6,7 @@ use crate::args::db_of;
 use crate::args::namespace;
 use crate::args::ReplyResult;
 use crate::error::CommandError;
+use crate::exec::call::Call;
 use crate::exec::cursors::buffered_cursor;
 use crate::exec::cursors::first_batch;
 use crate::exec::cursors::stream_of;
@@ -23,7 +24,7 @@ use doc::catalog::Namespace;
 /// The stage that lists the local session cache (`{aggregate: 1}` only).
 pub(crate) const LOCAL_SESSIONS: &str = "$listLocalSessions";
 
-pub fn aggregate(shared: &Shared, cmd: &Document) -> ReplyResult {
+pub fn aggregate(shared: &Shared, call: &Call, cmd: &Document) -> ReplyResult {
     let deadline = Deadline::of(cmd)?;
     // `{aggregate: 1}`: a database-level pipeline, starting from `$documents`.
     let collectionless = match cmd.get("aggregate") {
@@ -128,7 +129,7 @@ pub fn aggregate(shared: &Shared, cmd: &Document) -> ReplyResult {
     let pipeline = crate::exec::views::held_to_limits(shared, cmd, pipeline)?;
     let (docs, scanning) = match source {
         Some(docs) => (pipeline.stream(docs.into_iter().map(Ok))?, None),
-        None => stream_over(shared, &base, &pipeline, cmd.get("hint"))?,
+        None => stream_over(shared, &base, &pipeline, cmd.get("hint"), &call.op)?,
     };
     deadline.check()?;
     if let Some(write) = write {

@@ -25,7 +25,7 @@ use crate::args::statements;
 use crate::args::wrong_type;
 use crate::args::CommandResult;
 use crate::error::CommandError;
-use crate::exec::call::Call;
+use crate::exec::call::{Call, OpDebug};
 use crate::exec::modify::delete_one_spec;
 use crate::exec::modify::parse_statement;
 use crate::exec::modify::run_statement;
@@ -256,7 +256,8 @@ pub fn bulk_write(shared: &Shared, call: &Call, msg: &OpMsg) -> CommandResult {
     let mut results: Vec<Bson> = Vec::new();
     let (mut inserted, mut matched, mut modified, mut upserted, mut deleted, mut errors) = (0, 0, 0, 0, 0, 0);
     for (i, op) in ops.iter().enumerate() {
-        let done = spaces[op.ns()].clone().and_then(|ns| run_op(shared, cmd, &ns, op, i, &scope, retry.as_mut()));
+        let done =
+            spaces[op.ns()].clone().and_then(|ns| run_op(shared, cmd, &ns, op, i, (&scope, &call.op), retry.as_mut()));
         match done {
             Ok(Done { kind, outcome }) => {
                 let n = outcome.n as i32;
@@ -323,7 +324,7 @@ fn run_op(
     ns: &Namespace,
     op: &Op,
     i: usize,
-    scope: &Scope,
+    (scope, debug): (&Scope, &OpDebug),
     retry: Option<&mut Retry>,
 ) -> Result<Done, CommandError> {
     check_not_view(shared, ns)?;
@@ -376,9 +377,10 @@ fn run_op(
             &parse_statement(shared, ns, statement, scope)?,
             STATEMENT_ACK,
             log.as_ref(),
+            debug,
         )?,
         Op::Delete { statement, .. } => {
-            Outcome { n: delete_one_spec(shared, ns, statement, scope, log.as_ref())?, ..Outcome::default() }
+            Outcome { n: delete_one_spec(shared, ns, statement, scope, log.as_ref(), debug)?, ..Outcome::default() }
         }
     };
     Ok(Done { kind, outcome })

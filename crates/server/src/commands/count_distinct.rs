@@ -5,6 +5,7 @@ use crate::args::filter_of;
 use crate::args::namespace;
 use crate::args::CommandResult;
 use crate::error::CommandError;
+use crate::exec::call::Call;
 use crate::exec::deadline::Deadline;
 use crate::exec::scan::check_hint;
 use crate::exec::scan::collation_of;
@@ -19,7 +20,7 @@ use query::Collation;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-pub fn count(shared: &Shared, cmd: &Document) -> CommandResult {
+pub fn count(shared: &Shared, call: &Call, cmd: &Document) -> CommandResult {
     let deadline = Deadline::of(cmd)?;
     let ns = namespace(cmd, "count")?;
     let (filter_doc, filter) = filter_of(cmd, "query", &query::expr::Scope::default())?;
@@ -31,7 +32,7 @@ pub fn count(shared: &Shared, cmd: &Document) -> CommandResult {
     }
     let limit = count_option(cmd, "limit")?.unwrap_or(0).unsigned_abs() as usize;
     let mut n = 0usize;
-    for hit in scan_hits(shared, &ns, (&filter_doc, &filter), cmd.get("hint"), &deadline) {
+    for hit in scan_hits(shared, &ns, (&filter_doc, &filter), cmd.get("hint"), &deadline, &call.op) {
         hit?;
         deadline.check()?;
         n += 1;
@@ -43,7 +44,7 @@ pub fn count(shared: &Shared, cmd: &Document) -> CommandResult {
     Ok(doc! { "n": n as i64, "ok": 1.0 })
 }
 
-pub fn distinct(shared: &Shared, cmd: &Document) -> CommandResult {
+pub fn distinct(shared: &Shared, call: &Call, cmd: &Document) -> CommandResult {
     let deadline = Deadline::of(cmd)?;
     let ns = namespace(cmd, "distinct")?;
     let key = match cmd.get("key") {
@@ -67,7 +68,7 @@ pub fn distinct(shared: &Shared, cmd: &Document) -> CommandResult {
     // Values equal by MongoDB's comparison (1 and 1.0; under a collation,
     // "a" and "A" at strength 2) count once, the first one met.
     let mut values: BTreeSet<Ordered> = BTreeSet::new();
-    for hit in scan_hits(shared, &ns, (&filter_doc, &filter), cmd.get("hint"), &deadline) {
+    for hit in scan_hits(shared, &ns, (&filter_doc, &filter), cmd.get("hint"), &deadline, &call.op) {
         let hit = hit?;
         deadline.check()?;
         let d = hit.doc.document().map_err(doc::catalog::DocError::from)?;

@@ -57,7 +57,7 @@ pub fn delete(shared: &Shared, call: &Call, msg: &OpMsg) -> CommandResult {
                 None => Some(StmtLog::new(r, index)),
             },
         };
-        Ok(Outcome { n: delete_one_spec(shared, &ns, spec, &scope, log.as_ref())?, ..Outcome::default() })
+        Ok(Outcome { n: delete_one_spec(shared, &ns, spec, &scope, log.as_ref(), &call.op)?, ..Outcome::default() })
     });
     if let Some(retry) = retry {
         retry.finish_reply(&mut reply);

@@ -10,7 +10,7 @@ use crate::args::namespace;
 use crate::args::{CommandResult, ReplyResult};
 use crate::error::CommandError;
 use crate::exec::access;
-use crate::exec::call::Place;
+use crate::exec::call::Call;
 use crate::exec::cursors::check_tail_position;
 use crate::exec::cursors::cursor_reply;
 use crate::exec::cursors::fill;
@@ -46,7 +46,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-pub fn find(shared: &Shared, place: Place, cmd: &Document) -> ReplyResult {
+pub fn find(shared: &Shared, call: &Call, cmd: &Document) -> ReplyResult {
+    let place = call.place;
     shared.opcounters.query.fetch_add(1, Ordering::Relaxed);
     let deadline = Deadline::of(cmd)?;
     let ns = namespace(cmd, "find")?;
@@ -175,7 +176,7 @@ pub fn find(shared: &Shared, place: Place, cmd: &Document) -> ReplyResult {
             sort: (!sort.is_empty()).then(|| sort.fields()),
         };
         let planned = access::plan_projected(c, &filter_doc, collation.as_ref(), how);
-        access::race(shared, place, &ns, c, planned, &filter)
+        access::race(shared, place, &ns, c, planned, &filter).inspect(|p| call.op.note_plan(p))
     };
     let planned = match coll.as_ref().filter(|_| !is_view) {
         Some(c) => Some((plan(c)?, c)),
@@ -220,7 +221,7 @@ pub fn find(shared: &Shared, place: Place, cmd: &Document) -> ReplyResult {
                     let watch = watch.as_ref().map(|w| (w, &filter));
                     planned_hits(shared, (&ns, coll), planned, (&filter, watch), &deadline)
                 }
-                None => scan_hits(shared, &ns, (&filter_doc, &filter), cmd.get("hint"), &deadline),
+                None => scan_hits(shared, &ns, (&filter_doc, &filter), cmd.get("hint"), &deadline, &call.op),
             };
             state.source = sorted_hits(shared, hits, &sort, (skip, limit), allow_disk_use, &deadline)?;
             // A spilled sort applied the skip but not the limit.
@@ -239,7 +240,7 @@ pub fn find(shared: &Shared, place: Place, cmd: &Document) -> ReplyResult {
                 stages.push(Bson::Document(bson::doc! { "$match": filter_doc.clone() }));
             }
             let pipeline = query::Pipeline::parse_in(&stages, &scope)?.with_collation(filter.collation().cloned());
-            let (docs, scanning) = stream_over(shared, &base, &pipeline, cmd.get("hint"))?;
+            let (docs, scanning) = stream_over(shared, &base, &pipeline, cmd.get("hint"), &call.op)?;
             state.source =
                 Source::Stream { docs: stream_of(docs), scanning, filter: Some(filter.clone()), exact: None };
         } else if let Some((planned, coll)) = index_scan {

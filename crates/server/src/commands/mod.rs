@@ -51,6 +51,7 @@ pub(crate) const COMMANDS: &[(&str, &str)] = &[
     ("buildInfo", "version and build"),
     ("getParameter", "server parameters"),
     ("setParameter", "change a server parameter"),
+    ("profile", "the slow-operation threshold (`slowms`); the profiler is not built yet"),
     ("serverStatus", "counters and storage engine statistics"),
     ("currentOp", "the operations under way (index builds, with their progress)"),
     ("hostInfo", "the machine"),
@@ -93,6 +94,7 @@ pub(crate) const COMMANDS: &[(&str, &str)] = &[
 
 /// Run the command in an OP_MSG body (its first key names it).
 pub fn run(shared: &Shared, call: &Call, msg: &OpMsg) -> Reply {
+    let started = std::time::Instant::now();
     shared.opcounters.command.fetch_add(1, Ordering::Relaxed);
     let result = match msg.body.keys().next() {
         None => Err(CommandError::failed_to_parse("Empty command object")),
@@ -112,11 +114,57 @@ pub fn run(shared: &Shared, call: &Call, msg: &OpMsg) -> Reply {
             }
         }),
     };
+    let failed = result.as_ref().err().map(|e| e.code);
+    log_if_slow(shared, &msg.body, || call.op.plan_summary(), started.elapsed(), failed);
     let mut reply = result.unwrap_or_else(|e| Reply::Doc(e.to_document()));
     for (key, value) in cluster_time_fields() {
         reply.append(key, value);
     }
     reply
+}
+
+/// Whether a command that took `took` is slow (a negative `slowms`:
+/// every command is).
+pub(crate) fn is_slow(shared: &Shared, took: std::time::Duration) -> bool {
+    i64::try_from(took.as_millis()).unwrap_or(i64::MAX) > shared.parameters.slow_ms.load(Ordering::Relaxed)
+}
+
+/// mongod's "Slow query" line (log id 51803) for a command that took
+/// longer than `slowms`: its namespace, the command, the plan its read
+/// took (`planSummary`) and how long it ran.
+pub(crate) fn log_if_slow(
+    shared: &Shared,
+    cmd: &Document,
+    plan_summary: impl FnOnce() -> Option<String>,
+    took: std::time::Duration,
+    failed: Option<i32>,
+) {
+    if !is_slow(shared, took) {
+        return;
+    }
+    let millis = i64::try_from(took.as_millis()).unwrap_or(i64::MAX);
+    let db = cmd.get_str("$db").unwrap_or("admin");
+    let ns = match cmd.iter().next() {
+        Some((_, Bson::String(coll))) => format!("{db}.{coll}"),
+        _ => format!("{db}.$cmd"),
+    };
+    let mut shown = cmd.clone();
+    for gossip in ["lsid", "$clusterTime", "$readPreference", "txnNumber"] {
+        shown.remove(gossip);
+    }
+    let command = Bson::Document(shown).into_relaxed_extjson().to_string();
+    let plan_summary = plan_summary();
+    tracing::info!(
+        id = 51803,
+        r#type = "command",
+        ns = %ns,
+        command = %command,
+        planSummary = plan_summary.as_deref(),
+        ok = failed.is_none(),
+        errCode = failed,
+        durationMillis = millis,
+        "Slow query"
+    );
 }
 
 /// Answer a legacy OP_QUERY: only the handshake is allowed, as in MongoDB 6+.
@@ -247,10 +295,10 @@ pub fn runs_inline(name: &str) -> bool {
 pub(crate) fn dispatch(shared: &Shared, call: &Call, name: &str, msg: &OpMsg) -> ReplyResult {
     let cmd = &msg.body;
     match name {
-        "find" => crate::commands::find::find(shared, call.place, cmd),
+        "find" => crate::commands::find::find(shared, call, cmd),
         "getMore" => crate::commands::find::get_more(shared, cmd),
         "aggregate" if !matches!(cmd.get("explain"), Some(Bson::Boolean(true))) => {
-            crate::commands::aggregate::aggregate(shared, cmd)
+            crate::commands::aggregate::aggregate(shared, call, cmd)
         }
         "listIndexes" => crate::commands::indexes::list_indexes(shared, cmd),
         _ => answer_document(shared, call, name, msg).map(Reply::Doc),
@@ -266,6 +314,7 @@ fn answer_document(shared: &Shared, call: &Call, name: &str, msg: &OpMsg) -> Com
         "buildInfo" | "buildinfo" => Ok(build_info()),
         "getParameter" => get_parameter(shared, cmd),
         "setParameter" => set_parameter(shared, cmd),
+        "profile" => crate::commands::admin::profile(shared, cmd),
         "configureFailPoint" if shared.options.test_commands => {
             if cmd.get_str("$db") != Ok("admin") {
                 return Err(CommandError::unauthorized(
@@ -295,8 +344,8 @@ fn answer_document(shared: &Shared, call: &Call, name: &str, msg: &OpMsg) -> Com
         "delete" => crate::commands::delete::delete(shared, call, msg),
         "explain" => crate::commands::explain::explain(shared, cmd),
         "killCursors" => crate::commands::find::kill_cursors(shared, cmd),
-        "count" => crate::commands::count_distinct::count(shared, cmd),
-        "distinct" => crate::commands::count_distinct::distinct(shared, cmd),
+        "count" => crate::commands::count_distinct::count(shared, call, cmd),
+        "distinct" => crate::commands::count_distinct::distinct(shared, call, cmd),
         "renameCollection" => crate::commands::ddl::rename_collection(shared, cmd),
         "collStats" => crate::commands::stats::coll_stats(shared, cmd),
         "dbStats" | "dbstats" => crate::commands::stats::db_stats(shared, cmd),

@@ -84,7 +84,7 @@ pub fn update(shared: &Shared, call: &Call, msg: &OpMsg) -> CommandResult {
                 None => Some(StmtLog::new(r, index)),
             },
         };
-        run_statement(shared, &ns, cmd, &st, STATEMENT_ACK, log.as_ref())
+        run_statement(shared, &ns, cmd, &st, STATEMENT_ACK, log.as_ref(), &call.op)
     });
     if let Some(retry) = retry {
         retry.finish_reply(&mut reply);
@@ -194,7 +194,7 @@ pub fn find_and_modify(shared: &Shared, call: &Call, cmd: &Document) -> CommandR
     if let Some(coll) = shared.catalog.get(&ns) {
         // Retried when the chosen document changes before it is written.
         while let Some((rid, d, pos)) =
-            first_match(shared, &coll, &ns, (&query, &filter, collation.as_ref()), &sort, &deadline)?
+            first_match(shared, &coll, &ns, (&query, &filter, collation.as_ref()), &sort, (&deadline, &call.op))?
         {
             match &update {
                 None => {

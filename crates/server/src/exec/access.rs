@@ -40,6 +40,48 @@ pub(crate) struct Planned<'a> {
     pub cached: Option<u64>,
 }
 
+/// A read's plan as a slow-operation log line names it: cheap to note
+/// (the indexes shared, nothing formatted) for every read.
+pub(crate) enum PlanNote {
+    CollScan,
+    IdHack,
+    /// Each index scan the plan reads (one, an OR's branches, an
+    /// intersection's), with the wildcard path it reads.
+    Scans(Vec<(Arc<Index>, Option<String>)>),
+}
+
+impl PlanNote {
+    pub(crate) fn of(planned: &Planned<'_>) -> PlanNote {
+        let scan = |s: &IndexScan| (planned.indexes[s.index].clone(), s.wildcard_path.clone());
+        match &planned.path {
+            AccessPath::CollScan { .. } => PlanNote::CollScan,
+            AccessPath::IdPoint(_) => PlanNote::IdHack,
+            AccessPath::IndexScan(s) => PlanNote::Scans(vec![scan(s)]),
+            AccessPath::Or(scans) | AccessPath::AndSorted { scans, .. } => {
+                PlanNote::Scans(scans.iter().map(scan).collect())
+            }
+        }
+    }
+
+    /// mongod's `planSummary`: `COLLSCAN`, `EXPRESS_IDHACK`, or each
+    /// index scan as `IXSCAN { a: 1, b: -1 }`, joined by `, `.
+    pub(crate) fn summary(&self) -> String {
+        match self {
+            PlanNote::CollScan => "COLLSCAN".into(),
+            PlanNote::IdHack => "EXPRESS_IDHACK".into(),
+            PlanNote::Scans(scans) => scans
+                .iter()
+                .map(|(ix, path)| {
+                    let key = key_pattern_of(ix, path.as_deref());
+                    let fields: Vec<String> = key.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+                    format!("IXSCAN {{ {} }}", fields.join(", "))
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
+        }
+    }
+}
+
 /// The ready secondary indexes of `coll`.
 pub(crate) fn ready(coll: &Collection) -> Vec<Arc<Index>> {
     coll.indexes().into_iter().filter(|ix| ix.is_ready()).collect()
@@ -244,9 +286,7 @@ pub(crate) fn race<'a>(
     mut planned: Planned<'a>,
     filter: &query::Filter,
 ) -> Result<Planned<'a>, CommandError> {
-    if !shared.parameters.index_intersection.load(Relaxed) {
-        planned.rejected.retain(|p| !matches!(p, AccessPath::AndSorted { .. }));
-    }
+    drop_switched_off(shared, &mut planned);
     if !matches!(planned.path, AccessPath::IndexScan(_)) || planned.rejected.is_empty() {
         return Ok(planned);
     }
@@ -294,6 +334,14 @@ pub(crate) fn race<'a>(
     planned.path = winner;
     planned.rejected = contenders;
     Ok(planned)
+}
+
+/// Leave out the plans the server's parameters switch off
+/// (`internalQueryPlannerEnableIndexIntersection`).
+pub(crate) fn drop_switched_off(shared: &Shared, planned: &mut Planned<'_>) {
+    if !shared.parameters.index_intersection.load(Relaxed) {
+        planned.rejected.retain(|p| !matches!(p, AccessPath::AndSorted { .. }));
+    }
 }
 
 /// Whether `path` returns its documents in the read's sort order.
@@ -441,10 +489,16 @@ fn watch_trial(
 /// The key pattern `scan` reads `ix` by: a wildcard index's is
 /// `{$_path: 1, <path>: ±1}` (as explain shows it).
 pub(crate) fn scan_key_pattern(ix: &Index, scan: &IndexScan) -> Document {
-    match &scan.wildcard_path {
+    key_pattern_of(ix, scan.wildcard_path.as_deref())
+}
+
+/// The key pattern a scan of `ix` reading the wildcard path `path` (if
+/// any) reads by.
+fn key_pattern_of(ix: &Index, path: Option<&str>) -> Document {
+    match path {
         Some(path) => {
             let mut key = bson::doc! { "$_path": 1 };
-            key.insert(path.clone(), ix.spec.key.values().next().cloned().unwrap_or(Bson::Int32(1)));
+            key.insert(path, ix.spec.key.values().next().cloned().unwrap_or(Bson::Int32(1)));
             key
         }
         None => ix.spec.key.clone(),

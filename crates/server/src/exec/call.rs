@@ -12,8 +12,10 @@
 //!    or the call records the wait ([`Call::owes_sync`]) and the
 //!    connection awaits it before replying.
 
+use crate::exec::access::{PlanNote, Planned};
 use crate::server::Conn;
 use std::cell::Cell;
+use std::sync::OnceLock;
 
 /// Where a command runs.
 #[derive(Clone, Copy, PartialEq, Debug)]
@@ -53,13 +55,37 @@ pub struct Call<'a> {
     /// `Some(owed)` when the connection awaits the journal fsync itself:
     /// `owed` once a write needs it.
     deferred_sync: Option<Cell<bool>>,
+    /// What the command did, for its slow-operation log line.
+    pub op: OpDebug,
+}
+
+/// What an operation did, for its slow-operation log line (mongod's
+/// `CurOp` debug): the plan its first read took.
+#[derive(Default)]
+pub struct OpDebug {
+    plan: OnceLock<PlanNote>,
+}
+
+impl OpDebug {
+    /// Note the plan a read takes; the first a command plans is the one
+    /// its log line shows.
+    pub(crate) fn note_plan(&self, planned: &Planned<'_>) {
+        if self.plan.get().is_none() {
+            let _ = self.plan.set(PlanNote::of(planned));
+        }
+    }
+
+    /// mongod's `planSummary` of the noted plan (`IXSCAN { a: 1 }`).
+    pub fn plan_summary(&self) -> Option<String> {
+        self.plan.get().map(PlanNote::summary)
+    }
 }
 
 impl<'a> Call<'a> {
     /// A request whose journal waits, if `defer_sync`, are left to the
     /// connection ([`Call::owes_sync`]).
     pub fn new(conn: &'a Conn, place: Place, defer_sync: bool) -> Call<'a> {
-        Call { conn, place, deferred_sync: defer_sync.then(|| Cell::new(false)) }
+        Call { conn, place, deferred_sync: defer_sync.then(|| Cell::new(false)), op: OpDebug::default() }
     }
 
     /// Record that the reply needs a durable journal; false when the

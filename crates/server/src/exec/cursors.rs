@@ -233,7 +233,11 @@ pub(crate) fn next_hit(shared: &Shared, c: &mut CursorState, deadline: &Deadline
         },
         Source::Scan { filter, after, pending, reverse } => loop {
             if pending.is_empty() {
-                let Some(coll) = shared.catalog.get(&c.ns) else { return Ok(None) };
+                // Gone, or made a view since the read was planned (a
+                // missing namespace is empty): nothing more to read.
+                let Some(coll) = shared.catalog.get(&c.ns).filter(|coll| coll.view_on().is_none()) else {
+                    return Ok(None);
+                };
                 let engine = shared.catalog.engine();
                 pending.extend(coll.natural(engine, after, *reverse, SCAN_CHUNK)?);
                 if pending.is_empty() {

@@ -7,6 +7,7 @@ use crate::args::count_option;
 use crate::args::filter_of;
 use crate::error::CommandError;
 use crate::exec::access;
+use crate::exec::call::OpDebug;
 use crate::exec::deadline::Deadline;
 use crate::exec::scan::check_hint;
 use crate::exec::scan::collation_of;
@@ -38,6 +39,7 @@ pub(crate) fn delete_one_spec(
     spec: &Document,
     scope: &Scope,
     log: Option<&StmtLog>,
+    op: &OpDebug,
 ) -> Result<i64, CommandError> {
     let ack = STATEMENT_ACK;
     let (filter_doc, filter) = filter_of(spec, "q", scope)?;
@@ -52,6 +54,7 @@ pub(crate) fn delete_one_spec(
     let stamp = record.as_ref().map(|r| r as &dyn Stamp);
     // In natural order: a single delete takes the first match.
     let planned = access::plan_write(&coll, &filter_doc, collation.as_ref(), spec.get("hint"));
+    op.note_plan(&planned);
     let mut deleted = 0;
     for record in access::candidates(shared, ns, &coll, &planned, Default::default())? {
         let (rid, d) = record?;
@@ -289,6 +292,7 @@ pub(crate) fn run_statement(
     st: &Statement,
     ack: Ack,
     log: Option<&StmtLog>,
+    op: &OpDebug,
 ) -> Result<Outcome, CommandError> {
     let mut out = Outcome::default();
     let validator = validator_of(shared, ns, cmd)?;
@@ -304,7 +308,7 @@ pub(crate) fn run_statement(
         let none = Deadline::none();
         let (query, filter) = (&st.query, &st.filter);
         while let Some((rid, d, pos)) =
-            first_match(shared, &coll, ns, (query, filter, st.collation.as_ref()), &st.sort, &none)?
+            first_match(shared, &coll, ns, (query, filter, st.collation.as_ref()), &st.sort, (&none, op))?
         {
             if let Some((_, _, changed)) = update_document(shared, &coll, rid, (d, pos), &change)? {
                 out.n = 1;
@@ -314,6 +318,7 @@ pub(crate) fn run_statement(
         }
     } else if let Some(coll) = shared.catalog.get(ns) {
         let planned = access::plan_write(&coll, &st.query, st.collation.as_ref(), st.hint.as_ref());
+        op.note_plan(&planned);
         for candidate in access::candidates(shared, ns, &coll, &planned, Default::default())? {
             let (rid, d) = candidate?;
             let (ok, pos) = matches_stored(&st.filter, &d)?;
@@ -339,7 +344,7 @@ pub(crate) fn run_statement(
             // A concurrent upsert inserted the same `_id` first: the
             // statement now matches it, so update it (as mongod retries).
             Err(e) if e.code == 11000 && Filter::id_equality(&st.query).is_some() && !st.retried => {
-                return run_statement(shared, ns, cmd, &Statement { retried: true, ..st.clone() }, ack, log);
+                return run_statement(shared, ns, cmd, &Statement { retried: true, ..st.clone() }, ack, log, op);
             }
             Err(e) => return Err(e),
         }
@@ -355,9 +360,10 @@ pub(crate) fn first_match(
     ns: &Namespace,
     (query, filter, collation): (&Document, &Filter, Option<&Arc<Collation>>),
     sort: &Sort,
-    deadline: &Deadline,
+    (deadline, op): (&Deadline, &OpDebug),
 ) -> Result<Option<(u64, Document, Option<usize>)>, CommandError> {
     let planned = access::plan_write(coll, query, collation, None);
+    op.note_plan(&planned);
     let mut best: Option<(u64, Document, Option<usize>)> = None;
     let scanning = access::point(&planned.path).is_none();
     for record in access::candidates(shared, ns, coll, &planned, Default::default())? {

@@ -230,13 +230,14 @@ pub(crate) fn scan_hits<'a>(
     (filter_doc, filter): (&Document, &'a Filter),
     hint: Option<&Bson>,
     deadline: &'a Deadline,
+    op: &crate::exec::call::OpDebug,
 ) -> Box<dyn Iterator<Item = Result<Hit, CommandError>> + 'a> {
     match resolve_view(shared, ns) {
         Err(e) => return Box::new(std::iter::once(Err(e))),
         Ok(Some((base, stages))) => {
             // The view's documents as its pipeline produces them.
             let pipeline = query::Pipeline::parse(&stages).map(|p| p.with_collation(filter.collation().cloned()));
-            return match pipeline.map_err(CommandError::from).and_then(|p| stream_over(shared, &base, &p, hint)) {
+            return match pipeline.map_err(CommandError::from).and_then(|p| stream_over(shared, &base, &p, hint, op)) {
                 Err(e) => Box::new(std::iter::once(Err(e))),
                 Ok((docs, _)) => Box::new(docs.filter_map(move |doc| {
                     let doc = match doc.map_err(CommandError::from).and_then(|d| deadline.check().map(|()| d)) {
@@ -254,6 +255,7 @@ pub(crate) fn scan_hits<'a>(
     }
     let Some(coll) = shared.catalog.get(ns) else { return Box::new(std::iter::empty()) };
     let planned = access::plan_read(&coll, filter_doc, filter.collation(), false, hint);
+    op.note_plan(&planned);
     planned_hits(shared, (ns, &coll), &planned, (filter, None), deadline)
 }
 

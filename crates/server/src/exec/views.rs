@@ -59,6 +59,7 @@ pub(crate) fn stream_over(
     base: &Namespace,
     pipeline: &query::Pipeline,
     hint: Option<&Bson>,
+    op: &crate::exec::call::OpDebug,
 ) -> Result<(query::pipeline::DocStream<'static>, Scanning), CommandError> {
     let Some(coll) = shared.catalog.get(base) else {
         return Ok((pipeline.stream(std::iter::empty())?, None));
@@ -77,6 +78,7 @@ pub(crate) fn stream_over(
     let everything = query::Filter::parse(&empty)?;
     let planned =
         access::race(shared, Place::Blocking, base, &coll, planned, pipeline.leading_filter().unwrap_or(&everything))?;
+    op.note_plan(&planned);
     let records = access::candidates(shared, base, &coll, &planned, Default::default())?;
     // An index scan in the `$sort`'s order stands in for it.
     let sorted = matches!(&planned.path, query::plan::AccessPath::IndexScan(s) if s.sorted);

@@ -29,6 +29,7 @@ const DEPTH_MAX: usize = 3;
 /// The reply message to an OP_MSG `find` by `_id`, or `None` when the
 /// general path must answer it.
 pub fn find_by_id(shared: &Shared, header: &Header, body: &[u8]) -> Option<Vec<u8>> {
+    let started = std::time::Instant::now();
     if header.op_code != wire::OP_MSG || body.len() < 5 || body[..4] != [0, 0, 0, 0] || body[4] != 0 {
         return None;
     }
@@ -102,6 +103,14 @@ pub fn find_by_id(shared: &Shared, header: &Header, body: &[u8]) -> Option<Vec<u
     reply.append("ok", 1.0);
     for (key, value) in cluster_time_fields() {
         reply.append(key, bson::RawBson::try_from(value).ok()?);
+    }
+    // As every command, logged when slow (decoded only then).
+    let took = started.elapsed();
+    if crate::commands::is_slow(shared, took) {
+        if let Ok(cmd) = doc::bson_bytes::decode(cmd.as_bytes()) {
+            let summary = || Some("EXPRESS_IDHACK".to_string());
+            crate::commands::log_if_slow(shared, &cmd, summary, took, None);
+        }
     }
     Some(wire::encode_msg_raw(shared.request_id(), header.request_id, 0, reply.as_bytes()))
 }

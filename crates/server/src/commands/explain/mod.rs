@@ -249,7 +249,11 @@ fn explain_read(
         _ => None,
     };
     let planned = match &coll {
-        Some(c) if top.is_some() => Some(access::plan_read(c, &filter_doc, collation.as_ref(), false, hint)),
+        Some(c) if top.is_some() => {
+            let mut planned = access::plan_read(c, &filter_doc, collation.as_ref(), false, hint);
+            access::drop_switched_off(shared, &mut planned);
+            Some(planned)
+        }
         Some(c) => {
             let how = access::How {
                 tailable: false,
@@ -402,7 +406,8 @@ fn run_then(
     if let Some(n) = limit {
         read.push(Bson::Document(doc! { "$limit": n as i64 }));
     }
-    let read = query::Pipeline::parse(&read)?.with_collation(collation.clone());
+    // Held to the aggregate's memory limits, as its own sort would be.
+    let read = query::Pipeline::parse(&read)?.with_collation(collation.clone()).with_limits_of(then.pipeline);
     let input = matching.map(|d| d.into_document().map_err(|e| crate::exec::views::read_error(e.into())));
     let given = query::pipeline::counted(read.stream(input)?, then.cursor.clone(), 0);
     for d in then.pipeline.stream_counted(given, then.counts.clone())? {
