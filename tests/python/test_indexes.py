@@ -738,6 +738,13 @@ def test_an_or_and_an_intersection_race_the_single_index_plans(client):
                                                          {"c": {"$eq": 1}}]}
     assert e["queryPlanner"]["winningPlan"]["filter"] == {"c": {"$eq": 1}}
     assert e["executionStats"]["totalKeysExamined"] == 30
+    # The OR's win is cached for the shape, as mongod caches it.
+    again = db.orr.find({"c": 1, "$or": [{"a": 5}, {"b": 9}]}).explain()["queryPlanner"]["winningPlan"]
+    assert again["isCached"] is True and brief(again) == "FETCH>OR[IXSCAN(a_1),IXSCAN(b_1)]"
+    cached = [p["cachedPlan"] for p in db.orr.aggregate([{"$planCacheStats": {}}])]
+    assert {"stage": "FETCH", "inputStage": {"stage": "OR", "inputStages": [
+        {"stage": "IXSCAN", "keyPattern": {"a": 1}, "indexName": "a_1"},
+        {"stage": "IXSCAN", "keyPattern": {"b": 1}, "indexName": "b_1"}]}} in cached
 
     both = {"a": 3, "b": 3}
     want = sorted(d["_id"] for d in db.orr.find(both).hint([("$natural", 1)]))

@@ -84,8 +84,10 @@ def test_a_session_killed_during_its_get_more_loses_the_cursor(one_worker):
     reader = one_worker.client()
     outcome = {}
     with reader.start_session() as s:
-        # The first document matches at once; the getMore scans to the end.
-        cursor = reader.test.big.find({"x": {"$in": ["first", "last"]}}, batch_size=1, session=s)
+        # The first document matches at once; the getMore scans to the end
+        # (the `$expr` decodes each document whole, so it is slow enough to kill).
+        both = {"x": {"$in": ["first", "last"]}, "$expr": {"$in": ["$x", ["first", "last"]]}}
+        cursor = reader.test.big.find(both, batch_size=1, session=s)
         assert next(cursor)["x"] == "first"
 
         def more():

@@ -7,6 +7,7 @@
 use crate::error::CommandError;
 use crate::exec::call::Place;
 use crate::exec::index_scan::{self, ScanStats};
+use crate::exec::plan_cache::{CachedPlan, PlanKind};
 use crate::exec::scan::{matches_stored, ScanIter};
 use crate::server::Shared;
 use bson::{Bson, Document};
@@ -294,14 +295,8 @@ pub(crate) fn race<'a>(
     contenders.append(&mut planned.rejected);
     let sorting = contenders.iter().any(path_sorted);
     let ns_key = ns.to_string();
-    if let Some((winner, key, works)) = shared.plan_cache.get(&ns_key, &planned.shape, &planned.among) {
-        let same = |c: &AccessPath<'_>| match c {
-            AccessPath::IndexScan(c) => {
-                let ix = &planned.indexes[c.index];
-                ix.spec.name == winner && scan_key_pattern(ix, c) == key
-            }
-            _ => false,
-        };
+    if let Some((cached, works)) = shared.plan_cache.get(&ns_key, &planned.shape, &planned.among) {
+        let same = |c: &AccessPath<'_>| cached_plan(&planned.indexes, c).is_some_and(|p| p == cached);
         if let Some(at) = contenders.iter().position(same) {
             planned.path = contenders.remove(at);
             planned.rejected = contenders;
@@ -319,21 +314,25 @@ pub(crate) fn race<'a>(
     };
     let best = (0..contenders.len()).fold(0, |b, i| if score(i) > score(b) { i } else { b });
     let winner = contenders.remove(best);
-    // Only a single scan's win is cached (an intersection's or an OR's
-    // is planned again next time).
-    if let AccessPath::IndexScan(scan) = &winner {
-        let ix = &planned.indexes[scan.index];
-        let entry = crate::exec::plan_cache::PlanCache::entry(
-            &ix.spec.name,
-            scan_key_pattern(ix, scan),
-            planned.created_from.clone(),
-            trials[best].works,
-        );
+    if let Some(plan) = cached_plan(&planned.indexes, &winner) {
+        let entry = crate::exec::plan_cache::PlanCache::entry(plan, planned.created_from.clone(), trials[best].works);
         shared.plan_cache.put(&ns_key, &planned.shape, &planned.among, entry);
     }
     planned.path = winner;
     planned.rejected = contenders;
     Ok(planned)
+}
+
+/// `path` as the plan cache holds it (none for a path no race chooses).
+fn cached_plan(indexes: &[Arc<Index>], path: &AccessPath<'_>) -> Option<CachedPlan> {
+    let scan = |s: &IndexScan| (indexes[s.index].spec.name.clone(), scan_key_pattern(&indexes[s.index], s));
+    let (kind, scans) = match path {
+        AccessPath::IndexScan(s) => (PlanKind::Scan, vec![scan(s)]),
+        AccessPath::Or(scans) => (PlanKind::Or, scans.iter().map(scan).collect()),
+        AccessPath::AndSorted { scans, .. } => (PlanKind::AndSorted, scans.iter().map(scan).collect()),
+        AccessPath::IdPoint(_) | AccessPath::CollScan { .. } => return None,
+    };
+    Some(CachedPlan { kind, scans })
 }
 
 /// Leave out the plans the server's parameters switch off
@@ -475,8 +474,8 @@ fn watch_trial(
             if record.as_ref().map_or(true, |(_, d)| matches_stored(&filter, d).map_or(true, |m| m.0)) {
                 matched += 1;
             }
-            // (A cached plan is one index scan: no branches to add.)
-            let works = ScanStats::get(&stats.keys_examined) + ScanStats::get(&stats.docs_examined);
+            // (An OR's or an intersection's branches count too.)
+            let works = stats.total(|s| &s.keys_examined) + stats.total(|s| &s.docs_examined);
             if matched < TRIAL_RESULTS && works > budget {
                 watch.degraded.store(true, Relaxed);
                 return None;

@@ -1,5 +1,6 @@
-//! The plan cache: per collection and query shape, the index the last
-//! race chose, so a query of a known shape skips the trial runs. An entry
+//! The plan cache: per collection and query shape, the plan the last race
+//! chose (an index scan, an OR of scans, an intersection), so a query of
+//! a known shape skips the trial runs. An entry
 //! holds only while the collection's ready indexes are the ones it was
 //! chosen among (any index built, dropped or hidden since makes it miss),
 //! and `planCacheClear` empties a collection's entries. `$planCacheStats`
@@ -26,14 +27,48 @@ const EVICTION_RATIO: f64 = 10.0;
 /// Works below which a cached plan is never judged degraded.
 const EVICTION_WORKS_MIN: u64 = 1000;
 
+/// A cached plan: its kind and the index scans it reads, each as the
+/// index's name and the key pattern read by.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct CachedPlan {
+    pub kind: PlanKind,
+    pub scans: Vec<(String, Document)>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum PlanKind {
+    /// FETCH over one IXSCAN.
+    Scan,
+    /// FETCH over OR over the scans.
+    Or,
+    /// FETCH over AND_SORTED over the scans.
+    AndSorted,
+}
+
+impl CachedPlan {
+    /// As `$planCacheStats` shows it (`cachedPlan`).
+    fn shown(&self) -> Document {
+        let ixscan = |(name, key): &(String, Document)| {
+            doc! { "stage": "IXSCAN", "keyPattern": key.clone(), "indexName": name.clone() }
+        };
+        let input = match self.kind {
+            PlanKind::Scan => self.scans.first().map(ixscan).unwrap_or_default(),
+            PlanKind::Or | PlanKind::AndSorted => {
+                let stage = if self.kind == PlanKind::Or { "OR" } else { "AND_SORTED" };
+                let inputs: Vec<Document> = self.scans.iter().map(ixscan).collect();
+                doc! { "stage": stage, "inputStages": inputs }
+            }
+        };
+        doc! { "stage": "FETCH", "inputStage": input }
+    }
+}
+
 /// One cached choice.
 #[derive(Clone)]
 pub(crate) struct Entry {
     /// The indexes it was chosen among.
     among: String,
-    pub winner: String,
-    /// The winner's key pattern.
-    pub key_pattern: Document,
+    pub plan: CachedPlan,
     /// `{query, sort, projection}` of the read it was chosen for.
     pub created_from: Document,
     /// The winner's work in its trial.
@@ -58,12 +93,12 @@ pub(crate) fn plan_cache_key(shape: &str, among: &str) -> String {
 }
 
 impl PlanCache {
-    /// The cached winner for `shape` on `ns` among `indexes`: its name,
-    /// the key pattern it was read by, and its trial's works.
-    pub(crate) fn get(&self, ns: &str, shape: &str, indexes: &str) -> Option<(String, Document, u64)> {
+    /// The cached winner for `shape` on `ns` among `indexes`, and its
+    /// trial's works.
+    pub(crate) fn get(&self, ns: &str, shape: &str, indexes: &str) -> Option<(CachedPlan, u64)> {
         let entries = self.entries.lock();
         let entry = entries.get(&(ns.to_string(), shape.to_string()))?;
-        (entry.among == indexes).then(|| (entry.winner.clone(), entry.key_pattern.clone(), entry.works))
+        (entry.among == indexes).then(|| (entry.plan.clone(), entry.works))
     }
 
     /// Remember `winner` for `shape` on `ns` among `indexes`.
@@ -76,15 +111,8 @@ impl PlanCache {
     }
 
     /// A new entry (`put` fills in the indexes it was chosen among).
-    pub(crate) fn entry(winner: &str, key_pattern: Document, created_from: Document, works: u64) -> Entry {
-        Entry {
-            among: String::new(),
-            winner: winner.to_string(),
-            key_pattern,
-            created_from,
-            works,
-            created: bson::DateTime::now(),
-        }
+    pub(crate) fn entry(plan: CachedPlan, created_from: Document, works: u64) -> Entry {
+        Entry { among: String::new(), plan, created_from, works, created: bson::DateTime::now() }
     }
 
     /// The work a read by a cached plan whose trial did `works` may do
@@ -124,10 +152,7 @@ impl PlanCache {
                     "works": e.works as i64,
                     "timeOfCreation": e.created,
                     "createdFromQuery": e.created_from.clone(),
-                    "cachedPlan": {
-                        "stage": "FETCH",
-                        "inputStage": { "stage": "IXSCAN", "keyPattern": e.key_pattern.clone(), "indexName": e.winner.clone() },
-                    },
+                    "cachedPlan": e.plan.shown(),
                     "host": host,
                 }
             })
