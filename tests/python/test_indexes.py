@@ -799,6 +799,7 @@ def test_slow_queries_are_logged_with_their_plan_summary(server):
     db.slow.find_one({"_id": 5})
     db.slow.update_many({"a": 4}, {"$inc": {"n": 1}})
     list(db.slow.aggregate([{"$match": {"a": 1, "b": 1}}, {"$group": {"_id": "$a"}}]))
+    assert len(list(db.slow.find({}, batch_size=40))) == 100
     db.command("profile", 0, slowms=100)
 
     def slow_lines():
@@ -812,17 +813,22 @@ def test_slow_queries_are_logged_with_their_plan_summary(server):
     update = [f for f in slow_lines() if '"update"' in f["command"]]
     assert update and update[0]["planSummary"] == "IXSCAN { a: 1 }" and update[0]["id"] == 51803
     assert all(isinstance(f["durationMillis"], int) for f in slow_lines())
+    # A getMore is logged under its collection's namespace.
+    get_mores = [f["ns"] for f in slow_lines() if f["command"].startswith('{"getMore"')]
+    assert get_mores and set(get_mores) == {"test.slow"}, get_mores
     # Back at 100 ms, a quick command leaves no line.
     before = len(slow_lines())
     db.slow.find_one({"a": 2})
     assert len(slow_lines()) == before
-    # Levels that write `system.profile` are not built yet; bad ones are refused.
+    # Levels that write `system.profile` are not built yet; another level
+    # only reads, and `slowms`/`sampleRate` apply at any level, as mongod's.
     with pytest.raises(OperationFailure) as e:
         db.command("profile", 1)
     assert e.value.code == 238
-    with pytest.raises(OperationFailure) as e:
-        db.command("profile", 7)
-    assert e.value.code == 2
+    assert db.command("profile", 7)["slowms"] == 100
+    assert db.command("profile", -1, slowms=250, sampleRate=0.5)["sampleRate"] == 1.0
+    assert (db.command("profile", -1)["slowms"], db.command("profile", -1)["sampleRate"]) == (250, 0.5)
+    db.command("profile", 0, slowms=100, sampleRate=1.0)
     client.close()
 
 

@@ -75,6 +75,9 @@ pub struct Parameters {
     /// `slowms` (the `profile` command): a command that takes longer is
     /// logged as a slow query.
     pub slow_ms: AtomicI64,
+    /// `sampleRate` (the `profile` command), as `f64` bits: the share of
+    /// slow commands logged (mongod's; every slow command is logged here).
+    pub sample_rate_bits: AtomicU64,
 }
 
 impl Default for Parameters {
@@ -86,6 +89,7 @@ impl Default for Parameters {
             index_intersection: AtomicBool::new(true),
             force_intersection: AtomicBool::new(false),
             slow_ms: AtomicI64::new(crate::limits::slow_ms_default),
+            sample_rate_bits: AtomicU64::new(1.0f64.to_bits()),
         }
     }
 }

@@ -70,15 +70,16 @@ pub(crate) fn with_compression(mut reply: Document, cmd: &Document) -> Document 
     reply
 }
 
-/// `profile`: level -1 reads the settings, level 0 changes `slowms`
-/// (how long a command runs before it is logged as a slow query);
-/// levels 1 and 2, which write to `system.profile`, are not built yet.
-/// Replies with the settings as they were.
+/// `profile`: changes `slowms` (how long a command runs before it is
+/// logged as a slow query) and `sampleRate` whatever the level, as mongod;
+/// a level outside 0-2 only reads. Levels 1 and 2, which write to
+/// `system.profile`, are not built yet. Replies with the settings as
+/// they were.
 pub(crate) fn profile(shared: &Shared, cmd: &Document) -> CommandResult {
     crate::args::check_fields(cmd, "profile", &["slowms", "sampleRate", "filter", "comment"], false)?;
     let level = match cmd.get("profile").and_then(query::update::integral) {
-        Some(n @ -1..=2) => n,
-        _ => return Err(CommandError::bad_value("Invalid profiling level")),
+        Some(n) => n,
+        None => return Err(CommandError::type_mismatch("profile must be a number")),
     };
     let slow_ms = match cmd.get("slowms") {
         None => None,
@@ -87,25 +88,28 @@ pub(crate) fn profile(shared: &Shared, cmd: &Document) -> CommandResult {
             None => return Err(CommandError::type_mismatch(format!("slowms must be a number, not {}", type_name(v)))),
         },
     };
-    if let Some(rate) = cmd.get("sampleRate") {
-        if !doc::compare::number(rate).is_some_and(|n| {
-            matches!(n, doc::compare::Number::Float(f) if (0.0..=1.0).contains(&f))
-                || matches!(n, doc::compare::Number::Int(0 | 1))
-        }) {
-            return Err(CommandError::bad_value("'sampleRate' must be between 0.0 and 1.0 inclusive"));
-        }
-    }
-    if level > 0 {
+    let sample_rate = match cmd.get("sampleRate").map(doc::compare::number) {
+        None => None,
+        Some(Some(doc::compare::Number::Float(f))) if (0.0..=1.0).contains(&f) => Some(f),
+        Some(Some(doc::compare::Number::Int(n @ (0 | 1)))) => Some(n as f64),
+        Some(_) => return Err(CommandError::bad_value("'sampleRate' must be between 0.0 and 1.0 inclusive")),
+    };
+    if (1..=2).contains(&level) {
         return Err(CommandError::not_implemented("the profiler (levels 1 and 2) is not supported yet"));
     }
     if cmd.contains_key("filter") {
         return Err(CommandError::not_implemented("a profiling filter is not supported yet"));
     }
-    let was = shared.parameters.slow_ms.load(Ordering::Relaxed);
-    if let Some(ms) = slow_ms.filter(|_| level == 0) {
-        shared.parameters.slow_ms.store(ms, Ordering::Relaxed);
+    let p = &shared.parameters;
+    let was = p.slow_ms.load(Ordering::Relaxed);
+    let rate_was = f64::from_bits(p.sample_rate_bits.load(Ordering::Relaxed));
+    if let Some(ms) = slow_ms {
+        p.slow_ms.store(ms, Ordering::Relaxed);
     }
-    Ok(doc! { "was": 0, "slowms": i32::try_from(was).unwrap_or(i32::MAX), "sampleRate": 1.0, "ok": 1.0 })
+    if let Some(rate) = sample_rate {
+        p.sample_rate_bits.store(rate.to_bits(), Ordering::Relaxed);
+    }
+    Ok(doc! { "was": 0, "slowms": i32::try_from(was).unwrap_or(i32::MAX), "sampleRate": rate_was, "ok": 1.0 })
 }
 
 /// Parameters `getParameter` knows, with their values.

@@ -281,6 +281,7 @@ pub fn find(shared: &Shared, call: &Call, cmd: &Document) -> ReplyResult {
         };
         tracing::info!(ns = %ns, shape = %planned.shape, "plan cache: a cached plan degraded in its trial; replanning");
         shared.plan_cache.remove(&ns.to_string(), &planned.shape);
+        call.op.note_replanned();
         let replanned = plan(coll)?;
         let mut state = fresh.expect("kept for a watched read");
         open(&mut state, Some((&replanned, coll)), None)?;

@@ -115,7 +115,7 @@ pub fn run(shared: &Shared, call: &Call, msg: &OpMsg) -> Reply {
         }),
     };
     let failed = result.as_ref().err().map(|e| e.code);
-    log_if_slow(shared, &msg.body, || call.op.plan_summary(), started.elapsed(), failed);
+    log_if_slow(shared, &msg.body, (|| call.op.plan_summary(), call.op.replanned()), started.elapsed(), failed);
     let mut reply = result.unwrap_or_else(|e| Reply::Doc(e.to_document()));
     for (key, value) in cluster_time_fields() {
         reply.append(key, value);
@@ -123,10 +123,10 @@ pub fn run(shared: &Shared, call: &Call, msg: &OpMsg) -> Reply {
     reply
 }
 
-/// Whether a command that took `took` is slow (a negative `slowms`:
-/// every command is).
+/// Whether a command that took `took` is slow: as long as `slowms` or
+/// longer (0 or less: every command is).
 pub(crate) fn is_slow(shared: &Shared, took: std::time::Duration) -> bool {
-    i64::try_from(took.as_millis()).unwrap_or(i64::MAX) > shared.parameters.slow_ms.load(Ordering::Relaxed)
+    i64::try_from(took.as_millis()).unwrap_or(i64::MAX) >= shared.parameters.slow_ms.load(Ordering::Relaxed)
 }
 
 /// mongod's "Slow query" line (log id 51803) for a command that took
@@ -135,7 +135,7 @@ pub(crate) fn is_slow(shared: &Shared, took: std::time::Duration) -> bool {
 pub(crate) fn log_if_slow(
     shared: &Shared,
     cmd: &Document,
-    plan_summary: impl FnOnce() -> Option<String>,
+    (plan_summary, replanned): (impl FnOnce() -> Option<String>, bool),
     took: std::time::Duration,
     failed: Option<i32>,
 ) {
@@ -144,10 +144,13 @@ pub(crate) fn log_if_slow(
     }
     let millis = i64::try_from(took.as_millis()).unwrap_or(i64::MAX);
     let db = cmd.get_str("$db").unwrap_or("admin");
-    let ns = match cmd.iter().next() {
-        Some((_, Bson::String(coll))) => format!("{db}.{coll}"),
-        _ => format!("{db}.$cmd"),
+    // A getMore names its collection apart.
+    let named = match cmd.iter().next() {
+        Some((name, _)) if name == "getMore" => cmd.get_str("collection").ok(),
+        Some((_, Bson::String(coll))) => Some(coll.as_str()),
+        _ => None,
     };
+    let ns = named.map_or_else(|| format!("{db}.$cmd"), |coll| format!("{db}.{coll}"));
     let mut shown = cmd.clone();
     for gossip in ["lsid", "$clusterTime", "$readPreference", "txnNumber"] {
         shown.remove(gossip);
@@ -160,6 +163,7 @@ pub(crate) fn log_if_slow(
         ns = %ns,
         command = %command,
         planSummary = plan_summary.as_deref(),
+        replanned = replanned,
         ok = failed.is_none(),
         errCode = failed,
         durationMillis = millis,

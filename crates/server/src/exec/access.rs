@@ -7,7 +7,7 @@
 use crate::error::CommandError;
 use crate::exec::call::Place;
 use crate::exec::index_scan::{self, ScanStats};
-use crate::exec::plan_cache::{CachedPlan, PlanKind};
+use crate::exec::plan_cache::{CachedPlan, CachedScan, PlanKind};
 use crate::exec::scan::{matches_stored, ScanIter};
 use crate::server::Shared;
 use bson::{Bson, Document};
@@ -46,8 +46,9 @@ pub(crate) struct Planned<'a> {
 pub(crate) enum PlanNote {
     CollScan,
     IdHack,
-    /// Each index scan the plan reads (one, an OR's branches, an
-    /// intersection's), with the wildcard path it reads.
+    /// One index scan (the wildcard path it reads, if any).
+    Scan(Arc<Index>, Option<String>),
+    /// An OR's or an intersection's index scans.
     Scans(Vec<(Arc<Index>, Option<String>)>),
 }
 
@@ -57,7 +58,7 @@ impl PlanNote {
         match &planned.path {
             AccessPath::CollScan { .. } => PlanNote::CollScan,
             AccessPath::IdPoint(_) => PlanNote::IdHack,
-            AccessPath::IndexScan(s) => PlanNote::Scans(vec![scan(s)]),
+            AccessPath::IndexScan(s) => PlanNote::Scan(planned.indexes[s.index].clone(), s.wildcard_path.clone()),
             AccessPath::Or(scans) | AccessPath::AndSorted { scans, .. } => {
                 PlanNote::Scans(scans.iter().map(scan).collect())
             }
@@ -70,17 +71,19 @@ impl PlanNote {
         match self {
             PlanNote::CollScan => "COLLSCAN".into(),
             PlanNote::IdHack => "EXPRESS_IDHACK".into(),
-            PlanNote::Scans(scans) => scans
-                .iter()
-                .map(|(ix, path)| {
-                    let key = key_pattern_of(ix, path.as_deref());
-                    let fields: Vec<String> = key.iter().map(|(k, v)| format!("{k}: {v}")).collect();
-                    format!("IXSCAN {{ {} }}", fields.join(", "))
-                })
-                .collect::<Vec<_>>()
-                .join(", "),
+            PlanNote::Scan(ix, path) => ixscan_summary(ix, path.as_deref()),
+            PlanNote::Scans(scans) => {
+                scans.iter().map(|(ix, path)| ixscan_summary(ix, path.as_deref())).collect::<Vec<_>>().join(", ")
+            }
         }
     }
+}
+
+/// `IXSCAN { a: 1, b: -1 }`: a scan as `planSummary` names it.
+fn ixscan_summary(ix: &Index, path: Option<&str>) -> String {
+    let key = key_pattern_of(ix, path);
+    let fields: Vec<String> = key.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+    format!("IXSCAN {{ {} }}", fields.join(", "))
 }
 
 /// The ready secondary indexes of `coll`.
@@ -296,7 +299,7 @@ pub(crate) fn race<'a>(
     let sorting = contenders.iter().any(path_sorted);
     let ns_key = ns.to_string();
     if let Some((cached, works)) = shared.plan_cache.get(&ns_key, &planned.shape, &planned.among) {
-        let same = |c: &AccessPath<'_>| cached_plan(&planned.indexes, c).is_some_and(|p| p == cached);
+        let same = |c: &AccessPath<'_>| is_cached_plan(&cached, &planned.indexes, c);
         if let Some(at) = contenders.iter().position(same) {
             planned.path = contenders.remove(at);
             planned.rejected = contenders;
@@ -324,15 +327,49 @@ pub(crate) fn race<'a>(
 }
 
 /// `path` as the plan cache holds it (none for a path no race chooses).
+/// (An intersection is not cached: `plan_cache.rs`.)
 fn cached_plan(indexes: &[Arc<Index>], path: &AccessPath<'_>) -> Option<CachedPlan> {
-    let scan = |s: &IndexScan| (indexes[s.index].spec.name.clone(), scan_key_pattern(&indexes[s.index], s));
+    let scan = |s: &IndexScan| {
+        let ix = &indexes[s.index];
+        let whole = is_whole(s);
+        CachedScan {
+            name: ix.spec.name.clone(),
+            key: scan_key_pattern(ix, s),
+            sorted: s.sorted,
+            reverse: s.reverse,
+            whole,
+        }
+    };
     let (kind, scans) = match path {
         AccessPath::IndexScan(s) => (PlanKind::Scan, vec![scan(s)]),
         AccessPath::Or(scans) => (PlanKind::Or, scans.iter().map(scan).collect()),
-        AccessPath::AndSorted { scans, .. } => (PlanKind::AndSorted, scans.iter().map(scan).collect()),
-        AccessPath::IdPoint(_) | AccessPath::CollScan { .. } => return None,
+        AccessPath::AndSorted { .. } | AccessPath::IdPoint(_) | AccessPath::CollScan { .. } => return None,
     };
     Some(CachedPlan { kind, scans })
+}
+
+/// Whether contender `path` is the `cached` plan (compared in place: a
+/// cache hit builds nothing).
+fn is_cached_plan(cached: &CachedPlan, indexes: &[Arc<Index>], path: &AccessPath<'_>) -> bool {
+    let same_scan = |c: &CachedScan, s: &IndexScan| {
+        let ix = &indexes[s.index];
+        let key_same = match &s.wildcard_path {
+            None => ix.spec.key == c.key,
+            Some(_) => scan_key_pattern(ix, s) == c.key,
+        };
+        ix.spec.name == c.name && key_same && (s.sorted, s.reverse, is_whole(s)) == (c.sorted, c.reverse, c.whole)
+    };
+    let scans: &[IndexScan] = match (cached.kind, path) {
+        (PlanKind::Scan, AccessPath::IndexScan(s)) => std::slice::from_ref(s),
+        (PlanKind::Or, AccessPath::Or(scans)) => scans,
+        _ => return false,
+    };
+    scans.len() == cached.scans.len() && cached.scans.iter().zip(scans).all(|(c, s)| same_scan(c, s))
+}
+
+/// Whether a scan reads its whole index (every field unbounded).
+fn is_whole(s: &IndexScan) -> bool {
+    s.bounds.iter().all(|f| f.iter().all(query::bounds::Interval::is_all))
 }
 
 /// Leave out the plans the server's parameters switch off

@@ -14,8 +14,9 @@
 
 use crate::exec::access::{PlanNote, Planned};
 use crate::server::Conn;
+use parking_lot::Mutex;
 use std::cell::Cell;
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Where a command runs.
 #[derive(Clone, Copy, PartialEq, Debug)]
@@ -60,24 +61,33 @@ pub struct Call<'a> {
 }
 
 /// What an operation did, for its slow-operation log line (mongod's
-/// `CurOp` debug): the plan its first read took.
+/// `CurOp` debug): the plan its read took (the last planned: a read whose
+/// cached plan degraded shows the plan it was read by), and whether it
+/// was planned again.
 #[derive(Default)]
 pub struct OpDebug {
-    plan: OnceLock<PlanNote>,
+    plan: Mutex<Option<PlanNote>>,
+    replanned: AtomicBool,
 }
 
 impl OpDebug {
-    /// Note the plan a read takes; the first a command plans is the one
-    /// its log line shows.
+    /// Note the plan a read takes.
     pub(crate) fn note_plan(&self, planned: &Planned<'_>) {
-        if self.plan.get().is_none() {
-            let _ = self.plan.set(PlanNote::of(planned));
-        }
+        *self.plan.lock() = Some(PlanNote::of(planned));
+    }
+
+    /// The read's cached plan degraded: it is planned again.
+    pub(crate) fn note_replanned(&self) {
+        self.replanned.store(true, Ordering::Relaxed);
+    }
+
+    pub fn replanned(&self) -> bool {
+        self.replanned.load(Ordering::Relaxed)
     }
 
     /// mongod's `planSummary` of the noted plan (`IXSCAN { a: 1 }`).
     pub fn plan_summary(&self) -> Option<String> {
-        self.plan.get().map(PlanNote::summary)
+        self.plan.lock().as_ref().map(PlanNote::summary)
     }
 }
 

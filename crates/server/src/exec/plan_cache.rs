@@ -1,6 +1,8 @@
 //! The plan cache: per collection and query shape, the plan the last race
-//! chose (an index scan, an OR of scans, an intersection), so a query of
-//! a known shape skips the trial runs. An entry
+//! chose (an index scan or an OR of scans), so a query of a known shape
+//! skips the trial runs. An intersection that wins is not cached: its
+//! scans can read on without returning a record, where the watch of a
+//! cached plan's trial (below) would not see it degrade. An entry
 //! holds only while the collection's ready indexes are the ones it was
 //! chosen among (any index built, dropped or hidden since makes it miss),
 //! and `planCacheClear` empties a collection's entries. `$planCacheStats`
@@ -27,12 +29,23 @@ const EVICTION_RATIO: f64 = 10.0;
 /// Works below which a cached plan is never judged degraded.
 const EVICTION_WORKS_MIN: u64 = 1000;
 
-/// A cached plan: its kind and the index scans it reads, each as the
-/// index's name and the key pattern read by.
+/// A cached plan: its kind and the index scans it reads.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct CachedPlan {
     pub kind: PlanKind,
-    pub scans: Vec<(String, Document)>,
+    pub scans: Vec<CachedScan>,
+}
+
+/// A scan as the cache tells it from another contender of the same
+/// shape: its index, the key pattern it reads by, and how it reads (in
+/// the sort's order, backwards, the whole index).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct CachedScan {
+    pub name: String,
+    pub key: Document,
+    pub sorted: bool,
+    pub reverse: bool,
+    pub whole: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -41,22 +54,18 @@ pub(crate) enum PlanKind {
     Scan,
     /// FETCH over OR over the scans.
     Or,
-    /// FETCH over AND_SORTED over the scans.
-    AndSorted,
 }
 
 impl CachedPlan {
     /// As `$planCacheStats` shows it (`cachedPlan`).
     fn shown(&self) -> Document {
-        let ixscan = |(name, key): &(String, Document)| {
-            doc! { "stage": "IXSCAN", "keyPattern": key.clone(), "indexName": name.clone() }
-        };
+        let ixscan =
+            |s: &CachedScan| doc! { "stage": "IXSCAN", "keyPattern": s.key.clone(), "indexName": s.name.clone() };
         let input = match self.kind {
             PlanKind::Scan => self.scans.first().map(ixscan).unwrap_or_default(),
-            PlanKind::Or | PlanKind::AndSorted => {
-                let stage = if self.kind == PlanKind::Or { "OR" } else { "AND_SORTED" };
+            PlanKind::Or => {
                 let inputs: Vec<Document> = self.scans.iter().map(ixscan).collect();
-                doc! { "stage": stage, "inputStages": inputs }
+                doc! { "stage": "OR", "inputStages": inputs }
             }
         };
         doc! { "stage": "FETCH", "inputStage": input }

@@ -29,7 +29,6 @@ const DEPTH_MAX: usize = 3;
 /// The reply message to an OP_MSG `find` by `_id`, or `None` when the
 /// general path must answer it.
 pub fn find_by_id(shared: &Shared, header: &Header, body: &[u8]) -> Option<Vec<u8>> {
-    let started = std::time::Instant::now();
     if header.op_code != wire::OP_MSG || body.len() < 5 || body[..4] != [0, 0, 0, 0] || body[4] != 0 {
         return None;
     }
@@ -40,6 +39,7 @@ pub fn find_by_id(shared: &Shared, header: &Header, body: &[u8]) -> Option<Vec<u
     let mut elements = cmd.into_iter();
     let (first, coll) = elements.next()?.ok()?;
     let (RawBsonRef::String(coll), "find") = (coll, first) else { return None };
+    let started = std::time::Instant::now();
     // Whatever the limit and singleBatch, at most one document matches and
     // the first batch (up to 101 by default) ends the cursor.
     let (mut db, mut id, mut lsid) = (None, None, None);
@@ -109,7 +109,7 @@ pub fn find_by_id(shared: &Shared, header: &Header, body: &[u8]) -> Option<Vec<u
     if crate::commands::is_slow(shared, took) {
         if let Ok(cmd) = doc::bson_bytes::decode(cmd.as_bytes()) {
             let summary = || Some("EXPRESS_IDHACK".to_string());
-            crate::commands::log_if_slow(shared, &cmd, summary, took, None);
+            crate::commands::log_if_slow(shared, &cmd, (summary, false), took, None);
         }
     }
     Some(wire::encode_msg_raw(shared.request_id(), header.request_id, 0, reply.as_bytes()))
