@@ -286,7 +286,7 @@ pub fn conjunction(filter: &Document) -> Conjunction {
 
 /// Whether the `$elemMatch` at `path` with this argument is the value
 /// form (`{$elemMatch: {$gt: 1}}`), not the object form.
-fn is_value_form(arg: &Document) -> bool {
+pub(crate) fn is_value_form(arg: &Document) -> bool {
     arg.keys().next().is_some_and(|k| k.starts_with('$') && !matches!(k.as_str(), "$and" | "$or" | "$nor" | "$expr"))
 }
 

@@ -753,10 +753,13 @@ impl Pipeline {
             for ((_, kind, operand), acc) in fields.iter().zip(entry.1.iter_mut()) {
                 let v = operand.eval_in(&d, &cx)?;
                 // A set holds each new value and its key (keyed once here).
-                if let (Acc::Set(set), Some(v)) = (&mut *acc, &v) {
-                    if let std::collections::btree_map::Entry::Vacant(slot) = set.entry(collated_key(v, &cx)) {
-                        bytes += bson_size(v) + slot.key().len();
-                        slot.insert(v.clone());
+                // (A missing value adds nothing to a set.)
+                if let Acc::Set(set) = acc {
+                    if let Some(v) = v {
+                        if let std::collections::btree_map::Entry::Vacant(slot) = set.entry(collated_key(&v, &cx)) {
+                            bytes += bson_size(&v) + slot.key().len();
+                            slot.insert(v);
+                        }
                     }
                     continue;
                 }
@@ -1152,11 +1155,8 @@ fn accumulate(kind: AccKind, acc: &mut Acc, v: Option<Bson>, cx: &EvalContext) {
                 items.push(v);
             }
         }
-        (AccKind::AddToSet, Acc::Set(held)) => {
-            if let Some(v) = v {
-                held.entry(collated_key(&v, cx)).or_insert(v);
-            }
-        }
+        // `$addToSet` is taken in by `group` itself, which counts the key
+        // each new value is held by.
         _ => unreachable!("accumulator state matches its kind"),
     }
 }

@@ -242,14 +242,16 @@ pub fn plan_among<'a>(shape: &ReadShape<'a, '_>) -> (AccessPath<'a>, Vec<AccessP
         _ => {}
     }
     let found = candidates(shape);
-    let mut found_scans = found.iter().cloned();
+    // (Read from the candidates before they are moved into the plans.)
+    let intersected = intersections(shape, &found);
+    let mut found_scans = found.into_iter();
     match found_scans.next() {
         Some(best) => {
             let mut others: Vec<AccessPath<'a>> = found_scans
                 .filter(|c| (c.index, &c.wildcard_path) != (best.index, &best.wildcard_path))
                 .map(AccessPath::IndexScan)
                 .collect();
-            others.extend(intersections(shape, &found));
+            others.extend(intersected);
             // (Only a filter with a top-level `$or` or `$and` has an `$or`
             // in its conjunction.)
             if shape.filter.contains_key("$or") || shape.filter.contains_key("$and") {
@@ -762,13 +764,7 @@ fn canonical_rank(child: &Document) -> (u8, String) {
         _ => match value {
             Bson::Document(cond) => match cond.keys().next().map(String::as_str) {
                 Some("$elemMatch") => match cond.get_document("$elemMatch") {
-                    Ok(arg)
-                        if arg.keys().next().is_some_and(|k| {
-                            k.starts_with('$') && !matches!(k.as_str(), "$and" | "$or" | "$nor" | "$expr")
-                        }) =>
-                    {
-                        3
-                    }
+                    Ok(arg) if bounds::is_value_form(arg) => 3,
                     _ => 2,
                 },
                 Some("$size") => 4,
