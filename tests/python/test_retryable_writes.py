@@ -254,12 +254,3 @@ def test_a_point_read_with_a_bad_session_gets_the_general_error(raw, client, lsi
     r = raw({"find": "c", "filter": {"_id": 1}, "lsid": lsid})
     assert (r["ok"], r["code"]) == (0.0, code)
     assert raw({"find": "c", "filter": {"_id": 1}, "lsid": session()})["cursor"]["firstBatch"] == [{"_id": 1}]
-
-
-def test_multi_document_transactions_are_refused_and_write_nothing(client):
-    with client.start_session() as s:
-        with pytest.raises(pymongo.errors.OperationFailure) as e:
-            with s.start_transaction():
-                client.test.c.insert_one({"_id": 1}, session=s)
-    assert e.value.code == 20 and e.value.details["codeName"] == "IllegalOperation"
-    assert client.test.c.count_documents({}) == 0

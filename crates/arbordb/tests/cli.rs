@@ -109,9 +109,20 @@ fn dump_bson_decodes_documents_catalog_entries_and_id_entries() {
     let engine = Engine::open(dir.path(), Config::default()).unwrap();
     let catalog = Catalog::open(engine).unwrap();
     let coll = catalog.create(&Namespace::new("shop", "items").unwrap(), doc! {}).unwrap();
-    coll.insert(catalog.engine(), &doc! { "_id": 7, "name": "lamp", "tags": ["a", "b"] }, Ack::Journaled, None)
-        .unwrap();
-    coll.insert(catalog.engine(), &doc! { "_id": 8, "big": "y".repeat(20_000) }, Ack::Journaled, None).unwrap();
+    coll.insert(
+        catalog.engine(),
+        &doc! { "_id": 7, "name": "lamp", "tags": ["a", "b"] },
+        (Ack::Journaled, &Default::default()),
+        None,
+    )
+    .unwrap();
+    coll.insert(
+        catalog.engine(),
+        &doc! { "_id": 8, "big": "y".repeat(20_000) },
+        (Ack::Journaled, &Default::default()),
+        None,
+    )
+    .unwrap();
     catalog.engine().checkpoint().unwrap();
     drop(coll);
     drop(catalog);
@@ -145,7 +156,7 @@ fn make_indexed_db(dir: &Path) -> String {
         c.insert(
             &engine,
             &bson::doc! { "_id": i, "cust": i % 7, "tags": [i, i + 1] },
-            doc::catalog::Ack::Journaled,
+            (doc::catalog::Ack::Journaled, &Default::default()),
             None,
         )
         .unwrap();

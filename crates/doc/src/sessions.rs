@@ -44,6 +44,10 @@ pub trait Stamp {
     fn write(&self, txn: &Txn, done: &[usize]) -> Result<(), StorageError>;
 }
 
+/// The statement id under which a committed multi-document transaction
+/// records its commit (a statement id no driver sends: they count from 0).
+pub const TXN_COMMIT_STMT: i32 = i32::MIN;
+
 /// The statement-record table.
 pub struct Sessions {
     table: Table,
@@ -152,6 +156,12 @@ impl Sessions {
     ) -> Result<Record<'a>, crate::bson_bytes::EncodeError> {
         crate::bson_bytes::encode(&outcome)?;
         Ok(Record { sessions: self, lsid, txn_number, stmt_ids, outcome })
+    }
+
+    /// Whether the session's multi-document transaction `txn_number`
+    /// committed (its commit record, [`TXN_COMMIT_STMT`]).
+    pub fn committed(&self, engine: &Engine, lsid: &SessionId, txn_number: i64) -> Result<bool, DocError> {
+        Ok(self.executed(engine, lsid, txn_number)?.contains_key(&TXN_COMMIT_STMT))
     }
 
     /// Delete records written before `cutoff_ms` (milliseconds since the

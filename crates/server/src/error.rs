@@ -97,6 +97,11 @@ codes! {
     invalid_uuid => 207, "InvalidUUID";
     transaction_too_old => 225, "TransactionTooOld";
     not_a_retryable_write_command => 50768, "NotARetryableWriteCommand";
+    write_conflict => 112, "WriteConflict";
+    no_such_transaction => 251, "NoSuchTransaction";
+    transaction_committed => 256, "TransactionCommitted";
+    operation_not_supported_in_transaction => 263, "OperationNotSupportedInTransaction";
+    conflicting_operation_in_progress => 117, "ConflictingOperationInProgress";
 }
 
 impl From<doc::bson_bytes::EncodeError> for CommandError {
@@ -163,8 +168,26 @@ impl From<DocError> for CommandError {
             // OperationNotSupportedInTransaction, as mongod answers it.
             DocError::CappedInTransaction => CommandError::with_code(263, e.to_string()),
             DocError::ExceedsCappedSize => CommandError::bad_value(e.to_string()),
+            DocError::Storage(ref s) if s.is_retryable() => conflict_error(s),
+            DocError::TimeLimit => CommandError::max_time_ms_expired(e.to_string()),
             DocError::Corrupt(_) | DocError::Storage(_) => CommandError::internal_error(e.to_string()),
         }
+    }
+}
+
+/// A write conflict, a serialization failure or a cache rollback as
+/// MongoDB's WriteConflict (112): the one error drivers retry a
+/// transaction on (the caller adds TransientTransactionError inside one).
+pub(crate) fn conflict_error(e: &storage::StorageError) -> CommandError {
+    match e {
+        storage::StorageError::SerializationFailure { other, detail, .. } => CommandError::write_conflict(format!(
+            "Serializable isolation refused this transaction: it could not be ordered with concurrent \
+             transaction {other} ({detail}). Please retry your operation or multi-document transaction."
+        )),
+        _ => CommandError::write_conflict(
+            "Write conflict during plan execution and yielding is disabled. :: Please retry your operation or \
+             multi-document transaction.",
+        ),
     }
 }
 

@@ -24,6 +24,7 @@ pub mod net;
 pub mod reply;
 pub mod server;
 pub mod session;
+pub mod transactions;
 pub mod ttl;
 
 pub use server::{parsed_options, Server, ServerOptions};

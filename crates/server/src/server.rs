@@ -131,6 +131,8 @@ pub struct Shared {
     pub plan_cache: crate::exec::plan_cache::PlanCache,
     /// Index builds under way, for `currentOp` (`exec/index_builds.rs`).
     pub index_builds: crate::exec::index_builds::IndexBuilds,
+    /// Sessions' multi-document transactions (`transactions.rs`).
+    pub transactions: crate::transactions::Transactions,
     next_request_id: AtomicI32,
     pub(crate) shutdown: watch::Sender<bool>,
 }
@@ -163,6 +165,7 @@ impl Shared {
             capped_inserts: watch::channel(0).0,
             plan_cache: Default::default(),
             index_builds: Default::default(),
+            transactions: Default::default(),
             ttl: crate::ttl::Ttl::default(),
             fail_points: crate::failpoint::FailPoints::default(),
             next_request_id: AtomicI32::new(1),
@@ -256,6 +259,7 @@ impl Server {
             }
         });
         tokio::spawn(crate::ttl::monitor(self.shared.clone(), self.shared.shutdown.subscribe()));
+        tokio::spawn(crate::transactions::reaper(self.shared.clone(), self.shared.shutdown.subscribe()));
         let signals = async {
             let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
                 .expect("SIGTERM handler installs");
@@ -331,7 +335,7 @@ pub fn record_startup(
     if catalog.get(&version).is_none() {
         let c = catalog.get_or_create(&version)?;
         let fcv = doc! { "_id": "featureCompatibilityVersion", "version": "8.0" };
-        match c.insert(engine, &fcv, Ack::Journaled, None) {
+        match c.insert(engine, &fcv, (Ack::Journaled, &Default::default()), None) {
             Ok(_) | Err(doc::catalog::DocError::DuplicateKey { .. }) => {}
             Err(e) => return Err(e),
         }
@@ -361,6 +365,6 @@ pub fn record_startup(
         "pid": std::process::id() as i64,
         "buildinfo": build_info(),
     };
-    c.insert(engine, &entry, Ack::Journaled, None)?;
+    c.insert(engine, &entry, (Ack::Journaled, &Default::default()), None)?;
     Ok(())
 }

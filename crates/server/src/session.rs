@@ -170,6 +170,25 @@ fn subtype_name(s: BinarySubtype) -> String {
 
 const RETRYABLE_WRITES: &[&str] = &["insert", "update", "delete", "findAndModify", "findandmodify", "bulkWrite"];
 
+/// The commands a multi-document transaction may run (mongod 8.0's).
+const IN_TRANSACTION: &[&str] = &[
+    "find",
+    "getMore",
+    "killCursors",
+    "insert",
+    "update",
+    "delete",
+    "findAndModify",
+    "findandmodify",
+    "aggregate",
+    "distinct",
+    "bulkWrite",
+    "create",
+    "createIndexes",
+    "commitTransaction",
+    "abortTransaction",
+];
+
 /// Read and check a command's session fields, in mongod's order.
 pub(crate) fn session_fields(name: &str, cmd: &Document) -> Result<SessionFields, CommandError> {
     let mut f = SessionFields::default();
@@ -209,12 +228,14 @@ pub(crate) fn session_fields(name: &str, cmd: &Document) -> Result<SessionFields
     if f.start_transaction == Some(false) {
         return invalid("Specifying startTransaction=false is not allowed.");
     }
-    if f.autocommit == Some(false) {
-        // Better refused than run statement by statement: the writes of a
-        // transaction must not commit one by one.
-        return Err(CommandError::illegal_operation(
-            "Multi-document transactions are not supported by ArborDB yet: autocommit:false is refused",
-        ));
+    if f.autocommit == Some(false) && !IN_TRANSACTION.contains(&name) {
+        let why = match name {
+            "count" => ". Please see http://dochub.mongodb.org/core/transaction-count for a recommended alternative.",
+            _ => ".",
+        };
+        return Err(CommandError::operation_not_supported_in_transaction(format!(
+            "Cannot run '{name}' in a multi-document transaction{why}"
+        )));
     }
     if f.txn_number.is_some() && f.autocommit.is_none() && !RETRYABLE_WRITES.contains(&name) {
         return Err(CommandError::not_a_retryable_write_command(format!(
@@ -357,6 +378,40 @@ impl SessionCatalog {
         s.last_used = Some(Instant::now());
     }
 
+    /// The session's newest txnNumber (of a retryable write or a
+    /// transaction), its stored records read once.
+    pub(crate) fn newest_txn_number(
+        &self,
+        engine: &storage::Engine,
+        lsid: SessionId,
+    ) -> Result<Option<i64>, CommandError> {
+        let (newest, loaded) = self.check_out(lsid);
+        if loaded {
+            return Ok(newest);
+        }
+        let stored = self.store.latest_txn_number(engine, &lsid)?;
+        self.check_in(lsid, stored, true);
+        Ok(newest.max(stored))
+    }
+
+    /// A transaction `n` began on the session: retryable writes below it
+    /// are too old.
+    pub(crate) fn note_txn_number(&self, lsid: SessionId, n: i64) {
+        self.check_in(lsid, Some(n), false);
+    }
+
+    /// The commit record of the session's transaction `n`, written by the
+    /// storage transaction that commits it.
+    pub(crate) fn commit_stamp(&self, lsid: SessionId, n: i64) -> doc::sessions::Record<'_> {
+        const IDS: &[i32] = &[doc::sessions::TXN_COMMIT_STMT];
+        self.store.record(lsid, n, IDS, Document::new()).expect("an empty outcome encodes")
+    }
+
+    /// Whether the session's transaction `n` committed (its record).
+    pub(crate) fn committed(&self, engine: &storage::Engine, lsid: SessionId, n: i64) -> Result<bool, CommandError> {
+        Ok(self.store.committed(engine, &lsid, n)?)
+    }
+
     /// Forget sessions unused for the session timeout, and their records.
     pub fn reap(&self, engine: &storage::Engine) -> Result<usize, doc::catalog::DocError> {
         // A turn someone holds or awaits keeps its session.
@@ -375,7 +430,7 @@ impl SessionCatalog {
 
 /// The string mongod prints for a session: its id, and the SHA-256 of its
 /// user's name, base64 (no authentication: the empty name).
-fn session_string(lsid: &SessionId) -> String {
+pub(crate) fn session_string(lsid: &SessionId) -> String {
     let h: String = lsid.iter().map(|b| format!("{b:02x}")).collect();
     format!(
         "{}-{}-{}-{}-{} - 47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=",
@@ -569,11 +624,14 @@ mod tests {
         assert_eq!(e.errmsg, "'autocommit' field requires a transaction number to also be specified");
         let e = err("insert", doc! { "insert": "c", "lsid": { "id": lsid() }, "txnNumber": 1i64, "autocommit": true });
         assert_eq!(e.errmsg, "Specifying autocommit=true is not allowed.");
-        let e = err(
+        let f = session_fields(
             "insert",
-            doc! { "insert": "c", "lsid": { "id": lsid() }, "txnNumber": 1i64, "autocommit": false, "startTransaction": true },
-        );
-        assert_eq!((e.code, e.code_name.as_ref()), (20, "IllegalOperation"));
+            &doc! { "insert": "c", "lsid": { "id": lsid() }, "txnNumber": 1i64, "autocommit": false, "startTransaction": true },
+        )
+        .unwrap();
+        assert_eq!((f.autocommit, f.start_transaction), (Some(false), Some(true)));
+        let e = err("explain", doc! { "explain": {}, "lsid": { "id": lsid() }, "txnNumber": 1i64, "autocommit": false });
+        assert_eq!((e.code, e.errmsg.as_str()), (263, "Cannot run 'explain' in a multi-document transaction."));
         let f = session_fields("update", &doc! { "update": "c", "lsid": { "id": lsid() }, "txnNumber": 3i64 }).unwrap();
         assert_eq!((f.lsid, f.txn_number), (Some([7; 16]), Some(3)));
     }

@@ -89,7 +89,7 @@ fn expire(engine: &storage::Engine, coll: &Collection, until: i64) -> Result<u64
         let batch = coll.expired(engine, until, BATCH)?;
         let mut gone = 0;
         for (rid, d) in &batch {
-            gone += u64::from(coll.delete(engine, *rid, d, Ack::Written, None)?);
+            gone += u64::from(coll.delete(engine, *rid, d, (Ack::Written, &Default::default()), None)?);
         }
         deleted += gone;
         // A batch that deleted nothing lost every race to other writers:
@@ -126,11 +126,12 @@ fn expire_through(
         sorted: false,
         wildcard_path: None,
     };
-    let records = crate::exec::index_scan::records(engine.clone(), coll.clone(), ix, &scan, stats);
+    let records =
+        crate::exec::index_scan::records(storage::Reader::Latest(engine.clone()), coll.clone(), ix, &scan, stats);
     let mut deleted = 0;
     for record in records {
         let (rid, d) = record?;
-        deleted += u64::from(coll.delete(engine, rid, d.document()?, Ack::Written, None)?);
+        deleted += u64::from(coll.delete(engine, rid, d.document()?, (Ack::Written, &Default::default()), None)?);
     }
     Ok(deleted)
 }

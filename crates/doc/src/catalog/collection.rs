@@ -9,7 +9,7 @@ use indexes::IndexEntry;
 use parking_lot::{Mutex, RwLock};
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
-use storage::{Bytes, Engine, Table, TxnOptions};
+use storage::{Bytes, Engine, Read, Table, TxnOptions};
 
 /// One collection: its record store and `_id` index.
 pub struct Collection {
@@ -126,18 +126,18 @@ impl Collection {
     }
 
     /// The document at record id `rid`, if any.
-    pub fn get(&self, engine: &Engine, rid: u64) -> Result<Option<Document>, DocError> {
-        engine.get(&self.records, &rid.to_be_bytes())?.map(|b| decode(&b)).transpose()
+    pub fn get(&self, r: &dyn Read, rid: u64) -> Result<Option<Document>, DocError> {
+        r.get(&self.records, &rid.to_be_bytes())?.map(|b| decode(&b)).transpose()
     }
 
     /// The record at `rid` as stored, if any, decoded only when used.
-    pub fn get_stored(&self, engine: &Engine, rid: u64) -> Result<Option<Stored>, DocError> {
-        Ok(engine.get(&self.records, &rid.to_be_bytes())?.map(Stored::read))
+    pub fn get_stored(&self, r: &dyn Read, rid: u64) -> Result<Option<Stored>, DocError> {
+        Ok(r.get(&self.records, &rid.to_be_bytes())?.map(Stored::read))
     }
 
     /// The document with this `_id` and its record id, if any.
-    pub fn find_rid_by_id(&self, engine: &Engine, id: &Bson) -> Result<Option<(u64, Document)>, DocError> {
-        match self.find_raw_by_id(engine, id)? {
+    pub fn find_rid_by_id(&self, r: &dyn Read, id: &Bson) -> Result<Option<(u64, Document)>, DocError> {
+        match self.find_raw_by_id(r, id)? {
             Some((rid, bytes)) => Ok(Some((rid, decode(&bytes)?))),
             None => Ok(None),
         }
@@ -145,19 +145,19 @@ impl Collection {
 
     /// The stored BSON bytes of the document with this `_id` and its record
     /// id, if any: a point read that never builds a `Document`.
-    pub fn find_raw_by_id(&self, engine: &Engine, id: &Bson) -> Result<Option<(u64, Bytes)>, DocError> {
+    pub fn find_raw_by_id(&self, r: &dyn Read, id: &Bson) -> Result<Option<(u64, Bytes)>, DocError> {
         let key = self.id_key(id);
-        let Some(rid) = engine.get(&self.id_index, &key)? else { return Ok(None) };
+        let Some(rid) = r.get(&self.id_index, &key)? else { return Ok(None) };
         let rid = record_id(&rid)?;
-        match engine.get(&self.records, &rid.to_be_bytes())? {
+        match r.get(&self.records, &rid.to_be_bytes())? {
             Some(bytes) => Ok(Some((rid, bytes))),
             None => Err(DocError::Corrupt(format!("_id index names a missing record in {}", self.ns))),
         }
     }
 
     /// The document with this `_id`, if any.
-    pub fn find_by_id(&self, engine: &Engine, id: &Bson) -> Result<Option<Document>, DocError> {
-        Ok(self.find_rid_by_id(engine, id)?.map(|(_, d)| d))
+    pub fn find_by_id(&self, r: &dyn Read, id: &Bson) -> Result<Option<Document>, DocError> {
+        Ok(self.find_rid_by_id(r, id)?.map(|(_, d)| d))
     }
 
     /// The name of the record store's table: the same across `collMod`s
@@ -180,7 +180,7 @@ impl Collection {
     /// is skipped, as a delete just before the scan would be.
     pub fn natural(
         &self,
-        engine: &Engine,
+        r: &dyn Read,
         from: &ScanFrom,
         reverse: bool,
         max: usize,
@@ -191,13 +191,13 @@ impl Collection {
                 _ => 0,
             };
             let found = match reverse {
-                true => self.stored_back(engine, rid, max)?,
-                false => self.stored_after(engine, rid, max)?,
+                true => self.stored_back(r, rid, max)?,
+                false => self.stored_after(r, rid, max)?,
             };
             return Ok(found.into_iter().map(|(rid, d)| (ScanFrom::Record(rid), rid, d)).collect());
         }
         use std::ops::Bound::{Excluded, Unbounded};
-        let mut c = engine.cursor(&self.id_index)?;
+        let mut c = r.cursor(&self.id_index)?;
         if let ScanFrom::Key(k) = from {
             match reverse {
                 false => c.set_bounds(Excluded(k.clone()), Unbounded),
@@ -208,7 +208,7 @@ impl Collection {
         let mut e = if reverse { c.last()? } else { c.first()? };
         while let Some((k, v)) = e {
             let rid = record_id(&v)?;
-            if let Some(bytes) = engine.get(&self.records, &rid.to_be_bytes())? {
+            if let Some(bytes) = r.get(&self.records, &rid.to_be_bytes())? {
                 out.push((ScanFrom::Key(k.to_vec()), rid, Stored::read(bytes)));
                 if max != 0 && out.len() >= max {
                     break;
@@ -249,15 +249,15 @@ impl Collection {
 
     /// Up to `max` documents with record ids above `after`, in record-id
     /// order, each with its record id; `max` = 0 means all.
-    pub fn scan(&self, engine: &Engine, after: u64, max: usize) -> Result<Vec<(u64, Document)>, DocError> {
-        let found = self.stored_after(engine, after, max)?;
+    pub fn scan(&self, r: &dyn Read, after: u64, max: usize) -> Result<Vec<(u64, Document)>, DocError> {
+        let found = self.stored_after(r, after, max)?;
         found.into_iter().map(|(rid, s)| Ok((rid, s.into_document()?))).collect()
     }
 
     /// `scan`'s records as stored.
-    fn stored_after(&self, engine: &Engine, after: u64, max: usize) -> Result<Vec<(u64, Stored)>, DocError> {
+    fn stored_after(&self, r: &dyn Read, after: u64, max: usize) -> Result<Vec<(u64, Stored)>, DocError> {
         let mut out = Vec::new();
-        let mut c = engine.cursor(&self.records)?;
+        let mut c = r.cursor(&self.records)?;
         let mut e = c.seek(&(after + 1).to_be_bytes())?;
         while let Some((k, v)) = e {
             let rid = record_id(&k)?;
@@ -272,9 +272,9 @@ impl Collection {
 
     /// Up to `max` records (0: all) with record ids below `before` (0:
     /// from the newest), newest first: a reverse natural-order scan.
-    fn stored_back(&self, engine: &Engine, before: u64, max: usize) -> Result<Vec<(u64, Stored)>, DocError> {
+    fn stored_back(&self, r: &dyn Read, before: u64, max: usize) -> Result<Vec<(u64, Stored)>, DocError> {
         let mut out = Vec::new();
-        let mut c = engine.cursor(&self.records)?;
+        let mut c = r.cursor(&self.records)?;
         if before != 0 {
             c.set_bounds(std::ops::Bound::Unbounded, std::ops::Bound::Excluded(before.to_be_bytes().to_vec()));
         }

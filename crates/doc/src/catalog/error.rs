@@ -58,6 +58,9 @@ pub enum DocError {
     Unencodable(#[from] crate::bson_bytes::EncodeError),
     #[error(transparent)]
     Storage(#[from] StorageError),
+    /// A write that waited on conflicts until its deadline (`maxTimeMS`).
+    #[error("operation exceeded time limit")]
+    TimeLimit,
 }
 
 /// A stored record that does not decode is corruption (only records this

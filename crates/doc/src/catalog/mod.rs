@@ -29,6 +29,7 @@ use storage::{Engine, StorageError, Table, TableConfig};
 
 mod capped;
 mod collection;
+mod conflict_wait;
 mod ddl;
 mod error;
 mod id_index;
@@ -40,6 +41,7 @@ mod tests;
 mod unique;
 
 pub use collection::{with_id_first, Ack, Collection, ScanFrom};
+pub use conflict_wait::{backoff, ConflictWait};
 pub use ddl::Pending;
 pub use error::{DocError, DuplicateIndexKey};
 pub use id_index::{KeyCollation, KeyCollations};

@@ -26,7 +26,7 @@ impl Collection {
         &self,
         engine: &Engine,
         doc: &Document,
-        ack: Ack,
+        (ack, wait): (Ack, &ConflictWait),
         stamp: Option<&dyn Stamp>,
     ) -> Result<Document, DocError> {
         let doc = with_id_first(doc);
@@ -38,7 +38,7 @@ impl Collection {
             return Err(DocError::ExceedsCappedSize);
         }
         let ixs = self.indexes.read();
-        let used = retrying(engine, ack, stamp, |txn| {
+        let used = retrying(engine, (ack, wait), stamp, |txn| {
             self.put_new(txn, &ixs, &doc, &id, &key, &bytes)?;
             Ok(Some(match (&self.capped, capped_used.as_deref()) {
                 (Some(capped), Some(&(b, n))) => {
@@ -67,7 +67,7 @@ impl Collection {
         engine: &Engine,
         docs: &[&Document],
         ordered: bool,
-        ack: Ack,
+        (ack, wait): (Ack, &ConflictWait),
         stamp: Option<&dyn Stamp>,
     ) -> Vec<Result<(), DocError>> {
         let mut results = Vec::with_capacity(docs.len());
@@ -75,7 +75,8 @@ impl Collection {
             // One transaction per document, each trimming the oldest.
             for (i, doc) in docs.iter().enumerate() {
                 let shifted = stamp.map(|inner| Shifted { inner, base: i });
-                let result = self.insert(engine, doc, ack, shifted.as_ref().map(|s| s as &dyn Stamp)).map(|_| ());
+                let result =
+                    self.insert(engine, doc, (ack, wait), shifted.as_ref().map(|s| s as &dyn Stamp)).map(|_| ());
                 let failed = result.is_err();
                 results.push(result);
                 if failed && ordered {
@@ -88,7 +89,7 @@ impl Collection {
             let rest = &docs[results.len()..];
             let shifted = stamp.map(|inner| Shifted { inner, base: results.len() });
             let stamp = shifted.as_ref().map(|s| s as &dyn Stamp);
-            let (chunk, stopped) = match self.insert_chunk(engine, rest, ordered, ack, stamp) {
+            let (chunk, stopped) = match self.insert_chunk(engine, rest, ordered, (ack, wait), stamp) {
                 Ok(done) => done,
                 Err(e) => (vec![Err(e)], true),
             };
@@ -109,7 +110,7 @@ impl Collection {
         engine: &Engine,
         docs: &[&Document],
         ordered: bool,
-        ack: Ack,
+        (ack, wait): (Ack, &ConflictWait),
         stamp: Option<&dyn Stamp>,
     ) -> Result<(Vec<Result<(), DocError>>, bool), DocError> {
         let mut limit = docs.len().min(INSERT_CHUNK_DOCS);
@@ -122,7 +123,7 @@ impl Collection {
                 // second read on one thread would wait behind a waiting
                 // writer (a build, a drop, a conversion) forever.
                 drop(ixs);
-                let result = self.insert(engine, docs[0], ack, stamp).map(|_| ());
+                let result = self.insert(engine, docs[0], (ack, wait), stamp).map(|_| ());
                 let stopped = ordered && result.is_err();
                 return Ok((vec![result], stopped));
             }
@@ -179,7 +180,7 @@ impl Collection {
             let done: Vec<usize> = (0..results.len()).filter(|&i| results[i].is_ok()).collect();
             match commit_stamped(txn, stamp, &done) {
                 Ok(_) => return Ok((results, stopped)),
-                Err(e) if e.is_retryable() => e.pause_before_retry(),
+                Err(e) if e.is_retryable() => wait.pause(&e)?,
                 // Too much for a small cache: fewer documents at a time,
                 // down to one (which fails as a lone insert would).
                 Err(StorageError::TransactionTooLarge { .. }) if results.len() > 1 => limit = results.len() / 2,
@@ -196,12 +197,13 @@ impl Collection {
         engine: &Engine,
         rid: u64,
         doc: &Document,
-        ack: Ack,
+        (ack, wait): (Ack, &ConflictWait),
         stamp: Option<&dyn Stamp>,
     ) -> Result<bool, DocError> {
         let mut capped_used = self.capped_lock();
         let ixs = self.indexes.read();
-        let Some(freed) = retrying(engine, ack, stamp, |txn| self.delete_record_in(txn, &ixs, rid, doc))? else {
+        let Some(freed) = retrying(engine, (ack, wait), stamp, |txn| self.delete_record_in(txn, &ixs, rid, doc))?
+        else {
             return Ok(false);
         };
         if let Some((bytes, count)) = capped_used.as_deref_mut() {
@@ -221,7 +223,7 @@ impl Collection {
         rid: u64,
         old: &Document,
         new: &Document,
-        ack: Ack,
+        (ack, wait): (Ack, &ConflictWait),
         stamp: Option<&dyn Stamp>,
     ) -> Result<bool, DocError> {
         let expected = encode(old)?;
@@ -235,7 +237,7 @@ impl Collection {
             }
             Ok(replaced.then_some(()))
         };
-        if retrying(engine, ack, stamp, replace)?.is_none() {
+        if retrying(engine, (ack, wait), stamp, replace)?.is_none() {
             return Ok(false);
         }
         // A capped collection may pass its size until the next insert
@@ -360,11 +362,12 @@ impl Collection {
 
 /// Run `write` in a transaction of its own and commit it with `stamp`
 /// (statement 0); `None` from `write` commits nothing. A write conflict
-/// begins again: the other writer has committed or rolled back by then
-/// (first updater wins), so `write` sees its outcome.
+/// begins again after `wait`'s backoff (`conflict_wait.rs`), until the
+/// other writer has committed or rolled back (first updater wins), so
+/// that `write` sees its outcome.
 fn retrying<T>(
     engine: &Engine,
-    ack: Ack,
+    (ack, wait): (Ack, &ConflictWait),
     stamp: Option<&dyn Stamp>,
     mut write: impl FnMut(&Txn) -> Result<Option<T>, DocError>,
 ) -> Result<Option<T>, DocError> {
@@ -375,7 +378,7 @@ fn retrying<T>(
             other => other,
         };
         match attempt {
-            Err(DocError::Storage(e)) if e.is_retryable() => e.pause_before_retry(),
+            Err(DocError::Storage(e)) if e.is_retryable() => wait.pause(&e)?,
             other => return other,
         }
     }

@@ -53,10 +53,10 @@ fn the_id_index_applies_the_collection_collation_and_keeps_it_across_reopen() {
         let cat = Catalog::open_with(e.clone(), Hooks { collations: Some(folded), ..Hooks::default() }).unwrap();
         let c = cat.create(&ci, spec.clone()).unwrap();
         let p = cat.create(&plain, Document::new()).unwrap();
-        c.insert(&e, &doc! { "_id": "Ann" }, Ack::Journaled, None).unwrap();
-        p.insert(&e, &doc! { "_id": "Ann" }, Ack::Journaled, None).unwrap();
-        p.insert(&e, &doc! { "_id": "ANN" }, Ack::Journaled, None).unwrap();
-        match c.insert(&e, &doc! { "_id": "ANN" }, Ack::Journaled, None) {
+        c.insert(&e, &doc! { "_id": "Ann" }, (Ack::Journaled, &Default::default()), None).unwrap();
+        p.insert(&e, &doc! { "_id": "Ann" }, (Ack::Journaled, &Default::default()), None).unwrap();
+        p.insert(&e, &doc! { "_id": "ANN" }, (Ack::Journaled, &Default::default()), None).unwrap();
+        match c.insert(&e, &doc! { "_id": "ANN" }, (Ack::Journaled, &Default::default()), None) {
             Err(e @ DocError::DuplicateKey { .. }) => {
                 assert!(e.to_string().contains("collation: { locale: \"folded\" } dup key: { _id: \"0xann\" }"))
             }
@@ -71,10 +71,13 @@ fn the_id_index_applies_the_collection_collation_and_keeps_it_across_reopen() {
     let cat = Catalog::open_with(e.clone(), Hooks { collations: Some(folded), ..Hooks::default() }).unwrap();
     let c = cat.get(&ci2).unwrap();
     assert!(c.id_collation().is_some() && cat.get(&plain).unwrap().id_collation().is_none());
-    assert!(matches!(c.insert(&e, &doc! { "_id": "aNn" }, Ack::Journaled, None), Err(DocError::DuplicateKey { .. })));
+    assert!(matches!(
+        c.insert(&e, &doc! { "_id": "aNn" }, (Ack::Journaled, &Default::default()), None),
+        Err(DocError::DuplicateKey { .. })
+    ));
     let (rid, d) = c.find_rid_by_id(&e, &Bson::from("ann")).unwrap().unwrap();
-    assert!(c.delete(&e, rid, &d, Ack::Journaled, None).unwrap());
-    c.insert(&e, &doc! { "_id": "aNn" }, Ack::Journaled, None).unwrap();
+    assert!(c.delete(&e, rid, &d, (Ack::Journaled, &Default::default()), None).unwrap());
+    c.insert(&e, &doc! { "_id": "aNn" }, (Ack::Journaled, &Default::default()), None).unwrap();
     drop(cat);
     // A catalog that cannot apply the collation, or makes keys of
     // another format, refuses to open.
@@ -96,16 +99,16 @@ fn a_collated_index_keys_strings_by_its_collation_and_keeps_it_across_reopen() {
         let e = engine(dir.path());
         let cat = Catalog::open_with(e.clone(), hooks).unwrap();
         let c = cat.create(&ns, Document::new()).unwrap();
-        c.insert(&e, &doc! { "_id": 1, "a": "Ann" }, Ack::Journaled, None).unwrap();
+        c.insert(&e, &doc! { "_id": 1, "a": "Ann" }, (Ack::Journaled, &Default::default()), None).unwrap();
         cat.build_index(&ns, spec(collated.clone()), &|_, _| {}).unwrap();
-        match c.insert(&e, &doc! { "_id": 2, "a": "ANN" }, Ack::Journaled, None) {
+        match c.insert(&e, &doc! { "_id": 2, "a": "ANN" }, (Ack::Journaled, &Default::default()), None) {
             Err(e @ DocError::DuplicateIndexKey(_)) => {
                 let msg = e.to_string();
                 assert!(msg.contains("index: a_1 collation: { locale: \"folded\" } dup key: { a: \"0xann\" }"), "{msg}")
             }
             other => panic!("expected a duplicate key, got {other:?}"),
         }
-        c.insert(&e, &doc! { "_id": 3, "a": ["Bob", "BOB", 7] }, Ack::Journaled, None).unwrap();
+        c.insert(&e, &doc! { "_id": 3, "a": ["Bob", "BOB", 7] }, (Ack::Journaled, &Default::default()), None).unwrap();
         let ix = c.indexes()[0].clone();
         let keys: Vec<Bson> = ix.entries(&e).unwrap().into_iter().map(|(v, _)| v[0].clone().unwrap()).collect();
         assert_eq!(keys, vec![Bson::Int32(7), Bson::from("ann"), Bson::from("bob")]);
@@ -131,13 +134,13 @@ fn an_index_prepared_for_unique_refuses_new_duplicates_then_converts() {
         let cat = Catalog::open(e.clone()).unwrap();
         let c = cat.create(&ns, Document::new()).unwrap();
         for (id, a) in [(1, 1), (2, 1), (3, 2)] {
-            c.insert(&e, &doc! { "_id": id, "a": a }, Ack::Journaled, None).unwrap();
+            c.insert(&e, &doc! { "_id": id, "a": a }, (Ack::Journaled, &Default::default()), None).unwrap();
         }
         cat.build_index(&ns, spec(doc! { "v": 2, "key": { "a": 1 }, "name": "a_1" }), &|_, _| {}).unwrap();
         cat.modify_index(&ns, "a_1", &doc! { "prepareUnique": true }).unwrap();
-        let dup = c.insert(&e, &doc! { "_id": 4, "a": 2 }, Ack::Journaled, None);
+        let dup = c.insert(&e, &doc! { "_id": 4, "a": 2 }, (Ack::Journaled, &Default::default()), None);
         assert!(matches!(dup, Err(DocError::DuplicateIndexKey(_))), "{dup:?}");
-        c.insert(&e, &doc! { "_id": 5, "a": 3 }, Ack::Journaled, None).unwrap();
+        c.insert(&e, &doc! { "_id": 5, "a": 3 }, (Ack::Journaled, &Default::default()), None).unwrap();
         // Two writers of one new key: the second conflicts on the claim.
         let (t1, t2) =
             (e.begin(storage::TxnOptions::default()).unwrap(), e.begin(storage::TxnOptions::default()).unwrap());
@@ -154,7 +157,7 @@ fn an_index_prepared_for_unique_refuses_new_duplicates_then_converts() {
             other => panic!("expected duplicates, got {other:?}"),
         }
         let (rid, d) = c.find_rid_by_id(&e, &Bson::Int32(2)).unwrap().unwrap();
-        c.delete(&e, rid, &d, Ack::Journaled, None).unwrap();
+        c.delete(&e, rid, &d, (Ack::Journaled, &Default::default()), None).unwrap();
         cat.convert_index(&ns, "a_1", true).unwrap();
         let ix = c.indexes()[0].clone();
         assert!(ix.spec.unique && !ix.prepare_unique() && ix.shown().get_bool("unique") == Ok(true));
@@ -167,11 +170,11 @@ fn an_index_prepared_for_unique_refuses_new_duplicates_then_converts() {
     let c = cat.get(&ns).unwrap();
     assert!(c.indexes()[0].spec.unique);
     assert!(matches!(
-        c.insert(&e, &doc! { "_id": 8, "a": 3 }, Ack::Journaled, None),
+        c.insert(&e, &doc! { "_id": 8, "a": 3 }, (Ack::Journaled, &Default::default()), None),
         Err(DocError::DuplicateIndexKey(_))
     ));
     cat.convert_index(&ns, "a_1", false).unwrap();
-    c.insert(&e, &doc! { "_id": 8, "a": 3 }, Ack::Journaled, None).unwrap();
+    c.insert(&e, &doc! { "_id": 8, "a": 3 }, (Ack::Journaled, &Default::default()), None).unwrap();
     let ix = c.indexes()[0].clone();
     assert!(!ix.spec.unique && ix.entries(&e).unwrap().len() == 5);
     // The old tables are gone.
@@ -191,7 +194,7 @@ fn a_clustered_collection_scans_in_id_order_and_expires_date_ids() {
     assert!(c.is_clustered());
     let date = |ms: i64| Bson::DateTime(bson::DateTime::from_millis(ms));
     for id in [Bson::Int32(4), date(5_000), Bson::String("x".into()), Bson::Int32(2), date(-1), date(0), date(9_000)] {
-        c.insert(&e, &doc! { "_id": id }, Ack::Journaled, None).unwrap();
+        c.insert(&e, &doc! { "_id": id }, (Ack::Journaled, &Default::default()), None).unwrap();
     }
     let ids = |found: Vec<(ScanFrom, u64, crate::stored::Stored)>| -> Vec<Bson> {
         found.into_iter().map(|(_, _, d)| d.document().unwrap().get("_id").unwrap().clone()).collect()
@@ -214,7 +217,7 @@ fn a_clustered_collection_scans_in_id_order_and_expires_date_ids() {
     // An ordinary collection's natural order is insertion order.
     let plain = cat.get_or_create(&Namespace::new("test", "plain").unwrap()).unwrap();
     for id in [3, 1, 2] {
-        plain.insert(&e, &doc! { "_id": id }, Ack::Journaled, None).unwrap();
+        plain.insert(&e, &doc! { "_id": id }, (Ack::Journaled, &Default::default()), None).unwrap();
     }
     assert_eq!(
         ids(plain.natural(&e, &ScanFrom::Start, false, 0).unwrap()),
@@ -231,10 +234,11 @@ fn collections_survive_reopen_and_ids_are_unique() {
         let e = engine(dir.path());
         let cat = Catalog::open(e.clone()).unwrap();
         let c = cat.get_or_create(&ns).unwrap();
-        let stored = c.insert(&e, &doc! { "name": "ann", "_id": 1 }, Ack::Journaled, None).unwrap();
+        let stored =
+            c.insert(&e, &doc! { "name": "ann", "_id": 1 }, (Ack::Journaled, &Default::default()), None).unwrap();
         assert_eq!(stored.keys().next().map(String::as_str), Some("_id"), "_id moves first");
-        c.insert(&e, &doc! { "name": "bob" }, Ack::Journaled, None).unwrap();
-        match c.insert(&e, &doc! { "_id": 1.0, "name": "dup" }, Ack::Journaled, None) {
+        c.insert(&e, &doc! { "name": "bob" }, (Ack::Journaled, &Default::default()), None).unwrap();
+        match c.insert(&e, &doc! { "_id": 1.0, "name": "dup" }, (Ack::Journaled, &Default::default()), None) {
             Err(DocError::DuplicateKey { key, .. }) => assert_eq!(*key, Bson::Double(1.0)),
             other => panic!("expected a duplicate key, got {other:?}"),
         }
@@ -247,7 +251,7 @@ fn collections_survive_reopen_and_ids_are_unique() {
     let all = c.scan(&e, 0, 0).unwrap();
     assert_eq!(all.len(), 2);
     assert_eq!(c.find_by_id(&e, &Bson::Int64(1)).unwrap().unwrap().get_str("name").unwrap(), "ann");
-    c.insert(&e, &doc! { "_id": 3 }, Ack::Journaled, None).unwrap();
+    c.insert(&e, &doc! { "_id": 3 }, (Ack::Journaled, &Default::default()), None).unwrap();
     assert!(c.scan(&e, 0, 0).unwrap().windows(2).all(|w| w[0].0 < w[1].0), "record ids grow");
     assert_eq!(cat.databases(), vec!["test".to_string()]);
     assert!(cat.drop(&ns).unwrap());
@@ -263,8 +267,14 @@ fn rename_over_a_target_replaces_it() {
     {
         let e = engine(dir.path());
         let cat = Catalog::open(e.clone()).unwrap();
-        cat.get_or_create(&to).unwrap().insert(&e, &doc! { "_id": "old" }, Ack::Journaled, None).unwrap();
-        cat.get_or_create(&from).unwrap().insert(&e, &doc! { "_id": "new" }, Ack::Journaled, None).unwrap();
+        cat.get_or_create(&to)
+            .unwrap()
+            .insert(&e, &doc! { "_id": "old" }, (Ack::Journaled, &Default::default()), None)
+            .unwrap();
+        cat.get_or_create(&from)
+            .unwrap()
+            .insert(&e, &doc! { "_id": "new" }, (Ack::Journaled, &Default::default()), None)
+            .unwrap();
         let old_tables = e.table_names().len();
         assert!(matches!(cat.rename(&from, &to, false), Err(DocError::NamespaceExists(_))));
         assert!(matches!(cat.rename(&to, &to, true), Err(DocError::NamespaceExists(_))));
@@ -285,7 +295,7 @@ fn rename_over_a_target_replaces_it() {
 fn insert_many_commits_in_chunks_with_per_document_results() {
     let (_dir, e, cat) = fresh_catalog();
     let c = cat.get_or_create(&Namespace::new("test", "many").unwrap()).unwrap();
-    c.insert(&e, &doc! { "_id": 5 }, Ack::Journaled, None).unwrap();
+    c.insert(&e, &doc! { "_id": 5 }, (Ack::Journaled, &Default::default()), None).unwrap();
     let n = INSERT_CHUNK_DOCS * 2 + 50;
     let mut docs: Vec<Document> = (0..n as i64).map(|i| doc! { "_id": i + 10, "v": i }).collect();
     docs[7] = doc! { "_id": 5 }; // exists already
@@ -299,7 +309,7 @@ fn insert_many_commits_in_chunks_with_per_document_results() {
     docs[400] = doc! { "_id": 9000, "deep": deep };
     docs[401] = doc! { "_id": "10".parse::<bson::Decimal128>().unwrap() }; // equals docs[0]'s 10
     let refs: Vec<&Document> = docs.iter().collect();
-    let results = c.insert_many(&e, &refs, false, Ack::Journaled, None);
+    let results = c.insert_many(&e, &refs, false, (Ack::Journaled, &Default::default()), None);
     let deep_doc = docs[400].clone();
     assert_eq!(results.len(), n);
     let failed: Vec<usize> = (0..n).filter(|&i| results[i].is_err()).collect();
@@ -318,7 +328,7 @@ fn insert_many_commits_in_chunks_with_per_document_results() {
     let mut docs: Vec<Document> = (0..n as i64).map(|i| doc! { "_id": i }).collect();
     docs[270] = doc! { "_id": 1 };
     let refs: Vec<&Document> = docs.iter().collect();
-    let results = c2.insert_many(&e, &refs, true, Ack::Journaled, None);
+    let results = c2.insert_many(&e, &refs, true, (Ack::Journaled, &Default::default()), None);
     assert_eq!(results.len(), 271);
     assert!(results[..270].iter().all(Result::is_ok) && results[270].is_err());
     assert_eq!(c2.scan(&e, 0, 0).unwrap().len(), 270);
@@ -327,7 +337,7 @@ fn insert_many_commits_in_chunks_with_per_document_results() {
     let c3 = cat.get_or_create(&Namespace::new("test", "refused").unwrap()).unwrap();
     let docs = [doc! { "_id": "k".repeat(9000) }, deep_doc, doc! { "_id": 3 }];
     let refs: Vec<&Document> = docs.iter().collect();
-    let results = c3.insert_many(&e, &refs, true, Ack::Journaled, None);
+    let results = c3.insert_many(&e, &refs, true, (Ack::Journaled, &Default::default()), None);
     assert_eq!(results.len(), 2);
     assert!(results[0].is_ok() && results[1].is_err());
     assert_eq!(c3.scan(&e, 0, 0).unwrap().len(), 1);
@@ -349,7 +359,7 @@ fn insert_many_fits_its_chunks_to_a_small_cache() {
         .collect();
     let refs: Vec<&Document> = docs.iter().collect();
     for batch in refs.chunks(1000) {
-        let results = c.insert_many(&e, batch, true, Ack::Written, None);
+        let results = c.insert_many(&e, batch, true, (Ack::Written, &Default::default()), None);
         assert_eq!(results.len(), batch.len());
         assert!(results.iter().all(Result::is_ok), "{:?}", results.iter().find(|r| r.is_err()));
     }
@@ -370,7 +380,7 @@ fn concurrent_insert_many_of_the_same_ids_store_each_once() {
                 s.spawn(|| {
                     let refs: Vec<&Document> = docs.iter().collect();
                     start.wait();
-                    let results = c.insert_many(&e, &refs, false, Ack::Written, None);
+                    let results = c.insert_many(&e, &refs, false, (Ack::Written, &Default::default()), None);
                     assert_eq!(results.len(), docs.len());
                     for r in &results {
                         assert!(matches!(r, Ok(()) | Err(DocError::DuplicateKey { .. })), "{r:?}");
@@ -402,7 +412,7 @@ fn writes_in_the_callers_transaction_commit_or_roll_back_together() {
     let (_dir, e, cat) = fresh_catalog();
     let a = cat.create(&Namespace::new("t", "a").unwrap(), Document::new()).unwrap();
     let b = cat.create(&Namespace::new("t", "b").unwrap(), Document::new()).unwrap();
-    let old = a.insert(&e, &doc! { "_id": 1, "v": 1 }, Ack::Journaled, None).unwrap();
+    let old = a.insert(&e, &doc! { "_id": 1, "v": 1 }, (Ack::Journaled, &Default::default()), None).unwrap();
     let (rid, _) = a.find_rid_by_id(&e, &Bson::Int32(1)).unwrap().unwrap();
 
     // Rolled back: nothing of it is seen.
@@ -519,8 +529,8 @@ fn secondary_indexes_follow_every_write_and_keep_multikey_paths() {
     let cat = Catalog::open(e.clone()).unwrap();
     let ns = Namespace::new("t", "c").unwrap();
     let c = cat.create(&ns, Document::new()).unwrap();
-    c.insert(&e, &doc! { "_id": 1, "a": 5 }, Ack::Journaled, None).unwrap();
-    c.insert(&e, &doc! { "_id": 2 }, Ack::Journaled, None).unwrap();
+    c.insert(&e, &doc! { "_id": 1, "a": 5 }, (Ack::Journaled, &Default::default()), None).unwrap();
+    c.insert(&e, &doc! { "_id": 2 }, (Ack::Journaled, &Default::default()), None).unwrap();
     let seen = std::sync::Mutex::new(Vec::new());
     let progress = |done, total| seen.lock().unwrap().push((done, total));
     cat.build_index(&ns, spec(doc! { "v": 2, "key": { "a": 1 }, "name": "a_1" }), &progress).unwrap();
@@ -528,11 +538,13 @@ fn secondary_indexes_follow_every_write_and_keep_multikey_paths() {
     let i32s = |v: i32| Bson::Int32(v);
     assert_eq!(index_of(&e, &c, "a_1"), vec![(vec![Bson::Null], i32s(2)), (vec![i32s(5)], i32s(1))]);
 
-    c.insert(&e, &doc! { "_id": 3, "a": [7, 5] }, Ack::Journaled, None).unwrap();
+    c.insert(&e, &doc! { "_id": 3, "a": [7, 5] }, (Ack::Journaled, &Default::default()), None).unwrap();
     let (rid, old) = c.find_rid_by_id(&e, &i32s(3)).unwrap().unwrap();
-    assert!(c.replace(&e, rid, &old, &doc! { "_id": 3, "a": [5, 8] }, Ack::Journaled, None).unwrap());
+    assert!(c
+        .replace(&e, rid, &old, &doc! { "_id": 3, "a": [5, 8] }, (Ack::Journaled, &Default::default()), None)
+        .unwrap());
     let (rid, old) = c.find_rid_by_id(&e, &i32s(1)).unwrap().unwrap();
-    assert!(c.delete(&e, rid, &old, Ack::Journaled, None).unwrap());
+    assert!(c.delete(&e, rid, &old, (Ack::Journaled, &Default::default()), None).unwrap());
     let want = vec![(vec![Bson::Null], i32s(2)), (vec![i32s(5)], i32s(3)), (vec![i32s(8)], i32s(3))];
     assert_eq!(index_of(&e, &c, "a_1"), want);
     let ix = &c.indexes()[0];
@@ -552,8 +564,8 @@ fn unique_and_parallel_array_refusals_write_nothing() {
     let (_dir, e, cat) = fresh_catalog();
     let ns = Namespace::new("t", "u").unwrap();
     let c = cat.create(&ns, Document::new()).unwrap();
-    c.insert(&e, &doc! { "_id": 1, "a": 1, "b": [1, 2] }, Ack::Journaled, None).unwrap();
-    c.insert(&e, &doc! { "_id": 2, "a": 1 }, Ack::Journaled, None).unwrap();
+    c.insert(&e, &doc! { "_id": 1, "a": 1, "b": [1, 2] }, (Ack::Journaled, &Default::default()), None).unwrap();
+    c.insert(&e, &doc! { "_id": 2, "a": 1 }, (Ack::Journaled, &Default::default()), None).unwrap();
     let unique = doc! { "v": 2, "key": { "a": 1 }, "name": "a_1", "unique": true };
     let err = cat.build_index(&ns, spec(unique.clone()), &|_, _| {}).unwrap_err();
     assert_eq!(err.to_string(), "E11000 duplicate key error collection: t.u index: a_1 dup key: { a: 1 }");
@@ -561,16 +573,18 @@ fn unique_and_parallel_array_refusals_write_nothing() {
     let tables = e.table_names().len();
 
     let (rid, old) = c.find_rid_by_id(&e, &Bson::Int32(2)).unwrap().unwrap();
-    assert!(c.delete(&e, rid, &old, Ack::Journaled, None).unwrap());
+    assert!(c.delete(&e, rid, &old, (Ack::Journaled, &Default::default()), None).unwrap());
     cat.build_index(&ns, spec(unique), &|_, _| {}).unwrap();
     assert_eq!(e.table_names().len(), tables + 1);
-    let dup = c.insert(&e, &doc! { "_id": 3, "a": 1 }, Ack::Journaled, None).unwrap_err();
+    let dup = c.insert(&e, &doc! { "_id": 3, "a": 1 }, (Ack::Journaled, &Default::default()), None).unwrap_err();
     assert!(matches!(dup, DocError::DuplicateIndexKey(_)), "{dup}");
     assert_eq!(c.find_by_id(&e, &Bson::Int32(3)).unwrap(), None);
 
     let ab = doc! { "v": 2, "key": { "b": 1, "c": 1 }, "name": "b_1_c_1" };
     cat.build_index(&ns, spec(ab), &|_, _| {}).unwrap();
-    let err = c.insert(&e, &doc! { "_id": 4, "a": 4, "b": [1], "c": [2] }, Ack::Journaled, None).unwrap_err();
+    let err = c
+        .insert(&e, &doc! { "_id": 4, "a": 4, "b": [1], "c": [2] }, (Ack::Journaled, &Default::default()), None)
+        .unwrap_err();
     assert_eq!(err.to_string(), "cannot index parallel arrays [c] [b]");
     assert_eq!(c.find_by_id(&e, &Bson::Int32(4)).unwrap(), None);
     assert_eq!(index_of(&e, &c, "a_1").len(), 1);
@@ -587,7 +601,8 @@ fn an_index_built_under_concurrent_writes_matches_the_documents() {
     let ns = Namespace::new("t", "busy").unwrap();
     let c = cat.create(&ns, Document::new()).unwrap();
     for i in 0..2000 {
-        c.insert(&e, &doc! { "_id": i, "a": i % 50, "b": [i, i + 1] }, Ack::Written, None).unwrap();
+        c.insert(&e, &doc! { "_id": i, "a": i % 50, "b": [i, i + 1] }, (Ack::Written, &Default::default()), None)
+            .unwrap();
     }
     let stop = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|s| {
@@ -601,12 +616,13 @@ fn an_index_built_under_concurrent_writes_matches_the_documents() {
                     if let Some((rid, old)) = c.find_rid_by_id(e, &id).unwrap() {
                         let new = doc! { "_id": id.clone(), "a": n % 50, "b": [n, -n] };
                         if n % 5 == 0 {
-                            c.delete(e, rid, &old, Ack::Written, None).unwrap();
+                            c.delete(e, rid, &old, (Ack::Written, &Default::default()), None).unwrap();
                         } else {
-                            c.replace(e, rid, &old, &new, Ack::Written, None).unwrap();
+                            c.replace(e, rid, &old, &new, (Ack::Written, &Default::default()), None).unwrap();
                         }
                     } else {
-                        c.insert(e, &doc! { "_id": id, "a": 1, "b": [] }, Ack::Written, None).unwrap();
+                        c.insert(e, &doc! { "_id": id, "a": 1, "b": [] }, (Ack::Written, &Default::default()), None)
+                            .unwrap();
                     }
                 }
             });
@@ -634,7 +650,7 @@ fn check_index_reports_missing_and_extra_entries() {
     let ns = Namespace::new("t", "v").unwrap();
     let c = cat.create(&ns, Document::new()).unwrap();
     for i in 0..5 {
-        c.insert(&e, &doc! { "_id": i, "a": i * 10 }, Ack::Journaled, None).unwrap();
+        c.insert(&e, &doc! { "_id": i, "a": i * 10 }, (Ack::Journaled, &Default::default()), None).unwrap();
     }
     cat.build_index(&ns, spec(doc! { "v": 2, "key": { "a": 1 }, "name": "a_1" }), &|_, _| {}).unwrap();
     let ix = c.indexes().remove(0);

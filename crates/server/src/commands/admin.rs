@@ -7,6 +7,7 @@ use crate::commands::SET_NAME;
 use crate::commands::VERSION;
 use crate::commands::{app_name_of, cluster_time, hello_await, TOPOLOGY_COUNTER};
 use crate::error::CommandError;
+use crate::exec::ctx::Ctx;
 use crate::limits::*;
 use crate::server::hostname;
 use crate::server::{Conn, Shared};
@@ -75,7 +76,7 @@ pub(crate) fn with_compression(mut reply: Document, cmd: &Document) -> Document 
 /// a level outside 0-2 only reads. Levels 1 and 2, which write to
 /// `system.profile`, are not built yet. Replies with the settings as
 /// they were.
-pub(crate) fn profile(shared: &Shared, cmd: &Document) -> CommandResult {
+pub(crate) fn profile(shared: &Ctx<'_>, cmd: &Document) -> CommandResult {
     crate::args::check_fields(cmd, "profile", &["slowms", "sampleRate", "filter", "comment"], false)?;
     let level = match cmd.get("profile").and_then(query::update::integral) {
         Some(n) => n,
@@ -113,13 +114,17 @@ pub(crate) fn profile(shared: &Shared, cmd: &Document) -> CommandResult {
 }
 
 /// Parameters `getParameter` knows, with their values.
-pub(crate) fn parameters(shared: &Shared) -> Document {
+pub(crate) fn parameters(shared: &Ctx<'_>) -> Document {
     let p = &shared.parameters;
     doc! {
         "featureCompatibilityVersion": { "version": "8.0" },
         "maxBSONDepth": bson_depth_max as i32,
         "logicalSessionTimeoutMinutes": session_timeout_minutes,
-        "transactionLifetimeLimitSeconds": 60,
+        "transactionLifetimeLimitSeconds": shared.transactions.lifetime_secs.load(Ordering::Relaxed) as i32,
+        "defaultTransactionIsolation": match shared.transactions.serializable_default.load(Ordering::Relaxed) {
+            true => "serializable",
+            false => "snapshot",
+        },
         "internalQueryMaxBlockingSortMemoryUsageBytes": p.sort_memory_limit.load(Ordering::Relaxed) as i32,
         "internalDocumentSourceGroupMaxMemoryBytes": p.group_memory_limit.load(Ordering::Relaxed) as i64,
         "allowDiskUseByDefault": p.allow_disk_use_by_default.load(Ordering::Relaxed),
@@ -130,7 +135,7 @@ pub(crate) fn parameters(shared: &Shared) -> Document {
     }
 }
 
-pub(crate) fn get_parameter(shared: &Shared, cmd: &Document) -> CommandResult {
+pub(crate) fn get_parameter(shared: &Ctx<'_>, cmd: &Document) -> CommandResult {
     let all = parameters(shared);
     let want = cmd.get("getParameter").cloned().unwrap_or(Bson::Null);
     // {getParameter: "*"} or {getParameter: {allParameters: true}}: everything.
@@ -161,7 +166,7 @@ pub(crate) fn get_parameter(shared: &Shared, cmd: &Document) -> CommandResult {
 
 /// `setParameter` for the parameters that change at run time; replies
 /// with the last one's previous value (`was`), as mongod does.
-pub(crate) fn set_parameter(shared: &Shared, cmd: &Document) -> CommandResult {
+pub(crate) fn set_parameter(shared: &Ctx<'_>, cmd: &Document) -> CommandResult {
     let settings: Vec<(&String, &Bson)> =
         cmd.iter().skip(1).filter(|(k, _)| !k.starts_with('$') && !matches!(k.as_str(), "lsid" | "comment")).collect();
     if settings.is_empty() {
@@ -201,6 +206,25 @@ pub(crate) fn set_parameter(shared: &Shared, cmd: &Document) -> CommandResult {
                 };
                 changes.push(Box::new(move || Bson::Boolean(flag.swap(b, Ordering::Relaxed))));
             }
+            "transactionLifetimeLimitSeconds" => {
+                let n = query::update::integral(value)
+                    .and_then(|n| u64::try_from(n).ok())
+                    .filter(|&n| n > 0 && n <= i32::MAX as u64)
+                    .ok_or_else(|| bad("it must be a whole number of seconds, at least 1"))?;
+                let limit = &shared.transactions.lifetime_secs;
+                changes.push(Box::new(move || Bson::Int32(limit.swap(n, Ordering::Relaxed) as i32)));
+            }
+            "defaultTransactionIsolation" => {
+                let serializable = match value.as_str() {
+                    Some("serializable") => true,
+                    Some("snapshot") => false,
+                    _ => return Err(bad("it must be \"snapshot\" or \"serializable\"")),
+                };
+                let flag = &shared.transactions.serializable_default;
+                changes.push(Box::new(move || {
+                    Bson::from(if flag.swap(serializable, Ordering::Relaxed) { "serializable" } else { "snapshot" })
+                }));
+            }
             "ttlMonitorSleepSecs" => {
                 let n = query::update::integral(value)
                     .and_then(|n| u64::try_from(n).ok())
@@ -222,7 +246,7 @@ pub(crate) fn set_parameter(shared: &Shared, cmd: &Document) -> CommandResult {
     Ok(doc! { "was": was, "ok": 1.0 })
 }
 
-pub(crate) fn server_status(shared: &Shared) -> Document {
+pub(crate) fn server_status(shared: &Ctx<'_>) -> Document {
     let s = shared.catalog.engine().stats();
     let c = &shared.opcounters;
     let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed) as i64;
@@ -264,7 +288,7 @@ pub(crate) fn server_status(shared: &Shared) -> Document {
     }
 }
 
-pub(crate) fn network(shared: &Shared) -> Document {
+pub(crate) fn network(shared: &Ctx<'_>) -> Document {
     let n = &shared.network;
     let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed) as i64;
     let mut compression = Document::new();
@@ -317,7 +341,7 @@ pub(crate) fn list_commands() -> Document {
 /// `currentOp`: the operations under way that the server lists (index
 /// builds, with their progress), those matching the command's filter
 /// (its fields other than the options).
-pub(crate) fn current_op(shared: &Shared, cmd: &Document) -> CommandResult {
+pub(crate) fn current_op(shared: &Ctx<'_>, cmd: &Document) -> CommandResult {
     if cmd.get_str("$db") != Ok("admin") {
         return Err(CommandError::unauthorized("currentOp may only be run against the admin database."));
     }

@@ -7,6 +7,7 @@ use crate::args::namespace;
 use crate::args::ReplyResult;
 use crate::error::CommandError;
 use crate::exec::call::Call;
+use crate::exec::ctx::Ctx;
 use crate::exec::cursors::buffered_cursor;
 use crate::exec::cursors::first_batch;
 use crate::exec::cursors::stream_of;
@@ -17,14 +18,13 @@ use crate::exec::scan::check_hint;
 use crate::exec::scan::collation_of;
 use crate::exec::views::resolve_view;
 use crate::exec::views::stream_over;
-use crate::server::Shared;
 use bson::{doc, Bson, Document};
 use doc::catalog::Namespace;
 
 /// The stage that lists the local session cache (`{aggregate: 1}` only).
 pub(crate) const LOCAL_SESSIONS: &str = "$listLocalSessions";
 
-pub fn aggregate(shared: &Shared, call: &Call, cmd: &Document) -> ReplyResult {
+pub fn aggregate(shared: &Ctx<'_>, call: &Call, cmd: &Document) -> ReplyResult {
     let deadline = Deadline::of(cmd)?;
     // `{aggregate: 1}`: a database-level pipeline, starting from `$documents`.
     let collectionless = match cmd.get("aggregate") {
@@ -146,7 +146,7 @@ pub fn aggregate(shared: &Shared, call: &Call, cmd: &Document) -> ReplyResult {
 /// `$indexStats`: per ready secondary index, the reads it served since
 /// it was loaded (`accesses.ops`, `accesses.since`); the `_id` index's
 /// are not counted.
-fn index_stats_stage(shared: &Shared, ns: &Namespace, stage: &Document) -> Result<Vec<Document>, CommandError> {
+fn index_stats_stage(shared: &Ctx<'_>, ns: &Namespace, stage: &Document) -> Result<Vec<Document>, CommandError> {
     match stage.get("$indexStats") {
         Some(Bson::Document(d)) if d.is_empty() => {}
         _ => return Err(CommandError::with_code(28803, "The $indexStats stage specification must be an empty object")),
@@ -171,7 +171,7 @@ fn index_stats_stage(shared: &Shared, ns: &Namespace, stage: &Document) -> Resul
 }
 
 /// The one document `$collStats` produces (`storageStats` and `count`).
-pub(crate) fn coll_stats_stage(shared: &Shared, ns: &Namespace, stage: &Document) -> Result<Document, CommandError> {
+pub(crate) fn coll_stats_stage(shared: &Ctx<'_>, ns: &Namespace, stage: &Document) -> Result<Document, CommandError> {
     let Ok(spec) = stage.get_document("$collStats") else {
         return Err(CommandError::failed_to_parse("$collStats must take a nested object but found: $collStats"));
     };

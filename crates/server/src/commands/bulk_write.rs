@@ -26,17 +26,18 @@ use crate::args::wrong_type;
 use crate::args::CommandResult;
 use crate::error::CommandError;
 use crate::exec::call::{Call, OpDebug};
+use crate::exec::ctx::Ctx;
 use crate::exec::modify::delete_one_spec;
 use crate::exec::modify::parse_statement;
 use crate::exec::modify::run_statement;
 use crate::exec::views::check_not_view;
 use crate::exec::write::acknowledge;
 use crate::exec::write::check_insert;
+use crate::exec::write::insert_doc;
 use crate::exec::write::validator_of;
 use crate::exec::write::Outcome;
 use crate::exec::write::STATEMENT_ACK;
 use crate::net::wire::OpMsg;
-use crate::server::Shared;
 use crate::session::{Retry, StmtLog};
 use bson::{doc, Bson, Document};
 use doc::catalog::Namespace;
@@ -219,7 +220,7 @@ enum Kind {
     Delete,
 }
 
-pub fn bulk_write(shared: &Shared, call: &Call, msg: &OpMsg) -> CommandResult {
+pub fn bulk_write(shared: &Ctx<'_>, call: &Call, msg: &OpMsg) -> CommandResult {
     let cmd = &msg.body;
     if db_of(cmd)? != "admin" {
         return Err(CommandError::unauthorized("bulkWrite may only be run against the admin database."));
@@ -319,7 +320,7 @@ pub fn bulk_write(shared: &Shared, call: &Call, msg: &OpMsg) -> CommandResult {
 /// statement would run; a retryable one answers from its record if it
 /// already ran.
 fn run_op(
-    shared: &Shared,
+    shared: &Ctx<'_>,
     cmd: &Document,
     ns: &Namespace,
     op: &Op,
@@ -364,7 +365,7 @@ fn run_op(
             check_insert(document, validator.as_ref())?;
             let coll = shared.catalog.get_or_create(ns)?;
             let record = log.as_ref().map(|l| l.record(doc! { "n": 1i64 })).transpose()?;
-            coll.insert(shared.catalog.engine(), document, STATEMENT_ACK, record.as_ref().map(|r| r as &dyn Stamp))?;
+            insert_doc(shared, &coll, document, STATEMENT_ACK, record.as_ref().map(|r| r as &dyn Stamp))?;
             if coll.capped.is_some() {
                 shared.capped_inserts.send_modify(|n| *n += 1);
             }

@@ -6,12 +6,12 @@ use crate::args::namespace;
 use crate::args::CommandResult;
 use crate::error::CommandError;
 use crate::exec::call::Call;
+use crate::exec::ctx::Ctx;
 use crate::exec::deadline::Deadline;
 use crate::exec::scan::check_hint;
 use crate::exec::scan::collation_of;
 use crate::exec::scan::scan_hits;
 use crate::limits::*;
-use crate::server::Shared;
 use bson::{doc, Bson, Document};
 /// A document's BSON size.
 pub(crate) use doc::bson_bytes::encoded_len;
@@ -20,7 +20,7 @@ use query::Collation;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-pub fn count(shared: &Shared, call: &Call, cmd: &Document) -> CommandResult {
+pub fn count(shared: &Ctx<'_>, call: &Call, cmd: &Document) -> CommandResult {
     let deadline = Deadline::of(cmd)?;
     let ns = namespace(cmd, "count")?;
     let (filter_doc, filter) = filter_of(cmd, "query", &query::expr::Scope::default())?;
@@ -44,7 +44,7 @@ pub fn count(shared: &Shared, call: &Call, cmd: &Document) -> CommandResult {
     Ok(doc! { "n": n as i64, "ok": 1.0 })
 }
 
-pub fn distinct(shared: &Shared, call: &Call, cmd: &Document) -> CommandResult {
+pub fn distinct(shared: &Ctx<'_>, call: &Call, cmd: &Document) -> CommandResult {
     let deadline = Deadline::of(cmd)?;
     let ns = namespace(cmd, "distinct")?;
     let key = match cmd.get("key") {

@@ -10,15 +10,15 @@ use crate::args::wrong_type;
 use crate::args::CommandResult;
 use crate::args::GENERIC_FIELDS;
 use crate::error::CommandError;
+use crate::exec::ctx::Ctx;
 use crate::exec::index_mod;
 use crate::exec::views::check_not_view;
 use crate::exec::write::Validator;
-use crate::server::Shared;
 use bson::{doc, Bson, Document};
 use doc::catalog::{DocError, Namespace};
 use query::expr::Scope;
 
-pub fn create(shared: &Shared, cmd: &Document) -> CommandResult {
+pub fn create(shared: &Ctx<'_>, cmd: &Document) -> CommandResult {
     let ns = namespace(cmd, "create")?;
     let options: Document = cmd
         .iter()
@@ -231,7 +231,7 @@ pub(crate) fn number_of(v: &Bson) -> Option<i64> {
 /// Check a view's `viewOn` and `pipeline`; the view may read a missing
 /// collection, but not itself through other views.
 pub(crate) fn view_options(
-    shared: &Shared,
+    shared: &Ctx<'_>,
     ns: &Namespace,
     options: Document,
     cmd_name: &str,
@@ -300,7 +300,7 @@ pub(crate) fn view_options(
 /// `collMod`: change a collection's validator (`validator`,
 /// `validationLevel`, `validationAction`) or a view's definition
 /// (`viewOn`, `pipeline`), checked as `create` checks them.
-pub fn coll_mod(shared: &Shared, cmd: &Document) -> CommandResult {
+pub fn coll_mod(shared: &Ctx<'_>, cmd: &Document) -> CommandResult {
     const CHANGES: &[&str] = &["validator", "validationLevel", "validationAction", "viewOn", "pipeline"];
     const NOT_YET: &[&str] = &["cappedSize", "cappedMax", "changeStreamPreAndPostImages", "timeseries"];
     let ns = namespace(cmd, "collMod")?;
@@ -434,7 +434,7 @@ pub(crate) fn capped_options(cmd: &Document, mut options: Document) -> Result<Do
     Ok(options)
 }
 
-pub fn drop(shared: &Shared, cmd: &Document) -> CommandResult {
+pub fn drop(shared: &Ctx<'_>, cmd: &Document) -> CommandResult {
     let ns = namespace(cmd, "drop")?;
     // Since MongoDB 7.0, dropping a missing collection succeeds.
     if shared.catalog.drop(&ns)? {
@@ -444,7 +444,7 @@ pub fn drop(shared: &Shared, cmd: &Document) -> CommandResult {
     }
 }
 
-pub fn drop_database(shared: &Shared, cmd: &Document) -> CommandResult {
+pub fn drop_database(shared: &Ctx<'_>, cmd: &Document) -> CommandResult {
     let db = db_of(cmd)?;
     for c in shared.catalog.list(db) {
         shared.catalog.drop(&c.ns)?;
@@ -452,7 +452,7 @@ pub fn drop_database(shared: &Shared, cmd: &Document) -> CommandResult {
     Ok(doc! { "dropped": db, "ok": 1.0 })
 }
 
-pub fn list_collections(shared: &Shared, cmd: &Document) -> CommandResult {
+pub fn list_collections(shared: &Ctx<'_>, cmd: &Document) -> CommandResult {
     const CONTEXT: &str = "listCollections";
     let db = db_of(cmd)?;
     let (_, filter) = filter_of(cmd, "filter", &Scope::default())?;
@@ -482,7 +482,7 @@ pub fn list_collections(shared: &Shared, cmd: &Document) -> CommandResult {
     Ok(doc! { "cursor": { "id": 0i64, "ns": format!("{db}.$cmd.listCollections"), "firstBatch": batch }, "ok": 1.0 })
 }
 
-pub fn list_databases(shared: &Shared, cmd: &Document) -> CommandResult {
+pub fn list_databases(shared: &Ctx<'_>, cmd: &Document) -> CommandResult {
     const CONTEXT: &str = "listDatabases";
     let (_, filter) = filter_of(cmd, "filter", &Scope::default())?;
     let name_only = bool_option(cmd, "nameOnly", CONTEXT, false)?;
@@ -514,7 +514,7 @@ pub fn list_databases(shared: &Shared, cmd: &Document) -> CommandResult {
     Ok(reply)
 }
 
-pub fn rename_collection(shared: &Shared, cmd: &Document) -> CommandResult {
+pub fn rename_collection(shared: &Ctx<'_>, cmd: &Document) -> CommandResult {
     if db_of(cmd)? != "admin" {
         return Err(CommandError::unauthorized("renameCollection may only be run against the admin database."));
     }

@@ -10,17 +10,17 @@ use crate::args::statements;
 use crate::args::CommandResult;
 use crate::error::CommandError;
 use crate::exec::call::Call;
+use crate::exec::ctx::Ctx;
 use crate::exec::modify::delete_one_spec;
 use crate::exec::views::check_not_view;
 use crate::exec::write::acknowledge;
 use crate::exec::write::write_reply;
 use crate::exec::write::Outcome;
 use crate::net::wire::OpMsg;
-use crate::server::Shared;
 use crate::session::{Retry, StmtLog};
 use std::sync::atomic::Ordering;
 
-pub fn delete(shared: &Shared, call: &Call, msg: &OpMsg) -> CommandResult {
+pub fn delete(shared: &Ctx<'_>, call: &Call, msg: &OpMsg) -> CommandResult {
     let cmd = &msg.body;
     let ns = namespace(cmd, "delete")?;
     let specs = statements(msg, "delete", "deletes")?;
@@ -58,7 +58,7 @@ pub fn delete(shared: &Shared, call: &Call, msg: &OpMsg) -> CommandResult {
             },
         };
         Ok(Outcome { n: delete_one_spec(shared, &ns, spec, &scope, log.as_ref(), &call.op)?, ..Outcome::default() })
-    });
+    })?;
     if let Some(retry) = retry {
         retry.finish_reply(&mut reply);
     }

@@ -11,6 +11,7 @@ use crate::args::{CommandResult, ReplyResult};
 use crate::error::CommandError;
 use crate::exec::access;
 use crate::exec::call::Call;
+use crate::exec::ctx::Ctx;
 use crate::exec::cursors::check_tail_position;
 use crate::exec::cursors::cursor_reply;
 use crate::exec::cursors::fill;
@@ -35,7 +36,6 @@ use crate::exec::scan::Hit;
 use crate::exec::views::resolve_view;
 use crate::exec::views::stream_over;
 use crate::limits::quick_read_docs_max;
-use crate::server::Shared;
 use bson::{doc, Bson, Document};
 use doc::catalog::{Namespace, ScanFrom};
 use doc::stored::Stored;
@@ -46,7 +46,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-pub fn find(shared: &Shared, call: &Call, cmd: &Document) -> ReplyResult {
+pub fn find(shared: &Ctx<'_>, call: &Call, cmd: &Document) -> ReplyResult {
     let place = call.place;
     shared.opcounters.query.fetch_add(1, Ordering::Relaxed);
     let deadline = Deadline::of(cmd)?;
@@ -154,6 +154,7 @@ pub fn find(shared: &Shared, call: &Call, cmd: &Document) -> ReplyResult {
         tailing: None,
         lsid: None,
         time_left: None,
+        txn: None,
     };
     if tailable {
         state.tailing = coll.as_ref().map(Arc::downgrade);
@@ -207,7 +208,7 @@ pub fn find(shared: &Shared, call: &Call, cmd: &Document) -> ReplyResult {
         // needs no blocking sort.
         let index_sorted = index_scan.is_some_and(|(p, _)| matches!(&p.path, AccessPath::IndexScan(s) if s.sorted));
         if let Some((id, coll)) = point {
-            let found = coll.find_raw_by_id(shared.catalog.engine(), id)?;
+            let found = coll.find_raw_by_id(&shared.reader(), id)?;
             let hits: Vec<Hit> =
                 found.into_iter().skip(skip).map(|(rid, b)| Hit { rid, doc: Stored::read(b), pos: None }).collect();
             state.source = Source::Buffer(hits.into_iter());
@@ -247,7 +248,13 @@ pub fn find(shared: &Shared, call: &Call, cmd: &Document) -> ReplyResult {
             state.source = index_source(shared, (&ns, coll), planned, &filter, watch.as_ref())?;
         } else {
             let (filter, reverse) = (filter.clone(), natural < 0);
-            state.source = Source::Scan { filter, after: ScanFrom::Start, pending: VecDeque::new(), reverse };
+            state.source = Source::Scan {
+                filter,
+                after: ScanFrom::Start,
+                pending: VecDeque::new(),
+                reverse,
+                reader: shared.reader(),
+            };
         }
         skip_hits(shared, state, skip, &deadline)?;
         state.remaining = limit;
@@ -305,7 +312,7 @@ fn bounded(planned: &access::Planned<'_>, unfiltered: bool, unsorted: bool) -> b
 /// `filter` applied to what they fetch; a plan from the cache watched
 /// through its trial by `watch`.
 fn index_source(
-    shared: &Shared,
+    shared: &Ctx<'_>,
     (ns, coll): (&Namespace, &Arc<doc::catalog::Collection>),
     planned: &access::Planned<'_>,
     filter: &query::Filter,
@@ -326,7 +333,7 @@ fn index_source(
     Ok(Source::Stream { docs, scanning, filter: Some(filter.clone()), exact })
 }
 
-pub fn get_more(shared: &Shared, cmd: &Document) -> ReplyResult {
+pub fn get_more(shared: &Ctx<'_>, cmd: &Document) -> ReplyResult {
     shared.opcounters.getmore.fetch_add(1, Ordering::Relaxed);
     let id = match cmd.get("getMore") {
         Some(Bson::Int64(i)) => *i,
@@ -396,7 +403,7 @@ pub fn get_more(shared: &Shared, cmd: &Document) -> ReplyResult {
     Ok(reply)
 }
 
-pub fn kill_cursors(shared: &Shared, cmd: &Document) -> CommandResult {
+pub fn kill_cursors(shared: &Ctx<'_>, cmd: &Document) -> CommandResult {
     namespace(cmd, "killCursors")?;
     let ids =
         cmd.get_array("cursors").map_err(|_| CommandError::failed_to_parse("killCursors needs a cursors array"))?;

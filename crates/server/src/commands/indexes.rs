@@ -4,6 +4,7 @@ use crate::args::check_fields;
 use crate::args::namespace;
 use crate::args::{CommandResult, ReplyResult};
 use crate::error::CommandError;
+use crate::exec::ctx::Ctx;
 use crate::exec::id_index::id_index_name;
 use crate::exec::id_index::id_index_spec;
 use crate::exec::id_index::is_id_key;
@@ -11,12 +12,11 @@ use crate::exec::index_builds::Build;
 use crate::exec::index_spec::{self, INDEXES_PER_COLLECTION_MAX};
 use crate::exec::views::check_not_view;
 use crate::exec::views::existing;
-use crate::server::Shared;
 use bson::{doc, Bson, Document};
 use doc::catalog::{Collection, Namespace};
 use doc::index::IndexSpec;
 
-pub fn list_indexes(shared: &Shared, cmd: &Document) -> ReplyResult {
+pub fn list_indexes(shared: &Ctx<'_>, cmd: &Document) -> ReplyResult {
     check_fields(cmd, "listIndexes", &["cursor", "includeBuildUUIDs", "includeIndexBuildInfo"], false)?;
     let (ns, coll) = existing(shared, cmd, "listIndexes")?;
     let batch_size = match cmd.get("cursor") {
@@ -35,7 +35,7 @@ fn shown_indexes(coll: &Collection) -> Vec<Document> {
     std::iter::once(id_index_spec(coll)).chain(ready).collect()
 }
 
-pub fn create_indexes(shared: &Shared, cmd: &Document) -> CommandResult {
+pub fn create_indexes(shared: &Ctx<'_>, cmd: &Document) -> CommandResult {
     check_fields(cmd, "createIndexes", &["indexes", "commitQuorum", "isTimeseriesNamespace"], false)?;
     let ns = namespace(cmd, "createIndexes")?;
     let specs = match cmd.get("indexes") {
@@ -110,7 +110,7 @@ pub fn create_indexes(shared: &Shared, cmd: &Document) -> CommandResult {
 }
 
 /// Build one index, its progress logged and shown by `currentOp`.
-fn build(shared: &Shared, ns: &Namespace, spec: IndexSpec, listed: &Build) -> Result<(), CommandError> {
+fn build(shared: &Ctx<'_>, ns: &Namespace, spec: IndexSpec, listed: &Build) -> Result<(), CommandError> {
     let name = spec.name.clone();
     tracing::info!(ns = %ns, index = %name, "index build: started");
     let logged = std::sync::atomic::AtomicU64::new(0);
@@ -154,7 +154,7 @@ fn build(shared: &Shared, ns: &Namespace, spec: IndexSpec, listed: &Build) -> Re
 
 /// Wait while another build of an index named as `spec` runs; true once
 /// the same index is ready, false if the build went away (to try again).
-fn wait_for_build(shared: &Shared, ns: &Namespace, spec: &IndexSpec) -> Result<bool, CommandError> {
+fn wait_for_build(shared: &Ctx<'_>, ns: &Namespace, spec: &IndexSpec) -> Result<bool, CommandError> {
     loop {
         let found = shared.catalog.get(ns).and_then(|c| c.indexes().into_iter().find(|ix| ix.spec.name == spec.name));
         let Some(ix) = found else { return Ok(false) };
@@ -197,7 +197,7 @@ fn check_id_spec(
     Err(CommandError::not_implemented(format!("options on the _id index are not supported (asked for {spec})")))
 }
 
-pub fn drop_indexes(shared: &Shared, cmd: &Document) -> CommandResult {
+pub fn drop_indexes(shared: &Ctx<'_>, cmd: &Document) -> CommandResult {
     check_fields(cmd, "dropIndexes", &["index"], false)?;
     let (ns, coll) = existing(shared, cmd, "dropIndexes")?;
     let id_name = id_index_name(&coll);
@@ -281,7 +281,7 @@ pub fn drop_indexes(shared: &Shared, cmd: &Document) -> CommandResult {
 }
 
 /// `planCacheClear`: forget the plan cache's choices for a collection.
-pub fn plan_cache_clear(shared: &Shared, cmd: &Document) -> CommandResult {
+pub fn plan_cache_clear(shared: &Ctx<'_>, cmd: &Document) -> CommandResult {
     check_fields(cmd, "planCacheClear", &["query", "sort", "projection", "collation"], false)?;
     let (ns, _) = existing(shared, cmd, "planCacheClear")?;
     shared.plan_cache.clear(&ns.to_string());

@@ -8,21 +8,22 @@ use crate::args::statements;
 use crate::args::CommandResult;
 use crate::error::CommandError;
 use crate::exec::call::Call;
+use crate::exec::ctx::Ctx;
 use crate::exec::views::check_not_view;
 use crate::exec::write::acknowledge;
 use crate::exec::write::check_insert;
+use crate::exec::write::insert_docs;
 use crate::exec::write::validator_of;
 use crate::exec::write::write_reply;
 use crate::exec::write::Outcome;
 use crate::exec::write::STATEMENT_ACK;
 use crate::net::wire::OpMsg;
-use crate::server::Shared;
 use crate::session::Retry;
 use bson::Document;
 use doc::sessions::Stamp;
 use std::sync::atomic::Ordering;
 
-pub fn insert(shared: &Shared, call: &Call, msg: &OpMsg) -> CommandResult {
+pub fn insert(shared: &Ctx<'_>, call: &Call, msg: &OpMsg) -> CommandResult {
     let cmd = &msg.body;
     let ns = namespace(cmd, "insert")?;
     let docs = statements(msg, "insert", "documents")?;
@@ -33,7 +34,6 @@ pub fn insert(shared: &Shared, call: &Call, msg: &OpMsg) -> CommandResult {
     let mut retry = Retry::begin(shared, cmd)?;
     let coll = shared.catalog.get_or_create(&ns)?;
     let validator = validator_of(shared, &ns, cmd)?;
-    let engine = shared.catalog.engine();
     // Each document's own checks first; then the documents an insert
     // reaches (for an ordered one, those before the first failed check)
     // go to the collection together, which commits them in chunks.
@@ -47,8 +47,8 @@ pub fn insert(shared: &Shared, call: &Call, msg: &OpMsg) -> CommandResult {
     let to_insert: Vec<&Document> = tried.iter().map(|&i| &docs[i]).collect();
     let stmt_ids: Vec<i32> = retry.as_ref().map_or_else(Vec::new, |r| tried.iter().map(|&i| r.stmt_id(i)).collect());
     let record = retry.as_ref().map(|r| r.record(&stmt_ids, Document::new())).transpose()?;
-    let inserted =
-        coll.insert_many(engine, &to_insert, ordered, STATEMENT_ACK, record.as_ref().map(|r| r as &dyn Stamp));
+    let stamp = record.as_ref().map(|r| r as &dyn Stamp);
+    let inserted = insert_docs(shared, &coll, &to_insert, ordered, STATEMENT_ACK, stamp);
     let ran = inserted.len();
     for (&i, r) in tried.iter().zip(inserted) {
         results[i] = r.map_err(CommandError::from);
@@ -66,7 +66,7 @@ pub fn insert(shared: &Shared, call: &Call, msg: &OpMsg) -> CommandResult {
     let mut reply = write_reply(&results, ordered, false, |_, r| match r {
         Ok(()) => Ok(Outcome { n: 1, ..Outcome::default() }),
         Err(e) => Err(e.clone()),
-    });
+    })?;
     std::mem::drop(record);
     if let Some(retry) = retry {
         retry.finish_reply(&mut reply);

@@ -15,6 +15,7 @@ pub mod indexes;
 pub mod insert;
 pub mod sessions;
 pub mod stats;
+pub mod transactions;
 pub mod update;
 pub mod validate;
 
@@ -29,10 +30,12 @@ use crate::commands::admin::set_parameter;
 use crate::commands::admin::with_compression;
 use crate::error::CommandError;
 use crate::exec::call::Call;
+use crate::exec::ctx::Ctx;
 use crate::net::wire::OpMsg;
 use crate::reply::Reply;
 use crate::server::build_info;
 use crate::server::{Conn, Shared};
+use crate::transactions::{has_write_errors, labelled, transient_write_error, Statement};
 use bson::{doc, spec::BinarySubtype, Binary, Bson, DateTime, Document, Timestamp};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -99,10 +102,16 @@ pub fn run(shared: &Shared, call: &Call, msg: &OpMsg) -> Reply {
     let result = match msg.body.keys().next() {
         None => Err(CommandError::failed_to_parse("Empty command object")),
         Some(name) => crate::session::session_fields(name, &msg.body).and_then(|f| match f.lsid {
-            None => dispatch(shared, call, name, msg),
+            None => dispatch(&outside_transactions(shared, call, msg), call, name, msg),
             Some(lsid) => {
                 shared.sessions.vivify(lsid)?;
-                let reply = dispatch(shared, call, name, msg)?;
+                let reply = match (f.autocommit, f.txn_number) {
+                    (Some(false), Some(number)) => {
+                        let start = f.start_transaction == Some(true);
+                        in_transaction(shared, call, msg, Statement { lsid, number, start, name })?
+                    }
+                    _ => dispatch(&outside_transactions(shared, call, msg), call, name, msg)?,
+                };
                 // The session that opens a cursor owns it (a getMore from
                 // another session does not take it over).
                 if name != "getMore" {
@@ -121,6 +130,53 @@ pub fn run(shared: &Shared, call: &Call, msg: &OpMsg) -> Reply {
         reply.append(key, value);
     }
     reply
+}
+
+/// A command outside any transaction: its writes wait on conflicts until
+/// its `maxTimeMS` at most.
+fn outside_transactions<'a>(shared: &'a Shared, call: &Call, msg: &OpMsg) -> Ctx<'a> {
+    Ctx::until(shared, crate::exec::deadline::Deadline::of(&msg.body).ok().and_then(|d| d.0), call.place)
+}
+
+/// Run a statement of a multi-document transaction (`transactions.rs`):
+/// in its storage transaction, begun by its first statement; a failed
+/// statement aborts it. Errors carry the labels drivers retry by.
+fn in_transaction(shared: &Shared, call: &Call, msg: &OpMsg, st: Statement<'_>) -> ReplyResult {
+    let cmd = &msg.body;
+    let ended = (st.lsid, st.number);
+    let result = match st.name {
+        "commitTransaction" => {
+            let r = crate::commands::transactions::commit_transaction(&Ctx::new(shared), call, cmd, ended);
+            return r.map(Reply::Doc).map_err(|e| labelled(e, true));
+        }
+        "abortTransaction" => {
+            let r = crate::commands::transactions::abort_transaction(&Ctx::new(shared), cmd, ended);
+            return r.map(Reply::Doc).map_err(|e| labelled(e, true));
+        }
+        _ if cmd.contains_key("writeConcern") => {
+            return Err(CommandError::invalid_options("Cannot set write concern after starting a transaction."))
+        }
+        _ => {
+            let txn = shared.transactions.enter(shared, &st, cmd).map_err(|e| labelled(e, false))?;
+            dispatch(&Ctx::in_txn(shared, txn), call, st.name, msg)
+        }
+    };
+    let result = result.and_then(|reply| match reply {
+        Reply::Doc(d) => match transient_write_error(&d) {
+            Some(e) => Err(e),
+            None => Ok(Reply::Doc(d)),
+        },
+        bytes => Ok(bytes),
+    });
+    let failed = match &result {
+        Ok(Reply::Doc(d)) => has_write_errors(d),
+        Ok(Reply::Bytes(_)) => false,
+        Err(_) => true,
+    };
+    if let Some(aborted) = shared.transactions.leave(st.lsid, st.number, failed) {
+        shared.cursors.kill_txn(&aborted);
+    }
+    result.map_err(|e| labelled(e, false))
 }
 
 /// Whether a command that took `took` is slow: as long as `slowms` or
@@ -296,7 +352,7 @@ pub fn runs_inline(name: &str) -> bool {
 /// Run the command `name`: those that answer with a cursor of stored
 /// documents write their reply as BSON (`Reply::Bytes`), the rest answer
 /// a document.
-pub(crate) fn dispatch(shared: &Shared, call: &Call, name: &str, msg: &OpMsg) -> ReplyResult {
+pub(crate) fn dispatch(shared: &Ctx<'_>, call: &Call, name: &str, msg: &OpMsg) -> ReplyResult {
     let cmd = &msg.body;
     match name {
         "find" => crate::commands::find::find(shared, call, cmd),
@@ -310,7 +366,7 @@ pub(crate) fn dispatch(shared: &Shared, call: &Call, name: &str, msg: &OpMsg) ->
 }
 
 /// The commands that answer a document.
-fn answer_document(shared: &Shared, call: &Call, name: &str, msg: &OpMsg) -> CommandResult {
+fn answer_document(shared: &Ctx<'_>, call: &Call, name: &str, msg: &OpMsg) -> CommandResult {
     let (cmd, conn) = (&msg.body, call.conn);
     match name {
         "hello" | "isMaster" | "ismaster" => hello(shared, conn, name, cmd).map(|d| with_compression(d, cmd)),

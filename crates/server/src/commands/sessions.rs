@@ -1,13 +1,13 @@
 //! `startSession`, `endSessions`, `killSessions`, `killAllSessions`.
 
 use crate::error::CommandError;
-use crate::server::Shared;
+use crate::exec::ctx::Ctx;
 use crate::session::{is_empty_user, session_id, session_list};
 use bson::Document;
 use doc::sessions::SessionId;
 
 /// `startSession`: a new session, in the local cache.
-pub(crate) fn start_session(shared: &Shared) -> Result<Document, CommandError> {
+pub(crate) fn start_session(shared: &Ctx<'_>) -> Result<Document, CommandError> {
     let id = bson::Uuid::new();
     shared.sessions.vivify(id.bytes())?;
     Ok(bson::doc! {
@@ -21,7 +21,7 @@ pub(crate) fn start_session(shared: &Shared) -> Result<Document, CommandError> {
 /// them at its next refresh); `killSessions` and `killAllSessions` close
 /// the cursors of the sessions named (an empty list: every session's),
 /// which stay listed, as mongod's.
-pub(crate) fn end_sessions(shared: &Shared, name: &str, cmd: &Document) -> Result<Document, CommandError> {
+pub(crate) fn end_sessions(shared: &Ctx<'_>, name: &str, cmd: &Document) -> Result<Document, CommandError> {
     let list = session_list(name, cmd)?;
     let ids: Option<Vec<SessionId>> = match name {
         "killAllSessions" => {
@@ -49,6 +49,14 @@ pub(crate) fn end_sessions(shared: &Shared, name: &str, cmd: &Document) -> Resul
     match name {
         "endSessions" => shared.sessions.forget(ids.as_deref().unwrap_or_default()),
         _ => shared.cursors.kill_sessions(ids.as_deref()),
+    }
+    // Either way their open transactions abort.
+    let ended = match name {
+        "endSessions" => shared.transactions.forget(Some(ids.as_deref().unwrap_or_default())),
+        _ => shared.transactions.forget(ids.as_deref()),
+    };
+    for txn in ended {
+        shared.cursors.kill_txn(&txn);
     }
     Ok(bson::doc! { "ok": 1.0 })
 }

@@ -4,15 +4,15 @@ use crate::args::db_of;
 use crate::args::namespace;
 use crate::args::CommandResult;
 use crate::error::CommandError;
+use crate::exec::ctx::Ctx;
 use crate::exec::storage_stats::collection_sizes;
 use crate::exec::storage_stats::filesystem_sizes;
 use crate::exec::storage_stats::scale_of;
 use crate::exec::storage_stats::storage_stats;
 use crate::exec::views::check_not_view;
-use crate::server::Shared;
 use bson::{doc, Document};
 
-pub fn coll_stats(shared: &Shared, cmd: &Document) -> CommandResult {
+pub fn coll_stats(shared: &Ctx<'_>, cmd: &Document) -> CommandResult {
     let ns = namespace(cmd, "collStats")?;
     check_not_view(shared, &ns)?;
     if shared.catalog.get(&ns).is_none() {
@@ -24,7 +24,7 @@ pub fn coll_stats(shared: &Shared, cmd: &Document) -> CommandResult {
     Ok(reply)
 }
 
-pub fn db_stats(shared: &Shared, cmd: &Document) -> CommandResult {
+pub fn db_stats(shared: &Ctx<'_>, cmd: &Document) -> CommandResult {
     let db = db_of(cmd)?;
     let scale = scale_of(cmd)?;
     let (mut objects, mut data, mut storage, mut index) = (0i64, 0i64, 0i64, 0i64);

@@ -10,6 +10,7 @@ use crate::args::statements;
 use crate::args::CommandResult;
 use crate::error::CommandError;
 use crate::exec::call::Call;
+use crate::exec::ctx::Ctx;
 use crate::exec::deadline::Deadline;
 use crate::exec::modify::array_filters;
 use crate::exec::modify::first_match;
@@ -24,19 +25,19 @@ use crate::exec::scan::check_hint;
 use crate::exec::scan::collation_of;
 use crate::exec::views::check_not_view;
 use crate::exec::write::acknowledge;
+use crate::exec::write::delete_doc;
 use crate::exec::write::validator_of;
 use crate::exec::write::write_reply;
 use crate::exec::write::Outcome;
 use crate::exec::write::STATEMENT_ACK;
 use crate::net::wire::OpMsg;
-use crate::server::Shared;
 use crate::session::{Retry, StmtLog};
 use bson::{doc, Bson, Document};
 use doc::sessions::Stamp;
 use query::{Projection, Sort};
 use std::sync::atomic::Ordering;
 
-pub fn update(shared: &Shared, call: &Call, msg: &OpMsg) -> CommandResult {
+pub fn update(shared: &Ctx<'_>, call: &Call, msg: &OpMsg) -> CommandResult {
     let cmd = &msg.body;
     let ns = namespace(cmd, "update")?;
     let specs = statements(msg, "update", "updates")?;
@@ -85,14 +86,14 @@ pub fn update(shared: &Shared, call: &Call, msg: &OpMsg) -> CommandResult {
             },
         };
         run_statement(shared, &ns, cmd, &st, STATEMENT_ACK, log.as_ref(), &call.op)
-    });
+    })?;
     if let Some(retry) = retry {
         retry.finish_reply(&mut reply);
     }
     acknowledge(shared, Some(call), ack, reply)
 }
 
-pub fn find_and_modify(shared: &Shared, call: &Call, cmd: &Document) -> CommandResult {
+pub fn find_and_modify(shared: &Ctx<'_>, call: &Call, cmd: &Document) -> CommandResult {
     let deadline = Deadline::of(cmd)?;
     let name = cmd.keys().next().cloned().unwrap_or_default();
     let ns = namespace(cmd, &name)?;
@@ -190,7 +191,6 @@ pub fn find_and_modify(shared: &Shared, call: &Call, cmd: &Document) -> CommandR
         validator: validator.as_ref(),
         log: log.as_ref().map(|l| (l, &answer as Answer)),
     };
-    let engine = shared.catalog.engine();
     if let Some(coll) = shared.catalog.get(&ns) {
         // Retried when the chosen document changes before it is written.
         while let Some((rid, d, pos)) =
@@ -201,7 +201,7 @@ pub fn find_and_modify(shared: &Shared, call: &Call, cmd: &Document) -> CommandR
                     shared.opcounters.delete.fetch_add(1, Ordering::Relaxed);
                     let reply = doc! { "lastErrorObject": { "n": 1 }, "value": project(&d, pos)? };
                     let record = log.as_ref().map(|l| l.record(reply.clone())).transpose()?;
-                    if coll.delete(engine, rid, &d, ack, record.as_ref().map(|r| r as &dyn Stamp))? {
+                    if delete_doc(shared, &coll, (rid, &d), ack, record.as_ref().map(|r| r as &dyn Stamp))? {
                         return with_ok(reply);
                     }
                 }

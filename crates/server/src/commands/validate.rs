@@ -3,13 +3,13 @@
 //! reply shape.
 
 use crate::args::{check_fields, CommandResult};
+use crate::exec::ctx::Ctx;
 use crate::exec::views::existing;
-use crate::server::Shared;
 use bson::{doc, Bson, Document};
 use doc::catalog::IndexCheck;
 use doc::index::keys::KeyValues;
 
-pub fn validate(shared: &Shared, cmd: &Document) -> CommandResult {
+pub fn validate(shared: &Ctx<'_>, cmd: &Document) -> CommandResult {
     check_fields(cmd, "validate", &["full", "repair", "background", "metadata", "checkBSONConformance"], false)?;
     let (ns, coll) = existing(shared, cmd, "validate")?;
     let engine = shared.catalog.engine();

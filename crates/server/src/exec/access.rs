@@ -6,10 +6,10 @@
 
 use crate::error::CommandError;
 use crate::exec::call::Place;
+use crate::exec::ctx::Ctx;
 use crate::exec::index_scan::{self, ScanStats};
 use crate::exec::plan_cache::{CachedPlan, CachedScan, PlanKind};
 use crate::exec::scan::{matches_stored, ScanIter};
-use crate::server::Shared;
 use bson::{Bson, Document};
 use doc::catalog::{Collection, DocError, Namespace};
 use doc::index::Index;
@@ -283,7 +283,7 @@ const TRIAL_RESULTS: u64 = 101;
 /// nothing until its input ends, so its matches count only if it ended
 /// within the trial.
 pub(crate) fn race<'a>(
-    shared: &Shared,
+    shared: &Ctx<'_>,
     place: Place,
     ns: &Namespace,
     coll: &Arc<Collection>,
@@ -374,7 +374,7 @@ fn is_whole(s: &IndexScan) -> bool {
 
 /// Leave out the plans the server's parameters switch off
 /// (`internalQueryPlannerEnableIndexIntersection`).
-pub(crate) fn drop_switched_off(shared: &Shared, planned: &mut Planned<'_>) {
+pub(crate) fn drop_switched_off(shared: &Ctx<'_>, planned: &mut Planned<'_>) {
     if !shared.parameters.index_intersection.load(Relaxed) {
         planned.rejected.retain(|p| !matches!(p, AccessPath::AndSorted { .. }));
     }
@@ -394,7 +394,7 @@ struct Trial {
 
 /// Run each contender for a trial, in order.
 fn trial_runs(
-    shared: &Shared,
+    shared: &Ctx<'_>,
     ns: &Namespace,
     coll: &Arc<Collection>,
     indexes: &[Arc<Index>],
@@ -570,7 +570,7 @@ pub(crate) type Records = Box<dyn Iterator<Item = Result<(u64, Stored), DocError
 /// order; the caller still applies the filter (a path only narrows what
 /// is looked at). `stats` counts an index scan's work.
 pub(crate) fn candidates(
-    shared: &Shared,
+    shared: &Ctx<'_>,
     ns: &Namespace,
     coll: &Arc<Collection>,
     planned: &Planned<'_>,
@@ -584,7 +584,7 @@ pub(crate) fn candidates(
 /// records watched through its trial (`watch_trial`, `filter` telling
 /// the matches; its index access is counted once it is kept).
 pub(crate) fn watched_candidates(
-    shared: &Shared,
+    shared: &Ctx<'_>,
     (ns, coll): (&Namespace, &Arc<Collection>),
     planned: &Planned<'_>,
     stats: Arc<ScanStats>,
@@ -615,7 +615,7 @@ pub(crate) fn note_access(planned: &Planned<'_>) {
 /// `candidates` without counting an index access (a trial run, or a
 /// cached plan's read until its trial is over).
 fn records(
-    shared: &Shared,
+    shared: &Ctx<'_>,
     ns: &Namespace,
     coll: &Arc<Collection>,
     planned: &Planned<'_>,
@@ -623,28 +623,24 @@ fn records(
 ) -> Result<Records, CommandError> {
     Ok(match &planned.path {
         AccessPath::IdPoint(id) => {
-            let found = coll.find_raw_by_id(shared.catalog.engine(), id)?;
+            let found = coll.find_raw_by_id(&shared.reader(), id)?;
             Box::new(found.into_iter().map(|(rid, bytes)| Ok((rid, Stored::read(bytes)))))
         }
         // Forwards: `find` reads `$natural: -1` through its cursor's own
         // scan; for the other reads the order is not observable beyond
         // which documents a limited write meets first.
         AccessPath::CollScan { .. } => Box::new(ScanIter::new(shared, ns).results()),
-        AccessPath::IndexScan(scan) => index_scan::records(
-            shared.catalog.engine().clone(),
-            coll.clone(),
-            planned.indexes[scan.index].clone(),
-            scan,
-            stats,
-        ),
+        AccessPath::IndexScan(scan) => {
+            index_scan::records(shared.reader(), coll.clone(), planned.indexes[scan.index].clone(), scan, stats)
+        }
         AccessPath::Or(scans) => index_scan::union(
-            shared.catalog.engine().clone(),
+            shared.reader(),
             coll.clone(),
             scans.iter().map(|s| (planned.indexes[s.index].clone(), s.clone())).collect(),
             stats,
         ),
         AccessPath::AndSorted { scans, .. } => index_scan::intersection(
-            shared.catalog.engine().clone(),
+            shared.reader(),
             coll.clone(),
             scans.iter().map(|s| (planned.indexes[s.index].clone(), s.clone())).collect(),
             stats,

@@ -10,12 +10,12 @@ use crate::args::bool_option;
 use crate::args::type_name;
 use crate::args::wrong_type;
 use crate::error::CommandError;
+use crate::exec::ctx::Ctx;
 use crate::exec::views::check_not_view;
 use crate::exec::write::acknowledge;
 use crate::exec::write::check_insert;
 use crate::exec::write::Validator;
 use crate::exec::write::STATEMENT_ACK;
-use crate::server::Shared;
 use bson::{doc, Bson, Document};
 use doc::catalog::{with_id_first, Namespace};
 use query::expr::{Expression, Scope};
@@ -171,7 +171,7 @@ fn new_scope(new: &Document) -> Result<Scope, CommandError> {
 
 /// Write `docs` as `stage` says; acknowledged as the command asks.
 pub(crate) fn write(
-    shared: &Shared,
+    shared: &Ctx<'_>,
     cmd: &Document,
     stage: &WriteStage,
     docs: Vec<Document>,
@@ -187,12 +187,12 @@ pub(crate) fn write(
     acknowledge(shared, None, ack, Document::new()).map(|_| ())
 }
 
-fn validator(shared: &Shared, ns: &Namespace, bypass: bool) -> Result<Option<(Validator, bool)>, CommandError> {
+fn validator(shared: &Ctx<'_>, ns: &Namespace, bypass: bool) -> Result<Option<(Validator, bool)>, CommandError> {
     let Some(c) = shared.catalog.get(ns) else { return Ok(None) };
     Ok(Validator::of(&c.options)?.map(|v| (v, bypass)))
 }
 
-fn out(shared: &Shared, ns: &Namespace, docs: Vec<Document>, bypass: bool) -> Result<(), CommandError> {
+fn out(shared: &Ctx<'_>, ns: &Namespace, docs: Vec<Document>, bypass: bool) -> Result<(), CommandError> {
     check_not_view(shared, ns)?;
     let existing = shared.catalog.get(ns);
     if existing.as_ref().is_some_and(|c| c.capped.is_some()) {
@@ -224,7 +224,7 @@ fn out(shared: &Shared, ns: &Namespace, docs: Vec<Document>, bypass: bool) -> Re
     let refs: Vec<&Document> = refs.iter().collect();
     let failed = match built {
         Ok(()) => coll
-            .insert_many(shared.catalog.engine(), &refs, true, STATEMENT_ACK, None)
+            .insert_many(shared.catalog.engine(), &refs, true, (STATEMENT_ACK, &shared.conflicts), None)
             .into_iter()
             .find_map(Result::err),
         Err(e) => Some(e),
@@ -245,7 +245,7 @@ fn rand_id() -> u64 {
 }
 
 fn merge(
-    shared: &Shared,
+    shared: &Ctx<'_>,
     ns: &Namespace,
     (when_matched, when_not_matched): (&WhenMatched, &WhenNotMatched),
     docs: Vec<Document>,
@@ -263,7 +263,7 @@ fn merge(
                 match when_not_matched {
                     WhenNotMatched::Insert => {
                         check_insert(&new, validator.as_ref())?;
-                        match coll.insert(engine, &new, STATEMENT_ACK, None) {
+                        match coll.insert(engine, &new, (STATEMENT_ACK, &shared.conflicts), None) {
                             Ok(_) => break,
                             // Inserted meanwhile: merge into it.
                             Err(doc::catalog::DocError::DuplicateKey { .. }) => continue,
@@ -332,7 +332,7 @@ fn merge(
             if let Some((v, bypass)) = &validator {
                 v.check(&merged, Some(&old), *bypass)?;
             }
-            if coll.replace(engine, rid, &old, &merged, STATEMENT_ACK, None)? {
+            if coll.replace(engine, rid, &old, &merged, (STATEMENT_ACK, &shared.conflicts), None)? {
                 break;
             }
         }

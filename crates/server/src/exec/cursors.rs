@@ -3,13 +3,13 @@
 
 use crate::args::ReplyResult;
 use crate::error::CommandError;
+use crate::exec::ctx::Ctx;
 use crate::exec::deadline::Deadline;
 use crate::exec::scan::SCAN_CHUNK;
 use crate::exec::scan::{matches_stored, Hit};
 use crate::exec::views::Scanning;
 use crate::limits::*;
 use crate::reply::Reply;
-use crate::server::Shared;
 use bson::{Bson, Document};
 use doc::catalog::{Collection, DocError, Namespace, ScanFrom};
 use doc::stored::Stored;
@@ -18,6 +18,7 @@ use query::{Filter, Projection};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use storage::Reader;
 
 /// Default size of a first batch (MongoDB's).
 pub(crate) const FIRST_BATCH_DEFAULT: usize = 101;
@@ -25,7 +26,9 @@ pub(crate) const FIRST_BATCH_DEFAULT: usize = 101;
 pub(crate) enum Source {
     /// Scanning the collection in natural order (`Collection::natural`),
     /// or in reverse; `after` is where the last record examined was.
-    Scan { filter: Filter, after: ScanFrom, pending: VecDeque<(ScanFrom, u64, Stored)>, reverse: bool },
+    /// `reader`: where the cursor was opened (a transaction's cursor reads
+    /// its snapshot).
+    Scan { filter: Filter, after: ScanFrom, pending: VecDeque<(ScanFrom, u64, Stored)>, reverse: bool, reader: Reader },
     /// Results computed up front (a sort, a point lookup, a pipeline).
     Buffer(std::vec::IntoIter<Hit>),
     /// A sort that spilled to disk, merged as it is read.
@@ -50,8 +53,8 @@ pub(crate) struct Exact {
 
 impl Exact {
     /// Whether the record just read needs no filter.
-    fn vouches(&self, engine: &storage::Engine) -> bool {
-        engine.published_ts() == self.since && !self.index.is_multikey()
+    fn vouches(&self, shared: &Ctx<'_>) -> bool {
+        shared.txn().is_none() && shared.catalog.engine().published_ts() == self.since && !self.index.is_multikey()
     }
 }
 
@@ -90,6 +93,9 @@ pub(crate) struct CursorState {
     /// cursor's work across its `getMore`s, as mongod's (not for an
     /// awaitData cursor, whose `getMore` brings its own wait).
     pub(crate) time_left: Option<Duration>,
+    /// The multi-document transaction the cursor was opened in: its end
+    /// closes the cursor.
+    pub(crate) txn: Option<Arc<storage::Txn>>,
 }
 
 /// `showRecordId`'s `$recordId`.
@@ -120,6 +126,7 @@ impl CursorState {
             tailing: self.tailing.clone(),
             lsid: self.lsid,
             time_left: self.time_left,
+            txn: self.txn.clone(),
         }
     }
 
@@ -155,6 +162,7 @@ impl CursorState {
             tailing: None,
             lsid: None,
             time_left: None,
+            txn: None,
         }
     }
 }
@@ -206,6 +214,11 @@ impl Cursors {
         }
     }
 
+    /// Close the cursors opened in transaction `txn` (at its end).
+    pub fn kill_txn(&self, txn: &Arc<storage::Txn>) {
+        self.open.lock().retain(|_, c| !c.txn.as_ref().is_some_and(|t| Arc::ptr_eq(t, txn)));
+    }
+
     pub(crate) fn reap(open: &mut HashMap<i64, CursorState>) {
         open.retain(|_, c| c.last_used.elapsed() < Duration::from_secs(cursor_idle_timeout_secs));
     }
@@ -214,7 +227,11 @@ impl Cursors {
 /// The next match of a cursor's source.
 /// The cursor's next hit; `deadline` bounds every document examined on
 /// the way, matching or not.
-pub(crate) fn next_hit(shared: &Shared, c: &mut CursorState, deadline: &Deadline) -> Result<Option<Hit>, CommandError> {
+pub(crate) fn next_hit(
+    shared: &Ctx<'_>,
+    c: &mut CursorState,
+    deadline: &Deadline,
+) -> Result<Option<Hit>, CommandError> {
     match &mut c.source {
         Source::Buffer(items) => Ok(items.next()),
         Source::Merge(runs) => runs.next(),
@@ -223,7 +240,7 @@ pub(crate) fn next_hit(shared: &Shared, c: &mut CursorState, deadline: &Deadline
             deadline.check()?;
             let pos = match filter {
                 None => None,
-                Some(_) if exact.as_ref().is_some_and(|e| e.vouches(shared.catalog.engine())) => None,
+                Some(_) if exact.as_ref().is_some_and(|e| e.vouches(shared)) => None,
                 Some(f) => match matches_stored(f, &doc)? {
                     (true, pos) => pos,
                     (false, _) => continue,
@@ -231,15 +248,14 @@ pub(crate) fn next_hit(shared: &Shared, c: &mut CursorState, deadline: &Deadline
             };
             return Ok(Some(Hit { rid, doc, pos }));
         },
-        Source::Scan { filter, after, pending, reverse } => loop {
+        Source::Scan { filter, after, pending, reverse, reader } => loop {
             if pending.is_empty() {
                 // Gone, or made a view since the read was planned (a
                 // missing namespace is empty): nothing more to read.
                 let Some(coll) = shared.catalog.get(&c.ns).filter(|coll| coll.view_on().is_none()) else {
                     return Ok(None);
                 };
-                let engine = shared.catalog.engine();
-                pending.extend(coll.natural(engine, after, *reverse, SCAN_CHUNK)?);
+                pending.extend(coll.natural(reader, after, *reverse, SCAN_CHUNK)?);
                 if pending.is_empty() {
                     return Ok(None);
                 }
@@ -257,7 +273,7 @@ pub(crate) fn next_hit(shared: &Shared, c: &mut CursorState, deadline: &Deadline
 
 /// Pass over the first `skip` hits of a cursor's source.
 pub(crate) fn skip_hits(
-    shared: &Shared,
+    shared: &Ctx<'_>,
     c: &mut CursorState,
     skip: usize,
     deadline: &Deadline,
@@ -292,7 +308,7 @@ pub(crate) fn natural_direction(d: &Document) -> Option<i32> {
 /// may be gone too, so the cursor dies as MongoDB's does.
 /// Documents read ahead are dropped: the next batch reads what is there
 /// now.
-pub(crate) fn check_tail_position(shared: &Shared, c: &mut CursorState) -> Result<(), CommandError> {
+pub(crate) fn check_tail_position(shared: &Ctx<'_>, c: &mut CursorState) -> Result<(), CommandError> {
     let current = shared.catalog.get(&c.ns);
     let same = match (&c.tailing, &current) {
         (Some(weak), Some(now)) => weak.upgrade().is_some_and(|then| Arc::ptr_eq(&then, now)),
@@ -353,7 +369,7 @@ pub(crate) fn render(c: &CursorState, hit: Hit) -> Result<Stored, CommandError> 
 
 /// Up to `batch` documents from the cursor; `true` when it is exhausted.
 pub(crate) fn fill(
-    shared: &Shared,
+    shared: &Ctx<'_>,
     c: &mut CursorState,
     batch: usize,
     deadline: &Deadline,
@@ -390,8 +406,9 @@ pub(crate) fn fill(
     Ok((out, exhausted))
 }
 
-pub(crate) fn register(shared: &Shared, mut state: CursorState) -> i64 {
+pub(crate) fn register(shared: &Ctx<'_>, mut state: CursorState) -> i64 {
     state.park();
+    state.txn = shared.txn().cloned();
     let mut open = shared.cursors.open.lock();
     Cursors::reap(&mut open);
     loop {
@@ -435,7 +452,7 @@ pub(crate) fn cursor_reply(ns: &Namespace, id: i64, key: &str, batch: Vec<Stored
 
 /// Reply with a first batch, keeping a cursor open for the rest.
 pub(crate) fn first_batch(
-    shared: &Shared,
+    shared: &Ctx<'_>,
     mut state: CursorState,
     batch_size: Option<usize>,
     single: bool,
@@ -461,7 +478,7 @@ pub(crate) fn first_batch(
 /// Reply with the first batch of documents computed up front, keeping a
 /// cursor on `ns` open for the rest (`batch_size` 101 by default).
 pub(crate) fn buffered_cursor(
-    shared: &Shared,
+    shared: &Ctx<'_>,
     ns: Namespace,
     docs: Vec<Document>,
     batch_size: Option<usize>,

@@ -8,7 +8,7 @@
 
 use crate::args::{check_fields, wrong_type};
 use crate::error::CommandError;
-use crate::server::Shared;
+use crate::exec::ctx::Ctx;
 use bson::{doc, Bson, Document};
 use doc::catalog::{Collection, Convert};
 use doc::index::Index;
@@ -158,7 +158,7 @@ fn find(c: &Collection, spec: &Document) -> Result<Arc<Index>, CommandError> {
 
 /// `dryRun`: only a conversion to unique may be asked, and it is checked
 /// for duplicates without being made.
-pub(crate) fn dry_run(shared: &Shared, c: &Collection, cmd: &Document) -> Result<(), CommandError> {
+pub(crate) fn dry_run(shared: &Ctx<'_>, c: &Collection, cmd: &Document) -> Result<(), CommandError> {
     let Some(index) = cmd.get("index") else {
         return Err(CommandError::invalid_options("dry run mode requires an valid index modification."));
     };
@@ -180,7 +180,7 @@ pub(crate) fn dry_run(shared: &Shared, c: &Collection, cmd: &Document) -> Result
 }
 
 /// Make the change; the reply's `<option>_old` / `<option>_new` fields.
-pub(crate) fn apply(shared: &Shared, c: &Collection, m: &IndexMod) -> Result<Document, CommandError> {
+pub(crate) fn apply(shared: &Ctx<'_>, c: &Collection, m: &IndexMod) -> Result<Document, CommandError> {
     let name = &m.ix.spec.name;
     let before = m.ix.shown();
     // The conversion first: when it finds duplicates nothing has changed.
@@ -222,7 +222,7 @@ pub(crate) fn apply(shared: &Shared, c: &Collection, m: &IndexMod) -> Result<Doc
 
 /// CannotConvertIndexToUnique (359): the `_id`s of the documents sharing
 /// each key, in `violations`.
-fn cannot_convert(shared: &Shared, c: &Collection, groups: &[Vec<u64>]) -> CommandError {
+fn cannot_convert(shared: &Ctx<'_>, c: &Collection, groups: &[Vec<u64>]) -> CommandError {
     let engine = shared.catalog.engine();
     let mut violations: Vec<Bson> = Vec::new();
     // Up to half the document limit of `_id`s, at least one (mongod's).

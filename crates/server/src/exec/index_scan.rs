@@ -32,6 +32,7 @@ use std::collections::{HashSet, VecDeque};
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use storage::Read;
 
 /// The most key ranges one scan is split into; past it, the last field
 /// that multiplied them closes one wider range instead.
@@ -180,20 +181,20 @@ fn in_bounds(values: &[Option<Bson>], bounds: &[Vec<Interval>]) -> bool {
 /// `min()`/`max()` keys), in index order, each once; when covered,
 /// documents of the indexed fields made from the keys, none fetched.
 pub(crate) fn records(
-    engine: storage::Engine,
+    reader: storage::Reader,
     coll: Arc<Collection>,
     ix: Arc<Index>,
     plan: &IndexScan,
     stats: Arc<ScanStats>,
 ) -> Records {
-    let mut scan = Scan::new(engine, coll, ix, plan, stats);
+    let mut scan = Scan::new(reader, coll, ix, plan, stats);
     Box::new(std::iter::from_fn(move || scan.next_record()))
 }
 
 /// The scans of an OR's or an intersection's branches, reading record ids
 /// only, each counting into its own stats under `stats`.
 fn branch_scans(
-    engine: &storage::Engine,
+    reader: &storage::Reader,
     coll: &Arc<Collection>,
     branches: Vec<(Arc<Index>, IndexScan)>,
     stats: &ScanStats,
@@ -203,7 +204,7 @@ fn branch_scans(
         .map(|(ix, plan)| {
             let child = Arc::new(ScanStats::default());
             stats.branches.lock().push(child.clone());
-            let mut scan = Scan::new(engine.clone(), coll.clone(), ix, &plan, child);
+            let mut scan = Scan::new(reader.clone(), coll.clone(), ix, &plan, child);
             scan.ids_only = true;
             scan
         })
@@ -215,12 +216,12 @@ fn branch_scans(
 /// over OR), counting in `stats` what it fetched and the duplicates it
 /// dropped.
 pub(crate) fn union(
-    engine: storage::Engine,
+    reader: storage::Reader,
     coll: Arc<Collection>,
     branches: Vec<(Arc<Index>, IndexScan)>,
     stats: Arc<ScanStats>,
 ) -> Records {
-    let mut scans: VecDeque<Scan> = branch_scans(&engine, &coll, branches, &stats).into();
+    let mut scans: VecDeque<Scan> = branch_scans(&reader, &coll, branches, &stats).into();
     let mut seen = HashSet::new();
     Box::new(std::iter::from_fn(move || loop {
         let scan = scans.front_mut()?;
@@ -244,7 +245,7 @@ pub(crate) fn union(
             continue;
         }
         stats.docs_examined.fetch_add(1, Ordering::Relaxed);
-        match coll.get_stored(&engine, rid) {
+        match coll.get_stored(&reader, rid) {
             Ok(Some(doc)) => return Some(Ok((rid, doc))),
             // Deleted since its key was read, as if just before.
             Ok(None) => {}
@@ -262,13 +263,13 @@ pub(crate) fn union(
 /// merged by them. A branch that returns a smaller id than before would
 /// make the merge miss records: that ends the read with an error.
 pub(crate) fn intersection(
-    engine: storage::Engine,
+    reader: storage::Reader,
     coll: Arc<Collection>,
     branches: Vec<(Arc<Index>, IndexScan)>,
     stats: Arc<ScanStats>,
 ) -> Records {
     debug_assert!(branches.iter().all(|(_, p)| p.bounds.iter().all(|f| f.len() == 1 && f[0].is_point())));
-    let mut scans = branch_scans(&engine, &coll, branches, &stats);
+    let mut scans = branch_scans(&reader, &coll, branches, &stats);
     // Each branch's current record id (`None`: read the next), and the
     // last it returned.
     let mut heads: Vec<Option<u64>> = vec![None; scans.len()];
@@ -309,7 +310,7 @@ pub(crate) fn intersection(
         if heads.iter().all(|h| *h == Some(target)) {
             heads.fill(None);
             stats.docs_examined.fetch_add(1, Ordering::Relaxed);
-            match coll.get_stored(&engine, target) {
+            match coll.get_stored(&reader, target) {
                 Ok(Some(doc)) => return Some(Ok((target, doc))),
                 // Deleted since its keys were read, as if just before.
                 Ok(None) => continue,
@@ -331,7 +332,7 @@ pub(crate) fn intersection(
 
 impl Scan {
     fn new(
-        engine: storage::Engine,
+        reader: storage::Reader,
         coll: Arc<Collection>,
         ix: Arc<Index>,
         plan: &IndexScan,
@@ -355,7 +356,7 @@ impl Scan {
         Scan {
             exact,
             min_max,
-            engine,
+            reader,
             coll,
             ix,
             bounds,
@@ -378,7 +379,7 @@ impl Scan {
 }
 
 struct Scan {
-    engine: storage::Engine,
+    reader: storage::Reader,
     coll: Arc<Collection>,
     ix: Arc<Index>,
     bounds: Vec<Vec<Interval>>,
@@ -447,7 +448,7 @@ impl Scan {
                 return Some(Ok((rid, Stored::owned(self.key_document(values)))));
             }
             self.stats.docs_examined.fetch_add(1, Ordering::Relaxed);
-            match self.coll.get_stored(&self.engine, rid) {
+            match self.coll.get_stored(&self.reader, rid) {
                 Ok(Some(doc)) => return Some(Ok((rid, doc))),
                 // Deleted since its key was read, as if just before.
                 Ok(None) => {}
@@ -526,7 +527,9 @@ impl Scan {
         }
         // An index may turn multikey while it is read.
         self.multikey = self.multikey || self.ix.is_multikey() || self.ix.spec.wildcard.is_some();
-        let mut c = self.engine.cursor(self.ix.table())?;
+        // The cursor borrows its reader while the scan records what it reads.
+        let reader = self.reader.clone();
+        let mut c = reader.cursor(self.ix.table())?;
         let mut e = if self.reverse {
             c.set_bounds(Bound::Included(start), resume.map_or(Bound::Excluded(end), Bound::Excluded));
             c.last()?

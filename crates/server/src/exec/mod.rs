@@ -6,6 +6,7 @@
 pub mod access;
 pub mod agg_write;
 pub mod call;
+pub mod ctx;
 pub mod cursors;
 pub mod deadline;
 pub mod id_index;

@@ -8,6 +8,7 @@ use crate::args::filter_of;
 use crate::error::CommandError;
 use crate::exec::access;
 use crate::exec::call::OpDebug;
+use crate::exec::ctx::Ctx;
 use crate::exec::deadline::Deadline;
 use crate::exec::scan::check_hint;
 use crate::exec::scan::collation_of;
@@ -16,8 +17,8 @@ use crate::exec::write::validator_of;
 use crate::exec::write::Outcome;
 use crate::exec::write::Validator;
 use crate::exec::write::STATEMENT_ACK;
+use crate::exec::write::{delete_doc, insert_doc, replace_doc};
 use crate::limits::*;
-use crate::server::Shared;
 use crate::session::StmtLog;
 use bson::{doc, Bson, Document};
 use doc::bson_bytes::encoded_len;
@@ -34,7 +35,7 @@ use std::sync::Arc;
 /// its filter's `$expr`s seeing `scope`'s variables. A retryable one
 /// (`log`; limit 1) records itself with its delete.
 pub(crate) fn delete_one_spec(
-    shared: &Shared,
+    shared: &Ctx<'_>,
     ns: &Namespace,
     spec: &Document,
     scope: &Scope,
@@ -49,7 +50,6 @@ pub(crate) fn delete_one_spec(
     let filter = filter.with_collation(collation.clone());
     let limit = count_option(spec, "limit")?.unwrap_or(0);
     let Some(coll) = shared.catalog.get(ns) else { return Ok(0) };
-    let engine = shared.catalog.engine();
     let record = log.map(|l| l.record(doc! { "n": 1i64 })).transpose()?;
     let stamp = record.as_ref().map(|r| r as &dyn Stamp);
     // In natural order: a single delete takes the first match.
@@ -59,7 +59,7 @@ pub(crate) fn delete_one_spec(
     for record in access::candidates(shared, ns, &coll, &planned, Default::default())? {
         let (rid, d) = record?;
         if matches_stored(&filter, &d)?.0
-            && coll.delete(engine, rid, d.document().map_err(DocError::from)?, ack, stamp)?
+            && delete_doc(shared, &coll, (rid, d.document().map_err(DocError::from)?), ack, stamp)?
         {
             deleted += 1;
             if limit == 1 {
@@ -125,7 +125,7 @@ pub(crate) fn array_filters(spec: &Document) -> Result<Vec<Document>, CommandErr
 /// One `update` statement on `ns` (its collation defaults to the
 /// collection's).
 pub(crate) fn parse_statement(
-    shared: &Shared,
+    shared: &Ctx<'_>,
     ns: &Namespace,
     spec: &Document,
     scope: &Scope,
@@ -230,14 +230,13 @@ pub(crate) fn update_answer(
 /// returns the document before and after, or `None` if it no longer
 /// exists or matches.
 pub(crate) fn update_document(
-    shared: &Shared,
+    shared: &Ctx<'_>,
     coll: &Collection,
     rid: u64,
     (mut doc, mut pos): (Document, Option<usize>),
     change: &Change,
 ) -> Result<Option<(Document, Document, bool)>, CommandError> {
     let Change { filter, update, ack, .. } = *change;
-    let engine = shared.catalog.engine();
     loop {
         let new = update.apply(&doc, pos, false)?;
         check_size(&new)?;
@@ -246,11 +245,11 @@ pub(crate) fn update_document(
         }
         change.validate(&new, Some(&doc))?;
         let record = change.record(Some(&doc), &new, pos)?;
-        if coll.replace(engine, rid, &doc, &new, ack, record.as_ref().map(|r| r as &dyn Stamp))? {
+        if replace_doc(shared, coll, (rid, &doc, &new), ack, record.as_ref().map(|r| r as &dyn Stamp))? {
             return Ok(Some((doc, new, true)));
         }
         // Someone else changed it: read it again and match again.
-        let Some(current) = coll.get(engine, rid)? else { return Ok(None) };
+        let Some(current) = coll.get(&shared.reader(), rid)? else { return Ok(None) };
         let (ok, p) = filter.try_matches_at(&current)?;
         if !ok {
             return Ok(None);
@@ -262,7 +261,7 @@ pub(crate) fn update_document(
 
 /// Insert an upsert's document; returns it (with its `_id`).
 pub(crate) fn upsert(
-    shared: &Shared,
+    shared: &Ctx<'_>,
     ns: &Namespace,
     query: &Document,
     change: &Change,
@@ -278,7 +277,7 @@ pub(crate) fn upsert(
     let new = with_id_first(&new);
     let record = change.record(None, &new, None)?;
     let coll = shared.catalog.get_or_create(ns)?;
-    let stored = coll.insert(shared.catalog.engine(), &new, ack, record.as_ref().map(|r| r as &dyn Stamp))?;
+    let stored = insert_doc(shared, &coll, &new, ack, record.as_ref().map(|r| r as &dyn Stamp))?;
     if coll.capped.is_some() {
         shared.capped_inserts.send_modify(|n| *n += 1);
     }
@@ -286,7 +285,7 @@ pub(crate) fn upsert(
 }
 
 pub(crate) fn run_statement(
-    shared: &Shared,
+    shared: &Ctx<'_>,
     ns: &Namespace,
     cmd: &Document,
     st: &Statement,
@@ -355,7 +354,7 @@ pub(crate) fn run_statement(
 /// The first match of `query` (parsed as `filter`, under `collation`) in
 /// sort order (or record order without a sort).
 pub(crate) fn first_match(
-    shared: &Shared,
+    shared: &Ctx<'_>,
     coll: &Arc<Collection>,
     ns: &Namespace,
     (query, filter, collation): (&Document, &Filter, Option<&Arc<Collation>>),

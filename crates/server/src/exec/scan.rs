@@ -3,11 +3,11 @@
 
 use crate::error::CommandError;
 use crate::exec::access;
+use crate::exec::ctx::Ctx;
 use crate::exec::cursors::Source;
 use crate::exec::deadline::Deadline;
 use crate::exec::views::resolve_view;
 use crate::exec::views::stream_over;
-use crate::server::Shared;
 use bson::{Bson, Document};
 use doc::catalog::{Collection, DocError, Namespace, ScanFrom};
 use doc::stored::Stored;
@@ -56,7 +56,7 @@ pub(crate) fn matches_stored(filter: &Filter, d: &Stored) -> Result<(bool, Optio
 /// storage error ends the iteration and is kept in `error`. Owns what it
 /// reads with, so a cursor may keep it between batches.
 pub(crate) struct ScanIter {
-    pub(crate) engine: storage::Engine,
+    pub(crate) reader: storage::Reader,
     pub(crate) coll: Option<Arc<Collection>>,
     pub(crate) after: ScanFrom,
     pub(crate) pending: VecDeque<(ScanFrom, u64, Stored)>,
@@ -64,9 +64,14 @@ pub(crate) struct ScanIter {
 }
 
 impl ScanIter {
-    pub fn new(shared: &Shared, ns: &Namespace) -> ScanIter {
-        let engine = shared.catalog.engine().clone();
-        ScanIter { engine, coll: shared.catalog.get(ns), after: ScanFrom::Start, pending: VecDeque::new(), error: None }
+    pub fn new(shared: &Ctx<'_>, ns: &Namespace) -> ScanIter {
+        ScanIter {
+            reader: shared.reader(),
+            coll: shared.catalog.get(ns),
+            after: ScanFrom::Start,
+            pending: VecDeque::new(),
+            error: None,
+        }
     }
 
     /// The records, a storage error as the last item.
@@ -84,7 +89,7 @@ impl Iterator for ScanIter {
     fn next(&mut self) -> Option<(u64, Stored)> {
         if self.pending.is_empty() {
             let coll = self.coll.as_ref()?;
-            match coll.natural(&self.engine, &self.after, false, SCAN_CHUNK) {
+            match coll.natural(&self.reader, &self.after, false, SCAN_CHUNK) {
                 Ok(chunk) => self.pending.extend(chunk),
                 Err(e) => {
                     self.error = Some(e);
@@ -104,7 +109,7 @@ impl Iterator for ScanIter {
 /// sort memory limit it spills sorted runs to disk (`spill.rs`) when
 /// `allow_disk_use`, and fails with 292 otherwise.
 pub(crate) fn sorted_hits(
-    shared: &Shared,
+    shared: &Ctx<'_>,
     hits: &mut dyn Iterator<Item = Result<Hit, CommandError>>,
     sort: &Sort,
     (skip, limit): (usize, Option<usize>),
@@ -218,14 +223,14 @@ impl Keyed {
 }
 
 /// Where blocking sorts and groups spill to (`allowDiskUse`).
-pub(crate) fn spill_dir(shared: &Shared) -> std::path::PathBuf {
+pub(crate) fn spill_dir(shared: &Ctx<'_>) -> std::path::PathBuf {
     shared.options.dbpath.join("_tmp")
 }
 
 /// The hits of `filter` over a whole collection, or over a view's
 /// documents.
 pub(crate) fn scan_hits<'a>(
-    shared: &'a Shared,
+    shared: &'a Ctx<'a>,
     ns: &Namespace,
     (filter_doc, filter): (&Document, &'a Filter),
     hint: Option<&Bson>,
@@ -262,7 +267,7 @@ pub(crate) fn scan_hits<'a>(
 /// The hits of `filter` among the records `planned` reads of `coll`
 /// (`ns`); a plan from the cache watched by `watch` through its trial.
 pub(crate) fn planned_hits<'a>(
-    shared: &'a Shared,
+    shared: &'a Ctx<'a>,
     (ns, coll): (&Namespace, &Arc<doc::catalog::Collection>),
     planned: &access::Planned<'_>,
     (filter, watch): (&'a Filter, Option<(&Arc<access::TrialWatch>, &Filter)>),
@@ -301,7 +306,7 @@ pub(crate) fn planned_hits<'a>(
 /// `hint`: an index of the collection (by name or key pattern; the `_id`
 /// index by its name, `_id_` or a clustered index's own, or by `{_id:
 /// 1}`), or `$natural`. On a view, the index is the base collection's.
-pub(crate) fn check_hint(shared: &Shared, ns: &Namespace, cmd: &Document) -> Result<(), CommandError> {
+pub(crate) fn check_hint(shared: &Ctx<'_>, ns: &Namespace, cmd: &Document) -> Result<(), CommandError> {
     let hint = match cmd.get("hint") {
         None | Some(Bson::Null) => return Ok(()),
         Some(h) => h,
@@ -392,7 +397,7 @@ fn hinted_filter(cmd: &Document) -> Document {
 /// `collation`, else the collection's or view's default; `None` for the
 /// simple one. A view's default cannot be overridden (167), as in mongod.
 pub(crate) fn collation_of(
-    shared: &Shared,
+    shared: &Ctx<'_>,
     ns: &Namespace,
     cmd: &Document,
 ) -> Result<Option<Arc<Collation>>, CommandError> {

@@ -3,7 +3,7 @@
 
 use crate::args::count_option;
 use crate::error::CommandError;
-use crate::server::Shared;
+use crate::exec::ctx::Ctx;
 use bson::{doc, Document};
 use doc::catalog::Namespace;
 
@@ -18,7 +18,7 @@ pub(crate) fn scale_of(cmd: &Document) -> Result<i64, CommandError> {
 
 /// Sizes of one collection: (count, data bytes, storage bytes, `_id`
 /// index bytes, the secondary indexes' bytes by name).
-pub(crate) fn collection_sizes(shared: &Shared, ns: &Namespace) -> Result<Sizes, CommandError> {
+pub(crate) fn collection_sizes(shared: &Ctx<'_>, ns: &Namespace) -> Result<Sizes, CommandError> {
     let Some(c) = shared.catalog.get(ns) else { return Ok(Sizes::default()) };
     let engine = shared.catalog.engine();
     let (count, size) = c.count_and_size(engine)?;
@@ -46,7 +46,7 @@ impl Sizes {
 
 /// The storage statistics of a collection, as `collStats` and
 /// `$collStats: {storageStats: {}}` report them.
-pub(crate) fn storage_stats(shared: &Shared, ns: &Namespace, scale: i64) -> Result<Document, CommandError> {
+pub(crate) fn storage_stats(shared: &Ctx<'_>, ns: &Namespace, scale: i64) -> Result<Document, CommandError> {
     let sizes = collection_sizes(shared, ns)?;
     let (count, size, mut storage, mut index) = (sizes.count, sizes.data, sizes.storage, sizes.id_index);
     let capped = shared.catalog.get(ns).and_then(|c| c.capped.as_ref().map(|c| (c.size, c.max)));

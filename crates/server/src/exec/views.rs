@@ -4,7 +4,7 @@
 use crate::error::CommandError;
 use crate::exec::access;
 use crate::exec::call::Place;
-use crate::server::Shared;
+use crate::exec::ctx::Ctx;
 use bson::Bson;
 use doc::catalog::Collection;
 use doc::catalog::Namespace;
@@ -12,7 +12,7 @@ use doc::stored::Stored;
 use std::sync::Arc;
 
 /// Writes and storage commands on a view fail as mongod's do.
-pub(crate) fn check_not_view(shared: &Shared, ns: &Namespace) -> Result<(), CommandError> {
+pub(crate) fn check_not_view(shared: &Ctx<'_>, ns: &Namespace) -> Result<(), CommandError> {
     match shared.catalog.get(ns) {
         Some(c) if c.view_on().is_some() => Err(not_on_view(ns)),
         _ => Ok(()),
@@ -30,7 +30,7 @@ pub(crate) const VIEW_DEPTH_MAX: usize = 20;
 /// For a view: the collection it finally reads and the stages its
 /// documents go through (the innermost view's first). `None` for a
 /// collection or a missing namespace.
-pub(crate) fn resolve_view(shared: &Shared, ns: &Namespace) -> Result<Option<(Namespace, Vec<Bson>)>, CommandError> {
+pub(crate) fn resolve_view(shared: &Ctx<'_>, ns: &Namespace) -> Result<Option<(Namespace, Vec<Bson>)>, CommandError> {
     let mut current = ns.clone();
     let mut stages: Vec<Bson> = Vec::new();
     let mut depth = 0;
@@ -55,7 +55,7 @@ pub(crate) type Scanning = Option<(Namespace, Arc<Collection>)>;
 /// The collection's documents come by the access path planned from the
 /// pipeline's leading `$match`.
 pub(crate) fn stream_over(
-    shared: &Shared,
+    shared: &Ctx<'_>,
     base: &Namespace,
     pipeline: &query::Pipeline,
     hint: Option<&Bson>,
@@ -91,7 +91,7 @@ pub(crate) fn stream_over(
 /// `pipeline` held to mongod's memory limits: past them `$sort` and
 /// `$group` fail, or spill with `allowDiskUse`.
 pub(crate) fn held_to_limits(
-    shared: &Shared,
+    shared: &Ctx<'_>,
     cmd: &bson::Document,
     pipeline: query::Pipeline,
 ) -> Result<query::Pipeline, CommandError> {
@@ -156,7 +156,7 @@ pub(crate) fn read_error(e: doc::catalog::DocError) -> query::FilterError {
 /// It is looked up once: a concurrent drop between a
 /// check and a use cannot make it vanish (the `Arc` keeps it).
 pub(crate) fn existing(
-    shared: &Shared,
+    shared: &Ctx<'_>,
     cmd: &bson::Document,
     name: &str,
 ) -> Result<(Namespace, Arc<Collection>), CommandError> {

@@ -5,9 +5,10 @@ use crate::args::bool_option;
 use crate::args::CommandResult;
 use crate::error::CommandError;
 use crate::exec::call::Call;
-use crate::server::Shared;
+use crate::exec::ctx::Ctx;
 use bson::{doc, Bson, Document};
-use doc::catalog::{Ack, Namespace};
+use doc::catalog::{Ack, Collection, DocError, Namespace};
+use doc::sessions::Stamp;
 use query::Filter;
 
 /// The statements of a write command commit without waiting for the
@@ -20,7 +21,7 @@ pub(crate) const STATEMENT_ACK: Ack = Ack::Written;
 /// or leave the wait to the connection when `call` defers it
 /// ([`Call::owes_sync`]). `None`: no connection awaits (a write inside
 /// an aggregate), so the journal is synced here.
-pub(crate) fn acknowledge(shared: &Shared, call: Option<&Call>, ack: Ack, reply: Document) -> CommandResult {
+pub(crate) fn acknowledge(shared: &Ctx<'_>, call: Option<&Call>, ack: Ack, reply: Document) -> CommandResult {
     if ack != Ack::Journaled || call.is_some_and(Call::defer_sync) {
         return Ok(reply);
     }
@@ -31,6 +32,82 @@ pub(crate) fn acknowledge(shared: &Shared, call: Option<&Call>, ack: Ack, reply:
         .map_err(|e| CommandError::internal_error(format!("the journal could not be made durable: {e}")))?;
     Ok(reply)
 }
+
+// Where a command's writes go (`ctx.rs`): into its multi-document
+// transaction, or each into a storage transaction of its own, committed
+// with its statement record `stamp` and acknowledged as `ack`. The one
+// place that decides.
+
+/// Insert `doc` (an `_id` added first if missing); returns it as stored.
+pub(crate) fn insert_doc(
+    shared: &Ctx<'_>,
+    coll: &Collection,
+    doc: &Document,
+    ack: Ack,
+    stamp: Option<&dyn Stamp>,
+) -> Result<Document, DocError> {
+    match shared.txn() {
+        Some(txn) => coll.insert_in(txn, doc),
+        None => coll.insert(shared.catalog.engine(), doc, (ack, &shared.conflicts), stamp),
+    }
+}
+
+/// Insert the documents of one insert command: a result per document
+/// tried, in order; `ordered` stops at the first failure.
+pub(crate) fn insert_docs(
+    shared: &Ctx<'_>,
+    coll: &Collection,
+    docs: &[&Document],
+    ordered: bool,
+    ack: Ack,
+    stamp: Option<&dyn Stamp>,
+) -> Vec<Result<(), DocError>> {
+    let Some(txn) = shared.txn() else {
+        return coll.insert_many(shared.catalog.engine(), docs, ordered, (ack, &shared.conflicts), stamp);
+    };
+    let mut results = Vec::with_capacity(docs.len());
+    for d in docs {
+        let result = coll.insert_in(txn, d).map(|_| ());
+        let failed = result.is_err();
+        results.push(result);
+        if failed && ordered {
+            break;
+        }
+    }
+    results
+}
+
+/// Delete the document at `rid` if it is still `doc`; whether it did.
+pub(crate) fn delete_doc(
+    shared: &Ctx<'_>,
+    coll: &Collection,
+    (rid, doc): (u64, &Document),
+    ack: Ack,
+    stamp: Option<&dyn Stamp>,
+) -> Result<bool, DocError> {
+    match shared.txn() {
+        Some(txn) => Ok(coll.delete_in(txn, rid, doc)?.is_some()),
+        None => coll.delete(shared.catalog.engine(), rid, doc, (ack, &shared.conflicts), stamp),
+    }
+}
+
+/// Replace the document at `rid` by `new` if it is still `old`; whether
+/// it did.
+pub(crate) fn replace_doc(
+    shared: &Ctx<'_>,
+    coll: &Collection,
+    (rid, old, new): (u64, &Document, &Document),
+    ack: Ack,
+    stamp: Option<&dyn Stamp>,
+) -> Result<bool, DocError> {
+    match shared.txn() {
+        Some(txn) => coll.replace_in(txn, rid, old, new),
+        None => coll.replace(shared.catalog.engine(), rid, old, new, (ack, &shared.conflicts), stamp),
+    }
+}
+
+/// MaxTimeMSExpired: a statement interrupted by its command's time limit.
+const INTERRUPTED_CODE: i32 = 50;
 
 /// A collection's document validator (`validator`, `validationLevel`,
 /// `validationAction`), checked on insert and update.
@@ -90,7 +167,7 @@ impl Validator {
 
 /// The validator of the collection at `ns`, with the command's bypass flag.
 pub(crate) fn validator_of(
-    shared: &Shared,
+    shared: &Ctx<'_>,
     ns: &Namespace,
     cmd: &Document,
 ) -> Result<Option<(Validator, bool)>, CommandError> {
@@ -125,13 +202,14 @@ pub(crate) struct Outcome {
 
 /// Run each statement of a write command, adding up what each did and
 /// reporting failures as `writeErrors` by index; an ordered command stops
-/// at its first failure. `updates` adds `nModified` and `upserted`.
+/// at its first failure. `updates` adds `nModified` and `upserted`. A
+/// statement that runs out of time (`maxTimeMS`) fails the command.
 pub(crate) fn write_reply<T>(
     items: &[T],
     ordered: bool,
     updates: bool,
     mut run: impl FnMut(usize, &T) -> Result<Outcome, CommandError>,
-) -> Document {
+) -> Result<Document, CommandError> {
     let (mut n, mut modified) = (0i64, 0i64);
     let mut upserted = Vec::new();
     let mut errors = Vec::new();
@@ -148,6 +226,8 @@ pub(crate) fn write_reply<T>(
                     upserted.push(Bson::Document(doc! { "index": i as i32, "_id": id }));
                 }
             }
+            // An interruption (the time limit) ends the command, as mongod's.
+            Err(e) if e.code == INTERRUPTED_CODE => return Err(e),
             Err(e) => {
                 let mut we = doc! { "index": i as i32, "code": e.code, "errmsg": &e.errmsg };
                 if let Some(extra) = e.extra {
@@ -181,5 +261,5 @@ pub(crate) fn write_reply<T>(
         reply.insert("writeErrors", errors);
     }
     reply.insert("ok", 1.0);
-    reply
+    Ok(reply)
 }

@@ -14,8 +14,8 @@
 use super::{explain_read, Read, Then, Verbosity};
 use crate::args::{count_option, document_option, namespace, CommandResult};
 use crate::error::CommandError;
+use crate::exec::ctx::Ctx;
 use crate::exec::scan::collation_of;
-use crate::server::Shared;
 use bson::{doc, Bson, Document};
 use query::pipeline::StageCounts;
 use std::sync::atomic::Ordering::Relaxed;
@@ -112,7 +112,7 @@ fn as_aggregate(cmd: &Document, name: &str, pipeline: Vec<Bson>) -> Document {
 /// `find` it is; any other shows its read as the first stage, `$cursor`
 /// (the leading `$match` and `$sort`, a `$limit` right after the sort),
 /// and the stages after it as written.
-pub(crate) fn explain_aggregate(shared: &Shared, cmd: &Document, verbosity: Verbosity) -> CommandResult {
+pub(crate) fn explain_aggregate(shared: &Ctx<'_>, cmd: &Document, verbosity: Verbosity) -> CommandResult {
     if !matches!(cmd.get("aggregate"), Some(Bson::String(_))) {
         return Err(CommandError::not_implemented("explain of an aggregate on a database is not supported yet"));
     }

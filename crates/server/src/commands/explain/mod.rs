@@ -8,9 +8,9 @@ use crate::args::{check_fields, count_option, document_option, filter_of, namesp
 use crate::error::CommandError;
 use crate::exec::access::{self, Planned};
 use crate::exec::call::Place;
+use crate::exec::ctx::Ctx;
 use crate::exec::index_scan::ScanStats;
 use crate::exec::scan::{check_hint, collation_of};
-use crate::server::Shared;
 use bson::{doc, Bson, Document};
 use doc::catalog::Namespace;
 use doc::index::Index;
@@ -30,7 +30,7 @@ pub(crate) enum Verbosity {
     AllPlansExecution,
 }
 
-pub fn explain(shared: &Shared, cmd: &Document) -> CommandResult {
+pub fn explain(shared: &Ctx<'_>, cmd: &Document) -> CommandResult {
     check_fields(cmd, "explain", &["verbosity", "comment", "maxTimeMS"], false)?;
     let verbosity = match cmd.get("verbosity") {
         None => Verbosity::AllPlansExecution,
@@ -98,7 +98,7 @@ struct Top {
     counts: fn(u64) -> Document,
 }
 
-fn explain_find(shared: &Shared, cmd: &Document, verbosity: Verbosity) -> CommandResult {
+fn explain_find(shared: &Ctx<'_>, cmd: &Document, verbosity: Verbosity) -> CommandResult {
     let ns = namespace(cmd, "find")?;
     if crate::exec::views::resolve_view(shared, &ns)?.is_some() {
         return explain_aggregate(shared, &aggregate::find_as_aggregate(cmd)?, verbosity);
@@ -117,7 +117,7 @@ fn explain_find(shared: &Shared, cmd: &Document, verbosity: Verbosity) -> Comman
 }
 
 /// `count`: COUNT over the read.
-fn explain_count(shared: &Shared, cmd: &Document, verbosity: Verbosity) -> CommandResult {
+fn explain_count(shared: &Ctx<'_>, cmd: &Document, verbosity: Verbosity) -> CommandResult {
     let ns = namespace(cmd, "count")?;
     if crate::exec::views::resolve_view(shared, &ns)?.is_some() {
         return explain_aggregate(shared, &aggregate::count_as_aggregate(cmd)?, verbosity);
@@ -141,7 +141,7 @@ fn explain_count(shared: &Shared, cmd: &Document, verbosity: Verbosity) -> Comma
 }
 
 /// `distinct`: the read (mongod shows a projection of the key above it).
-fn explain_distinct(shared: &Shared, cmd: &Document, verbosity: Verbosity) -> CommandResult {
+fn explain_distinct(shared: &Ctx<'_>, cmd: &Document, verbosity: Verbosity) -> CommandResult {
     let ns = namespace(cmd, "distinct")?;
     let key = cmd.get_str("key").map_err(|_| CommandError::failed_to_parse("distinct needs a string 'key'"))?;
     if crate::exec::views::resolve_view(shared, &ns)?.is_some() {
@@ -165,7 +165,7 @@ fn explain_distinct(shared: &Shared, cmd: &Document, verbosity: Verbosity) -> Co
 
 /// `update`, `delete` and `findAndModify`: their first statement's read
 /// under UPDATE or DELETE; nothing is written.
-fn explain_write(shared: &Shared, cmd: &Document, verbosity: Verbosity) -> CommandResult {
+fn explain_write(shared: &Ctx<'_>, cmd: &Document, verbosity: Verbosity) -> CommandResult {
     let name = cmd.keys().next().map(String::as_str).unwrap_or_default();
     let ns = namespace(cmd, name)?;
     // As the write itself: a view is not written through.
@@ -204,7 +204,7 @@ fn explain_write(shared: &Shared, cmd: &Document, verbosity: Verbosity) -> Comma
 }
 
 fn explain_read(
-    shared: &Shared,
+    shared: &Ctx<'_>,
     cmd: &Document,
     read: Read<'_>,
     top: Option<Top>,

@@ -1,0 +1,50 @@
+//! `commitTransaction` and `abortTransaction` (the session's transaction
+//! itself is kept in `transactions.rs`).
+
+use crate::args::ack_of;
+use crate::args::check_fields;
+use crate::args::CommandResult;
+use crate::error::CommandError;
+use crate::exec::call::Call;
+use crate::exec::ctx::Ctx;
+use crate::exec::write::acknowledge;
+use crate::transactions::sole;
+use bson::{doc, Document};
+use doc::catalog::DocError;
+use doc::sessions::{SessionId, Stamp};
+
+/// Commit the session's transaction `number`, its commit record in the
+/// same storage transaction; a retried commit of a committed transaction
+/// answers ok again (once it is durable).
+pub fn commit_transaction(
+    shared: &Ctx<'_>,
+    call: &Call,
+    cmd: &Document,
+    (lsid, number): (SessionId, i64),
+) -> CommandResult {
+    check_fields(cmd, "commitTransaction", &[], false)?;
+    let ack = ack_of(cmd)?;
+    let Some(txn) = shared.transactions.take_for_commit(shared, lsid, number)? else {
+        return acknowledge(shared, Some(call), ack, doc! { "ok": 1.0 });
+    };
+    shared.cursors.kill_txn(&txn);
+    let txn = sole(txn)?;
+    let stamp = shared.sessions.commit_stamp(lsid, number);
+    let committed = stamp.write(&txn, &[0]).and_then(|()| txn.commit());
+    match committed {
+        Ok(_) => {
+            shared.transactions.committed(lsid, number);
+            acknowledge(shared, Some(call), ack, doc! { "ok": 1.0 })
+        }
+        Err(e) => Err(CommandError::from(DocError::from(e))),
+    }
+}
+
+/// Abort the session's transaction `number`: nothing it wrote is kept.
+pub fn abort_transaction(shared: &Ctx<'_>, cmd: &Document, (lsid, number): (SessionId, i64)) -> CommandResult {
+    check_fields(cmd, "abortTransaction", &[], false)?;
+    if let Some(txn) = shared.transactions.abort(lsid, number)? {
+        shared.cursors.kill_txn(&txn);
+    }
+    Ok(doc! { "ok": 1.0 })
+}

@@ -1,0 +1,74 @@
+//! A command's view of the server: the shared state, and the transaction
+//! its reads and writes go through when it runs inside a multi-document
+//! transaction. Passed where `&Shared` was (it dereferences to it), so
+//! that every read path takes its reader from one place ([`Ctx::reader`]).
+//!
+//! Invariant: a command inside a transaction reads only through
+//! [`Ctx::reader`] (its snapshot and its own writes) and writes only into
+//! [`Ctx::txn`]; outside one it reads the newest committed version and
+//! each write commits in a storage transaction of its own.
+
+use crate::exec::call::Place;
+use crate::server::Shared;
+use doc::catalog::ConflictWait;
+use std::ops::Deref;
+use std::sync::Arc;
+use std::time::Duration;
+use storage::{Reader, Txn};
+
+pub struct Ctx<'a> {
+    shared: &'a Shared,
+    txn: Option<Arc<Txn>>,
+    /// How its writes outside a transaction wait on conflicts, and how
+    /// many they met.
+    pub conflicts: ConflictWait,
+}
+
+impl<'a> Ctx<'a> {
+    /// Outside any transaction.
+    pub fn new(shared: &'a Shared) -> Ctx<'a> {
+        Ctx { shared, txn: None, conflicts: ConflictWait::default() }
+    }
+
+    /// Outside any transaction, its writes waiting on conflicts until
+    /// `deadline` at most (the command's `maxTimeMS`), on a thread at
+    /// `place` (a network thread's other connections are handed off
+    /// before a sleep).
+    pub fn until(shared: &'a Shared, deadline: Option<std::time::Instant>, place: Place) -> Ctx<'a> {
+        let sleep: fn(Duration) = match place {
+            Place::Network => |d| Place::Network.long(|| std::thread::sleep(d)),
+            Place::Blocking => std::thread::sleep,
+        };
+        Ctx { shared, txn: None, conflicts: ConflictWait::until(deadline, sleep) }
+    }
+
+    /// Inside the multi-document transaction `txn`.
+    pub fn in_txn(shared: &'a Shared, txn: Arc<Txn>) -> Ctx<'a> {
+        Ctx { shared, txn: Some(txn), conflicts: ConflictWait::default() }
+    }
+
+    pub fn shared(&self) -> &'a Shared {
+        self.shared
+    }
+
+    /// The multi-document transaction the command runs in, if any.
+    pub fn txn(&self) -> Option<&Arc<Txn>> {
+        self.txn.as_ref()
+    }
+
+    /// Where the command's reads look.
+    pub fn reader(&self) -> Reader {
+        match &self.txn {
+            Some(t) => Reader::Txn(t.clone()),
+            None => Reader::Latest(self.shared.catalog.engine().clone()),
+        }
+    }
+}
+
+impl Deref for Ctx<'_> {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        self.shared
+    }
+}

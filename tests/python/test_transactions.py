@@ -1,0 +1,413 @@
+"""Multi-document transactions through pymongo: snapshot reads that see
+their own writes, commit and abort, the error codes and labels drivers
+retry by, fail-on-conflict inside a transaction and wait-on-conflict
+outside, the lifetime limit, sequences, write skew and phantoms under
+snapshot and serializable isolation, and a commit retried after kill -9
+(../shared/scenarios/conflicts-and-transactions.md)."""
+
+import os
+import signal
+import threading
+import time
+import uuid
+
+import pymongo
+import pytest
+from bson import Binary, Int64
+from pymongo.errors import OperationFailure
+from pymongo.read_concern import ReadConcern
+
+from conftest import Server
+from test_retryable_writes import Raw
+
+
+def labels(e):
+    return e.value.details.get("errorLabels", [])
+
+
+def server_cpu(server):
+    """The server process's user + system CPU seconds."""
+    fields = open(f"/proc/{server.proc.pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_a_transaction_sees_its_own_writes_and_commits_them_together(client):
+    db, other = client.test, client.otherdb
+    db.c.insert_one({"_id": 0, "n": 0})
+    with client.start_session() as s:
+        s.start_transaction()
+        db.c.insert_one({"_id": 1}, session=s)
+        db.c.update_one({"_id": 0}, {"$inc": {"n": 5}}, session=s)
+        other.d.insert_many([{"_id": i} for i in range(3)], session=s)
+        # Its own writes, through a point read, a scan and an aggregate.
+        assert db.c.find_one({"_id": 0}, session=s) == {"_id": 0, "n": 5}
+        assert sorted(d["_id"] for d in db.c.find({}, session=s)) == [0, 1]
+        assert other.d.count_documents({}, session=s) == 3
+        assert db.c.distinct("_id", session=s) == [0, 1]
+        # Nothing outside yet.
+        assert db.c.find_one({"_id": 0}) == {"_id": 0, "n": 0}
+        assert other.d.count_documents({}) == 0
+        s.commit_transaction()
+    assert db.c.find_one({"_id": 0}) == {"_id": 0, "n": 5}
+    assert other.d.count_documents({}) == 3
+
+
+def test_a_snapshot_sees_nothing_committed_after_it_began(client):
+    db = client.test
+    db.c.insert_many([{"_id": i} for i in range(3)])
+    with client.start_session() as s:
+        s.start_transaction()
+        assert db.c.count_documents({}, session=s) == 3
+        db.c.insert_one({"_id": 99})
+        db.c.delete_one({"_id": 0})
+        assert sorted(d["_id"] for d in db.c.find({}, session=s)) == [0, 1, 2]
+        assert db.c.find_one({"_id": 99}, session=s) is None
+        s.commit_transaction()
+
+
+def test_with_transaction_and_abort(client):
+    db = client.test
+
+    def work(s):
+        db.c.insert_one({"_id": "a"}, session=s)
+        db.c.find_one_and_update({"_id": "a"}, {"$set": {"x": 1}}, session=s)
+
+    with client.start_session() as s:
+        s.with_transaction(work)
+    assert db.c.find_one({"_id": "a"}) == {"_id": "a", "x": 1}
+    with client.start_session() as s:
+        s.start_transaction()
+        db.c.insert_many([{"_id": i} for i in range(5)], session=s)
+        db.c.delete_one({"_id": "a"}, session=s)
+        s.abort_transaction()
+    assert list(db.c.find()) == [{"_id": "a", "x": 1}]
+
+
+def test_a_cursor_reads_its_transaction_and_closes_with_it(client):
+    db = client.test
+    db.c.insert_many([{"_id": i} for i in range(10)])
+    with client.start_session() as s:
+        s.start_transaction()
+        db.c.insert_one({"_id": 10}, session=s)
+        cursor = db.c.find({}, session=s, batch_size=2)
+        got = [next(cursor)["_id"] for _ in range(3)]
+        db.c.insert_one({"_id": 11})  # outside: not seen by the getMores
+        got += [d["_id"] for d in cursor]
+        assert got == list(range(11))
+        open_cursor = db.command("find", "c", batchSize=1, session=s)["cursor"]["id"]
+        s.commit_transaction()
+    with pytest.raises(OperationFailure) as e:
+        db.command("getMore", open_cursor, collection="c")
+    assert e.value.code == 43
+
+
+def raw_session():
+    return {"id": Binary(uuid.uuid4().bytes, 4)}
+
+
+class Failed(Exception):
+    """An error reply of a raw command."""
+
+    def __init__(self, reply):
+        super().__init__(reply.get("errmsg"))
+        self.code, self.details = reply.get("code"), reply
+
+
+def test_transaction_errors_as_mongod(server, client):
+    """Over a raw connection, so that the test picks lsid and txnNumber."""
+    db = client.test
+    db.c.insert_one({"_id": 1})
+    lsid = raw_session()
+    raw = Raw(server)
+
+    def cmd(body, n, db="test", **extra):
+        reply = raw({**body, "lsid": lsid, "txnNumber": Int64(n), "autocommit": False, **extra}, db=db)
+        if reply["ok"] != 1.0:
+            raise Failed(reply)
+        return reply
+
+    # A statement of a transaction that was never started.
+    with pytest.raises(Failed) as e:
+        cmd({"find": "c"}, 1)
+    assert e.value.code == 251 and "TransientTransactionError" in labels(e)
+    cmd({"find": "c"}, 2, startTransaction=True)
+    # readConcern only on the first statement.
+    with pytest.raises(Failed) as e:
+        cmd({"find": "c"}, 2, readConcern={"level": "snapshot"})
+    assert e.value.code == 72
+    # count is refused inside a transaction.
+    with pytest.raises(Failed) as e:
+        cmd({"count": "c"}, 2)
+    assert e.value.code == 263 and "Cannot run 'count' in a multi-document transaction" in str(e.value)
+    # writeConcern only on commit and abort.
+    with pytest.raises(Failed) as e:
+        cmd({"insert": "c", "documents": [{"_id": 2}]}, 2, writeConcern={"w": 1})
+    assert e.value.code == 72
+    # An older transaction number.
+    with pytest.raises(Failed) as e:
+        cmd({"find": "c"}, 1, startTransaction=True)
+    assert e.value.code == 225
+    # A duplicate key fails the statement and aborts the transaction.
+    reply = cmd({"insert": "c", "documents": [{"_id": 1}]}, 2)
+    assert reply["writeErrors"][0]["code"] == 11000
+    with pytest.raises(Failed) as e:
+        cmd({"find": "c"}, 2)
+    assert e.value.code == 251 and "TransientTransactionError" in labels(e)
+    with pytest.raises(Failed) as e:
+        cmd({"commitTransaction": 1}, 2, db="admin")
+    assert e.value.code == 251
+    # A committed transaction: a retried commit answers ok again.
+    cmd({"insert": "c", "documents": [{"_id": 3}]}, 3, startTransaction=True)
+    assert cmd({"commitTransaction": 1}, 3, db="admin")["ok"] == 1.0
+    assert cmd({"commitTransaction": 1}, 3, db="admin")["ok"] == 1.0
+    with pytest.raises(Failed) as e:
+        cmd({"find": "c"}, 3)
+    assert e.value.code == 256
+    assert sorted(d["_id"] for d in db.c.find()) == [1, 3]
+    raw.close()
+
+
+def test_capped_collections_refuse_writes_in_a_transaction(client):
+    client.test.create_collection("capped", capped=True, size=4096)
+    with client.start_session() as s:
+        s.start_transaction()
+        with pytest.raises(OperationFailure) as e:
+            client.test.capped.insert_one({"x": 1}, session=s)
+        assert e.value.code == 263
+        s.abort_transaction()
+    assert client.test.capped.count_documents({}) == 0
+
+
+def test_fail_on_conflict_inside_wait_on_conflict_outside(server, client):
+    """The scenario's first part: B's transaction fails at once with
+    WriteConflict; B's update outside any transaction waits, at almost no
+    CPU, until the lifetime limit aborts A; then it succeeds."""
+    db = client.test
+    client.admin.command("setParameter", 1, transactionLifetimeLimitSeconds=2)
+    db.demo.insert_one({"_id": "x", "value": 0})
+    conflicts_before = client.admin.command("serverStatus")["metrics"]["operation"]["writeConflicts"]
+    session_a, session_b = client.start_session(), client.start_session()
+    session_a.start_transaction()
+    r = db.demo.update_one({"_id": "x"}, {"$inc": {"value": 2}}, session=session_a)
+    assert (r.matched_count, r.modified_count) == (1, 1)
+    session_b.start_transaction()
+    with pytest.raises(OperationFailure) as e:
+        db.demo.update_one({"_id": "x"}, {"$inc": {"value": 4}}, session=session_b)
+    assert (e.value.code, e.value.details["codeName"]) == (112, "WriteConflict")
+    assert "TransientTransactionError" in labels(e)
+    session_b.abort_transaction()
+    started, cpu_before = time.monotonic(), server_cpu(server)
+    r = db.demo.update_one({"_id": "x"}, {"$inc": {"value": 8}}, session=session_b)
+    waited, cpu = time.monotonic() - started, server_cpu(server) - cpu_before
+    assert r.modified_count == 1
+    assert 1.0 < waited < 10, waited
+    assert cpu < 0.3 * waited, f"{cpu:.3f} s of CPU while waiting {waited:.2f} s"
+    with pytest.raises(OperationFailure) as e:
+        session_a.commit_transaction()
+    assert e.value.code == 251
+    assert list(db.demo.find()) == [{"_id": "x", "value": 8}]
+    grew = client.admin.command("serverStatus")["metrics"]["operation"]["writeConflicts"] - conflicts_before
+    # B's transaction once, then every attempt of the waiting update (at
+    # least the four quick ones and the backoff's sleeps over ~2 s).
+    assert grew > 20, grew
+
+
+def test_a_waiting_write_is_bounded_by_max_time_ms(client):
+    db = client.test
+    db.demo.insert_one({"_id": "x", "value": 0})
+    with client.start_session() as s:
+        s.start_transaction()
+        db.demo.update_one({"_id": "x"}, {"$inc": {"value": 2}}, session=s)
+        started = time.monotonic()
+        with pytest.raises(OperationFailure) as e:
+            db.command("update", "demo", updates=[{"q": {"_id": "x"}, "u": {"$inc": {"value": 1}}}], maxTimeMS=300)
+        assert e.value.code == 50
+        assert 0.25 < time.monotonic() - started < 5
+        s.abort_transaction()
+    assert db.demo.find_one() == {"_id": "x", "value": 0}
+
+
+def test_sequences_without_gaps_inside_transactions(client):
+    db = client.test
+
+    def next_value(s=None):
+        return db.sequences.find_one_and_update(
+            {"_id": "demo_id"}, {"$inc": {"seq": 1}}, upsert=True,
+            return_document=pymongo.ReturnDocument.AFTER, session=s)
+
+    assert next_value() == {"_id": "demo_id", "seq": 1}
+    s1, s2 = client.start_session(), client.start_session()
+    s1.start_transaction()
+    s2.start_transaction()
+    assert next_value(s1)["seq"] == 2
+    with pytest.raises(OperationFailure) as e:
+        next_value(s2)
+    assert e.value.code == 112 and "TransientTransactionError" in labels(e)
+    s2.abort_transaction()
+    s1.commit_transaction()
+    s2.start_transaction()
+    assert next_value(s2)["seq"] == 3
+    s2.commit_transaction()
+    # Outside a transaction the number is taken at once: an aborted
+    # transaction that used one leaves a gap.
+    s1.start_transaction()
+    db.orders.insert_one({"n": next_value()["seq"]}, session=s1)
+    s1.abort_transaction()
+    assert next_value()["seq"] == 5
+
+
+def doctors_on_call(client, level, index):
+    db = client.test
+    db.oncall.drop()
+    if index:
+        db.oncall.create_index("shift")
+    db.oncall.insert_many([{"_id": "alice", "shift": 1, "on": True}, {"_id": "bob", "shift": 1, "on": True}])
+    sessions = [client.start_session(), client.start_session()]
+    for s in sessions:
+        s.start_transaction(read_concern=ReadConcern(level) if level else None)
+    counts = [db.oncall.count_documents({"shift": 1, "on": True}, session=s) for s in sessions]
+    outcomes = []
+    for s, who, n in zip(sessions, ["alice", "bob"], counts):
+        try:
+            if n >= 2:
+                db.oncall.update_one({"_id": who}, {"$set": {"on": False}}, session=s)
+            s.commit_transaction()
+            outcomes.append("committed")
+        except OperationFailure as e:
+            assert e.code == 112 and e.has_error_label("TransientTransactionError"), e.details
+            assert "Serializable isolation refused this transaction" in str(e)
+            outcomes.append("refused")
+    return outcomes, db.oncall.count_documents({"on": True})
+
+
+@pytest.mark.parametrize("index", [False, True], ids=["scan", "index"])
+def test_write_skew_under_snapshot_isolation(client, index):
+    assert doctors_on_call(client, None, index) == (["committed", "committed"], 0)
+    assert doctors_on_call(client, "snapshot", index) == (["committed", "committed"], 0)
+
+
+@pytest.mark.parametrize("index", [False, True], ids=["scan", "index"])
+def test_write_skew_refused_under_serializable(client, index):
+    assert doctors_on_call(client, "serializable", index) == (["committed", "refused"], 1)
+
+
+def test_serializable_as_the_server_default_and_a_retry_that_keeps_the_invariant(client):
+    client.admin.command("setParameter", 1, defaultTransactionIsolation="serializable")
+    try:
+        assert doctors_on_call(client, None, True) == (["committed", "refused"], 1)
+        # The refused doctor retries: one doctor on call, so nothing to do.
+        with client.start_session() as s:
+            s.start_transaction()
+            assert client.test.oncall.count_documents({"shift": 1, "on": True}, session=s) == 1
+            s.commit_transaction()
+    finally:
+        client.admin.command("setParameter", 1, defaultTransactionIsolation="snapshot")
+
+
+@pytest.mark.parametrize("index", [False, True], ids=["scan", "index"])
+def test_the_phantom_is_refused_under_serializable(client, index):
+    db = client.test
+    if index:
+        db.oncall.create_index("shift")
+    db.oncall.insert_many([{"_id": "alice", "shift": 1}, {"_id": "x", "shift": 2}])
+    t1, t2 = client.start_session(), client.start_session()
+    t1.start_transaction(read_concern=ReadConcern("serializable"))
+    t2.start_transaction(read_concern=ReadConcern("serializable"))
+    assert len(list(db.oncall.find({"shift": 1}, session=t1))) == 1
+    assert db.oncall.find_one({"_id": "x"}, session=t2) is not None
+    db.oncall.insert_one({"_id": "carol", "shift": 1}, session=t2)
+    t2.commit_transaction()
+    with pytest.raises(OperationFailure) as e:
+        db.oncall.update_one({"_id": "x"}, {"$set": {"seen": 1}}, session=t1)
+        t1.commit_transaction()
+    assert e.value.code == 112 and "TransientTransactionError" in labels(e)
+    assert db.oncall.find_one({"_id": "x"}) == {"_id": "x", "shift": 2}
+
+
+def test_the_same_phantom_commits_under_snapshot(client):
+    db = client.test
+    db.oncall.insert_many([{"_id": "alice", "shift": 1}, {"_id": "x", "shift": 2}])
+    t1, t2 = client.start_session(), client.start_session()
+    t1.start_transaction()
+    t2.start_transaction()
+    list(db.oncall.find({"shift": 1}, session=t1))
+    db.oncall.find_one({"_id": "x"}, session=t2)
+    db.oncall.insert_one({"_id": "carol", "shift": 1}, session=t2)
+    t2.commit_transaction()
+    db.oncall.update_one({"_id": "x"}, {"$set": {"seen": 1}}, session=t1)
+    t1.commit_transaction()
+    assert db.oncall.find_one({"_id": "x"}) == {"_id": "x", "shift": 2, "seen": 1}
+
+
+def test_kill_9_keeps_committed_transactions_whole_and_drops_the_rest(datadir):
+    server = Server(datadir / "db")
+    raw = Raw(server)
+    lsid, open_lsid = raw_session(), raw_session()
+
+    def cmd(body, session, db="test", **extra):
+        reply = raw({**body, "lsid": session, "txnNumber": Int64(1), "autocommit": False, **extra}, db=db)
+        assert reply["ok"] == 1.0, reply
+        return reply
+
+    cmd({"insert": "c", "documents": [{"_id": i} for i in range(50)]}, lsid, startTransaction=True)
+    cmd({"insert": "d", "documents": [{"_id": "one"}]}, lsid, db="other")
+    cmd({"commitTransaction": 1}, lsid, db="admin")
+    # Open, never committed: absent after the crash.
+    cmd({"insert": "c", "documents": [{"_id": i} for i in range(50, 80)]}, open_lsid, startTransaction=True)
+    raw.close()
+    server.stop(signal.SIGKILL)
+    server = Server(datadir / "db", port=server.port)
+    client, raw = server.client(), Raw(server)
+    try:
+        assert sorted(d["_id"] for d in client.test.c.find()) == list(range(50))
+        assert client.other.d.count_documents({}) == 1
+        # The retried commit answers as the first did.
+        cmd({"commitTransaction": 1}, lsid, db="admin")
+        reply = raw({"commitTransaction": 1, "lsid": open_lsid, "txnNumber": Int64(1), "autocommit": False},
+                    db="admin")
+        assert reply["code"] == 251, reply
+    finally:
+        raw.close()
+        client.close()
+        assert server.stop() == 0
+
+
+def test_concurrent_transfers_keep_the_total(client):
+    """Transfers between accounts in transactions from several threads,
+    each retried by with_transaction: the total never changes, and every
+    snapshot a reader takes sums to it."""
+    db = client.test
+    db.accounts.insert_many([{"_id": i, "balance": 100} for i in range(8)])
+    errors, sums = [], []
+
+    def transfer(seed):
+        import random
+        rng = random.Random(seed)
+        with client.start_session() as s:
+            for _ in range(25):
+                a, b = rng.sample(range(8), 2)
+
+                def move(s):
+                    db.accounts.update_one({"_id": a}, {"$inc": {"balance": -5}}, session=s)
+                    db.accounts.update_one({"_id": b}, {"$inc": {"balance": 5}}, session=s)
+
+                try:
+                    s.with_transaction(move)
+                except Exception as e:  # noqa: BLE001 - reported below
+                    errors.append(e)
+
+    def audit():
+        with client.start_session() as s:
+            for _ in range(20):
+                s.start_transaction()
+                sums.append(sum(d["balance"] for d in db.accounts.find({}, session=s)))
+                s.commit_transaction()
+
+    threads = [threading.Thread(target=transfer, args=(i,)) for i in range(4)] + [threading.Thread(target=audit)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert sum(d["balance"] for d in db.accounts.find()) == 800
+    assert sums and set(sums) == {800}
