@@ -67,3 +67,24 @@ def test_mongosh_show_dbs_and_collections(mongosh, server):
     assert [line.split()[0] for line in dbs] == ["admin", "config", "local", "other", "shop"]
     assert all(line.split()[-1] in ("KiB", "MiB") for line in dbs), dbs
     assert run(mongosh, server, "--eval", "show collections") == ["items", "orders"]
+
+
+def test_mongosh_transactions_scenario(mongosh, server):
+    """conflicts-and-transactions.md through mongosh's session helpers."""
+    lines = [json.loads(line) for line in run(mongosh, server, "--file", str(HERE / "transactions.js"))]
+    conflict = {"code": 112, "codeName": "WriteConflict", "labels": ["TransientTransactionError"]}
+    updated = {"acknowledged": True, "insertedId": None, "matchedCount": 1, "modifiedCount": 1, "upsertedCount": 0}
+    assert lines == [
+        updated,
+        conflict,
+        updated,
+        {"waited": True},
+        {"code": 251, "codeName": "NoSuchTransaction", "labels": ["TransientTransactionError"]},
+        [{"_id": "x", "value": 8}],
+        {"_id": "demo_id", "seq": 1},
+        {"_id": "demo_id", "seq": 2},
+        conflict,
+        {"_id": "demo_id", "seq": 3},
+        {"outcomes": ["no error", "no error"], "onCall": 0},
+        {"outcomes": ["no error", conflict], "onCall": 1},
+    ]
