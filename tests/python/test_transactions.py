@@ -411,3 +411,67 @@ def test_concurrent_transfers_keep_the_total(client):
     assert errors == []
     assert sum(d["balance"] for d in db.accounts.find()) == 800
     assert sums and set(sums) == {800}
+
+
+def test_out_and_merge_are_refused_inside_a_transaction(client):
+    db = client.test
+    db.c.insert_one({"_id": 1})
+    with client.start_session() as s:
+        for stage in ({"$out": "o"}, {"$merge": {"into": "m"}}):
+            s.start_transaction()
+            with pytest.raises(OperationFailure) as e:
+                list(db.c.aggregate([stage], session=s))
+            assert e.value.code == 263 and "cannot be used in a transaction" in str(e.value)
+            s.abort_transaction()
+    assert set(db.list_collection_names()) == {"c"}
+
+
+def test_a_cursor_is_read_only_in_its_own_transaction(client):
+    db = client.test
+    db.c.insert_many([{"_id": i} for i in range(5)])
+    with client.start_session() as s:
+        s.start_transaction()
+        cursor = db.command("find", "c", batchSize=1, session=s)["cursor"]["id"]
+        with pytest.raises(OperationFailure) as e:
+            db.command("getMore", cursor, collection="c")
+        assert e.value.code == 50740
+        # Still readable inside it.
+        assert len(db.command("getMore", cursor, collection="c", session=s)["cursor"]["nextBatch"]) == 4
+        s.commit_transaction()
+
+
+def test_an_index_built_while_a_transaction_writes_aborts_its_commit(client):
+    """The transaction's writes did not maintain the new index: committing
+    them would leave it without their entries."""
+    db = client.test
+    db.c.insert_many([{"_id": i, "a": i} for i in range(3)])
+    with client.start_session() as s:
+        s.start_transaction()
+        db.c.insert_one({"_id": 10, "a": 10}, session=s)
+        db.c.delete_one({"_id": 0}, session=s)
+        db.c.create_index("a")
+        with pytest.raises(OperationFailure) as e:
+            s.commit_transaction()
+        assert e.value.code == 112 and "TransientTransactionError" in labels(e)
+    assert sorted(d["_id"] for d in db.c.find()) == [0, 1, 2]
+    assert db.command("validate", "c")["valid"]
+    assert [d["_id"] for d in db.c.find({"a": {"$gte": 0}}).hint("a_1")] == [0, 1, 2]
+    # Retried, the transaction maintains the index.
+    with client.start_session() as s:
+        s.start_transaction()
+        db.c.insert_one({"_id": 10, "a": 10}, session=s)
+        s.commit_transaction()
+    assert [d["_id"] for d in db.c.find({"a": {"$gte": 5}}).hint("a_1")] == [10]
+
+
+def test_an_unordered_insert_in_a_transaction_stops_at_its_first_error(client):
+    db = client.test
+    db.c.insert_one({"_id": 2})
+    with client.start_session() as s:
+        s.start_transaction()
+        reply = db.command("insert", "c", documents=[{"_id": 1}, {"_id": 2}, {"_id": 3}], ordered=False, session=s)
+        assert reply["n"] == 1 and [w["index"] for w in reply["writeErrors"]] == [1]
+        with pytest.raises(OperationFailure) as e:
+            s.commit_transaction()
+        assert e.value.code == 251
+    assert [d["_id"] for d in db.c.find()] == [2]

@@ -8,10 +8,13 @@ from ../shared/spec-tests (see that folder's README.md), or from the folder
 ARBORDB_SPEC_TESTS names.
 
 What is implemented: entities (client with command monitoring, database,
-collection), initialData, the collection/database/client operations of the
-CRUD files, failPoint, expectResult with the special operators $$exists,
-$$type, $$unsetOrMatches and $$matchesEntity, expectError, expectEvents for
-command events, and outcome. Anything else a file asks for raises
+collection, session), initialData, the collection/database/client
+operations of the CRUD files, the session operations and `session`
+arguments of the transactions and sessions files, failPoint and
+targetedFailPoint, the testRunner assertions those files use,
+expectResult with the special operators $$exists, $$type,
+$$unsetOrMatches, $$matchesEntity and $$sessionLsid, expectError,
+expectEvents for command events, and outcome. Anything else a file asks for raises
 `Unsupported`, which fails the test with the name of the missing piece.
 
 Each test runs on a clean server: every user database is dropped first
@@ -38,6 +41,7 @@ from bson.objectid import ObjectId
 from bson.regex import Regex
 from bson.timestamp import Timestamp
 from pymongo import monitoring
+from pymongo.client_session import ClientSession, TransactionOptions
 from pymongo.errors import (
     BulkWriteError,
     ClientBulkWriteException,
@@ -68,6 +72,9 @@ SPEC_ROOT = Path(os.environ.get("ARBORDB_SPEC_TESTS", ROOT.parent / "shared" / "
 # Every client the tests make gives up on a reply after this long: a server
 # that hangs fails the test instead of stalling the run.
 SOCKET_TIMEOUT_MS = 10_000
+
+# Test clients check the server this often (the driver's default is 10 s).
+HEARTBEAT_MS = 500
 
 # Newest schema version whose CRUD files this runner reads (spec: a runner
 # must refuse files with a newer minor version of the same major).
@@ -309,8 +316,10 @@ def _show(value):
 class Matcher:
     """The spec's 'Evaluating Matches' over one test's entity map."""
 
-    def __init__(self, entities):
+    def __init__(self, entities, lsids=None):
         self.entities = entities
+        # Session entity id -> its lsid, kept after the session ends.
+        self.lsids = {} if lsids is None else lsids
 
     def match(self, expected, actual, root=True, path="result"):
         """Assert `actual` matches `expected`; root-level documents may have
@@ -375,6 +384,10 @@ class Matcher:
             have = bson_type(actual)
             if have not in names and not ("number" in names and have in ("int", "long", "double", "decimal")):
                 self._fail(path, {op: arg}, actual, f"type is {have}")
+        elif op == "$$sessionLsid":
+            if arg not in self.lsids:
+                raise SpecError(f"$$sessionLsid: no session {arg!r}")
+            self.match(self.lsids[arg], actual, root=False, path=path)
         elif op == "$$matchesEntity":
             if arg not in self.entities:
                 raise SpecError(f"$$matchesEntity: no entity {arg!r}")
@@ -664,6 +677,24 @@ def collection_options(spec):
     return kw
 
 
+def transaction_options(spec):
+    """startTransaction's arguments or defaultTransactionOptions, as pymongo's."""
+    unknown = set(spec) - {"readConcern", "writeConcern", "readPreference", "maxCommitTimeMS"}
+    if unknown:
+        raise Unsupported(f"transaction options {sorted(unknown)}")
+    kw = {}
+    if "readConcern" in spec:
+        kw["read_concern"] = ReadConcern(spec["readConcern"].get("level"))
+    if "writeConcern" in spec:
+        wc = spec["writeConcern"]
+        kw["write_concern"] = wc if isinstance(wc, WriteConcern) else write_concern(wc)
+    if "readPreference" in spec:
+        kw["read_preference"] = read_preference(spec["readPreference"])
+    if "maxCommitTimeMS" in spec:
+        kw["max_commit_time_ms"] = spec["maxCommitTimeMS"]
+    return kw
+
+
 # -------------------------------------------------------------- operations
 
 
@@ -728,9 +759,9 @@ def convert_argument(name, value):
     return value
 
 
-def _count(coll, filter):
+def _count(coll, filter, session=None):
     # pymongo 4 has no Collection.count: send the count command the CRUD spec describes.
-    return coll.database.command({"count": coll.name, "query": filter})["n"]
+    return coll.database.command({"count": coll.name, "query": filter}, session=session)["n"]
 
 
 def _create_collection(db, name, **kw):
@@ -816,8 +847,18 @@ DATABASE_OPERATIONS = {
     "listCollectionNames": ([], _same("filter"), pymongo.database.Database.list_collection_names, "value"),
     "modifyCollection": (["collection"], _same("validator", "validationLevel", "validationAction"),
                          _modify_collection, "value"),
-    "runCommand": (["command", "commandName"], {},
-                   lambda d, command, name: d.command(command), "value"),
+    "runCommand": (["command", "commandName"], {"readPreference": "read_preference"},
+                   lambda d, command, name, **k: d.command(
+                       command, **{**k, **({"read_preference": read_preference(k["read_preference"])}
+                                           if "read_preference" in k else {})}), "value"),
+}
+
+SESSION_OPERATIONS = {
+    "startTransaction": ([], _same("readConcern", "writeConcern", "readPreference", "maxCommitTimeMS"),
+                         lambda s, **k: s.start_transaction(**transaction_options(k)), "none"),
+    "commitTransaction": ([], {}, ClientSession.commit_transaction, "none"),
+    "abortTransaction": ([], {}, ClientSession.abort_transaction, "none"),
+    "endSession": ([], {}, ClientSession.end_session, "none"),
 }
 
 CLIENT_OPERATIONS = {
@@ -841,7 +882,8 @@ class Runner:
         self.recorders = {}       # client id -> EventRecorder
         self.clients = []
         self.fail_points = []     # (client, fail point name) to switch off afterwards
-        self.matcher = Matcher(self.entities)
+        self.lsids = {}           # session id -> lsid (kept after the session ends)
+        self.matcher = Matcher(self.entities, self.lsids)
 
     def skip_reason(self):
         """Why this test must be skipped, or None."""
@@ -860,6 +902,8 @@ class Runner:
             raise Unsupported(f"schemaVersion {self.file['schemaVersion']} (runner reads up to "
                               f"{format_version(SCHEMA_VERSION[:2])})")
         self._clean_databases()
+        # No transaction of an earlier test may still hold a document.
+        self.internal.admin.command("killAllSessions", [])
         for data in self.file.get("initialData", []):
             self._load(data)
         try:
@@ -875,6 +919,9 @@ class Runner:
                 self._check_outcome(data)
         finally:
             self._disable_fail_points()
+            for entity in self.entities.values():
+                if isinstance(entity, ClientSession):
+                    entity.end_session()
             for client in self.clients:
                 client.close()
 
@@ -920,7 +967,10 @@ class Runner:
                 self.recorders[name] = recorder
                 listeners.append(recorder)
             # useMultipleMongoses only matters on sharded and load-balanced topologies.
-            options = {"socketTimeoutMS": SOCKET_TIMEOUT_MS, **args.get("uriOptions", {})}
+            # A short heartbeat: after a state change error the driver finds
+            # the server again within it (its awaitable hello waits that long).
+            options = {"socketTimeoutMS": SOCKET_TIMEOUT_MS, "heartbeatFrequencyMS": HEARTBEAT_MS,
+                       **args.get("uriOptions", {})}
             client = pymongo.MongoClient(self.uri, event_listeners=listeners, **options)
             self.clients.append(client)
             entity = client
@@ -931,6 +981,21 @@ class Runner:
             db = self._entity(args["database"], pymongo.database.Database)
             entity = db.get_collection(args["collectionName"],
                                        **collection_options(args.get("collectionOptions", {})))
+        elif kind == "session":
+            client = self._entity(args["client"], pymongo.MongoClient)
+            options = dict(args.get("sessionOptions", {}))
+            kw = {}
+            if "defaultTransactionOptions" in options:
+                kw["default_transaction_options"] = TransactionOptions(
+                    **transaction_options(options.pop("defaultTransactionOptions")))
+            if "causalConsistency" in options:
+                kw["causal_consistency"] = options.pop("causalConsistency")
+            if "snapshot" in options:
+                kw["snapshot"] = options.pop("snapshot")
+            if options:
+                raise Unsupported(f"session options {sorted(options)}")
+            entity = client.start_session(**kw)
+            self.lsids[name] = entity.session_id
         else:
             raise Unsupported(f"entity type {kind}")
         self.entities[name] = entity
@@ -958,7 +1023,10 @@ class Runner:
             del args["rawData"]
 
         target = self.entities[op["object"]]
-        if isinstance(target, pymongo.collection.Collection):
+        session = args.pop("session", None)
+        if isinstance(target, ClientSession):
+            table = SESSION_OPERATIONS
+        elif isinstance(target, pymongo.collection.Collection):
             table = COLLECTION_OPERATIONS
         elif isinstance(target, pymongo.database.Database):
             table = DATABASE_OPERATIONS
@@ -970,6 +1038,8 @@ class Runner:
             raise Unsupported(f"operation {op['name']} on {type(target).__name__}")
         positional, keywords, function, kind = table[op["name"]]
         pos, kw = _arguments({k: convert_argument(k, v) for k, v in args.items()}, positional, keywords)
+        if session is not None:
+            kw["session"] = self._entity(session, ClientSession)
 
         # Only the driver call itself is inside the try: what it raises is the
         # operation's outcome; errors of the runner stay errors.
@@ -991,6 +1061,8 @@ class Runner:
             raise AssertionError(f"{where}: unexpected {type(error).__name__}: {error}{replies}") from error
         if kind == "result":
             result = result_document(result)
+        if kind == "none" and "expectResult" in op:
+            raise SpecError(f"{where}: a session operation has no result to expect")
         if "expectResult" in op:
             if kind == "documents":
                 self.matcher.match_documents(op["expectResult"], result, path=where)
@@ -1000,11 +1072,32 @@ class Runner:
             self.entities[op["saveResultAsEntity"]] = result
 
     def _special_operation(self, name, args):
-        if name != "failPoint":
+        if name in ("failPoint", "targetedFailPoint"):
+            # One server: a session's fail point goes to its client's server.
+            if name == "failPoint":
+                client = self._entity(args["client"], pymongo.MongoClient)
+            else:
+                client = self._entity(args["session"], ClientSession).client
+            client.admin.command(args["failPoint"])
+            self.fail_points.append((client, args["failPoint"]["configureFailPoint"]))
+        elif name == "createEntities":
+            for spec in args["entities"]:
+                self._create_entity(spec)
+        elif name in ("assertCollectionExists", "assertCollectionNotExists"):
+            names = self.internal.get_database(args["databaseName"]).list_collection_names()
+            exists = args["collectionName"] in names
+            assert exists == (name == "assertCollectionExists"), f"{name}: {args} (collections: {names})"
+        elif name == "assertSessionTransactionState":
+            session = self._entity(args["session"], ClientSession)
+            state = session._transaction.state  # pymongo keeps it private
+            names = {1: "none", 2: "starting", 3: "in_progress", 4: "committed", 5: "committed",
+                     6: "aborted"}
+            assert names.get(state) == args["state"], f"transaction state {state}, expected {args['state']}"
+        elif name == "assertSessionUnpinned":
+            # Only a mongos pins a session; one server never does.
+            assert self._entity(args["session"], ClientSession)._pinned_address is None
+        else:
             raise Unsupported(f"testRunner operation {name}")
-        client = self._entity(args["client"], pymongo.MongoClient)
-        client.admin.command(args["failPoint"])
-        self.fail_points.append((client, args["failPoint"]["configureFailPoint"]))
 
     def _disable_fail_points(self):
         for client, name in self.fail_points:

@@ -102,6 +102,7 @@ codes! {
     transaction_committed => 256, "TransactionCommitted";
     operation_not_supported_in_transaction => 263, "OperationNotSupportedInTransaction";
     conflicting_operation_in_progress => 117, "ConflictingOperationInProgress";
+    getmore_outside_its_transaction => 50740, "Location50740";
 }
 
 impl From<doc::bson_bytes::EncodeError> for CommandError {
@@ -169,6 +170,9 @@ impl From<DocError> for CommandError {
             DocError::CappedInTransaction => CommandError::with_code(263, e.to_string()),
             DocError::ExceedsCappedSize => CommandError::bad_value(e.to_string()),
             DocError::Storage(ref s) if s.is_retryable() => conflict_error(s),
+            DocError::Storage(storage::StorageError::TransactionTooLarge { .. }) => {
+                CommandError::with_code(257, format!("Transaction is too large: {e}"))
+            }
             DocError::TimeLimit => CommandError::max_time_ms_expired(e.to_string()),
             DocError::Corrupt(_) | DocError::Storage(_) => CommandError::internal_error(e.to_string()),
         }

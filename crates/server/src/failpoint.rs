@@ -18,6 +18,7 @@
 //! `currentOp`).
 
 use crate::error::CommandError;
+use crate::transactions::{labels_for, Part};
 use bson::{doc, Bson, Document};
 use parking_lot::Mutex;
 use query::update::integral;
@@ -38,6 +39,10 @@ pub struct Action {
 /// specification's list): mongod labels them `RetryableWriteError`.
 const RETRYABLE_CODES: &[i32] = &[6, 7, 89, 91, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436];
 
+/// The "not primary" and "shutting down" codes (the SDAM specification's
+/// state change errors), whose replies carry the `topologyVersion`.
+pub const STATE_CHANGE_CODES: &[i32] = &[91, 189, 10058, 10107, 11600, 11602, 13435, 13436];
+
 /// A command's name with hello's aliases as one.
 fn canonical(name: &str) -> &str {
     match name {
@@ -47,11 +52,22 @@ fn canonical(name: &str) -> &str {
 }
 
 impl Action {
-    /// The labels for an error with `code` on `cmd`: the given ones, else
+    /// The labels for an error with `code` on `cmd` (`write_concern`: a
+    /// write concern error): the given ones, else mongod's inside a
+    /// transaction (`transactions::labels_for`), else
     /// `RetryableWriteError` for a retryable code on a retryable write.
-    fn labels(&self, code: i32, cmd: &Document) -> Option<Vec<Bson>> {
+    fn labels(&self, code: i32, cmd: &Document, write_concern: bool) -> Option<Vec<Bson>> {
         if let Some(labels) = &self.error_labels {
             return Some(labels.clone());
+        }
+        if cmd.get_bool("autocommit") == Ok(false) {
+            let part = match cmd.keys().next().map(String::as_str) {
+                Some("commitTransaction") => Part::Commit,
+                Some("abortTransaction") => Part::Abort,
+                _ => Part::Statement,
+            };
+            let labels = labels_for(code, part, write_concern);
+            return (!labels.is_empty()).then(|| labels.into_iter().map(Bson::from).collect());
         }
         let retryable_write = cmd.contains_key("txnNumber") && !cmd.contains_key("autocommit");
         (retryable_write && RETRYABLE_CODES.contains(&code)).then(|| vec![Bson::from("RetryableWriteError")])
@@ -60,7 +76,7 @@ impl Action {
     /// The reply of command `cmd` failed by `errorCode`.
     pub fn error_reply(&self, code: i32, cmd: &Document) -> Document {
         let mut e = CommandError::with_code(code, "Failing command due to 'failCommand' failpoint").to_document();
-        if let Some(labels) = self.labels(code, cmd) {
+        if let Some(labels) = self.labels(code, cmd, false) {
             e.insert("errorLabels", labels);
         }
         e
@@ -72,7 +88,7 @@ impl Action {
         if let Some(wce) = &self.write_concern_error {
             reply.insert("writeConcernError", wce.clone());
             let code = wce.get("code").and_then(integral).and_then(|c| i32::try_from(c).ok()).unwrap_or(0);
-            if let Some(labels) = self.labels(code, cmd) {
+            if let Some(labels) = self.labels(code, cmd, true) {
                 reply.insert("errorLabels", labels);
             }
         }

@@ -170,7 +170,9 @@ fn subtype_name(s: BinarySubtype) -> String {
 
 const RETRYABLE_WRITES: &[&str] = &["insert", "update", "delete", "findAndModify", "findandmodify", "bulkWrite"];
 
-/// The commands a multi-document transaction may run (mongod 8.0's).
+/// The commands a multi-document transaction may run: mongod 8.0's, but
+/// `create` and `createIndexes` (our catalog changes commit on their own,
+/// so they are refused rather than kept after an abort).
 const IN_TRANSACTION: &[&str] = &[
     "find",
     "getMore",
@@ -183,8 +185,6 @@ const IN_TRANSACTION: &[&str] = &[
     "aggregate",
     "distinct",
     "bulkWrite",
-    "create",
-    "createIndexes",
     "commitTransaction",
     "abortTransaction",
 ];
@@ -630,7 +630,8 @@ mod tests {
         )
         .unwrap();
         assert_eq!((f.autocommit, f.start_transaction), (Some(false), Some(true)));
-        let e = err("explain", doc! { "explain": {}, "lsid": { "id": lsid() }, "txnNumber": 1i64, "autocommit": false });
+        let e =
+            err("explain", doc! { "explain": {}, "lsid": { "id": lsid() }, "txnNumber": 1i64, "autocommit": false });
         assert_eq!((e.code, e.errmsg.as_str()), (263, "Cannot run 'explain' in a multi-document transaction."));
         let f = session_fields("update", &doc! { "update": "c", "lsid": { "id": lsid() }, "txnNumber": 3i64 }).unwrap();
         assert_eq!((f.lsid, f.txn_number), (Some([7; 16]), Some(3)));

@@ -22,9 +22,17 @@
 //! 4. A transaction older than `transactionLifetimeLimitSeconds` is
 //!    aborted by the reaper, which frees what it held (claims, pinned
 //!    versions) by dropping its storage transaction.
+//! 5. A commit holds the index list of every collection the transaction
+//!    wrote, and commits only if each is the collection and the list its
+//!    writes maintained (`InTxn::written`): an index built or dropped, or
+//!    a collection dropped, meanwhile aborts it with WriteConflict (a
+//!    statement's own writes hold the list for their whole storage
+//!    transaction instead, `doc` invariant).
 
 use crate::error::CommandError;
 use crate::server::Shared;
+use doc::catalog::{Collection, Namespace};
+use doc::index::Index;
 use doc::sessions::SessionId;
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -59,17 +67,60 @@ impl Default for Transactions {
 struct Slot {
     number: i64,
     state: State,
+    /// When a statement last entered or left it.
+    touched: Instant,
 }
 
 enum State {
     /// `running`: a statement of it runs now (the reaper leaves it).
     Open {
-        txn: Arc<Txn>,
+        txn: Arc<InTxn>,
         began: Instant,
         running: bool,
     },
     Committed,
     Aborted,
+}
+
+/// An open transaction as its statements see it: the storage transaction
+/// they read and write through, and the collections they wrote.
+pub struct InTxn {
+    pub txn: Arc<Txn>,
+    /// Per collection written: its namespace, its record table (a
+    /// re-created collection has another) and the index list its first
+    /// write maintained (invariant 5).
+    written: parking_lot::Mutex<Vec<Written>>,
+}
+
+impl InTxn {
+    /// Note a write to `coll` with the index list `indexes` it maintains;
+    /// false if an earlier write maintained another list (the write must
+    /// fail with a conflict).
+    pub(crate) fn note_write(&self, coll: &Collection, indexes: Vec<Arc<Index>>) -> bool {
+        let mut written = self.written.lock();
+        match written.iter().find(|(ns, table, _)| *ns == coll.ns && table == coll.records_table()) {
+            Some((_, _, seen)) => same_indexes(seen, &indexes),
+            None => {
+                written.push((coll.ns.clone(), coll.records_table().to_string(), indexes));
+                true
+            }
+        }
+    }
+}
+
+/// A collection a transaction wrote: its namespace, record table and the
+/// index list its writes maintained.
+pub(crate) type Written = (Namespace, String, Vec<Arc<Index>>);
+
+fn same_indexes(a: &[Arc<Index>], b: &[Arc<Index>]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| Arc::ptr_eq(x, y))
+}
+
+fn catalog_changed(ns: &Namespace) -> CommandError {
+    CommandError::write_conflict(format!(
+        "The indexes of {ns} changed (an index was built or dropped, or the collection dropped) while the \
+         transaction wrote to it. Please retry the transaction."
+    ))
 }
 
 /// The transaction fields of a statement inside a transaction.
@@ -82,7 +133,7 @@ pub(crate) struct Statement<'c> {
 
 /// What ending a transaction found.
 enum Ending {
-    Open(Arc<Txn>),
+    Open(Arc<InTxn>),
     Committed,
     /// No such transaction in memory; the session's active number.
     Unknown(Option<i64>),
@@ -141,7 +192,7 @@ impl Transactions {
         shared: &Shared,
         st: &Statement<'_>,
         cmd: &bson::Document,
-    ) -> Result<Arc<Txn>, CommandError> {
+    ) -> Result<Arc<InTxn>, CommandError> {
         let newest = shared.sessions.newest_txn_number(shared.catalog.engine(), st.lsid)?;
         let mut slots = self.slots.lock();
         let slot = slots.get(&st.lsid);
@@ -164,10 +215,14 @@ impl Transactions {
             }
             let opts = TxnOptions { skip_journal_sync: true, ..isolation_of(shared, cmd)? };
             let txn = Arc::new(shared.catalog.engine().begin(opts).map_err(doc::catalog::DocError::from)?);
-            // A newer transaction replaces (and so aborts) an older open one.
+            let txn = Arc::new(InTxn { txn, written: Default::default() });
             let state = State::Open { txn: txn.clone(), began: Instant::now(), running: true };
-            slots.insert(st.lsid, Slot { number: st.number, state });
+            let replaced = slots.insert(st.lsid, Slot { number: st.number, state, touched: Instant::now() });
             drop(slots);
+            // A newer transaction replaces (and so aborts) an older open one.
+            if let Some(Slot { state: State::Open { txn: old, .. }, .. }) = replaced {
+                shared.cursors.kill_txn(&old.txn);
+            }
             shared.sessions.note_txn_number(st.lsid, st.number);
             return Ok(txn);
         }
@@ -177,9 +232,10 @@ impl Transactions {
             ));
         }
         match slots.get_mut(&st.lsid) {
-            Some(Slot { number, state }) if *number == st.number => match state {
+            Some(Slot { number, state, touched }) if *number == st.number => match state {
                 State::Open { txn, running, .. } => {
                     *running = true;
+                    *touched = Instant::now();
                     Ok(txn.clone())
                 }
                 State::Aborted => Err(aborted(st.number)),
@@ -192,9 +248,10 @@ impl Transactions {
     /// A statement of the session's transaction `number` ended; if it
     /// `failed`, the transaction aborts (invariant 3) and is returned, for
     /// its cursors to be closed.
-    pub(crate) fn leave(&self, lsid: SessionId, number: i64, failed: bool) -> Option<Arc<Txn>> {
+    fn leave(&self, lsid: SessionId, number: i64, failed: bool) -> Option<Arc<InTxn>> {
         let mut slots = self.slots.lock();
         let slot = slots.get_mut(&lsid).filter(|s| s.number == number)?;
+        slot.touched = Instant::now();
         match &mut slot.state {
             State::Open { .. } if failed => match std::mem::replace(&mut slot.state, State::Aborted) {
                 State::Open { txn, .. } => Some(txn),
@@ -234,7 +291,7 @@ impl Transactions {
         shared: &Shared,
         lsid: SessionId,
         number: i64,
-    ) -> Result<Option<Arc<Txn>>, CommandError> {
+    ) -> Result<Option<Arc<InTxn>>, CommandError> {
         match self.end(lsid, number)? {
             Ending::Open(txn) => Ok(Some(txn)),
             Ending::Committed => Ok(None),
@@ -254,7 +311,7 @@ impl Transactions {
     }
 
     /// `abortTransaction`: abort the open transaction `number`.
-    pub(crate) fn abort(&self, lsid: SessionId, number: i64) -> Result<Option<Arc<Txn>>, CommandError> {
+    pub(crate) fn abort(&self, lsid: SessionId, number: i64) -> Result<Option<Arc<InTxn>>, CommandError> {
         match self.end(lsid, number)? {
             Ending::Open(txn) => Ok(Some(txn)),
             Ending::Committed => Err(committed(number)),
@@ -265,10 +322,15 @@ impl Transactions {
     /// The reaper's pass: abort every open transaction older than the
     /// lifetime limit that no statement is running in (invariant 4);
     /// returns the aborted transactions, for their cursors to be closed.
-    pub(crate) fn reap_expired(&self) -> Vec<Arc<Txn>> {
+    pub(crate) fn reap_expired(&self) -> Vec<Arc<InTxn>> {
         let limit = Duration::from_secs(self.lifetime_secs.load(Ordering::Relaxed));
         let mut expired = Vec::new();
-        for slot in self.slots.lock().values_mut() {
+        let mut slots = self.slots.lock();
+        // An ended transaction is kept (for a retried commit) as long as
+        // its session would be.
+        let keep = Duration::from_secs(crate::limits::session_timeout_minutes as u64 * 60);
+        slots.retain(|_, s| matches!(s.state, State::Open { .. }) || s.touched.elapsed() < keep);
+        for slot in slots.values_mut() {
             let State::Open { began, running, .. } = &slot.state else { continue };
             // A statement running in it: a later pass.
             if began.elapsed() >= limit && !running {
@@ -282,7 +344,7 @@ impl Transactions {
 
     /// Forget the sessions `ids` (`endSessions`, `killSessions`): their
     /// open transactions abort.
-    pub(crate) fn forget(&self, ids: Option<&[SessionId]>) -> Vec<Arc<Txn>> {
+    pub(crate) fn forget(&self, ids: Option<&[SessionId]>) -> Vec<Arc<InTxn>> {
         let mut slots = self.slots.lock();
         let gone: Vec<Slot> = match ids {
             None => slots.drain().map(|(_, s)| s).collect(),
@@ -312,11 +374,11 @@ pub async fn reaper(shared: Arc<Shared>, mut stop: tokio::sync::watch::Receiver<
         for txn in shared.transactions.reap_expired() {
             tracing::info!(
                 id = 20707,
-                txn = txn.id(),
+                txn = txn.txn.id(),
                 "Aborting transaction because it has been running for longer than \
                  'transactionLifetimeLimitSeconds'"
             );
-            shared.cursors.kill_txn(&txn);
+            shared.cursors.kill_txn(&txn.txn);
         }
     }
 }
@@ -326,21 +388,45 @@ pub async fn reaper(shared: Arc<Shared>, mut stop: tokio::sync::watch::Receiver<
 /// writes' codes, a time limit, a write concern failure.
 const UNKNOWN_COMMIT_CODES: &[i32] = &[6, 7, 50, 64, 89, 91, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436];
 
-/// The labels mongod gives an error inside a transaction
-/// (`isTransientTransactionError`): TransientTransactionError when the
-/// whole transaction may be retried (a conflict; a transaction that no
-/// longer exists); for a commit, UnknownTransactionCommitResult when it may have
-/// committed.
-pub(crate) fn labelled(mut e: CommandError, commit_or_abort: bool) -> CommandError {
-    let transient = matches!(e.code, 112 | 251);
-    if transient && !e.labels.contains(&"TransientTransactionError") {
-        e.labels.push("TransientTransactionError");
+/// Codes a commit or abort is retried on by the driver (the retryable
+/// writes specification's list): mongod labels them RetryableWriteError.
+const RETRYABLE_CODES: &[i32] = &[6, 7, 89, 91, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436];
+
+/// Which command of a transaction an error came from.
+#[derive(Clone, Copy, PartialEq)]
+pub(crate) enum Part {
+    Statement,
+    Commit,
+    Abort,
+}
+
+/// The labels mongod gives an error with `code` in a transaction's
+/// `part`: TransientTransactionError when the whole transaction may be
+/// retried (a conflict; a transaction that no longer exists, unless a
+/// commit's or abort's write concern failed), for a commit
+/// UnknownTransactionCommitResult when it may have committed, and for a
+/// commit or abort RetryableWriteError on a retryable code.
+pub(crate) fn labels_for(code: i32, part: Part, write_concern_failed: bool) -> Vec<&'static str> {
+    let mut labels = Vec::new();
+    let transient = code == 112 || (code == 251 && !(part != Part::Statement && write_concern_failed));
+    if transient {
+        labels.push("TransientTransactionError");
     }
-    if commit_or_abort
-        && UNKNOWN_COMMIT_CODES.contains(&e.code)
-        && !e.labels.contains(&"UnknownTransactionCommitResult")
-    {
-        e.labels.push("UnknownTransactionCommitResult");
+    if part != Part::Statement && RETRYABLE_CODES.contains(&code) {
+        labels.push("RetryableWriteError");
+    }
+    if part == Part::Commit && UNKNOWN_COMMIT_CODES.contains(&code) {
+        labels.push("UnknownTransactionCommitResult");
+    }
+    labels
+}
+
+/// `e` with the labels of [`labels_for`] added.
+pub(crate) fn labelled(mut e: CommandError, part: Part) -> CommandError {
+    for label in labels_for(e.code, part, false) {
+        if !e.labels.contains(&label) {
+            e.labels.push(label);
+        }
     }
     e
 }
@@ -365,13 +451,55 @@ pub(crate) fn has_write_errors(reply: &bson::Document) -> bool {
 /// The storage transaction out of its last holder, for its commit: the
 /// transaction's cursors are closed first, so only a `getMore` run
 /// outside the session's turn can still hold it, for a moment.
-pub(crate) fn sole(mut txn: Arc<Txn>) -> Result<Txn, CommandError> {
+pub(crate) fn sole(txn: Arc<InTxn>) -> Result<(Txn, Vec<Written>), CommandError> {
+    let InTxn { mut txn, written } = Arc::try_unwrap(txn)
+        .map_err(|_| CommandError::internal_error("a statement of the transaction still runs; it was not committed"))?;
     for _ in 0..1000 {
         match Arc::try_unwrap(txn) {
-            Ok(t) => return Ok(t),
+            Ok(t) => return Ok((t, written.into_inner())),
             Err(shared) => txn = shared,
         }
         std::thread::sleep(Duration::from_millis(1));
     }
     Err(CommandError::internal_error("the transaction is still in use by a cursor; it was not committed"))
+}
+
+/// Commit `txn` (with `stamp`) while holding the index lists of the
+/// collections it wrote, each checked to be the one its writes
+/// maintained (invariant 5).
+pub(crate) fn commit_holding(
+    shared: &Shared,
+    written: &[Written],
+    commit: &mut dyn FnMut() -> Result<u64, CommandError>,
+) -> Result<u64, CommandError> {
+    let Some(((ns, table, seen), rest)) = written.split_first() else { return commit() };
+    let coll = shared.catalog.get(ns).filter(|c| c.records_table() == table).ok_or_else(|| catalog_changed(ns))?;
+    coll.with_indexes_held(|now| match same_indexes(seen, now) {
+        true => commit_holding(shared, rest, commit),
+        false => Err(catalog_changed(ns)),
+    })
+}
+
+/// A statement running in a transaction: dropping it leaves the
+/// transaction (aborting it unless the statement succeeded), also when
+/// the statement panicked, so that the reaper never skips it forever.
+pub(crate) struct Running<'a> {
+    shared: &'a Shared,
+    lsid: SessionId,
+    number: i64,
+    pub failed: bool,
+}
+
+impl<'a> Running<'a> {
+    pub(crate) fn new(shared: &'a Shared, st: &Statement<'_>) -> Running<'a> {
+        Running { shared, lsid: st.lsid, number: st.number, failed: true }
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        if let Some(aborted) = self.shared.transactions.leave(self.lsid, self.number, self.failed) {
+            self.shared.cursors.kill_txn(&aborted.txn);
+        }
+    }
 }

@@ -147,6 +147,13 @@ impl Collection {
         self.indexes.read().clone()
     }
 
+    /// Run `f` with the index list held as writers hold it (no index is
+    /// added or dropped meanwhile): a multi-document transaction's commit
+    /// checks that the list is the one its writes maintained.
+    pub fn with_indexes_held<R>(&self, f: impl FnOnce(&[Arc<Index>]) -> R) -> R {
+        f(&self.indexes.read())
+    }
+
     /// In `txn`: the index entries of a new document `doc` at `rid`.
     pub(crate) fn index_insert(&self, txn: &Txn, ixs: &[Arc<Index>], rid: u64, doc: &Document) -> Result<(), DocError> {
         for ix in ixs {

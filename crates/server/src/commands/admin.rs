@@ -5,7 +5,7 @@ use crate::args::CommandResult;
 use crate::commands::COMMANDS;
 use crate::commands::SET_NAME;
 use crate::commands::VERSION;
-use crate::commands::{app_name_of, cluster_time, hello_await, TOPOLOGY_COUNTER};
+use crate::commands::{app_name_of, cluster_time, hello_await};
 use crate::error::CommandError;
 use crate::exec::ctx::Ctx;
 use crate::limits::*;
@@ -27,7 +27,7 @@ pub(crate) fn hello(shared: &Shared, conn: &Conn, name: &str, cmd: &Document) ->
     let ts = cluster_time();
     let now = DateTime::now();
     let mut d = doc! {
-        "topologyVersion": { "processId": shared.process_id, "counter": TOPOLOGY_COUNTER },
+        "topologyVersion": crate::commands::topology_version(shared),
         "hosts": [me.clone()],
         "setName": SET_NAME,
         "setVersion": 1,

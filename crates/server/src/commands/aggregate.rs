@@ -45,6 +45,15 @@ pub fn aggregate(shared: &Ctx<'_>, call: &Call, cmd: &Document) -> ReplyResult {
         .get_array("pipeline")
         .map_err(|_| CommandError::type_mismatch("'pipeline' option must be specified as an array"))?;
     let (stages, write) = crate::exec::agg_write::split(stages, &ns.db)?;
+    if let (Some(w), Some(_)) = (&write, shared.txn()) {
+        let stage = match w {
+            crate::exec::agg_write::WriteStage::Out(_) => "$out",
+            crate::exec::agg_write::WriteStage::Merge { .. } => "$merge",
+        };
+        return Err(CommandError::operation_not_supported_in_transaction(format!(
+            "{stage} cannot be used in a transaction"
+        )));
+    }
     let stages = &stages;
     let scope = crate::args::scope_of(cmd)?;
     let Ok(cursor) = cmd.get_document("cursor") else {

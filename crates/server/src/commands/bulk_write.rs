@@ -231,7 +231,8 @@ pub fn bulk_write(shared: &Ctx<'_>, call: &Call, msg: &OpMsg) -> CommandResult {
         _ => e,
     })?;
     let spaces = namespaces(msg)?;
-    let ordered = bool_option(cmd, "ordered", "bulkWrite", true)?;
+    // In a transaction the first failure ends the command, as mongod's.
+    let ordered = bool_option(cmd, "ordered", "bulkWrite", true)? || shared.txn().is_some();
     let errors_only = bool_option(cmd, "errorsOnly", "bulkWrite", false)?;
     let batch_size = match cmd.get("cursor") {
         None | Some(Bson::Null) => None,

@@ -40,7 +40,8 @@ pub fn delete(shared: &Ctx<'_>, call: &Call, msg: &OpMsg) -> CommandResult {
             )));
         }
     }
-    let ordered = bool_option(cmd, "ordered", "delete", true)?;
+    // In a transaction the first failure ends the command, as mongod's.
+    let ordered = bool_option(cmd, "ordered", "delete", true)? || shared.txn().is_some();
     let ack = ack_of(cmd)?;
     check_not_view(shared, &ns)?;
     let scope = scope_of(cmd)?;

@@ -351,6 +351,19 @@ pub fn get_more(shared: &Ctx<'_>, cmd: &Document) -> ReplyResult {
         let mut open = shared.cursors.open.lock();
         Cursors::reap(&mut open);
         match open.remove(&id) {
+            Some(s) if s.ns == ns && !same_transaction(&s, shared) => {
+                let msg = match &s.txn {
+                    Some(_) => {
+                        format!("Cannot run getMore on cursor {id}, which was created in a transaction, outside it")
+                    }
+                    None => format!(
+                        "Cannot run getMore on cursor {id}, which was not created in a multi-document transaction, \
+                         inside a transaction"
+                    ),
+                };
+                open.insert(id, s);
+                return Err(CommandError::getmore_outside_its_transaction(msg));
+            }
             Some(s) if s.ns == ns => {
                 shared.cursors.busy.lock().insert(id, (s.lsid, false));
                 s
@@ -423,4 +436,14 @@ pub fn kill_cursors(shared: &Ctx<'_>, cmd: &Document) -> CommandResult {
     Ok(doc! {
         "cursorsKilled": killed, "cursorsNotFound": not_found, "cursorsAlive": [], "cursorsUnknown": [], "ok": 1.0,
     })
+}
+
+/// Whether a cursor is read in the transaction it was opened in (or both
+/// outside any): a transaction's cursor is read under its session's turn.
+fn same_transaction(c: &CursorState, shared: &Ctx<'_>) -> bool {
+    match (&c.txn, shared.txn()) {
+        (None, None) => true,
+        (Some(a), Some(b)) => std::sync::Arc::ptr_eq(a, b),
+        _ => false,
+    }
 }

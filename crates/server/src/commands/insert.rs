@@ -28,7 +28,8 @@ pub fn insert(shared: &Ctx<'_>, call: &Call, msg: &OpMsg) -> CommandResult {
     let ns = namespace(cmd, "insert")?;
     let docs = statements(msg, "insert", "documents")?;
     check_fields(cmd, "insert", &["documents", "ordered"], false)?;
-    let ordered = bool_option(cmd, "ordered", "insert", true)?;
+    // In a transaction the first failure ends the command, as mongod's.
+    let ordered = bool_option(cmd, "ordered", "insert", true)? || shared.txn().is_some();
     let ack = ack_of(cmd)?;
     check_not_view(shared, &ns)?;
     let mut retry = Retry::begin(shared, cmd)?;

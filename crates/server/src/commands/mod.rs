@@ -35,7 +35,7 @@ use crate::net::wire::OpMsg;
 use crate::reply::Reply;
 use crate::server::build_info;
 use crate::server::{Conn, Shared};
-use crate::transactions::{has_write_errors, labelled, transient_write_error, Statement};
+use crate::transactions::{has_write_errors, labelled, transient_write_error, Part, Running, Statement};
 use bson::{doc, spec::BinarySubtype, Binary, Bson, DateTime, Document, Timestamp};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -144,39 +144,37 @@ fn outside_transactions<'a>(shared: &'a Shared, call: &Call, msg: &OpMsg) -> Ctx
 fn in_transaction(shared: &Shared, call: &Call, msg: &OpMsg, st: Statement<'_>) -> ReplyResult {
     let cmd = &msg.body;
     let ended = (st.lsid, st.number);
-    let result = match st.name {
+    match st.name {
         "commitTransaction" => {
             let r = crate::commands::transactions::commit_transaction(&Ctx::new(shared), call, cmd, ended);
-            return r.map(Reply::Doc).map_err(|e| labelled(e, true));
+            return r.map(Reply::Doc).map_err(|e| labelled(e, Part::Commit));
         }
         "abortTransaction" => {
             let r = crate::commands::transactions::abort_transaction(&Ctx::new(shared), cmd, ended);
-            return r.map(Reply::Doc).map_err(|e| labelled(e, true));
+            return r.map(Reply::Doc).map_err(|e| labelled(e, Part::Abort));
         }
         _ if cmd.contains_key("writeConcern") => {
             return Err(CommandError::invalid_options("Cannot set write concern after starting a transaction."))
         }
-        _ => {
-            let txn = shared.transactions.enter(shared, &st, cmd).map_err(|e| labelled(e, false))?;
-            dispatch(&Ctx::in_txn(shared, txn), call, st.name, msg)
-        }
-    };
-    let result = result.and_then(|reply| match reply {
+        _ => {}
+    }
+    let txn = shared.transactions.enter(shared, &st, cmd).map_err(|e| labelled(e, Part::Statement))?;
+    // From here on, leaving the statement (even by a panic) leaves the transaction.
+    let mut running = Running::new(shared, &st);
+    let result = dispatch(&Ctx::in_txn(shared, txn), call, st.name, msg).and_then(|reply| match reply {
         Reply::Doc(d) => match transient_write_error(&d) {
             Some(e) => Err(e),
             None => Ok(Reply::Doc(d)),
         },
         bytes => Ok(bytes),
     });
-    let failed = match &result {
+    running.failed = match &result {
         Ok(Reply::Doc(d)) => has_write_errors(d),
         Ok(Reply::Bytes(_)) => false,
         Err(_) => true,
     };
-    if let Some(aborted) = shared.transactions.leave(st.lsid, st.number, failed) {
-        shared.cursors.kill_txn(&aborted);
-    }
-    result.map_err(|e| labelled(e, false))
+    drop(running);
+    result.map_err(|e| labelled(e, Part::Statement))
 }
 
 /// Whether a command that took `took` is slow: as long as `slowms` or
@@ -562,6 +560,11 @@ pub fn hello_await(shared: &Shared, name: &str, cmd: &Document) -> Result<Option
 /// The counter of our topology version: a one-member set whose
 /// configuration never changes while the process runs.
 pub(crate) const TOPOLOGY_COUNTER: i64 = 0;
+
+/// The `topologyVersion` hello reports (and state change errors carry).
+pub fn topology_version(shared: &Shared) -> Document {
+    doc! { "processId": shared.process_id, "counter": TOPOLOGY_COUNTER }
+}
 
 /// A hello's `client.application.name`.
 pub(crate) fn app_name_of(cmd: &Document) -> Option<String> {

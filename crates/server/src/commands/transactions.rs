@@ -8,7 +8,7 @@ use crate::error::CommandError;
 use crate::exec::call::Call;
 use crate::exec::ctx::Ctx;
 use crate::exec::write::acknowledge;
-use crate::transactions::sole;
+use crate::transactions::{commit_holding, sole};
 use bson::{doc, Document};
 use doc::catalog::DocError;
 use doc::sessions::{SessionId, Stamp};
@@ -27,24 +27,24 @@ pub fn commit_transaction(
     let Some(txn) = shared.transactions.take_for_commit(shared, lsid, number)? else {
         return acknowledge(shared, Some(call), ack, doc! { "ok": 1.0 });
     };
-    shared.cursors.kill_txn(&txn);
-    let txn = sole(txn)?;
+    shared.cursors.kill_txn(&txn.txn);
+    let (txn, written) = sole(txn)?;
     let stamp = shared.sessions.commit_stamp(lsid, number);
-    let committed = stamp.write(&txn, &[0]).and_then(|()| txn.commit());
-    match committed {
-        Ok(_) => {
-            shared.transactions.committed(lsid, number);
-            acknowledge(shared, Some(call), ack, doc! { "ok": 1.0 })
-        }
-        Err(e) => Err(CommandError::from(DocError::from(e))),
-    }
+    let mut txn = Some(txn);
+    commit_holding(shared, &written, &mut || {
+        let txn = txn.take().expect("committed once");
+        let committed = stamp.write(&txn, &[0]).and_then(|()| txn.commit());
+        committed.map_err(|e| CommandError::from(DocError::from(e)))
+    })?;
+    shared.transactions.committed(lsid, number);
+    acknowledge(shared, Some(call), ack, doc! { "ok": 1.0 })
 }
 
 /// Abort the session's transaction `number`: nothing it wrote is kept.
 pub fn abort_transaction(shared: &Ctx<'_>, cmd: &Document, (lsid, number): (SessionId, i64)) -> CommandResult {
     check_fields(cmd, "abortTransaction", &[], false)?;
     if let Some(txn) = shared.transactions.abort(lsid, number)? {
-        shared.cursors.kill_txn(&txn);
+        shared.cursors.kill_txn(&txn.txn);
     }
     Ok(doc! { "ok": 1.0 })
 }

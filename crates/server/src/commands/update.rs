@@ -61,7 +61,8 @@ pub fn update(shared: &Ctx<'_>, call: &Call, msg: &OpMsg) -> CommandResult {
             bool_option(spec, field, "update.updates", false)?;
         }
     }
-    let ordered = bool_option(cmd, "ordered", "update", true)?;
+    // In a transaction the first failure ends the command, as mongod's.
+    let ordered = bool_option(cmd, "ordered", "update", true)? || shared.txn().is_some();
     let ack = ack_of(cmd)?;
     check_not_view(shared, &ns)?;
     let scope = scope_of(cmd)?;

@@ -10,6 +10,7 @@
 
 use crate::exec::call::Place;
 use crate::server::Shared;
+use crate::transactions::InTxn;
 use doc::catalog::ConflictWait;
 use std::ops::Deref;
 use std::sync::Arc;
@@ -18,7 +19,7 @@ use storage::{Reader, Txn};
 
 pub struct Ctx<'a> {
     shared: &'a Shared,
-    txn: Option<Arc<Txn>>,
+    txn: Option<Arc<InTxn>>,
     /// How its writes outside a transaction wait on conflicts, and how
     /// many they met.
     pub conflicts: ConflictWait,
@@ -43,7 +44,7 @@ impl<'a> Ctx<'a> {
     }
 
     /// Inside the multi-document transaction `txn`.
-    pub fn in_txn(shared: &'a Shared, txn: Arc<Txn>) -> Ctx<'a> {
+    pub fn in_txn(shared: &'a Shared, txn: Arc<InTxn>) -> Ctx<'a> {
         Ctx { shared, txn: Some(txn), conflicts: ConflictWait::default() }
     }
 
@@ -53,13 +54,18 @@ impl<'a> Ctx<'a> {
 
     /// The multi-document transaction the command runs in, if any.
     pub fn txn(&self) -> Option<&Arc<Txn>> {
-        self.txn.as_ref()
+        self.txn.as_ref().map(|t| &t.txn)
+    }
+
+    /// The open transaction as its statements see it, if any.
+    pub fn in_transaction(&self) -> Option<&InTxn> {
+        self.txn.as_deref()
     }
 
     /// Where the command's reads look.
     pub fn reader(&self) -> Reader {
         match &self.txn {
-            Some(t) => Reader::Txn(t.clone()),
+            Some(t) => Reader::Txn(t.txn.clone()),
             None => Reader::Latest(self.shared.catalog.engine().clone()),
         }
     }

@@ -38,6 +38,17 @@ pub(crate) fn acknowledge(shared: &Ctx<'_>, call: Option<&Call>, ack: Ack, reply
 // with its statement record `stamp` and acknowledged as `ack`. The one
 // place that decides.
 
+/// The command's transaction, if it runs in one, its write to `coll`
+/// noted (`transactions.rs` invariant 5).
+fn in_txn<'c>(shared: &'c Ctx<'_>, coll: &Collection) -> Result<Option<&'c storage::Txn>, DocError> {
+    let Some(open) = shared.in_transaction() else { return Ok(None) };
+    if !open.note_write(coll, coll.indexes()) {
+        let table = coll.records_table().to_string();
+        return Err(DocError::Storage(storage::StorageError::WriteConflict { table, key: Vec::new(), holder: 0 }));
+    }
+    Ok(Some(&open.txn))
+}
+
 /// Insert `doc` (an `_id` added first if missing); returns it as stored.
 pub(crate) fn insert_doc(
     shared: &Ctx<'_>,
@@ -46,7 +57,7 @@ pub(crate) fn insert_doc(
     ack: Ack,
     stamp: Option<&dyn Stamp>,
 ) -> Result<Document, DocError> {
-    match shared.txn() {
+    match in_txn(shared, coll)? {
         Some(txn) => coll.insert_in(txn, doc),
         None => coll.insert(shared.catalog.engine(), doc, (ack, &shared.conflicts), stamp),
     }
@@ -62,15 +73,18 @@ pub(crate) fn insert_docs(
     ack: Ack,
     stamp: Option<&dyn Stamp>,
 ) -> Vec<Result<(), DocError>> {
-    let Some(txn) = shared.txn() else {
-        return coll.insert_many(shared.catalog.engine(), docs, ordered, (ack, &shared.conflicts), stamp);
+    let txn = match in_txn(shared, coll) {
+        Ok(Some(txn)) => txn,
+        Ok(None) => return coll.insert_many(shared.catalog.engine(), docs, ordered, (ack, &shared.conflicts), stamp),
+        Err(e) => return vec![Err(e)],
     };
+    // In a transaction the first failure ends the batch (as mongod), ordered or not.
     let mut results = Vec::with_capacity(docs.len());
     for d in docs {
         let result = coll.insert_in(txn, d).map(|_| ());
         let failed = result.is_err();
         results.push(result);
-        if failed && ordered {
+        if failed {
             break;
         }
     }
@@ -85,7 +99,7 @@ pub(crate) fn delete_doc(
     ack: Ack,
     stamp: Option<&dyn Stamp>,
 ) -> Result<bool, DocError> {
-    match shared.txn() {
+    match in_txn(shared, coll)? {
         Some(txn) => Ok(coll.delete_in(txn, rid, doc)?.is_some()),
         None => coll.delete(shared.catalog.engine(), rid, doc, (ack, &shared.conflicts), stamp),
     }
@@ -100,7 +114,7 @@ pub(crate) fn replace_doc(
     ack: Ack,
     stamp: Option<&dyn Stamp>,
 ) -> Result<bool, DocError> {
-    match shared.txn() {
+    match in_txn(shared, coll)? {
         Some(txn) => coll.replace_in(txn, rid, old, new),
         None => coll.replace(shared.catalog.engine(), rid, old, new, (ack, &shared.conflicts), stamp),
     }

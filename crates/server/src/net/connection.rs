@@ -246,7 +246,7 @@ impl Serving<'_> {
         let Ok(failing) = meet_fail_point(shared, self.conn, name, &msg.body).await else {
             return Ok(Next::Close);
         };
-        if let Some(reply) = fail_point_error(failing.as_ref(), &msg.body) {
+        if let Some(reply) = fail_point_error(shared, failing.as_ref(), &msg.body) {
             return Ok(match more_to_come {
                 true => Next::Continue,
                 false => Next::Reply(wire::encode_msg(shared.request_id(), header.request_id, &reply)),
@@ -278,7 +278,7 @@ impl Serving<'_> {
         let Ok(failing) = meet_fail_point(self.shared, self.conn, name, cmd).await else {
             return Next::Close;
         };
-        let reply = match fail_point_error(failing.as_ref(), cmd) {
+        let reply = match fail_point_error(self.shared, failing.as_ref(), cmd) {
             Some(reply) => reply,
             None => commands::run_query(self.shared, self.conn, &q.query),
         };
@@ -334,10 +334,15 @@ async fn session_turn(
 
 /// The error reply a fail point gives in place of running `cmd`, if it
 /// gives one.
-fn fail_point_error(failing: Option<&crate::failpoint::Action>, cmd: &Document) -> Option<Document> {
+fn fail_point_error(shared: &Shared, failing: Option<&crate::failpoint::Action>, cmd: &Document) -> Option<Document> {
     let action = failing?;
     let code = action.error_code?;
     let mut reply = action.error_reply(code, cmd);
+    // A state change error names the topology it was seen in, as mongod's
+    // (a driver ignores one no newer than what it knows).
+    if crate::failpoint::STATE_CHANGE_CODES.contains(&code) {
+        reply.insert("topologyVersion", commands::topology_version(shared));
+    }
     commands::add_cluster_time(&mut reply);
     Some(reply)
 }
