@@ -88,6 +88,23 @@ def module_server():
         assert code == 0, f"server exit code {code}: {s.log.read_text()[-2000:]}"
 
 
+@pytest.fixture(scope="module")
+def internal_client(module_server):
+    """The spec suites' internal client (unified.py)."""
+    import unified
+
+    client = module_server.client(w="majority", socketTimeoutMS=unified.SOCKET_TIMEOUT_MS)
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="module")
+def server_info(internal_client):
+    import unified
+
+    return unified.ServerInfo(internal_client)
+
+
 @pytest.fixture
 def client(server):
     c = server.client()

@@ -25,37 +25,13 @@ CASES = [case for d in SPEC_DIRS for case in unified.collect(d)]
 EXPECTED_FAILURES = unified.load_expected_failures(EXPECTED_FAILURES_FILE)
 
 
-def _params():
-    params = []
-    for case in CASES:
-        reason = EXPECTED_FAILURES.get(case.key)
-        marks = [pytest.mark.xfail(reason=reason, strict=False)] if reason else []
-        params.append(pytest.param(case, id=case.key, marks=marks))
-    return params
-
-
-@pytest.fixture(scope="module")
-def internal_client(module_server):
-    client = module_server.client(w="majority", socketTimeoutMS=unified.SOCKET_TIMEOUT_MS)
-    yield client
-    client.close()
-
-
-@pytest.fixture(scope="module")
-def server_info(internal_client):
-    return unified.ServerInfo(internal_client)
-
-
-@pytest.mark.parametrize("case", _params())
+@pytest.mark.parametrize("case", unified.pytest_params(CASES, EXPECTED_FAILURES))
 def test_transactions_spec(case, module_server, internal_client, server_info, record_property):
-    record_property("spec_summary", (case.path.parent.name if case.path.parent.name != "unified"
-                                     else "transactions", case.file))
-    data = unified.load_spec_file(case.path)
-    runner = unified.Runner(data, data["tests"][case.index], module_server.uri, internal_client, server_info)
-    reason = runner.skip_reason()
+    suite = "sessions" if case.path.parent.name == "sessions" else "transactions"
+    record_property("spec_summary", (suite, case.file))
+    reason = unified.run_case(case, module_server.uri, internal_client, server_info)
     if reason:
         pytest.skip(reason)
-    runner.run()
 
 
 def test_expected_failures_name_existing_tests():

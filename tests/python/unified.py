@@ -1104,3 +1104,27 @@ class Runner:
             client.admin.command({"configureFailPoint": name, "mode": "off"})
         self.fail_points.clear()
 
+
+# ------------------------------------------------------ pytest integration
+
+
+def pytest_params(cases, expected_failures):
+    """One pytest param per case; a listed one is a non-strict xfail."""
+    import pytest
+
+    params = []
+    for case in cases:
+        reason = expected_failures.get(case.key)
+        marks = [pytest.mark.xfail(reason=reason, strict=False)] if reason else []
+        params.append(pytest.param(case, id=case.key, marks=marks))
+    return params
+
+
+def run_case(case, uri, internal_client, server_info):
+    """Run one case; returns why it is skipped, or None once it passed."""
+    data = load_spec_file(case.path)
+    runner = Runner(data, data["tests"][case.index], uri, internal_client, server_info)
+    reason = runner.skip_reason()
+    if reason is None:
+        runner.run()
+    return reason
