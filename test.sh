@@ -58,6 +58,9 @@ cargo run --release --quiet -p arbordb-bench -- smallbank --customers 500 --hots
 python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert len(r['runs']) == 4; print('smallbank smoke:', [round(x, 2) for x in r['serializable_over_si_throughput'].values()])" "$out/smallbank.json"
 rm -rf "$out"
 
+echo "== multi-document transactions over the wire, history checked (brief; the long run is in README)"
+cargo run --release --quiet -p arbordb-bench -- txn-check --clients 6 --seconds "${ARBORDB_TXN_WIRE_SECONDS:-3}"
+
 echo "== YCSB smoke run (ArborDB through the mongodb driver; the full run with PostgreSQL is in README)"
 out=$(mktemp -d)
 cargo run --release --quiet -p arbordb-bench -- ycsb --records 2000 --seconds 1 --threads 4 --skip-peer \

@@ -475,3 +475,22 @@ def test_an_unordered_insert_in_a_transaction_stops_at_its_first_error(client):
             s.commit_transaction()
         assert e.value.code == 251
     assert [d["_id"] for d in db.c.find()] == [2]
+
+
+def test_operation_time_is_the_snapshot_then_the_commit(client):
+    """A statement's operationTime in a transaction is its snapshot, a
+    commit's its commit timestamp; cluster times grow with commits."""
+    db = client.test
+    db.c.insert_one({"_id": 0})
+    with client.start_session() as s:
+        s.start_transaction()
+        db.c.find_one({"_id": 0}, session=s)
+        snapshot = s.operation_time
+        db.c.insert_one({"_id": 1})  # commits after the snapshot
+        outside = client.admin.command("ping")["operationTime"]
+        assert outside > snapshot
+        db.c.insert_one({"_id": 2}, session=s)
+        db.c.find_one({"_id": 1}, session=s)
+        assert s.operation_time == snapshot
+        s.commit_transaction()
+        assert s.operation_time > outside

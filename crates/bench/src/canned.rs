@@ -62,7 +62,8 @@ fn now_seconds() -> u64 {
 /// `body` with the `$clusterTime` and `operationTime` every reply of
 /// `arbordb serve` carries (`commands::cluster_time_fields`).
 fn with_cluster_time(mut body: RawDocumentBuf) -> RawDocumentBuf {
-    for (key, value) in server::commands::cluster_time_fields() {
+    let now = bson::Timestamp { time: now_seconds() as u32, increment: 1 };
+    for (key, value) in server::commands::cluster_time_fields(now, None) {
         body.append(key, bson::RawBson::try_from(value).expect("cluster time fields convert to raw BSON"));
     }
     body

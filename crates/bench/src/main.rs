@@ -20,6 +20,7 @@ mod procs;
 mod redb_peer;
 mod report;
 mod smallbank;
+mod txn_check;
 mod workload;
 mod ycsb;
 
@@ -55,6 +56,9 @@ enum Target {
     Index(indexed::IndexArgs),
     /// Many-index updates under a small cache (W3): ArborDB vs PostgreSQL.
     W3(many_index::W3Args),
+    /// Random multi-document transactions over the wire, their history
+    /// checked (snapshot isolation; serializable: no cycle).
+    TxnCheck(txn_check::TxnCheckArgs),
     /// The prepared-reply server of `ycsb --driver-ceiling` (no database).
     #[command(hide = true)]
     CannedServer(canned::CannedArgs),
@@ -67,6 +71,7 @@ fn main() -> ExitCode {
         Target::Ycsb(a) => ycsb::run(a),
         Target::Index(a) => indexed::run(a),
         Target::W3(a) => many_index::run(a),
+        Target::TxnCheck(a) => txn_check::run(a),
         Target::CannedServer(a) => canned::run(a),
     };
     match result {

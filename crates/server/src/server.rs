@@ -114,6 +114,9 @@ pub struct Shared {
     pub options: ServerOptions,
     pub started: Instant,
     pub process_id: ObjectId,
+    /// The wall-clock second this process started: the `time` of its
+    /// cluster times (`commands::cluster_time_of`).
+    pub cluster_epoch: u32,
     pub connections_current: AtomicU64,
     pub connections_total: AtomicU64,
     pub opcounters: Opcounters,
@@ -156,6 +159,7 @@ impl Shared {
             options,
             started: Instant::now(),
             process_id: ObjectId::new(),
+            cluster_epoch: (bson::DateTime::now().timestamp_millis() / 1000) as u32,
             connections_current: AtomicU64::new(0),
             connections_total: AtomicU64::new(0),
             opcounters: Opcounters::default(),

@@ -24,7 +24,7 @@ pub(crate) fn hello(shared: &Shared, conn: &Conn, name: &str, cmd: &Document) ->
     }
     let legacy = name != "hello";
     let me = conn.local.to_string();
-    let ts = cluster_time();
+    let ts = cluster_time(shared);
     let now = DateTime::now();
     let mut d = doc! {
         "topologyVersion": crate::commands::topology_version(shared),

@@ -36,7 +36,7 @@ use crate::reply::Reply;
 use crate::server::build_info;
 use crate::server::{Conn, Shared};
 use crate::transactions::{has_write_errors, labelled, transient_write_error, Part, Running, Statement};
-use bson::{doc, spec::BinarySubtype, Binary, Bson, DateTime, Document, Timestamp};
+use bson::{doc, spec::BinarySubtype, Binary, Bson, Document, Timestamp};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -126,7 +126,8 @@ pub fn run(shared: &Shared, call: &Call, msg: &OpMsg) -> Reply {
     let failed = result.as_ref().err().map(|e| e.code);
     log_if_slow(shared, &msg.body, (|| call.op.plan_summary(), call.op.replanned()), started.elapsed(), failed);
     let mut reply = result.unwrap_or_else(|e| Reply::Doc(e.to_document()));
-    for (key, value) in cluster_time_fields() {
+    let op_time = call.op.operation_ts().map(|ts| cluster_time_of(shared, ts));
+    for (key, value) in cluster_time_fields(cluster_time(shared), op_time) {
         reply.append(key, value);
     }
     reply
@@ -159,6 +160,7 @@ fn in_transaction(shared: &Shared, call: &Call, msg: &OpMsg, st: Statement<'_>) 
         _ => {}
     }
     let txn = shared.transactions.enter(shared, &st, cmd).map_err(|e| labelled(e, Part::Statement))?;
+    call.op.note_operation_ts(txn.txn.read_ts());
     // From here on, leaving the statement (even by a panic) leaves the transaction.
     let mut running = Running::new(shared, &st);
     let result = dispatch(&Ctx::in_txn(shared, txn), call, st.name, msg).and_then(|reply| match reply {
@@ -241,7 +243,7 @@ pub fn run_query(shared: &Shared, conn: &Conn, query: &Document) -> Document {
         ))),
     }
     .unwrap_or_else(|e| e.to_document());
-    add_cluster_time(&mut reply);
+    add_cluster_time(shared, &mut reply);
     reply
 }
 
@@ -443,20 +445,29 @@ pub(crate) fn ok() -> Document {
 
 /// The commit clock drivers gossip. Signed with a zero key, as an
 /// unauthenticated mongod does.
-pub(crate) fn cluster_time() -> Timestamp {
-    let now = DateTime::now().timestamp_millis() / 1000;
-    Timestamp { time: now as u32, increment: 1 }
+/// The cluster time of the engine's commit timestamp `ts`: the second
+/// this process started, then `ts` (its high bits added to the seconds),
+/// so cluster times grow with commits, also across restarts (the journal's
+/// sequence numbers carry on). A commit's `operationTime` is its commit
+/// timestamp, a transaction's statement's its snapshot.
+pub fn cluster_time_of(shared: &Shared, ts: u64) -> Timestamp {
+    Timestamp { time: shared.cluster_epoch.saturating_add((ts >> 32) as u32), increment: ts as u32 }
 }
 
-pub(crate) fn add_cluster_time(reply: &mut Document) {
-    for (key, value) in cluster_time_fields() {
+/// The cluster time now: that of the newest commit published.
+pub(crate) fn cluster_time(shared: &Shared) -> Timestamp {
+    cluster_time_of(shared, shared.catalog.engine().published_ts())
+}
+
+pub(crate) fn add_cluster_time(shared: &Shared, reply: &mut Document) {
+    for (key, value) in cluster_time_fields(cluster_time(shared), None) {
         reply.insert(key, value);
     }
 }
 
-/// `$clusterTime` and `operationTime`, which every reply carries.
-pub fn cluster_time_fields() -> [(&'static str, Bson); 2] {
-    let ts = cluster_time();
+/// `$clusterTime` (`ts`) and `operationTime` (`op`, else `ts`), which
+/// every reply carries.
+pub fn cluster_time_fields(ts: Timestamp, op: Option<Timestamp>) -> [(&'static str, Bson); 2] {
     [
         (
             "$clusterTime",
@@ -465,7 +476,7 @@ pub fn cluster_time_fields() -> [(&'static str, Bson); 2] {
                 "signature": { "hash": Binary { subtype: BinarySubtype::Generic, bytes: vec![0; 20] }, "keyId": 0i64 },
             }),
         ),
-        ("operationTime", Bson::Timestamp(ts)),
+        ("operationTime", Bson::Timestamp(op.unwrap_or(ts))),
     ]
 }
 

@@ -31,11 +31,12 @@ pub fn commit_transaction(
     let (txn, written) = sole(txn)?;
     let stamp = shared.sessions.commit_stamp(lsid, number);
     let mut txn = Some(txn);
-    commit_holding(shared, &written, &mut || {
+    let ts = commit_holding(shared, &written, &mut || {
         let txn = txn.take().expect("committed once");
         let committed = stamp.write(&txn, &[0]).and_then(|()| txn.commit());
         committed.map_err(|e| CommandError::from(DocError::from(e)))
     })?;
+    call.op.note_operation_ts(ts);
     shared.transactions.committed(lsid, number);
     acknowledge(shared, Some(call), ack, doc! { "ok": 1.0 })
 }

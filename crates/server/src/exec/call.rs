@@ -16,7 +16,7 @@ use crate::exec::access::{PlanNote, Planned};
 use crate::server::Conn;
 use parking_lot::Mutex;
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Where a command runs.
 #[derive(Clone, Copy, PartialEq, Debug)]
@@ -68,6 +68,10 @@ pub struct Call<'a> {
 pub struct OpDebug {
     plan: Mutex<Option<PlanNote>>,
     replanned: AtomicBool,
+    /// The engine timestamp the operation happened at, when it is not the
+    /// newest commit: a transaction's snapshot, a commit's timestamp
+    /// (the reply's `operationTime`); 0: none.
+    operation_ts: AtomicU64,
 }
 
 impl OpDebug {
@@ -83,6 +87,15 @@ impl OpDebug {
 
     pub fn replanned(&self) -> bool {
         self.replanned.load(Ordering::Relaxed)
+    }
+
+    /// The operation happened at engine timestamp `ts`.
+    pub(crate) fn note_operation_ts(&self, ts: u64) {
+        self.operation_ts.store(ts, Ordering::Relaxed);
+    }
+
+    pub fn operation_ts(&self) -> Option<u64> {
+        Some(self.operation_ts.load(Ordering::Relaxed)).filter(|&ts| ts != 0)
     }
 
     /// mongod's `planSummary` of the noted plan (`IXSCAN { a: 1 }`).

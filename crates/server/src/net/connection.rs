@@ -299,7 +299,7 @@ async fn answer_msg(
 ) -> Reply {
     let Ok(_turn) = session_turn(shared, &msg.body).await else {
         let mut reply = crate::error::CommandError::max_time_ms_expired("operation exceeded time limit").to_document();
-        commands::add_cluster_time(&mut reply);
+        commands::add_cluster_time(shared, &mut reply);
         return Reply::Doc(reply);
     };
     if let Some(wait) = tail_wait {
@@ -343,7 +343,7 @@ fn fail_point_error(shared: &Shared, failing: Option<&crate::failpoint::Action>,
     if crate::failpoint::STATE_CHANGE_CODES.contains(&code) {
         reply.insert("topologyVersion", commands::topology_version(shared));
     }
-    commands::add_cluster_time(&mut reply);
+    commands::add_cluster_time(shared, &mut reply);
     Some(reply)
 }
 

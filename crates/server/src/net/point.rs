@@ -101,7 +101,7 @@ pub fn find_by_id(shared: &Shared, header: &Header, body: &[u8]) -> Option<Vec<u
     let mut reply = RawDocumentBuf::new();
     reply.append("cursor", cursor);
     reply.append("ok", 1.0);
-    for (key, value) in cluster_time_fields() {
+    for (key, value) in cluster_time_fields(crate::commands::cluster_time(shared), None) {
         reply.append(key, bson::RawBson::try_from(value).ok()?);
     }
     // As every command, logged when slow (decoded only then).
