@@ -494,3 +494,34 @@ def test_operation_time_is_the_snapshot_then_the_commit(client):
         assert s.operation_time == snapshot
         s.commit_transaction()
         assert s.operation_time > outside
+
+
+def test_collections_created_in_a_transaction_appear_at_its_commit(client):
+    db = client.test
+    with client.start_session() as s:
+        s.start_transaction()
+        db.create_collection("made", session=s)
+        db.made.insert_one({"_id": 1}, session=s)
+        db.implied.insert_many([{"_id": 1}, {"_id": 2}], session=s)
+        assert db.implied.count_documents({}, session=s) == 2
+        assert [d["_id"] for d in db.made.find({}, session=s)] == [1]
+        assert set(db.list_collection_names()) == set()
+        s.commit_transaction()
+    assert set(db.list_collection_names()) == {"made", "implied"}
+    assert db.implied.count_documents({}) == 2
+    with client.start_session() as s:
+        s.start_transaction()
+        db.gone.insert_one({"_id": 1}, session=s)
+        with pytest.raises(OperationFailure) as e:
+            db.create_collection("made", session=s)
+        assert e.value.code == 48
+        s.abort_transaction()
+    assert "gone" not in db.list_collection_names()
+    db.gone.insert_one({"_id": 7})
+    assert [d["_id"] for d in db.gone.find()] == [7]
+    with client.start_session() as s:
+        s.start_transaction()
+        with pytest.raises(OperationFailure) as e:
+            db.create_collection("v", viewOn="made", pipeline=[], session=s)
+        assert e.value.code == 263
+        s.abort_transaction()

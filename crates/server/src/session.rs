@@ -171,8 +171,8 @@ fn subtype_name(s: BinarySubtype) -> String {
 const RETRYABLE_WRITES: &[&str] = &["insert", "update", "delete", "findAndModify", "findandmodify", "bulkWrite"];
 
 /// The commands a multi-document transaction may run: mongod 8.0's, but
-/// `create` and `createIndexes` (our catalog changes commit on their own,
-/// so they are refused rather than kept after an abort).
+/// `createIndexes` (an index build commits on its own, so it is refused
+/// rather than kept after an abort).
 const IN_TRANSACTION: &[&str] = &[
     "find",
     "getMore",
@@ -185,6 +185,7 @@ const IN_TRANSACTION: &[&str] = &[
     "aggregate",
     "distinct",
     "bulkWrite",
+    "create",
     "commitTransaction",
     "abortTransaction",
 ];

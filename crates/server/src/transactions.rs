@@ -31,9 +31,9 @@
 
 use crate::error::CommandError;
 use crate::server::Shared;
-use doc::catalog::{Collection, Namespace};
+use doc::catalog::{Catalog, Collection, DocError, Namespace, Pending};
 use doc::index::Index;
-use doc::sessions::SessionId;
+use doc::sessions::{SessionId, Stamp};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -90,9 +90,36 @@ pub struct InTxn {
     /// re-created collection has another) and the index list its first
     /// write maintained (invariant 5).
     written: parking_lot::Mutex<Vec<Written>>,
+    /// Collections the transaction created (`create`, or an insert into a
+    /// missing one): published by its commit, abandoned by its abort.
+    created: parking_lot::Mutex<Vec<Pending>>,
 }
 
 impl InTxn {
+    /// The collection `ns` as the transaction sees it: one it created,
+    /// else the catalog's.
+    pub(crate) fn collection(&self, catalog: &Catalog, ns: &Namespace) -> Option<Arc<Collection>> {
+        let created = self.created.lock();
+        let mine = created.iter().filter_map(Pending::collection).find(|c| c.ns == *ns);
+        mine.cloned().or_else(|| catalog.get(ns))
+    }
+
+    /// Create the collection `ns` with `options` in the transaction.
+    pub(crate) fn create(
+        &self,
+        catalog: &Catalog,
+        ns: &Namespace,
+        options: bson::Document,
+    ) -> Result<Arc<Collection>, DocError> {
+        if self.collection(catalog, ns).is_some() {
+            return Err(DocError::NamespaceExists(ns.to_string()));
+        }
+        let pending = catalog.create_in(&self.txn, ns, options)?;
+        let coll = pending.collection().expect("a create makes a collection").clone();
+        self.created.lock().push(pending);
+        Ok(coll)
+    }
+
     /// Note a write to `coll` with the index list `indexes` it maintains;
     /// false if an earlier write maintained another list (the write must
     /// fail with a conflict).
@@ -215,13 +242,13 @@ impl Transactions {
             }
             let opts = TxnOptions { skip_journal_sync: true, ..isolation_of(shared, cmd)? };
             let txn = Arc::new(shared.catalog.engine().begin(opts).map_err(doc::catalog::DocError::from)?);
-            let txn = Arc::new(InTxn { txn, written: Default::default() });
+            let txn = Arc::new(InTxn { txn, written: Default::default(), created: Default::default() });
             let state = State::Open { txn: txn.clone(), began: Instant::now(), running: true };
             let replaced = slots.insert(st.lsid, Slot { number: st.number, state, touched: Instant::now() });
             drop(slots);
             // A newer transaction replaces (and so aborts) an older open one.
             if let Some(Slot { state: State::Open { txn: old, .. }, .. }) = replaced {
-                shared.cursors.kill_txn(&old.txn);
+                discard(shared, old);
             }
             shared.sessions.note_txn_number(st.lsid, st.number);
             return Ok(txn);
@@ -378,7 +405,7 @@ pub async fn reaper(shared: Arc<Shared>, mut stop: tokio::sync::watch::Receiver<
                 "Aborting transaction because it has been running for longer than \
                  'transactionLifetimeLimitSeconds'"
             );
-            shared.cursors.kill_txn(&txn.txn);
+            discard(&shared, txn);
         }
     }
 }
@@ -448,15 +475,56 @@ pub(crate) fn has_write_errors(reply: &bson::Document) -> bool {
     reply.get_array("writeErrors").is_ok_and(|w| !w.is_empty())
 }
 
-/// The storage transaction out of its last holder, for its commit: the
-/// transaction's cursors are closed first, so only a `getMore` run
-/// outside the session's turn can still hold it, for a moment.
-pub(crate) fn sole(txn: Arc<InTxn>) -> Result<(Txn, Vec<Written>), CommandError> {
-    let InTxn { mut txn, written } = Arc::try_unwrap(txn)
+/// Commit the transaction `txn` with its session's commit record
+/// `stamp`: its cursors closed, the index lists of the collections it
+/// wrote held and checked (invariant 5), the collections it created
+/// published at its commit timestamp (or abandoned if it fails). Returns
+/// the commit timestamp.
+pub(crate) fn commit(shared: &Shared, txn: Arc<InTxn>, stamp: &dyn Stamp) -> Result<u64, CommandError> {
+    shared.cursors.kill_txn(&txn.txn);
+    let InTxn { txn, written, created } = Arc::try_unwrap(txn)
         .map_err(|_| CommandError::internal_error("a statement of the transaction still runs; it was not committed"))?;
+    let created = created.into_inner();
+    let mut written = written.into_inner();
+    // Nobody else could change the collections it created.
+    written.retain(|(ns, ..)| !created.iter().filter_map(Pending::collection).any(|c| c.ns == *ns));
+    let mut txn = Some(txn);
+    let committed = commit_holding(shared, &written, &mut || {
+        let txn = sole(txn.take().expect("committed once"))?;
+        let committed = stamp.write(&txn, &[0]).and_then(|()| txn.commit());
+        committed.map_err(|e| CommandError::from(DocError::from(e)))
+    });
+    drop(txn);
+    for pending in created {
+        match committed {
+            Ok(ts) => drop(shared.catalog.publish(pending, ts)),
+            Err(_) => shared.catalog.abandon(pending),
+        }
+    }
+    committed
+}
+
+/// Abort the transaction `txn` (ended by `abortTransaction`, a failed
+/// statement, the reaper, its session's end): its cursors are closed, and
+/// once nothing holds it, its storage transaction rolls back and the
+/// collections it created are dropped.
+pub(crate) fn discard(shared: &Shared, txn: Arc<InTxn>) {
+    shared.cursors.kill_txn(&txn.txn);
+    if let Ok(InTxn { txn, created, .. }) = Arc::try_unwrap(txn) {
+        drop(txn);
+        for pending in created.into_inner() {
+            shared.catalog.abandon(pending);
+        }
+    }
+}
+
+/// The storage transaction out of its last holder: its cursors are
+/// closed first, so only a `getMore` of another connection can still hold
+/// it, for a moment.
+fn sole(mut txn: Arc<Txn>) -> Result<Txn, CommandError> {
     for _ in 0..1000 {
         match Arc::try_unwrap(txn) {
-            Ok(t) => return Ok((t, written.into_inner())),
+            Ok(t) => return Ok(t),
             Err(shared) => txn = shared,
         }
         std::thread::sleep(Duration::from_millis(1));
@@ -464,10 +532,9 @@ pub(crate) fn sole(txn: Arc<InTxn>) -> Result<(Txn, Vec<Written>), CommandError>
     Err(CommandError::internal_error("the transaction is still in use by a cursor; it was not committed"))
 }
 
-/// Commit `txn` (with `stamp`) while holding the index lists of the
-/// collections it wrote, each checked to be the one its writes
-/// maintained (invariant 5).
-pub(crate) fn commit_holding(
+/// Run `commit` while holding the index lists of the collections written,
+/// each checked to be the one the writes maintained (invariant 5).
+fn commit_holding(
     shared: &Shared,
     written: &[Written],
     commit: &mut dyn FnMut() -> Result<u64, CommandError>,
@@ -499,7 +566,7 @@ impl<'a> Running<'a> {
 impl Drop for Running<'_> {
     fn drop(&mut self) {
         if let Some(aborted) = self.shared.transactions.leave(self.lsid, self.number, self.failed) {
-            self.shared.cursors.kill_txn(&aborted.txn);
+            discard(self.shared, aborted);
         }
     }
 }

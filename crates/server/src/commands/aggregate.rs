@@ -99,7 +99,7 @@ pub fn aggregate(shared: &Ctx<'_>, call: &Call, cmd: &Document) -> ReplyResult {
                 _ => return Err(CommandError::failed_to_parse("$planCacheStats value must be an object")),
             }
             let host = crate::server::hostname();
-            let entries = match shared.catalog.get(&ns) {
+            let entries = match shared.collection(&ns) {
                 Some(coll) if !collectionless => {
                     let among = crate::exec::access::among(&coll, &crate::exec::access::ready(&coll));
                     shared.plan_cache.stats(&ns.to_string(), &among, &host)
@@ -160,7 +160,7 @@ fn index_stats_stage(shared: &Ctx<'_>, ns: &Namespace, stage: &Document) -> Resu
         Some(Bson::Document(d)) if d.is_empty() => {}
         _ => return Err(CommandError::with_code(28803, "The $indexStats stage specification must be an empty object")),
     }
-    let Some(coll) = shared.catalog.get(ns) else { return Ok(Vec::new()) };
+    let Some(coll) = shared.collection(ns) else { return Ok(Vec::new()) };
     let host = format!("{}:{}", crate::server::hostname(), shared.options.port);
     Ok(coll
         .indexes()
@@ -199,7 +199,7 @@ pub(crate) fn coll_stats_stage(shared: &Ctx<'_>, ns: &Namespace, stage: &Documen
                 out.insert("storageStats", crate::exec::storage_stats::storage_stats(shared, ns, scale)?);
             }
             "count" => {
-                let n = match shared.catalog.get(ns) {
+                let n = match shared.collection(ns) {
                     Some(c) => c.count_and_size(shared.catalog.engine())?.0 as i64,
                     None => 0,
                 };

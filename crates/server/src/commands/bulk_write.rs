@@ -364,7 +364,7 @@ fn run_op(
         Op::Insert { document, .. } => {
             let validator = validator_of(shared, ns, cmd)?;
             check_insert(document, validator.as_ref())?;
-            let coll = shared.catalog.get_or_create(ns)?;
+            let coll = shared.collection_or_create(ns)?;
             let record = log.as_ref().map(|l| l.record(doc! { "n": 1i64 })).transpose()?;
             insert_doc(shared, &coll, document, STATEMENT_ACK, record.as_ref().map(|r| r as &dyn Stamp))?;
             if coll.capped.is_some() {

@@ -70,6 +70,19 @@ pub fn create(shared: &Ctx<'_>, cmd: &Document) -> CommandResult {
         }
     }
     let options = clustered_options(options)?;
+    if shared.txn().is_some() {
+        // mongod's restrictions inside a transaction.
+        let what = match () {
+            _ if options.contains_key("viewOn") || options.contains_key("pipeline") => Some("a view"),
+            _ if options.get_bool("capped") == Ok(true) => Some("a capped collection"),
+            _ => None,
+        };
+        if let Some(what) = what {
+            return Err(CommandError::operation_not_supported_in_transaction(format!(
+                "Cannot create {what} in a multi-document transaction."
+            )));
+        }
+    }
     if options.contains_key("viewOn") || options.contains_key("pipeline") {
         if options.contains_key("clusteredIndex") {
             return Err(CommandError::with_code(6026500, "The 'clusteredIndex' option is not supported with views"));
@@ -80,7 +93,7 @@ pub fn create(shared: &Ctx<'_>, cmd: &Document) -> CommandResult {
     }
     Validator::of(&options)?;
     let options = capped_options(cmd, options)?;
-    shared.catalog.create(&ns, options)?;
+    shared.create_collection(&ns, options)?;
     Ok(doc! { "ok": 1.0 })
 }
 
@@ -261,7 +274,7 @@ pub(crate) fn view_options(
         if next == *ns {
             return Err(CommandError::graph_contains_cycle(format!("View cycle detected: [{}]", seen.join(", "))));
         }
-        match shared.catalog.get(&next).and_then(|c| c.view_on().map(|(o, _)| o.to_string())) {
+        match shared.collection(&next).and_then(|c| c.view_on().map(|(o, _)| o.to_string())) {
             Some(o) => next = Namespace::new(&ns.db, &o)?,
             None => break,
         }
@@ -270,7 +283,7 @@ pub(crate) fn view_options(
     // view it reads, and the views (left from before) that read it.
     let mine = query::Collation::parse(options.get("collation"))?;
     let on_ns = Namespace::new(&ns.db, &on)?;
-    if shared.catalog.get(&on_ns).is_some_and(|c| c.view_on().is_some()) {
+    if shared.collection(&on_ns).is_some_and(|c| c.view_on().is_some()) {
         let theirs = crate::exec::scan::collation_of(shared, &on_ns, &Document::new())?;
         if !crate::exec::scan::same_collation(mine.as_ref(), theirs.as_ref()) {
             return Err(CommandError::option_not_supported_on_view(format!(
@@ -310,7 +323,7 @@ pub fn coll_mod(shared: &Ctx<'_>, cmd: &Document) -> CommandResult {
     if let Some(k) = NOT_YET.iter().find(|k| cmd.contains_key(**k)) {
         return Err(CommandError::not_implemented(format!("collMod with '{k}' is not supported yet")));
     }
-    let Some(c) = shared.catalog.get(&ns) else {
+    let Some(c) = shared.collection(&ns) else {
         return Err(CommandError::namespace_not_found(format!("ns does not exist: {ns}")));
     };
     let is_view = c.view_on().is_some();

@@ -106,7 +106,7 @@ pub fn find(shared: &Ctx<'_>, call: &Call, cmd: &Document) -> ReplyResult {
         return Err(CommandError::failed_to_parse("Cannot set 'awaitData' without also setting 'tailable'"));
     }
     // The collection (or view) read, looked up once.
-    let coll = shared.catalog.get(&ns);
+    let coll = shared.collection(&ns);
     if tailable {
         if coll.as_ref().is_some_and(|c| c.capped.is_none()) {
             return Err(CommandError::bad_value(format!(
@@ -386,7 +386,7 @@ pub fn get_more(shared: &Ctx<'_>, cmd: &Document) -> ReplyResult {
     // The same collection (a collMod makes a new `Collection` over the
     // same tables); a drop, rename or re-creation kills the cursor.
     if let Source::Stream { scanning: Some((base, coll)), .. } = &state.source {
-        if shared.catalog.get(base).is_none_or(|now| now.records_table() != coll.records_table()) {
+        if shared.collection(base).is_none_or(|now| now.records_table() != coll.records_table()) {
             return Err(CommandError::query_plan_killed(format!(
                 "PlanExecutor error during aggregation :: caused by :: collection dropped or renamed: {base}"
             )));

@@ -49,7 +49,7 @@ pub fn create_indexes(shared: &Ctx<'_>, cmd: &Document) -> CommandResult {
         }
     };
     // Every spec is checked before anything is created.
-    let existing = shared.catalog.get(&ns);
+    let existing = shared.collection(&ns);
     let clustered = existing.as_ref().is_some_and(|c| c.is_clustered());
     let default_collation = existing.as_ref().and_then(|c| c.options.get_document("collation").ok());
     let mut asked = Vec::new();
@@ -61,8 +61,8 @@ pub fn create_indexes(shared: &Ctx<'_>, cmd: &Document) -> CommandResult {
         asked.push(index_spec::parse(spec, default_collation)?);
     }
     check_not_view(shared, &ns)?;
-    let created = shared.catalog.get(&ns).is_none();
-    let coll = shared.catalog.get_or_create(&ns)?;
+    let created = shared.collection(&ns).is_none();
+    let coll = shared.collection_or_create(&ns)?;
     if coll.capped.is_some() && asked.iter().any(|s| s.shown.contains_key("expireAfterSeconds")) {
         return Err(CommandError::with_code(67, "Cannot create TTL index on a capped collection"));
     }
@@ -156,7 +156,7 @@ fn build(shared: &Ctx<'_>, ns: &Namespace, spec: IndexSpec, listed: &Build) -> R
 /// the same index is ready, false if the build went away (to try again).
 fn wait_for_build(shared: &Ctx<'_>, ns: &Namespace, spec: &IndexSpec) -> Result<bool, CommandError> {
     loop {
-        let found = shared.catalog.get(ns).and_then(|c| c.indexes().into_iter().find(|ix| ix.spec.name == spec.name));
+        let found = shared.collection(ns).and_then(|c| c.indexes().into_iter().find(|ix| ix.spec.name == spec.name));
         let Some(ix) = found else { return Ok(false) };
         if let index_spec::Versus::Conflict(e) = index_spec::versus(spec, &ix.shown()) {
             return Err(e);

@@ -33,7 +33,7 @@ pub fn insert(shared: &Ctx<'_>, call: &Call, msg: &OpMsg) -> CommandResult {
     let ack = ack_of(cmd)?;
     check_not_view(shared, &ns)?;
     let mut retry = Retry::begin(shared, cmd)?;
-    let coll = shared.catalog.get_or_create(&ns)?;
+    let coll = shared.collection_or_create(&ns)?;
     let validator = validator_of(shared, &ns, cmd)?;
     // Each document's own checks first; then the documents an insert
     // reaches (for an ordered one, those before the first failed check)

@@ -56,7 +56,7 @@ pub(crate) fn end_sessions(shared: &Ctx<'_>, name: &str, cmd: &Document) -> Resu
         _ => shared.transactions.forget(ids.as_deref()),
     };
     for txn in ended {
-        shared.cursors.kill_txn(&txn.txn);
+        crate::transactions::discard(shared, txn);
     }
     Ok(bson::doc! { "ok": 1.0 })
 }

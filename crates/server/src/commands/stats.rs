@@ -15,7 +15,7 @@ use bson::{doc, Document};
 pub fn coll_stats(shared: &Ctx<'_>, cmd: &Document) -> CommandResult {
     let ns = namespace(cmd, "collStats")?;
     check_not_view(shared, &ns)?;
-    if shared.catalog.get(&ns).is_none() {
+    if shared.collection(&ns).is_none() {
         return Err(CommandError::namespace_not_found(format!("Collection [{ns}] not found.")));
     }
     let mut reply = doc! { "ns": ns.to_string() };

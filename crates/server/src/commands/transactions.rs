@@ -4,14 +4,12 @@
 use crate::args::ack_of;
 use crate::args::check_fields;
 use crate::args::CommandResult;
-use crate::error::CommandError;
 use crate::exec::call::Call;
 use crate::exec::ctx::Ctx;
 use crate::exec::write::acknowledge;
-use crate::transactions::{commit_holding, sole};
+use crate::transactions::{commit, discard};
 use bson::{doc, Document};
-use doc::catalog::DocError;
-use doc::sessions::{SessionId, Stamp};
+use doc::sessions::SessionId;
 
 /// Commit the session's transaction `number`, its commit record in the
 /// same storage transaction; a retried commit of a committed transaction
@@ -27,15 +25,7 @@ pub fn commit_transaction(
     let Some(txn) = shared.transactions.take_for_commit(shared, lsid, number)? else {
         return acknowledge(shared, Some(call), ack, doc! { "ok": 1.0 });
     };
-    shared.cursors.kill_txn(&txn.txn);
-    let (txn, written) = sole(txn)?;
-    let stamp = shared.sessions.commit_stamp(lsid, number);
-    let mut txn = Some(txn);
-    let ts = commit_holding(shared, &written, &mut || {
-        let txn = txn.take().expect("committed once");
-        let committed = stamp.write(&txn, &[0]).and_then(|()| txn.commit());
-        committed.map_err(|e| CommandError::from(DocError::from(e)))
-    })?;
+    let ts = commit(shared, txn, &shared.sessions.commit_stamp(lsid, number))?;
     call.op.note_operation_ts(ts);
     shared.transactions.committed(lsid, number);
     acknowledge(shared, Some(call), ack, doc! { "ok": 1.0 })
@@ -45,7 +35,7 @@ pub fn commit_transaction(
 pub fn abort_transaction(shared: &Ctx<'_>, cmd: &Document, (lsid, number): (SessionId, i64)) -> CommandResult {
     check_fields(cmd, "abortTransaction", &[], false)?;
     if let Some(txn) = shared.transactions.abort(lsid, number)? {
-        shared.cursors.kill_txn(&txn.txn);
+        discard(shared, txn);
     }
     Ok(doc! { "ok": 1.0 })
 }

@@ -192,7 +192,7 @@ pub fn find_and_modify(shared: &Ctx<'_>, call: &Call, cmd: &Document) -> Command
         validator: validator.as_ref(),
         log: log.as_ref().map(|l| (l, &answer as Answer)),
     };
-    if let Some(coll) = shared.catalog.get(&ns) {
+    if let Some(coll) = shared.collection(&ns) {
         // Retried when the chosen document changes before it is written.
         while let Some((rid, d, pos)) =
             first_match(shared, &coll, &ns, (&query, &filter, collation.as_ref()), &sort, (&deadline, &call.op))?

@@ -188,13 +188,13 @@ pub(crate) fn write(
 }
 
 fn validator(shared: &Ctx<'_>, ns: &Namespace, bypass: bool) -> Result<Option<(Validator, bool)>, CommandError> {
-    let Some(c) = shared.catalog.get(ns) else { return Ok(None) };
+    let Some(c) = shared.collection(ns) else { return Ok(None) };
     Ok(Validator::of(&c.options)?.map(|v| (v, bypass)))
 }
 
 fn out(shared: &Ctx<'_>, ns: &Namespace, docs: Vec<Document>, bypass: bool) -> Result<(), CommandError> {
     check_not_view(shared, ns)?;
-    let existing = shared.catalog.get(ns);
+    let existing = shared.collection(ns);
     if existing.as_ref().is_some_and(|c| c.capped.is_some()) {
         return Err(CommandError::with_code(17152, format!("namespace '{ns}' is capped so it can't be used for $out")));
     }
@@ -207,7 +207,7 @@ fn out(shared: &Ctx<'_>, ns: &Namespace, docs: Vec<Document>, bypass: bool) -> R
     let tmp = loop {
         let name = format!("{TMP_PREFIX}{:016x}", rand_id());
         let tmp = Namespace::new(&ns.db, &name)?;
-        if shared.catalog.get(&tmp).is_none() {
+        if shared.collection(&tmp).is_none() {
             break tmp;
         }
     };
@@ -252,7 +252,7 @@ fn merge(
     bypass: bool,
 ) -> Result<(), CommandError> {
     check_not_view(shared, ns)?;
-    let coll = shared.catalog.get_or_create(ns)?;
+    let coll = shared.collection_or_create(ns)?;
     let validator = validator(shared, ns, bypass)?;
     let engine = shared.catalog.engine();
     for new in docs {

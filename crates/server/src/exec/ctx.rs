@@ -12,6 +12,7 @@ use crate::exec::call::Place;
 use crate::server::Shared;
 use crate::transactions::InTxn;
 use doc::catalog::ConflictWait;
+use doc::catalog::{Collection, DocError, Namespace};
 use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
@@ -60,6 +61,36 @@ impl<'a> Ctx<'a> {
     /// The open transaction as its statements see it, if any.
     pub fn in_transaction(&self) -> Option<&InTxn> {
         self.txn.as_deref()
+    }
+
+    /// The collection `ns` as the command sees it (inside a transaction,
+    /// one the transaction created too); `None`: none.
+    pub fn collection(&self, ns: &Namespace) -> Option<Arc<Collection>> {
+        match &self.txn {
+            Some(t) => t.collection(&self.shared.catalog, ns),
+            None => self.shared.catalog.get(ns),
+        }
+    }
+
+    /// The collection `ns`, created (with default options) if missing, as
+    /// an insert does: inside a transaction, created in it.
+    pub fn collection_or_create(&self, ns: &Namespace) -> Result<Arc<Collection>, DocError> {
+        match &self.txn {
+            Some(t) => match t.collection(&self.shared.catalog, ns) {
+                Some(c) => Ok(c),
+                None => t.create(&self.shared.catalog, ns, bson::Document::new()),
+            },
+            None => self.shared.catalog.get_or_create(ns),
+        }
+    }
+
+    /// Create the collection `ns` with `options` (inside a transaction,
+    /// in it).
+    pub fn create_collection(&self, ns: &Namespace, options: bson::Document) -> Result<Arc<Collection>, DocError> {
+        match &self.txn {
+            Some(t) => t.create(&self.shared.catalog, ns, options),
+            None => self.shared.catalog.create(ns, options),
+        }
     }
 
     /// Where the command's reads look.

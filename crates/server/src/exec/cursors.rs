@@ -252,7 +252,7 @@ pub(crate) fn next_hit(
             if pending.is_empty() {
                 // Gone, or made a view since the read was planned (a
                 // missing namespace is empty): nothing more to read.
-                let Some(coll) = shared.catalog.get(&c.ns).filter(|coll| coll.view_on().is_none()) else {
+                let Some(coll) = shared.collection(&c.ns).filter(|coll| coll.view_on().is_none()) else {
                     return Ok(None);
                 };
                 pending.extend(coll.natural(reader, after, *reverse, SCAN_CHUNK)?);
@@ -309,7 +309,7 @@ pub(crate) fn natural_direction(d: &Document) -> Option<i32> {
 /// Documents read ahead are dropped: the next batch reads what is there
 /// now.
 pub(crate) fn check_tail_position(shared: &Ctx<'_>, c: &mut CursorState) -> Result<(), CommandError> {
-    let current = shared.catalog.get(&c.ns);
+    let current = shared.collection(&c.ns);
     let same = match (&c.tailing, &current) {
         (Some(weak), Some(now)) => weak.upgrade().is_some_and(|then| Arc::ptr_eq(&then, now)),
         _ => false,
@@ -321,7 +321,7 @@ pub(crate) fn check_tail_position(shared: &Ctx<'_>, c: &mut CursorState) -> Resu
     pending.clear();
     // Capped collections are never clustered: positions are record ids.
     let ScanFrom::Record(after) = after else { return Ok(()) };
-    let Some(coll) = shared.catalog.get(&c.ns) else { return Ok(()) };
+    let Some(coll) = shared.collection(&c.ns) else { return Ok(()) };
     if coll.get(shared.catalog.engine(), *after)?.is_some() {
         return Ok(());
     }

@@ -49,7 +49,7 @@ pub(crate) fn delete_one_spec(
     let collation = crate::exec::scan::collation_of(shared, ns, spec)?;
     let filter = filter.with_collation(collation.clone());
     let limit = count_option(spec, "limit")?.unwrap_or(0);
-    let Some(coll) = shared.catalog.get(ns) else { return Ok(0) };
+    let Some(coll) = shared.collection(ns) else { return Ok(0) };
     let record = log.map(|l| l.record(doc! { "n": 1i64 })).transpose()?;
     let stamp = record.as_ref().map(|r| r as &dyn Stamp);
     // In natural order: a single delete takes the first match.
@@ -276,7 +276,7 @@ pub(crate) fn upsert(
     check_size(&new)?;
     let new = with_id_first(&new);
     let record = change.record(None, &new, None)?;
-    let coll = shared.catalog.get_or_create(ns)?;
+    let coll = shared.collection_or_create(ns)?;
     let stored = insert_doc(shared, &coll, &new, ack, record.as_ref().map(|r| r as &dyn Stamp))?;
     if coll.capped.is_some() {
         shared.capped_inserts.send_modify(|n| *n += 1);
@@ -302,7 +302,7 @@ pub(crate) fn run_statement(
         validator: validator.as_ref(),
         log: log.map(|l| (l, &update_answer as Answer)),
     };
-    if let Some(coll) = shared.catalog.get(ns).filter(|_| !st.sort.is_empty()) {
+    if let Some(coll) = shared.collection(ns).filter(|_| !st.sort.is_empty()) {
         // A sorted single update: the first match in sort order.
         let none = Deadline::none();
         let (query, filter) = (&st.query, &st.filter);
@@ -315,7 +315,7 @@ pub(crate) fn run_statement(
                 break;
             }
         }
-    } else if let Some(coll) = shared.catalog.get(ns) {
+    } else if let Some(coll) = shared.collection(ns) {
         let planned = access::plan_write(&coll, &st.query, st.collation.as_ref(), st.hint.as_ref());
         op.note_plan(&planned);
         for candidate in access::candidates(shared, ns, &coll, &planned, Default::default())? {

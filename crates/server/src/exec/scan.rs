@@ -67,7 +67,7 @@ impl ScanIter {
     pub fn new(shared: &Ctx<'_>, ns: &Namespace) -> ScanIter {
         ScanIter {
             reader: shared.reader(),
-            coll: shared.catalog.get(ns),
+            coll: shared.collection(ns),
             after: ScanFrom::Start,
             pending: VecDeque::new(),
             error: None,
@@ -258,7 +258,7 @@ pub(crate) fn scan_hits<'a>(
         }
         Ok(None) => {}
     }
-    let Some(coll) = shared.catalog.get(ns) else { return Box::new(std::iter::empty()) };
+    let Some(coll) = shared.collection(ns) else { return Box::new(std::iter::empty()) };
     let planned = access::plan_read(&coll, filter_doc, filter.collation(), false, hint);
     op.note_plan(&planned);
     planned_hits(shared, (ns, &coll), &planned, (filter, None), deadline)
@@ -312,7 +312,7 @@ pub(crate) fn check_hint(shared: &Ctx<'_>, ns: &Namespace, cmd: &Document) -> Re
         Some(h) => h,
     };
     // A view's reads go to the collection under it, hint and all.
-    let coll = resolve_view(shared, ns)?.map_or_else(|| shared.catalog.get(ns), |(base, _)| shared.catalog.get(&base));
+    let coll = resolve_view(shared, ns)?.map_or_else(|| shared.collection(ns), |(base, _)| shared.collection(&base));
     // Hidden indexes cannot be hinted (mongod answers BadValue).
     let ready = || {
         let all = coll.as_ref().map(|c| crate::exec::access::ready(c)).unwrap_or_default();
@@ -401,7 +401,7 @@ pub(crate) fn collation_of(
     ns: &Namespace,
     cmd: &Document,
 ) -> Result<Option<Arc<Collation>>, CommandError> {
-    let entry = shared.catalog.get(ns);
+    let entry = shared.collection(ns);
     let default = || entry.as_ref().and_then(|c| Collation::parse(c.options.get("collation")).ok().flatten());
     let given = match cmd.get("collation") {
         // An empty collation is no collation given, as in mongod.

@@ -19,7 +19,7 @@ pub(crate) fn scale_of(cmd: &Document) -> Result<i64, CommandError> {
 /// Sizes of one collection: (count, data bytes, storage bytes, `_id`
 /// index bytes, the secondary indexes' bytes by name).
 pub(crate) fn collection_sizes(shared: &Ctx<'_>, ns: &Namespace) -> Result<Sizes, CommandError> {
-    let Some(c) = shared.catalog.get(ns) else { return Ok(Sizes::default()) };
+    let Some(c) = shared.collection(ns) else { return Ok(Sizes::default()) };
     let engine = shared.catalog.engine();
     let (count, size) = c.count_and_size(engine)?;
     let (storage, index) = c.storage_sizes(engine);
@@ -49,10 +49,10 @@ impl Sizes {
 pub(crate) fn storage_stats(shared: &Ctx<'_>, ns: &Namespace, scale: i64) -> Result<Document, CommandError> {
     let sizes = collection_sizes(shared, ns)?;
     let (count, size, mut storage, mut index) = (sizes.count, sizes.data, sizes.storage, sizes.id_index);
-    let capped = shared.catalog.get(ns).and_then(|c| c.capped.as_ref().map(|c| (c.size, c.max)));
+    let capped = shared.collection(ns).and_then(|c| c.capped.as_ref().map(|c| (c.size, c.max)));
     // A clustered collection's `_id` index is part of its record store,
     // as mongod's: no index sizes (the clustered index is still counted).
-    let clustered = shared.catalog.get(ns).is_some_and(|c| c.is_clustered());
+    let clustered = shared.collection(ns).is_some_and(|c| c.is_clustered());
     if clustered {
         storage += index;
         index = 0;

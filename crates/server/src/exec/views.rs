@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 /// Writes and storage commands on a view fail as mongod's do.
 pub(crate) fn check_not_view(shared: &Ctx<'_>, ns: &Namespace) -> Result<(), CommandError> {
-    match shared.catalog.get(ns) {
+    match shared.collection(ns) {
         Some(c) if c.view_on().is_some() => Err(not_on_view(ns)),
         _ => Ok(()),
     }
@@ -34,7 +34,7 @@ pub(crate) fn resolve_view(shared: &Ctx<'_>, ns: &Namespace) -> Result<Option<(N
     let mut current = ns.clone();
     let mut stages: Vec<Bson> = Vec::new();
     let mut depth = 0;
-    while let Some(c) = shared.catalog.get(&current) {
+    while let Some(c) = shared.collection(&current) {
         let Some((on, pipeline)) = c.view_on() else { break };
         depth += 1;
         if depth > VIEW_DEPTH_MAX {
@@ -61,7 +61,7 @@ pub(crate) fn stream_over(
     hint: Option<&Bson>,
     op: &crate::exec::call::OpDebug,
 ) -> Result<(query::pipeline::DocStream<'static>, Scanning), CommandError> {
-    let Some(coll) = shared.catalog.get(base) else {
+    let Some(coll) = shared.collection(base) else {
         return Ok((pipeline.stream(std::iter::empty())?, None));
     };
     let empty = bson::Document::new();
@@ -161,7 +161,7 @@ pub(crate) fn existing(
     name: &str,
 ) -> Result<(Namespace, Arc<Collection>), CommandError> {
     let ns = crate::args::namespace(cmd, name)?;
-    let Some(coll) = shared.catalog.get(&ns) else {
+    let Some(coll) = shared.collection(&ns) else {
         return Err(CommandError::namespace_not_found(format!("ns does not exist: {ns}")));
     };
     if coll.view_on().is_some() {

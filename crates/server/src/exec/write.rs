@@ -185,7 +185,7 @@ pub(crate) fn validator_of(
     ns: &Namespace,
     cmd: &Document,
 ) -> Result<Option<(Validator, bool)>, CommandError> {
-    let Some(c) = shared.catalog.get(ns) else { return Ok(None) };
+    let Some(c) = shared.collection(ns) else { return Ok(None) };
     let name = cmd.keys().next().map_or("", String::as_str);
     let bypass = bool_option(cmd, "bypassDocumentValidation", name, false)?;
     Ok(Validator::of(&c.options)?.map(|v| (v, bypass)))

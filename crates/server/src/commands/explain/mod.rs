@@ -228,12 +228,12 @@ fn explain_read(
     let filter = filter.with_collation(collation.clone());
     // mongod explains a read of a view as the aggregate it becomes (only
     // `find` and `aggregate` do so here).
-    if shared.catalog.get(&ns).is_some_and(|c| c.view_on().is_some()) {
+    if shared.collection(&ns).is_some_and(|c| c.view_on().is_some()) {
         return Err(CommandError::not_implemented(format!(
             "explain of this read of the view {ns} is not supported yet"
         )));
     }
-    let coll = shared.catalog.get(&ns);
+    let coll = shared.collection(&ns);
     let needs = projection.as_ref().and_then(query::plan::projection_fields);
     // As `find` plans: a write's read takes the planner's first choice,
     // a `find` is raced and may be covered or sorted by its index.
