@@ -117,3 +117,20 @@ def test_a_handshake_meets_the_fail_point_too(test_server):
     newcomer.test.t.insert_one({"_id": 1})  # after the monitor's retry
     assert fail(c, "off")["count"] == before + 1, "the handshake met the fail point once"
     assert c.admin.command("ping")["ok"] == 1.0, "other clients were never touched"
+
+
+def test_max_time_always_time_out(test_server):
+    c = test_server.client()
+    c.test.c.insert_one({"_id": 1})
+    c.admin.command({"configureFailPoint": "maxTimeAlwaysTimeOut", "mode": {"times": 2}})
+    for _ in range(2):
+        with pytest.raises(pymongo.errors.ExecutionTimeout):
+            c.test.c.find_one({}, max_time_ms=10_000)
+    assert c.test.c.find_one({}, max_time_ms=10_000) == {"_id": 1}
+    c.admin.command({"configureFailPoint": "maxTimeAlwaysTimeOut", "mode": "alwaysOn"})
+    assert c.test.c.find_one({}) == {"_id": 1}  # no maxTimeMS: runs
+    with pytest.raises(OperationFailure) as e:
+        c.test.command("count", "c", maxTimeMS=5)
+    assert e.value.code == 50
+    c.admin.command({"configureFailPoint": "maxTimeAlwaysTimeOut", "mode": "off"})
+    assert c.test.command("count", "c", maxTimeMS=5)["n"] == 1

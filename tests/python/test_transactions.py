@@ -525,3 +525,21 @@ def test_collections_created_in_a_transaction_appear_at_its_commit(client):
             db.create_collection("v", viewOn="made", pipeline=[], session=s)
         assert e.value.code == 263
         s.abort_transaction()
+
+
+def test_an_insert_into_a_collection_a_transaction_creates_waits_for_it(client):
+    db = client.test
+    with client.start_session() as s:
+        s.start_transaction()
+        db.fresh.insert_one({"_id": "txn"}, session=s)
+        with pytest.raises(OperationFailure) as e:
+            db.command("insert", "fresh", documents=[{"_id": "plain"}], maxTimeMS=200)
+        assert e.value.code == 50
+        done = []
+        t = threading.Thread(target=lambda: done.append(db.fresh.insert_one({"_id": "plain"})))
+        t.start()
+        time.sleep(0.3)
+        assert not done
+        s.commit_transaction()
+        t.join(timeout=10)
+    assert done and sorted(d["_id"] for d in db.fresh.find()) == ["plain", "txn"]

@@ -54,6 +54,60 @@ pub(crate) fn ack_of(cmd: &Document) -> Result<Ack, CommandError> {
     }
 }
 
+/// The commands that take a write concern (writes and DDL), which a
+/// write concern this one-member replica set cannot satisfy answers with
+/// a `writeConcernError`.
+pub(crate) const WRITE_CONCERN_COMMANDS: &[&str] = &[
+    "insert",
+    "update",
+    "delete",
+    "findAndModify",
+    "findandmodify",
+    "bulkWrite",
+    "create",
+    "drop",
+    "dropDatabase",
+    "renameCollection",
+    "collMod",
+    "createIndexes",
+    "dropIndexes",
+    "commitTransaction",
+    "abortTransaction",
+];
+
+/// The `writeConcernError` for a write concern a one-member replica set
+/// cannot satisfy, as mongod answers it (the write itself is done): `w`
+/// above 1 (UnsatisfiableWriteConcern, 100), a mode it does not know
+/// (UnknownReplWriteConcern, 79).
+pub(crate) fn unsatisfiable_write_concern(cmd: &Document) -> Option<Document> {
+    let wc = cmd.get_document("writeConcern").ok()?;
+    let w = wc.get("w")?;
+    let (code, name, errmsg) = match w {
+        Bson::String(mode) if mode != "majority" => (
+            79,
+            "UnknownReplWriteConcern",
+            format!("No write concern mode named '{mode}' found in replica set configuration"),
+        ),
+        other => match integral_w(other) {
+            Some(n) if n > 1 => (100, "UnsatisfiableWriteConcern", "Not enough data-bearing nodes".to_string()),
+            _ => return None,
+        },
+    };
+    let mut shown = wc.clone();
+    shown.insert("provenance", "clientSupplied");
+    Some(bson::doc! { "code": code, "codeName": name, "errmsg": errmsg, "errInfo": { "writeConcern": shown } })
+}
+
+/// A numeric `w`.
+fn integral_w(w: &Bson) -> Option<i64> {
+    match w {
+        Bson::Int32(n) => Some(i64::from(*n)),
+        Bson::Int64(n) => Some(*n),
+        Bson::Double(d) if d.fract() == 0.0 => Some(*d as i64),
+        _ => None,
+    }
+}
+
 /// Fields every command may carry (sessions, transactions, read and
 /// write concerns, the stable API, driver metadata).
 pub(crate) const GENERIC_FIELDS: &[&str] = &[

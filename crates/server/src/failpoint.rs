@@ -125,7 +125,13 @@ pub struct FailPoints {
     entered: AtomicU64,
     /// `hangIndexBuildDuringCollectionScanPhaseBeforeInsertion` is on.
     hang_index_build: AtomicBool,
+    /// `maxTimeAlwaysTimeOut`: how many more commands with a `maxTimeMS`
+    /// time out at once (`u64::MAX`: always; 0: off).
+    max_time_always: AtomicU64,
 }
+
+/// The fail point that makes every command with a `maxTimeMS` time out.
+const MAX_TIME_ALWAYS_TIME_OUT: &str = "maxTimeAlwaysTimeOut";
 
 /// The fail point that holds index builds in their collection scan.
 const HANG_INDEX_BUILD: &str = "hangIndexBuildDuringCollectionScanPhaseBeforeInsertion";
@@ -137,6 +143,21 @@ fn bad(message: impl Into<String>) -> CommandError {
 impl FailPoints {
     pub fn is_armed(&self) -> bool {
         self.armed.load(Ordering::Acquire)
+    }
+
+    /// Whether a command with a `maxTimeMS` times out at once (and counts
+    /// one firing of `maxTimeAlwaysTimeOut`).
+    pub fn times_out(&self, cmd: &Document) -> bool {
+        let limited = cmd.get("maxTimeMS").and_then(integral).is_some_and(|n| n > 0);
+        if !limited {
+            return false;
+        }
+        let taken = self.max_time_always.fetch_update(Ordering::AcqRel, Ordering::Acquire, |left| match left {
+            0 => None,
+            u64::MAX => Some(u64::MAX),
+            n => Some(n - 1),
+        });
+        taken.is_ok()
     }
 
     /// Whether index builds are to wait in their collection scan.
@@ -160,9 +181,25 @@ impl FailPoints {
             let was = self.hang_index_build.swap(on, Ordering::AcqRel);
             return Ok(doc! { "count": i64::from(was), "ok": 1.0 });
         }
+        if name == MAX_TIME_ALWAYS_TIME_OUT {
+            let left = match cmd.get("mode") {
+                Some(Bson::String(m)) if m == "alwaysOn" => u64::MAX,
+                Some(Bson::String(m)) if m == "off" => 0,
+                Some(Bson::Document(m)) if m.len() == 1 && m.contains_key("times") => {
+                    integral(m.get("times").expect("checked"))
+                        .filter(|n| *n >= 0)
+                        .map(|n| n as u64)
+                        .ok_or_else(|| bad("'times' must be a non-negative integer"))?
+                }
+                _ => return Err(bad("'mode' must be one of 'off', 'alwaysOn' and 'times'")),
+            };
+            let was = self.max_time_always.swap(left, Ordering::AcqRel);
+            return Ok(doc! { "count": i64::from(was != 0), "ok": 1.0 });
+        }
         if name != "failCommand" {
             return Err(bad(format!(
-                "Cannot find failpoint: {name} (only failCommand and {HANG_INDEX_BUILD} are supported)"
+                "Cannot find failpoint: {name} (only failCommand, {MAX_TIME_ALWAYS_TIME_OUT} and {HANG_INDEX_BUILD} \
+                 are supported)"
             )));
         }
         let mode = match cmd.get("mode") {

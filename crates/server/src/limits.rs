@@ -2,8 +2,12 @@
 //! reports the first three).
 #![allow(non_upper_case_globals)]
 
-/// Largest BSON document a client may send or store.
+/// Largest BSON document a client may store.
 pub const bson_object_size_max_bytes: usize = 16 * 1024 * 1024;
+/// Largest document of a message (a command, or one of its statements):
+/// room for a largest stored document and the statement around it, as
+/// mongod's `BSONObjMaxInternalSize`.
+pub const bson_object_internal_max_bytes: usize = bson_object_size_max_bytes + 16 * 1024;
 
 /// The `_id`s CannotConvertIndexToUnique lists, at most (mongod's).
 pub const violations_max_bytes: usize = bson_object_size_max_bytes / 2;
@@ -29,4 +33,4 @@ pub const session_timeout_minutes: i32 = 30;
 /// `slowms` default; the `profile` command changes it).
 pub const slow_ms_default: i64 = 100;
 
-const _: () = assert!(bson_object_size_max_bytes < message_size_max_bytes);
+const _: () = assert!(bson_object_internal_max_bytes < message_size_max_bytes);

@@ -78,7 +78,8 @@ enum State {
         began: Instant,
         running: bool,
     },
-    Committed,
+    /// At this commit timestamp (0: known only from its record).
+    Committed(u64),
     Aborted,
 }
 
@@ -91,8 +92,18 @@ pub struct InTxn {
     /// write maintained (invariant 5).
     written: parking_lot::Mutex<Vec<Written>>,
     /// Collections the transaction created (`create`, or an insert into a
-    /// missing one): published by its commit, abandoned by its abort.
+    /// missing one): published by its commit, abandoned by its abort
+    /// (whatever is left when it is dropped, on `engine`).
     created: parking_lot::Mutex<Vec<Pending>>,
+    engine: storage::Engine,
+}
+
+impl Drop for InTxn {
+    fn drop(&mut self) {
+        for pending in self.created.get_mut().drain(..) {
+            pending.abandon_on(&self.engine);
+        }
+    }
 }
 
 impl InTxn {
@@ -161,7 +172,7 @@ pub(crate) struct Statement<'c> {
 /// What ending a transaction found.
 enum Ending {
     Open(Arc<InTxn>),
-    Committed,
+    Committed(u64),
     /// No such transaction in memory; the session's active number.
     Unknown(Option<i64>),
 }
@@ -235,14 +246,15 @@ impl Transactions {
                     st.number,
                     match slot.map(|s| &s.state) {
                         Some(State::Open { .. }) => "TxnState::InProgress",
-                        Some(State::Committed) => "TxnState::Committed",
+                        Some(State::Committed(_)) => "TxnState::Committed",
                         _ => "TxnState::Aborted",
                     }
                 )));
             }
             let opts = TxnOptions { skip_journal_sync: true, ..isolation_of(shared, cmd)? };
             let txn = Arc::new(shared.catalog.engine().begin(opts).map_err(doc::catalog::DocError::from)?);
-            let txn = Arc::new(InTxn { txn, written: Default::default(), created: Default::default() });
+            let engine = shared.catalog.engine().clone();
+            let txn = Arc::new(InTxn { txn, written: Default::default(), created: Default::default(), engine });
             let state = State::Open { txn: txn.clone(), began: Instant::now(), running: true };
             let replaced = slots.insert(st.lsid, Slot { number: st.number, state, touched: Instant::now() });
             drop(slots);
@@ -266,7 +278,7 @@ impl Transactions {
                     Ok(txn.clone())
                 }
                 State::Aborted => Err(aborted(st.number)),
-                State::Committed => Err(committed(st.number)),
+                State::Committed(_) => Err(committed(st.number)),
             },
             _ => Err(no_such(st.number, active)),
         }
@@ -300,9 +312,9 @@ impl Transactions {
         match slots.get_mut(&lsid) {
             Some(slot) if slot.number == number => match std::mem::replace(&mut slot.state, State::Aborted) {
                 State::Open { txn, .. } => Ok(Ending::Open(txn)),
-                State::Committed => {
-                    slot.state = State::Committed;
-                    Ok(Ending::Committed)
+                State::Committed(ts) => {
+                    slot.state = State::Committed(ts);
+                    Ok(Ending::Committed(ts))
                 }
                 State::Aborted => Err(aborted(number)),
             },
@@ -312,28 +324,29 @@ impl Transactions {
     }
 
     /// Take the open transaction `number` out of its slot for a commit;
-    /// `Ok(None)`: already committed (a retried commit answers ok).
+    /// `Err(ts)`: already committed, at `ts` if known (a retried commit
+    /// answers ok).
     pub(crate) fn take_for_commit(
         &self,
         shared: &Shared,
         lsid: SessionId,
         number: i64,
-    ) -> Result<Option<Arc<InTxn>>, CommandError> {
+    ) -> Result<Result<Arc<InTxn>, Option<u64>>, CommandError> {
         match self.end(lsid, number)? {
-            Ending::Open(txn) => Ok(Some(txn)),
-            Ending::Committed => Ok(None),
+            Ending::Open(txn) => Ok(Ok(txn)),
+            Ending::Committed(ts) => Ok(Err(Some(ts).filter(|&t| t != 0))),
             // After a restart: the commit record says whether it committed.
             Ending::Unknown(active) => match shared.sessions.committed(shared.catalog.engine(), lsid, number)? {
-                true => Ok(None),
+                true => Ok(Err(None)),
                 false => Err(no_such(number, active)),
             },
         }
     }
 
-    /// Record that the session's transaction `number` committed.
-    pub(crate) fn committed(&self, lsid: SessionId, number: i64) {
+    /// Record that the session's transaction `number` committed at `ts`.
+    pub(crate) fn committed(&self, lsid: SessionId, number: i64, ts: u64) {
         if let Some(slot) = self.slots.lock().get_mut(&lsid).filter(|s| s.number == number) {
-            slot.state = State::Committed;
+            slot.state = State::Committed(ts);
         }
     }
 
@@ -341,7 +354,7 @@ impl Transactions {
     pub(crate) fn abort(&self, lsid: SessionId, number: i64) -> Result<Option<Arc<InTxn>>, CommandError> {
         match self.end(lsid, number)? {
             Ending::Open(txn) => Ok(Some(txn)),
-            Ending::Committed => Err(committed(number)),
+            Ending::Committed(_) => Err(committed(number)),
             Ending::Unknown(active) => Err(no_such(number, active)),
         }
     }
@@ -482,10 +495,12 @@ pub(crate) fn has_write_errors(reply: &bson::Document) -> bool {
 /// the commit timestamp.
 pub(crate) fn commit(shared: &Shared, txn: Arc<InTxn>, stamp: &dyn Stamp) -> Result<u64, CommandError> {
     shared.cursors.kill_txn(&txn.txn);
-    let InTxn { txn, written, created } = Arc::try_unwrap(txn)
+    let open = Arc::try_unwrap(txn)
         .map_err(|_| CommandError::internal_error("a statement of the transaction still runs; it was not committed"))?;
-    let created = created.into_inner();
-    let mut written = written.into_inner();
+    let created = std::mem::take(&mut *open.created.lock());
+    let mut written = std::mem::take(&mut *open.written.lock());
+    let txn = open.txn.clone();
+    drop(open);
     // Nobody else could change the collections it created.
     written.retain(|(ns, ..)| !created.iter().filter_map(Pending::collection).any(|c| c.ns == *ns));
     let mut txn = Some(txn);
@@ -505,17 +520,11 @@ pub(crate) fn commit(shared: &Shared, txn: Arc<InTxn>, stamp: &dyn Stamp) -> Res
 }
 
 /// Abort the transaction `txn` (ended by `abortTransaction`, a failed
-/// statement, the reaper, its session's end): its cursors are closed, and
-/// once nothing holds it, its storage transaction rolls back and the
-/// collections it created are dropped.
+/// statement, the reaper, its session's end): its cursors are closed; once
+/// nothing holds it, its storage transaction rolls back and the
+/// collections it created are dropped (`InTxn`'s drop).
 pub(crate) fn discard(shared: &Shared, txn: Arc<InTxn>) {
     shared.cursors.kill_txn(&txn.txn);
-    if let Ok(InTxn { txn, created, .. }) = Arc::try_unwrap(txn) {
-        drop(txn);
-        for pending in created.into_inner() {
-            shared.catalog.abandon(pending);
-        }
-    }
 }
 
 /// The storage transaction out of its last holder: its cursors are

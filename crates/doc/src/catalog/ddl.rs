@@ -32,6 +32,18 @@ pub struct Pending {
 }
 
 impl Pending {
+    /// [`Catalog::abandon`] with only the engine at hand.
+    pub fn abandon_on(self, engine: &Engine) {
+        if let Change::Create { coll } = self.change {
+            debug_assert!(coll.indexes.read().is_empty(), "a created collection has no secondary index");
+            for name in [coll.records.name(), coll.id_index.name()] {
+                if let Err(e) = engine.drop_table(name) {
+                    tracing::warn!(table = %name, error = %e, "table left for the next open to drop");
+                }
+            }
+        }
+    }
+
     /// The collection a create or rename makes, to write to in the same
     /// transaction before it is published.
     pub fn collection(&self) -> Option<&Arc<Collection>> {
@@ -98,24 +110,21 @@ impl Catalog {
         }
         let ident = self.next_ident.fetch_add(1, Ordering::Relaxed);
         let (records, id_index) = (format!("c/{ident}"), format!("i/{ident}/_id_"));
+        // The `_id` index keeps the collection's default collation.
+        let id_collation =
+            options.get_document("collation").ok().and_then(|spec| self.hooks.collations.and_then(|make| make(spec)));
+        // The entry first: a create that conflicts with another (a
+        // transaction's, held until it ends) fails before it makes tables.
+        let entry = catalog_entry(ns, &options, (&records, &id_index), id_collation.as_ref(), true);
+        txn.put(&self.meta, ns.to_string().as_bytes(), &encode(&entry)?)?;
         for (name, config) in [(&records, TableConfig::default()), (&id_index, index_table_config())] {
             if self.engine.table(name).is_ok() {
                 self.engine.drop_table(name)?;
             }
             self.engine.create_table(name, config)?;
         }
-        let made = (|| {
-            // The `_id` index keeps the collection's default collation.
-            let id_collation = options
-                .get_document("collation")
-                .ok()
-                .and_then(|spec| self.hooks.collations.and_then(|make| make(spec)));
-            let entry = catalog_entry(ns, &options, (&records, &id_index), id_collation.as_ref(), true);
-            txn.put(&self.meta, ns.to_string().as_bytes(), &encode(&entry)?)?;
-            let id =
-                IdIndexEntry { records: records.clone(), id_index: id_index.clone(), id_collation, long_keys: true };
-            Collection::load(&self.engine, ns.clone(), options, id, Vec::new(), &self.hooks)
-        })();
+        let id = IdIndexEntry { records: records.clone(), id_index: id_index.clone(), id_collation, long_keys: true };
+        let made = Collection::load(&self.engine, ns.clone(), options, id, Vec::new(), &self.hooks);
         match made {
             Ok(coll) => Ok(Pending { change: Change::Create { coll: Arc::new(coll) } }),
             Err(e) => {
@@ -243,10 +252,7 @@ impl Catalog {
     /// Forget a change whose transaction rolled back: drop the tables it
     /// created.
     pub fn abandon(&self, pending: Pending) {
-        if let Change::Create { coll } = pending.change {
-            debug_assert!(coll.indexes.read().is_empty(), "a created collection has no secondary index");
-            self.drop_tables(&[coll.records.name().to_string(), coll.id_index.name().to_string()]);
-        }
+        pending.abandon_on(&self.engine);
     }
 
     /// Drop tables no committed entry names; one that cannot be dropped
@@ -264,6 +270,7 @@ impl Catalog {
     /// are serialized, so one's lookups see every change of another.
     fn own_txn(
         &self,
+        wait: &ConflictWait,
         mut change: impl FnMut(&Txn) -> Result<Option<Pending>, DocError>,
     ) -> Result<Option<Arc<Collection>>, DocError> {
         loop {
@@ -276,7 +283,7 @@ impl Catalog {
                 Ok(None) => return Ok(None),
                 Err(DocError::Storage(e)) if e.is_retryable() => {
                     drop((txn, serial));
-                    std::thread::sleep(std::time::Duration::from_millis(1));
+                    wait.pause(&e)?;
                     continue;
                 }
                 Err(e) => return Err(e),
@@ -289,7 +296,7 @@ impl Catalog {
                         return Err(e.into());
                     }
                     drop(serial);
-                    std::thread::sleep(std::time::Duration::from_millis(1));
+                    wait.pause(&e)?;
                 }
             }
         }
@@ -297,18 +304,34 @@ impl Catalog {
 
     /// Create a collection; fails if it exists.
     pub fn create(&self, ns: &Namespace, options: Document) -> Result<Arc<Collection>, DocError> {
-        let made = self.own_txn(|txn| self.create_in(txn, ns, options.clone()).map(Some))?;
+        self.create_waiting(ns, options, &ConflictWait::default())
+    }
+
+    /// [`Catalog::create`], a conflict (another creator's transaction)
+    /// waited on as `wait` says.
+    pub fn create_waiting(
+        &self,
+        ns: &Namespace,
+        options: Document,
+        wait: &ConflictWait,
+    ) -> Result<Arc<Collection>, DocError> {
+        let made = self.own_txn(wait, |txn| self.create_in(txn, ns, options.clone()).map(Some))?;
         Ok(made.expect("a create publishes its collection"))
     }
 
     /// The collection, created (with default options) if missing, as an
     /// insert does.
     pub fn get_or_create(&self, ns: &Namespace) -> Result<Arc<Collection>, DocError> {
+        self.get_or_create_waiting(ns, &ConflictWait::default())
+    }
+
+    /// [`Catalog::get_or_create`], a conflict waited on as `wait` says.
+    pub fn get_or_create_waiting(&self, ns: &Namespace, wait: &ConflictWait) -> Result<Arc<Collection>, DocError> {
         for _ in 0..GET_OR_CREATE_TRIES {
             if let Some(c) = self.get(ns) {
                 return Ok(c);
             }
-            match self.create(ns, Document::new()) {
+            match self.create_waiting(ns, Document::new(), wait) {
                 // Created by another writer; visible once it publishes.
                 Err(DocError::NamespaceExists(_)) => std::thread::sleep(std::time::Duration::from_millis(1)),
                 other => return other,
@@ -322,7 +345,7 @@ impl Catalog {
     /// Drop a collection; returns whether it existed.
     pub fn drop(&self, ns: &Namespace) -> Result<bool, DocError> {
         let mut existed = false;
-        self.own_txn(|txn| {
+        self.own_txn(&ConflictWait::default(), |txn| {
             let pending = self.drop_in(txn, ns)?;
             existed = pending.is_some();
             Ok(pending)
@@ -332,12 +355,13 @@ impl Catalog {
 
     /// Rename a collection (see [`Catalog::rename_in`]).
     pub fn rename(&self, from: &Namespace, to: &Namespace, drop_target: bool) -> Result<(), DocError> {
-        self.own_txn(|txn| self.rename_in(txn, from, to, drop_target).map(Some)).map(|_| ())
+        self.own_txn(&ConflictWait::default(), |txn| self.rename_in(txn, from, to, drop_target).map(Some)).map(|_| ())
     }
 
     /// Replace a collection's options (see [`Catalog::set_options_in`]).
     pub fn set_options(&self, ns: &Namespace, options: Document) -> Result<(), DocError> {
-        self.own_txn(|txn| self.set_options_in(txn, ns, options.clone()).map(Some)).map(|_| ())
+        self.own_txn(&ConflictWait::default(), |txn| self.set_options_in(txn, ns, options.clone()).map(Some))
+            .map(|_| ())
     }
 }
 

@@ -150,8 +150,11 @@ impl Collection {
     /// Run `f` with the index list held as writers hold it (no index is
     /// added or dropped meanwhile): a multi-document transaction's commit
     /// checks that the list is the one its writes maintained.
+    ///
+    /// Taken recursively, ahead of a waiting index build: a write that
+    /// holds the list may be waiting on this transaction's commit.
     pub fn with_indexes_held<R>(&self, f: impl FnOnce(&[Arc<Index>]) -> R) -> R {
-        f(&self.indexes.read())
+        f(&self.indexes.read_recursive())
     }
 
     /// In `txn`: the index entries of a new document `doc` at `rid`.

@@ -101,6 +101,9 @@ pub fn run(shared: &Shared, call: &Call, msg: &OpMsg) -> Reply {
     shared.opcounters.command.fetch_add(1, Ordering::Relaxed);
     let result = match msg.body.keys().next() {
         None => Err(CommandError::failed_to_parse("Empty command object")),
+        Some(_) if shared.fail_points.times_out(&msg.body) => {
+            Err(CommandError::max_time_ms_expired("operation exceeded time limit"))
+        }
         Some(name) => crate::session::session_fields(name, &msg.body).and_then(|f| match f.lsid {
             None => dispatch(&outside_transactions(shared, call, msg), call, name, msg),
             Some(lsid) => {
@@ -123,6 +126,14 @@ pub fn run(shared: &Shared, call: &Call, msg: &OpMsg) -> Reply {
             }
         }),
     };
+    let result = result.map(|mut reply| {
+        if let Some(wce) = crate::args::unsatisfiable_write_concern(&msg.body).filter(|_| {
+            crate::args::WRITE_CONCERN_COMMANDS.contains(&msg.body.keys().next().map_or("", String::as_str))
+        }) {
+            reply.append("writeConcernError", Bson::Document(wce));
+        }
+        reply
+    });
     let failed = result.as_ref().err().map(|e| e.code);
     log_if_slow(shared, &msg.body, (|| call.op.plan_summary(), call.op.replanned()), started.elapsed(), failed);
     let mut reply = result.unwrap_or_else(|e| Reply::Doc(e.to_document()));

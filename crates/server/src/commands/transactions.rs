@@ -22,12 +22,18 @@ pub fn commit_transaction(
 ) -> CommandResult {
     check_fields(cmd, "commitTransaction", &[], false)?;
     let ack = ack_of(cmd)?;
-    let Some(txn) = shared.transactions.take_for_commit(shared, lsid, number)? else {
-        return acknowledge(shared, Some(call), ack, doc! { "ok": 1.0 });
+    let txn = match shared.transactions.take_for_commit(shared, lsid, number)? {
+        Ok(txn) => txn,
+        Err(committed_at) => {
+            if let Some(ts) = committed_at {
+                call.op.note_operation_ts(ts);
+            }
+            return acknowledge(shared, Some(call), ack, doc! { "ok": 1.0 });
+        }
     };
     let ts = commit(shared, txn, &shared.sessions.commit_stamp(lsid, number))?;
     call.op.note_operation_ts(ts);
-    shared.transactions.committed(lsid, number);
+    shared.transactions.committed(lsid, number, ts);
     acknowledge(shared, Some(call), ack, doc! { "ok": 1.0 })
 }
 

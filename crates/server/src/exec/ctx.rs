@@ -80,7 +80,7 @@ impl<'a> Ctx<'a> {
                 Some(c) => Ok(c),
                 None => t.create(&self.shared.catalog, ns, bson::Document::new()),
             },
-            None => self.shared.catalog.get_or_create(ns),
+            None => self.shared.catalog.get_or_create_waiting(ns, &self.conflicts),
         }
     }
 
@@ -89,7 +89,7 @@ impl<'a> Ctx<'a> {
     pub fn create_collection(&self, ns: &Namespace, options: bson::Document) -> Result<Arc<Collection>, DocError> {
         match &self.txn {
             Some(t) => t.create(&self.shared.catalog, ns, options),
-            None => self.shared.catalog.create(ns, options),
+            None => self.shared.catalog.create_waiting(ns, options, &self.conflicts),
         }
     }
 

@@ -194,6 +194,15 @@ pub(crate) fn validator_of(
 /// A document's own checks before it is inserted: its `_id`, and the
 /// collection's validator (with the command's bypass flag).
 pub(crate) fn check_insert(d: &Document, validator: Option<&(Validator, bool)>) -> Result<(), CommandError> {
+    // A statement may be larger than a stored document may (the message
+    // allows for the statement around one): its own error, as mongod's.
+    let size = doc::bson_bytes::encoded_len(d);
+    if size > crate::limits::bson_object_size_max_bytes {
+        return Err(CommandError::bad_value(format!(
+            "object to insert too large. size in bytes: {size}, max size: {}",
+            crate::limits::bson_object_size_max_bytes
+        )));
+    }
     if let Some(id) = d.get("_id") {
         query::field_names::check_id_for_insert(id, query::field_names::IdFor::Insert)?;
     }

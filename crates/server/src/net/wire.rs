@@ -41,7 +41,7 @@ pub enum WireError {
     SectionKind(u8),
     #[error("invalid BSON: {0}")]
     InvalidBson(String),
-    #[error("BSON document of {0} bytes is larger than the maximum of {max}", max = bson_object_size_max_bytes)]
+    #[error("BSON document of {0} bytes is larger than the maximum of {max}", max = bson_object_internal_max_bytes)]
     DocumentTooLarge(usize),
     #[error("OP_MSG sequence identifier is not a valid C string")]
     BadIdentifier,
@@ -137,7 +137,7 @@ impl<'a> Reader<'a> {
         if len < 5 || len as usize > self.b.len() {
             return Err(WireError::InvalidBson(format!("document length {len} does not fit the message")));
         }
-        if len as usize > bson_object_size_max_bytes {
+        if len as usize > bson_object_internal_max_bytes {
             return Err(WireError::DocumentTooLarge(len as usize));
         }
         parse_document(self.take(len as usize, "document")?)
