@@ -543,3 +543,53 @@ def test_an_insert_into_a_collection_a_transaction_creates_waits_for_it(client):
         s.commit_transaction()
         t.join(timeout=10)
     assert done and sorted(d["_id"] for d in db.fresh.find()) == ["plain", "txn"]
+
+
+def test_the_profiler_entry_of_a_write_that_waited(client):
+    """The scenario's profiler part: the update that waited on a
+    transaction shows its write conflicts, yields, time and plan."""
+    db = client.test
+    assert db.command("profile", 2)["was"] == 0
+    db.demo.insert_one({"_id": "x", "value": 0})
+    conflicts_before = client.admin.command("serverStatus")["metrics"]["operation"]["writeConflicts"]
+    with client.start_session() as s:
+        s.start_transaction()
+        db.demo.update_one({"_id": "x"}, {"$inc": {"value": 2}}, session=s)
+        waiter = threading.Thread(target=lambda: db.demo.update_one({"_id": "x"}, {"$inc": {"value": 8}}))
+        waiter.start()
+        time.sleep(0.5)
+        s.abort_transaction()
+        waiter.join(timeout=10)
+    assert db.demo.find_one() == {"_id": "x", "value": 8}
+    assert db.command("profile", 0)["was"] == 2
+    grew = client.admin.command("serverStatus")["metrics"]["operation"]["writeConflicts"] - conflicts_before
+    entries = list(db.system.profile.find({"op": "update", "command.u.$inc.value": 8}))
+    assert len(entries) == 1, entries
+    e = entries[0]
+    assert e["ns"] == "test.demo" and e["command"]["q"] == {"_id": "x"}
+    assert (e["nMatched"], e["nModified"]) == (1, 1)
+    # The transaction's own update met none; the waiting one every attempt.
+    assert e["writeConflicts"] > 4 and e["writeConflicts"] == grew
+    assert e["numYield"] == e["writeConflicts"]
+    assert e["millis"] >= 400
+    assert "_id" in e["planSummary"] or "IDHACK" in e["planSummary"]
+    assert {"ts", "client", "appName", "user", "allUsers"} <= set(e)
+    # Every operation at level 2: the inserts and finds too; none since level 0.
+    ops = [x["op"] for x in db.system.profile.find()]
+    assert "insert" in ops and "query" in ops
+    count = db.system.profile.count_documents({})
+    db.demo.find_one()
+    assert db.system.profile.count_documents({}) == count
+    assert db.system.profile.options()["capped"] is True
+
+
+def test_profile_level_1_records_only_slow_operations(client):
+    db = client.test
+    db.c.insert_many([{"_id": i} for i in range(100)])
+    db.command("profile", 1, slowms=0)
+    db.c.find_one({"_id": 5})
+    db.command("profile", 1, slowms=10_000)
+    db.c.find_one({"_id": 6})
+    db.command("profile", 0, slowms=100)
+    found = [e["command"]["filter"] for e in db.system.profile.find({"op": "query"})]
+    assert found == [{"_id": 5}]

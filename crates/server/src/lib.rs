@@ -21,6 +21,7 @@ pub mod exec;
 pub mod failpoint;
 pub mod limits;
 pub mod net;
+pub mod profiler;
 pub mod reply;
 pub mod server;
 pub mod session;

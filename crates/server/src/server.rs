@@ -136,6 +136,8 @@ pub struct Shared {
     pub index_builds: crate::exec::index_builds::IndexBuilds,
     /// Sessions' multi-document transactions (`transactions.rs`).
     pub transactions: crate::transactions::Transactions,
+    /// Profiling levels by database (`profiler.rs`).
+    pub profiler: crate::profiler::Profiler,
     next_request_id: AtomicI32,
     pub(crate) shutdown: watch::Sender<bool>,
 }
@@ -170,6 +172,7 @@ impl Shared {
             plan_cache: Default::default(),
             index_builds: Default::default(),
             transactions: Default::default(),
+            profiler: Default::default(),
             ttl: crate::ttl::Ttl::default(),
             fail_points: crate::failpoint::FailPoints::default(),
             next_request_id: AtomicI32::new(1),

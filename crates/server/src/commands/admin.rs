@@ -95,9 +95,6 @@ pub(crate) fn profile(shared: &Ctx<'_>, cmd: &Document) -> CommandResult {
         Some(Some(doc::compare::Number::Int(n @ (0 | 1)))) => Some(n as f64),
         Some(_) => return Err(CommandError::bad_value("'sampleRate' must be between 0.0 and 1.0 inclusive")),
     };
-    if (1..=2).contains(&level) {
-        return Err(CommandError::not_implemented("the profiler (levels 1 and 2) is not supported yet"));
-    }
     if cmd.contains_key("filter") {
         return Err(CommandError::not_implemented("a profiling filter is not supported yet"));
     }
@@ -110,7 +107,13 @@ pub(crate) fn profile(shared: &Ctx<'_>, cmd: &Document) -> CommandResult {
     if let Some(rate) = sample_rate {
         p.sample_rate_bits.store(rate.to_bits(), Ordering::Relaxed);
     }
-    Ok(doc! { "was": 0, "slowms": i32::try_from(was).unwrap_or(i32::MAX), "sampleRate": rate_was, "ok": 1.0 })
+    let db = crate::args::db_of(cmd)?;
+    // Another level only reads, as mongod's.
+    let level_was = match level {
+        0..=2 => shared.profiler.set_level(db, level as i32),
+        _ => shared.profiler.level(db),
+    };
+    Ok(doc! { "was": level_was, "slowms": i32::try_from(was).unwrap_or(i32::MAX), "sampleRate": rate_was, "ok": 1.0 })
 }
 
 /// Parameters `getParameter` knows, with their values.

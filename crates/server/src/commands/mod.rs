@@ -99,13 +99,15 @@ pub(crate) const COMMANDS: &[(&str, &str)] = &[
 pub fn run(shared: &Shared, call: &Call, msg: &OpMsg) -> Reply {
     let started = std::time::Instant::now();
     shared.opcounters.command.fetch_add(1, Ordering::Relaxed);
+    // Outside a transaction, the command's view; its writes count their conflicts there.
+    let outside = outside_transactions(shared, call, msg);
     let result = match msg.body.keys().next() {
         None => Err(CommandError::failed_to_parse("Empty command object")),
         Some(_) if shared.fail_points.times_out(&msg.body) => {
             Err(CommandError::max_time_ms_expired("operation exceeded time limit"))
         }
         Some(name) => crate::session::session_fields(name, &msg.body).and_then(|f| match f.lsid {
-            None => dispatch(&outside_transactions(shared, call, msg), call, name, msg),
+            None => dispatch(&outside, call, name, msg),
             Some(lsid) => {
                 shared.sessions.vivify(lsid)?;
                 let reply = match (f.autocommit, f.txn_number) {
@@ -113,7 +115,7 @@ pub fn run(shared: &Shared, call: &Call, msg: &OpMsg) -> Reply {
                         let start = f.start_transaction == Some(true);
                         in_transaction(shared, call, msg, Statement { lsid, number, start, name })?
                     }
-                    _ => dispatch(&outside_transactions(shared, call, msg), call, name, msg)?,
+                    _ => dispatch(&outside, call, name, msg)?,
                 };
                 // The session that opens a cursor owns it (a getMore from
                 // another session does not take it over).
@@ -134,8 +136,12 @@ pub fn run(shared: &Shared, call: &Call, msg: &OpMsg) -> Reply {
         }
         reply
     });
+    let took = started.elapsed();
+    let write_conflicts = outside.conflicts.conflicts();
+    let done = crate::profiler::Done { msg, cmd: &msg.body, result: &result, took, write_conflicts };
+    crate::profiler::record(shared, call, &done);
     let failed = result.as_ref().err().map(|e| e.code);
-    log_if_slow(shared, &msg.body, (|| call.op.plan_summary(), call.op.replanned()), started.elapsed(), failed);
+    log_if_slow(shared, &msg.body, (|| call.op.plan_summary(), call.op.replanned()), took, failed);
     let mut reply = result.unwrap_or_else(|e| Reply::Doc(e.to_document()));
     let op_time = call.op.operation_ts().map(|ts| cluster_time_of(shared, ts));
     for (key, value) in cluster_time_fields(cluster_time(shared), op_time) {

@@ -64,6 +64,10 @@ pub fn find_by_id(shared: &Shared, header: &Header, body: &[u8]) -> Option<Vec<u
     if !depth_within(&mut cmd.into_iter().map(|e| e.map(|(_, v)| v)), DEPTH_MAX) {
         return None;
     }
+    // A profiled read writes its entry on the general path.
+    if shared.profiler.any() {
+        return None;
+    }
     let ns = Namespace::new(db?, coll).ok()?;
     let coll = shared.catalog.get(&ns).filter(|c| c.view_on().is_none())?;
     // The planner decides, as for every read: with no `collation` in the

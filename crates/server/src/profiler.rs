@@ -1,0 +1,214 @@
+//! The database profiler (`profile` levels 1 and 2): after each command,
+//! an entry in its database's `system.profile`, a capped collection of
+//! 1 MiB made on first use, with mongod's fields (op, ns, command,
+//! nReturned, nMatched, nModified, ninserted, ndeleted, writeConflicts,
+//! numYield, millis, planSummary, ts, client, appName, user). Level 2
+//! records every operation, level 1 those at least `slowms` long (sampled
+//! by `sampleRate`), as the slow-query log line.
+//!
+//! Invariant: writing an entry never fails or slows the command it
+//! describes beyond the write itself (its errors are logged), and nothing
+//! done on `system.profile` is profiled (no entry about an entry).
+
+use crate::exec::call::Call;
+use crate::reply::Reply;
+use crate::server::Shared;
+use bson::{doc, Bson, Document};
+use doc::catalog::{Ack, Namespace};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// `system.profile`'s size when the profiler makes it (mongod's).
+const PROFILE_BYTES: i64 = 1024 * 1024;
+
+/// Profiling levels by database (absent: 0).
+#[derive(Default)]
+pub struct Profiler {
+    levels: Mutex<HashMap<String, i32>>,
+    /// Some database is profiled: the point-read fast path (which writes
+    /// no entry) stands aside.
+    any: AtomicBool,
+}
+
+impl Profiler {
+    pub fn level(&self, db: &str) -> i32 {
+        if !self.any.load(Ordering::Relaxed) {
+            return 0;
+        }
+        self.levels.lock().get(db).copied().unwrap_or(0)
+    }
+
+    /// Whether any database is profiled.
+    pub fn any(&self) -> bool {
+        self.any.load(Ordering::Relaxed)
+    }
+
+    /// Set `db`'s level; returns the one before.
+    pub fn set_level(&self, db: &str, level: i32) -> i32 {
+        let mut levels = self.levels.lock();
+        let was = match level {
+            0 => levels.remove(db),
+            n => levels.insert(db.to_string(), n),
+        };
+        self.any.store(!levels.is_empty(), Ordering::Relaxed);
+        was.unwrap_or(0)
+    }
+}
+
+/// What a command did, as its profile entry says it.
+pub(crate) struct Done<'a> {
+    pub msg: &'a crate::net::wire::OpMsg,
+    pub cmd: &'a Document,
+    pub result: &'a Result<Reply, crate::error::CommandError>,
+    pub took: Duration,
+    /// Write conflicts its writes met (each a yield of its snapshot).
+    pub write_conflicts: u64,
+}
+
+/// Record `done` in its database's `system.profile` if its level asks.
+pub(crate) fn record(shared: &Shared, call: &Call, done: &Done<'_>) {
+    let Some((name, _)) = done.cmd.iter().next() else { return };
+    let db = done.cmd.get_str("$db").unwrap_or("admin");
+    let level = shared.profiler.level(db);
+    let sampled = || {
+        let rate = f64::from_bits(shared.parameters.sample_rate_bits.load(Ordering::Relaxed));
+        rate >= 1.0 || (rate > 0.0 && (crate::exec::cursors::rand_u64() as f64 / u64::MAX as f64) < rate)
+    };
+    let wanted = match level {
+        2 => true,
+        1 => crate::commands::is_slow(shared, done.took) && sampled(),
+        _ => false,
+    };
+    if !wanted || name == "profile" {
+        return;
+    }
+    let coll = match (name.as_str(), done.cmd.iter().next()) {
+        ("getMore", _) => done.cmd.get_str("collection").ok(),
+        (_, Some((_, Bson::String(c)))) => Some(c.as_str()),
+        _ => None,
+    };
+    if coll == Some("system.profile") {
+        return;
+    }
+    let entry = entry(call, done, name, db, coll);
+    if let Err(e) = write(shared, db, entry) {
+        tracing::warn!(db, error = %e, "the profile entry was not written");
+    }
+}
+
+/// mongod's `op` for a command.
+fn op_name(name: &str) -> &'static str {
+    match name {
+        "find" => "query",
+        "getMore" => "getmore",
+        "insert" => "insert",
+        "update" => "update",
+        "delete" => "remove",
+        _ => "command",
+    }
+}
+
+/// The command as an entry shows it: an update's or delete's single
+/// statement alone (as mongod's entry per statement), else the body with
+/// its document sequences.
+fn shown_command(done: &Done<'_>, name: &str) -> Document {
+    if let Some(mut statements) = crate::commands::write_statements(name, done.msg) {
+        if let (Some(only), None, true) = (statements.next(), statements.next(), name != "insert") {
+            return only.clone();
+        }
+    }
+    let mut command = done.cmd.clone();
+    for gossip in ["$clusterTime", "$readPreference"] {
+        command.remove(gossip);
+    }
+    for (field, docs) in &done.msg.sequences {
+        command.insert(field.clone(), docs.iter().cloned().map(Bson::Document).collect::<Vec<_>>());
+    }
+    command
+}
+
+fn entry(call: &Call, done: &Done<'_>, name: &str, db: &str, coll: Option<&str>) -> Document {
+    let command = shown_command(done, name);
+    let mut e = doc! {
+        "op": op_name(name),
+        "ns": format!("{db}.{}", coll.unwrap_or("$cmd")),
+        "command": command,
+    };
+    match done.result {
+        Ok(reply) => counts(name, reply, &mut e),
+        Err(err) => {
+            e.insert("ok", 0.0);
+            e.insert("errMsg", err.errmsg.clone());
+            e.insert("errName", err.code_name.to_string());
+            e.insert("errCode", err.code);
+        }
+    }
+    let millis = i64::try_from(done.took.as_millis()).unwrap_or(i64::MAX);
+    e.extend(doc! {
+        "writeConflicts": done.write_conflicts as i64,
+        "numYield": done.write_conflicts as i64,
+        "millis": millis,
+    });
+    if let Some(summary) = call.op.plan_summary() {
+        e.insert("planSummary", summary);
+    }
+    e.extend(doc! {
+        "ts": bson::DateTime::now(),
+        "client": call.conn.peer.ip().to_string(),
+        "appName": call.conn.app_name.get().cloned().unwrap_or_default(),
+        "allUsers": [],
+        "user": "",
+    });
+    e
+}
+
+/// The counts a reply tells: documents returned, matched, modified,
+/// inserted, deleted.
+fn counts(name: &str, reply: &Reply, e: &mut Document) {
+    let reply = match reply {
+        Reply::Doc(d) => std::borrow::Cow::Borrowed(d),
+        Reply::Bytes(b) => match doc::bson_bytes::decode(b) {
+            Ok(d) => std::borrow::Cow::Owned(d),
+            Err(_) => return,
+        },
+    };
+    let n = reply.get("n").and_then(Bson::as_i64).or_else(|| reply.get_i32("n").ok().map(i64::from));
+    match name {
+        "find" | "getMore" | "aggregate" => {
+            let batch = reply.get_document("cursor").ok().and_then(|c| {
+                c.get_array("firstBatch").or_else(|_| c.get_array("nextBatch")).ok().map(|b| b.len() as i64)
+            });
+            e.insert("nreturned", batch.unwrap_or(0));
+        }
+        "update" => {
+            e.insert("nMatched", n.unwrap_or(0));
+            e.insert("nModified", reply.get("nModified").and_then(Bson::as_i64).unwrap_or(0));
+        }
+        "insert" => {
+            e.insert("ninserted", n.unwrap_or(0));
+        }
+        "delete" => {
+            e.insert("ndeleted", n.unwrap_or(0));
+        }
+        _ => {}
+    }
+}
+
+/// Append `entry` to `db.system.profile`, made capped if missing.
+fn write(shared: &Shared, db: &str, entry: Document) -> Result<(), doc::catalog::DocError> {
+    let ns = Namespace::new(db, "system.profile")?;
+    let coll = match shared.catalog.get(&ns) {
+        Some(c) => c,
+        None => match shared.catalog.create(&ns, doc! { "capped": true, "size": PROFILE_BYTES }) {
+            Ok(c) => c,
+            Err(doc::catalog::DocError::NamespaceExists(_)) => {
+                shared.catalog.get(&ns).ok_or_else(|| doc::catalog::DocError::NamespaceExists(ns.to_string()))?
+            }
+            Err(e) => return Err(e),
+        },
+    };
+    coll.insert(shared.catalog.engine(), &entry, (Ack::Written, &Default::default()), None)?;
+    Ok(())
+}
