@@ -19,6 +19,8 @@ const sessionA = db.getMongo().startSession();
 sessionA.startTransaction();
 const dbA = sessionA.getDatabase(db.getName());
 out(dbA.demo.updateOne({ _id: "x" }, { $inc: { value: 2 } }));
+// mongosh's db.currentOp() lists the open transaction (an idle session).
+out(db.currentOp().inprog.filter((op) => op.type === "idleSession").map((op) => op.transaction.parameters.autocommit));
 const sessionB = db.getMongo().startSession();
 sessionB.startTransaction();
 const dbB = sessionB.getDatabase(db.getName());

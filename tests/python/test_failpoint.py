@@ -134,3 +134,12 @@ def test_max_time_always_time_out(test_server):
     assert e.value.code == 50
     c.admin.command({"configureFailPoint": "maxTimeAlwaysTimeOut", "mode": "off"})
     assert c.test.command("count", "c", maxTimeMS=5)["n"] == 1
+
+
+def test_get_parameter_says_test_commands_are_on(test_server):
+    assert test_server.client().admin.command("getParameter", "*")["enableTestCommands"] is True
+
+
+def test_get_parameter_says_test_commands_are_off(client):
+    assert client.admin.command("getParameter", "*")["enableTestCommands"] is False
+    assert client.admin.command("getParameter", "*")["transactionLifetimeLimitSeconds"] == 60

@@ -76,6 +76,7 @@ def test_mongosh_transactions_scenario(mongosh, server):
     updated = {"acknowledged": True, "insertedId": None, "matchedCount": 1, "modifiedCount": 1, "upsertedCount": 0}
     assert lines == [
         updated,
+        [False],
         conflict,
         updated,
         {"waited": True},

@@ -593,3 +593,47 @@ def test_profile_level_1_records_only_slow_operations(client):
     db.command("profile", 0, slowms=100)
     found = [e["command"]["filter"] for e in db.system.profile.find({"op": "query"})]
     assert found == [{"_id": 5}]
+
+
+def test_current_op_lists_waiting_writes_and_open_transactions_and_kill_op_ends_them(client):
+    db, admin = client.test, client.admin
+    db.demo.insert_one({"_id": "x", "value": 0})
+    s = client.start_session()
+    s.start_transaction()
+    db.demo.update_one({"_id": "x"}, {"$inc": {"value": 2}}, session=s)
+    # The open transaction, between statements: an idle session.
+    idle = [o for o in admin.command("currentOp")["inprog"] if o.get("type") == "idleSession"]
+    assert len(idle) == 1 and idle[0]["active"] is False
+    assert idle[0]["lsid"]["id"] == s.session_id["id"]
+    assert idle[0]["transaction"]["parameters"]["txnNumber"] == s._server_session.transaction_id
+    assert idle[0]["transaction"]["timeOpenMicros"] > 0
+    # A write waiting on it is a running operation.
+    outcome = []
+
+    def waiting_update():
+        try:
+            db.demo.update_one({"_id": "x"}, {"$inc": {"value": 8}})
+            outcome.append("done")
+        except OperationFailure as e:
+            outcome.append(e.code)
+
+    t = threading.Thread(target=waiting_update)
+    t.start()
+    deadline = time.monotonic() + 5
+    running = []
+    while not running and time.monotonic() < deadline:
+        pipeline = [{"$currentOp": {"allUsers": True}}, {"$match": {"op": "update", "ns": "test.demo"}}]
+        running = list(admin.aggregate(pipeline))
+        time.sleep(0.05)
+    assert len(running) == 1 and running[0]["active"] is True and running[0]["command"]["update"] == "demo"
+    assert admin.command("killOp", op=running[0]["opid"])["info"] == "attempting to kill op"
+    t.join(timeout=10)
+    assert outcome == [11601]
+    # killOp of the idle transaction aborts it.
+    admin.command("killOp", op=idle[0]["opid"])
+    with pytest.raises(OperationFailure) as e:
+        s.commit_transaction()
+    assert e.value.code == 251
+    assert db.demo.find_one() == {"_id": "x", "value": 0}
+    assert [o for o in admin.command("currentOp")["inprog"] if o.get("type") == "idleSession"] == []
+    s.end_session()

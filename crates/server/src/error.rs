@@ -174,6 +174,7 @@ impl From<DocError> for CommandError {
                 CommandError::with_code(257, format!("Transaction is too large: {e}"))
             }
             DocError::TimeLimit => CommandError::max_time_ms_expired(e.to_string()),
+            DocError::Interrupted => CommandError::with_code(11601, e.to_string()),
             DocError::Corrupt(_) | DocError::Storage(_) => CommandError::internal_error(e.to_string()),
         }
     }

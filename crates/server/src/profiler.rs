@@ -84,29 +84,12 @@ pub(crate) fn record(shared: &Shared, call: &Call, done: &Done<'_>) {
     if !wanted || name == "profile" {
         return;
     }
-    let coll = match (name.as_str(), done.cmd.iter().next()) {
-        ("getMore", _) => done.cmd.get_str("collection").ok(),
-        (_, Some((_, Bson::String(c)))) => Some(c.as_str()),
-        _ => None,
-    };
-    if coll == Some("system.profile") {
+    if crate::exec::ops::ns_of(done.cmd) == format!("{db}.system.profile") {
         return;
     }
-    let entry = entry(call, done, name, db, coll);
+    let entry = entry(call, done, name);
     if let Err(e) = write(shared, db, entry) {
         tracing::warn!(db, error = %e, "the profile entry was not written");
-    }
-}
-
-/// mongod's `op` for a command.
-fn op_name(name: &str) -> &'static str {
-    match name {
-        "find" => "query",
-        "getMore" => "getmore",
-        "insert" => "insert",
-        "update" => "update",
-        "delete" => "remove",
-        _ => "command",
     }
 }
 
@@ -129,11 +112,11 @@ fn shown_command(done: &Done<'_>, name: &str) -> Document {
     command
 }
 
-fn entry(call: &Call, done: &Done<'_>, name: &str, db: &str, coll: Option<&str>) -> Document {
+fn entry(call: &Call, done: &Done<'_>, name: &str) -> Document {
     let command = shown_command(done, name);
     let mut e = doc! {
-        "op": op_name(name),
-        "ns": format!("{db}.{}", coll.unwrap_or("$cmd")),
+        "op": crate::exec::ops::op_name(name),
+        "ns": crate::exec::ops::ns_of(done.cmd),
         "command": command,
     };
     match done.result {

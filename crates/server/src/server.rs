@@ -138,6 +138,8 @@ pub struct Shared {
     pub transactions: crate::transactions::Transactions,
     /// Profiling levels by database (`profiler.rs`).
     pub profiler: crate::profiler::Profiler,
+    /// The operations under way (`exec/ops.rs`).
+    pub ops: crate::exec::ops::Ops,
     next_request_id: AtomicI32,
     pub(crate) shutdown: watch::Sender<bool>,
 }
@@ -173,6 +175,7 @@ impl Shared {
             index_builds: Default::default(),
             transactions: Default::default(),
             profiler: Default::default(),
+            ops: Default::default(),
             ttl: crate::ttl::Ttl::default(),
             fail_points: crate::failpoint::FailPoints::default(),
             next_request_id: AtomicI32::new(1),

@@ -96,6 +96,9 @@ pub struct InTxn {
     /// (whatever is left when it is dropped, on `engine`).
     created: parking_lot::Mutex<Vec<Pending>>,
     engine: storage::Engine,
+    /// Its opid for `currentOp` and `killOp`, and when it began.
+    opid: u32,
+    began_at: bson::DateTime,
 }
 
 impl Drop for InTxn {
@@ -254,7 +257,14 @@ impl Transactions {
             let opts = TxnOptions { skip_journal_sync: true, ..isolation_of(shared, cmd)? };
             let txn = Arc::new(shared.catalog.engine().begin(opts).map_err(doc::catalog::DocError::from)?);
             let engine = shared.catalog.engine().clone();
-            let txn = Arc::new(InTxn { txn, written: Default::default(), created: Default::default(), engine });
+            let txn = Arc::new(InTxn {
+                txn,
+                written: Default::default(),
+                created: Default::default(),
+                engine,
+                opid: shared.ops.next_opid(),
+                began_at: bson::DateTime::now(),
+            });
             let state = State::Open { txn: txn.clone(), began: Instant::now(), running: true };
             let replaced = slots.insert(st.lsid, Slot { number: st.number, state, touched: Instant::now() });
             drop(slots);
@@ -380,6 +390,47 @@ impl Transactions {
             }
         }
         expired
+    }
+
+    /// Abort the open transaction with opid `opid` (`killOp`), unless a
+    /// statement of it runs (killing that statement aborts it).
+    pub(crate) fn kill(&self, opid: u32) -> Option<Arc<InTxn>> {
+        let mut slots = self.slots.lock();
+        let slot = slots.values_mut().find(|s| matches!(&s.state, State::Open { txn, .. } if txn.opid == opid))?;
+        match std::mem::replace(&mut slot.state, State::Aborted) {
+            State::Open { txn, .. } => Some(txn),
+            _ => None,
+        }
+    }
+
+    /// Each open transaction between statements as a `currentOp` entry
+    /// (mongod's idle session with its transaction).
+    pub(crate) fn current_ops(&self, shared: &Shared, host: &str) -> Vec<bson::Document> {
+        let limit = self.lifetime_secs.load(Ordering::Relaxed);
+        let slots = self.slots.lock();
+        let idle = slots.iter().filter_map(|(lsid, s)| match &s.state {
+            State::Open { txn, began, running: false } => Some((lsid, s.number, txn, began.elapsed())),
+            _ => None,
+        });
+        idle.map(|(lsid, number, txn, open)| {
+            let expiry = txn.began_at.timestamp_millis() + (limit as i64) * 1000;
+            bson::doc! {
+                "type": "idleSession",
+                "host": host,
+                "desc": "inactive transaction",
+                "opid": txn.opid as i64,
+                "active": false,
+                "lsid": { "id": bson::Binary { subtype: bson::spec::BinarySubtype::Uuid, bytes: lsid.to_vec() } },
+                "transaction": {
+                    "parameters": { "txnNumber": number, "autocommit": false },
+                    "readTimestamp": crate::commands::cluster_time_of(shared, txn.txn.read_ts()),
+                    "startWallClockTime": txn.began_at.try_to_rfc3339_string().unwrap_or_default(),
+                    "timeOpenMicros": open.as_micros() as i64,
+                    "expiryTime": bson::DateTime::from_millis(expiry).try_to_rfc3339_string().unwrap_or_default(),
+                },
+            }
+        })
+        .collect()
     }
 
     /// Forget the sessions `ids` (`endSessions`, `killSessions`): their

@@ -7,7 +7,8 @@
 //! operation's deadline (`maxTimeMS`).
 
 use super::DocError;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use storage::StorageError;
 
@@ -18,6 +19,8 @@ use storage::StorageError;
 pub struct ConflictWait {
     pub deadline: Option<Instant>,
     pub sleep: fn(Duration),
+    /// Set when the operation is killed (`killOp`): the wait ends.
+    pub killed: Option<Arc<AtomicBool>>,
     conflicts: AtomicU64,
 }
 
@@ -41,7 +44,7 @@ pub fn backoff(attempt: u64) -> Option<Duration> {
 impl ConflictWait {
     /// Waits until `deadline`, if any, sleeping with `sleep`.
     pub fn until(deadline: Option<Instant>, sleep: fn(Duration)) -> ConflictWait {
-        ConflictWait { deadline, sleep, conflicts: AtomicU64::new(0) }
+        ConflictWait { deadline, sleep, killed: None, conflicts: AtomicU64::new(0) }
     }
 
     /// The conflicts met so far.
@@ -57,6 +60,9 @@ impl ConflictWait {
             StorageError::CachePressure { .. } => Some(Duration::from_millis(1)),
             _ => backoff(self.conflicts.fetch_add(1, Ordering::Relaxed) + 1),
         };
+        if self.killed.as_ref().is_some_and(|k| k.load(Ordering::Relaxed)) {
+            return Err(DocError::Interrupted);
+        }
         if let Some(deadline) = self.deadline {
             if Instant::now() + pause.unwrap_or_default() >= deadline {
                 return Err(DocError::TimeLimit);

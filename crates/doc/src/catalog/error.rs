@@ -61,6 +61,9 @@ pub enum DocError {
     /// A write that waited on conflicts until its deadline (`maxTimeMS`).
     #[error("operation exceeded time limit")]
     TimeLimit,
+    /// A write that waited on conflicts until it was killed (`killOp`).
+    #[error("operation was interrupted")]
+    Interrupted,
 }
 
 /// A stored record that does not decode is corruption (only records this

@@ -133,6 +133,7 @@ pub(crate) fn parameters(shared: &Ctx<'_>) -> Document {
         "allowDiskUseByDefault": p.allow_disk_use_by_default.load(Ordering::Relaxed),
         "internalQueryPlannerEnableIndexIntersection": p.index_intersection.load(Ordering::Relaxed),
         "internalQueryForceIntersectionPlans": p.force_intersection.load(Ordering::Relaxed),
+        "enableTestCommands": shared.options.test_commands,
         "ttlMonitorEnabled": shared.ttl.enabled.load(Ordering::Relaxed),
         "ttlMonitorSleepSecs": shared.ttl.sleep_secs.load(Ordering::Relaxed) as i32,
     }
@@ -367,10 +368,29 @@ pub(crate) fn current_op(shared: &Ctx<'_>, cmd: &Document) -> CommandResult {
         cmd.iter().filter(|(k, _)| !OPTIONS.contains(&k.as_str())).map(|(k, v)| (k.clone(), v.clone())).collect();
     let filter = query::Filter::parse(&filter)?;
     let mut ops = Vec::new();
-    for op in shared.index_builds.current_ops(&hostname()) {
+    for op in crate::exec::ops::current_ops(shared, true) {
         if filter.try_matches_at(&op)?.0 {
             ops.push(Bson::Document(op));
         }
     }
     Ok(doc! { "inprog": ops, "ok": 1.0 })
+}
+
+/// `killOp`: end operation `op`: a running command stops at its next
+/// wait on a conflict (Interrupted, 11601), an open transaction aborts.
+pub(crate) fn kill_op(shared: &Ctx<'_>, cmd: &Document) -> CommandResult {
+    if cmd.get_str("$db") != Ok("admin") {
+        return Err(CommandError::unauthorized("killOp may only be run against the admin database."));
+    }
+    crate::args::check_fields(cmd, "killOp", &["op", "comment"], false)?;
+    let opid = match cmd.get("op").and_then(query::update::integral) {
+        Some(n) => u32::try_from(n).map_err(|_| CommandError::bad_value(format!("invalid op : {n}")))?,
+        None => return Err(CommandError::failed_to_parse("BSON field 'killOp.op' is missing but a required field")),
+    };
+    if !shared.ops.kill(opid) {
+        if let Some(txn) = shared.transactions.kill(opid) {
+            crate::transactions::discard(shared, txn);
+        }
+    }
+    Ok(doc! { "info": "attempting to kill op", "ok": 1.0 })
 }

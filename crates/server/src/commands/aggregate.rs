@@ -23,6 +23,7 @@ use doc::catalog::Namespace;
 
 /// The stage that lists the local session cache (`{aggregate: 1}` only).
 pub(crate) const LOCAL_SESSIONS: &str = "$listLocalSessions";
+const CURRENT_OP: &str = "$currentOp";
 
 pub fn aggregate(shared: &Ctx<'_>, call: &Call, cmd: &Document) -> ReplyResult {
     let deadline = Deadline::of(cmd)?;
@@ -107,6 +108,19 @@ pub fn aggregate(shared: &Ctx<'_>, call: &Call, cmd: &Document) -> ReplyResult {
                 _ => Vec::new(),
             };
             (Some(entries), &stages[1..])
+        }
+        Some(Bson::Document(d)) if d.len() == 1 && d.contains_key(CURRENT_OP) => {
+            if !collectionless || ns.db != "admin" {
+                return Err(CommandError::invalid_namespace(format!(
+                    "{CURRENT_OP} must be run against the 'admin' database with {{aggregate: 1}}"
+                )));
+            }
+            let options = match d.get(CURRENT_OP) {
+                Some(Bson::Document(o)) => o,
+                _ => return Err(CommandError::failed_to_parse(format!("{CURRENT_OP} options must be an object"))),
+            };
+            let idle_sessions = crate::args::bool_option(options, "idleSessions", CURRENT_OP, true)?;
+            (Some(crate::exec::ops::current_ops(shared, idle_sessions)), &stages[1..])
         }
         Some(Bson::Document(d)) if d.len() == 1 && d.contains_key("$indexStats") => {
             if view.is_some() {

@@ -56,7 +56,8 @@ pub(crate) const COMMANDS: &[(&str, &str)] = &[
     ("setParameter", "change a server parameter"),
     ("profile", "the slow-operation threshold (`slowms`); the profiler is not built yet"),
     ("serverStatus", "counters and storage engine statistics"),
-    ("currentOp", "the operations under way (index builds, with their progress)"),
+    ("currentOp", "the operations under way: commands, index builds (with their progress), open transactions"),
+    ("killOp", "ends an operation: a write waiting on a conflict, an open transaction"),
     ("hostInfo", "the machine"),
     ("whatsmyuri", "the client's address"),
     ("getCmdLineOpts", "the server's options"),
@@ -99,8 +100,10 @@ pub(crate) const COMMANDS: &[(&str, &str)] = &[
 pub fn run(shared: &Shared, call: &Call, msg: &OpMsg) -> Reply {
     let started = std::time::Instant::now();
     shared.opcounters.command.fetch_add(1, Ordering::Relaxed);
+    let app_name = call.conn.app_name.get().cloned().unwrap_or_default();
+    let running = shared.ops.register(&msg.body, call.conn.peer.to_string(), app_name);
     // Outside a transaction, the command's view; its writes count their conflicts there.
-    let outside = outside_transactions(shared, call, msg);
+    let outside = outside_transactions(shared, call, msg, running.op.killed.clone());
     let result = match msg.body.keys().next() {
         None => Err(CommandError::failed_to_parse("Empty command object")),
         Some(_) if shared.fail_points.times_out(&msg.body) => {
@@ -152,8 +155,13 @@ pub fn run(shared: &Shared, call: &Call, msg: &OpMsg) -> Reply {
 
 /// A command outside any transaction: its writes wait on conflicts until
 /// its `maxTimeMS` at most.
-fn outside_transactions<'a>(shared: &'a Shared, call: &Call, msg: &OpMsg) -> Ctx<'a> {
-    Ctx::until(shared, crate::exec::deadline::Deadline::of(&msg.body).ok().and_then(|d| d.0), call.place)
+fn outside_transactions<'a>(
+    shared: &'a Shared,
+    call: &Call,
+    msg: &OpMsg,
+    killed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Ctx<'a> {
+    Ctx::until(shared, crate::exec::deadline::Deadline::of(&msg.body).ok().and_then(|d| d.0), call.place, killed)
 }
 
 /// Run a statement of a multi-document transaction (`transactions.rs`):
@@ -402,6 +410,7 @@ fn answer_document(shared: &Ctx<'_>, call: &Call, name: &str, msg: &OpMsg) -> Co
         }
         "serverStatus" => Ok(server_status(shared)),
         "currentOp" => crate::commands::admin::current_op(shared, cmd),
+        "killOp" => crate::commands::admin::kill_op(shared, cmd),
         "hostInfo" => Ok(host_info()),
         "whatsmyuri" => Ok(doc! { "you": conn.peer.to_string(), "ok": 1.0 }),
         "getCmdLineOpts" => {

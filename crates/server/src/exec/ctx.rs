@@ -36,12 +36,19 @@ impl<'a> Ctx<'a> {
     /// `deadline` at most (the command's `maxTimeMS`), on a thread at
     /// `place` (a network thread's other connections are handed off
     /// before a sleep).
-    pub fn until(shared: &'a Shared, deadline: Option<std::time::Instant>, place: Place) -> Ctx<'a> {
+    pub fn until(
+        shared: &'a Shared,
+        deadline: Option<std::time::Instant>,
+        place: Place,
+        killed: Arc<std::sync::atomic::AtomicBool>,
+    ) -> Ctx<'a> {
         let sleep: fn(Duration) = match place {
             Place::Network => |d| Place::Network.long(|| std::thread::sleep(d)),
             Place::Blocking => std::thread::sleep,
         };
-        Ctx { shared, txn: None, conflicts: ConflictWait::until(deadline, sleep) }
+        let mut conflicts = ConflictWait::until(deadline, sleep);
+        conflicts.killed = Some(killed);
+        Ctx { shared, txn: None, conflicts }
     }
 
     /// Inside the multi-document transaction `txn`.

@@ -15,6 +15,7 @@ pub mod index_mod;
 pub mod index_scan;
 pub mod index_spec;
 pub mod modify;
+pub mod ops;
 pub mod plan_cache;
 pub mod scan;
 pub mod spill;

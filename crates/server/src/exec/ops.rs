@@ -1,0 +1,153 @@
+//! The operations under way, for `currentOp`/`$currentOp` and `killOp`:
+//! each command registers itself while it runs (an [`OpGuard`] removes
+//! it), with an opid, what it runs and a kill flag. `killOp` sets the
+//! flag; a write waiting on a conflict sees it at its next pause and
+//! ends with Interrupted (11601). Open transactions between statements
+//! are listed too (as mongod's idle sessions), and `killOp` of one aborts
+//! it.
+
+use bson::{doc, Document};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// One running operation.
+pub struct RunningOp {
+    pub opid: u32,
+    started: Instant,
+    started_at: bson::DateTime,
+    client: String,
+    app_name: String,
+    op: &'static str,
+    ns: String,
+    command: Document,
+    /// Set by `killOp`.
+    pub killed: Arc<AtomicBool>,
+}
+
+#[derive(Default)]
+pub struct Ops {
+    next: AtomicU32,
+    running: Mutex<HashMap<u32, Arc<RunningOp>>>,
+}
+
+/// Unregisters its operation when dropped.
+pub struct OpGuard<'a> {
+    ops: &'a Ops,
+    pub op: Arc<RunningOp>,
+}
+
+impl Drop for OpGuard<'_> {
+    fn drop(&mut self) {
+        self.ops.running.lock().remove(&self.op.opid);
+    }
+}
+
+/// mongod's `op` for a command.
+pub fn op_name(name: &str) -> &'static str {
+    match name {
+        "find" => "query",
+        "getMore" => "getmore",
+        "insert" => "insert",
+        "update" => "update",
+        "delete" => "remove",
+        _ => "command",
+    }
+}
+
+/// The namespace a command names (`db.coll`, or `db.$cmd`).
+pub fn ns_of(cmd: &Document) -> String {
+    let db = cmd.get_str("$db").unwrap_or("admin");
+    let coll = match cmd.iter().next() {
+        Some((name, _)) if name == "getMore" => cmd.get_str("collection").ok(),
+        Some((_, bson::Bson::String(c))) => Some(c.as_str()),
+        _ => None,
+    };
+    format!("{db}.{}", coll.unwrap_or("$cmd"))
+}
+
+impl Ops {
+    /// A fresh opid (also for transactions, which `killOp` can end).
+    pub fn next_opid(&self) -> u32 {
+        self.next.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Register `cmd`, run by `client` (`app_name`), until the guard drops.
+    pub fn register(&self, cmd: &Document, client: String, app_name: String) -> OpGuard<'_> {
+        let name = cmd.keys().next().map_or("", String::as_str);
+        let mut command = cmd.clone();
+        for gossip in ["$clusterTime", "$readPreference"] {
+            command.remove(gossip);
+        }
+        let op = Arc::new(RunningOp {
+            opid: self.next_opid(),
+            started: Instant::now(),
+            started_at: bson::DateTime::now(),
+            client,
+            app_name,
+            op: op_name(name),
+            ns: ns_of(cmd),
+            command,
+            killed: Arc::default(),
+        });
+        self.running.lock().insert(op.opid, op.clone());
+        OpGuard { ops: self, op }
+    }
+
+    /// Mark operation `opid` killed; whether it runs.
+    pub fn kill(&self, opid: u32) -> bool {
+        match self.running.lock().get(&opid) {
+            Some(op) => {
+                op.killed.store(true, Ordering::Relaxed);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Each running operation as a `currentOp` entry, in mongod's shape.
+    pub fn current_ops(&self, host: &str) -> Vec<Document> {
+        let running: Vec<Arc<RunningOp>> = self.running.lock().values().cloned().collect();
+        running
+            .iter()
+            .map(|op| {
+                let took = op.started.elapsed();
+                doc! {
+                    "type": "op",
+                    "host": host,
+                    "desc": "conn",
+                    "client": op.client.clone(),
+                    "appName": op.app_name.clone(),
+                    "active": true,
+                    "currentOpTime": op.started_at.try_to_rfc3339_string().unwrap_or_default(),
+                    "opid": op.opid as i64,
+                    "secs_running": took.as_secs() as i64,
+                    "microsecs_running": took.as_micros() as i64,
+                    "op": op.op,
+                    "ns": op.ns.clone(),
+                    "command": op.command.clone(),
+                    "killPending": op.killed.load(Ordering::Relaxed),
+                    "numYields": 0_i64,
+                    "locks": {},
+                    "waitingForLock": false,
+                    "lockStats": {},
+                }
+            })
+            .collect()
+    }
+}
+
+/// Every operation `currentOp` and `$currentOp` list: running commands,
+/// index builds, and (with `idle_sessions`) open transactions between
+/// statements.
+pub(crate) fn current_ops(shared: &crate::server::Shared, idle_sessions: bool) -> Vec<Document> {
+    let host = crate::server::hostname();
+    let mut ops = shared.ops.current_ops(&host);
+    ops.extend(shared.index_builds.current_ops(&host));
+    if idle_sessions {
+        ops.extend(shared.transactions.current_ops(shared, &host));
+    }
+    ops
+}
