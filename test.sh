@@ -60,6 +60,8 @@ rm -rf "$out"
 
 echo "== multi-document transactions over the wire, history checked (brief; the long run is in README)"
 cargo run --release --quiet -p arbordb-bench -- txn-check --clients 6 --seconds "${ARBORDB_TXN_WIRE_SECONDS:-3}"
+echo "== SmallBank over the wire smoke run (fails on a serializable anomaly)"
+cargo run --release --quiet -p arbordb-bench -- smallbank-wire --customers 300 --hotspot 30 --clients 4 --seconds 1 >/dev/null
 
 echo "== YCSB smoke run (ArborDB through the mongodb driver; the full run with PostgreSQL is in README)"
 out=$(mktemp -d)

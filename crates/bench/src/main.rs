@@ -20,6 +20,7 @@ mod procs;
 mod redb_peer;
 mod report;
 mod smallbank;
+mod smallbank_wire;
 mod txn_check;
 mod workload;
 mod ycsb;
@@ -56,6 +57,8 @@ enum Target {
     Index(indexed::IndexArgs),
     /// Many-index updates under a small cache (W3): ArborDB vs PostgreSQL.
     W3(many_index::W3Args),
+    /// SmallBank (W5) over the wire: snapshot vs serializable transactions.
+    SmallbankWire(smallbank_wire::SmallBankWireArgs),
     /// Random multi-document transactions over the wire, their history
     /// checked (snapshot isolation; serializable: no cycle).
     TxnCheck(txn_check::TxnCheckArgs),
@@ -72,6 +75,7 @@ fn main() -> ExitCode {
         Target::Index(a) => indexed::run(a),
         Target::W3(a) => many_index::run(a),
         Target::TxnCheck(a) => txn_check::run(a),
+        Target::SmallbankWire(a) => smallbank_wire::run(a),
         Target::CannedServer(a) => canned::run(a),
     };
     match result {

@@ -238,7 +238,7 @@ fn run_one(
 }
 
 /// Transactions that must go, one per cycle, before the graph is acyclic.
-fn anomalies(h: &History) -> (u64, Option<String>) {
+pub(crate) fn anomalies(h: &History) -> (u64, Option<String>) {
     let mut graph = history::dependency_graph(h);
     let mut removed = 0;
     let mut example = None;

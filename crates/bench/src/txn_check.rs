@@ -63,7 +63,7 @@ pub struct TxnCheckArgs {
 
 /// History timestamps are engine timestamps times this, so that read-only
 /// transactions get unique commit points just after their snapshot.
-const SCALE: u64 = 1 << 20;
+pub(crate) const SCALE: u64 = 1 << 20;
 
 /// What one isolation level's run did.
 #[derive(Debug, Default, serde::Serialize)]
@@ -165,7 +165,7 @@ async fn check_level(a: &TxnCheckArgs, level: Level) -> BenchResult<Summary> {
 /// The engine timestamp a cluster time stands for (its `time` holds the
 /// high bits on top of the server's start second, which a run of this
 /// size never reaches).
-fn engine_ts(t: Timestamp) -> u64 {
+pub(crate) fn engine_ts(t: Timestamp) -> u64 {
     t.increment as u64
 }
 
@@ -211,14 +211,8 @@ async fn one_transaction(
     match outcome {
         Ok(()) => {
             summary.committed += 1;
-            let commit = match wrote {
-                true => engine_ts(session.operation_time().ok_or("a commit without operationTime")?) * SCALE,
-                false => {
-                    summary.read_only += 1;
-                    snapshot + 1
-                }
-            };
-            Ok(record(history::Outcome::Committed(history::Timestamp(commit))))
+            summary.read_only += u64::from(!wrote);
+            Ok(record(commit_point(wrote, snapshot, session.operation_time())?))
         }
         Err(e) if e.contains_label("TransientTransactionError") => {
             summary.aborted += 1;
@@ -301,6 +295,17 @@ async fn one_op(
     Ok(())
 }
 
+/// A committed transaction's place in the history: its commit timestamp
+/// (the commit's `operationTime`) if it wrote, else a point just after
+/// its snapshot (made unique by [`unique_read_only_commits`]).
+pub(crate) fn commit_point(wrote: bool, snapshot: u64, op_time: Option<Timestamp>) -> BenchResult<history::Outcome> {
+    let commit = match wrote {
+        true => engine_ts(op_time.ok_or("a commit without operationTime")?) * SCALE,
+        false => snapshot + 1,
+    };
+    Ok(history::Outcome::Committed(history::Timestamp(commit)))
+}
+
 /// A malformed document as the driver's error type, so it ends the run.
 fn bad(e: Box<dyn std::error::Error + Send + Sync>) -> mongodb::error::Error {
     mongodb::error::Error::custom(e.to_string())
@@ -308,7 +313,7 @@ fn bad(e: Box<dyn std::error::Error + Send + Sync>) -> mongodb::error::Error {
 
 /// Read-only transactions commit at their snapshot; in the history each
 /// gets its own point just after it (unique, and before the next commit).
-fn unique_read_only_commits(txns: &mut [history::Txn]) {
+pub(crate) fn unique_read_only_commits(txns: &mut [history::Txn]) {
     let mut next: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
     for t in txns.iter_mut() {
         if let history::Outcome::Committed(c) = t.outcome {
