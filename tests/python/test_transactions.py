@@ -701,3 +701,15 @@ def test_kill_9_during_concurrent_transactions(datadir, cycle):
     finally:
         client.close()
         assert server.stop() == 0
+
+
+def test_clients_cannot_write_system_profile_and_big_commands_are_shown_cut(client):
+    db = client.test
+    with pytest.raises(OperationFailure) as e:
+        db.system.profile.insert_one({"x": 1})
+    assert e.value.code == 73
+    db.command("profile", 2)
+    db.big.insert_one({"_id": 1, "s": "x" * 200_000})
+    db.command("profile", 0)
+    (entry,) = list(db.system.profile.find({"op": "insert", "ns": "test.big"}))
+    assert entry["command"].get("$truncated") is True and entry["ninserted"] == 1

@@ -14,11 +14,17 @@ use crate::exec::call::Call;
 use crate::reply::Reply;
 use crate::server::Shared;
 use bson::{doc, Bson, Document};
-use doc::catalog::{Ack, Namespace};
+use doc::catalog::{Ack, ConflictWait, Namespace};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+
+/// How long writing an entry waits on a conflict at most.
+const PROFILE_WAIT: Duration = Duration::from_millis(200);
+
+/// An entry shows its command up to this size (mongod's is 50 KB).
+const SHOWN_COMMAND_BYTES: usize = 50 * 1024;
 
 /// `system.profile`'s size when the profiler makes it (mongod's).
 const PROFILE_BYTES: i64 = 1024 * 1024;
@@ -88,7 +94,10 @@ pub(crate) fn record(shared: &Shared, call: &Call, done: &Done<'_>) {
         return;
     }
     let entry = entry(call, done, name);
-    if let Err(e) = write(shared, db, entry) {
+    // A conflict (a transaction creating the collection) is waited on
+    // briefly: the entry is dropped rather than the command held.
+    let wait = ConflictWait::until(Some(std::time::Instant::now() + PROFILE_WAIT), call.place.sleeper());
+    if let Err(e) = write(shared, db, entry, &wait) {
         tracing::warn!(db, error = %e, "the profile entry was not written");
     }
 }
@@ -102,12 +111,23 @@ fn shown_command(done: &Done<'_>, name: &str) -> Document {
             return only.clone();
         }
     }
-    let mut command = done.cmd.clone();
-    for gossip in ["$clusterTime", "$readPreference"] {
-        command.remove(gossip);
-    }
+    let mut command = crate::exec::ops::shown_command(done.cmd, SHOWN_COMMAND_BYTES);
+    let mut left = SHOWN_COMMAND_BYTES.saturating_sub(doc::bson_bytes::encoded_len(&command));
     for (field, docs) in &done.msg.sequences {
-        command.insert(field.clone(), docs.iter().cloned().map(Bson::Document).collect::<Vec<_>>());
+        let fits: Vec<Bson> = docs
+            .iter()
+            .take_while(|d| {
+                let size = doc::bson_bytes::encoded_len(d);
+                left = left.saturating_sub(size);
+                left > 0
+            })
+            .cloned()
+            .map(Bson::Document)
+            .collect();
+        if fits.len() < docs.len() {
+            command.insert("$truncated", true);
+        }
+        command.insert(field.clone(), fits);
     }
     command
 }
@@ -180,11 +200,11 @@ fn counts(name: &str, reply: &Reply, e: &mut Document) {
 }
 
 /// Append `entry` to `db.system.profile`, made capped if missing.
-fn write(shared: &Shared, db: &str, entry: Document) -> Result<(), doc::catalog::DocError> {
+fn write(shared: &Shared, db: &str, entry: Document, wait: &ConflictWait) -> Result<(), doc::catalog::DocError> {
     let ns = Namespace::new(db, "system.profile")?;
     let coll = match shared.catalog.get(&ns) {
         Some(c) => c,
-        None => match shared.catalog.create(&ns, doc! { "capped": true, "size": PROFILE_BYTES }) {
+        None => match shared.catalog.create_waiting(&ns, doc! { "capped": true, "size": PROFILE_BYTES }, wait) {
             Ok(c) => c,
             Err(doc::catalog::DocError::NamespaceExists(_)) => {
                 shared.catalog.get(&ns).ok_or_else(|| doc::catalog::DocError::NamespaceExists(ns.to_string()))?
@@ -192,6 +212,6 @@ fn write(shared: &Shared, db: &str, entry: Document) -> Result<(), doc::catalog:
             Err(e) => return Err(e),
         },
     };
-    coll.insert(shared.catalog.engine(), &entry, (Ack::Written, &Default::default()), None)?;
+    coll.insert(shared.catalog.engine(), &entry, (Ack::Written, wait), None)?;
     Ok(())
 }

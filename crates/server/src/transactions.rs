@@ -396,7 +396,9 @@ impl Transactions {
     /// statement of it runs (killing that statement aborts it).
     pub(crate) fn kill(&self, opid: u32) -> Option<Arc<InTxn>> {
         let mut slots = self.slots.lock();
-        let slot = slots.values_mut().find(|s| matches!(&s.state, State::Open { txn, .. } if txn.opid == opid))?;
+        let slot = slots
+            .values_mut()
+            .find(|s| matches!(&s.state, State::Open { txn, running: false, .. } if txn.opid == opid))?;
         match std::mem::replace(&mut slot.state, State::Aborted) {
             State::Open { txn, .. } => Some(txn),
             _ => None,

@@ -71,11 +71,11 @@ pub(crate) fn with_compression(mut reply: Document, cmd: &Document) -> Document 
     reply
 }
 
-/// `profile`: changes `slowms` (how long a command runs before it is
-/// logged as a slow query) and `sampleRate` whatever the level, as mongod;
-/// a level outside 0-2 only reads. Levels 1 and 2, which write to
-/// `system.profile`, are not built yet. Replies with the settings as
-/// they were.
+/// `profile`: sets the database's profiling level (1 and 2 write
+/// `system.profile`, `profiler.rs`) and changes `slowms` (how long a
+/// command runs before it is logged as slow) and `sampleRate` whatever the
+/// level, as mongod; a level outside 0-2 only reads. Replies with the
+/// settings as they were.
 pub(crate) fn profile(shared: &Ctx<'_>, cmd: &Document) -> CommandResult {
     crate::args::check_fields(cmd, "profile", &["slowms", "sampleRate", "filter", "comment"], false)?;
     let level = match cmd.get("profile").and_then(query::update::integral) {

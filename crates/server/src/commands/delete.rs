@@ -44,6 +44,7 @@ pub fn delete(shared: &Ctx<'_>, call: &Call, msg: &OpMsg) -> CommandResult {
     let ordered = bool_option(cmd, "ordered", "delete", true)? || shared.txn().is_some();
     let ack = ack_of(cmd)?;
     check_not_view(shared, &ns)?;
+    crate::exec::write::check_writable(&ns)?;
     let scope = scope_of(cmd)?;
     let mut retry = Retry::begin(shared, cmd)?;
     let mut reply = write_reply(&specs, ordered, false, |index, spec| {

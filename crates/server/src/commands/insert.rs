@@ -32,6 +32,7 @@ pub fn insert(shared: &Ctx<'_>, call: &Call, msg: &OpMsg) -> CommandResult {
     let ordered = bool_option(cmd, "ordered", "insert", true)? || shared.txn().is_some();
     let ack = ack_of(cmd)?;
     check_not_view(shared, &ns)?;
+    crate::exec::write::check_writable(&ns)?;
     let mut retry = Retry::begin(shared, cmd)?;
     let coll = shared.collection_or_create(&ns)?;
     let validator = validator_of(shared, &ns, cmd)?;

@@ -54,7 +54,7 @@ pub(crate) const COMMANDS: &[(&str, &str)] = &[
     ("buildInfo", "version and build"),
     ("getParameter", "server parameters"),
     ("setParameter", "change a server parameter"),
-    ("profile", "the slow-operation threshold (`slowms`); the profiler is not built yet"),
+    ("profile", "the profiling level (system.profile) and the slow-operation threshold (`slowms`)"),
     ("serverStatus", "counters and storage engine statistics"),
     ("currentOp", "the operations under way: commands, index builds (with their progress), open transactions"),
     ("killOp", "ends an operation: a write waiting on a conflict, an open transaction"),

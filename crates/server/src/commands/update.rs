@@ -65,6 +65,7 @@ pub fn update(shared: &Ctx<'_>, call: &Call, msg: &OpMsg) -> CommandResult {
     let ordered = bool_option(cmd, "ordered", "update", true)? || shared.txn().is_some();
     let ack = ack_of(cmd)?;
     check_not_view(shared, &ns)?;
+    crate::exec::write::check_writable(&ns)?;
     let scope = scope_of(cmd)?;
     let mut retry = Retry::begin(shared, cmd)?;
     let mut reply = write_reply(&specs, ordered, true, |index, spec| {
@@ -141,6 +142,7 @@ pub fn find_and_modify(shared: &Ctx<'_>, call: &Call, cmd: &Document) -> Command
     };
     check_hint(shared, &ns, cmd)?;
     check_not_view(shared, &ns)?;
+    crate::exec::write::check_writable(&ns)?;
     let collation = collation_of(shared, &ns, cmd)?;
     let filter = filter.with_collation(collation.clone());
     let sort = sort.with_collation(collation.clone());

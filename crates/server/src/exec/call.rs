@@ -40,6 +40,15 @@ impl Place {
         }
     }
 
+    /// How to sleep here: on a network thread, after handing its other
+    /// connections off.
+    pub fn sleeper(self) -> fn(std::time::Duration) {
+        match self {
+            Place::Network => |d| Place::Network.long(|| std::thread::sleep(d)),
+            Place::Blocking => std::thread::sleep,
+        }
+    }
+
     /// Run `f` here when `quick`, otherwise as [`Place::long`].
     pub fn run<R>(self, quick: bool, f: impl FnOnce() -> R) -> R {
         match quick {

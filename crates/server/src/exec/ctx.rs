@@ -15,7 +15,6 @@ use doc::catalog::ConflictWait;
 use doc::catalog::{Collection, DocError, Namespace};
 use std::ops::Deref;
 use std::sync::Arc;
-use std::time::Duration;
 use storage::{Reader, Txn};
 
 pub struct Ctx<'a> {
@@ -42,11 +41,7 @@ impl<'a> Ctx<'a> {
         place: Place,
         killed: Arc<std::sync::atomic::AtomicBool>,
     ) -> Ctx<'a> {
-        let sleep: fn(Duration) = match place {
-            Place::Network => |d| Place::Network.long(|| std::thread::sleep(d)),
-            Place::Blocking => std::thread::sleep,
-        };
-        let mut conflicts = ConflictWait::until(deadline, sleep);
+        let mut conflicts = ConflictWait::until(deadline, place.sleeper());
         conflicts.killed = Some(killed);
         Ctx { shared, txn: None, conflicts }
     }

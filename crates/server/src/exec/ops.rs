@@ -68,6 +68,30 @@ pub fn ns_of(cmd: &Document) -> String {
     format!("{db}.{}", coll.unwrap_or("$cmd"))
 }
 
+/// `cmd` as `currentOp` and the profiler show it: without the gossip
+/// fields, and cut past `max_bytes` (mongod's `$truncated`) to the fields
+/// that fit, so that a 16 MiB insert is not copied for its listing.
+pub(crate) fn shown_command(cmd: &Document, max_bytes: usize) -> Document {
+    let gossip = |k: &str| matches!(k, "$clusterTime" | "$readPreference");
+    if doc::bson_bytes::encoded_len(cmd) <= max_bytes {
+        return cmd.iter().filter(|(k, _)| !gossip(k)).map(|(k, v)| (k.clone(), v.clone())).collect();
+    }
+    let mut shown = Document::new();
+    let mut used = 0;
+    for (k, v) in cmd.iter().filter(|(k, _)| !gossip(k)) {
+        let size = doc::bson_bytes::encoded_len(&doc! { k: v.clone() });
+        if used + size <= max_bytes {
+            shown.insert(k.clone(), v.clone());
+            used += size;
+        }
+    }
+    shown.insert("$truncated", true);
+    shown
+}
+
+/// `currentOp` shows a command up to this size (mongod's is about 1 KB).
+const SHOWN_COMMAND_BYTES: usize = 1024;
+
 impl Ops {
     /// A fresh opid (also for transactions, which `killOp` can end).
     pub fn next_opid(&self) -> u32 {
@@ -77,10 +101,7 @@ impl Ops {
     /// Register `cmd`, run by `client` (`app_name`), until the guard drops.
     pub fn register(&self, cmd: &Document, client: String, app_name: String) -> OpGuard<'_> {
         let name = cmd.keys().next().map_or("", String::as_str);
-        let mut command = cmd.clone();
-        for gossip in ["$clusterTime", "$readPreference"] {
-            command.remove(gossip);
-        }
+        let command = shown_command(cmd, SHOWN_COMMAND_BYTES);
         let op = Arc::new(RunningOp {
             opid: self.next_opid(),
             started: Instant::now(),

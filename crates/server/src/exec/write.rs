@@ -49,6 +49,15 @@ fn in_txn<'c>(shared: &'c Ctx<'_>, coll: &Collection) -> Result<Option<&'c stora
     Ok(Some(&open.txn))
 }
 
+/// Refuse a client's write to `system.profile` (only the profiler writes
+/// there), as mongod does.
+pub(crate) fn check_writable(ns: &Namespace) -> Result<(), CommandError> {
+    match ns.coll == "system.profile" {
+        true => Err(CommandError::invalid_namespace(format!("cannot write to '{ns}'"))),
+        false => Ok(()),
+    }
+}
+
 /// Insert `doc` (an `_id` added first if missing); returns it as stored.
 pub(crate) fn insert_doc(
     shared: &Ctx<'_>,
