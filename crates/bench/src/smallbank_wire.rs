@@ -13,11 +13,11 @@
 
 use crate::measure::process_cpu_seconds;
 use crate::procs::start_arbordb;
-use crate::txn_check::{commit_point, engine_ts, SCALE};
+use crate::smallbank::Level;
+use crate::txn_check::{commit_point, engine_ts, read_concern, SCALE};
 use crate::BenchResult;
-use clap::{Args, ValueEnum};
+use clap::Args;
 use mongodb::bson::{doc, Document};
-use mongodb::options::ReadConcern;
 use mongodb::{Client, ClientSession, Collection};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -27,12 +27,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use testkit::history::{self, History};
-
-#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Level {
-    Snapshot,
-    Serializable,
-}
 
 #[derive(Args, Debug, Clone)]
 pub struct SmallBankWireArgs {
@@ -134,11 +128,7 @@ async fn one(
     pick: &(dyn Fn(&mut StdRng) -> u32 + Sync),
     counts: &mut Counts,
 ) -> BenchResult<Option<history::Txn>> {
-    let concern = match level {
-        Level::Snapshot => ReadConcern::snapshot(),
-        Level::Serializable => ReadConcern::custom("serializable"),
-    };
-    session.start_transaction().read_concern(concern).await?;
+    session.start_transaction().read_concern(read_concern(level)).await?;
     let mut r = Recorded { session, bank, id, ops: Vec::new(), snapshot: None, wrote: false };
     let (n1, amount, kind) = (pick(rng), rng.gen_range(1..=100i64), rng.gen_range(0..5));
     let body: mongodb::error::Result<bool> = async {

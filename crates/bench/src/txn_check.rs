@@ -18,8 +18,9 @@
 //! of the transaction alone.
 
 use crate::procs::start_arbordb;
+use crate::smallbank::Level;
 use crate::BenchResult;
-use clap::{Args, ValueEnum};
+use clap::Args;
 use mongodb::bson::{doc, Document, Timestamp};
 use mongodb::options::{ReadConcern, ReturnDocument};
 use mongodb::{Client, ClientSession, Collection};
@@ -30,12 +31,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use testkit::history::{self, History};
-
-#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Level {
-    Snapshot,
-    Serializable,
-}
 
 #[derive(Args, Debug, Clone)]
 pub struct TxnCheckArgs {
@@ -162,6 +157,14 @@ async fn check_level(a: &TxnCheckArgs, level: Level) -> BenchResult<Summary> {
     Ok(summary)
 }
 
+/// The readConcern that asks for `level` in a transaction.
+pub(crate) fn read_concern(level: Level) -> ReadConcern {
+    match level {
+        Level::Snapshot => ReadConcern::snapshot(),
+        Level::Serializable => ReadConcern::custom("serializable"),
+    }
+}
+
 /// The engine timestamp a cluster time stands for (its `time` holds the
 /// high bits on top of the server's start second, which a run of this
 /// size never reaches).
@@ -180,11 +183,7 @@ async fn one_transaction(
     rng: &mut StdRng,
     summary: &mut Summary,
 ) -> BenchResult<history::Txn> {
-    let concern = match level {
-        Level::Snapshot => ReadConcern::snapshot(),
-        Level::Serializable => ReadConcern::custom("serializable"),
-    };
-    session.start_transaction().read_concern(concern).await?;
+    session.start_transaction().read_concern(read_concern(level)).await?;
     let mut ops: Vec<history::Op> = Vec::new();
     let mut snapshot = None;
     let n_ops = rng.gen_range(1..=5);
