@@ -62,6 +62,8 @@ echo "== multi-document transactions over the wire, history checked (brief; the 
 cargo run --release --quiet -p arbordb-bench -- txn-check --clients 6 --seconds "${ARBORDB_TXN_WIRE_SECONDS:-3}"
 echo "== SmallBank over the wire smoke run (fails on a serializable anomaly)"
 cargo run --release --quiet -p arbordb-bench -- smallbank-wire --customers 300 --hotspot 30 --clients 4 --seconds 1 >/dev/null
+echo "== TPC-B (W4) smoke run, both designs (fails unless the balances add up to history's deltas)"
+cargo run --release --quiet -p arbordb-bench -- tpcb --clients 1,3 --seconds 1 --skip-peer >/dev/null
 
 echo "== YCSB smoke run (ArborDB through the mongodb driver; the full run with PostgreSQL is in README)"
 out=$(mktemp -d)

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Draw a grouped bar chart of ops/s from the JSON written by
-`arbordb-bench engine` or `arbordb-bench ycsb`.
+`arbordb-bench engine`, `arbordb-bench ycsb` or `arbordb-bench tpcb`.
 
 Engine bench: one group of bars per (workload, threads, batch) row, one bar
 per engine, log-scale y axis (batch-1 writes and batched writes differ by
@@ -85,6 +85,13 @@ def main():
             f"YCSB (W2) through the network: {doc.get('records', '?'):,} records, "
             f"{doc.get('seconds_per_workload', '?')} s per run, {doc.get('machine_cpus', '?')} CPUs, "
             f"{doc.get('time', '')}",
+            fontsize=9)
+    elif doc.get("benchmark", "").startswith("tpcb"):
+        ax.set_ylabel("transactions/s")
+        ax.margins(y=0.12)
+        ax.set_title(
+            f"TPC-B (W4): scale {doc.get('scale', '?')}, {doc.get('seconds_per_run', '?')} s per run, "
+            f"{doc.get('machine_cpus', '?')} CPUs, {doc.get('time', '')} (single: until applied)",
             fontsize=9)
     else:
         ax.set_yscale("log")

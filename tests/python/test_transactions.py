@@ -13,7 +13,7 @@ import uuid
 
 import pymongo
 import pytest
-from bson import Binary, Int64
+from bson import Binary, Int64, Timestamp
 from pymongo.errors import OperationFailure
 from pymongo.read_concern import ReadConcern
 
@@ -525,6 +525,223 @@ def test_collections_created_in_a_transaction_appear_at_its_commit(client):
             db.create_collection("v", viewOn="made", pipeline=[], session=s)
         assert e.value.code == 263
         s.abort_transaction()
+
+
+def test_create_indexes_in_a_transaction_on_a_collection_it_creates(client):
+    """mongod 8.0's rule: indexes are created in a transaction only on a
+    collection the transaction creates (by createIndexes itself or
+    earlier) and that is still empty; they commit or vanish with it."""
+    db = client.test
+    with client.start_session() as s:
+        s.start_transaction()
+        reply = db.command(
+            "createIndexes", "fresh", indexes=[{"key": {"k": 1}, "name": "k_1", "unique": True}], session=s
+        )
+        assert (reply["numIndexesBefore"], reply["numIndexesAfter"], reply["createdCollectionAutomatically"]) == (
+            1,
+            2,
+            True,
+        )
+        db.fresh.insert_one({"_id": 1, "k": "a"}, session=s)
+        with pytest.raises(OperationFailure) as e:
+            db.fresh.insert_one({"_id": 2, "k": "a"}, session=s)
+        assert e.value.code == 11000 and "index: k_1" in str(e.value)
+    # The duplicate aborted the transaction: nothing of it stays.
+    assert "fresh" not in db.list_collection_names()
+    with client.start_session() as s:
+        s.start_transaction()
+        db.create_collection("made", session=s)
+        db.made.create_index([("k", 1)], unique=True, session=s)
+        reply = db.command("createIndexes", "made", indexes=[{"key": {"k": 1}, "name": "k_1", "unique": True}], session=s)
+        assert reply["note"] == "all indexes already exist" and "createdCollectionAutomatically" not in reply
+        db.made.insert_many([{"_id": 1, "k": 1}, {"_id": 2, "k": 2}], session=s)
+        assert [d["_id"] for d in db.made.find({"k": {"$gte": 2}}, session=s)] == [2]
+        assert "made" not in db.list_collection_names()
+        s.commit_transaction()
+    assert [ix["name"] for ix in db.made.list_indexes()] == ["_id_", "k_1"]
+    with pytest.raises(pymongo.errors.DuplicateKeyError):
+        db.made.insert_one({"_id": 3, "k": 1})
+    plan = db.made.find({"k": 2}).explain()["queryPlanner"]["winningPlan"]
+    assert "IXSCAN" in str(plan) and "k_1" in str(plan)
+    assert db.command("validate", "made")["valid"]
+
+
+def test_create_indexes_in_a_transaction_refused_as_mongod(client):
+    db = client.test
+    db.old.insert_one({"_id": 1, "k": 1})
+    db.old.create_index("k")
+    cases = [
+        (lambda s: db.old.create_index("j", session=s), "Cannot create new indexes on existing collection test.old in a multi-document transaction."),
+        (lambda s: (db.new.insert_one({"k": 1}, session=s), db.new.create_index("k", session=s)), "Cannot create new indexes on non-empty collection test.new in a multi-document transaction."),
+        (lambda s: db["system.js"].create_index("k", session=s), "Cannot write to system collection test.system.js within a transaction."),
+    ]
+    for run, message in cases:
+        with client.start_session() as s:
+            s.start_transaction()
+            with pytest.raises(OperationFailure) as e:
+                run(s)
+            assert (e.value.code, e.value.details["errmsg"]) == (263, message)
+            assert "TransientTransactionError" not in (e.value.details.get("errorLabels") or [])
+    # An index the collection already has is not a new one.
+    with client.start_session() as s:
+        s.start_transaction()
+        assert db.old.create_index("k", session=s) == "k_1"
+        s.commit_transaction()
+    assert "new" not in db.list_collection_names()
+    assert [ix["name"] for ix in db.old.list_indexes()] == ["_id_", "k_1"]
+
+
+def test_an_index_on_a_collection_emptied_in_its_transaction_then_written(client):
+    """Insert, delete, createIndexes, insert: the index list changed only
+    by the transaction itself is no conflict."""
+    db = client.test
+    with client.start_session() as s:
+        s.start_transaction()
+        db.cycle.insert_one({"_id": 1, "k": 1}, session=s)
+        db.cycle.delete_one({"_id": 1}, session=s)
+        db.cycle.create_index("k", unique=True, session=s)
+        db.cycle.insert_one({"_id": 2, "k": 2}, session=s)
+        s.commit_transaction()
+    assert [d["_id"] for d in db.cycle.find({"k": 2}).hint("k_1")] == [2]
+
+
+def test_ddl_in_a_transaction_needs_read_concern_local(client):
+    """mongod refuses create and createIndexes in a transaction whose
+    readConcern names a level other than local (InvalidOptions), and the
+    transaction is aborted; local, or no level, is fine."""
+    db = client.test
+    for level in ["snapshot", "majority"]:
+        for run in [lambda s: db.create_collection("ddl", session=s), lambda s: db.ddl.create_index("k", session=s)]:
+            with client.start_session() as s:
+                s.start_transaction(read_concern=ReadConcern(level))
+                db.other.find_one({}, session=s)
+                with pytest.raises(OperationFailure) as e:
+                    run(s)
+                assert e.value.code == 72
+                assert e.value.details["errmsg"].startswith("Command ")
+                assert f"does not support this transaction's {{ readConcern: {{ level: \"{level}\"" in str(e.value)
+                with pytest.raises(OperationFailure) as e:
+                    s.commit_transaction()
+                assert e.value.code == 251
+    with client.start_session() as s:
+        s.start_transaction(read_concern=ReadConcern("local"))
+        db.ddl.create_index("k", session=s)
+        s.commit_transaction()
+    assert [ix["name"] for ix in db.ddl.list_indexes()] == ["_id_", "k_1"]
+
+
+def test_snapshot_reads_outside_transactions(client):
+    """A snapshot session's reads all see the snapshot its first read took
+    (its atClusterTime), whatever is written meanwhile, getMore included."""
+    db = client.test
+    db.snap.insert_many([{"_id": i, "x": 1} for i in range(5)])
+    with client.start_session(snapshot=True) as s:
+        first = db.snap.find({}, session=s, batch_size=2)
+        assert [d["_id"] for d in first][:2] == [0, 1]
+        at = s._snapshot_time  # pymongo's record of the reply's atClusterTime
+        assert at is not None
+        later = db.snap.find({}, session=s, batch_size=2)
+        assert next(later)["x"] == 1
+        db.snap.update_many({}, {"$set": {"x": 2}})
+        db.snap.insert_one({"_id": 9, "x": 2})
+        assert [d["x"] for d in later] == [1, 1, 1, 1], "the getMores read the same snapshot"
+        assert db.snap.count_documents({}, session=s) == 5
+        assert db.snap.distinct("x", session=s) == [1]
+        assert [d["n"] for d in db.snap.aggregate([{"$count": "n"}], session=s)] == [5]
+    assert db.snap.count_documents({"x": 2}) == 6
+    # The time is kept: a raw read at it sees the same.
+    reply = db.command("find", "snap", readConcern={"level": "snapshot", "atClusterTime": at})
+    assert reply["cursor"]["atClusterTime"] == at
+    assert [d["x"] for d in reply["cursor"]["firstBatch"]] == [1] * 5
+    reply = db.command("distinct", "snap", key="x", readConcern={"level": "snapshot", "atClusterTime": at})
+    assert (reply["values"], reply["atClusterTime"]) == ([1], at)
+
+
+def test_read_concern_errors_as_mongod(client):
+    db = client.test
+    db.rc.insert_one({"_id": 1})
+    now = db.command("ping")["$clusterTime"]["clusterTime"]
+    future = Timestamp(now.time + 100, 0)
+    cases = [
+        ({"find": "rc", "readConcern": 1}, 14, "BSON field 'readConcern' is the wrong type 'int', expected type 'object'"),
+        ({"find": "rc", "readConcern": {"level": "bogus"}}, 2, "Enumeration value 'bogus' for field 'readConcern.level' is not a valid value."),
+        ({"find": "rc", "readConcern": {"level": "local", "atClusterTime": now}}, 72, "atClusterTime field can be set only if level is equal to snapshot"),
+        ({"find": "rc", "readConcern": {"level": "snapshot", "atClusterTime": future}}, 72, "readConcern atClusterTime value must not be greater than the current clusterTime."),
+        ({"find": "rc", "readConcern": {"afterClusterTime": future}}, 72, "readConcern afterClusterTime value must not be greater than the current clusterTime."),
+        ({"insert": "rc", "documents": [{}], "readConcern": {"level": "snapshot"}}, 72, "Command insert does not support { readConcern: { level: \"snapshot\" } }"),
+        ({"listCollections": 1, "readConcern": {"level": "snapshot"}}, 72, "Command listCollections does not support"),
+        ({"aggregate": "rc", "pipeline": [{"$out": "o"}], "cursor": {}, "readConcern": {"level": "snapshot"}}, 72, "$out cannot be used with a 'snapshot' read concern level"),
+        ({"find": "rc", "readConcern": {"level": "serializable"}}, 72, "readConcern level 'serializable' applies to multi-document transactions only"),
+    ]
+    for cmd, code, message in cases:
+        with pytest.raises(OperationFailure) as e:
+            db.command(cmd)
+        assert e.value.code == code and e.value.details["errmsg"].startswith(message), (cmd, e.value.details)
+    assert db.command("find", "rc", readConcern={"level": "majority", "afterClusterTime": now})["ok"] == 1.0
+    assert "o" not in db.list_collection_names()
+
+
+def test_snapshot_history_is_kept_for_the_window(client):
+    """A time no snapshot read took is too old (SnapshotTooOld); a kept
+    one is forgotten once minSnapshotHistoryWindowInSeconds passes unused."""
+    db = client.test
+    db.win.insert_one({"_id": 1})
+    stale = db.command("ping")["$clusterTime"]["clusterTime"]
+    db.win.insert_one({"_id": 2})
+    with pytest.raises(OperationFailure) as e:
+        db.command("find", "win", readConcern={"level": "snapshot", "atClusterTime": stale})
+    assert e.value.code == 239 and "is older than the oldest available timestamp" in str(e.value)
+    at = db.command("find", "win", readConcern={"level": "snapshot"})["cursor"]["atClusterTime"]
+    db.win.insert_one({"_id": 3})
+    old = client.admin.command("setParameter", 1, minSnapshotHistoryWindowInSeconds=0)["was"]
+    try:
+        assert old == 300
+        deadline = time.time() + 10
+        while True:
+            try:
+                db.command("find", "win", readConcern={"level": "snapshot", "atClusterTime": at})
+            except OperationFailure as e:
+                assert e.code == 239
+                break
+            assert time.time() < deadline, "the kept snapshot outlived its window"
+            time.sleep(0.1)
+    finally:
+        client.admin.command("setParameter", 1, minSnapshotHistoryWindowInSeconds=old)
+
+
+def test_a_transaction_at_cluster_time(server, client):
+    """A transaction begins on the newest snapshot: atClusterTime may name
+    it, and an older time is too old."""
+    db = client.test
+    db.tat.insert_one({"_id": 1})
+    stale = db.command("ping")["$clusterTime"]["clusterTime"]
+    db.tat.insert_one({"_id": 2})
+    now = db.command("ping")["$clusterTime"]["clusterTime"]
+    raw, lsid = Raw(server), raw_session()
+
+    def start(n, at):
+        rc = {"level": "snapshot", "atClusterTime": at}
+        return raw({"find": "tat", "readConcern": rc, "lsid": lsid, "txnNumber": Int64(n),
+                    "startTransaction": True, "autocommit": False})
+
+    reply = start(1, now)
+    assert reply["ok"] == 1.0 and [d["_id"] for d in reply["cursor"]["firstBatch"]] == [1, 2]
+    reply = start(2, stale)
+    assert (reply["ok"], reply["code"]) == (0.0, 239)
+    raw.close()
+
+
+def test_an_abandoned_transaction_drops_the_indexes_it_made(server, client):
+    db = client.test
+    with client.start_session() as s:
+        s.start_transaction()
+        db.gone.create_index("a", session=s)
+        db.gone.create_index([("b", 1), ("c", -1)], session=s)
+        db.gone.insert_one({"a": [1, 2], "b": 1, "c": 2}, session=s)
+        s.abort_transaction()
+    assert "gone" not in db.list_collection_names()
+    db.gone.insert_one({"a": 1})
+    assert [ix["name"] for ix in db.gone.list_indexes()] == ["_id_"]
 
 
 def test_an_insert_into_a_collection_a_transaction_creates_waits_for_it(client):

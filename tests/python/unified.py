@@ -792,6 +792,7 @@ _UPDATE = {
 # root-level documents, fully iterated), "result" (a result model, compared
 # as result_document gives it).
 COLLECTION_OPERATIONS = {
+    "listIndexes": ([], _same("batchSize"), lambda c, **k: list(c.list_indexes(**k)), "documents"),
     "aggregate": (["pipeline"], _same("batchSize", "allowDiskUse", "collation", "comment", "let", "hint",
                                      "maxTimeMS", "bypassDocumentValidation"),
                   lambda c, *a, **k: list(c.aggregate(*a, **k)), "documents"),
@@ -859,9 +860,12 @@ SESSION_OPERATIONS = {
     "commitTransaction": ([], {}, ClientSession.commit_transaction, "none"),
     "abortTransaction": ([], {}, ClientSession.abort_transaction, "none"),
     "endSession": ([], {}, ClientSession.end_session, "none"),
+    # pymongo keeps a snapshot session's time private (`_snapshot_time`).
+    "getSnapshotTime": ([], {}, lambda s: s._snapshot_time, "value"),
 }
 
 CLIENT_OPERATIONS = {
+    "listDatabases": ([], _same("filter"), lambda c, **k: list(c.list_databases(**k)), "documents"),
     "clientBulkWrite": (["models"], {
         "ordered": "ordered", "verboseResults": "verbose_results", "comment": "comment", "let": "let",
         "bypassDocumentValidation": "bypass_document_validation", "writeConcern": "write_concern"},
@@ -992,9 +996,14 @@ class Runner:
                 kw["causal_consistency"] = options.pop("causalConsistency")
             if "snapshot" in options:
                 kw["snapshot"] = options.pop("snapshot")
+            snapshot_time = options.pop("snapshotTime", None)
             if options:
                 raise Unsupported(f"session options {sorted(options)}")
             entity = client.start_session(**kw)
+            if snapshot_time is not None:
+                # pymongo has no public option for it: set what its first
+                # read would have recorded.
+                entity._snapshot_time = self.entities[snapshot_time]
             self.lsids[name] = entity.session_id
         else:
             raise Unsupported(f"entity type {kind}")
@@ -1093,6 +1102,15 @@ class Runner:
             names = {1: "none", 2: "starting", 3: "in_progress", 4: "committed", 5: "committed",
                      6: "aborted"}
             assert names.get(state) == args["state"], f"transaction state {state}, expected {args['state']}"
+        elif name in ("assertSessionDirty", "assertSessionNotDirty"):
+            session = self._entity(args["session"], ClientSession)
+            dirty = session._server_session.dirty  # pymongo keeps it private
+            assert dirty == (name == "assertSessionDirty"), f"{name}: the session's dirty flag is {dirty}"
+        elif name in ("assertSameLsidOnLastTwoCommands", "assertDifferentLsidOnLastTwoCommands"):
+            started = [e for kind, e in self.recorders[args["client"]].events if kind == "commandStartedEvent"]
+            assert len(started) >= 2, f"{name}: {len(started)} commands recorded"
+            a, b = (e.command.get("lsid") for e in started[-2:])
+            assert (a == b) == (name == "assertSameLsidOnLastTwoCommands"), f"{name}: {a} and {b}"
         elif name == "assertSessionUnpinned":
             # Only a mongos pins a session; one server never does.
             assert self._entity(args["session"], ClientSession)._pinned_address is None

@@ -21,6 +21,7 @@ mod redb_peer;
 mod report;
 mod smallbank;
 mod smallbank_wire;
+mod tpcb;
 mod txn_check;
 mod workload;
 mod ycsb;
@@ -59,6 +60,9 @@ enum Target {
     W3(many_index::W3Args),
     /// SmallBank (W5) over the wire: snapshot vs serializable transactions.
     SmallbankWire(smallbank_wire::SmallBankWireArgs),
+    /// pgbench's TPC-B-like transaction (W4), multi-document and
+    /// single-document designs: ArborDB vs pgbench on PostgreSQL.
+    Tpcb(tpcb::TpcbArgs),
     /// Random multi-document transactions over the wire, their history
     /// checked (snapshot isolation; serializable: no cycle).
     TxnCheck(txn_check::TxnCheckArgs),
@@ -76,6 +80,7 @@ fn main() -> ExitCode {
         Target::W3(a) => many_index::run(a),
         Target::TxnCheck(a) => txn_check::run(a),
         Target::SmallbankWire(a) => smallbank_wire::run(a),
+        Target::Tpcb(a) => tpcb::run(a),
         Target::CannedServer(a) => canned::run(a),
     };
     match result {

@@ -172,24 +172,58 @@ pub fn cpu_seconds() -> Option<f64> {
 /// CPU time (user + system, all threads) process `pid` ("self" or a
 /// number) has used so far.
 pub fn process_cpu_seconds(pid: &str) -> Option<f64> {
+    Some(stat_ticks(pid, 11..13)? as f64 / 100.0)
+}
+
+/// The sum of `/proc/<pid>/stat` fields `range`, counted from the state
+/// field (0): 11 utime, 12 stime, 13 cutime, 14 cstime, in USER_HZ ticks.
+fn stat_ticks(pid: &str, range: std::ops::Range<usize>) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Fields after the command name (which may hold spaces) start at field 3.
     let rest = &s[s.rfind(')')? + 2..];
     let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
-    Some(ticks as f64 / 100.0)
+    range.map(|i| f.get(i)?.parse::<u64>().ok()).sum()
 }
 
 /// CPU time used so far by every live process whose command name is
 /// `comm` (e.g. all of PostgreSQL's backends and helpers).
 pub fn command_cpu_seconds(comm: &str) -> f64 {
-    let Ok(dir) = std::fs::read_dir("/proc") else { return 0.0 };
+    command_pids(comm).iter().filter_map(|pid| process_cpu_seconds(pid)).sum()
+}
+
+/// CPU time of process `root` and its live children, each with the CPU of
+/// the children it has reaped (a PostgreSQL postmaster, its helpers, and
+/// the backends that exited when their clients left). Exact only while no
+/// child is exiting: a child reaped between the readings is missed.
+pub fn tree_cpu_seconds(root: &str) -> Option<f64> {
+    let own = stat_ticks(root, 11..15)?;
+    let children: u64 = children_of(root).iter().filter_map(|pid| stat_ticks(pid, 11..15)).sum();
+    Some((own + children) as f64 / 100.0)
+}
+
+/// Live processes whose parent is `parent`.
+pub fn children_of(parent: &str) -> Vec<String> {
+    let parent_of = |pid: &str| -> Option<String> {
+        let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        Some(s[s.rfind(')')? + 2..].split_whitespace().nth(1)?.to_string())
+    };
+    all_pids().into_iter().filter(|pid| parent_of(pid).as_deref() == Some(parent)).collect()
+}
+
+/// Live processes whose command name is `comm`.
+fn command_pids(comm: &str) -> Vec<String> {
+    all_pids()
+        .into_iter()
+        .filter(|pid| std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == comm))
+        .collect()
+}
+
+fn all_pids() -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
     dir.filter_map(|e| e.ok())
         .filter_map(|e| e.file_name().into_string().ok())
         .filter(|pid| pid.bytes().all(|b| b.is_ascii_digit()))
-        .filter(|pid| std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == comm))
-        .filter_map(|pid| process_cpu_seconds(&pid))
-        .sum()
+        .collect()
 }
 
 /// The machine's CPU time so far from /proc/stat, in ticks: (all, stolen by

@@ -20,6 +20,19 @@ pub(crate) fn free_port() -> BenchResult<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
+/// Options of the benchmarks that start a server of their own.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ServerArgs {
+    /// The server binary (default: `arbordb` beside this one).
+    #[arg(long)]
+    pub bin: Option<PathBuf>,
+    /// Where to write the JSON (default: stdout only).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
 /// The ArborDB server process, stopped (SIGTERM, clean checkpoint) on drop.
 pub(crate) struct ServerProcess(pub(crate) Child);
 

@@ -22,7 +22,6 @@ use mongodb::{Client, ClientSession, Collection};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -46,14 +45,8 @@ pub struct SmallBankWireArgs {
     /// Isolation levels to run, comma separated.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "snapshot,serializable")]
     isolation: Vec<Level>,
-    /// The server binary (default: `arbordb` beside this one).
-    #[arg(long)]
-    bin: Option<PathBuf>,
-    /// Where to write the JSON (default: stdout only).
-    #[arg(long)]
-    out: Option<PathBuf>,
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
+    #[command(flatten)]
+    server: crate::procs::ServerArgs,
 }
 
 /// The two accounts' collections: savings and checking.
@@ -226,7 +219,7 @@ pub fn run(a: SmallBankWireArgs) -> BenchResult<()> {
             "serializable_over_snapshot_commits_per_server_cpu_sec": ratio("commits_per_server_cpu_sec"),
         });
         println!("{}", serde_json::to_string_pretty(&report)?);
-        if let Some(out) = &a.out {
+        if let Some(out) = &a.server.out {
             std::fs::write(out, serde_json::to_string_pretty(&report)?)?;
         }
         let serializable_anomalies = runs
@@ -242,7 +235,7 @@ pub fn run(a: SmallBankWireArgs) -> BenchResult<()> {
 }
 
 async fn run_level(a: &SmallBankWireArgs, level: Level) -> BenchResult<serde_json::Value> {
-    let server = start_arbordb(a.bin.as_deref(), 0, "smallbank-wire").await?;
+    let server = start_arbordb(a.server.bin.as_deref(), 0, "smallbank-wire").await?;
     let pid = server.server.0.id().to_string();
     let client = Client::with_uri_str(format!("mongodb://127.0.0.1:{}/?directConnection=true", server.port)).await?;
     let db = client.database("bank");
@@ -264,7 +257,7 @@ async fn run_level(a: &SmallBankWireArgs, level: Level) -> BenchResult<serde_jso
     for c in 0..a.clients {
         let (client, bank, ids) = (client.clone(), bank.clone(), ids.clone());
         let (customers, hotspot, percent) = (a.customers, a.hotspot.min(a.customers), a.hotspot_percent);
-        let mut rng = StdRng::seed_from_u64(a.seed.wrapping_mul(7919).wrapping_add(c as u64));
+        let mut rng = StdRng::seed_from_u64(a.server.seed.wrapping_mul(7919).wrapping_add(c as u64));
         tasks.push(tokio::spawn(async move {
             let pick = move |rng: &mut StdRng| {
                 if rng.gen_range(0..100) < percent {

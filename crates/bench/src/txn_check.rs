@@ -26,7 +26,6 @@ use mongodb::options::{ReadConcern, ReturnDocument};
 use mongodb::{Client, ClientSession, Collection};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -46,14 +45,8 @@ pub struct TxnCheckArgs {
     /// Isolation levels to run, comma separated.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "snapshot,serializable")]
     isolation: Vec<Level>,
-    /// The server binary (default: `arbordb` beside this one).
-    #[arg(long)]
-    bin: Option<PathBuf>,
-    /// Where to write the JSON summary (default: stdout only).
-    #[arg(long)]
-    out: Option<PathBuf>,
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
+    #[command(flatten)]
+    server: crate::procs::ServerArgs,
 }
 
 /// History timestamps are engine timestamps times this, so that read-only
@@ -84,7 +77,7 @@ pub fn run(a: TxnCheckArgs) -> BenchResult<()> {
             println!("{}", serde_json::to_string(&summary)?);
             summaries.push(summary);
         }
-        if let Some(out) = &a.out {
+        if let Some(out) = &a.server.out {
             std::fs::write(out, serde_json::to_string_pretty(&summaries)?)?;
         }
         Ok(())
@@ -101,7 +94,7 @@ async fn check_level(a: &TxnCheckArgs, level: Level) -> BenchResult<Summary> {
     if a.keys > 1000 {
         return Err("--keys must be at most 1000".into());
     }
-    let server = start_arbordb(a.bin.as_deref(), 0, "txn-check").await?;
+    let server = start_arbordb(a.server.bin.as_deref(), 0, "txn-check").await?;
     let client = Client::with_uri_str(format!("mongodb://127.0.0.1:{}/?directConnection=true", server.port)).await?;
     let coll: Collection<Document> = client.database("h").collection("kv");
     coll.create_index(mongodb::IndexModel::builder().keys(doc! { "g": 1 }).build()).await?;
@@ -111,7 +104,7 @@ async fn check_level(a: &TxnCheckArgs, level: Level) -> BenchResult<Summary> {
     let mut tasks = Vec::new();
     for c in 0..a.clients {
         let (client, coll, ids) = (client.clone(), coll.clone(), ids.clone());
-        let mut rng = StdRng::seed_from_u64(a.seed.wrapping_mul(1000).wrapping_add(c as u64));
+        let mut rng = StdRng::seed_from_u64(a.server.seed.wrapping_mul(1000).wrapping_add(c as u64));
         let keys = a.keys;
         tasks.push(tokio::spawn(async move {
             let mut records = Vec::new();

@@ -167,7 +167,9 @@ impl From<DocError> for CommandError {
             DocError::Unencodable(why) => CommandError::bad_value(why.to_string()),
             DocError::TooDeep { .. } => CommandError::with_code(15, e.to_string()),
             // OperationNotSupportedInTransaction, as mongod answers it.
-            DocError::CappedInTransaction => CommandError::with_code(263, e.to_string()),
+            DocError::CappedInTransaction | DocError::IndexOnNonEmptyInTransaction(_) => {
+                CommandError::with_code(263, e.to_string())
+            }
             DocError::ExceedsCappedSize => CommandError::bad_value(e.to_string()),
             DocError::Storage(ref s) if s.is_retryable() => conflict_error(s),
             DocError::Storage(storage::StorageError::TransactionTooLarge { .. }) => {

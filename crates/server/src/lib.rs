@@ -22,9 +22,11 @@ pub mod failpoint;
 pub mod limits;
 pub mod net;
 pub mod profiler;
+pub mod read_concern;
 pub mod reply;
 pub mod server;
 pub mod session;
+pub mod snapshots;
 pub mod transactions;
 pub mod ttl;
 

@@ -136,6 +136,8 @@ pub struct Shared {
     pub index_builds: crate::exec::index_builds::IndexBuilds,
     /// Sessions' multi-document transactions (`transactions.rs`).
     pub transactions: crate::transactions::Transactions,
+    /// Snapshots kept for reads at `atClusterTime` (`snapshots.rs`).
+    pub snapshots: crate::snapshots::Snapshots,
     /// Profiling levels by database (`profiler.rs`).
     pub profiler: crate::profiler::Profiler,
     /// The operations under way (`exec/ops.rs`).
@@ -174,6 +176,7 @@ impl Shared {
             plan_cache: Default::default(),
             index_builds: Default::default(),
             transactions: Default::default(),
+            snapshots: Default::default(),
             profiler: Default::default(),
             ops: Default::default(),
             ttl: crate::ttl::Ttl::default(),

@@ -170,9 +170,7 @@ fn subtype_name(s: BinarySubtype) -> String {
 
 const RETRYABLE_WRITES: &[&str] = &["insert", "update", "delete", "findAndModify", "findandmodify", "bulkWrite"];
 
-/// The commands a multi-document transaction may run: mongod 8.0's, but
-/// `createIndexes` (an index build commits on its own, so it is refused
-/// rather than kept after an abort).
+/// The commands a multi-document transaction may run: mongod 8.0's.
 const IN_TRANSACTION: &[&str] = &[
     "find",
     "getMore",
@@ -186,6 +184,7 @@ const IN_TRANSACTION: &[&str] = &[
     "distinct",
     "bulkWrite",
     "create",
+    "createIndexes",
     "commitTransaction",
     "abortTransaction",
 ];

@@ -30,6 +30,7 @@
 //!    transaction instead, `doc` invariant).
 
 use crate::error::CommandError;
+use crate::read_concern::ReadConcern;
 use crate::server::Shared;
 use doc::catalog::{Catalog, Collection, DocError, Namespace, Pending};
 use doc::index::Index;
@@ -99,6 +100,9 @@ pub struct InTxn {
     /// Its opid for `currentOp` and `killOp`, and when it began.
     opid: u32,
     began_at: bson::DateTime,
+    /// The readConcern its first statement gave (`None`: none, or no
+    /// level in it), as mongod's DDL in a transaction checks it.
+    read_concern: Option<bson::Document>,
 }
 
 impl Drop for InTxn {
@@ -116,6 +120,28 @@ impl InTxn {
         let created = self.created.lock();
         let mine = created.iter().filter_map(Pending::collection).find(|c| c.ns == *ns);
         mine.cloned().or_else(|| catalog.get(ns))
+    }
+
+    /// mongod's rule for `create` and `createIndexes` in a transaction:
+    /// refused (InvalidOptions) when its readConcern has a level other
+    /// than `local`.
+    pub(crate) fn check_ddl_read_concern(&self, command: &str) -> Result<(), CommandError> {
+        let Some(rc) = &self.read_concern else { return Ok(()) };
+        if rc.get_str("level") == Ok("local") {
+            return Ok(());
+        }
+        let mut shown = rc.clone();
+        shown.insert("provenance", "clientSupplied");
+        Err(CommandError::invalid_options(format!(
+            "Command {command} does not support this transaction's {{ readConcern: {} }} :: caused by :: read concern \
+             not supported",
+            doc::format::spaced(&bson::Bson::Document(shown))
+        )))
+    }
+
+    /// Whether the transaction created the collection `ns`.
+    pub(crate) fn created_here(&self, ns: &Namespace) -> bool {
+        self.created.lock().iter().filter_map(Pending::collection).any(|c| c.ns == *ns)
     }
 
     /// Create the collection `ns` with `options` in the transaction.
@@ -138,6 +164,13 @@ impl InTxn {
     /// false if an earlier write maintained another list (the write must
     /// fail with a conflict).
     pub(crate) fn note_write(&self, coll: &Collection, indexes: Vec<Arc<Index>>) -> bool {
+        // Only this transaction changes the indexes of one it created
+        // (`createIndexes` on it once it is empty again).
+        let created = self.created.lock();
+        if created.iter().filter_map(Pending::collection).any(|c| c.records_table() == coll.records_table()) {
+            return true;
+        }
+        drop(created);
         let mut written = self.written.lock();
         match written.iter().find(|(ns, table, _)| *ns == coll.ns && table == coll.records_table()) {
             Some((_, _, seen)) => same_indexes(seen, &indexes),
@@ -205,14 +238,14 @@ fn no_such(number: i64, active: Option<i64>) -> CommandError {
 
 /// The isolation a transaction's first statement asks for: readConcern
 /// `{level: "serializable"}`, or the server's default.
-fn isolation_of(shared: &Shared, cmd: &bson::Document) -> Result<TxnOptions, CommandError> {
-    let level = match cmd.get("readConcern") {
-        Some(bson::Bson::Document(rc)) => rc.get_str("level").ok(),
-        _ => None,
-    };
-    match level {
-        Some("serializable") => Ok(TxnOptions::serializable()),
-        None | Some("local" | "majority" | "snapshot") => {
+fn isolation_of(shared: &Shared, rc: Option<&ReadConcern>) -> Result<TxnOptions, CommandError> {
+    use crate::read_concern::Level;
+    if let Some(after) = rc.and_then(|rc| rc.after_cluster_time) {
+        crate::read_concern::not_ahead(shared, "afterClusterTime", after)?;
+    }
+    match rc.and_then(|rc| rc.level) {
+        Some(Level::Serializable) => Ok(TxnOptions::serializable()),
+        None | Some(Level::Local | Level::Majority | Level::Snapshot) => {
             Ok(match shared.transactions.serializable_default.load(Ordering::Relaxed) {
                 true => TxnOptions::serializable(),
                 false => TxnOptions::default(),
@@ -220,8 +253,21 @@ fn isolation_of(shared: &Shared, cmd: &bson::Document) -> Result<TxnOptions, Com
         }
         Some(other) => Err(CommandError::invalid_options(format!(
             "The readConcern level must be either 'local' (default), 'majority', 'snapshot' or 'serializable' in \
-             a transaction, not '{other}'"
+             a transaction, not '{}'",
+            format!("{other:?}").to_lowercase()
         ))),
+    }
+}
+
+/// A transaction's `atClusterTime` must be the snapshot it began on: the
+/// newest (transactions cannot begin on a kept older snapshot, which
+/// writes could not commit on).
+fn check_at_cluster_time(shared: &Shared, rc: Option<&ReadConcern>, txn: &storage::Txn) -> Result<(), CommandError> {
+    let Some(at) = rc.and_then(|rc| rc.at_cluster_time) else { return Ok(()) };
+    crate::read_concern::not_ahead(shared, "atClusterTime", at)?;
+    match crate::read_concern::engine_ts_of(shared, at) {
+        Some(ts) if ts == txn.read_ts() => Ok(()),
+        _ => Err(crate::snapshots::too_old(at)),
     }
 }
 
@@ -254,8 +300,10 @@ impl Transactions {
                     }
                 )));
             }
-            let opts = TxnOptions { skip_journal_sync: true, ..isolation_of(shared, cmd)? };
+            let rc = crate::read_concern::parse(cmd)?;
+            let opts = TxnOptions { skip_journal_sync: true, ..isolation_of(shared, rc.as_ref())? };
             let txn = Arc::new(shared.catalog.engine().begin(opts).map_err(doc::catalog::DocError::from)?);
+            check_at_cluster_time(shared, rc.as_ref(), &txn)?;
             let engine = shared.catalog.engine().clone();
             let txn = Arc::new(InTxn {
                 txn,
@@ -264,6 +312,10 @@ impl Transactions {
                 engine,
                 opid: shared.ops.next_opid(),
                 began_at: bson::DateTime::now(),
+                read_concern: match cmd.get("readConcern") {
+                    Some(bson::Bson::Document(rc)) if rc.contains_key("level") => Some(rc.clone()),
+                    _ => None,
+                },
             });
             let state = State::Open { txn: txn.clone(), began: Instant::now(), running: true };
             let replaced = slots.insert(st.lsid, Slot { number: st.number, state, touched: Instant::now() });
@@ -464,6 +516,7 @@ pub async fn reaper(shared: Arc<Shared>, mut stop: tokio::sync::watch::Receiver<
             _ = tick.tick() => {}
             _ = stop.wait_for(|s| *s) => break,
         }
+        shared.snapshots.reap();
         for txn in shared.transactions.reap_expired() {
             tracing::info!(
                 id = 20707,

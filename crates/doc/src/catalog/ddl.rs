@@ -35,8 +35,12 @@ impl Pending {
     /// [`Catalog::abandon`] with only the engine at hand.
     pub fn abandon_on(self, engine: &Engine) {
         if let Change::Create { coll } = self.change {
-            debug_assert!(coll.indexes.read().is_empty(), "a created collection has no secondary index");
-            for name in [coll.records.name(), coll.id_index.name()] {
+            // Its secondary indexes were added in the same transaction
+            // (`Catalog::add_index_in`).
+            let secondary: Vec<String> = coll.indexes.read().iter().map(|ix| ix.table.name().to_string()).collect();
+            let tables =
+                [coll.records.name(), coll.id_index.name()].into_iter().chain(secondary.iter().map(|s| s.as_str()));
+            for name in tables {
                 if let Err(e) = engine.drop_table(name) {
                     tracing::warn!(table = %name, error = %e, "table left for the next open to drop");
                 }

@@ -45,6 +45,10 @@ pub enum DocError {
     /// accounting needs transactions of its own.
     #[error("writes in a transaction are not allowed on capped collections")]
     CappedInTransaction,
+    /// An index asked for, in a transaction, on a collection the
+    /// transaction created and has written to.
+    #[error("Cannot create new indexes on non-empty collection {0} in a multi-document transaction.")]
+    IndexOnNonEmptyInTransaction(String),
     /// A document nested deeper than `limits::stored_depth_max` (`max`),
     /// in mongod's words for an insert or an update.
     #[error("{}", if *update {

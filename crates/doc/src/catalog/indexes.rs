@@ -353,6 +353,48 @@ impl Catalog {
         }
     }
 
+    /// In `txn`: add the index `spec`, ready, to `coll`, a collection
+    /// created in `txn` and not yet published, so no other writer reaches
+    /// it. The collection must be empty as `txn` sees it (there is nothing
+    /// to fill, as mongod requires inside a transaction). The table is
+    /// made at once; the collection's `Pending` drops it if `txn` rolls
+    /// back, and an open drops it after a crash (no committed entry names
+    /// it).
+    pub fn add_index_in(&self, txn: &Txn, coll: &Collection, spec: IndexSpec) -> Result<(), DocError> {
+        let key = coll.ns.to_string();
+        if txn.cursor(&coll.records)?.first()?.is_some() {
+            return Err(DocError::IndexOnNonEmptyInTransaction(key));
+        }
+        if coll.indexes.read().iter().any(|ix| ix.spec.name == spec.name) {
+            return Err(DocError::IndexExists(spec.name));
+        }
+        let mut entry = match txn.get(&self.meta, key.as_bytes())? {
+            Some(bytes) => decode(&bytes)?,
+            None => return Err(DocError::NamespaceNotFound(key)),
+        };
+        let table = format!("i/{}/ix", self.next_ident.fetch_add(1, Ordering::Relaxed));
+        let handle = self.engine.create_table(&table, index_table_config())?;
+        let no_arrays = vec![BTreeSet::new(); spec.fields.len()];
+        let added = Index::new(spec, handle, (false, no_arrays), &self.hooks, None).and_then(|ix| {
+            ix.set_ready();
+            let indexes =
+                entry.get_array_mut("indexes").map_err(|_| DocError::Corrupt("an entry without indexes".into()))?;
+            indexes.push(Bson::Document(index_entry_doc(&ix, &table, true)));
+            txn.put(&self.meta, key.as_bytes(), &encode(&entry)?)?;
+            Ok(ix)
+        });
+        match added {
+            Ok(ix) => {
+                coll.indexes.write().push(Arc::new(ix));
+                Ok(())
+            }
+            Err(e) => {
+                let _ = self.engine.drop_table(&table);
+                Err(e)
+            }
+        }
+    }
+
     /// Step 1: the index recorded as not ready, listed, its table made.
     fn begin_build(&self, ns: &Namespace, spec: IndexSpec) -> Result<(Arc<Collection>, Arc<Index>), DocError> {
         let _serial = self.ddl.lock();

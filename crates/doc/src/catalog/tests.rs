@@ -501,6 +501,54 @@ fn ddl_in_the_callers_transaction_publishes_on_commit_only() {
     assert!(cat.get(&ns).is_none());
 }
 
+/// An index added in the transaction that creates its collection: gone
+/// with the tables after a rollback; after a commit, kept up by the
+/// transaction's own later writes, multikey recorded, and still there,
+/// ready, after a reopen. A collection with a document refuses it.
+#[test]
+fn an_index_added_in_the_creating_transaction_commits_or_vanishes_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let cat = Catalog::open(e.clone()).unwrap();
+    let ns = Namespace::new("t", "made").unwrap();
+    let tables_before = e.table_names().len();
+    let ix_spec = || spec(doc! { "v": 2, "key": { "a": 1 }, "name": "a_1" });
+
+    let txn = e.begin(storage::TxnOptions::default()).unwrap();
+    let pending = cat.create_in(&txn, &ns, Document::new()).unwrap();
+    cat.add_index_in(&txn, pending.collection().unwrap(), ix_spec()).unwrap();
+    assert_eq!(e.table_names().len(), tables_before + 3);
+    txn.rollback();
+    cat.abandon(pending);
+    assert_eq!(e.table_names().len(), tables_before, "an abandoned create drops its index tables too");
+
+    let txn = e.begin(storage::TxnOptions::default()).unwrap();
+    let pending = cat.create_in(&txn, &ns, Document::new()).unwrap();
+    let coll = pending.collection().unwrap().clone();
+    cat.add_index_in(&txn, &coll, ix_spec()).unwrap();
+    assert!(matches!(cat.add_index_in(&txn, &coll, ix_spec()), Err(DocError::IndexExists(_))));
+    coll.insert_in(&txn, &doc! { "_id": 1, "a": [3, 4] }).unwrap();
+    let other = spec(doc! { "v": 2, "key": { "b": 1 }, "name": "b_1" });
+    match cat.add_index_in(&txn, &coll, other) {
+        Err(e @ DocError::IndexOnNonEmptyInTransaction(_)) => assert_eq!(
+            e.to_string(),
+            "Cannot create new indexes on non-empty collection t.made in a multi-document transaction."
+        ),
+        other => panic!("an index on a written collection: {:?}", other.map(|_| ())),
+    }
+    let ts = txn.commit().unwrap();
+    let coll = cat.publish(pending, ts).unwrap();
+    let want = vec![(vec![Bson::Int32(3)], Bson::Int32(1)), (vec![Bson::Int32(4)], Bson::Int32(1))];
+    assert_eq!(index_of(&e, &coll, "a_1"), want);
+    drop((coll, cat));
+    let cat = Catalog::open(e.clone()).unwrap();
+    let coll = cat.get(&ns).unwrap();
+    let ix = coll.indexes().into_iter().find(|ix| ix.spec.name == "a_1").unwrap();
+    assert!(ix.is_ready() && ix.is_multikey(), "recorded ready and multikey");
+    assert_eq!(index_of(&e, &coll, "a_1"), want);
+    assert_eq!(e.table_names().len(), tables_before + 3);
+}
+
 fn spec(shown: Document) -> crate::index::IndexSpec {
     crate::index::IndexSpec::from_shown(shown).unwrap()
 }

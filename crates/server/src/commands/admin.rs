@@ -124,6 +124,7 @@ pub(crate) fn parameters(shared: &Ctx<'_>) -> Document {
         "maxBSONDepth": bson_depth_max as i32,
         "logicalSessionTimeoutMinutes": session_timeout_minutes,
         "transactionLifetimeLimitSeconds": shared.transactions.lifetime_secs.load(Ordering::Relaxed) as i32,
+        "minSnapshotHistoryWindowInSeconds": shared.snapshots.window_secs.load(Ordering::Relaxed) as i32,
         "defaultTransactionIsolation": match shared.transactions.serializable_default.load(Ordering::Relaxed) {
             true => "serializable",
             false => "snapshot",
@@ -217,6 +218,14 @@ pub(crate) fn set_parameter(shared: &Ctx<'_>, cmd: &Document) -> CommandResult {
                     .ok_or_else(|| bad("it must be a whole number of seconds, at least 1"))?;
                 let limit = &shared.transactions.lifetime_secs;
                 changes.push(Box::new(move || Bson::Int32(limit.swap(n, Ordering::Relaxed) as i32)));
+            }
+            "minSnapshotHistoryWindowInSeconds" => {
+                let n = query::update::integral(value)
+                    .and_then(|n| u64::try_from(n).ok())
+                    .filter(|&n| n <= i32::MAX as u64)
+                    .ok_or_else(|| bad("it must be a whole number of seconds, at least 0"))?;
+                let window = &shared.snapshots.window_secs;
+                changes.push(Box::new(move || Bson::Int32(window.swap(n, Ordering::Relaxed) as i32)));
             }
             "defaultTransactionIsolation" => {
                 let serializable = match value.as_str() {

@@ -46,14 +46,21 @@ pub fn aggregate(shared: &Ctx<'_>, call: &Call, cmd: &Document) -> ReplyResult {
         .get_array("pipeline")
         .map_err(|_| CommandError::type_mismatch("'pipeline' option must be specified as an array"))?;
     let (stages, write) = crate::exec::agg_write::split(stages, &ns.db)?;
-    if let (Some(w), Some(_)) = (&write, shared.txn()) {
+    if let Some(w) = &write {
         let stage = match w {
             crate::exec::agg_write::WriteStage::Out(_) => "$out",
             crate::exec::agg_write::WriteStage::Merge { .. } => "$merge",
         };
-        return Err(CommandError::operation_not_supported_in_transaction(format!(
-            "{stage} cannot be used in a transaction"
-        )));
+        if shared.txn().is_some() {
+            return Err(CommandError::operation_not_supported_in_transaction(format!(
+                "{stage} cannot be used in a transaction"
+            )));
+        }
+        if shared.snapshot().is_some() {
+            return Err(CommandError::invalid_options(format!(
+                "{stage} cannot be used with a 'snapshot' read concern level"
+            )));
+        }
     }
     let stages = &stages;
     let scope = crate::args::scope_of(cmd)?;

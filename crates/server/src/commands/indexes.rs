@@ -38,6 +38,11 @@ fn shown_indexes(coll: &Collection) -> Vec<Document> {
 pub fn create_indexes(shared: &Ctx<'_>, cmd: &Document) -> CommandResult {
     check_fields(cmd, "createIndexes", &["indexes", "commitQuorum", "isTimeseriesNamespace"], false)?;
     let ns = namespace(cmd, "createIndexes")?;
+    if shared.in_transaction().is_some() && ns.coll.starts_with("system.") {
+        return Err(CommandError::operation_not_supported_in_transaction(format!(
+            "Cannot write to system collection {ns} within a transaction."
+        )));
+    }
     let specs = match cmd.get("indexes") {
         Some(Bson::Array(specs)) if !specs.is_empty() => specs,
         Some(Bson::Array(_)) => return Err(CommandError::bad_value("Must specify at least one index to create")),
@@ -99,11 +104,39 @@ pub fn create_indexes(shared: &Ctx<'_>, cmd: &Document) -> CommandResult {
     if to_build.is_empty() {
         reply.insert("note", "all indexes already exist");
     }
+    if let Some(t) = shared.in_transaction() {
+        return add_in_transaction(shared, t, (&ns, &coll), to_build, reply);
+    }
     for spec in to_build {
         let mut command = doc! { "createIndexes": ns.coll.clone(), "indexes": [spec.shown.clone()] };
         command.insert("$db", ns.db.clone());
         let listed = shared.index_builds.start(&ns.to_string(), command);
         build(shared, &ns, spec, &listed.build)?;
+    }
+    reply.insert("ok", 1.0);
+    Ok(reply)
+}
+
+/// Inside a transaction, as mongod 8.0: indexes are added only to a
+/// collection the transaction created (by this command or earlier) and
+/// that is still empty; they commit or vanish with the transaction.
+fn add_in_transaction(
+    shared: &Ctx<'_>,
+    t: &crate::transactions::InTxn,
+    (ns, coll): (&Namespace, &Collection),
+    to_build: Vec<IndexSpec>,
+    mut reply: Document,
+) -> CommandResult {
+    if !to_build.is_empty() {
+        if !t.created_here(ns) {
+            return Err(CommandError::operation_not_supported_in_transaction(format!(
+                "Cannot create new indexes on existing collection {ns} in a multi-document transaction."
+            )));
+        }
+        reply.insert("createdCollectionAutomatically", true);
+    }
+    for spec in to_build {
+        shared.catalog.add_index_in(&t.txn, coll, spec)?;
     }
     reply.insert("ok", 1.0);
     Ok(reply)

@@ -110,7 +110,7 @@ pub fn run(shared: &Shared, call: &Call, msg: &OpMsg) -> Reply {
             Err(CommandError::max_time_ms_expired("operation exceeded time limit"))
         }
         Some(name) => crate::session::session_fields(name, &msg.body).and_then(|f| match f.lsid {
-            None => dispatch(&outside, call, name, msg),
+            None => outside_transaction(&outside, call, name, msg),
             Some(lsid) => {
                 shared.sessions.vivify(lsid)?;
                 let reply = match (f.autocommit, f.txn_number) {
@@ -118,7 +118,7 @@ pub fn run(shared: &Shared, call: &Call, msg: &OpMsg) -> Reply {
                         let start = f.start_transaction == Some(true);
                         in_transaction(shared, call, msg, Statement { lsid, number, start, name })?
                     }
-                    _ => dispatch(&outside, call, name, msg)?,
+                    _ => outside_transaction(&outside, call, name, msg)?,
                 };
                 // The session that opens a cursor owns it (a getMore from
                 // another session does not take it over).
@@ -164,6 +164,29 @@ fn outside_transactions<'a>(
     Ctx::until(shared, crate::exec::deadline::Deadline::of(&msg.body).ok().and_then(|d| d.0), call.place, killed)
 }
 
+/// Run a command outside any transaction: at the newest committed data,
+/// or at a snapshot its readConcern names (`read_concern.rs`), whose time
+/// the reply gives as `atClusterTime` (in its cursor, if it has one).
+fn outside_transaction(ctx: &Ctx<'_>, call: &Call, name: &str, msg: &OpMsg) -> ReplyResult {
+    let rc = crate::read_concern::parse(&msg.body)?;
+    match crate::read_concern::outside_transaction(ctx, name, rc.as_ref())? {
+        crate::read_concern::Outside::Latest => dispatch(ctx, call, name, msg),
+        crate::read_concern::Outside::Snapshot(at) => {
+            let snapshot = ctx.snapshots.read_at(ctx.catalog.engine(), at)?;
+            let ts = snapshot.read_ts();
+            call.op.note_operation_ts(ts);
+            let reply = dispatch(&Ctx::new(ctx.shared()).at_snapshot(snapshot), call, name, msg)?;
+            let mut reply = reply.into_document();
+            let at = Bson::Timestamp(cluster_time_of(ctx, ts));
+            match reply.get_document_mut("cursor") {
+                Ok(cursor) => cursor.insert("atClusterTime", at),
+                Err(_) => reply.insert("atClusterTime", at),
+            };
+            Ok(Reply::Doc(reply))
+        }
+    }
+}
+
 /// Run a statement of a multi-document transaction (`transactions.rs`):
 /// in its storage transaction, begun by its first statement; a failed
 /// statement aborts it. Errors carry the labels drivers retry by.
@@ -188,13 +211,20 @@ fn in_transaction(shared: &Shared, call: &Call, msg: &OpMsg, st: Statement<'_>) 
     call.op.note_operation_ts(txn.txn.read_ts());
     // From here on, leaving the statement (even by a panic) leaves the transaction.
     let mut running = Running::new(shared, &st);
-    let result = dispatch(&Ctx::in_txn(shared, txn), call, st.name, msg).and_then(|reply| match reply {
-        Reply::Doc(d) => match transient_write_error(&d) {
-            Some(e) => Err(e),
-            None => Ok(Reply::Doc(d)),
-        },
-        bytes => Ok(bytes),
-    });
+    let ddl_checked = match st.name {
+        "create" | "createIndexes" => txn.check_ddl_read_concern(st.name),
+        _ => Ok(()),
+    };
+    let result =
+        ddl_checked.and_then(|()| dispatch(&Ctx::in_txn(shared, txn), call, st.name, msg)).and_then(
+            |reply| match reply {
+                Reply::Doc(d) => match transient_write_error(&d) {
+                    Some(e) => Err(e),
+                    None => Ok(Reply::Doc(d)),
+                },
+                bytes => Ok(bytes),
+            },
+        );
     running.failed = match &result {
         Ok(Reply::Doc(d)) => has_write_errors(d),
         Ok(Reply::Bytes(_)) => false,

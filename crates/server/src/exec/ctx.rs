@@ -5,8 +5,9 @@
 //!
 //! Invariant: a command inside a transaction reads only through
 //! [`Ctx::reader`] (its snapshot and its own writes) and writes only into
-//! [`Ctx::txn`]; outside one it reads the newest committed version and
-//! each write commits in a storage transaction of its own.
+//! [`Ctx::txn`]; outside one it reads the newest committed version (or,
+//! at readConcern level snapshot, [`Ctx::snapshot`]; such a command does
+//! not write) and each write commits in a storage transaction of its own.
 
 use crate::exec::call::Place;
 use crate::server::Shared;
@@ -20,6 +21,9 @@ use storage::{Reader, Txn};
 pub struct Ctx<'a> {
     shared: &'a Shared,
     txn: Option<Arc<InTxn>>,
+    /// Outside a transaction, the snapshot a read at readConcern level
+    /// `"snapshot"` reads (`None`: the newest committed data).
+    snapshot: Option<Arc<Txn>>,
     /// How its writes outside a transaction wait on conflicts, and how
     /// many they met.
     pub conflicts: ConflictWait,
@@ -28,7 +32,7 @@ pub struct Ctx<'a> {
 impl<'a> Ctx<'a> {
     /// Outside any transaction.
     pub fn new(shared: &'a Shared) -> Ctx<'a> {
-        Ctx { shared, txn: None, conflicts: ConflictWait::default() }
+        Ctx { shared, txn: None, snapshot: None, conflicts: ConflictWait::default() }
     }
 
     /// Outside any transaction, its writes waiting on conflicts until
@@ -43,12 +47,25 @@ impl<'a> Ctx<'a> {
     ) -> Ctx<'a> {
         let mut conflicts = ConflictWait::until(deadline, place.sleeper());
         conflicts.killed = Some(killed);
-        Ctx { shared, txn: None, conflicts }
+        Ctx { shared, txn: None, snapshot: None, conflicts }
     }
 
     /// Inside the multi-document transaction `txn`.
     pub fn in_txn(shared: &'a Shared, txn: Arc<InTxn>) -> Ctx<'a> {
-        Ctx { shared, txn: Some(txn), conflicts: ConflictWait::default() }
+        Ctx { shared, txn: Some(txn), snapshot: None, conflicts: ConflictWait::default() }
+    }
+
+    /// Reading at the snapshot `txn` (a read-only transaction) instead
+    /// of the newest committed data; outside transactions only.
+    pub fn at_snapshot(mut self, txn: Arc<Txn>) -> Ctx<'a> {
+        assert!(self.txn.is_none(), "a transaction reads its own snapshot");
+        self.snapshot = Some(txn);
+        self
+    }
+
+    /// The snapshot a read at level `"snapshot"` reads, if it is one.
+    pub fn snapshot(&self) -> Option<&Arc<Txn>> {
+        self.snapshot.as_ref()
     }
 
     pub fn shared(&self) -> &'a Shared {
@@ -97,9 +114,10 @@ impl<'a> Ctx<'a> {
 
     /// Where the command's reads look.
     pub fn reader(&self) -> Reader {
-        match &self.txn {
-            Some(t) => Reader::Txn(t.txn.clone()),
-            None => Reader::Latest(self.shared.catalog.engine().clone()),
+        match (&self.txn, &self.snapshot) {
+            (Some(t), _) => Reader::Txn(t.txn.clone()),
+            (None, Some(s)) => Reader::Txn(s.clone()),
+            (None, None) => Reader::Latest(self.shared.catalog.engine().clone()),
         }
     }
 }
