@@ -667,7 +667,9 @@ def test_read_concern_errors_as_mongod(client):
         ({"find": "rc", "readConcern": {"level": "bogus"}}, 2, "Enumeration value 'bogus' for field 'readConcern.level' is not a valid value."),
         ({"find": "rc", "readConcern": {"level": "local", "atClusterTime": now}}, 72, "atClusterTime field can be set only if level is equal to snapshot"),
         ({"find": "rc", "readConcern": {"level": "snapshot", "atClusterTime": future}}, 72, "readConcern atClusterTime value must not be greater than the current clusterTime."),
-        ({"find": "rc", "readConcern": {"afterClusterTime": future}}, 72, "readConcern afterClusterTime value must not be greater than the current clusterTime."),
+        ({"find": "rc", "readConcern": {"level": "snapshot", "atClusterTime": Timestamp(0, 0)}}, 72, "atClusterTime cannot be a null timestamp"),
+        ({"find": "rc", "tailable": True, "readConcern": {"level": "snapshot"}}, 72, "A tailable cursor cannot read at readConcern level snapshot"),
+        ({"aggregate": "rc", "pipeline": [{"$collStats": {"count": {}}}], "cursor": {}, "readConcern": {"level": "snapshot"}}, 72, "Aggregation stage $collStats cannot run with a readConcern other than 'local'"),
         ({"insert": "rc", "documents": [{}], "readConcern": {"level": "snapshot"}}, 72, "Command insert does not support { readConcern: { level: \"snapshot\" } }"),
         ({"listCollections": 1, "readConcern": {"level": "snapshot"}}, 72, "Command listCollections does not support"),
         ({"aggregate": "rc", "pipeline": [{"$out": "o"}], "cursor": {}, "readConcern": {"level": "snapshot"}}, 72, "$out cannot be used with a 'snapshot' read concern level"),
@@ -678,7 +680,31 @@ def test_read_concern_errors_as_mongod(client):
             db.command(cmd)
         assert e.value.code == code and e.value.details["errmsg"].startswith(message), (cmd, e.value.details)
     assert db.command("find", "rc", readConcern={"level": "majority", "afterClusterTime": now})["ok"] == 1.0
+    # Every acknowledged write is visible: a time ahead (an earlier process's
+    # clock) is no reason to refuse a causally consistent read.
+    assert db.command("find", "rc", readConcern={"afterClusterTime": future})["ok"] == 1.0
     assert "o" not in db.list_collection_names()
+
+
+def test_a_snapshot_read_does_not_plan_with_an_index_built_after_it(client):
+    """An index built after a snapshot holds entries the snapshot does not
+    see whole: a read at that snapshot plans without it and finds every
+    document of the snapshot."""
+    db = client.test
+    db.late.insert_many([{"_id": i, "k": i % 3} for i in range(30)])
+    at = db.command("find", "late", readConcern={"level": "snapshot"})["cursor"]["atClusterTime"]
+    db.late.create_index("k")
+    db.late.insert_one({"_id": 99, "k": 1})
+    rc = {"level": "snapshot", "atClusterTime": at}
+    for hint in [None, "k_1"]:
+        extra = {"hint": hint} if hint else {}
+        reply = db.command("find", "late", filter={"k": 1}, readConcern=rc, **extra)
+        assert sorted(d["_id"] for d in reply["cursor"]["firstBatch"]) == list(range(1, 30, 3))
+    reply = db.command("distinct", "late", key="_id", query={"k": 1}, readConcern=rc)
+    assert sorted(reply["values"]) == list(range(1, 30, 3))
+    # At the newest snapshot the index serves.
+    plan = db.late.find({"k": 1}).explain()["queryPlanner"]["winningPlan"]
+    assert "IXSCAN" in str(plan)
 
 
 def test_snapshot_history_is_kept_for_the_window(client):

@@ -25,6 +25,13 @@ pub const wire_version_max: i32 = 25;
 /// its first batch on a network thread, without handing the thread's
 /// other connections to another thread first.
 pub const quick_read_docs_max: usize = 128;
+/// Most keys a transaction may have written for its commit to run on a
+/// network thread without handing the thread's other connections off
+/// first (a commit applies its write set to the trees).
+pub const quick_commit_writes_max: usize = 256;
+/// Most snapshots kept for reads at `atClusterTime` (`snapshots.rs`);
+/// the oldest goes first.
+pub const snapshots_kept_max: usize = 64;
 /// Seconds an idle cursor lives.
 pub const cursor_idle_timeout_secs: u64 = 600;
 /// Minutes an idle session lives (drivers turn sessions on when set).

@@ -93,7 +93,7 @@ fn check(rc: &ReadConcern) -> Result<(), CommandError> {
                 "atClusterTime field can be set only if level is equal to snapshot",
             ));
         }
-        if at.time == 0 {
+        if (at.time, at.increment) == (0, 0) {
             return Err(CommandError::invalid_options("atClusterTime cannot be a null timestamp"));
         }
         if rc.after_cluster_time.is_some() {
@@ -120,12 +120,12 @@ pub enum Outside {
 }
 
 /// Where command `name` (outside a transaction) reads, given its
-/// `readConcern`; refuses what mongod refuses there.
+/// `readConcern`; refuses what mongod refuses there. `afterClusterTime`
+/// is always satisfied: every acknowledged write is visible (a time ahead
+/// of ours comes from an earlier process whose clock ran ahead, which
+/// `cluster_epoch` cannot rule out, and is not refused).
 pub fn outside_transaction(shared: &Shared, name: &str, rc: Option<&ReadConcern>) -> Result<Outside, CommandError> {
     let Some(rc) = rc else { return Ok(Outside::Latest) };
-    if let Some(after) = rc.after_cluster_time {
-        not_ahead(shared, "afterClusterTime", after)?;
-    }
     match rc.level {
         Some(Level::Serializable) => Err(CommandError::invalid_options(
             "readConcern level 'serializable' applies to multi-document transactions only",
@@ -149,8 +149,8 @@ pub fn outside_transaction(shared: &Shared, name: &str, rc: Option<&ReadConcern>
     }
 }
 
-/// A time the server has not reached yet is refused (mongod's wait for it
-/// could only end in a timeout on one member).
+/// An `atClusterTime` the server has not reached yet is refused (mongod's
+/// wait for it could only end in a timeout on one member).
 pub(crate) fn not_ahead(shared: &Shared, field: &str, t: Timestamp) -> Result<(), CommandError> {
     let now = crate::commands::cluster_time(shared);
     if (t.time, t.increment) > (now.time, now.increment) {

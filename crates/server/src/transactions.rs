@@ -240,9 +240,6 @@ fn no_such(number: i64, active: Option<i64>) -> CommandError {
 /// `{level: "serializable"}`, or the server's default.
 fn isolation_of(shared: &Shared, rc: Option<&ReadConcern>) -> Result<TxnOptions, CommandError> {
     use crate::read_concern::Level;
-    if let Some(after) = rc.and_then(|rc| rc.after_cluster_time) {
-        crate::read_concern::not_ahead(shared, "afterClusterTime", after)?;
-    }
     match rc.and_then(|rc| rc.level) {
         Some(Level::Serializable) => Ok(TxnOptions::serializable()),
         None | Some(Level::Local | Level::Majority | Level::Snapshot) => {

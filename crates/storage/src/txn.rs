@@ -597,6 +597,17 @@ impl Txn {
     }
 
     /// The snapshot: every commit with a timestamp at or below it is visible.
+    /// Whether the cache rolled the transaction back (its next operation
+    /// fails with CachePressure).
+    pub fn is_doomed(&self) -> bool {
+        self.me.cache_doomed.get().is_some()
+    }
+
+    /// How many keys the transaction has written (its write set).
+    pub fn write_count(&self) -> usize {
+        self.local.lock().unwrap().writes.len()
+    }
+
     pub fn read_ts(&self) -> u64 {
         self.me.read_ts
     }

@@ -342,7 +342,8 @@ impl Catalog {
         });
         match built {
             Ok(()) => {
-                ix.set_ready();
+                // Every fill commit and the ready entry are published.
+                ix.set_ready(self.engine.published_ts());
                 Ok(())
             }
             Err(e) => {
@@ -376,7 +377,7 @@ impl Catalog {
         let handle = self.engine.create_table(&table, index_table_config())?;
         let no_arrays = vec![BTreeSet::new(); spec.fields.len()];
         let added = Index::new(spec, handle, (false, no_arrays), &self.hooks, None).and_then(|ix| {
-            ix.set_ready();
+            ix.set_ready(0);
             let indexes =
                 entry.get_array_mut("indexes").map_err(|_| DocError::Corrupt("an entry without indexes".into()))?;
             indexes.push(Bson::Document(index_entry_doc(&ix, &table, true)));

@@ -139,6 +139,11 @@ pub struct Index {
     pub(crate) table: Table,
     /// Built: queries may use it (writers maintain it either way).
     ready: AtomicBool,
+    /// The published timestamp once its build's last commit was: a
+    /// snapshot older than that does not see all its entries (0: ready
+    /// since the catalog was opened, or made empty in its collection's
+    /// creating transaction).
+    ready_ts: std::sync::atomic::AtomicU64,
     /// Per field, the component positions where arrays were met: what
     /// reads plan with (raised before the write commits).
     multikey: Mutex<Vec<BTreeSet<usize>>>,
@@ -210,6 +215,7 @@ impl Index {
             collation,
             table,
             ready: AtomicBool::new(ready),
+            ready_ts: std::sync::atomic::AtomicU64::new(0),
             multikey: Mutex::new(multikey),
             recorded,
             wildcard_multikey: Mutex::default(),
@@ -305,8 +311,16 @@ impl Index {
         self.ready.load(Ordering::Acquire)
     }
 
-    pub(crate) fn set_ready(&self) {
+    /// Ready for snapshots at `ts` and later.
+    pub(crate) fn set_ready(&self, ts: u64) {
+        self.ready_ts.store(ts, Ordering::Release);
         self.ready.store(true, Ordering::Release)
+    }
+
+    /// Whether a snapshot at `read_ts` (`None`: the newest data) may read
+    /// it: it is ready and its whole build is in that snapshot.
+    pub fn readable_at(&self, read_ts: Option<u64>) -> bool {
+        self.is_ready() && read_ts.is_none_or(|ts| ts >= self.ready_ts.load(Ordering::Acquire))
     }
 
     /// Its storage table (entries as the module describes them).

@@ -109,7 +109,7 @@ pub fn aggregate(shared: &Ctx<'_>, call: &Call, cmd: &Document) -> ReplyResult {
             let host = crate::server::hostname();
             let entries = match shared.collection(&ns) {
                 Some(coll) if !collectionless => {
-                    let among = crate::exec::access::among(&coll, &crate::exec::access::ready(&coll));
+                    let among = crate::exec::access::among(&coll, &crate::exec::access::ready(&coll, None));
                     shared.plan_cache.stats(&ns.to_string(), &among, &host)
                 }
                 _ => Vec::new(),
@@ -202,6 +202,13 @@ fn index_stats_stage(shared: &Ctx<'_>, ns: &Namespace, stage: &Document) -> Resu
 
 /// The one document `$collStats` produces (`storageStats` and `count`).
 pub(crate) fn coll_stats_stage(shared: &Ctx<'_>, ns: &Namespace, stage: &Document) -> Result<Document, CommandError> {
+    if shared.snapshot().is_some() {
+        // It reads the collection as it is now, not at a snapshot.
+        return Err(CommandError::invalid_options(
+            "Aggregation stage $collStats cannot run with a readConcern other than 'local', or in a multi-document \
+             transaction. Current readConcern: { level: \"snapshot\" }",
+        ));
+    }
     let Ok(spec) = stage.get_document("$collStats") else {
         return Err(CommandError::failed_to_parse("$collStats must take a nested object but found: $collStats"));
     };

@@ -101,6 +101,10 @@ pub fn find(shared: &Ctx<'_>, call: &Call, cmd: &Document) -> ReplyResult {
         return Err(CommandError::not_implemented("returnKey needs secondary indexes, not built yet"));
     }
     let tailable = bool_option(cmd, "tailable", "find", false)?;
+    if tailable && shared.snapshot().is_some() {
+        // A snapshot never changes: a tailable cursor on it would wait forever.
+        return Err(CommandError::invalid_options("A tailable cursor cannot read at readConcern level snapshot"));
+    }
     let await_data = bool_option(cmd, "awaitData", "find", false)?;
     if await_data && !tailable {
         return Err(CommandError::failed_to_parse("Cannot set 'awaitData' without also setting 'tailable'"));
@@ -175,6 +179,7 @@ pub fn find(shared: &Ctx<'_>, call: &Call, cmd: &Document) -> ReplyResult {
             projection: needs.as_deref(),
             min_max: min_max.as_ref(),
             sort: (!sort.is_empty()).then(|| sort.fields()),
+            read_ts: shared.read_ts(),
         };
         let planned = access::plan_projected(c, &filter_doc, collation.as_ref(), how);
         access::race(shared, place, &ns, c, planned, &filter).inspect(|p| call.op.note_plan(p))

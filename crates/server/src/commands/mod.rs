@@ -175,7 +175,8 @@ fn outside_transaction(ctx: &Ctx<'_>, call: &Call, name: &str, msg: &OpMsg) -> R
             let snapshot = ctx.snapshots.read_at(ctx.catalog.engine(), at)?;
             let ts = snapshot.read_ts();
             call.op.note_operation_ts(ts);
-            let reply = dispatch(&Ctx::new(ctx.shared()).at_snapshot(snapshot), call, name, msg)?;
+            let reply = dispatch(&Ctx::new(ctx.shared()).at_snapshot(snapshot.clone()), call, name, msg)?;
+            ctx.snapshots.keep(snapshot);
             let mut reply = reply.into_document();
             let at = Bson::Timestamp(cluster_time_of(ctx, ts));
             match reply.get_document_mut("cursor") {
@@ -303,10 +304,17 @@ pub fn run_query(shared: &Shared, conn: &Conn, query: &Document) -> Document {
 }
 
 /// Write commands small enough to run on the connection's task, their
-/// journal fsync awaited there (`durability.rs`); larger ones run on the
-/// blocking pool, so that no network thread is busy for long.
+/// journal fsync awaited there (`durability.rs`), and the end of a
+/// transaction; larger writes run on the blocking pool, so that no
+/// network thread is busy for long.
 pub fn is_small_write(name: &str, msg: &OpMsg) -> bool {
     const SMALL_WRITE_STATEMENTS: usize = 16;
+    // Ending a transaction: its statements did the work; a commit checks,
+    // applies its write set (handing the thread off first when it is
+    // large) and awaits its fsync.
+    if matches!(name, "commitTransaction" | "abortTransaction") {
+        return true;
+    }
     write_statements(name, msg).is_some_and(|st| st.count() <= SMALL_WRITE_STATEMENTS)
 }
 

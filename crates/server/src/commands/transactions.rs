@@ -31,7 +31,10 @@ pub fn commit_transaction(
             return acknowledge(shared, Some(call), ack, doc! { "ok": 1.0 });
         }
     };
-    let ts = commit(shared, txn, &shared.sessions.commit_stamp(lsid, number))?;
+    // A commit runs where its connection does (call.rs invariant 1): a
+    // large write set is applied after handing a network thread off.
+    let quick = txn.txn.write_count() <= crate::limits::quick_commit_writes_max;
+    let ts = call.place.run(quick, || commit(shared, txn, &shared.sessions.commit_stamp(lsid, number)))?;
     call.op.note_operation_ts(ts);
     shared.transactions.committed(lsid, number, ts);
     acknowledge(shared, Some(call), ack, doc! { "ok": 1.0 })

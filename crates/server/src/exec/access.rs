@@ -86,9 +86,10 @@ fn ixscan_summary(ix: &Index, path: Option<&str>) -> String {
     format!("IXSCAN {{ {} }}", fields.join(", "))
 }
 
-/// The ready secondary indexes of `coll`.
-pub(crate) fn ready(coll: &Collection) -> Vec<Arc<Index>> {
-    coll.indexes().into_iter().filter(|ix| ix.is_ready()).collect()
+/// The ready secondary indexes of `coll` that a read at `read_ts` sees
+/// whole (`Ctx::read_ts`; `None`: the newest data).
+pub(crate) fn ready(coll: &Collection, read_ts: Option<u64>) -> Vec<Arc<Index>> {
+    coll.indexes().into_iter().filter(|ix| ix.readable_at(read_ts)).collect()
 }
 
 /// The ready secondary indexes of `coll` as the planner sees them for a
@@ -96,8 +97,9 @@ pub(crate) fn ready(coll: &Collection) -> Vec<Arc<Index>> {
 pub(crate) fn ready_indexes(
     coll: &Collection,
     collation: Option<&Arc<Collation>>,
+    read_ts: Option<u64>,
 ) -> (Vec<Arc<Index>>, Vec<IndexInfo>) {
-    let ready = ready(coll);
+    let ready = ready(coll, read_ts);
     let read_spec = collation.map(|c| c.full_spec());
     let infos = ready
         .iter()
@@ -140,10 +142,10 @@ pub(crate) fn plan_read<'a>(
     coll: &Collection,
     filter: &'a Document,
     collation: Option<&Arc<Collation>>,
-    tailable: bool,
+    (tailable, read_ts): (bool, Option<u64>),
     hint: Option<&Bson>,
 ) -> Planned<'a> {
-    plan_projected(coll, filter, collation, How { tailable, hint, ..How::default() })
+    plan_projected(coll, filter, collation, How { tailable, hint, read_ts, ..How::default() })
 }
 
 /// How a read asks (beyond its filter and collation).
@@ -158,6 +160,9 @@ pub(crate) struct How<'x> {
     pub min_max: Option<&'x KeyRange>,
     /// The requested order, which an index may give.
     pub sort: Option<&'x [(String, bool)]>,
+    /// The snapshot the read is at (`Ctx::read_ts`): an index whose build
+    /// it does not hold whole is not planned.
+    pub read_ts: Option<u64>,
 }
 
 /// `plan_read` for a read that needs only `projection`'s fields
@@ -168,13 +173,13 @@ pub(crate) fn plan_projected<'a>(
     collation: Option<&Arc<Collation>>,
     how: How<'_>,
 ) -> Planned<'a> {
-    let How { tailable, hint, projection, min_max, sort } = how;
+    let How { tailable, hint, projection, min_max, sort, read_ts } = how;
     let id_index_collation_matches = match (collation, coll.id_collation()) {
         (None, None) => true,
         (Some(a), Some(b)) => a.full_spec() == b.full_spec(),
         _ => false,
     };
-    let (indexes, infos) = ready_indexes(coll, collation);
+    let (indexes, infos) = ready_indexes(coll, collation, read_ts);
     let shape = ReadShape {
         filter,
         id_index_collation_matches,
@@ -226,7 +231,9 @@ pub(crate) fn min_max_of(
             "When using min()/max() a hint of which index to use must be provided",
         ));
     };
-    let indexes = coll.map(ready).unwrap_or_default();
+    // The hint is checked against every ready index; the plan itself
+    // takes only those the read's snapshot holds whole.
+    let indexes = coll.map(|c| ready(c, None)).unwrap_or_default();
     let Hint::Index(i) = resolve_hint(Some(hint), &indexes) else {
         return Err(CommandError::not_implemented("min()/max() on the _id index or $natural is not supported yet"));
     };
@@ -654,9 +661,10 @@ pub(crate) fn plan_write<'a>(
     coll: &Collection,
     filter: &'a Document,
     collation: Option<&Arc<Collation>>,
+    read_ts: Option<u64>,
     hint: Option<&Bson>,
 ) -> Planned<'a> {
-    plan_read(coll, filter, collation, false, hint)
+    plan_read(coll, filter, collation, (false, read_ts), hint)
 }
 
 /// The one `_id` a point read looks up, if the path is one.

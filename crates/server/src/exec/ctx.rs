@@ -112,6 +112,15 @@ impl<'a> Ctx<'a> {
         }
     }
 
+    /// The snapshot the command reads at (`None`: the newest data).
+    pub fn read_ts(&self) -> Option<u64> {
+        match (&self.txn, &self.snapshot) {
+            (Some(t), _) => Some(t.txn.read_ts()),
+            (None, Some(s)) => Some(s.read_ts()),
+            (None, None) => None,
+        }
+    }
+
     /// Where the command's reads look.
     pub fn reader(&self) -> Reader {
         match (&self.txn, &self.snapshot) {

@@ -121,7 +121,7 @@ pub(crate) fn check(c: &Collection, index: &Bson) -> Result<IndexMod, CommandErr
 
 /// The index `spec` names by `name` or `keyPattern` (not `_id`).
 fn find(c: &Collection, spec: &Document) -> Result<Arc<Index>, CommandError> {
-    let ready: Vec<Arc<Index>> = crate::exec::access::ready(c);
+    let ready: Vec<Arc<Index>> = crate::exec::access::ready(c, None);
     let not_found = |what: String| CommandError::with_code(27, format!("cannot find index {what} for ns {}", c.ns));
     match (spec.get("name"), spec.get("keyPattern")) {
         (Some(_), Some(_)) => Err(CommandError::invalid_options("Cannot specify both key pattern and name.")),

@@ -53,7 +53,7 @@ pub(crate) fn delete_one_spec(
     let record = log.map(|l| l.record(doc! { "n": 1i64 })).transpose()?;
     let stamp = record.as_ref().map(|r| r as &dyn Stamp);
     // In natural order: a single delete takes the first match.
-    let planned = access::plan_write(&coll, &filter_doc, collation.as_ref(), spec.get("hint"));
+    let planned = access::plan_write(&coll, &filter_doc, collation.as_ref(), shared.read_ts(), spec.get("hint"));
     op.note_plan(&planned);
     let mut deleted = 0;
     for record in access::candidates(shared, ns, &coll, &planned, Default::default())? {
@@ -316,7 +316,7 @@ pub(crate) fn run_statement(
             }
         }
     } else if let Some(coll) = shared.collection(ns) {
-        let planned = access::plan_write(&coll, &st.query, st.collation.as_ref(), st.hint.as_ref());
+        let planned = access::plan_write(&coll, &st.query, st.collation.as_ref(), shared.read_ts(), st.hint.as_ref());
         op.note_plan(&planned);
         for candidate in access::candidates(shared, ns, &coll, &planned, Default::default())? {
             let (rid, d) = candidate?;
@@ -361,7 +361,7 @@ pub(crate) fn first_match(
     sort: &Sort,
     (deadline, op): (&Deadline, &OpDebug),
 ) -> Result<Option<(u64, Document, Option<usize>)>, CommandError> {
-    let planned = access::plan_write(coll, query, collation, None);
+    let planned = access::plan_write(coll, query, collation, shared.read_ts(), None);
     op.note_plan(&planned);
     let mut best: Option<(u64, Document, Option<usize>)> = None;
     let scanning = access::point(&planned.path).is_none();

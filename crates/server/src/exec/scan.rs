@@ -259,7 +259,7 @@ pub(crate) fn scan_hits<'a>(
         Ok(None) => {}
     }
     let Some(coll) = shared.collection(ns) else { return Box::new(std::iter::empty()) };
-    let planned = access::plan_read(&coll, filter_doc, filter.collation(), false, hint);
+    let planned = access::plan_read(&coll, filter_doc, filter.collation(), (false, shared.read_ts()), hint);
     op.note_plan(&planned);
     planned_hits(shared, (ns, &coll), &planned, (filter, None), deadline)
 }
@@ -315,7 +315,7 @@ pub(crate) fn check_hint(shared: &Ctx<'_>, ns: &Namespace, cmd: &Document) -> Re
     let coll = resolve_view(shared, ns)?.map_or_else(|| shared.collection(ns), |(base, _)| shared.collection(&base));
     // Hidden indexes cannot be hinted (mongod answers BadValue).
     let ready = || {
-        let all = coll.as_ref().map(|c| crate::exec::access::ready(c)).unwrap_or_default();
+        let all = coll.as_ref().map(|c| crate::exec::access::ready(c, None)).unwrap_or_default();
         all.into_iter().filter(|ix| !crate::exec::access::is_hidden(ix)).collect::<Vec<_>>()
     };
     let ok = match hint {

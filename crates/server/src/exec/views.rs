@@ -73,7 +73,8 @@ pub(crate) fn stream_over(
         fields.extend(sort.into_iter().flatten().map(|(path, _)| path.clone()));
         fields
     });
-    let how = access::How { hint, sort, projection: needs.as_deref(), ..access::How::default() };
+    let how =
+        access::How { hint, sort, projection: needs.as_deref(), read_ts: shared.read_ts(), ..access::How::default() };
     let planned = access::plan_projected(&coll, filter_doc, pipeline.collation(), how);
     let everything = query::Filter::parse(&empty)?;
     let planned =
