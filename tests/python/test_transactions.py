@@ -946,6 +946,38 @@ def test_kill_9_during_concurrent_transactions(datadir, cycle):
         assert server.stop() == 0
 
 
+def test_kill_op_ends_a_long_read(client):
+    """killOp reaches a read while it runs: the loops that check maxTimeMS
+    check the kill too, and the read fails with Interrupted (11601)."""
+    db = client.test
+    batch = [{"x": i, "pad": "p" * 100} for i in range(20_000)]
+    for _ in range(25):
+        db.big.insert_many([dict(d) for d in batch])
+    # A collection scan whose `$expr` decodes every document whole: a few
+    # hundred ms for these 500,000 documents (killed, it ends at once).
+    query = {"$expr": {"$eq": ["$pad", "none"]}}
+    outcome = {}
+
+    def read():
+        began = time.monotonic()
+        try:
+            outcome["docs"] = list(db.big.find(query, comment="long-read"))
+        except OperationFailure as e:
+            outcome["error"] = e
+        outcome["seconds"] = time.monotonic() - began
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    opid, deadline = None, time.time() + 10
+    while opid is None and time.time() < deadline and reader.is_alive():
+        ops = client.admin.aggregate([{"$currentOp": {}}, {"$match": {"command.comment": "long-read"}}])
+        opid = next((op["opid"] for op in ops), None)
+    assert opid is not None, f"the read never showed in currentOp: {outcome}"
+    client.admin.command("killOp", op=opid)
+    reader.join(timeout=30)
+    assert "error" in outcome and outcome["error"].code == 11601, outcome
+
+
 def test_clients_cannot_write_system_profile_and_big_commands_are_shown_cut(client):
     db = client.test
     with pytest.raises(OperationFailure) as e:

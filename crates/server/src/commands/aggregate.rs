@@ -26,7 +26,7 @@ pub(crate) const LOCAL_SESSIONS: &str = "$listLocalSessions";
 const CURRENT_OP: &str = "$currentOp";
 
 pub fn aggregate(shared: &Ctx<'_>, call: &Call, cmd: &Document) -> ReplyResult {
-    let deadline = Deadline::of(cmd)?;
+    let deadline = Deadline::of(cmd)?.killable(shared);
     // `{aggregate: 1}`: a database-level pipeline, starting from `$documents`.
     let collectionless = match cmd.get("aggregate") {
         Some(Bson::String(_)) => false,

@@ -21,7 +21,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 pub fn count(shared: &Ctx<'_>, call: &Call, cmd: &Document) -> CommandResult {
-    let deadline = Deadline::of(cmd)?;
+    let deadline = Deadline::of(cmd)?.killable(shared);
     let ns = namespace(cmd, "count")?;
     let (filter_doc, filter) = filter_of(cmd, "query", &query::expr::Scope::default())?;
     check_hint(shared, &ns, cmd)?;
@@ -45,7 +45,7 @@ pub fn count(shared: &Ctx<'_>, call: &Call, cmd: &Document) -> CommandResult {
 }
 
 pub fn distinct(shared: &Ctx<'_>, call: &Call, cmd: &Document) -> CommandResult {
-    let deadline = Deadline::of(cmd)?;
+    let deadline = Deadline::of(cmd)?.killable(shared);
     let ns = namespace(cmd, "distinct")?;
     let key = match cmd.get("key") {
         Some(Bson::String(k)) => k.clone(),

@@ -49,7 +49,7 @@ use std::time::Instant;
 pub fn find(shared: &Ctx<'_>, call: &Call, cmd: &Document) -> ReplyResult {
     let place = call.place;
     shared.opcounters.query.fetch_add(1, Ordering::Relaxed);
-    let deadline = Deadline::of(cmd)?;
+    let deadline = Deadline::of(cmd)?.killable(shared);
     let ns = namespace(cmd, "find")?;
     check_fields(
         cmd,
@@ -399,7 +399,7 @@ pub fn get_more(shared: &Ctx<'_>, cmd: &Document) -> ReplyResult {
     }
     let deadline = match state.await_data {
         true => Deadline::none(),
-        false => Deadline(state.time_left.map(|left| Instant::now() + left)),
+        false => Deadline::at(state.time_left.map(|left| Instant::now() + left)).killable(shared),
     };
     // Past the time limit the cursor is gone (not put back), as mongod's.
     let (batch, done) = fill(shared, &mut state, batch_size, &deadline)?;

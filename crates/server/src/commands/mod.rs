@@ -175,7 +175,9 @@ fn outside_transaction(ctx: &Ctx<'_>, call: &Call, name: &str, msg: &OpMsg) -> R
             let snapshot = ctx.snapshots.read_at(ctx.catalog.engine(), at)?;
             let ts = snapshot.read_ts();
             call.op.note_operation_ts(ts);
-            let reply = dispatch(&Ctx::new(ctx.shared()).at_snapshot(snapshot.clone()), call, name, msg)?;
+            let mut at_snapshot = Ctx::new(ctx.shared()).at_snapshot(snapshot.clone());
+            at_snapshot.conflicts.killed = ctx.conflicts.killed.clone();
+            let reply = dispatch(&at_snapshot, call, name, msg)?;
             ctx.snapshots.keep(snapshot);
             let mut reply = reply.into_document();
             let at = Bson::Timestamp(cluster_time_of(ctx, ts));

@@ -96,7 +96,7 @@ pub fn update(shared: &Ctx<'_>, call: &Call, msg: &OpMsg) -> CommandResult {
 }
 
 pub fn find_and_modify(shared: &Ctx<'_>, call: &Call, cmd: &Document) -> CommandResult {
-    let deadline = Deadline::of(cmd)?;
+    let deadline = Deadline::of(cmd)?.killable(shared);
     let name = cmd.keys().next().cloned().unwrap_or_default();
     let ns = namespace(cmd, &name)?;
     check_fields(
