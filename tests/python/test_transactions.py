@@ -696,10 +696,12 @@ def test_a_snapshot_read_does_not_plan_with_an_index_built_after_it(client):
     db.late.create_index("k")
     db.late.insert_one({"_id": 99, "k": 1})
     rc = {"level": "snapshot", "atClusterTime": at}
-    for hint in [None, "k_1"]:
-        extra = {"hint": hint} if hint else {}
-        reply = db.command("find", "late", filter={"k": 1}, readConcern=rc, **extra)
-        assert sorted(d["_id"] for d in reply["cursor"]["firstBatch"]) == list(range(1, 30, 3))
+    reply = db.command("find", "late", filter={"k": 1}, readConcern=rc)
+    assert sorted(d["_id"] for d in reply["cursor"]["firstBatch"]) == list(range(1, 30, 3))
+    for hint in ["k_1", {"k": 1}]:
+        with pytest.raises(OperationFailure) as e:
+            db.command("find", "late", filter={"k": 1}, readConcern=rc, hint=hint)
+        assert e.value.code == 246, e.value.details
     reply = db.command("distinct", "late", key="_id", query={"k": 1}, readConcern=rc)
     assert sorted(reply["values"]) == list(range(1, 30, 3))
     # At the newest snapshot the index serves.
@@ -948,7 +950,8 @@ def test_kill_9_during_concurrent_transactions(datadir, cycle):
 
 def test_kill_op_ends_a_long_read(client):
     """killOp reaches a read while it runs: the loops that check maxTimeMS
-    check the kill too, and the read fails with Interrupted (11601)."""
+    check the kill too, and the read fails with Interrupted (11601); in a
+    transaction, the failed statement aborts it."""
     db = client.test
     batch = [{"x": i, "pad": "p" * 100} for i in range(20_000)]
     for _ in range(25):
@@ -956,17 +959,30 @@ def test_kill_op_ends_a_long_read(client):
     # A collection scan whose `$expr` decodes every document whole: a few
     # hundred ms for these 500,000 documents (killed, it ends at once).
     query = {"$expr": {"$eq": ["$pad", "none"]}}
+    for in_transaction in [False, True]:
+        with client.start_session() as s:
+            if in_transaction:
+                s.start_transaction()
+            outcome = kill_while_reading(client, lambda: list(db.big.find(query, comment="long-read", session=s)))
+            assert "error" in outcome and outcome["error"].code == 11601, outcome
+            if in_transaction:
+                with pytest.raises(OperationFailure) as e:
+                    s.commit_transaction()
+                assert e.value.code == 251
+
+
+def kill_while_reading(client, read):
+    """Run `read` in a thread, killOp it once currentOp lists it (by its
+    comment, "long-read"); what it returned or raised."""
     outcome = {}
 
-    def read():
-        began = time.monotonic()
+    def run():
         try:
-            outcome["docs"] = list(db.big.find(query, comment="long-read"))
+            outcome["docs"] = read()
         except OperationFailure as e:
             outcome["error"] = e
-        outcome["seconds"] = time.monotonic() - began
 
-    reader = threading.Thread(target=read)
+    reader = threading.Thread(target=run)
     reader.start()
     opid, deadline = None, time.time() + 10
     while opid is None and time.time() < deadline and reader.is_alive():
@@ -975,7 +991,7 @@ def test_kill_op_ends_a_long_read(client):
     assert opid is not None, f"the read never showed in currentOp: {outcome}"
     client.admin.command("killOp", op=opid)
     reader.join(timeout=30)
-    assert "error" in outcome and outcome["error"].code == 11601, outcome
+    return outcome
 
 
 def test_clients_cannot_write_system_profile_and_big_commands_are_shown_cut(client):

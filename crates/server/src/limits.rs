@@ -28,7 +28,7 @@ pub const quick_read_docs_max: usize = 128;
 /// Most keys a transaction may have written for its commit to run on a
 /// network thread without handing the thread's other connections off
 /// first (a commit applies its write set to the trees).
-pub const quick_commit_writes_max: usize = 256;
+pub const quick_commit_writes_max: usize = 64;
 /// Most snapshots kept for reads at `atClusterTime` (`snapshots.rs`);
 /// the oldest goes first.
 pub const snapshots_kept_max: usize = 64;

@@ -100,7 +100,7 @@ pub(crate) fn too_old(t: bson::Timestamp) -> CommandError {
         239,
         format!(
             "Read timestamp Timestamp({}, {}) is older than the oldest available timestamp: the server keeps the \
-             snapshots that reads at level snapshot took, for minSnapshotHistoryWindowInSeconds after their last use",
+             snapshots that reads at level snapshot took, for minSnapshotHistoryWindowInSeconds after they were taken",
             t.time, t.increment
         ),
     )

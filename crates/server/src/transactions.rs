@@ -139,6 +139,11 @@ impl InTxn {
         )))
     }
 
+    /// Whether the transaction created any collection.
+    pub(crate) fn created_any(&self) -> bool {
+        !self.created.lock().is_empty()
+    }
+
     /// Whether the transaction created the collection `ns`.
     pub(crate) fn created_here(&self, ns: &Namespace) -> bool {
         self.created.lock().iter().filter_map(Pending::collection).any(|c| c.ns == *ns)

@@ -596,7 +596,6 @@ impl Txn {
         self.me.id
     }
 
-    /// The snapshot: every commit with a timestamp at or below it is visible.
     /// Whether the cache rolled the transaction back (its next operation
     /// fails with CachePressure).
     pub fn is_doomed(&self) -> bool {
@@ -608,6 +607,7 @@ impl Txn {
         self.local.lock().unwrap().writes.len()
     }
 
+    /// The snapshot: every commit with a timestamp at or below it is visible.
     pub fn read_ts(&self) -> u64 {
         self.me.read_ts
     }

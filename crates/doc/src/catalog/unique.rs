@@ -89,6 +89,8 @@ impl Catalog {
         })();
         match converted {
             Ok(new) => {
+                // Its entries were copied in commits of their own.
+                new.set_ready(self.engine.published_ts());
                 listed[at] = Arc::new(new);
                 drop(listed);
                 self.drop_tables(&[old.table_name().to_string()]);

@@ -116,7 +116,8 @@ pub fn run(shared: &Shared, call: &Call, msg: &OpMsg) -> Reply {
                 let reply = match (f.autocommit, f.txn_number) {
                     (Some(false), Some(number)) => {
                         let start = f.start_transaction == Some(true);
-                        in_transaction(shared, call, msg, Statement { lsid, number, start, name })?
+                        let killed = outside.conflicts.killed.clone();
+                        in_transaction(shared, call, msg, Statement { lsid, number, start, name }, killed)?
                     }
                     _ => outside_transaction(&outside, call, name, msg)?,
                 };
@@ -193,7 +194,13 @@ fn outside_transaction(ctx: &Ctx<'_>, call: &Call, name: &str, msg: &OpMsg) -> R
 /// Run a statement of a multi-document transaction (`transactions.rs`):
 /// in its storage transaction, begun by its first statement; a failed
 /// statement aborts it. Errors carry the labels drivers retry by.
-fn in_transaction(shared: &Shared, call: &Call, msg: &OpMsg, st: Statement<'_>) -> ReplyResult {
+fn in_transaction(
+    shared: &Shared,
+    call: &Call,
+    msg: &OpMsg,
+    st: Statement<'_>,
+    killed: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+) -> ReplyResult {
     let cmd = &msg.body;
     let ended = (st.lsid, st.number);
     match st.name {
@@ -214,20 +221,20 @@ fn in_transaction(shared: &Shared, call: &Call, msg: &OpMsg, st: Statement<'_>) 
     call.op.note_operation_ts(txn.txn.read_ts());
     // From here on, leaving the statement (even by a panic) leaves the transaction.
     let mut running = Running::new(shared, &st);
+    // Its reads stop when the statement is killed (which aborts the transaction).
+    let mut ctx = Ctx::in_txn(shared, txn);
+    ctx.conflicts.killed = killed;
     let ddl_checked = match st.name {
-        "create" | "createIndexes" => txn.check_ddl_read_concern(st.name),
+        "create" | "createIndexes" => ctx.in_transaction().expect("in a transaction").check_ddl_read_concern(st.name),
         _ => Ok(()),
     };
-    let result =
-        ddl_checked.and_then(|()| dispatch(&Ctx::in_txn(shared, txn), call, st.name, msg)).and_then(
-            |reply| match reply {
-                Reply::Doc(d) => match transient_write_error(&d) {
-                    Some(e) => Err(e),
-                    None => Ok(Reply::Doc(d)),
-                },
-                bytes => Ok(bytes),
-            },
-        );
+    let result = ddl_checked.and_then(|()| dispatch(&ctx, call, st.name, msg)).and_then(|reply| match reply {
+        Reply::Doc(d) => match transient_write_error(&d) {
+            Some(e) => Err(e),
+            None => Ok(Reply::Doc(d)),
+        },
+        bytes => Ok(bytes),
+    });
     running.failed = match &result {
         Ok(Reply::Doc(d)) => has_write_errors(d),
         Ok(Reply::Bytes(_)) => false,
@@ -306,15 +313,16 @@ pub fn run_query(shared: &Shared, conn: &Conn, query: &Document) -> Document {
 }
 
 /// Write commands small enough to run on the connection's task, their
-/// journal fsync awaited there (`durability.rs`), and the end of a
-/// transaction; larger writes run on the blocking pool, so that no
-/// network thread is busy for long.
+/// journal fsync awaited there (`durability.rs`), and `commitTransaction`;
+/// larger writes run on the blocking pool, so that no network thread is
+/// busy for long (an abort, which may drop the tables of collections the
+/// transaction made, runs there too).
 pub fn is_small_write(name: &str, msg: &OpMsg) -> bool {
     const SMALL_WRITE_STATEMENTS: usize = 16;
-    // Ending a transaction: its statements did the work; a commit checks,
-    // applies its write set (handing the thread off first when it is
-    // large) and awaits its fsync.
-    if matches!(name, "commitTransaction" | "abortTransaction") {
+    // A commit: its statements did the work; it checks, applies its write
+    // set (handing the thread off first when it is large or made
+    // collections, whose abandon drops tables) and awaits its fsync.
+    if name == "commitTransaction" {
         return true;
     }
     write_statements(name, msg).is_some_and(|st| st.count() <= SMALL_WRITE_STATEMENTS)

@@ -313,6 +313,23 @@ pub(crate) fn check_hint(shared: &Ctx<'_>, ns: &Namespace, cmd: &Document) -> Re
     };
     // A view's reads go to the collection under it, hint and all.
     let coll = resolve_view(shared, ns)?.map_or_else(|| shared.collection(ns), |(base, _)| shared.collection(&base));
+    // An index the read's snapshot does not hold whole cannot be hinted
+    // (mongod's SnapshotUnavailable).
+    let named = |ix: &doc::index::Index| match hint {
+        Bson::String(name) => ix.spec.name == *name,
+        Bson::Document(d) => crate::exec::index_spec::same_pattern(&ix.spec.key, d),
+        _ => false,
+    };
+    let read_ts = shared.read_ts();
+    if coll
+        .as_ref()
+        .is_some_and(|c| c.indexes().iter().any(|ix| named(ix) && ix.is_ready() && !ix.readable_at(read_ts)))
+    {
+        return Err(CommandError::with_code(
+            246,
+            "Unable to read from a snapshot due to pending collection catalog changes; please retry the operation.",
+        ));
+    }
     // Hidden indexes cannot be hinted (mongod answers BadValue).
     let ready = || {
         let all = coll.as_ref().map(|c| crate::exec::access::ready(c, None)).unwrap_or_default();
