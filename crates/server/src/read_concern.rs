@@ -4,8 +4,9 @@
 //!
 //! On this one-member replica set every committed write is majority
 //! committed, so `local`, `majority`, `linearizable` and `available` read
-//! the newest committed data (`afterClusterTime` never has to wait: a time
-//! the server has not reached is refused). `snapshot` outside a
+//! the newest committed data (`afterClusterTime` never has to wait: every
+//! acknowledged write is visible, so it is never refused; a future
+//! `atClusterTime` is). `snapshot` outside a
 //! transaction reads one snapshot for the whole command and its
 //! `getMore`s: the newest, or `atClusterTime`'s while the server keeps it
 //! ([`crate::snapshots`]). `serializable`, ArborDB's level, applies to
