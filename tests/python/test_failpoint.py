@@ -107,6 +107,24 @@ def test_skip_lets_the_first_ones_through(test_server):
     assert [d["_id"] for d in c.test.t.find()] == [1]
 
 
+def test_activation_probability_fails_a_share_of_the_commands(test_server):
+    c = test_server.client(retryWrites=False)
+    fail(c, {"activationProbability": 0.5}, failCommands=["insert"], errorCode=2)
+    failed = 0
+    for i in range(200):
+        try:
+            c.test.t.insert_one({"_id": i})
+        except OperationFailure as e:
+            assert e.code == 2
+            failed += 1
+    reply = fail(c, "off")
+    assert 50 < failed < 150 and reply["count"] == failed, (failed, reply)
+    assert c.test.t.count_documents({}) == 200 - failed
+    with pytest.raises(OperationFailure) as e:
+        fail(c, {"activationProbability": 2}, failCommands=["insert"], errorCode=2)
+    assert e.value.code == 2 and "between 0.0 and 1.0" in str(e.value)
+
+
 def test_a_handshake_meets_the_fail_point_too(test_server):
     c = test_server.client()
     # Only the new client's application: its first handshake (a legacy

@@ -812,6 +812,12 @@ def test_slow_queries_are_logged_with_their_plan_summary(server):
         assert want in summaries, (want, summaries)
     update = [f for f in slow_lines() if '"update"' in f["command"]]
     assert update and update[0]["planSummary"] == "IXSCAN { a: 1 }" and update[0]["id"] == 51803
+    # The line carries the profiler's metrics: what the reads examined.
+    assert (update[0]["keysExamined"], update[0]["docsExamined"], update[0]["nMatched"]) == (10, 10, 10)
+    (point,) = [f for f in slow_lines() if f.get("planSummary") == "EXPRESS_IDHACK"]
+    assert (point["keysExamined"], point["docsExamined"], point["nreturned"]) == (1, 1, 1)
+    scans = [f for f in slow_lines() if f.get("planSummary") == "COLLSCAN" and "\"x\"" in f["command"]]
+    assert scans and scans[0]["docsExamined"] == 100 and scans[0]["keysExamined"] == 0
     assert all(isinstance(f["durationMillis"], int) for f in slow_lines())
     # A getMore is logged under its collection's namespace.
     get_mores = [f["ns"] for f in slow_lines() if f["command"].startswith('{"getMore"')]

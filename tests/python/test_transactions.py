@@ -828,6 +828,77 @@ def test_the_profiler_entry_of_a_write_that_waited(client):
     assert db.system.profile.options()["capped"] is True
 
 
+def test_profile_entries_count_keys_and_documents_examined_and_written(client):
+    """Each entry tells what the operation did, as mongod's: keys and
+    documents its read examined (for a read, update or delete; a getMore
+    its own share), keys its writes inserted and deleted, and `execStats`,
+    the plan it ran with those counts."""
+    db = client.test
+    db.k.insert_many([{"_id": i, "a": i % 10, "b": i} for i in range(100)])
+    db.k.create_index("a")
+    db.command("profile", 2)
+    assert len(list(db.k.find({"a": 3}).comment("ix"))) == 10
+    assert len(list(db.k.find({"b": {"$gt": 90}}).comment("scan"))) == 9
+    assert db.k.find_one({"_id": 5}, comment="point") is not None
+    assert len(list(db.k.find({}, batch_size=40).comment("batches"))) == 100
+    assert len(list(db.k.find({"a": {"$gte": 0}}, batch_size=30).comment("ix batches"))) == 100
+    assert len(list(db.k.aggregate([{"$match": {"a": 1}}], comment="agg"))) == 10
+    db.k.update_many({"a": 4}, {"$inc": {"n": 1}})
+    db.k.update_one({"_id": 1}, {"$set": {"a": 42}})
+    db.k.insert_one({"_id": 1000, "a": 7})
+    db.k.delete_one({"_id": 1000})
+    with client.start_session() as s:
+        s.start_transaction()
+        db.k.insert_one({"_id": 2000, "a": 8}, session=s)
+        s.commit_transaction()
+    db.command("profile", 0)
+    explained = db.k.find({"a": 3}).explain()["executionStats"]["totalKeysExamined"]
+
+    def entry(**query):
+        (e,) = list(db.system.profile.find(query))
+        return e
+
+    ix = entry(**{"command.comment": "ix", "op": "query"})
+    assert (ix["keysExamined"], ix["docsExamined"], ix["nreturned"]) == (explained, 10, 10)
+    assert ix["keysExamined"] >= 10 and ix["planSummary"] == "IXSCAN { a: 1 }"
+    stats = ix["execStats"]
+    assert (stats["stage"], stats["nReturned"], stats["docsExamined"]) == ("FETCH", 10, 10)
+    assert stats["inputStage"]["stage"] == "IXSCAN" and stats["inputStage"]["indexName"] == "a_1"
+    assert stats["inputStage"]["keyPattern"] == {"a": 1} and stats["inputStage"]["keysExamined"] == explained
+    scan = entry(**{"command.comment": "scan", "op": "query"})
+    assert (scan["keysExamined"], scan["docsExamined"], scan["nreturned"]) == (0, 100, 9)
+    assert scan["execStats"] == {"stage": "COLLSCAN", "nReturned": 9, "docsExamined": 100}
+    point = entry(**{"command.comment": "point", "op": "query"})
+    assert (point["keysExamined"], point["docsExamined"], point["nreturned"]) == (1, 1, 1)
+    # The find and each getMore count what each read.
+    find = entry(**{"command.comment": "batches", "op": "query"})
+    more = list(db.system.profile.find({"op": "getmore", "command.comment": "batches"}))
+    assert find["docsExamined"] == 40 and [m["docsExamined"] for m in more] == [40, 20], more
+    assert all(m["keysExamined"] == 0 and m["nreturned"] == m["docsExamined"] for m in more)
+    # Through an index, the getMores' share of the keys and documents too.
+    ix_find = entry(**{"command.comment": "ix batches", "op": "query"})
+    ix_more = list(db.system.profile.find({"op": "getmore", "command.comment": "ix batches"}))
+    assert len(ix_more) == 3 and all(m["docsExamined"] > 0 for m in ix_more), ix_more
+    assert sum(m["docsExamined"] for m in [ix_find] + ix_more) == 100
+    assert sum(m["keysExamined"] for m in [ix_find] + ix_more) >= 100
+    agg = entry(**{"command.comment": "agg", "op": "command"})
+    assert (agg["keysExamined"], agg["docsExamined"]) == (explained, 10)
+    # Writes: an update of a field no index holds writes no key; one of
+    # an indexed field one key out, one in; an insert and a delete every
+    # index's key (`_id` and `a`).
+    many = entry(op="update", **{"command.q": {"a": 4}})
+    assert (many["keysExamined"], many["docsExamined"], many["nMatched"], many["nModified"]) == (explained, 10, 10, 10)
+    assert "keysInserted" not in many and "keysDeleted" not in many
+    one = entry(op="update", **{"command.q": {"_id": 1}})
+    assert (one["keysExamined"], one["docsExamined"], one["keysInserted"], one["keysDeleted"]) == (1, 1, 1, 1)
+    inserted = entry(op="insert", **{"command.documents._id": 1000})
+    assert (inserted["ninserted"], inserted["keysInserted"]) == (1, 2) and "docsExamined" not in inserted
+    deleted = entry(op="remove", **{"command.q": {"_id": 1000}})
+    assert (deleted["ndeleted"], deleted["keysDeleted"], deleted["docsExamined"]) == (1, 2, 1)
+    in_txn = entry(op="insert", **{"command.documents._id": 2000})
+    assert in_txn["keysInserted"] == 2
+
+
 def test_profile_level_1_records_only_slow_operations(client):
     db = client.test
     db.c.insert_many([{"_id": i} for i in range(100)])

@@ -6,7 +6,8 @@
 //! added to a command that ran.
 //!
 //! Modes: `"alwaysOn"`, `"off"`, `{times: n}` (the next n matching
-//! commands), `{skip: n}` (all but the next n). Data: `failCommands`
+//! commands), `{skip: n}` (all but the next n), `{activationProbability:
+//! p}` (each matching command with probability p). Data: `failCommands`
 //! (command names, required), `errorCode`, `closeConnection`,
 //! `writeConcernError`, `errorLabels`, `blockConnection` with
 //! `blockTimeMS`, `appName` (only that client's connections), and
@@ -106,6 +107,8 @@ enum Mode {
     AlwaysOn,
     Times(u64),
     Skip(u64),
+    /// Fires for a matching command with this probability.
+    Random(f64),
 }
 
 #[derive(Debug)]
@@ -205,6 +208,9 @@ impl FailPoints {
         let mode = match cmd.get("mode") {
             Some(Bson::String(m)) if m == "off" => None,
             Some(Bson::String(m)) if m == "alwaysOn" => Some(Mode::AlwaysOn),
+            Some(Bson::Document(m)) if m.len() == 1 && m.contains_key("activationProbability") => {
+                Some(Mode::Random(activation_probability(m.get("activationProbability").expect("checked"))?))
+            }
             Some(Bson::Document(m)) if m.len() == 1 => {
                 let (k, v) = m.iter().next().expect("one field");
                 let n = integral(v)
@@ -214,10 +220,10 @@ impl FailPoints {
                     "times" if n == 0 => None,
                     "times" => Some(Mode::Times(n as u64)),
                     "skip" => Some(Mode::Skip(n as u64)),
-                    _ => return Err(bad("'mode' must be one of 'off', 'alwaysOn', 'times', and 'skip'")),
+                    _ => return Err(bad(MODES)),
                 }
             }
-            _ => return Err(bad("'mode' must be one of 'off', 'alwaysOn', 'times', and 'skip'")),
+            _ => return Err(bad(MODES)),
         };
         let setting = match mode {
             None => None,
@@ -297,6 +303,11 @@ impl FailPoints {
                 return None;
             }
             Mode::Skip(_) => {}
+            Mode::Random(p) => {
+                if (crate::exec::cursors::rand_u64() as f64 / u64::MAX as f64) >= *p {
+                    return None;
+                }
+            }
             Mode::Times(n) => {
                 *n -= 1;
                 if *n == 0 {
@@ -307,6 +318,27 @@ impl FailPoints {
         }
         self.entered.fetch_add(1, Ordering::Relaxed);
         Some(action)
+    }
+}
+
+/// The modes `failCommand` takes, as its refusal lists them.
+const MODES: &str = "'mode' must be one of 'off', 'alwaysOn', 'times', 'skip' and 'activationProbability'";
+
+/// mongod's check of `{activationProbability: p}`: a number from 0 to 1.
+fn activation_probability(v: &Bson) -> Result<f64, CommandError> {
+    let p = match v {
+        Bson::Double(d) => *d,
+        Bson::Int32(i) => f64::from(*i),
+        Bson::Int64(i) => *i as f64,
+        _ => {
+            return Err(CommandError::type_mismatch(
+                "the 'activationProbability' option of 'mode' must be a double between 0 and 1",
+            ))
+        }
+    };
+    match (0.0..=1.0).contains(&p) {
+        true => Ok(p),
+        false => Err(bad(format!("activationProbability must be between 0.0 and 1.0; found {p}"))),
     }
 }
 
@@ -372,5 +404,27 @@ mod tests {
             assert!(fp.configure(&bad).is_err(), "{bad}");
         }
         assert!(fp.check("count", Some("me")).is_some(), "a refused setting changed nothing");
+    }
+
+    #[test]
+    fn activation_probability_fires_that_share_of_the_time() {
+        let fp = FailPoints::default();
+        let at = |p: Bson| {
+            doc! { "configureFailPoint": "failCommand", "mode": { "activationProbability": p },
+            "data": { "failCommands": ["find"], "errorCode": 2 } }
+        };
+        fp.configure(&at(Bson::Double(0.5))).unwrap();
+        let fired = (0..2000).filter(|_| fp.check("find", None).is_some()).count();
+        assert!((800..1200).contains(&fired), "about half of 2,000: {fired}");
+        assert!(fp.is_armed(), "still on");
+        fp.configure(&at(Bson::Int32(1))).unwrap();
+        assert!((0..100).all(|_| fp.check("find", None).is_some()));
+        fp.configure(&at(Bson::Double(0.0))).unwrap();
+        assert!((0..100).all(|_| fp.check("find", None).is_none()));
+        let refused = |p: Bson| fp.configure(&at(p)).unwrap_err();
+        assert_eq!(refused(Bson::Double(1.5)).code, 2);
+        assert_eq!(refused(Bson::Double(1.5)).errmsg, "activationProbability must be between 0.0 and 1.0; found 1.5");
+        assert_eq!(refused(Bson::Double(-0.1)).code, 2);
+        assert_eq!(refused(Bson::String("half".into())).code, 14);
     }
 }

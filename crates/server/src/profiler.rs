@@ -1,10 +1,12 @@
-//! The database profiler (`profile` levels 1 and 2): after each command,
-//! an entry in its database's `system.profile`, a capped collection of
-//! 1 MiB made on first use, with mongod's fields (op, ns, command,
-//! nReturned, nMatched, nModified, ninserted, ndeleted, writeConflicts,
-//! numYield, millis, planSummary, ts, client, appName, user). Level 2
-//! records every operation, level 1 those at least `slowms` long (sampled
-//! by `sampleRate`), as the slow-query log line.
+//! The database profiler (`profile` levels 1 and 2) and the slow-query
+//! log line: after each command, an entry in its database's
+//! `system.profile`, a capped collection of 1 MiB made on first use, with
+//! mongod's fields (op, ns, command, keysExamined, docsExamined,
+//! nreturned, nMatched, nModified, ninserted, ndeleted, keysInserted,
+//! keysDeleted, writeConflicts, numYield, millis, planSummary, execStats,
+//! ts, client, appName, user). Level 2 records every operation, level 1
+//! those at least `slowms` long (sampled by `sampleRate`), which are the
+//! ones logged as "Slow query" with the same metrics.
 //!
 //! Invariant: writing an entry never fails or slows the command it
 //! describes beyond the write itself (its errors are logged), and nothing
@@ -73,27 +75,119 @@ pub(crate) struct Done<'a> {
     pub write_conflicts: u64,
 }
 
-/// Record `done` in its database's `system.profile` if its level asks.
-pub(crate) fn record(shared: &Shared, call: &Call, done: &Done<'_>) {
+/// After a command: its profile entry if its database's level asks, and
+/// the "Slow query" log line if it took `slowms` or longer; both show the
+/// metrics [`metrics`] gathers.
+pub(crate) fn after(shared: &Shared, call: &Call, done: &Done<'_>) {
     let Some((name, _)) = done.cmd.iter().next() else { return };
+    let slow = crate::commands::is_slow(shared, done.took);
+    let profiled = profiled(shared, done, name, slow);
+    if !slow && !profiled {
+        return;
+    }
+    let metrics = metrics(call, done, name);
+    if profiled {
+        record(shared, call, done, name, &metrics);
+    }
+    if slow {
+        log_slow(done.cmd, &metrics, done.took, done.result.as_ref().err().map(|e| e.code));
+    }
+}
+
+/// Whether `done` gets a profile entry: level 2, or level 1 and `slow`
+/// (sampled by `sampleRate`); never the `profile` command nor anything
+/// done on `system.profile`.
+fn profiled(shared: &Shared, done: &Done<'_>, name: &str, slow: bool) -> bool {
     let db = done.cmd.get_str("$db").unwrap_or("admin");
-    let level = shared.profiler.level(db);
     let sampled = || {
         let rate = f64::from_bits(shared.parameters.sample_rate_bits.load(Ordering::Relaxed));
         rate >= 1.0 || (rate > 0.0 && (crate::exec::cursors::rand_u64() as f64 / u64::MAX as f64) < rate)
     };
-    let wanted = match level {
+    let wanted = match shared.profiler.level(db) {
         2 => true,
-        1 => crate::commands::is_slow(shared, done.took) && sampled(),
+        1 => slow && sampled(),
         _ => false,
     };
-    if !wanted || name == "profile" {
-        return;
+    wanted && name != "profile" && crate::exec::ops::ns_of(done.cmd) != format!("{db}.system.profile")
+}
+
+/// The commands whose entries count the keys and documents their reads
+/// examined (mongod's reads, updates and deletes; not inserts).
+const READING: &[&str] = &["find", "getMore", "aggregate", "count", "distinct", "update", "delete", "findAndModify"];
+
+/// What a command did, as its profile entry and slow-query line show it:
+/// keys and documents examined (by a command that reads), the counts its
+/// reply tells, index keys written, conflicts, the plan its read took
+/// (`planSummary`) and that plan with what it did (`execStats`).
+pub(crate) fn metrics(call: &Call, done: &Done<'_>, name: &str) -> Document {
+    let tally = call.op.tally.counts();
+    let mut m = Document::new();
+    if READING.contains(&name) || name == "findandmodify" {
+        m.insert("keysExamined", tally.keys_examined as i64);
+        m.insert("docsExamined", tally.docs_examined as i64);
     }
-    if crate::exec::ops::ns_of(done.cmd) == format!("{db}.system.profile") {
-        return;
+    if let Ok(reply) = done.result {
+        counts(name, reply, &mut m);
     }
-    let entry = entry(call, done, name);
+    if tally.keys_inserted > 0 {
+        m.insert("keysInserted", tally.keys_inserted as i64);
+    }
+    if tally.keys_deleted > 0 {
+        m.insert("keysDeleted", tally.keys_deleted as i64);
+    }
+    m.insert("writeConflicts", done.write_conflicts as i64);
+    m.insert("numYield", done.write_conflicts as i64);
+    let returned = m.get_i64("nreturned").unwrap_or(0);
+    if let Some((summary, stats)) = call.op.plan_stats(tally, returned) {
+        m.insert("planSummary", summary);
+        if call.op.replanned() {
+            m.insert("replanned", true);
+        }
+        m.insert("execStats", stats);
+    }
+    m
+}
+
+/// mongod's "Slow query" line (log id 51803): the namespace, the command
+/// (its session gossip left out), the `metrics` and how long it ran.
+pub(crate) fn log_slow(cmd: &Document, m: &Document, took: Duration, failed: Option<i32>) {
+    let millis = i64::try_from(took.as_millis()).unwrap_or(i64::MAX);
+    let ns = crate::exec::ops::ns_of(cmd);
+    let mut shown = cmd.clone();
+    for gossip in ["lsid", "$clusterTime", "$readPreference", "txnNumber"] {
+        shown.remove(gossip);
+    }
+    let command = Bson::Document(shown).into_relaxed_extjson().to_string();
+    let n = |field: &str| m.get_i64(field).ok();
+    tracing::info!(
+        id = 51803,
+        r#type = "command",
+        ns = %ns,
+        command = %command,
+        planSummary = m.get_str("planSummary").ok(),
+        replanned = m.get_bool("replanned").unwrap_or(false),
+        keysExamined = n("keysExamined"),
+        docsExamined = n("docsExamined"),
+        nreturned = n("nreturned"),
+        nMatched = n("nMatched"),
+        nModified = n("nModified"),
+        ninserted = n("ninserted"),
+        ndeleted = n("ndeleted"),
+        keysInserted = n("keysInserted"),
+        keysDeleted = n("keysDeleted"),
+        writeConflicts = n("writeConflicts"),
+        numYield = n("numYield"),
+        ok = failed.is_none(),
+        errCode = failed,
+        durationMillis = millis,
+        "Slow query"
+    );
+}
+
+/// Record `done` in its database's `system.profile`.
+fn record(shared: &Shared, call: &Call, done: &Done<'_>, name: &str, metrics: &Document) {
+    let db = done.cmd.get_str("$db").unwrap_or("admin");
+    let entry = entry(call, done, name, metrics);
     // A conflict (a transaction creating the collection) is waited on
     // briefly: the entry is dropped rather than the command held.
     let wait = ConflictWait::until(Some(std::time::Instant::now() + PROFILE_WAIT), call.place.sleeper());
@@ -132,31 +226,24 @@ fn shown_command(done: &Done<'_>, name: &str) -> Document {
     command
 }
 
-fn entry(call: &Call, done: &Done<'_>, name: &str) -> Document {
+fn entry(call: &Call, done: &Done<'_>, name: &str, metrics: &Document) -> Document {
     let command = shown_command(done, name);
     let mut e = doc! {
         "op": crate::exec::ops::op_name(name),
         "ns": crate::exec::ops::ns_of(done.cmd),
         "command": command,
     };
-    match done.result {
-        Ok(reply) => counts(name, reply, &mut e),
-        Err(err) => {
-            e.insert("ok", 0.0);
-            e.insert("errMsg", err.errmsg.clone());
-            e.insert("errName", err.code_name.to_string());
-            e.insert("errCode", err.code);
-        }
+    if let Err(err) = done.result {
+        e.insert("ok", 0.0);
+        e.insert("errMsg", err.errmsg.clone());
+        e.insert("errName", err.code_name.to_string());
+        e.insert("errCode", err.code);
     }
-    let millis = i64::try_from(done.took.as_millis()).unwrap_or(i64::MAX);
-    e.extend(doc! {
-        "writeConflicts": done.write_conflicts as i64,
-        "numYield": done.write_conflicts as i64,
-        "millis": millis,
-    });
-    if let Some(summary) = call.op.plan_summary() {
-        e.insert("planSummary", summary);
-    }
+    let mut metrics = metrics.clone();
+    let plan = ["planSummary", "replanned", "execStats"].map(|k| metrics.remove(k).map(|v| (k, v)));
+    e.extend(metrics);
+    e.insert("millis", i64::try_from(done.took.as_millis()).unwrap_or(i64::MAX));
+    e.extend(plan.into_iter().flatten().map(|(k, v)| (k.to_string(), v)));
     e.extend(doc! {
         "ts": bson::DateTime::now(),
         "client": call.conn.peer.ip().to_string(),

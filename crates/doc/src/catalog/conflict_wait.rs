@@ -22,6 +22,8 @@ pub struct ConflictWait {
     /// Set when the operation is killed (`killOp`): the wait ends.
     pub killed: Option<Arc<AtomicBool>>,
     conflicts: AtomicU64,
+    /// What the operation's reads and writes did (`tally.rs`).
+    pub tally: Arc<super::Tally>,
 }
 
 impl Default for ConflictWait {
@@ -44,7 +46,7 @@ pub fn backoff(attempt: u64) -> Option<Duration> {
 impl ConflictWait {
     /// Waits until `deadline`, if any, sleeping with `sleep`.
     pub fn until(deadline: Option<Instant>, sleep: fn(Duration)) -> ConflictWait {
-        ConflictWait { deadline, sleep, killed: None, conflicts: AtomicU64::new(0) }
+        ConflictWait { deadline, sleep, killed: None, conflicts: AtomicU64::new(0), tally: Arc::default() }
     }
 
     /// The conflicts met so far.

@@ -158,26 +158,44 @@ impl Collection {
     }
 
     /// In `txn`: the index entries of a new document `doc` at `rid`.
-    pub(crate) fn index_insert(&self, txn: &Txn, ixs: &[Arc<Index>], rid: u64, doc: &Document) -> Result<(), DocError> {
+    /// Returns how many keys it inserted.
+    pub(crate) fn index_insert(
+        &self,
+        txn: &Txn,
+        ixs: &[Arc<Index>],
+        rid: u64,
+        doc: &Document,
+    ) -> Result<u64, DocError> {
+        let mut inserted = 0;
         for ix in ixs {
             let keys = ix.doc_keys(doc)?;
             self.note_multikey(txn, ix, &keys)?;
             ix.insert_keys(txn, rid, &keys, &self.ns.to_string())?;
+            inserted += keys.keys.len() as u64;
         }
-        Ok(())
+        Ok(inserted)
     }
 
     /// In `txn`: remove the index entries of `doc` at `rid`.
-    pub(crate) fn index_delete(&self, txn: &Txn, ixs: &[Arc<Index>], rid: u64, doc: &Document) -> Result<(), DocError> {
+    /// Returns how many keys it removed.
+    pub(crate) fn index_delete(
+        &self,
+        txn: &Txn,
+        ixs: &[Arc<Index>],
+        rid: u64,
+        doc: &Document,
+    ) -> Result<u64, DocError> {
+        let mut deleted = 0;
         for ix in ixs {
             let keys = ix.doc_keys(doc).unwrap_or_default();
             ix.delete_keys(txn, rid, &keys)?;
+            deleted += keys.keys.len() as u64;
         }
-        Ok(())
+        Ok(deleted)
     }
 
     /// In `txn`: `old` at `rid` became `new`; only keys that changed are
-    /// touched.
+    /// touched. Returns how many keys it inserted and removed.
     pub(crate) fn index_replace(
         &self,
         txn: &Txn,
@@ -185,7 +203,8 @@ impl Collection {
         rid: u64,
         old: &Document,
         new: &Document,
-    ) -> Result<(), DocError> {
+    ) -> Result<(u64, u64), DocError> {
+        let (mut inserted, mut deleted) = (0, 0);
         for ix in ixs {
             let mut before = ix.doc_keys(old).unwrap_or_default();
             let mut after = ix.doc_keys(new)?;
@@ -204,8 +223,10 @@ impl Collection {
             }
             ix.delete_keys(txn, rid, &before)?;
             ix.insert_keys(txn, rid, &after, &self.ns.to_string())?;
+            deleted += before.keys.len() as u64;
+            inserted += after.keys.len() as u64;
         }
-        Ok(())
+        Ok((inserted, deleted))
     }
 
     /// `keys` met arrays: raise the index's multikey paths in memory

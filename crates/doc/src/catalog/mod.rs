@@ -36,6 +36,7 @@ mod id_index;
 mod indexes;
 mod namespace;
 mod record_store;
+mod tally;
 #[cfg(test)]
 mod tests;
 mod unique;
@@ -48,6 +49,7 @@ pub use id_index::{KeyCollation, KeyCollations};
 pub use indexes::IndexCheck;
 pub use namespace::{check_db_name, Namespace};
 pub use record_store::InsertResult;
+pub use tally::{Counts, Tally};
 pub use unique::Convert;
 
 use capped::Capped;

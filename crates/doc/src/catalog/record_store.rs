@@ -38,17 +38,21 @@ impl Collection {
             return Err(DocError::ExceedsCappedSize);
         }
         let ixs = self.indexes.read();
-        let used = retrying(engine, (ack, wait), stamp, |txn| {
-            self.put_new(txn, &ixs, &doc, &id, &key, &bytes)?;
-            Ok(Some(match (&self.capped, capped_used.as_deref()) {
+        let done = retrying(engine, (ack, wait), stamp, |txn| {
+            let keys = self.put_new(txn, &ixs, &doc, &id, &key, &bytes)?;
+            let used = match (&self.capped, capped_used.as_deref()) {
                 (Some(capped), Some(&(b, n))) => {
                     Some(self.trim_capped(txn, &ixs, capped, (b + bytes.len() as u64, n + 1))?)
                 }
                 _ => None,
-            }))
+            };
+            Ok(Some((used, keys)))
         })?;
-        if let (Some(Some(now)), Some(held)) = (used, capped_used.as_deref_mut()) {
-            *held = now;
+        if let Some((used, keys)) = done {
+            wait.tally.wrote((keys, 0));
+            if let (Some(now), Some(held)) = (used, capped_used.as_deref_mut()) {
+                *held = now;
+            }
         }
         Ok(doc)
     }
@@ -129,6 +133,7 @@ impl Collection {
             }
             let txn = engine.begin(ack.txn_options())?;
             let (mut results, mut seen, mut bytes_total) = (Vec::new(), std::collections::HashSet::new(), 0);
+            let mut keys = 0;
             let mut stopped = false;
             let mut failed_at = None;
             for (i, doc) in docs[..limit].iter().enumerate() {
@@ -156,9 +161,12 @@ impl Collection {
                         break;
                     };
                     bytes_total += bytes.len();
-                    if self.put_record(&txn, &ixs, &doc, &key, &bytes).is_err() {
-                        failed_at = Some(i);
-                        break;
+                    match self.put_record(&txn, &ixs, &doc, &key, &bytes) {
+                        Ok(n) => keys += n,
+                        Err(_) => {
+                            failed_at = Some(i);
+                            break;
+                        }
                     }
                     results.push(Ok(()));
                     continue;
@@ -179,7 +187,10 @@ impl Collection {
             }
             let done: Vec<usize> = (0..results.len()).filter(|&i| results[i].is_ok()).collect();
             match commit_stamped(txn, stamp, &done) {
-                Ok(_) => return Ok((results, stopped)),
+                Ok(_) => {
+                    wait.tally.wrote((keys, 0));
+                    return Ok((results, stopped));
+                }
                 Err(e) if e.is_retryable() => wait.pause(&e)?,
                 // Too much for a small cache: fewer documents at a time,
                 // down to one (which fails as a lone insert would).
@@ -202,10 +213,12 @@ impl Collection {
     ) -> Result<bool, DocError> {
         let mut capped_used = self.capped_lock();
         let ixs = self.indexes.read();
-        let Some(freed) = retrying(engine, (ack, wait), stamp, |txn| self.delete_record_in(txn, &ixs, rid, doc))?
+        let Some((freed, keys)) =
+            retrying(engine, (ack, wait), stamp, |txn| self.delete_record_in(txn, &ixs, rid, doc))?
         else {
             return Ok(false);
         };
+        wait.tally.wrote((0, keys));
         if let Some((bytes, count)) = capped_used.as_deref_mut() {
             *bytes = bytes.saturating_sub(freed);
             *count = count.saturating_sub(1);
@@ -230,16 +243,12 @@ impl Collection {
         let bytes = encode_replacement(new)?;
         let mut capped_used = self.capped_lock();
         let ixs = self.indexes.read();
-        let replace = |txn: &Txn| {
-            let replaced = self.replace_bytes_in(txn, rid, &expected, &bytes)?;
-            if replaced {
-                self.index_replace(txn, &ixs, rid, old, new)?;
-            }
-            Ok(replaced.then_some(()))
+        let replace = |txn: &Txn| match self.replace_bytes_in(txn, rid, &expected, &bytes)? {
+            true => self.index_replace(txn, &ixs, rid, old, new).map(Some),
+            false => Ok(None),
         };
-        if retrying(engine, (ack, wait), stamp, replace)?.is_none() {
-            return Ok(false);
-        }
+        let Some(keys) = retrying(engine, (ack, wait), stamp, replace)? else { return Ok(false) };
+        wait.tally.wrote(keys);
         // A capped collection may pass its size until the next insert
         // trims it, as MongoDB's does.
         if let Some((used, _)) = capped_used.as_deref_mut() {
@@ -252,15 +261,15 @@ impl Collection {
     /// first if missing) and its `_id` index entry; returns the document as
     /// stored. A write conflict or duplicate `_id` is the caller's to
     /// handle (retry, or fail the transaction). A capped collection refuses
-    /// (`DocError::CappedInTransaction`).
-    pub fn insert_in(&self, txn: &Txn, doc: &Document) -> Result<Document, DocError> {
+    /// (`DocError::CappedInTransaction`). `tally` counts the keys written.
+    pub fn insert_in(&self, txn: &Txn, doc: &Document, tally: &Tally) -> Result<Document, DocError> {
         self.not_capped()?;
         let doc = with_id_first(doc);
         let id = doc.get("_id").expect("with_id_first adds one");
         let key = self.id_key(id);
         let bytes = encode_record(&doc)?;
         let ixs = self.indexes.read();
-        self.put_new(txn, &ixs, &doc, id, &key, &bytes)?;
+        tally.wrote((self.put_new(txn, &ixs, &doc, id, &key, &bytes)?, 0));
         Ok(doc)
     }
 
@@ -275,7 +284,7 @@ impl Collection {
 
     /// In `txn`: a new record of `bytes` and its `_id` entry `key`,
     /// refused if the `_id` is taken (invariant: a document and its `_id`
-    /// entry are written together).
+    /// entry are written together). Returns the keys written.
     fn put_new(
         &self,
         txn: &Txn,
@@ -284,7 +293,7 @@ impl Collection {
         id: &Bson,
         key: &[u8],
         bytes: &[u8],
-    ) -> Result<(), DocError> {
+    ) -> Result<u64, DocError> {
         if txn.get(&self.id_index, key)?.is_some() {
             return Err(self.duplicate(id.clone()));
         }
@@ -294,6 +303,7 @@ impl Collection {
     /// In `txn`: a new record of `bytes` (`doc` encoded) under a new
     /// record id, its `_id` entry `key` and its entries in the secondary
     /// indexes `ixs`: the one place a new document's entries are written.
+    /// Returns how many (the `_id` entry and the secondary ones).
     fn put_record(
         &self,
         txn: &Txn,
@@ -301,29 +311,34 @@ impl Collection {
         doc: &Document,
         key: &[u8],
         bytes: &[u8],
-    ) -> Result<(), DocError> {
+    ) -> Result<u64, DocError> {
         let rid = self.next_record.fetch_add(1, Ordering::Relaxed);
         txn.put(&self.records, &rid.to_be_bytes(), bytes)?;
         txn.put(&self.id_index, key, &rid.to_be_bytes())?;
-        self.index_insert(txn, ixs, rid, doc)
+        Ok(1 + self.index_insert(txn, ixs, rid, doc)?)
     }
 
     /// In `txn`: delete the document at `rid` and its `_id` entry if it is
     /// still `doc` (byte for byte); returns the bytes freed, or `None` if
-    /// someone else changed or removed it.
-    pub fn delete_in(&self, txn: &Txn, rid: u64, doc: &Document) -> Result<Option<u64>, DocError> {
+    /// someone else changed or removed it. `tally` counts the keys removed.
+    pub fn delete_in(&self, txn: &Txn, rid: u64, doc: &Document, tally: &Tally) -> Result<Option<u64>, DocError> {
         self.not_capped()?;
-        self.delete_record_in(txn, &self.indexes.read(), rid, doc)
+        let deleted = self.delete_record_in(txn, &self.indexes.read(), rid, doc)?;
+        Ok(deleted.map(|(freed, keys)| {
+            tally.wrote((0, keys));
+            freed
+        }))
     }
 
-    /// `delete_in` without the capped check (`delete` keeps the accounting).
+    /// `delete_in` without the capped check (`delete` keeps the
+    /// accounting); returns the bytes freed and the keys removed.
     fn delete_record_in(
         &self,
         txn: &Txn,
         ixs: &[Arc<Index>],
         rid: u64,
         doc: &Document,
-    ) -> Result<Option<u64>, DocError> {
+    ) -> Result<Option<(u64, u64)>, DocError> {
         let key = self.id_key(doc.get("_id").ok_or_else(|| DocError::Corrupt("a document without _id".into()))?);
         let expected = encode(doc)?;
         match txn.get(&self.records, &rid.to_be_bytes())? {
@@ -332,19 +347,25 @@ impl Collection {
         }
         txn.delete(&self.records, &rid.to_be_bytes())?;
         txn.delete(&self.id_index, &key)?;
-        self.index_delete(txn, ixs, rid, doc)?;
-        Ok(Some(expected.len() as u64))
+        let keys = 1 + self.index_delete(txn, ixs, rid, doc)?;
+        Ok(Some((expected.len() as u64, keys)))
     }
 
     /// In `txn`: replace the document at `rid` by `new` if it is still
     /// `old` (byte for byte); `_id` must be unchanged, so its index entry
-    /// stays. Returns whether it replaced.
-    pub fn replace_in(&self, txn: &Txn, rid: u64, old: &Document, new: &Document) -> Result<bool, DocError> {
+    /// stays. Returns whether it replaced; `tally` counts the keys written.
+    pub fn replace_in(
+        &self,
+        txn: &Txn,
+        rid: u64,
+        (old, new): (&Document, &Document),
+        tally: &Tally,
+    ) -> Result<bool, DocError> {
         debug_assert_eq!(old.get("_id"), new.get("_id"), "a replacement keeps its _id");
         self.not_capped()?;
         let replaced = self.replace_bytes_in(txn, rid, &encode(old)?, &encode_replacement(new)?)?;
         if replaced {
-            self.index_replace(txn, &self.indexes.read(), rid, old, new)?;
+            tally.wrote(self.index_replace(txn, &self.indexes.read(), rid, old, new)?);
         }
         Ok(replaced)
     }

@@ -144,8 +144,8 @@ fn an_index_prepared_for_unique_refuses_new_duplicates_then_converts() {
         // Two writers of one new key: the second conflicts on the claim.
         let (t1, t2) =
             (e.begin(storage::TxnOptions::default()).unwrap(), e.begin(storage::TxnOptions::default()).unwrap());
-        c.insert_in(&t1, &doc! { "_id": 6, "a": 9 }).unwrap();
-        match c.insert_in(&t2, &doc! { "_id": 7, "a": 9 }) {
+        c.insert_in(&t1, &doc! { "_id": 6, "a": 9 }, &Tally::default()).unwrap();
+        match c.insert_in(&t2, &doc! { "_id": 7, "a": 9 }, &Tally::default()) {
             Err(DocError::Storage(s)) => assert!(s.is_retryable(), "{s}"),
             other => panic!("expected a write conflict, got {other:?}"),
         }
@@ -417,25 +417,32 @@ fn writes_in_the_callers_transaction_commit_or_roll_back_together() {
 
     // Rolled back: nothing of it is seen.
     let txn = e.begin(storage::TxnOptions::default()).unwrap();
-    b.insert_in(&txn, &doc! { "_id": 7 }).unwrap();
-    assert!(a.replace_in(&txn, rid, &old, &doc! { "_id": 1, "v": 2 }).unwrap());
-    assert!(matches!(b.insert_in(&txn, &doc! { "_id": 7 }), Err(DocError::DuplicateKey { .. })));
+    b.insert_in(&txn, &doc! { "_id": 7 }, &Tally::default()).unwrap();
+    assert!(a.replace_in(&txn, rid, (&old, &doc! { "_id": 1, "v": 2 }), &Tally::default()).unwrap());
+    assert!(matches!(b.insert_in(&txn, &doc! { "_id": 7 }, &Tally::default()), Err(DocError::DuplicateKey { .. })));
     txn.rollback();
     assert_eq!(b.find_by_id(&e, &Bson::Int32(7)).unwrap(), None);
     assert_eq!(a.find_by_id(&e, &Bson::Int32(1)).unwrap(), Some(old.clone()));
 
     // Committed: all of it is seen, at once.
     let txn = e.begin(storage::TxnOptions::default()).unwrap();
-    let stored = b.insert_in(&txn, &doc! { "x": 1, "_id": 8 }).unwrap();
+    let stored = b.insert_in(&txn, &doc! { "x": 1, "_id": 8 }, &Tally::default()).unwrap();
     assert_eq!(stored, doc! { "_id": 8, "x": 1 }, "_id goes first");
-    assert!(a.replace_in(&txn, rid, &old, &doc! { "_id": 1, "v": 2 }).unwrap());
-    assert!(!a.replace_in(&txn, rid, &old, &doc! { "_id": 1, "v": 3 }).unwrap(), "no longer the old document");
-    assert_eq!(a.delete_in(&txn, rid, &old).unwrap(), None, "compare-and-delete sees the replacement");
+    assert!(a.replace_in(&txn, rid, (&old, &doc! { "_id": 1, "v": 2 }), &Tally::default()).unwrap());
+    assert!(
+        !a.replace_in(&txn, rid, (&old, &doc! { "_id": 1, "v": 3 }), &Tally::default()).unwrap(),
+        "no longer the old document"
+    );
+    assert_eq!(
+        a.delete_in(&txn, rid, &old, &Tally::default()).unwrap(),
+        None,
+        "compare-and-delete sees the replacement"
+    );
     txn.commit().unwrap();
     assert_eq!(b.find_by_id(&e, &Bson::Int32(8)).unwrap(), Some(doc! { "_id": 8, "x": 1 }));
     assert_eq!(a.find_by_id(&e, &Bson::Int32(1)).unwrap(), Some(doc! { "_id": 1, "v": 2 }));
     let txn = e.begin(storage::TxnOptions::default()).unwrap();
-    assert!(a.delete_in(&txn, rid, &doc! { "_id": 1, "v": 2 }).unwrap().is_some());
+    assert!(a.delete_in(&txn, rid, &doc! { "_id": 1, "v": 2 }, &Tally::default()).unwrap().is_some());
     txn.commit().unwrap();
     assert_eq!(a.find_by_id(&e, &Bson::Int32(1)).unwrap(), None);
 }
@@ -471,7 +478,7 @@ fn ddl_in_the_callers_transaction_publishes_on_commit_only() {
         other => panic!("a racing create of the same name: {:?}", other.map(|_| ())),
     }
     drop(racing);
-    pending.collection().unwrap().insert_in(&txn, &doc! { "_id": 1 }).unwrap();
+    pending.collection().unwrap().insert_in(&txn, &doc! { "_id": 1 }, &Tally::default()).unwrap();
     let ts = txn.commit().unwrap();
     let coll = cat.publish(pending, ts).unwrap();
     assert_eq!(coll.find_by_id(&e, &Bson::Int32(1)).unwrap(), Some(doc! { "_id": 1 }));
@@ -527,7 +534,7 @@ fn an_index_added_in_the_creating_transaction_commits_or_vanishes_with_it() {
     let coll = pending.collection().unwrap().clone();
     cat.add_index_in(&txn, &coll, ix_spec()).unwrap();
     assert!(matches!(cat.add_index_in(&txn, &coll, ix_spec()), Err(DocError::IndexExists(_))));
-    coll.insert_in(&txn, &doc! { "_id": 1, "a": [3, 4] }).unwrap();
+    coll.insert_in(&txn, &doc! { "_id": 1, "a": [3, 4] }, &Tally::default()).unwrap();
     let other = spec(doc! { "v": 2, "key": { "b": 1 }, "name": "b_1" });
     match cat.add_index_in(&txn, &coll, other) {
         Err(e @ DocError::IndexOnNonEmptyInTransaction(_)) => assert_eq!(
@@ -586,13 +593,25 @@ fn secondary_indexes_follow_every_write_and_keep_multikey_paths() {
     let i32s = |v: i32| Bson::Int32(v);
     assert_eq!(index_of(&e, &c, "a_1"), vec![(vec![Bson::Null], i32s(2)), (vec![i32s(5)], i32s(1))]);
 
-    c.insert(&e, &doc! { "_id": 3, "a": [7, 5] }, (Ack::Journaled, &Default::default()), None).unwrap();
+    // Each write tallies the keys it wrote (`_id`'s too) once it commits.
+    let w = ConflictWait::default();
+    let keys = |w: &ConflictWait| (w.tally.counts().keys_inserted, w.tally.counts().keys_deleted);
+    c.insert(&e, &doc! { "_id": 3, "a": [7, 5] }, (Ack::Journaled, &w), None).unwrap();
+    assert_eq!(keys(&w), (3, 0));
     let (rid, old) = c.find_rid_by_id(&e, &i32s(3)).unwrap().unwrap();
-    assert!(c
-        .replace(&e, rid, &old, &doc! { "_id": 3, "a": [5, 8] }, (Ack::Journaled, &Default::default()), None)
-        .unwrap());
+    assert!(c.replace(&e, rid, &old, &doc! { "_id": 3, "a": [5, 8] }, (Ack::Journaled, &w), None).unwrap());
+    assert_eq!(keys(&w), (4, 1), "only the keys that changed");
+    assert!(!c.replace(&e, rid, &old, &doc! { "_id": 3, "a": 9 }, (Ack::Journaled, &w), None).unwrap());
+    assert_eq!(keys(&w), (4, 1), "a replace that did not happen wrote nothing");
     let (rid, old) = c.find_rid_by_id(&e, &i32s(1)).unwrap().unwrap();
-    assert!(c.delete(&e, rid, &old, (Ack::Journaled, &Default::default()), None).unwrap());
+    assert!(c.delete(&e, rid, &old, (Ack::Journaled, &w), None).unwrap());
+    assert_eq!(keys(&w), (4, 3));
+    let results =
+        c.insert_many(&e, &[&doc! { "_id": 4, "a": 1 }, &doc! { "_id": 3 }], false, (Ack::Journaled, &w), None);
+    assert!(results[0].is_ok() && results[1].is_err());
+    assert_eq!(keys(&w), (6, 3), "the duplicate wrote nothing");
+    let (rid, old) = c.find_rid_by_id(&e, &i32s(4)).unwrap().unwrap();
+    assert!(c.delete(&e, rid, &old, (Ack::Journaled, &w), None).unwrap());
     let want = vec![(vec![Bson::Null], i32s(2)), (vec![i32s(5)], i32s(3)), (vec![i32s(8)], i32s(3))];
     assert_eq!(index_of(&e, &c, "a_1"), want);
     let ix = &c.indexes()[0];

@@ -159,6 +159,7 @@ pub fn find(shared: &Ctx<'_>, call: &Call, cmd: &Document) -> ReplyResult {
         lsid: None,
         time_left: None,
         txn: None,
+        tally: shared.conflicts.tally.clone(),
     };
     if tailable {
         state.tailing = coll.as_ref().map(Arc::downgrade);
@@ -214,6 +215,8 @@ pub fn find(shared: &Ctx<'_>, call: &Call, cmd: &Document) -> ReplyResult {
         let index_sorted = index_scan.is_some_and(|(p, _)| matches!(&p.path, AccessPath::IndexScan(s) if s.sorted));
         if let Some((id, coll)) = point {
             let found = coll.find_raw_by_id(&shared.reader(), id)?;
+            let n = u64::from(found.is_some());
+            shared.conflicts.tally.examined(n, n);
             let hits: Vec<Hit> =
                 found.into_iter().skip(skip).map(|(rid, b)| Hit { rid, doc: Stored::read(b), pos: None }).collect();
             state.source = Source::Buffer(hits.into_iter());
@@ -402,7 +405,11 @@ pub fn get_more(shared: &Ctx<'_>, cmd: &Document) -> ReplyResult {
         false => Deadline::at(state.time_left.map(|left| Instant::now() + left)).killable(shared),
     };
     // Past the time limit the cursor is gone (not put back), as mongod's.
-    let (batch, done) = fill(shared, &mut state, batch_size, &deadline)?;
+    // What the cursor's streams read now is this command's work.
+    let before = state.tally.counts();
+    let filled = fill(shared, &mut state, batch_size, &deadline);
+    shared.conflicts.tally.add(state.tally.counts() - before);
+    let (batch, done) = filled?;
     state.time_left = deadline.left();
     // A batch BSON cannot hold fails the command, and the cursor is gone.
     let reply = cursor_reply(&ns, if done { 0 } else { id }, "nextBatch", batch)?;

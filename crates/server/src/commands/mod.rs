@@ -143,9 +143,7 @@ pub fn run(shared: &Shared, call: &Call, msg: &OpMsg) -> Reply {
     let took = started.elapsed();
     let write_conflicts = outside.conflicts.conflicts();
     let done = crate::profiler::Done { msg, cmd: &msg.body, result: &result, took, write_conflicts };
-    crate::profiler::record(shared, call, &done);
-    let failed = result.as_ref().err().map(|e| e.code);
-    log_if_slow(shared, &msg.body, (|| call.op.plan_summary(), call.op.replanned()), took, failed);
+    crate::profiler::after(shared, call, &done);
     let mut reply = result.unwrap_or_else(|e| Reply::Doc(e.to_document()));
     let op_time = call.op.operation_ts().map(|ts| cluster_time_of(shared, ts));
     for (key, value) in cluster_time_fields(cluster_time(shared), op_time) {
@@ -162,7 +160,10 @@ fn outside_transactions<'a>(
     msg: &OpMsg,
     killed: std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) -> Ctx<'a> {
-    Ctx::until(shared, crate::exec::deadline::Deadline::of(&msg.body).ok().and_then(|d| d.0), call.place, killed)
+    let mut ctx =
+        Ctx::until(shared, crate::exec::deadline::Deadline::of(&msg.body).ok().and_then(|d| d.0), call.place, killed);
+    ctx.conflicts.tally = call.op.tally.clone();
+    ctx
 }
 
 /// Run a command outside any transaction: at the newest committed data,
@@ -178,6 +179,7 @@ fn outside_transaction(ctx: &Ctx<'_>, call: &Call, name: &str, msg: &OpMsg) -> R
             call.op.note_operation_ts(ts);
             let mut at_snapshot = Ctx::new(ctx.shared()).at_snapshot(snapshot.clone());
             at_snapshot.conflicts.killed = ctx.conflicts.killed.clone();
+            at_snapshot.conflicts.tally = ctx.conflicts.tally.clone();
             let reply = dispatch(&at_snapshot, call, name, msg)?;
             ctx.snapshots.keep(snapshot);
             let mut reply = reply.into_document();
@@ -224,6 +226,7 @@ fn in_transaction(
     // Its reads stop when the statement is killed (which aborts the transaction).
     let mut ctx = Ctx::in_txn(shared, txn);
     ctx.conflicts.killed = killed;
+    ctx.conflicts.tally = call.op.tally.clone();
     let ddl_checked = match st.name {
         "create" | "createIndexes" => ctx.in_transaction().expect("in a transaction").check_ddl_read_concern(st.name),
         _ => Ok(()),
@@ -248,48 +251,6 @@ fn in_transaction(
 /// longer (0 or less: every command is).
 pub(crate) fn is_slow(shared: &Shared, took: std::time::Duration) -> bool {
     i64::try_from(took.as_millis()).unwrap_or(i64::MAX) >= shared.parameters.slow_ms.load(Ordering::Relaxed)
-}
-
-/// mongod's "Slow query" line (log id 51803) for a command that took
-/// longer than `slowms`: its namespace, the command, the plan its read
-/// took (`planSummary`) and how long it ran.
-pub(crate) fn log_if_slow(
-    shared: &Shared,
-    cmd: &Document,
-    (plan_summary, replanned): (impl FnOnce() -> Option<String>, bool),
-    took: std::time::Duration,
-    failed: Option<i32>,
-) {
-    if !is_slow(shared, took) {
-        return;
-    }
-    let millis = i64::try_from(took.as_millis()).unwrap_or(i64::MAX);
-    let db = cmd.get_str("$db").unwrap_or("admin");
-    // A getMore names its collection apart.
-    let named = match cmd.iter().next() {
-        Some((name, _)) if name == "getMore" => cmd.get_str("collection").ok(),
-        Some((_, Bson::String(coll))) => Some(coll.as_str()),
-        _ => None,
-    };
-    let ns = named.map_or_else(|| format!("{db}.$cmd"), |coll| format!("{db}.{coll}"));
-    let mut shown = cmd.clone();
-    for gossip in ["lsid", "$clusterTime", "$readPreference", "txnNumber"] {
-        shown.remove(gossip);
-    }
-    let command = Bson::Document(shown).into_relaxed_extjson().to_string();
-    let plan_summary = plan_summary();
-    tracing::info!(
-        id = 51803,
-        r#type = "command",
-        ns = %ns,
-        command = %command,
-        planSummary = plan_summary.as_deref(),
-        replanned = replanned,
-        ok = failed.is_none(),
-        errCode = failed,
-        durationMillis = millis,
-        "Slow query"
-    );
 }
 
 /// Answer a legacy OP_QUERY: only the handshake is allowed, as in MongoDB 6+.

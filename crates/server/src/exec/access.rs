@@ -48,8 +48,8 @@ pub(crate) enum PlanNote {
     IdHack,
     /// One index scan (the wildcard path it reads, if any).
     Scan(Arc<Index>, Option<String>),
-    /// An OR's or an intersection's index scans.
-    Scans(Vec<(Arc<Index>, Option<String>)>),
+    /// An OR's (or, when the flag says so, an intersection's) index scans.
+    Scans(Vec<(Arc<Index>, Option<String>)>, bool),
 }
 
 impl PlanNote {
@@ -59,9 +59,8 @@ impl PlanNote {
             AccessPath::CollScan { .. } => PlanNote::CollScan,
             AccessPath::IdPoint(_) => PlanNote::IdHack,
             AccessPath::IndexScan(s) => PlanNote::Scan(planned.indexes[s.index].clone(), s.wildcard_path.clone()),
-            AccessPath::Or(scans) | AccessPath::AndSorted { scans, .. } => {
-                PlanNote::Scans(scans.iter().map(scan).collect())
-            }
+            AccessPath::Or(scans) => PlanNote::Scans(scans.iter().map(scan).collect(), false),
+            AccessPath::AndSorted { scans, .. } => PlanNote::Scans(scans.iter().map(scan).collect(), true),
         }
     }
 
@@ -72,8 +71,42 @@ impl PlanNote {
             PlanNote::CollScan => "COLLSCAN".into(),
             PlanNote::IdHack => "EXPRESS_IDHACK".into(),
             PlanNote::Scan(ix, path) => ixscan_summary(ix, path.as_deref()),
-            PlanNote::Scans(scans) => {
+            PlanNote::Scans(scans, _) => {
                 scans.iter().map(|(ix, path)| ixscan_summary(ix, path.as_deref())).collect::<Vec<_>>().join(", ")
+            }
+        }
+    }
+}
+
+impl PlanNote {
+    /// The plan's stages as a profile entry's `execStats` shows them:
+    /// the read (COLLSCAN, EXPRESS_IDHACK, or FETCH over IXSCAN or over an
+    /// OR of them) with the keys and documents `tally` says it examined
+    /// and the documents the operation `returned` (per-stage counters as
+    /// explain's are not kept for every read).
+    pub(crate) fn exec_stats(&self, tally: doc::catalog::Counts, returned: i64) -> Document {
+        let (keys, docs) = (tally.keys_examined as i64, tally.docs_examined as i64);
+        let ixscan = |ix: &Arc<Index>, path: &Option<String>| {
+            bson::doc! {
+                "stage": "IXSCAN",
+                "keyPattern": key_pattern_of(ix, path.as_deref()),
+                "indexName": ix.spec.name.clone(),
+            }
+        };
+        let fetch = |mut input: Document| {
+            input.insert("keysExamined", keys);
+            bson::doc! { "stage": "FETCH", "nReturned": returned, "docsExamined": docs, "inputStage": input }
+        };
+        match self {
+            PlanNote::CollScan => bson::doc! { "stage": "COLLSCAN", "nReturned": returned, "docsExamined": docs },
+            PlanNote::IdHack => bson::doc! {
+                "stage": "EXPRESS_IDHACK", "nReturned": returned, "keysExamined": keys, "docsExamined": docs,
+            },
+            PlanNote::Scan(ix, path) => fetch(ixscan(ix, path)),
+            PlanNote::Scans(scans, and) => {
+                let branches: Vec<Bson> = scans.iter().map(|(ix, path)| Bson::Document(ixscan(ix, path))).collect();
+                let stage = if *and { "AND_SORTED" } else { "OR" };
+                fetch(bson::doc! { "stage": stage, "inputStages": branches })
             }
         }
     }
@@ -584,7 +617,8 @@ pub(crate) fn candidates(
     stats: Arc<ScanStats>,
 ) -> Result<Records, CommandError> {
     note_access(planned);
-    records(shared, ns, coll, planned, stats)
+    let records = records(shared, ns, coll, planned, stats.clone())?;
+    Ok(tallied(shared, &planned.path, records, stats))
 }
 
 /// `candidates`, or for a plan from the cache watched by `watch`, its
@@ -601,10 +635,41 @@ pub(crate) fn watched_candidates(
         (Some((watch, filter)), Some(works)) => {
             let budget = crate::exec::plan_cache::PlanCache::replan_budget(works);
             let records = records(shared, ns, coll, planned, stats.clone())?;
-            Ok(watch_trial(records, stats, filter.clone(), budget, watch.clone()))
+            let records = watch_trial(records, stats.clone(), filter.clone(), budget, watch.clone());
+            Ok(tallied(shared, &planned.path, records, stats))
         }
         _ => candidates(shared, ns, coll, planned, stats),
     }
+}
+
+/// `records` read by `path`, counted in the command's tally as they are
+/// read (its profiler entry's `keysExamined` and `docsExamined`): an
+/// index scan's keys and documents as `stats` counts them, a collection
+/// scan's every record, an `_id` point's key and record.
+fn tallied(shared: &Ctx<'_>, path: &AccessPath<'_>, mut records: Records, stats: Arc<ScanStats>) -> Records {
+    let tally = shared.conflicts.tally.clone();
+    let per_record = match path {
+        AccessPath::IdPoint(_) => Some((1, 1)),
+        AccessPath::CollScan { .. } => Some((0, 1)),
+        AccessPath::IndexScan(_) | AccessPath::Or(_) | AccessPath::AndSorted { .. } => None,
+    };
+    let mut seen = (0, 0);
+    Box::new(std::iter::from_fn(move || {
+        let record = records.next();
+        match per_record {
+            Some((keys, docs)) => {
+                if record.as_ref().is_some_and(Result::is_ok) {
+                    tally.examined(keys, docs);
+                }
+            }
+            None => {
+                let now = (stats.total(|s| &s.keys_examined), stats.total(|s| &s.docs_examined));
+                tally.examined(now.0 - seen.0, now.1 - seen.1);
+                seen = now;
+            }
+        }
+        record
+    }))
 }
 
 /// Count a read of `planned`'s indexes for `$indexStats` (the reads an

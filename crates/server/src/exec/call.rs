@@ -81,6 +81,9 @@ pub struct OpDebug {
     /// newest commit: a transaction's snapshot, a commit's timestamp
     /// (the reply's `operationTime`); 0: none.
     operation_ts: AtomicU64,
+    /// What its reads and writes did (`keysExamined`, `docsExamined`,
+    /// `keysInserted`, `keysDeleted`): the tally of every `Ctx` it runs in.
+    pub tally: std::sync::Arc<doc::catalog::Tally>,
 }
 
 impl OpDebug {
@@ -110,6 +113,15 @@ impl OpDebug {
     /// mongod's `planSummary` of the noted plan (`IXSCAN { a: 1 }`).
     pub fn plan_summary(&self) -> Option<String> {
         self.plan.lock().as_ref().map(PlanNote::summary)
+    }
+
+    /// The noted plan's `planSummary` and its `execStats`: the plan's
+    /// stages with what the operation's reads did (`tally`) and the
+    /// documents it returned.
+    pub(crate) fn plan_stats(&self, tally: doc::catalog::Counts, returned: i64) -> Option<(String, bson::Document)> {
+        let plan = self.plan.lock();
+        let plan = plan.as_ref()?;
+        Some((plan.summary(), plan.exec_stats(tally, returned)))
     }
 }
 

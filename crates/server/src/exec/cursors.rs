@@ -96,6 +96,11 @@ pub(crate) struct CursorState {
     /// The multi-document transaction the cursor was opened in: its end
     /// closes the cursor.
     pub(crate) txn: Option<Arc<storage::Txn>>,
+    /// The tally of the command that opened the cursor, which its
+    /// streams count their work in: a `getMore` adds what they counted
+    /// during it to its own (a collection scan counts in the current
+    /// command's directly).
+    pub(crate) tally: Arc<doc::catalog::Tally>,
 }
 
 /// `showRecordId`'s `$recordId`.
@@ -127,6 +132,7 @@ impl CursorState {
             lsid: self.lsid,
             time_left: self.time_left,
             txn: self.txn.clone(),
+            tally: self.tally.clone(),
         }
     }
 
@@ -163,6 +169,7 @@ impl CursorState {
             lsid: None,
             time_left: None,
             txn: None,
+            tally: Arc::default(),
         }
     }
 }
@@ -262,6 +269,7 @@ pub(crate) fn next_hit(
             }
             let (at, rid, d) = pending.pop_front().expect("refilled above");
             *after = at;
+            shared.conflicts.tally.examined(0, 1);
             deadline.check()?;
             let (ok, pos) = matches_stored(filter, &d)?;
             if ok {
@@ -409,6 +417,7 @@ pub(crate) fn fill(
 pub(crate) fn register(shared: &Ctx<'_>, mut state: CursorState) -> i64 {
     state.park();
     state.txn = shared.txn().cloned();
+    state.tally = shared.conflicts.tally.clone();
     let mut open = shared.cursors.open.lock();
     Cursors::reap(&mut open);
     loop {

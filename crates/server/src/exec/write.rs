@@ -67,7 +67,7 @@ pub(crate) fn insert_doc(
     stamp: Option<&dyn Stamp>,
 ) -> Result<Document, DocError> {
     match in_txn(shared, coll)? {
-        Some(txn) => coll.insert_in(txn, doc),
+        Some(txn) => coll.insert_in(txn, doc, &shared.conflicts.tally),
         None => coll.insert(shared.catalog.engine(), doc, (ack, &shared.conflicts), stamp),
     }
 }
@@ -90,7 +90,7 @@ pub(crate) fn insert_docs(
     // In a transaction the first failure ends the batch (as mongod), ordered or not.
     let mut results = Vec::with_capacity(docs.len());
     for d in docs {
-        let result = coll.insert_in(txn, d).map(|_| ());
+        let result = coll.insert_in(txn, d, &shared.conflicts.tally).map(|_| ());
         let failed = result.is_err();
         results.push(result);
         if failed {
@@ -109,7 +109,7 @@ pub(crate) fn delete_doc(
     stamp: Option<&dyn Stamp>,
 ) -> Result<bool, DocError> {
     match in_txn(shared, coll)? {
-        Some(txn) => Ok(coll.delete_in(txn, rid, doc)?.is_some()),
+        Some(txn) => Ok(coll.delete_in(txn, rid, doc, &shared.conflicts.tally)?.is_some()),
         None => coll.delete(shared.catalog.engine(), rid, doc, (ack, &shared.conflicts), stamp),
     }
 }
@@ -124,7 +124,7 @@ pub(crate) fn replace_doc(
     stamp: Option<&dyn Stamp>,
 ) -> Result<bool, DocError> {
     match in_txn(shared, coll)? {
-        Some(txn) => coll.replace_in(txn, rid, old, new),
+        Some(txn) => coll.replace_in(txn, rid, (old, new), &shared.conflicts.tally),
         None => coll.replace(shared.catalog.engine(), rid, old, new, (ack, &shared.conflicts), stamp),
     }
 }

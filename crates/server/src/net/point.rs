@@ -95,6 +95,7 @@ pub fn find_by_id(shared: &Shared, header: &Header, body: &[u8]) -> Option<Vec<u
     shared.opcounters.query.fetch_add(1, Ordering::Relaxed);
     shared.opcounters.point_reads.fetch_add(1, Ordering::Relaxed);
     let mut batch = RawArrayBuf::new();
+    let n = i64::from(found.is_some());
     if let Some((_, bytes)) = found {
         batch.push(RawDocumentBuf::from_bytes(bytes.to_vec()).ok()?);
     }
@@ -112,8 +113,11 @@ pub fn find_by_id(shared: &Shared, header: &Header, body: &[u8]) -> Option<Vec<u
     let took = started.elapsed();
     if crate::commands::is_slow(shared, took) {
         if let Ok(cmd) = doc::bson_bytes::decode(cmd.as_bytes()) {
-            let summary = || Some("EXPRESS_IDHACK".to_string());
-            crate::commands::log_if_slow(shared, &cmd, (summary, false), took, None);
+            let metrics = bson::doc! {
+                "keysExamined": n, "docsExamined": n, "nreturned": n, "writeConflicts": 0_i64, "numYield": 0_i64,
+                "planSummary": "EXPRESS_IDHACK",
+            };
+            crate::profiler::log_slow(&cmd, &metrics, took, None);
         }
     }
     Some(wire::encode_msg_raw(shared.request_id(), header.request_id, 0, reply.as_bytes()))
