@@ -1207,3 +1207,80 @@ def test_show_record_id_over_an_index_scan_names_the_record(client):
     assert c.find({"k": {"$gte": 7}}).explain()["queryPlanner"]["winningPlan"]["inputStage"]["stage"] == "IXSCAN"
     assert by_index == {i: natural[i] for i in range(4)}
     assert len(set(natural.values())) == 5
+
+
+def test_ranges_in_and_order_of_id_read_the_id_index(client):
+    """`_id` ranges, `$in` and `_id` order read the `_id` index (FETCH over
+    IXSCAN of `_id_`, as mongod plans them), never scanning the
+    collection; the answers are a collection scan's."""
+    db = client.test
+    db.ids.insert_many([{"_id": i, "a": i % 10} for i in range(1000)])
+
+    def plan(cursor):
+        e = cursor.explain()
+        return e["queryPlanner"]["winningPlan"], e["executionStats"]
+
+    def scanned(filter, **kw):
+        return list(db.ids.find(filter, **kw).hint([("$natural", 1)]))
+
+    p, stats = plan(db.ids.find({"_id": {"$in": [900, 5, 7, 5000]}}))
+    assert p["stage"] == "FETCH" and p["inputStage"]["stage"] == "IXSCAN"
+    ix = p["inputStage"]
+    assert (ix["indexName"], ix["keyPattern"], ix["isUnique"], ix["isMultiKey"]) == ("_id_", {"_id": 1}, True, False)
+    assert ix["indexBounds"] == {"_id": ["[5, 5]", "[7, 7]", "[900, 900]", "[5000, 5000]"]}
+    assert (stats["totalKeysExamined"], stats["totalDocsExamined"], stats["nReturned"]) == (3, 3, 3)
+    assert list(db.ids.find({"_id": {"$in": [900, 5, 7, 5000]}})) == [{"_id": i, "a": i % 10} for i in (5, 7, 900)]
+
+    p, stats = plan(db.ids.find({"_id": {"$gt": 990}}))
+    assert p["inputStage"]["indexBounds"] == {"_id": ["(990, inf.0]"]}
+    assert (stats["totalKeysExamined"], stats["totalDocsExamined"]) == (9, 9)
+    for f in [{"_id": {"$gt": 990}}, {"_id": {"$gte": 10, "$lt": 20}, "a": 3}, {"_id": {"$lte": 3}}]:
+        assert list(db.ids.find(f)) == scanned(f), f
+    # `_id` order from the index, backward for a descending sort.
+    p, _ = plan(db.ids.find().sort("_id", -1).limit(3))
+    assert p["stage"] == "LIMIT" and p["inputStage"]["inputStage"]["direction"] == "backward"
+    assert [d["_id"] for d in db.ids.find().sort("_id", -1).limit(3)] == [999, 998, 997]
+    # Only `_id` projected: covered, as mongod's.
+    p, stats = plan(db.ids.find({"_id": {"$gt": 995}}, {"_id": 1}))
+    assert p["stage"] == "PROJECTION_COVERED" and stats["totalDocsExamined"] == 0
+    assert list(db.ids.find({"_id": {"$gt": 995}}, {"_id": 1})) == [{"_id": i} for i in range(996, 1000)]
+    # A hint names it; updates and deletes read it too.
+    assert plan(db.ids.find({"a": 1}).hint({"_id": 1}))[0]["inputStage"]["indexName"] == "_id_"
+    update = db.command("explain", {"update": "ids", "updates": [{"q": {"_id": {"$in": [1, 2]}}, "u": {"$set": {"b": 1}}, "multi": True}]})
+    assert update["queryPlanner"]["winningPlan"]["inputStage"]["inputStage"]["indexName"] == "_id_"
+    assert db.ids.update_many({"_id": {"$in": [1, 2]}}, {"$set": {"b": 1}}).modified_count == 2
+    assert db.ids.delete_many({"_id": {"$gte": 995}}).deleted_count == 5
+    assert [d["_id"] for d in db.ids.find({"b": 1})] == [1, 2] and db.ids.count_documents({}) == 995
+    # In a transaction the range sees the transaction's own writes.
+    with client.start_session() as s:
+        s.start_transaction()
+        db.ids.insert_one({"_id": 2000, "a": 0}, session=s)
+        assert [d["_id"] for d in db.ids.find({"_id": {"$gte": 990}}, session=s)] == [990, 991, 992, 993, 994, 2000]
+        s.abort_transaction()
+
+
+def test_id_ranges_keep_long_ids_and_collations_right(client):
+    """`_id`s past the index's inline key length (stored cut, with a
+    digest) are checked and ordered by their value; under another
+    collation than the collection's, a string range does not read the
+    `_id` index (its keys are the collation's)."""
+    db = client.test
+    long = "x" * 5000
+    db.long.insert_many([{"_id": long + s} for s in ["b", "a", "d", "c"]] + [{"_id": "y"}, {"_id": "w"}])
+    f = {"_id": {"$gt": long + "a", "$lt": "y"}}
+    assert [d["_id"][-1] for d in db.long.find(f).sort("_id", 1)] == ["b", "c", "d"]
+    assert [d["_id"][-1] for d in db.long.find(f).sort("_id", -1)] == ["d", "c", "b"]
+    assert db.long.find(f).explain()["queryPlanner"]["winningPlan"]["inputStage"]["indexName"] == "_id_"
+    assert sorted(d["_id"][-1] for d in db.long.find({"_id": {"$gte": "x"}})) == ["a", "b", "c", "d", "y"]
+
+    ci = {"locale": "en", "strength": 2}
+    db.create_collection("ci", collation=ci)
+    db.ci.insert_many([{"_id": s} for s in ["a", "B", "c", "D"]])
+    f = {"_id": {"$gte": "b", "$lte": "c"}}
+    e = db.ci.find(f).explain()["queryPlanner"]["winningPlan"]
+    assert e["inputStage"]["indexName"] == "_id_"
+    assert sorted(d["_id"] for d in db.ci.find(f)) == ["B", "c"]
+    simple = {"locale": "simple"}
+    e = db.ci.find(f, collation=simple).explain()["queryPlanner"]["winningPlan"]
+    assert e["stage"] == "COLLSCAN"
+    assert sorted(d["_id"] for d in db.ci.find(f, collation=simple)) == ["c"]

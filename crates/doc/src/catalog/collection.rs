@@ -36,6 +36,8 @@ pub struct Collection {
     pub(crate) indexes: Arc<RwLock<Vec<Arc<Index>>>>,
     /// The catalog's table, where a write records new multikey paths.
     pub(crate) meta: Table,
+    /// The `_id` index read as a secondary one (`Index::over_id_table`).
+    pub(crate) id_view: Arc<Index>,
 }
 
 /// Where a natural-order scan resumes (`Collection::natural`).
@@ -100,11 +102,13 @@ impl Collection {
             Some((k, _)) => record_id(&k)? + 1,
             None => 1,
         };
+        let id_view = Arc::new(Index::over_id_table(id_index.clone(), id_collation.clone()));
         let mut c = Collection {
             ns,
             options,
             records,
             id_index,
+            id_view,
             id_collation,
             long_ids: long_keys,
             next_record: Arc::new(AtomicU64::new(next)),
@@ -170,6 +174,12 @@ impl Collection {
     /// its natural order is `_id` order (the `_id` index's).
     pub fn is_clustered(&self) -> bool {
         self.options.contains_key("clusteredIndex")
+    }
+
+    /// The `_id` index as reads plan and scan a secondary index (a
+    /// clustered collection's is its records' order: none).
+    pub fn id_index_view(&self) -> Option<Arc<Index>> {
+        (!self.is_clustered()).then(|| self.id_view.clone())
     }
 
     /// Up to `max` documents (0: all) in natural order after `from` (before

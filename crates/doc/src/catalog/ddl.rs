@@ -379,6 +379,7 @@ impl Collection {
             options,
             records: self.records.clone(),
             id_index: self.id_index.clone(),
+            id_view: self.id_view.clone(),
             id_collation: self.id_collation.clone(),
             long_ids: self.long_ids,
             next_record: self.next_record.clone(),

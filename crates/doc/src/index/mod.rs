@@ -15,6 +15,12 @@
 //! same storage key, so two concurrent writers of it conflict (first
 //! updater wins) instead of both passing their uniqueness checks.
 //!
+//! The `_id` index reads as a unique index on `{_id: 1}` whose values are
+//! not stored (`Index::over_id_table`): its table has the unique layout
+//! with the record id alone as the value, so a read plans and scans it as
+//! any other but cannot be covered by it, and takes a key's value, when
+//! it must check one, from the record.
+//!
 //! A `prepareUnique` index (on its way to unique, `collMod`) keeps the
 //! non-unique layout and refuses a key another record holds; its writers
 //! claim the key's bare storage key (`keystring::storable`, a delete that
@@ -162,6 +168,9 @@ pub struct Index {
     /// Reads this index served since `since` (`$indexStats`).
     accesses: std::sync::atomic::AtomicU64,
     since: bson::DateTime,
+    /// Its entries hold their key's values: every index but the `_id`
+    /// index read as one (`over_id_table`).
+    holds_values: bool,
 }
 
 /// The options of an index `collMod` may change.
@@ -224,7 +233,39 @@ impl Index {
             options: Mutex::new(options),
             accesses: Default::default(),
             since: bson::DateTime::now(),
+            holds_values: true,
         })
+    }
+
+    /// The `_id` index, in `table`, as the planner and scans read a
+    /// secondary index: unique on `{_id: 1}` under `collation`, never
+    /// multikey, its entries holding no values (see the module).
+    pub(crate) fn over_id_table(table: Table, collation: Option<Arc<dyn KeyCollation>>) -> Index {
+        let shown = bson::doc! { "v": 2, "key": { "_id": 1 }, "name": "_id_", "unique": true };
+        let spec = IndexSpec::from_shown(shown).expect("the _id index's spec is well formed");
+        Index {
+            spec,
+            filter: None,
+            collation,
+            table,
+            ready: AtomicBool::new(true),
+            ready_ts: std::sync::atomic::AtomicU64::new(0),
+            multikey: Mutex::new(vec![BTreeSet::new()]),
+            recorded: Mutex::new(vec![BTreeSet::new()]),
+            wildcard_multikey: Mutex::default(),
+            wildcard_recorded: Mutex::default(),
+            any_multikey: AtomicBool::new(false),
+            options: Mutex::new(Document::new()),
+            accesses: Default::default(),
+            since: bson::DateTime::now(),
+            holds_values: false,
+        }
+    }
+
+    /// Whether its entries hold their key's values ([`Index::decode_entry`]
+    /// answers them); the `_id` index's do not.
+    pub fn holds_values(&self) -> bool {
+        self.holds_values
     }
 
     /// The spec as `listIndexes` shows it now (`collMod` changes applied).
@@ -458,8 +499,10 @@ impl Index {
         }
     }
 
-    /// An entry's record id and key values.
+    /// An entry's record id and key values (only where it
+    /// [`holds_values`](Index::holds_values)).
     pub fn decode_entry(&self, key: &[u8], value: &[u8]) -> Result<(u64, KeyValues), DocError> {
+        assert!(self.holds_values, "the _id index's entries hold no values");
         let fields = self.spec.fields.len();
         if !self.spec.unique {
             return Ok((record_of(key)?, entry_values(value, fields)?));

@@ -109,7 +109,7 @@ pub fn aggregate(shared: &Ctx<'_>, call: &Call, cmd: &Document) -> ReplyResult {
             let host = crate::server::hostname();
             let entries = match shared.collection(&ns) {
                 Some(coll) if !collectionless => {
-                    let among = crate::exec::access::among(&coll, &crate::exec::access::ready(&coll, None));
+                    let among = crate::exec::access::among(&coll, &crate::exec::access::planned_among(&coll, None));
                     shared.plan_cache.stats(&ns.to_string(), &among, &host)
                 }
                 _ => Vec::new(),

@@ -125,14 +125,23 @@ pub(crate) fn ready(coll: &Collection, read_ts: Option<u64>) -> Vec<Arc<Index>> 
     coll.indexes().into_iter().filter(|ix| ix.readable_at(read_ts)).collect()
 }
 
-/// The ready secondary indexes of `coll` as the planner sees them for a
-/// read under `collation` (`None`: binary).
+/// The indexes a read of `coll` at `read_ts` is planned among: the ready
+/// secondary indexes, then the `_id` index read as one (ranges and `$in`
+/// of `_id`, its order).
+pub(crate) fn planned_among(coll: &Collection, read_ts: Option<u64>) -> Vec<Arc<Index>> {
+    let mut ready = ready(coll, read_ts);
+    ready.extend(coll.id_index_view());
+    ready
+}
+
+/// The indexes the planner chooses among for a read of `coll` under
+/// `collation` (`None`: binary), with what it knows of each.
 pub(crate) fn ready_indexes(
     coll: &Collection,
     collation: Option<&Arc<Collation>>,
     read_ts: Option<u64>,
 ) -> (Vec<Arc<Index>>, Vec<IndexInfo>) {
-    let ready = ready(coll, read_ts);
+    let ready = planned_among(coll, read_ts);
     let read_spec = collation.map(|c| c.full_spec());
     let infos = ready
         .iter()

@@ -518,6 +518,21 @@ impl Scan {
         key >= *lo && hi.as_ref().is_none_or(|hi| key < *hi)
     }
 
+    /// An entry's record id and key values: the `_id` index's entries
+    /// hold none, so its value comes from the record (none: deleted since
+    /// its key was read, and dropped by the bounds as a missing `_id`).
+    fn decode_entry(&self, key: &[u8], value: &[u8]) -> Result<(u64, KeyValues), DocError> {
+        if self.ix.holds_values() {
+            return self.ix.decode_entry(key, value);
+        }
+        let rid = self.ix.entry_record(key, value)?;
+        let id = match self.coll.get_stored(&self.reader, rid)? {
+            Some(doc) => doc.fields(&["_id".to_string()]).map_err(DocError::from)?.get("_id").cloned(),
+            None => None,
+        };
+        Ok((rid, vec![id]))
+    }
+
     /// Read the next chunk of keys; false once every range is done.
     fn refill(&mut self) -> Result<bool, DocError> {
         let Some((start, end)) = self.ranges.front().cloned() else { return Ok(false) };
@@ -545,10 +560,10 @@ impl Scan {
             // decoded only when the read returns them (covered).
             let checked = !self.exact || cut.is_some();
             let (rid, values) = match checked || self.covered {
-                true => self.ix.decode_entry(&k, &v)?,
+                true => self.decode_entry(&k, &v)?,
                 false => (self.ix.entry_record(&k, &v)?, Vec::new()),
             };
-            debug_assert!(checked || in_bounds(&self.ix.decode_entry(&k, &v)?.1, &self.bounds));
+            debug_assert!(checked || in_bounds(&self.decode_entry(&k, &v)?.1, &self.bounds));
             if self.sorted {
                 self.track_run(cut.map(<[u8]>::to_vec));
             }
