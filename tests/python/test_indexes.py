@@ -1275,12 +1275,14 @@ def test_id_ranges_keep_long_ids_and_collations_right(client):
 
     ci = {"locale": "en", "strength": 2}
     db.create_collection("ci", collation=ci)
-    db.ci.insert_many([{"_id": s} for s in ["a", "B", "c", "D"]])
+    db.ci.insert_many([{"_id": s} for s in ["a", "B", "c", "D", "B" + long, "b" + long + "a"]])
     f = {"_id": {"$gte": "b", "$lte": "c"}}
     e = db.ci.find(f).explain()["queryPlanner"]["winningPlan"]
     assert e["inputStage"]["indexName"] == "_id_"
-    assert sorted(d["_id"] for d in db.ci.find(f)) == ["B", "c"]
+    assert sorted(d["_id"] for d in db.ci.find(f)) == sorted(["B", "c", "B" + long, "b" + long + "a"])
+    # Long ones (their collation keys stored cut) in the collation's order.
+    assert [d["_id"][:1] + str(len(d["_id"])) for d in db.ci.find(f).sort("_id", 1)] == ["B1", "B5001", "b5002", "c1"]
     simple = {"locale": "simple"}
     e = db.ci.find(f, collation=simple).explain()["queryPlanner"]["winningPlan"]
     assert e["stage"] == "COLLSCAN"
-    assert sorted(d["_id"] for d in db.ci.find(f, collation=simple)) == ["c"]
+    assert sorted(d["_id"] for d in db.ci.find(f, collation=simple)) == ["b" + long + "a", "c"]

@@ -18,8 +18,8 @@
 //! The `_id` index reads as a unique index on `{_id: 1}` whose values are
 //! not stored (`Index::over_id_table`): its table has the unique layout
 //! with the record id alone as the value, so a read plans and scans it as
-//! any other but cannot be covered by it, and takes a key's value, when
-//! it must check one, from the record.
+//! any other, and takes a key's value, when it must check or return one
+//! (a read covered by it), from the record.
 //!
 //! A `prepareUnique` index (on its way to unique, `collMod`) keeps the
 //! non-unique layout and refuses a key another record holds; its writers

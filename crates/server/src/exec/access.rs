@@ -93,8 +93,7 @@ impl PlanNote {
                 "indexName": ix.spec.name.clone(),
             }
         };
-        let fetch = |mut input: Document| {
-            input.insert("keysExamined", keys);
+        let fetch = |input: Document| {
             bson::doc! { "stage": "FETCH", "nReturned": returned, "docsExamined": docs, "inputStage": input }
         };
         match self {
@@ -102,7 +101,11 @@ impl PlanNote {
             PlanNote::IdHack => bson::doc! {
                 "stage": "EXPRESS_IDHACK", "nReturned": returned, "keysExamined": keys, "docsExamined": docs,
             },
-            PlanNote::Scan(ix, path) => fetch(ixscan(ix, path)),
+            PlanNote::Scan(ix, path) => {
+                let mut input = ixscan(ix, path);
+                input.insert("keysExamined", keys);
+                fetch(input)
+            }
             PlanNote::Scans(scans, and) => {
                 let branches: Vec<Bson> = scans.iter().map(|(ix, path)| Bson::Document(ixscan(ix, path))).collect();
                 let stage = if *and { "AND_SORTED" } else { "OR" };

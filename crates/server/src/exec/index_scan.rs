@@ -518,19 +518,23 @@ impl Scan {
         key >= *lo && hi.as_ref().is_none_or(|hi| key < *hi)
     }
 
-    /// An entry's record id and key values: the `_id` index's entries
-    /// hold none, so its value comes from the record (none: deleted since
-    /// its key was read, and dropped by the bounds as a missing `_id`).
-    fn decode_entry(&self, key: &[u8], value: &[u8]) -> Result<(u64, KeyValues), DocError> {
+    /// An entry's record id and key values. The `_id` index's entries
+    /// hold none: its value comes from the record, as its key holds it
+    /// (under the index's collation); `None` when the record was deleted
+    /// since the key was read (the entry is passed over, as if deleted
+    /// just before).
+    fn decode_entry(&self, key: &[u8], value: &[u8]) -> Result<Option<(u64, KeyValues)>, DocError> {
         if self.ix.holds_values() {
-            return self.ix.decode_entry(key, value);
+            return self.ix.decode_entry(key, value).map(Some);
         }
         let rid = self.ix.entry_record(key, value)?;
-        let id = match self.coll.get_stored(&self.reader, rid)? {
-            Some(doc) => doc.fields(&["_id".to_string()]).map_err(DocError::from)?.get("_id").cloned(),
-            None => None,
-        };
-        Ok((rid, vec![id]))
+        let Some(doc) = self.coll.get_stored(&self.reader, rid)? else { return Ok(None) };
+        let id = doc.fields(&["_id".to_string()]).map_err(DocError::from)?.get("_id").cloned();
+        let id = id.map(|v| match self.ix.collation() {
+            Some(c) => c.key_of(&v),
+            None => v,
+        });
+        Ok(Some((rid, vec![id])))
     }
 
     /// Read the next chunk of keys; false once every range is done.
@@ -559,14 +563,20 @@ impl Scan {
             // A key inside exact ranges lies in the bounds: its values are
             // decoded only when the read returns them (covered).
             let checked = !self.exact || cut.is_some();
-            let (rid, values) = match checked || self.covered {
+            let entry = match checked || self.covered {
                 true => self.decode_entry(&k, &v)?,
-                false => (self.ix.entry_record(&k, &v)?, Vec::new()),
+                false => Some((self.ix.entry_record(&k, &v)?, Vec::new())),
             };
-            debug_assert!(checked || in_bounds(&self.decode_entry(&k, &v)?.1, &self.bounds));
+            debug_assert!(
+                checked || self.decode_entry(&k, &v)?.is_none_or(|(_, values)| in_bounds(&values, &self.bounds))
+            );
             if self.sorted {
                 self.track_run(cut.map(<[u8]>::to_vec));
             }
+            let Some((rid, values)) = entry else {
+                e = if self.reverse { c.prev()? } else { c.next()? };
+                continue;
+            };
             if !checked || (in_bounds(&values, &self.bounds) && self.within_min_max(&values)) {
                 // Each record once (`admit`); a held run of long keys is
                 // deduplicated when released, in key order (so a document
