@@ -236,10 +236,8 @@ pub fn plan_among<'a>(shape: &ReadShape<'a, '_>) -> (AccessPath<'a>, Vec<AccessP
         }
         Hint::None => {}
     }
-    match crate::Filter::id_equality(shape.filter) {
-        // The index finds a string `_id` only under its own collation.
-        Some(id) if shape.id_index_collation_matches || !holds_string(id) => return (AccessPath::IdPoint(id), none),
-        _ => {}
+    if let Some(id) = id_point(shape.filter, shape.id_index_collation_matches) {
+        return (AccessPath::IdPoint(id), none);
     }
     let found = candidates(shape);
     // (Read from the candidates before they are moved into the plans.)
@@ -838,6 +836,13 @@ fn shape_of_other(d: &Document) -> String {
 pub fn parsed_query(filter: &Document) -> Document {
     let conj = bounds::conjunction(filter);
     residual(&conj, &vec![false; conj.leaves.len()]).unwrap_or_default()
+}
+
+/// The `_id` an unhinted read of `filter` looks up alone (a point read):
+/// an `_id` equality, whose value the `_id` index finds (a string only
+/// under the index's own collation).
+pub fn id_point(filter: &Document, id_index_collation_matches: bool) -> Option<&Bson> {
+    crate::Filter::id_equality(filter).filter(|id| id_index_collation_matches || !holds_string(id))
 }
 
 fn holds_string(v: &Bson) -> bool {

@@ -181,6 +181,7 @@ pub fn find(shared: &Ctx<'_>, call: &Call, cmd: &Document) -> ReplyResult {
             min_max: min_max.as_ref(),
             sort: (!sort.is_empty()).then(|| sort.fields()),
             read_ts: shared.read_ts(),
+            describe: false,
         };
         let planned = access::plan_projected(c, &filter_doc, collation.as_ref(), how);
         access::race(shared, place, &ns, c, planned, &filter).inspect(|p| call.op.note_plan(p))

@@ -208,6 +208,9 @@ pub(crate) struct How<'x> {
     /// The snapshot the read is at (`Ctx::read_ts`): an index whose build
     /// it does not hold whole is not planned.
     pub read_ts: Option<u64>,
+    /// Explain describes the plan: its shape, the indexes it was chosen
+    /// among and what the planner saw of them, even for a point read.
+    pub describe: bool,
 }
 
 /// `plan_read` for a read that needs only `projection`'s fields
@@ -218,12 +221,29 @@ pub(crate) fn plan_projected<'a>(
     collation: Option<&Arc<Collation>>,
     how: How<'_>,
 ) -> Planned<'a> {
-    let How { tailable, hint, projection, min_max, sort, read_ts } = how;
+    let How { tailable, hint, projection, min_max, sort, read_ts, describe } = how;
     let id_index_collation_matches = match (collation, coll.id_collation()) {
         (None, None) => true,
         (Some(a), Some(b)) => a.full_spec() == b.full_spec(),
         _ => false,
     };
+    // A point read is one whatever the indexes are: nothing else to
+    // gather (the hot path of reads and writes by `_id`).
+    let unhinted = hint.is_none_or(|h| matches!(h, Bson::Null));
+    if unhinted && min_max.is_none() && !tailable && !describe {
+        if let Some(id) = plan::id_point(filter, id_index_collation_matches) {
+            return Planned {
+                path: AccessPath::IdPoint(id),
+                indexes: Vec::new(),
+                infos: Vec::new(),
+                rejected: Vec::new(),
+                shape: String::new(),
+                among: String::new(),
+                created_from: Document::new(),
+                cached: None,
+            };
+        }
+    }
     let (indexes, infos) = ready_indexes(coll, collation, read_ts);
     let shape = ReadShape {
         filter,

@@ -250,7 +250,8 @@ fn explain_read(
     };
     let planned = match &coll {
         Some(c) if top.is_some() => {
-            let mut planned = access::plan_read(c, &filter_doc, collation.as_ref(), (false, shared.read_ts()), hint);
+            let how = access::How { hint, read_ts: shared.read_ts(), describe: true, ..access::How::default() };
+            let mut planned = access::plan_projected(c, &filter_doc, collation.as_ref(), how);
             access::drop_switched_off(shared, &mut planned);
             Some(planned)
         }
@@ -262,6 +263,7 @@ fn explain_read(
                 min_max: min_max.as_ref(),
                 sort: sort_fields.as_deref(),
                 read_ts: shared.read_ts(),
+                describe: true,
             };
             let planned = access::plan_projected(c, &filter_doc, collation.as_ref(), how);
             Some(access::race(shared, Place::Blocking, &ns, c, planned, &filter)?)
