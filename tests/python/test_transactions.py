@@ -1069,6 +1069,30 @@ def test_kill_op_ends_a_long_read(client):
                 assert e.value.code == 251
 
 
+def test_a_pipeline_that_returns_nothing_still_stops_at_max_time_ms_and_kill_op(client):
+    """A pipeline whose stages drop or hold back their input ($unwind then
+    a $match that rejects all, a $group) checks the reading command's
+    deadline and kill for each document it takes in, not only between the
+    documents it returns; a getMore brings its own deadline."""
+    db = client.test
+    db.u.insert_many([{"_id": i, "arr": list(range(200))} for i in range(5000)])
+    drop_all = [{"$unwind": "$arr"}, {"$match": {"never": 1}}]
+    for pipeline in [drop_all, [{"$group": {"_id": "$arr"}}]]:
+        with pytest.raises(OperationFailure) as e:
+            list(db.u.aggregate(pipeline, maxTimeMS=20))
+        assert e.value.code == 50, pipeline
+    outcome = kill_while_reading(client, lambda: list(db.u.aggregate(drop_all, comment="long-read")))
+    assert "error" in outcome and outcome["error"].code == 11601, outcome
+    # Past its first batch, the getMores go on within what is left of the
+    # aggregate's maxTimeMS (the rest takes over a second to read).
+    near_ends = [{"$unwind": "$arr"}, {"$match": {"$or": [{"_id": 0}, {"_id": 4999}]}}]
+    raw = db.command("aggregate", "u", pipeline=near_ends, cursor={"batchSize": 150}, maxTimeMS=100)
+    assert len(raw["cursor"]["firstBatch"]) == 150 and raw["cursor"]["id"] != 0
+    with pytest.raises(OperationFailure) as e:
+        db.command("getMore", raw["cursor"]["id"], collection="u")
+    assert e.value.code == 50
+
+
 def kill_while_reading(client, read):
     """Run `read` in a thread, killOp it once currentOp lists it (by its
     comment, "long-read"); what it returned or raised."""

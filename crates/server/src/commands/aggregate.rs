@@ -157,9 +157,10 @@ pub fn aggregate(shared: &Ctx<'_>, call: &Call, cmd: &Document) -> ReplyResult {
     };
     let pipeline = query::Pipeline::parse_in(&stages, &scope)?.with_collation(collation);
     let pipeline = crate::exec::views::held_to_limits(shared, cmd, pipeline)?;
+    let read_deadline = crate::exec::deadline::SharedDeadline::new(&deadline);
     let (docs, scanning) = match source {
         Some(docs) => (pipeline.stream(docs.into_iter().map(Ok))?, None),
-        None => stream_over(shared, &base, &pipeline, cmd.get("hint"), &call.op)?,
+        None => stream_over(shared, &base, &pipeline, cmd.get("hint"), (&call.op, &read_deadline))?,
     };
     deadline.check()?;
     if let Some(write) = write {
@@ -169,7 +170,8 @@ pub fn aggregate(shared: &Ctx<'_>, call: &Call, cmd: &Document) -> ReplyResult {
         crate::exec::agg_write::write(shared, cmd, &write, out)?;
         return buffered_cursor(shared, ns, Vec::new(), None);
     }
-    let state = CursorState::of(ns, Source::Stream { docs: stream_of(docs), scanning, filter: None, exact: None });
+    let mut state = CursorState::of(ns, Source::Stream { docs: stream_of(docs), scanning, filter: None, exact: None });
+    state.read_deadline = Some(read_deadline);
     first_batch(shared, state, batch_size.map(|b| b as usize), false, &deadline)
 }
 

@@ -25,7 +25,7 @@ use crate::exec::cursors::Cursors;
 use crate::exec::cursors::Exact;
 use crate::exec::cursors::RecordIds;
 use crate::exec::cursors::Source;
-use crate::exec::deadline::Deadline;
+use crate::exec::deadline::{Deadline, SharedDeadline};
 use crate::exec::index_scan::ScanStats;
 use crate::exec::scan::check_hint;
 use crate::exec::scan::collation_of;
@@ -160,6 +160,7 @@ pub fn find(shared: &Ctx<'_>, call: &Call, cmd: &Document) -> ReplyResult {
         time_left: None,
         txn: None,
         tally: shared.conflicts.tally.clone(),
+        read_deadline: None,
     };
     if tailable {
         state.tailing = coll.as_ref().map(Arc::downgrade);
@@ -250,7 +251,9 @@ pub fn find(shared: &Ctx<'_>, call: &Call, cmd: &Document) -> ReplyResult {
                 stages.push(Bson::Document(bson::doc! { "$match": filter_doc.clone() }));
             }
             let pipeline = query::Pipeline::parse_in(&stages, &scope)?.with_collation(filter.collation().cloned());
-            let (docs, scanning) = stream_over(shared, &base, &pipeline, cmd.get("hint"), &call.op)?;
+            let read_deadline = SharedDeadline::new(&deadline);
+            let (docs, scanning) = stream_over(shared, &base, &pipeline, cmd.get("hint"), (&call.op, &read_deadline))?;
+            state.read_deadline = Some(read_deadline);
             state.source =
                 Source::Stream { docs: stream_of(docs), scanning, filter: Some(filter.clone()), exact: None };
         } else if let Some((planned, coll)) = index_scan {
@@ -407,6 +410,9 @@ pub fn get_more(shared: &Ctx<'_>, cmd: &Document) -> ReplyResult {
     };
     // Past the time limit the cursor is gone (not put back), as mongod's.
     // What the cursor's streams read now is this command's work.
+    if let Some(read) = &state.read_deadline {
+        read.set(&deadline);
+    }
     let before = state.tally.counts();
     let filled = fill(shared, &mut state, batch_size, &deadline);
     shared.conflicts.tally.add(state.tally.counts() - before);

@@ -101,6 +101,9 @@ pub(crate) struct CursorState {
     /// during it to its own (a collection scan counts in the current
     /// command's directly).
     pub(crate) tally: Arc<doc::catalog::Tally>,
+    /// A pipeline's input checks this deadline (`SharedDeadline`): each
+    /// `getMore` sets its own.
+    pub(crate) read_deadline: Option<Arc<crate::exec::deadline::SharedDeadline>>,
 }
 
 /// `showRecordId`'s `$recordId`.
@@ -133,6 +136,7 @@ impl CursorState {
             time_left: self.time_left,
             txn: self.txn.clone(),
             tally: self.tally.clone(),
+            read_deadline: self.read_deadline.clone(),
         }
     }
 
@@ -170,6 +174,7 @@ impl CursorState {
             time_left: None,
             txn: None,
             tally: Arc::default(),
+            read_deadline: None,
         }
     }
 }

@@ -10,7 +10,29 @@ use std::time::{Duration, Instant};
 /// A command's `maxTimeMS` deadline; with [`Deadline::killable`], also
 /// the flag `killOp` sets, so the loops that check the deadline stop a
 /// killed read too.
+#[derive(Clone)]
 pub(crate) struct Deadline(pub(crate) Option<Instant>, Option<Arc<AtomicBool>>);
+
+/// The deadline of whichever command reads a cursor's pipeline now: the
+/// pipeline's input checks it for each document it takes (so stages that
+/// hold back or drop their input still stop at `maxTimeMS` or `killOp`),
+/// and each `getMore` sets its own.
+pub(crate) struct SharedDeadline(parking_lot::Mutex<Deadline>);
+
+impl SharedDeadline {
+    pub fn new(deadline: &Deadline) -> Arc<SharedDeadline> {
+        Arc::new(SharedDeadline(parking_lot::Mutex::new(deadline.clone())))
+    }
+
+    /// The command now reading is bounded by `deadline`.
+    pub fn set(&self, deadline: &Deadline) {
+        *self.0.lock() = deadline.clone();
+    }
+
+    pub fn check(&self) -> Result<(), CommandError> {
+        self.0.lock().check()
+    }
+}
 
 impl Deadline {
     pub fn of(cmd: &Document) -> Result<Deadline, CommandError> {

@@ -242,7 +242,11 @@ pub(crate) fn scan_hits<'a>(
         Ok(Some((base, stages))) => {
             // The view's documents as its pipeline produces them.
             let pipeline = query::Pipeline::parse(&stages).map(|p| p.with_collation(filter.collation().cloned()));
-            return match pipeline.map_err(CommandError::from).and_then(|p| stream_over(shared, &base, &p, hint, op)) {
+            let read_deadline = crate::exec::deadline::SharedDeadline::new(deadline);
+            let streamed = pipeline
+                .map_err(CommandError::from)
+                .and_then(|p| stream_over(shared, &base, &p, hint, (op, &read_deadline)));
+            return match streamed {
                 Err(e) => Box::new(std::iter::once(Err(e))),
                 Ok((docs, _)) => Box::new(docs.filter_map(move |doc| {
                     let doc = match doc.map_err(CommandError::from).and_then(|d| deadline.check().map(|()| d)) {

@@ -59,7 +59,7 @@ pub(crate) fn stream_over(
     base: &Namespace,
     pipeline: &query::Pipeline,
     hint: Option<&Bson>,
-    op: &crate::exec::call::OpDebug,
+    (op, deadline): (&crate::exec::call::OpDebug, &Arc<crate::exec::deadline::SharedDeadline>),
 ) -> Result<(query::pipeline::DocStream<'static>, Scanning), CommandError> {
     let Some(coll) = shared.collection(base) else {
         return Ok((pipeline.stream(std::iter::empty())?, None));
@@ -86,7 +86,7 @@ pub(crate) fn stream_over(
     let stages = if sorted { pipeline.without_leading_sort() } else { pipeline.clone() };
     // Decoded only as far as the pipeline reads them.
     let reads = stages.reads();
-    Ok((stages.stream(pipeline_input(records, reads))?, Some((base.clone(), coll))))
+    Ok((stages.stream(pipeline_input(records, reads, deadline.clone()))?, Some((base.clone(), coll))))
 }
 
 /// `pipeline` held to mongod's memory limits: past them `$sort` and
@@ -116,12 +116,17 @@ pub(crate) fn held_to_limits(
 /// Records as a pipeline takes them: documents (only the top-level
 /// fields `reads` lists, when it lists them: `Pipeline::reads`), an error
 /// as the last item. A collection dropped under the read ends it with
-/// QueryPlanKilled (175), as mongod's.
+/// QueryPlanKilled (175), as mongod's; the reading command's `deadline`
+/// passed or its operation killed, with MaxTimeMSExpired or Interrupted.
 pub(crate) fn pipeline_input(
     records: access::Records,
     reads: Option<Vec<String>>,
+    deadline: Arc<crate::exec::deadline::SharedDeadline>,
 ) -> impl Iterator<Item = Result<bson::Document, query::FilterError>> + Send {
     records.map(move |r| {
+        if let Err(e) = deadline.check() {
+            return Err(query::FilterError { code: e.code, message: e.errmsg });
+        }
         r.and_then(|(_, d)| match &reads {
             Some(names) => Ok(d.fields(names)?.into_owned()),
             None => Ok(d.into_document()?),
