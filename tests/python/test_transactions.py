@@ -1077,20 +1077,36 @@ def test_a_pipeline_that_returns_nothing_still_stops_at_max_time_ms_and_kill_op(
     db = client.test
     db.u.insert_many([{"_id": i, "arr": list(range(200))} for i in range(5000)])
     drop_all = [{"$unwind": "$arr"}, {"$match": {"never": 1}}]
-    for pipeline in [drop_all, [{"$group": {"_id": "$arr"}}]]:
+    counted_away = [{"$unwind": "$arr"}, {"$group": {"_id": None, "n": {"$sum": 1}}}, {"$match": {"n": -1}}]
+    for pipeline in [drop_all, counted_away]:
         with pytest.raises(OperationFailure) as e:
             list(db.u.aggregate(pipeline, maxTimeMS=20))
         assert e.value.code == 50, pipeline
-    outcome = kill_while_reading(client, lambda: list(db.u.aggregate(drop_all, comment="long-read")))
-    assert "error" in outcome and outcome["error"].code == 11601, outcome
+    for in_transaction in [False, True]:
+        with client.start_session() as s:
+            if in_transaction:
+                s.start_transaction()
+            read = lambda: list(db.u.aggregate(drop_all, comment="long-read", session=s))  # noqa: E731
+            outcome = kill_while_reading(client, read)
+            assert "error" in outcome and outcome["error"].code == 11601, outcome
+            if in_transaction:
+                with pytest.raises(OperationFailure) as e:
+                    s.commit_transaction()
+                assert e.value.code == 251
     # Past its first batch, the getMores go on within what is left of the
     # aggregate's maxTimeMS (the rest takes over a second to read).
     near_ends = [{"$unwind": "$arr"}, {"$match": {"$or": [{"_id": 0}, {"_id": 4999}]}}]
-    raw = db.command("aggregate", "u", pipeline=near_ends, cursor={"batchSize": 150}, maxTimeMS=100)
+    raw = db.command("aggregate", "u", pipeline=near_ends, cursor={"batchSize": 150}, maxTimeMS=500)
     assert len(raw["cursor"]["firstBatch"]) == 150 and raw["cursor"]["id"] != 0
     with pytest.raises(OperationFailure) as e:
         db.command("getMore", raw["cursor"]["id"], collection="u")
     assert e.value.code == 50
+    # Killed while it reads ahead past a full first batch, the aggregate
+    # fails itself (nothing is kept for the next getMore).
+    first_only = [{"$unwind": "$arr"}, {"$match": {"$or": [{"_id": 0}, {"_id": -1}]}}]
+    read = lambda: db.command("aggregate", "u", pipeline=first_only, cursor={"batchSize": 200}, comment="long-read")  # noqa: E731
+    outcome = kill_while_reading(client, read)
+    assert "error" in outcome and outcome["error"].code == 11601, outcome
 
 
 def kill_while_reading(client, read):

@@ -410,6 +410,7 @@ pub(crate) fn fill(
             break;
         }
     }
+    read_ahead_interrupted(c)?;
     let exhausted = match &mut c.source {
         Source::Buffer(items) => items.len() == 0,
         Source::Merge(runs) => runs.is_done(),
@@ -417,6 +418,20 @@ pub(crate) fn fill(
         Source::Scan { .. } => false,
     };
     Ok((out, exhausted))
+}
+
+/// Read a stream's next item ahead (to tell whether it is exhausted);
+/// when the command was killed meanwhile, the error is this command's,
+/// not kept for the next `getMore`. (Its deadline passed is kept: the
+/// cursor's time is spent, and the next `getMore` fails with it, as
+/// mongod's, which reads no further than the batch, would fail then.)
+fn read_ahead_interrupted(c: &mut CursorState) -> Result<(), CommandError> {
+    let Source::Stream { docs, .. } = &mut c.source else { return Ok(()) };
+    if docs.peek().is_some_and(|r| r.as_ref().is_err_and(|e| e.code == 11601)) {
+        let Some(Err(e)) = docs.next() else { unreachable!("peeked an error") };
+        return Err(e.into());
+    }
+    Ok(())
 }
 
 pub(crate) fn register(shared: &Ctx<'_>, mut state: CursorState) -> i64 {
@@ -474,8 +489,13 @@ pub(crate) fn first_batch(
 ) -> ReplyResult {
     let ns = state.ns.clone();
     let first = batch_size.unwrap_or(FIRST_BATCH_DEFAULT);
-    let (batch, done) =
-        if first == 0 && !single { (Vec::new(), false) } else { fill(shared, &mut state, first.max(1), deadline)? };
+    let (batch, done) = if first == 0 && !single {
+        // (Parking the cursor reads its first item ahead.)
+        read_ahead_interrupted(&mut state)?;
+        (Vec::new(), false)
+    } else {
+        fill(shared, &mut state, first.max(1), deadline)?
+    };
     // A tailable cursor whose query finds nothing dies at once, as
     // MongoDB's does.
     let dead = state.tailable && first > 0 && batch.is_empty();
