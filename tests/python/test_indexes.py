@@ -447,9 +447,14 @@ def test_index_stats_count_the_reads_each_index_serves(client):
     for _ in range(3):
         list(c.find({"a": {"$gte": 10}}).hint("a_1"))
     c.count_documents({"b": 1})
+    c.find_one({"_id": 4})
+    list(c.find({"_id": {"$in": [1, 2]}}))
     stats = {s["name"]: s for s in c.aggregate([{"$indexStats": {}}])}
-    assert set(stats) == {"a_1", "b_1"}
+    assert set(stats) == {"_id_", "a_1", "b_1"}
     assert stats["a_1"]["accesses"]["ops"] == 3 and stats["b_1"]["accesses"]["ops"] == 1
+    # The `_id` index: a point read and a range of it.
+    assert stats["_id_"]["accesses"]["ops"] == 2 and stats["_id_"]["key"] == {"_id": 1}
+    assert stats["_id_"]["spec"] == {"v": 2, "key": {"_id": 1}, "name": "_id_"}
     assert stats["a_1"]["key"] == {"a": 1} and stats["a_1"]["spec"]["name"] == "a_1"
     with pytest.raises(OperationFailure) as e:
         list(c.aggregate([{"$indexStats": {"x": 1}}]))

@@ -175,9 +175,9 @@ pub fn aggregate(shared: &Ctx<'_>, call: &Call, cmd: &Document) -> ReplyResult {
     first_batch(shared, state, batch_size.map(|b| b as usize), false, &deadline)
 }
 
-/// `$indexStats`: per ready secondary index, the reads it served since
-/// it was loaded (`accesses.ops`, `accesses.since`); the `_id` index's
-/// are not counted.
+/// `$indexStats`: per ready index, the `_id` index first, the reads it
+/// served since it was loaded (`accesses.ops`, `accesses.since`); a
+/// clustered collection's `_id` is its records' order, not listed.
 fn index_stats_stage(shared: &Ctx<'_>, ns: &Namespace, stage: &Document) -> Result<Vec<Document>, CommandError> {
     match stage.get("$indexStats") {
         Some(Bson::Document(d)) if d.is_empty() => {}
@@ -185,21 +185,19 @@ fn index_stats_stage(shared: &Ctx<'_>, ns: &Namespace, stage: &Document) -> Resu
     }
     let Some(coll) = shared.collection(ns) else { return Ok(Vec::new()) };
     let host = format!("{}:{}", crate::server::hostname(), shared.options.port);
-    Ok(coll
-        .indexes()
-        .into_iter()
-        .filter(|ix| ix.is_ready())
-        .map(|ix| {
-            let (ops, since) = ix.accesses();
-            doc! {
-                "name": ix.spec.name.clone(),
-                "key": ix.spec.key.clone(),
-                "host": host.clone(),
-                "accesses": { "ops": ops as i64, "since": since },
-                "spec": ix.shown(),
-            }
-        })
-        .collect())
+    let stats = |ix: &doc::index::Index, spec: Document| {
+        let (ops, since) = ix.accesses();
+        doc! {
+            "name": ix.spec.name.clone(),
+            "key": ix.spec.key.clone(),
+            "host": host.clone(),
+            "accesses": { "ops": ops as i64, "since": since },
+            "spec": spec,
+        }
+    };
+    let id = coll.id_index_view().map(|ix| stats(&ix, crate::exec::id_index::id_index_spec(&coll)));
+    let secondary = coll.indexes().into_iter().filter(|ix| ix.is_ready()).map(|ix| stats(&ix, ix.shown()));
+    Ok(id.into_iter().chain(secondary).collect())
 }
 
 /// The one document `$collStats` produces (`storageStats` and `count`).

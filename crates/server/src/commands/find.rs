@@ -217,6 +217,7 @@ pub fn find(shared: &Ctx<'_>, call: &Call, cmd: &Document) -> ReplyResult {
         let index_sorted = index_scan.is_some_and(|(p, _)| matches!(&p.path, AccessPath::IndexScan(s) if s.sorted));
         if let Some((id, coll)) = point {
             let found = coll.find_raw_by_id(&shared.reader(), id)?;
+            access::note_point_access(coll);
             let n = u64::from(found.is_some());
             shared.conflicts.tally.examined(n, n);
             let hits: Vec<Hit> =

@@ -649,6 +649,9 @@ pub(crate) fn candidates(
     stats: Arc<ScanStats>,
 ) -> Result<Records, CommandError> {
     note_access(planned);
+    if let AccessPath::IdPoint(_) = planned.path {
+        note_point_access(coll);
+    }
     let records = records(shared, ns, coll, planned, stats.clone())?;
     Ok(tallied(shared, &planned.path, records, stats))
 }
@@ -702,6 +705,13 @@ fn tallied(shared: &Ctx<'_>, path: &AccessPath<'_>, mut records: Records, stats:
         }
         record
     }))
+}
+
+/// Count a point read of `coll`'s `_id` index for `$indexStats`.
+pub(crate) fn note_point_access(coll: &Collection) {
+    if let Some(id) = coll.id_index_view() {
+        id.note_access();
+    }
 }
 
 /// Count a read of `planned`'s indexes for `$indexStats` (the reads an

@@ -88,6 +88,7 @@ pub fn find_by_id(shared: &Shared, header: &Header, body: &[u8]) -> Option<Vec<u
     };
     let AccessPath::IdPoint(id) = query::plan::plan(&shape) else { return None };
     let found = coll.find_raw_by_id(shared.catalog.engine(), id).ok()?;
+    crate::exec::access::note_point_access(&coll);
     if let Some(lsid) = lsid {
         shared.sessions.vivify(lsid).ok()?;
     }
