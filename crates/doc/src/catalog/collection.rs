@@ -178,8 +178,8 @@ impl Collection {
 
     /// The `_id` index as reads plan and scan a secondary index (a
     /// clustered collection's is its records' order: none).
-    pub fn id_index_view(&self) -> Option<Arc<Index>> {
-        (!self.is_clustered()).then(|| self.id_view.clone())
+    pub fn id_index_view(&self) -> Option<&Arc<Index>> {
+        (!self.is_clustered()).then_some(&self.id_view)
     }
 
     /// Up to `max` documents (0: all) in natural order after `from` (before

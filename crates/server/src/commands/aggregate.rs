@@ -195,7 +195,7 @@ fn index_stats_stage(shared: &Ctx<'_>, ns: &Namespace, stage: &Document) -> Resu
             "spec": spec,
         }
     };
-    let id = coll.id_index_view().map(|ix| stats(&ix, crate::exec::id_index::id_index_spec(&coll)));
+    let id = coll.id_index_view().map(|ix| stats(ix, crate::exec::id_index::id_index_spec(&coll)));
     let secondary = coll.indexes().into_iter().filter(|ix| ix.is_ready()).map(|ix| stats(&ix, ix.shown()));
     Ok(id.into_iter().chain(secondary).collect())
 }

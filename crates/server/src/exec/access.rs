@@ -41,6 +41,23 @@ pub(crate) struct Planned<'a> {
     pub cached: Option<u64>,
 }
 
+impl<'a> Planned<'a> {
+    /// `path` over `indexes` alone: nothing the planner saw, no shape or
+    /// plan-cache key (a point read, a trial run).
+    fn bare(path: AccessPath<'a>, indexes: Vec<Arc<Index>>) -> Planned<'a> {
+        Planned {
+            path,
+            indexes,
+            infos: Vec::new(),
+            rejected: Vec::new(),
+            shape: String::new(),
+            among: String::new(),
+            created_from: Document::new(),
+            cached: None,
+        }
+    }
+}
+
 /// A read's plan as a slow-operation log line names it: cheap to note
 /// (the indexes shared, nothing formatted) for every read.
 pub(crate) enum PlanNote {
@@ -133,7 +150,7 @@ pub(crate) fn ready(coll: &Collection, read_ts: Option<u64>) -> Vec<Arc<Index>> 
 /// of `_id`, its order).
 pub(crate) fn planned_among(coll: &Collection, read_ts: Option<u64>) -> Vec<Arc<Index>> {
     let mut ready = ready(coll, read_ts);
-    ready.extend(coll.id_index_view());
+    ready.extend(coll.id_index_view().cloned());
     ready
 }
 
@@ -232,16 +249,7 @@ pub(crate) fn plan_projected<'a>(
     let unhinted = hint.is_none_or(|h| matches!(h, Bson::Null));
     if unhinted && min_max.is_none() && !tailable && !describe {
         if let Some(id) = plan::id_point(filter, id_index_collation_matches) {
-            return Planned {
-                path: AccessPath::IdPoint(id),
-                indexes: Vec::new(),
-                infos: Vec::new(),
-                rejected: Vec::new(),
-                shape: String::new(),
-                among: String::new(),
-                created_from: Document::new(),
-                cached: None,
-            };
+            return Planned::bare(AccessPath::IdPoint(id), Vec::new());
         }
     }
     let (indexes, infos) = ready_indexes(coll, collation, read_ts);
@@ -477,16 +485,7 @@ fn trial_runs(
     let mut trials = Vec::with_capacity(contenders.len());
     for path in contenders {
         let stats = Arc::new(ScanStats::default());
-        let trial = Planned {
-            path: path.clone(),
-            indexes: indexes.to_vec(),
-            infos: Vec::new(),
-            rejected: Vec::new(),
-            shape: String::new(),
-            among: String::new(),
-            created_from: Document::new(),
-            cached: None,
-        };
+        let trial = Planned::bare(path.clone(), indexes.to_vec());
         let mut matched = 0u64;
         let mut ended = true;
         for record in records(shared, ns, coll, &trial, stats.clone())? {
