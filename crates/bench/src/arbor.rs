@@ -47,13 +47,7 @@ impl BenchEngine for ArborEngine {
 
     fn get(&self, key: &[u8], out: &mut Vec<u8>) -> BenchResult<bool> {
         out.clear();
-        match self.engine.get(&self.table, key)? {
-            Some(v) => {
-                out.extend_from_slice(&v);
-                Ok(true)
-            }
-            None => Ok(false),
-        }
+        Ok(self.engine.get_with(&self.table, key, |v| out.extend_from_slice(v))?.is_some())
     }
 
     fn scan(&self, start: &[u8], entries_max: u64, visit: &mut dyn FnMut(&[u8], &[u8])) -> BenchResult<u64> {
@@ -61,17 +55,19 @@ impl BenchEngine for ArborEngine {
             return Ok(0);
         }
         let mut cursor = self.engine.cursor(&self.table)?;
-        let mut entry = cursor.seek(start)?;
+        let mut on = cursor.seek_to(start)?;
         let mut visited = 0;
-        // Stop at the first `None`: a cursor that ran off the end starts
-        // over at the first key on the next `next()`.
-        while let Some((k, v)) = entry {
-            visit(&k, &v);
+        // Stop at the first miss: a cursor that ran off the end starts
+        // over at the first key on the next `advance()`. Entries are lent,
+        // as LMDB's and redb's are.
+        while on {
+            let (k, v) = cursor.entry()?.expect("the cursor stands on an entry");
+            visit(k, v);
             visited += 1;
             if visited == entries_max {
                 break;
             }
-            entry = cursor.next()?;
+            on = cursor.advance()?;
         }
         Ok(visited)
     }

@@ -17,16 +17,16 @@
 use crate::block::{BlockAddr, BlockFile, BlockKind};
 use crate::cache::CacheMeter;
 use crate::error::{Result, StorageError};
-use crate::limits::tree_depth_max;
+use crate::limits::{pack_batch_leaves, tree_depth_max};
 use crate::page::{
     decode_node, encode_internal, encode_leaf, internal_entry_cost, leaf_entry_cost, Body, Child, Internal, Key, Leaf,
-    Node, NodeRef, Value, PAGE_HEADER_BYTES,
+    Node, NodeRef, PackedView, Value, PAGE_HEADER_BYTES,
 };
 use crate::stats::{bump, Counters};
 use bytes::Bytes;
 use std::ops::Bound;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, RwLock, Weak};
 
 /// Page geometry of one table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,6 +65,16 @@ pub struct LiveBytes {
     pub dirty: usize,
     pub internal: usize,
 }
+
+/// Where a lookup found its key: through a packed leaf's view or an entry.
+enum Found<'a> {
+    Packed(&'a PackedView, usize),
+    Entry(&'a Value),
+}
+
+/// Leaves a checkpoint wrote, each with the slot that held it (weakly:
+/// noting them keeps neither in memory).
+pub type Written = Vec<(Weak<Child>, Weak<Node>)>;
 
 /// Index of the child of `node` whose range holds `key`.
 fn child_index(node: &Internal, key: &[u8]) -> usize {
@@ -165,6 +175,18 @@ impl Tree {
         node.mark_retired();
     }
 
+    /// The bytes of a value, lent (an overflow value is read on first use
+    /// and kept with the value).
+    pub fn value_ref<'v>(&self, value: &'v Value) -> Result<&'v [u8]> {
+        match value {
+            Value::Inline(b) => Ok(b),
+            Value::Big(big) => {
+                self.value_bytes(value)?;
+                Ok(big.data.get().expect("value_bytes keeps what it read"))
+            }
+        }
+    }
+
     /// The bytes of a value, reading an overflow block on first use.
     pub fn value_bytes(&self, value: &Value) -> Result<Bytes> {
         match value {
@@ -230,11 +252,31 @@ impl Tree {
 
     /// Look `key` up in a given version of the tree.
     pub fn get_in(&self, root: &Arc<Node>, key: &[u8]) -> Result<Option<Bytes>> {
+        self.find_in(root, key, |found| match found {
+            Found::Packed(view, i) => Ok(view.value(i)),
+            Found::Entry(v) => self.value_bytes(v),
+        })
+    }
+
+    /// Look `key` up and lend its value to `f`, without taking a reference
+    /// on the page's buffer.
+    pub fn get_in_with<R>(&self, root: &Arc<Node>, key: &[u8], f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>> {
+        self.find_in(root, key, |found| match found {
+            Found::Packed(view, i) => Ok(f(view.value_slice(i))),
+            Found::Entry(Value::Inline(b)) => Ok(f(b)),
+            Found::Entry(big) => Ok(f(&self.value_bytes(big)?)),
+        })
+    }
+
+    fn find_in<R>(&self, root: &Arc<Node>, key: &[u8], f: impl FnOnce(Found<'_>) -> Result<R>) -> Result<Option<R>> {
         let leaf = self.leaf_for(root, key, true)?;
         let Body::Leaf(l) = &leaf.body else { unreachable!() };
         let i = leaf.search(key);
+        if let Some(view) = leaf.packed_view() {
+            return if i < view.len() && view.key(i) == key { f(Found::Packed(view, i)).map(Some) } else { Ok(None) };
+        }
         match l.entries.get(i) {
-            Some((k, v)) if **k == *key => Ok(Some(self.value_bytes(v)?)),
+            Some((k, v)) if **k == *key => f(Found::Entry(v)).map(Some),
             _ => Ok(None),
         }
     }
@@ -313,6 +355,9 @@ impl Tree {
         let node = Arc::get_mut(arc).unwrap();
         node.disk.dirty(&free);
         node.search.take();
+        if let Body::Leaf(l) = &mut node.body {
+            l.arena = None;
+        }
         node
     }
 
@@ -577,6 +622,91 @@ impl Tree {
     /// Write every dirty page of `root` (a snapshot) copy-on-write; returns
     /// the address of the root page.
     pub fn write_dirty(&self, node: &Arc<Node>) -> Result<BlockAddr> {
+        self.write_dirty_in(node, &mut None)
+    }
+
+    /// `write_dirty`, noting every leaf it wrote with the slot holding it
+    /// (for [`Tree::pack_written`]).
+    pub fn write_dirty_noting(&self, node: &Arc<Node>, written: &mut Written) -> Result<BlockAddr> {
+        self.write_dirty_in(node, &mut Some(written))
+    }
+
+    /// Pack the leaves a checkpoint wrote (page invariant 5) where the live
+    /// tree still holds them unchanged: the copies are made outside the
+    /// table's writer lock (`lock` takes it), the swaps under it, a batch
+    /// of leaves at a time. Leaves are noted weakly: one evicted or dropped
+    /// since is skipped, never kept in memory for this.
+    pub fn pack_written<G>(&self, written: Written, lock: impl Fn() -> G) {
+        let mut written = written.into_iter();
+        loop {
+            let batch: Vec<(Arc<Child>, Arc<Node>, Node)> = written
+                .by_ref()
+                .take(pack_batch_leaves)
+                .filter_map(|(slot, old)| {
+                    let (Some(slot), Some(old)) = (slot.upgrade(), old.upgrade()) else {
+                        bump(&self.counters.leaves_pack_raced, 1);
+                        return None;
+                    };
+                    let Body::Leaf(l) = &old.body else { unreachable!("only leaves are noted") };
+                    let new = Node::new(Body::Leaf(l.packed()));
+                    new.index_packed_leaf();
+                    Some((slot, old, new))
+                })
+                .collect();
+            if batch.is_empty() && written.len() == 0 {
+                return;
+            }
+            let _writer = lock();
+            let live = self.snapshot();
+            for (slot, old, mut new) in batch {
+                // Clean (the writer dirties a leaf it changes in place) and
+                // its slot in the live tree, both under the lock held here.
+                let Some(addr) = old.disk.addr() else {
+                    bump(&self.counters.leaves_pack_raced, 1);
+                    continue;
+                };
+                let Body::Leaf(l) = &old.body else { unreachable!() };
+                let Some((first, _)) = l.entries.get(0) else { continue };
+                if !self.slot_is_live(&live, first, &slot) {
+                    bump(&self.counters.leaves_pack_raced, 1);
+                    continue;
+                }
+                new.disk = crate::page::DiskSlot::with_addr(addr);
+                new.accessed.store(old.accessed.load(Ordering::Relaxed), Ordering::Relaxed);
+                let new = Arc::new(new);
+                if slot.replace_leaf(&old, new.clone()) {
+                    self.charge(&new);
+                    // Snapshots that still hold the unpacked copy pin it.
+                    old.mark_retired();
+                    bump(&self.counters.leaves_packed, 1);
+                } else {
+                    bump(&self.counters.leaves_pack_raced, 1);
+                }
+            }
+        }
+    }
+
+    /// Whether `slot` is the slot of the live tree (`live`, read under the
+    /// writer lock) whose leaf holds `key`.
+    fn slot_is_live(&self, live: &Arc<Node>, key: &[u8], slot: &Arc<Child>) -> bool {
+        let mut node: Arc<Node> = live.clone();
+        for _ in 0..tree_depth_max {
+            let Body::Internal(int) = &node.body else { return false };
+            let child = &int.children[child_index(int, key)];
+            if Arc::ptr_eq(child, slot) {
+                return true;
+            }
+            // Internal nodes stay loaded; an unloaded child is a leaf.
+            let next = match child.loaded() {
+                Some(n) if matches!(n.body, Body::Internal(_)) => Arc::clone(&n),
+                _ => return false,
+            };
+            node = next;
+        }
+        false
+    }
+
+    fn write_dirty_in(&self, node: &Arc<Node>, written: &mut Option<&mut Written>) -> Result<BlockAddr> {
         if let Some(addr) = node.disk.addr() {
             return Ok(addr);
         }
@@ -619,7 +749,14 @@ impl Tree {
                 let mut addrs = Vec::with_capacity(int.children.len());
                 for child in &int.children {
                     addrs.push(match child.loaded() {
-                        Some(n) => self.write_dirty(&n)?,
+                        Some(n) => {
+                            let dirty_leaf = n.disk.addr().is_none() && matches!(n.body, Body::Leaf(_));
+                            let addr = self.write_dirty_in(&n, written)?;
+                            if let (true, Some(w)) = (dirty_leaf, written.as_deref_mut()) {
+                                w.push((Arc::downgrade(child), Arc::downgrade(&n)));
+                            }
+                            addr
+                        }
                         None => child.addr().expect("an unloaded child has an address"),
                     });
                 }
@@ -649,7 +786,7 @@ fn split_leaf(leaf: &mut Leaf) -> (Key, Arc<Node>) {
     let right_bytes: usize = right_entries.iter().map(|(k, v)| leaf_entry_cost(k, v)).sum();
     leaf.bytes -= right_bytes;
     let sep = right_entries[0].0.clone();
-    let right = Leaf { entries: right_entries, bytes: PAGE_HEADER_BYTES + right_bytes };
+    let right = Leaf { entries: right_entries, bytes: PAGE_HEADER_BYTES + right_bytes, arena: None };
     (sep, Arc::new(Node::new(Body::Leaf(right))))
 }
 
@@ -740,14 +877,48 @@ impl Cursor {
         self.exhausted = false;
     }
 
-    /// Record that a move found nothing; later moves return `None` too.
-    fn end(&mut self, found: Option<Entry>) -> Option<Entry> {
-        if found.is_none() {
+    /// Record that a move found nothing; later moves find nothing too.
+    fn end(&mut self, found: bool) -> bool {
+        if !found {
             self.path.clear();
             self.leaf = None;
             self.exhausted = true;
         }
         found
+    }
+
+    /// The entry a move stopped on, copied out (`found` from the move).
+    fn taken(&self, found: bool) -> Result<Option<Entry>> {
+        if !found {
+            return Ok(None);
+        }
+        let (leaf, i) = self.leaf.as_ref().expect("a move that found an entry stands on it");
+        if let Some(view) = leaf.packed_view() {
+            return Ok(Some((view.key_bytes(*i), view.value(*i))));
+        }
+        let Body::Leaf(l) = &leaf.body else { unreachable!() };
+        let (k, v) = &l.entries[*i];
+        Ok(Some((k.clone(), self.tree.value_bytes(v)?)))
+    }
+
+    /// The entry the cursor stands on, lent: no reference is taken on the
+    /// page's buffer (an overflow value is read on first use).
+    pub fn entry(&self) -> Result<Option<(&[u8], &[u8])>> {
+        let Some((leaf, i)) = &self.leaf else {
+            return Ok(None);
+        };
+        // A move that failed part way (an I/O error) may leave the
+        // position past the leaf's last entry.
+        let (k, v) = match leaf.packed_view() {
+            Some(view) if *i < view.len() => (view.key(*i), view.value_slice(*i)),
+            Some(_) => return Ok(None),
+            None => {
+                let Body::Leaf(l) = &leaf.body else { unreachable!() };
+                let Some((k, v)) = l.entries.get(*i) else { return Ok(None) };
+                (&k[..], self.tree.value_ref(v)?)
+            }
+        };
+        Ok(self.in_bounds(k).then_some((k, v)))
     }
 
     fn in_bounds(&self, key: &[u8]) -> bool {
@@ -764,16 +935,21 @@ impl Cursor {
         lower_ok && upper_ok
     }
 
-    fn current(&self) -> Result<Option<Entry>> {
-        let Some((leaf, i)) = &self.leaf else {
-            return Ok(None);
-        };
-        let Body::Leaf(l) = &leaf.body else { unreachable!() };
-        let (k, v) = &l.entries[*i];
-        if !self.in_bounds(k) {
-            return Ok(None);
+    /// The key at the cursor's position, if it names an entry.
+    fn key_here(&self) -> Option<&[u8]> {
+        let (leaf, i) = self.leaf.as_ref()?;
+        match leaf.packed_view() {
+            Some(view) => (*i < view.len()).then(|| view.key(*i)),
+            None => {
+                let Body::Leaf(l) = &leaf.body else { unreachable!() };
+                l.entries.get(*i).map(|(k, _)| &k[..])
+            }
         }
-        Ok(Some((k.clone(), self.tree.value_bytes(v)?)))
+    }
+
+    /// Whether the cursor stands on an entry within its bounds.
+    fn on_entry(&self) -> bool {
+        self.key_here().is_some_and(|k| self.in_bounds(k))
     }
 
     /// Descend from `node` always taking the first (`back == false`) or last child.
@@ -834,11 +1010,18 @@ impl Cursor {
 
     /// Position on the first entry with key >= `key` (within bounds) and return it.
     pub fn seek(&mut self, key: &[u8]) -> Result<Option<Entry>> {
+        let found = self.seek_to(key)?;
+        self.taken(found)
+    }
+
+    /// `seek` without copying the entry out: whether the cursor stands on
+    /// one, which `entry` then lends.
+    pub fn seek_to(&mut self, key: &[u8]) -> Result<bool> {
         let found = self.seek_inner(key)?;
         Ok(self.end(found))
     }
 
-    fn seek_inner(&mut self, key: &[u8]) -> Result<Option<Entry>> {
+    fn seek_inner(&mut self, key: &[u8]) -> Result<bool> {
         let below_lower = match &self.lower {
             Bound::Unbounded => false,
             Bound::Included(l) => key < l.as_slice(),
@@ -851,7 +1034,7 @@ impl Cursor {
     }
 
     /// `seek_inner` in the given version of the tree.
-    fn seek_in(&mut self, root: Arc<Node>, key: &[u8]) -> Result<Option<Entry>> {
+    fn seek_in(&mut self, root: Arc<Node>, key: &[u8]) -> Result<bool> {
         self.reset();
         let mut node = root;
         loop {
@@ -870,50 +1053,40 @@ impl Cursor {
             };
             node = next;
         }
-        if !self.settle(false)? {
-            return Ok(None);
-        }
-        self.current()
+        Ok(self.settle(false)? && self.on_entry())
     }
 
     /// Position on `key` exactly; returns its value or `None` (and leaves the cursor unpositioned).
     pub fn seek_exact(&mut self, key: &[u8]) -> Result<Option<Bytes>> {
-        match self.seek_inner(key)? {
-            Some((k, v)) if &*k == key => Ok(Some(v)),
-            _ => {
-                self.reset();
-                Ok(None)
-            }
+        if self.seek_inner(key)? && self.key_here() == Some(key) {
+            return Ok(self.taken(true)?.map(|(_, v)| v));
         }
+        self.reset();
+        Ok(None)
     }
 
     /// Position on the first entry within bounds and return it.
     pub fn first(&mut self) -> Result<Option<Entry>> {
         let found = self.first_inner()?;
-        Ok(self.end(found))
+        let found = self.end(found);
+        self.taken(found)
     }
 
-    fn first_inner(&mut self) -> Result<Option<Entry>> {
+    fn first_inner(&mut self) -> Result<bool> {
         match self.lower.clone() {
             Bound::Unbounded => {
                 self.reset();
                 self.descend_edge(self.root(), false)?;
-                if !self.settle(false)? {
-                    return Ok(None);
-                }
-                self.current()
+                Ok(self.settle(false)? && self.on_entry())
             }
             Bound::Included(l) => self.seek_inner(&l),
             Bound::Excluded(l) => {
                 self.seek_position(&l)?;
-                if self.current_key().as_deref() == Some(l.as_slice()) {
+                if self.key_here() == Some(l.as_slice()) {
                     let Some((_, i)) = &mut self.leaf else { unreachable!() };
                     *i += 1;
                 }
-                if !self.settle(false)? {
-                    return Ok(None);
-                }
-                self.current()
+                Ok(self.settle(false)? && self.on_entry())
             }
         }
     }
@@ -921,10 +1094,11 @@ impl Cursor {
     /// Position on the last entry within bounds and return it.
     pub fn last(&mut self) -> Result<Option<Entry>> {
         let found = self.last_inner()?;
-        Ok(self.end(found))
+        let found = self.end(found);
+        self.taken(found)
     }
 
-    fn last_inner(&mut self) -> Result<Option<Entry>> {
+    fn last_inner(&mut self) -> Result<bool> {
         self.reset();
         match self.upper.clone() {
             Bound::Unbounded => {
@@ -933,24 +1107,14 @@ impl Cursor {
             Bound::Included(u) | Bound::Excluded(u) => {
                 // Position after the bound, then step back.
                 self.seek_position(&u)?;
-                let inclusive_hit =
-                    matches!(self.upper, Bound::Included(_)) && self.current_key().as_deref() == Some(u.as_slice());
+                let inclusive_hit = matches!(self.upper, Bound::Included(_)) && self.key_here() == Some(u.as_slice());
                 if inclusive_hit {
-                    return self.current();
+                    return Ok(self.on_entry());
                 }
                 return self.prev_raw();
             }
         }
-        if !self.settle_back()? {
-            return Ok(None);
-        }
-        self.current()
-    }
-
-    fn current_key(&self) -> Option<Vec<u8>> {
-        let (leaf, i) = self.leaf.as_ref()?;
-        let Body::Leaf(l) = &leaf.body else { unreachable!() };
-        l.entries.get(*i).map(|(k, _)| k.to_vec())
+        Ok(self.settle_back()? && self.on_entry())
     }
 
     /// Like `seek` but without bound checks on the result.
@@ -991,15 +1155,22 @@ impl Cursor {
 
     /// Move to the next entry and return it; an unpositioned cursor starts at `first`.
     pub fn next(&mut self) -> Result<Option<Entry>> {
+        let found = self.advance()?;
+        self.taken(found)
+    }
+
+    /// `next` without copying the entry out: whether the cursor stands on
+    /// one, which `entry` then lends.
+    pub fn advance(&mut self) -> Result<bool> {
         if self.exhausted {
-            return Ok(None);
+            return Ok(false);
         }
         let Some((_, i)) = &mut self.leaf else {
             let found = self.first_inner()?;
             return Ok(self.end(found));
         };
         *i += 1;
-        let found = if self.settle(false)? { self.current()? } else { None };
+        let found = self.settle(false)? && self.on_entry();
         Ok(self.end(found))
     }
 
@@ -1009,23 +1180,21 @@ impl Cursor {
             return Ok(None);
         }
         let found = if self.leaf.is_none() { self.last_inner()? } else { self.prev_raw()? };
-        Ok(self.end(found))
+        let found = self.end(found);
+        self.taken(found)
     }
 
-    fn prev_raw(&mut self) -> Result<Option<Entry>> {
+    fn prev_raw(&mut self) -> Result<bool> {
         let Some((_, i)) = &mut self.leaf else {
-            return Ok(None);
+            return Ok(false);
         };
         if *i == 0 {
             if !self.step_leaf(true)? {
-                return Ok(None);
+                return Ok(false);
             }
         } else {
             *i -= 1;
         }
-        if !self.settle_back()? {
-            return Ok(None);
-        }
-        self.current()
+        Ok(self.settle_back()? && self.on_entry())
     }
 }

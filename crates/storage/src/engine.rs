@@ -914,6 +914,15 @@ impl Engine {
         }
     }
 
+    /// Read the newest committed value of `key` and lend it to `f`.
+    pub fn get_with<R>(&self, table: &Table, key: &[u8], f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>> {
+        table.check(self.inner.id)?;
+        match self.inner.txns.published_root(table.id()) {
+            Some(root) => table.0.tree.get_in_with(&root, key, f),
+            None => Err(StorageError::TableNotFound(table.name().to_string())),
+        }
+    }
+
     /// A cursor outside any transaction: each seek, `first` and `last` takes
     /// the newest committed version; `next` and `prev` stay on it.
     pub fn cursor(&self, table: &Table) -> Result<Cursor> {
@@ -1124,9 +1133,13 @@ impl Engine {
             }
             (snap, std::mem::take(&mut catalog.dropped_files), self.inner.journal.next_seq(), catalog.next_table_id)
         };
-        let result = self.write_checkpoint(&mut ck, &snap, ckpt_seq, next_table_id);
+        let mut packable = Vec::new();
+        let result = self.write_checkpoint(&mut ck, &snap, ckpt_seq, next_table_id, &mut packable);
         match result {
             Ok(()) => {
+                // The snapshot goes before packing, so a slot only it held
+                // is not packed.
+                drop(snap);
                 for path in &dropped_files {
                     if self.inner.vfs.exists(path) {
                         self.inner.vfs.remove(path)?;
@@ -1140,6 +1153,10 @@ impl Engine {
                 ck.ckpt_seq = ckpt_seq;
                 ck.journal_bytes_at = self.inner.journal.bytes_total();
                 ck.at = Instant::now();
+                drop(ck);
+                for (t, leaves) in packable {
+                    t.0.tree.pack_written(leaves, || t.0.writer.lock().unwrap());
+                }
                 Ok(ckpt_seq)
             }
             Err(e) => {
@@ -1162,6 +1179,7 @@ impl Engine {
         snap: &[(Table, Arc<crate::page::Node>, bool)],
         ckpt_seq: u64,
         next_table_id: u32,
+        packable: &mut Vec<(Table, crate::btree::Written)>,
     ) -> Result<()> {
         let mut metas: Vec<(String, TableMeta)> = Vec::with_capacity(snap.len());
         let mut written = Vec::new();
@@ -1170,7 +1188,9 @@ impl Engine {
                 t.0.last_checkpoint.lock().unwrap().expect("a clean table has a checkpoint")
             } else {
                 let bf = &t.0.tree.bf;
-                let root = t.0.tree.write_dirty(root)?;
+                let mut leaves = Vec::new();
+                let root = t.0.tree.write_dirty_noting(root, &mut leaves)?;
+                packable.push((t.clone(), leaves));
                 let extents = bf.write_extent_list()?;
                 bump(&self.inner.counters.extent_list_bytes_written, extents.size as u64);
                 t.0.checkpointing.store(false, Ordering::Release);

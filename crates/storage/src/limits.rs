@@ -41,6 +41,9 @@ pub const table_name_max_bytes: usize = 1024;
 /// Deepest tree the engine will descend before calling it corrupt.
 pub const tree_depth_max: usize = 64;
 
+/// Leaves a checkpoint packs in memory per hold of a table's writer lock.
+pub const pack_batch_leaves: usize = 32;
+
 /// Default cache size (pages and the versions snapshots pin).
 pub const cache_default_bytes: usize = 512 * 1024 * 1024;
 /// Smallest cache size accepted (tiny caches let tests evict constantly).

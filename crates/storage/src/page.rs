@@ -20,6 +20,10 @@
 //!    no longer holds (still held by a snapshot) also counts as pinned.
 //! 3. Keys are decoded once, when a page is read, and shared (`Bytes`)
 //!    from then on: building an image never decodes a key.
+//! 5. A leaf read from disk is packed ([`Leaf::packed`]): its keys and
+//!    inline values are slices of one buffer, each key followed by its
+//!    value. A checkpoint packs the leaves it wrote that are still in the
+//!    live tree, unchanged (`Tree::pack_written`).
 //!
 //! Leaf image payload: `[type u8 = 1][flags u8][entries u32][0u16]` then per
 //! entry `[prefix varint][suffix_len varint][suffix][vtype u8]` followed by
@@ -37,9 +41,8 @@ use bytes::Bytes;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
-/// Keys and values are `Bytes`: a page read from disk keeps its image as
-/// one buffer that its values are slices of, and its decoded keys in one
-/// more buffer, instead of an allocation per key and per value.
+/// Keys and values are `Bytes`: a packed leaf (invariant 5) keeps them in
+/// one buffer instead of an allocation per key and per value.
 pub type Key = Bytes;
 
 /// Which block (if any) holds a node's or value's current content.
@@ -155,6 +158,59 @@ pub struct Leaf {
     pub entries: Entries,
     /// Upper bound of the image size (prefix compression only shrinks it).
     pub bytes: usize,
+    /// The buffer a packed leaf's entries are slices of (invariant 5);
+    /// dropped when the writer changes the leaf.
+    pub arena: Option<Bytes>,
+}
+
+impl Leaf {
+    /// The same entries with every key and inline value copied, in order,
+    /// into one buffer (each key followed by its value). A leaf changed in
+    /// memory holds an allocation per key and per value, scattered over the
+    /// heap in the order they were written; a packed one is read with one
+    /// cache miss per entry and scanned in address order (invariant 5).
+    pub fn packed(&self) -> Leaf {
+        let e = &self.entries;
+        let (entries, arena) = pack(e.len(), |i| (&e[i].0[..], &e[i].1));
+        Leaf { entries, bytes: self.bytes, arena: Some(arena) }
+    }
+}
+
+/// Entries whose keys and inline values are slices of one buffer, each key
+/// followed by its value: `cell(i)` for `i` in `0..n`. Values stored out of
+/// line stay as they are.
+fn pack<'a>(n: usize, cell: impl Fn(usize) -> (&'a [u8], &'a Value)) -> (Entries, Bytes) {
+    let inline_len = |v: &Value| match v {
+        Value::Inline(b) => b.len(),
+        Value::Big(_) => 0,
+    };
+    let size: usize = (0..n).map(&cell).map(|(k, v)| k.len() + inline_len(v)).sum();
+    let mut arena: Vec<u8> = Vec::with_capacity(size);
+    for (k, v) in (0..n).map(&cell) {
+        arena.extend_from_slice(k);
+        if let Value::Inline(b) = v {
+            arena.extend_from_slice(b);
+        }
+    }
+    debug_assert_eq!(arena.len(), size);
+    let arena = Bytes::from(arena);
+    let mut at = 0;
+    let entries = (0..n)
+        .map(|i| {
+            let (k, v) = cell(i);
+            let key = arena.slice(at..at + k.len());
+            at += k.len();
+            let value = match v {
+                Value::Inline(b) => {
+                    at += b.len();
+                    Value::Inline(arena.slice(at - b.len()..at))
+                }
+                big => big.clone(),
+            };
+            (key, value)
+        })
+        .collect();
+    (entries, arena)
 }
 
 /// A child reference of an internal node: the block it was read from (if
@@ -233,6 +289,21 @@ impl Child {
         match self.inner.get_mut() {
             Some(n) => Some(n),
             None => self.slot.get_mut().unwrap().leaf.as_mut(),
+        }
+    }
+
+    /// Put `with` (the same content, packed) in the place of the leaf
+    /// `expect`. The caller holds the table's writer lock and has checked
+    /// that `expect` is clean and in the live tree; `with` takes over its
+    /// block (page invariant 2 holds: the slot's content does not change).
+    pub fn replace_leaf(&self, expect: &Arc<Node>, with: Arc<Node>) -> bool {
+        let mut slot = self.slot.write().unwrap();
+        match &slot.leaf {
+            Some(n) if Arc::ptr_eq(n, expect) => {
+                slot.leaf = Some(with);
+                true
+            }
+            _ => false,
         }
     }
 
@@ -320,6 +391,82 @@ impl Clone for Node {
 pub struct SearchIndex {
     prefix: Box<[u8]>,
     hints: Box<[u64]>,
+    /// Every `HINT_BLOCK`th hint: a search reads this short array, then one
+    /// cache line of `hints`, where a binary search over all of `hints`
+    /// touches a line per probe.
+    top: Box<[u64]>,
+    /// A packed leaf's entries as offsets into its buffer.
+    packed: Option<PackedView>,
+}
+
+/// The entries of a packed leaf (invariant 5) without its chunks: entry
+/// `i` is `arena[start(i)..ends[i].0]` (key), then `..ends[i].1` (value),
+/// where `start(i)` is the previous entry's value end. Two dependent loads
+/// (offsets, then the bytes) instead of four (chunk list, chunk, entry,
+/// bytes). Only for leaves whose values are all inline.
+#[derive(Debug)]
+pub struct PackedView {
+    arena: Bytes,
+    ends: Box<[(u32, u32)]>,
+}
+
+impl PackedView {
+    /// The view of `leaf`, if its entries are still the consecutive slices
+    /// of its arena that packing made them (checked entry by entry, so a
+    /// leaf changed after packing never gets a view of stale bytes).
+    fn of(leaf: &Leaf) -> Option<PackedView> {
+        let arena = leaf.arena.as_ref()?;
+        if arena.len() > u32::MAX as usize {
+            return None;
+        }
+        let base = arena.as_ptr() as usize;
+        // An empty slice need not point into the arena.
+        let at_offset = |b: &[u8], at: usize| b.is_empty() || b.as_ptr() as usize == base + at;
+        let mut at = 0;
+        let mut ends = Vec::with_capacity(leaf.entries.len());
+        for (k, v) in leaf.entries.iter() {
+            let Value::Inline(v) = v else { return None };
+            if !at_offset(k, at) || !at_offset(v, at + k.len()) {
+                return None;
+            }
+            let key_end = at + k.len();
+            at = key_end + v.len();
+            ends.push((key_end as u32, at as u32));
+        }
+        (at == arena.len()).then(|| PackedView { arena: arena.clone(), ends: ends.into() })
+    }
+
+    fn start(&self, i: usize) -> usize {
+        if i == 0 {
+            0
+        } else {
+            self.ends[i - 1].1 as usize
+        }
+    }
+
+    pub fn key(&self, i: usize) -> &[u8] {
+        &self.arena[self.start(i)..self.ends[i].0 as usize]
+    }
+
+    pub fn key_bytes(&self, i: usize) -> Bytes {
+        self.arena.slice(self.start(i)..self.ends[i].0 as usize)
+    }
+
+    pub fn value(&self, i: usize) -> Bytes {
+        self.arena.slice(self.ends[i].0 as usize..self.ends[i].1 as usize)
+    }
+
+    pub fn value_slice(&self, i: usize) -> &[u8] {
+        &self.arena[self.ends[i].0 as usize..self.ends[i].1 as usize]
+    }
+
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
 }
 
 fn hint_of(key: &[u8], at: usize) -> u64 {
@@ -330,15 +477,59 @@ fn hint_of(key: &[u8], at: usize) -> u64 {
     u64::from_be_bytes(b)
 }
 
+/// Length of the run of `h` that starts `hints` (sorted), found by
+/// galloping from the start: usually zero or one probe, in the cache line
+/// the search just read, where a binary search over the whole rest would
+/// touch lines far away.
+fn equal_run(hints: &[u64], h: u64) -> usize {
+    let mut step = 1;
+    let mut known = 0; // hints[..known] all equal h
+    while known < hints.len() && hints[known] == h {
+        let next = (known + step).min(hints.len());
+        if hints[next - 1] != h {
+            return known + hints[known..next].partition_point(|&x| x == h);
+        }
+        known = next;
+        step *= 2;
+    }
+    known
+}
+
 impl SearchIndex {
     /// Index `n` sorted keys given by `key(i)`.
     pub fn build<'a>(n: usize, key: impl Fn(usize) -> &'a [u8]) -> SearchIndex {
         if n == 0 {
-            return SearchIndex { prefix: Box::new([]), hints: Box::new([]) };
+            return SearchIndex { prefix: Box::new([]), hints: Box::new([]), top: Box::new([]), packed: None };
         }
         let (first, last) = (key(0), key(n - 1));
         let p = first.iter().zip(last).take_while(|(a, b)| a == b).count();
-        SearchIndex { prefix: first[..p].into(), hints: (0..n).map(|i| hint_of(key(i), p)).collect() }
+        let hints: Box<[u64]> = (0..n).map(|i| hint_of(key(i), p)).collect();
+        let top = hints.iter().step_by(HINT_BLOCK).copied().collect();
+        SearchIndex { prefix: first[..p].into(), hints, top, packed: None }
+    }
+
+    /// Index of the first hint `>= h`.
+    fn lower_bound(&self, h: u64) -> usize {
+        // top[j - 1] = hints[(j - 1) * B] < h <= top[j] = hints[j * B].
+        let j = self.top.partition_point(|&x| x < h);
+        if j == 0 {
+            return 0;
+        }
+        let start = (j - 1) * HINT_BLOCK + 1;
+        let end = (j * HINT_BLOCK).min(self.hints.len());
+        start + self.hints[start..end].partition_point(|&x| x < h)
+    }
+
+    fn mem_bytes(&self) -> usize {
+        8 * (self.hints.len() + self.top.len()) + self.packed.as_ref().map_or(0, |v| 8 * v.len())
+    }
+
+    /// Index a leaf's keys, with its packed view if it is packed.
+    fn of_leaf(leaf: &Leaf) -> SearchIndex {
+        let e = &leaf.entries;
+        let mut index = SearchIndex::build(e.len(), |i| &e[i].0);
+        index.packed = PackedView::of(leaf);
+        index
     }
 
     /// Index of the first key `>= probe` (or `> probe` when `strict`).
@@ -350,8 +541,9 @@ impl SearchIndex {
             return if probe < &self.prefix[..] { 0 } else { n };
         }
         let h = hint_of(probe, p);
-        let lo = self.hints.partition_point(|&x| x < h);
-        let hi = lo + self.hints[lo..].partition_point(|&x| x == h);
+        let lo = self.lower_bound(h);
+        debug_assert_eq!(lo, self.hints.partition_point(|&x| x < h));
+        let hi = lo + equal_run(&self.hints[lo..], h);
         // Equal hints: settle by the keys themselves (usually zero or one probe).
         let (mut a, mut b) = (lo, hi);
         while a < b {
@@ -372,6 +564,8 @@ impl SearchIndex {
 const LEAF_ENTRY_OVERHEAD: usize = 80;
 const CHILD_OVERHEAD: usize = 160;
 const NODE_OVERHEAD: usize = 256;
+/// Hints per block of a search index's second level (one cache line).
+const HINT_BLOCK: usize = 8;
 /// Read searches a node answers by plain binary search before it gets an index.
 const SEARCHES_BEFORE_INDEX: u32 = 4;
 
@@ -389,14 +583,17 @@ impl Node {
 
     /// Estimated memory of the node (its search index included).
     pub fn mem_bytes(&self) -> usize {
-        let index = self.search.get().map_or(0, |_| 8 * self.entries());
+        let index = self.search.get().map_or(0, |i| i.mem_bytes());
         NODE_OVERHEAD
             + index
             + match &self.body {
-                // A leaf read from disk holds its image (its values are
-                // slices of it) and its keys again in one buffer; a changed
-                // leaf may still hold the old image: count the bytes twice.
-                Body::Leaf(l) => 2 * l.bytes + LEAF_ENTRY_OVERHEAD * l.entries.len(),
+                // A packed leaf holds its keys and values once, in its
+                // arena; a changed leaf may hold both a packed buffer and its
+                // own allocations: count its bytes twice.
+                Body::Leaf(l) => {
+                    let copies = if l.arena.is_some() { 1 } else { 2 };
+                    copies * l.bytes + LEAF_ENTRY_OVERHEAD * l.entries.len()
+                }
                 Body::Internal(i) => i.bytes + CHILD_OVERHEAD * i.children.len(),
             }
     }
@@ -424,7 +621,7 @@ impl Node {
     }
 
     pub fn empty_leaf() -> Node {
-        Node::new(Body::Leaf(Leaf { entries: Entries::new(), bytes: PAGE_HEADER_BYTES }))
+        Node::new(Body::Leaf(Leaf { entries: Entries::new(), bytes: PAGE_HEADER_BYTES, arena: None }))
     }
 
     /// Leaf: index of the first entry with key >= `key`.
@@ -444,8 +641,11 @@ impl Node {
         }
         match &self.body {
             Body::Leaf(l) => {
-                let index = self.search.get_or_init(|| SearchIndex::build(l.entries.len(), |i| &l.entries[i].0));
-                index.search(|i| &l.entries[i].0, key, false)
+                let index = self.search.get_or_init(|| SearchIndex::of_leaf(l));
+                match &index.packed {
+                    Some(view) => index.search(|i| view.key(i), key, false),
+                    None => index.search(|i| &l.entries[i].0, key, false),
+                }
             }
             Body::Internal(int) => {
                 let keys = &int.keys[1..];
@@ -453,6 +653,21 @@ impl Node {
                 index.search(|i| &keys[i], key, true)
             }
         }
+    }
+
+    /// Build a packed leaf's search index now, not on its first reads: it
+    /// does not change until the writer copies it.
+    pub fn index_packed_leaf(&self) {
+        if let Body::Leaf(l) = &self.body {
+            if l.arena.is_some() {
+                let _ = self.search.set(SearchIndex::of_leaf(l));
+            }
+        }
+    }
+
+    /// A leaf's packed view, once its search index is built.
+    pub fn packed_view(&self) -> Option<&PackedView> {
+        self.search.get()?.packed.as_ref()
     }
 
     pub fn bytes(&self) -> usize {
@@ -639,7 +854,7 @@ pub fn decode_node(
     let count = count.min(payload.len() / 3);
     let body = match kind {
         BlockKind::Leaf => {
-            // Keys go to one buffer (`arena`), values stay slices of the image.
+            // Keys are decoded into `arena` first (the image shares prefixes).
             let mut arena: Vec<u8> = Vec::with_capacity(payload.len() / 2);
             let mut cells: Vec<(usize, usize, Value)> = Vec::with_capacity(count);
             let mut bytes = PAGE_HEADER_BYTES;
@@ -662,10 +877,9 @@ pub fn decode_node(
                 cells.push((start, arena.len(), value));
                 Ok(())
             })?;
-            arena.shrink_to_fit();
-            let arena = Bytes::from(arena);
-            let entries = cells.into_iter().map(|(start, end, v)| (arena.slice(start..end), v)).collect();
-            let leaf = Leaf { entries, bytes };
+            // Packed (invariant 5): the image goes once its values are copied.
+            let (entries, arena) = pack(cells.len(), |i| (&arena[cells[i].0..cells[i].1], &cells[i].2));
+            let leaf = Leaf { entries, bytes, arena: Some(arena) };
             keys_decoded.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
             Body::Leaf(leaf)
         }
@@ -697,6 +911,7 @@ pub fn decode_node(
     };
     let mut node = Node::new(body);
     node.disk = DiskSlot::with_addr(addr);
+    node.index_packed_leaf();
     Ok(node)
 }
 
@@ -706,8 +921,39 @@ mod tests {
     use std::sync::atomic::AtomicU64;
 
     #[test]
+    fn packed_view_only_while_entries_are_the_packed_slices() {
+        let mut leaf = Leaf::default();
+        for i in 0..100u8 {
+            // Every fifth value is empty: its slice need not point into the arena.
+            let v = Value::Inline(Bytes::from(vec![i; usize::from(i % 5)]));
+            leaf.entries.push((Bytes::from(format!("k{i:03}")), v));
+        }
+        assert!(PackedView::of(&leaf).is_none(), "a leaf never packed has no view");
+        let packed = leaf.packed();
+        let view = PackedView::of(&packed).expect("a packed leaf has a view");
+        assert_eq!(view.len(), 100);
+        for (i, (k, v)) in leaf.entries.iter().enumerate() {
+            let Value::Inline(v) = v else { unreachable!() };
+            assert_eq!((view.key(i), view.value_slice(i)), (&k[..], &v[..]));
+            assert_eq!((view.key_bytes(i), view.value(i)), (k.clone(), v.clone()));
+        }
+        let node = Node::new(Body::Leaf(packed.clone()));
+        node.index_packed_leaf();
+        assert!(node.packed_view().is_some());
+        assert_eq!(node.search(b"k050"), 50);
+        assert_eq!(node.search(b"k0505"), 51);
+        // A changed entry is no longer a slice of the arena.
+        let mut changed = packed.clone();
+        changed.entries.get_mut(50).1 = Value::Inline(Bytes::from_static(b"other"));
+        assert!(PackedView::of(&changed).is_none());
+        let mut removed = packed;
+        removed.entries.remove(0);
+        assert!(PackedView::of(&removed).is_none(), "an entry gone leaves a gap");
+    }
+
+    #[test]
     fn leaf_image_roundtrip_with_prefix_compression() {
-        let mut leaf = Leaf { entries: Entries::new(), bytes: PAGE_HEADER_BYTES };
+        let mut leaf = Leaf { entries: Entries::new(), bytes: PAGE_HEADER_BYTES, arena: None };
         for k in ["apple", "applesauce", "apply", "banana"] {
             let v = Value::new(k.as_bytes(), 1 << 20);
             leaf.bytes += leaf_entry_cost(k.as_bytes(), &v);
@@ -729,6 +975,9 @@ mod tests {
         let Body::Leaf(l) = &node.body else { panic!() };
         assert_eq!(&*l.entries[3].0, b"banana");
         assert!(l.bytes <= leaf.bytes);
+        // A leaf read from disk is packed and indexed (invariant 5).
+        let view = node.packed_view().expect("a decoded leaf has a packed view");
+        assert_eq!((view.key(1), view.value_slice(1)), (&b"applesauce"[..], &b"applesauce"[..]));
     }
 
     proptest::proptest! {

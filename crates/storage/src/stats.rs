@@ -71,6 +71,10 @@ counters!(
     eviction_leaves_dirty_kept,
     /// ...or because their slot changed under the walk.
     eviction_leaves_raced,
+    /// Leaves a checkpoint wrote and then packed in memory (page invariant 5)...
+    leaves_packed,
+    /// ...and those it could not, changed or evicted meanwhile.
+    leaves_pack_raced,
     /// Tables a pass skipped because their writer was busy.
     eviction_tables_busy,
     /// Eviction passes run by application threads past the trigger.

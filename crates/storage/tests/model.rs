@@ -12,6 +12,8 @@ enum Op {
     Delete(u16),
     Get(u16),
     Scan(u16, u16, bool, bool, bool),
+    /// A forward scan through the cursor's lending moves, from a seek.
+    LentScan(u16, u16),
     Batch(Vec<(u16, Option<u16>)>),
     Checkpoint,
     Reopen,
@@ -34,6 +36,7 @@ fn op_strategy(keys: u16) -> impl Strategy<Value = Op> {
         15 => (0..keys).prop_map(Op::Delete),
         10 => (0..keys).prop_map(Op::Get),
         5 => (0..keys, 0..keys, any::<bool>(), any::<bool>(), any::<bool>()).prop_map(|(a, b, r, li, ui)| Op::Scan(a, b, r, li, ui)),
+        3 => (0..keys, 0..keys).prop_map(|(a, b)| Op::LentScan(a, b)),
         5 => prop::collection::vec((0..keys, prop::option::of(0u16..300)), 1..40).prop_map(Op::Batch),
         2 => Just(Op::Checkpoint),
         1 => Just(Op::Reopen),
@@ -94,6 +97,23 @@ fn check_bounded_scan(
     assert!(got == want, "scan contents differ");
 }
 
+/// Seek to `from`, then lend entries up to `to` (inclusive, as the upper
+/// bound) with `advance`.
+fn check_lent_scan(engine: &Engine, t: &storage::Table, model: &BTreeMap<Vec<u8>, Vec<u8>>, from: &[u8], to: &[u8]) {
+    let mut c = engine.cursor(t).unwrap();
+    c.set_bounds(Bound::Unbounded, Bound::Included(to.to_vec()));
+    let mut got = Vec::new();
+    let mut on = c.seek_to(from).unwrap();
+    while on {
+        let (k, v) = c.entry().unwrap().expect("a cursor that found an entry lends it");
+        got.push((k.to_vec(), v.to_vec()));
+        on = c.advance().unwrap();
+    }
+    assert!(c.entry().unwrap().is_none(), "a finished cursor still lends an entry");
+    let want: Vec<_> = model.range(from.to_vec()..=to.to_vec()).map(|(k, v)| (k.clone(), v.clone())).collect();
+    assert!(got == want, "lent scan {from:?}..={to:?}: {} entries, want {}", got.len(), want.len());
+}
+
 fn run(ops: Vec<Op>) {
     let dir = tempfile::tempdir().unwrap();
     let mut engine = Engine::open(dir.path(), config()).unwrap();
@@ -112,7 +132,10 @@ fn run(ops: Vec<Op>) {
             Op::Get(k) => {
                 let got = engine.get(&t, &key(k)).unwrap().map(|v| v.to_vec());
                 assert_eq!(got, model.get(&key(k)).cloned());
+                let lent = engine.get_with(&t, &key(k), |v| v.to_vec()).unwrap();
+                assert_eq!(lent, got, "get_with disagrees with get");
             }
+            Op::LentScan(a, b) => check_lent_scan(&engine, &t, &model, &key(a).min(key(b)), &key(a).max(key(b))),
             Op::Scan(a, b, r, li, ui) => {
                 let (lo, hi) = (key(a).min(key(b)), key(a).max(key(b)));
                 let lo = if li { Bound::Included(lo) } else { Bound::Excluded(lo) };

@@ -67,11 +67,12 @@ pub fn batches_in(engine: &Engine, table: &Table) -> storage::Result<u64> {
     Ok(engine.get(table, LAST_KEY)?.map(|v| u64::from_le_bytes(v[..8].try_into().unwrap())).unwrap_or(0))
 }
 
-/// The table's whole contents.
+/// The table's whole contents, read through the cursor's lending moves.
 pub fn contents(engine: &Engine, table: &Table) -> storage::Result<Model> {
     let mut out = Model::new();
     let mut c = engine.cursor(table)?;
-    while let Some((k, v)) = c.next()? {
+    while c.advance()? {
+        let (k, v) = c.entry()?.expect("a cursor that moved onto an entry lends it");
         out.insert(k.to_vec(), v.to_vec());
     }
     Ok(out)
