@@ -85,11 +85,11 @@ impl EngineKind {
                     None => "off".to_string(),
                 }
             ),
-            EngineKind::Redb => "Durability::Immediate set on every write transaction; \
+            EngineKind::Redb => "redb 4: Durability::Immediate set on every write transaction; \
                                  redb default cache (1 GiB)"
                 .to_string(),
             EngineKind::Lmdb => format!(
-                "heed/LMDB default env flags (no NOSYNC, NOMETASYNC or WRITEMAP): every commit \
+                "heed 0.23 (LMDB 0.9): default env flags (no NOSYNC, NOMETASYNC or WRITEMAP): every commit \
                  is fsynced; map size {} GiB",
                 opts.lmdb_map_size_bytes >> 30
             ),

@@ -1,4 +1,4 @@
-//! [`BenchEngine`] for LMDB through heed 0.20, the peer written in C.
+//! [`BenchEngine`] for LMDB through heed 0.23, the peer written in C.
 //!
 //! The environment is opened with a large map (8 GiB by default, address
 //! space only) and heed's default flags: no `NO_SYNC`, `NO_META_SYNC` or
@@ -9,13 +9,13 @@ use crate::engine::BenchEngine;
 use crate::engine::OpenOptions;
 use crate::BenchResult;
 use heed::types::Bytes;
-use heed::{Database, Env, EnvOpenOptions};
+use heed::{CommitOrAbort, Database, Env, EnvOpenOptions};
 use std::ops::Bound;
 use std::path::Path;
 
 pub struct LmdbEngine {
     env: Env,
-    db: Database<Bytes, Bytes>,
+    db: Database<'static, Bytes, Bytes>,
 }
 
 impl LmdbEngine {
@@ -24,9 +24,12 @@ impl LmdbEngine {
         // twice in one process and is not modified by others while mapped;
         // each phase gets its own fresh directory and nothing else touches it.
         let env = unsafe { EnvOpenOptions::new().map_size(opts.lmdb_map_size_bytes).max_dbs(1).open(dir)? };
-        let mut txn = env.write_txn()?;
-        let db: Database<Bytes, Bytes> = env.create_database(&mut txn, None)?;
-        txn.commit()?;
+        let txn = env.write_txn()?;
+        let db = env
+            .create_databases_and_commit(txn, |opener, txn| -> Result<_, heed::Error> {
+                Ok(CommitOrAbort::<_, ()>::Commit(opener.create_database::<Bytes, Bytes>(txn, None)?))
+            })?
+            .unwrap_commit();
         Ok(LmdbEngine { env, db })
     }
 }

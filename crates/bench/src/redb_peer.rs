@@ -1,4 +1,4 @@
-//! [`BenchEngine`] for redb (v2), the peer written in Rust.
+//! [`BenchEngine`] for redb (v4), the peer written in Rust.
 //!
 //! One file `redb.db` in the data directory and one table of byte-string
 //! keys and values. Every write transaction sets `Durability::Immediate`
@@ -9,7 +9,7 @@
 use crate::engine::BenchEngine;
 use crate::engine::OpenOptions;
 use crate::BenchResult;
-use redb::{Database, Durability, TableDefinition};
+use redb::{Database, Durability, ReadableDatabase, TableDefinition};
 use std::path::Path;
 
 const TABLE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("bench");
@@ -27,7 +27,7 @@ impl RedbEngine {
         let db = builder.create(dir.join("redb.db"))?;
         // Create the table up front so reads never see it missing.
         let mut txn = db.begin_write()?;
-        txn.set_durability(Durability::Immediate);
+        txn.set_durability(Durability::Immediate)?;
         txn.open_table(TABLE)?;
         txn.commit()?;
         Ok(RedbEngine { db })
@@ -37,7 +37,7 @@ impl RedbEngine {
 impl BenchEngine for RedbEngine {
     fn write_batch(&self, puts: &[(&[u8], &[u8])]) -> BenchResult<()> {
         let mut txn = self.db.begin_write()?;
-        txn.set_durability(Durability::Immediate);
+        txn.set_durability(Durability::Immediate)?;
         {
             let mut table = txn.open_table(TABLE)?;
             for (k, v) in puts {
