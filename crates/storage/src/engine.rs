@@ -908,19 +908,15 @@ impl Engine {
     /// Read the newest committed value of `key`.
     pub fn get(&self, table: &Table, key: &[u8]) -> Result<Option<Bytes>> {
         table.check(self.inner.id)?;
-        match self.inner.txns.published_root(table.id()) {
-            Some(root) => table.0.tree.get_in(&root, key),
-            None => Err(StorageError::TableNotFound(table.name().to_string())),
-        }
+        let found = self.inner.txns.with_published_root(table.id(), |root| table.0.tree.get_in(root, key));
+        found.unwrap_or_else(|| Err(StorageError::TableNotFound(table.name().to_string())))
     }
 
     /// Read the newest committed value of `key` and lend it to `f`.
     pub fn get_with<R>(&self, table: &Table, key: &[u8], f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>> {
         table.check(self.inner.id)?;
-        match self.inner.txns.published_root(table.id()) {
-            Some(root) => table.0.tree.get_in_with(&root, key, f),
-            None => Err(StorageError::TableNotFound(table.name().to_string())),
-        }
+        let found = self.inner.txns.with_published_root(table.id(), |root| table.0.tree.get_in_with(root, key, f));
+        found.unwrap_or_else(|| Err(StorageError::TableNotFound(table.name().to_string())))
     }
 
     /// A cursor outside any transaction: each seek, `first` and `last` takes

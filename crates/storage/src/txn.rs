@@ -26,11 +26,12 @@ use crate::error::{Result, StorageError};
 use crate::page::{Key, Node};
 use crate::ssi::{Failure, Horizon, SsiFlags, SsiState, TableRef};
 use crate::stats::bump;
+use arc_swap::ArcSwap;
 use bytes::Bytes;
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 const ACTIVE: u64 = 0;
 const ABORTED: u64 = u64::MAX;
@@ -339,7 +340,9 @@ struct ActiveSet {
 
 /// Publication, the set of active transactions, and SSI state.
 pub(crate) struct TxnManager {
-    published: RwLock<Arc<RootSet>>,
+    /// Swapped whole by `publish`; a reader loads it without a lock or a
+    /// reference count on a line every reader writes.
+    published: ArcSwap<RootSet>,
     /// Held while a commit appends its record and publishes, so timestamps
     /// and publication share one order.
     pub publish: Mutex<()>,
@@ -359,7 +362,7 @@ pub(crate) struct TxnManager {
 impl TxnManager {
     pub fn new(roots: RootSet) -> TxnManager {
         TxnManager {
-            published: RwLock::new(Arc::new(roots)),
+            published: ArcSwap::from_pointee(roots),
             publish: Mutex::new(()),
             active: Mutex::default(),
             horizon_read_ts: AtomicU64::new(0),
@@ -372,32 +375,38 @@ impl TxnManager {
     }
 
     pub fn published(&self) -> Arc<RootSet> {
-        self.published.read().unwrap().clone()
+        self.published.load_full()
     }
 
     /// The commit timestamp of the newest published version.
     pub fn published_ts(&self) -> u64 {
-        self.published.read().unwrap().ts
+        self.published.load().ts
     }
 
     /// The newest published root of one table (cheaper than the whole set:
     /// one reference count, not the set's shared one).
     pub fn published_root(&self, table: u32) -> Option<Arc<Node>> {
-        self.published.read().unwrap().roots.get(&table).cloned()
+        self.published.load().roots.get(&table).cloned()
+    }
+
+    /// Lend the newest published root of one table to `f`, taking no
+    /// reference count (a point read's way in).
+    pub fn with_published_root<R>(&self, table: u32, f: impl FnOnce(&Arc<Node>) -> R) -> Option<R> {
+        self.published.load().roots.get(&table).map(f)
     }
 
     /// Publish the roots of `changed` tables (`None`: dropped) at `ts`.
     /// The caller holds `publish`.
     pub fn publish(&self, ts: u64, changed: impl IntoIterator<Item = (u32, Option<Arc<Node>>)>) {
-        let mut cur = self.published.write().unwrap();
-        let mut roots = cur.roots.clone();
+        // One writer at a time (`publish` is held): load, then store.
+        let mut roots = self.published.load().roots.clone();
         for (id, root) in changed {
             match root {
                 Some(r) => roots.insert(id, r),
                 None => roots.remove(&id),
             };
         }
-        *cur = Arc::new(RootSet { ts, roots });
+        self.published.store(Arc::new(RootSet { ts, roots }));
     }
 
     pub fn next_event(&self) -> u64 {
