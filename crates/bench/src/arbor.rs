@@ -29,7 +29,10 @@ impl ArborEngine {
         let engine = Engine::open(dir, config)?;
         let table = match engine.table(TABLE_NAME) {
             Ok(t) => t,
-            Err(_) => engine.create_table(TABLE_NAME, TableConfig::default())?,
+            Err(_) => engine.create_table(
+                TABLE_NAME,
+                TableConfig { compressor: opts.arbordb_compressor, ..TableConfig::default() },
+            )?,
         };
         Ok(ArborEngine { engine, table })
     }

@@ -54,6 +54,15 @@ pub struct OpenOptions {
     /// (LMDB reads through the OS page cache and has no such knob.)
     pub cache_bytes: Option<usize>,
     pub lmdb_map_size_bytes: usize,
+    /// How ArborDB stores its leaf pages.
+    pub arbordb_compressor: storage::Compressor,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum CompressorArg {
+    None,
+    Snappy,
+    Zstd,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -61,6 +70,8 @@ pub enum EngineKind {
     Arbordb,
     Redb,
     Lmdb,
+    /// Only in a build with the `rocksdb` feature.
+    Rocksdb,
 }
 
 impl EngineKind {
@@ -69,6 +80,7 @@ impl EngineKind {
             EngineKind::Arbordb => "arbordb",
             EngineKind::Redb => "redb",
             EngineKind::Lmdb => "lmdb",
+            EngineKind::Rocksdb => "rocksdb",
         }
     }
 
@@ -79,11 +91,12 @@ impl EngineKind {
                 "SyncMode::Fsync: the journal is fsynced before write() returns (concurrent \
                  commits may share one fsync); checkpoint timer {}, checkpoint after 2 GiB of \
                  journal (engine default), plus an explicit checkpoint after each write phase, \
-                 timed separately as settle",
+                 timed separately as settle; leaf pages stored {}",
                 match opts.arbordb_checkpoint_interval {
                     Some(d) => format!("{} s", d.as_secs()),
                     None => "off".to_string(),
-                }
+                },
+                opts.arbordb_compressor.name()
             ),
             EngineKind::Redb => "redb 4: Durability::Immediate set on every write transaction; \
                                  redb default cache (1 GiB)"
@@ -92,6 +105,11 @@ impl EngineKind {
                 "heed 0.23 (LMDB 0.9): default env flags (no NOSYNC, NOMETASYNC or WRITEMAP): every commit \
                  is fsynced; map size {} GiB",
                 opts.lmdb_map_size_bytes >> 30
+            ),
+            EngineKind::Rocksdb => format!(
+                "rocksdb 0.24 (RocksDB 10.4): WriteOptions sync = true on every write batch (the WAL \
+                 is fsynced); no compression; block cache {} MiB; settle = flush of the memtable",
+                opts.cache_bytes.unwrap_or(512 << 20) >> 20
             ),
         }
     }
@@ -102,6 +120,14 @@ impl EngineKind {
             EngineKind::Arbordb => Box::new(arbor::ArborEngine::open(dir, opts)?),
             EngineKind::Redb => Box::new(redb_peer::RedbEngine::open(dir, opts)?),
             EngineKind::Lmdb => Box::new(lmdb_peer::LmdbEngine::open(dir, opts)?),
+            #[cfg(feature = "rocksdb")]
+            EngineKind::Rocksdb => Box::new(crate::rocksdb_peer::RocksEngine::open(dir, opts)?),
+            #[cfg(not(feature = "rocksdb"))]
+            EngineKind::Rocksdb => {
+                return Err("this arbordb-bench was built without RocksDB: \
+                            cargo run --release -p arbordb-bench --features rocksdb -- engine ..."
+                    .into())
+            }
         })
     }
 }
@@ -125,7 +151,8 @@ pub struct EngineBenchArgs {
     /// thread count, on the database of the largest batch size.
     #[arg(long, value_delimiter = ',', default_value = "1000,1")]
     pub(crate) batch: Vec<usize>,
-    /// Engines to run, comma separated.
+    /// Engines to run, comma separated (rocksdb needs a build with
+    /// `--features rocksdb`).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "arbordb,redb,lmdb")]
     pub(crate) engines: Vec<EngineKind>,
     /// Where to write the JSON (default bench/results/engine-<UTC timestamp>.json).
@@ -142,6 +169,9 @@ pub struct EngineBenchArgs {
     /// 512 MiB and 1 GiB). LMDB has no cache of its own.
     #[arg(long)]
     pub(crate) cache_mib: Option<usize>,
+    /// How ArborDB stores its leaf pages (its default: snappy).
+    #[arg(long, value_enum, default_value = "snappy")]
+    pub(crate) arbordb_compressor: CompressorArg,
     /// Seed of every random choice (key order, values).
     #[arg(long, default_value_t = 1)]
     pub(crate) seed: u64,
@@ -187,6 +217,11 @@ pub fn run(mut args: EngineBenchArgs) -> BenchResult<()> {
         },
         lmdb_map_size_bytes: 8 << 30,
         cache_bytes: args.cache_mib.map(|m| m << 20),
+        arbordb_compressor: match args.arbordb_compressor {
+            CompressorArg::None => storage::Compressor::None,
+            CompressorArg::Snappy => storage::Compressor::Snappy,
+            CompressorArg::Zstd => storage::Compressor::Zstd,
+        },
     };
     let parent = args.dir.clone().unwrap_or_else(std::env::temp_dir);
     std::fs::create_dir_all(&parent)?;

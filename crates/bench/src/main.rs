@@ -19,6 +19,8 @@ mod measure;
 mod procs;
 mod redb_peer;
 mod report;
+#[cfg(feature = "rocksdb")]
+mod rocksdb_peer;
 mod smallbank;
 mod smallbank_wire;
 mod tpcb;

@@ -2,11 +2,12 @@
 //! say which parts of the file are in use.
 //!
 //! Block layout (little-endian):
-//! `[checksum u32][size u32][payload_len u32][kind u8][0u8; 3][payload][zero padding]`
+//! `[checksum u32][size u32][payload_len u32][kind u8][codec u8][0u8; 2][payload][zero padding]`
 //! where `size` is the whole block, a multiple of the allocation unit, and
 //! `checksum` is CRC32C over bytes `4..size`. A parent names a child by
 //! [`BlockAddr`] (offset, size, checksum), so a stale, torn or misdirected
-//! block fails the check on read.
+//! block fails the check on read. `codec` says how the payload is stored:
+//! 0 as is, else compressed (`compress.rs`; leaf pages only).
 //!
 //! Invariants:
 //! 1. A block referenced by the last durable checkpoint is never overwritten:
@@ -18,12 +19,19 @@
 //! 4. A checkpoint's extent list is `alloc` plus `discard` at the time it is
 //!    written: exactly the blocks that checkpoint references.
 //! 3. Offset 0 holds the file header block; no address ever points at it.
+//! 5. Only blocks in `avail` are punched (`punch_free`), under the extent
+//!    lock: no durable checkpoint names them and no allocation is writing
+//!    them. A reader of an older in-memory version that reads one finds
+//!    zeros, which fail the checksum, as a reused block does (page
+//!    invariant 2 answers it from memory).
 
+use crate::compress::Compressor;
 use crate::error::{Result, StorageError};
 use crate::limits::{block_alloc_unit_bytes, block_header_bytes, block_size_max_bytes};
 use crate::vfs::VfsFile;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Where a block lives and what it must hash to.
@@ -121,18 +129,25 @@ pub fn round_to_unit(n: u64) -> u64 {
 
 /// Build the on-disk bytes of a block; returns the bytes and the checksum.
 pub fn build_block(kind: BlockKind, payload: &[u8]) -> (Vec<u8>, u32) {
+    build_block_coded(kind, Compressor::None, payload)
+}
+
+/// `build_block` of a payload stored by `codec` (already compressed).
+fn build_block_coded(kind: BlockKind, codec: Compressor, payload: &[u8]) -> (Vec<u8>, u32) {
     let size = round_to_unit((block_header_bytes + payload.len()) as u64) as usize;
     let mut buf = vec![0u8; size];
     buf[4..8].copy_from_slice(&(size as u32).to_le_bytes());
     buf[8..12].copy_from_slice(&(payload.len() as u32).to_le_bytes());
     buf[12] = kind as u8;
+    buf[13] = codec.to_u8();
     buf[block_header_bytes..block_header_bytes + payload.len()].copy_from_slice(payload);
     let checksum = crc32c::crc32c(&buf[4..]);
     buf[0..4].copy_from_slice(&checksum.to_le_bytes());
     (buf, checksum)
 }
 
-/// Check a block's bytes against its address; returns kind and payload range.
+/// Check a block's bytes against its address; returns kind and payload
+/// range (the payload as stored: see `block_codec`).
 pub fn check_block(path: &Path, addr: BlockAddr, buf: &[u8]) -> Result<(BlockKind, std::ops::Range<usize>)> {
     let bad = |detail: String| StorageError::corruption(path, addr.offset, detail);
     if buf.len() < block_header_bytes {
@@ -177,9 +192,19 @@ pub fn read_block_at(file: &dyn VfsFile, addr: BlockAddr) -> Result<(BlockKind, 
         other => other,
     })?;
     let (kind, range) = check_block(path, addr, &buf)?;
+    let codec = block_codec(path, addr, &buf)?;
+    if codec != Compressor::None {
+        return Ok((kind, codec.decompress(&buf[range], path, addr.offset)?));
+    }
     buf.truncate(range.end);
     buf.drain(..range.start);
     Ok((kind, buf))
+}
+
+/// How a checked block's payload is stored.
+pub fn block_codec(path: &Path, addr: BlockAddr, buf: &[u8]) -> Result<Compressor> {
+    Compressor::from_u8(buf[13])
+        .ok_or_else(|| StorageError::corruption(path, addr.offset, format!("unknown block codec {}", buf[13])))
 }
 
 /// A set of disjoint, coalesced byte ranges `offset -> length`.
@@ -335,6 +360,8 @@ pub struct Extents {
     /// Between `checkpoint_begin` and `checkpoint_durable`/`_abandoned`.
     pub in_checkpoint: bool,
     pub file_size: u64,
+    /// Bytes checkpoints made available since free blocks were last punched.
+    pub freed_since_punch_bytes: u64,
 }
 
 /// One data file: its blocks and their extent lists.
@@ -343,6 +370,8 @@ pub struct BlockFile {
     path: PathBuf,
     policy: AllocPolicy,
     extents: Mutex<Extents>,
+    /// The file system refused to punch a hole: never ask again.
+    punch_unsupported: AtomicBool,
 }
 
 const FILE_MAGIC: &[u8; 8] = b"ARBORDB1";
@@ -417,7 +446,9 @@ impl BlockFile {
                 fresh: ExtentList::default(),
                 in_checkpoint: false,
                 file_size,
+                freed_since_punch_bytes: 0,
             }),
+            punch_unsupported: AtomicBool::new(false),
         }
     }
 
@@ -464,7 +495,16 @@ impl BlockFile {
 
     /// Write a new block holding `payload`; returns its address.
     pub fn write_block(&self, kind: BlockKind, payload: &[u8]) -> Result<BlockAddr> {
-        let (buf, checksum) = build_block(kind, payload);
+        self.write_block_with(kind, Compressor::None, payload)
+    }
+
+    /// Write a new block holding `payload`, compressed by `compressor`
+    /// where that makes it smaller; returns its address.
+    pub fn write_block_with(&self, kind: BlockKind, compressor: Compressor, payload: &[u8]) -> Result<BlockAddr> {
+        let (buf, checksum) = match compressor.compress(payload) {
+            Some(stored) => build_block_coded(kind, compressor, &stored),
+            None => build_block(kind, payload),
+        };
         if buf.len() as u64 > block_size_max_bytes {
             return Err(StorageError::InvalidConfig(format!("block of {} bytes is too large", buf.len())));
         }
@@ -534,21 +574,53 @@ impl BlockFile {
     }
 
     /// The checkpoint is durable: what it no longer references is free.
-    pub fn checkpoint_durable(&self) -> Result<()> {
+    /// Free blocks are punched every `punch_every_blocks` freed blocks (0:
+    /// never); returns the blocks given back to the device.
+    pub fn checkpoint_durable(&self, punch_every_blocks: u64) -> Result<u64> {
         let mut ext = self.extents();
         let Extents { pending, avail, .. } = &mut *ext;
+        let freed: u64 = pending.iter().map(|(_, len)| len).sum();
         pending.drain_into(avail);
         ext.in_checkpoint = false;
+        ext.freed_since_punch_bytes += freed;
         // Give back a free tail to the file system.
+        let mut cut_at = None;
         if let Some((off, len)) = ext.avail.last() {
             if off + len == ext.file_size {
                 ext.avail.remove(off, len);
                 ext.file_size = off;
-                drop(ext);
-                self.file.set_len(off)?;
+                cut_at = Some(off);
             }
         }
-        Ok(())
+        let punched = self.punch_free(&mut ext, punch_every_blocks)?;
+        drop(ext);
+        if let Some(off) = cut_at {
+            self.file.set_len(off)?;
+        }
+        Ok(punched)
+    }
+
+    /// Release the free blocks to the device once `punch_every_blocks` have
+    /// been freed since the last time (invariant 5), holding the extent
+    /// lock so no block is allocated in a range while it is punched.
+    /// Ranges already punched are punched again: the file system makes that
+    /// cheap, and tracking them would mean clipping on every allocation.
+    fn punch_free(&self, ext: &mut Extents, every: u64) -> Result<u64> {
+        let due = every > 0 && ext.freed_since_punch_bytes >= every * block_alloc_unit_bytes;
+        if !due || self.punch_unsupported.load(Ordering::Relaxed) {
+            return Ok(0);
+        }
+        ext.freed_since_punch_bytes = 0;
+        let mut punched = 0;
+        for (off, len) in ext.avail.iter() {
+            if !self.file.punch_hole(off, len)? {
+                // The file system cannot: stop asking.
+                self.punch_unsupported.store(true, Ordering::Relaxed);
+                break;
+            }
+            punched += len / block_alloc_unit_bytes;
+        }
+        Ok(punched)
     }
 
     /// The checkpoint failed: what it would have released stays reserved.
@@ -597,6 +669,46 @@ mod tests {
         assert_eq!(l.take_best_fit(8192), Some(65536));
         assert_eq!(l.take_first_fit(4096), Some(4096));
         assert_eq!(l.take_best_fit(1 << 20), None);
+    }
+
+    #[test]
+    fn compressed_leaf_blocks_read_back_and_bad_ones_are_corruption() {
+        use crate::vfs::{OsVfs, Vfs};
+        let dir = tempfile::tempdir().unwrap();
+        let file = OsVfs.open(&dir.path().join("t.arb"), true).unwrap();
+        let bf = BlockFile::create(file.clone(), AllocPolicy::BestFit).unwrap();
+        let page: Vec<u8> = (0..3000u32).flat_map(|i| format!("user{:08}", i / 2).into_bytes()).collect();
+        for c in [Compressor::None, Compressor::Snappy, Compressor::Zstd] {
+            let addr = bf.write_block_with(BlockKind::Leaf, c, &page).unwrap();
+            if c != Compressor::None {
+                assert!((addr.size as usize) < page.len() / 2, "{}: block of {} bytes", c.name(), addr.size);
+            }
+            assert_eq!(bf.read_block(addr).unwrap(), (BlockKind::Leaf, page.clone()));
+        }
+        // A compressed block whose bytes pass the checksum but do not
+        // decompress (a writer's bug, not a torn write): corruption, not
+        // a panic and not garbage served.
+        for (codec, stored) in [
+            (Compressor::Snappy, [&8000u32.to_le_bytes()[..], &[0xff; 64][..]].concat()),
+            (Compressor::Zstd, [&8000u32.to_le_bytes()[..], &[0x28, 0xb5, 0x2f, 0xfd, 1, 2, 3][..]].concat()),
+            (Compressor::Snappy, vec![1, 2]),
+        ] {
+            let (buf, checksum) = build_block_coded(BlockKind::Leaf, codec, &stored);
+            let offset = bf.allocate(buf.len() as u64);
+            file.write_at(&buf, offset).unwrap();
+            let addr = BlockAddr { offset, size: buf.len() as u32, checksum };
+            let err = bf.read_block(addr).unwrap_err();
+            assert!(err.is_corruption(), "{}: {err}", codec.name());
+        }
+        // An unknown codec byte is corruption too.
+        let (mut buf, _) = build_block(BlockKind::Leaf, b"hello");
+        buf[13] = 9;
+        let checksum = crc32c::crc32c(&buf[4..]);
+        buf[0..4].copy_from_slice(&checksum.to_le_bytes());
+        let offset = bf.allocate(buf.len() as u64);
+        file.write_at(&buf, offset).unwrap();
+        let err = bf.read_block(BlockAddr { offset, size: buf.len() as u32, checksum }).unwrap_err();
+        assert!(err.is_corruption(), "{err}");
     }
 
     #[test]

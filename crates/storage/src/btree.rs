@@ -16,6 +16,7 @@
 
 use crate::block::{BlockAddr, BlockFile, BlockKind};
 use crate::cache::CacheMeter;
+use crate::compress::Compressor;
 use crate::error::{Result, StorageError};
 use crate::limits::{pack_batch_leaves, tree_depth_max};
 use crate::page::{
@@ -35,6 +36,8 @@ pub struct TreeGeometry {
     pub internal_page_max: usize,
     /// Values of at least this many bytes go to their own overflow block.
     pub overflow_min: usize,
+    /// How leaf images are stored on disk.
+    pub compressor: Compressor,
 }
 
 pub struct Tree {
@@ -764,8 +767,13 @@ impl Tree {
                 (BlockKind::Internal, encode_internal(int, &|i| addrs[i]))
             }
         };
-        let addr = self.bf.write_block(kind, &image)?;
+        let compressor = if kind == BlockKind::Leaf { self.geometry.compressor } else { Compressor::None };
+        let addr = self.bf.write_block_with(kind, compressor, &image)?;
         bump(&self.counters.data_bytes_written, addr.size as u64);
+        if kind == BlockKind::Leaf {
+            bump(&self.counters.leaf_image_bytes, image.len() as u64);
+            bump(&self.counters.leaf_block_bytes_written, addr.size as u64);
+        }
         node.disk.attach(addr, &free);
         Ok(addr)
     }

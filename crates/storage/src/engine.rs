@@ -24,6 +24,7 @@ use crate::block::{AllocPolicy, BlockAddr, BlockFile, ExtentList};
 use crate::btree::{Cursor, Tree, TreeGeometry};
 use crate::cache::CacheMeter;
 use crate::codec::Reader;
+use crate::compress::Compressor;
 use crate::error::{Result, StorageError};
 use crate::journal::{self, Journal, SyncMode};
 use crate::limits::*;
@@ -63,6 +64,9 @@ pub struct Config {
     /// Share of the cache (percent) old versions pinned by snapshots may
     /// take before the oldest transaction is rolled back.
     pub cache_pinned_max_percent: usize,
+    /// Free blocks of a data file are released to the device (holes
+    /// punched) each time checkpoints have freed this many; 0: never.
+    pub punch_every_blocks: u64,
 }
 
 impl Default for Config {
@@ -74,6 +78,7 @@ impl Default for Config {
             checkpoint_journal_bytes: checkpoint_journal_default_bytes,
             cache_size_bytes: cache_default_bytes,
             cache_pinned_max_percent: cache_pinned_default_percent,
+            punch_every_blocks: punch_every_default_blocks,
         }
     }
 }
@@ -86,6 +91,8 @@ pub struct TableConfig {
     /// Values of at least this size get their own overflow block.
     pub overflow_min_bytes: u32,
     pub alloc_policy: AllocPolicy,
+    /// How leaf pages are stored on disk (default snappy).
+    pub compressor: Compressor,
 }
 
 impl Default for TableConfig {
@@ -95,6 +102,7 @@ impl Default for TableConfig {
             internal_page_max_bytes: internal_page_default_bytes,
             overflow_min_bytes: leaf_page_default_bytes / 4,
             alloc_policy: AllocPolicy::BestFit,
+            compressor: Compressor::default(),
         }
     }
 }
@@ -124,6 +132,7 @@ impl TableConfig {
             leaf_page_max: self.leaf_page_max_bytes as usize,
             internal_page_max: self.internal_page_max_bytes as usize,
             overflow_min: self.overflow_min_bytes as usize,
+            compressor: self.compressor,
         }
     }
 
@@ -131,15 +140,19 @@ impl TableConfig {
         out.extend_from_slice(&self.leaf_page_max_bytes.to_le_bytes());
         out.extend_from_slice(&self.internal_page_max_bytes.to_le_bytes());
         out.extend_from_slice(&self.overflow_min_bytes.to_le_bytes());
-        out.extend_from_slice(&[self.alloc_policy.to_u8(), 0, 0, 0]);
+        out.extend_from_slice(&[self.alloc_policy.to_u8(), self.compressor.to_u8(), 0, 0]);
     }
 
     fn decode(r: &mut Reader) -> Option<TableConfig> {
+        let (leaf_page_max_bytes, internal_page_max_bytes, overflow_min_bytes) = (r.u32()?, r.u32()?, r.u32()?);
+        // A table made before compression has 0 here: none.
+        let policy = r.bytes(4)?;
         let cfg = TableConfig {
-            leaf_page_max_bytes: r.u32()?,
-            internal_page_max_bytes: r.u32()?,
-            overflow_min_bytes: r.u32()?,
-            alloc_policy: AllocPolicy::from_u8(r.bytes(4)?[0])?,
+            leaf_page_max_bytes,
+            internal_page_max_bytes,
+            overflow_min_bytes,
+            alloc_policy: AllocPolicy::from_u8(policy[0])?,
+            compressor: Compressor::from_u8(policy[1])?,
         };
         cfg.validate().ok()?;
         Some(cfg)
@@ -1238,10 +1251,11 @@ impl Engine {
         ck.generation += 1;
         ck.meta_extents = meta_extents;
         // Durable: release what only the previous checkpoint referenced.
-        meta.bf.checkpoint_durable()?;
+        let punch = self.inner.config.punch_every_blocks;
+        bump(&self.inner.counters.blocks_punched, meta.bf.checkpoint_durable(punch)?);
         for (t, c) in written {
             *t.0.last_checkpoint.lock().unwrap() = Some(c);
-            t.0.tree.bf.checkpoint_durable()?;
+            bump(&self.inner.counters.blocks_punched, t.0.tree.bf.checkpoint_durable(punch)?);
         }
         Ok(())
     }

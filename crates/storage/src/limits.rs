@@ -41,6 +41,11 @@ pub const table_name_max_bytes: usize = 1024;
 /// Deepest tree the engine will descend before calling it corrupt.
 pub const tree_depth_max: usize = 64;
 
+/// Default of `Config::punch_every_blocks`: free blocks are released to
+/// the device each time checkpoints have freed this many (the WiredTiger
+/// study's TRIM interval).
+pub const punch_every_default_blocks: u64 = 20_000;
+
 /// Leaves a checkpoint packs in memory per hold of a table's writer lock.
 pub const pack_batch_leaves: usize = 32;
 

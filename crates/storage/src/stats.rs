@@ -42,6 +42,10 @@ counters!(
     data_bytes_written,
     /// The metadata table's pages.
     metadata_bytes_written,
+    /// Leaf images written, before compression, and the blocks that hold
+    /// them (compressed where that made them smaller, rounded to 4 KiB).
+    leaf_image_bytes,
+    leaf_block_bytes_written,
     extent_list_bytes_written,
     root_file_bytes_written,
     /// Journaled commits (batches and transactions that wrote).
@@ -58,6 +62,8 @@ counters!(
     /// the page from memory instead (`Tree::load_child`).
     reads_raced_block_reuse,
     checkpoints,
+    /// Free blocks released to the device by punching holes.
+    blocks_punched,
     /// Leaves eviction dropped from memory...
     pages_evicted,
     /// ...of which it reconciled (wrote) first.

@@ -20,6 +20,13 @@ pub trait VfsFile: Send + Sync {
     fn len(&self) -> Result<u64>;
     fn set_len(&self, len: u64) -> Result<()>;
     fn path(&self) -> &Path;
+    /// Give `[offset, offset + len)` back to the device, keeping the file's
+    /// length; reads of it return zeros. `false` where the file system
+    /// cannot (the bytes then stay as they are).
+    fn punch_hole(&self, offset: u64, len: u64) -> Result<bool> {
+        let _ = (offset, len);
+        Ok(false)
+    }
 }
 
 /// A file system.
@@ -74,6 +81,25 @@ impl VfsFile for OsFile {
     }
     fn path(&self) -> &Path {
         &self.path
+    }
+    fn punch_hole(&self, offset: u64, len: u64) -> Result<bool> {
+        use std::os::fd::AsRawFd;
+        let (Ok(off), Ok(n)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
+            return Ok(false);
+        };
+        // SAFETY: `fallocate` on a descriptor this struct owns, over a range
+        // of the file; it touches no memory of ours.
+        let r = unsafe {
+            libc::fallocate(self.file.as_raw_fd(), libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, off, n)
+        };
+        if r == 0 {
+            return Ok(true);
+        }
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => Ok(false),
+            _ => Err(io_err("punch hole", &self.path)(e)),
+        }
     }
 }
 

@@ -4,7 +4,7 @@
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use std::ops::Bound;
-use storage::{Config, Engine, SyncMode, TableConfig};
+use storage::{Compressor, Config, Engine, SyncMode, TableConfig};
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -44,7 +44,12 @@ fn op_strategy(keys: u16) -> impl Strategy<Value = Op> {
 }
 
 fn small_pages() -> TableConfig {
+    small_pages_stored(Compressor::default())
+}
+
+fn small_pages_stored(compressor: Compressor) -> TableConfig {
     TableConfig {
+        compressor,
         leaf_page_max_bytes: 1024,
         internal_page_max_bytes: 512,
         overflow_min_bytes: 256,
@@ -53,7 +58,8 @@ fn small_pages() -> TableConfig {
 }
 
 fn config() -> Config {
-    Config { sync_mode: SyncMode::Off, checkpoint_interval: None, ..Default::default() }
+    // Free blocks are punched at nearly every checkpoint.
+    Config { sync_mode: SyncMode::Off, checkpoint_interval: None, punch_every_blocks: 2, ..Default::default() }
 }
 
 fn check_scan(
@@ -115,9 +121,14 @@ fn check_lent_scan(engine: &Engine, t: &storage::Table, model: &BTreeMap<Vec<u8>
 }
 
 fn run(ops: Vec<Op>) {
+    run_stored(ops, Compressor::default())
+}
+
+/// Run `ops` on a table whose leaf pages are stored by `compressor`.
+fn run_stored(ops: Vec<Op>, compressor: Compressor) {
     let dir = tempfile::tempdir().unwrap();
     let mut engine = Engine::open(dir.path(), config()).unwrap();
-    let mut t = engine.create_table("t", small_pages()).unwrap();
+    let mut t = engine.create_table("t", small_pages_stored(compressor)).unwrap();
     let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
     for op in ops {
         match op {
@@ -186,8 +197,11 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
     #[test]
-    fn engine_matches_btreemap(ops in prop::collection::vec(op_strategy(400), 1..400)) {
-        run(ops);
+    fn engine_matches_btreemap(
+        ops in prop::collection::vec(op_strategy(400), 1..400),
+        compressor in prop_oneof![Just(Compressor::None), Just(Compressor::Snappy), Just(Compressor::Zstd)],
+    ) {
+        run_stored(ops, compressor);
     }
 }
 

@@ -16,6 +16,8 @@ pub fn writer_config() -> Config {
         journal_file_max_bytes: 128 * 1024,
         cache_size_bytes: 256 * 1024,
         cache_pinned_max_percent: 100,
+        // Punch often, so kills land around punched blocks.
+        punch_every_blocks: 4,
         ..Config::default()
     }
 }

@@ -140,6 +140,10 @@ impl VfsFile for FaultFile {
     fn path(&self) -> &Path {
         self.inner.path()
     }
+    fn punch_hole(&self, offset: u64, len: u64) -> Result<bool> {
+        self.shared.tick("punch hole", self.inner.path())?;
+        self.inner.punch_hole(offset, len)
+    }
 }
 
 impl Vfs for FaultVfs {

@@ -119,6 +119,20 @@ impl VfsFile for MemFile {
     fn path(&self) -> &Path {
         &self.path
     }
+    /// A hole reads as zeros; like a write, it is durable only after a sync.
+    fn punch_hole(&self, offset: u64, len: u64) -> Result<bool> {
+        let mut st = self.state.lock().unwrap();
+        st.io_count += 1;
+        let f = st.files.get_mut(&self.id).unwrap();
+        let end = (offset + len).min(f.live.len() as u64);
+        if end <= offset {
+            return Ok(true);
+        }
+        let p = Pending::Write { offset, bytes: vec![0; (end - offset) as usize] };
+        apply(&mut f.live, &p);
+        f.pending.push(p);
+        Ok(true)
+    }
 }
 
 impl MemVfs {

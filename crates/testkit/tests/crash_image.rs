@@ -36,6 +36,8 @@ fn config_with(sync_mode: SyncMode) -> Config {
         // Smaller than the data, so eviction writes and drops pages throughout.
         cache_size_bytes: 256 * 1024,
         cache_pinned_max_percent: 100,
+        // Punch often, so crashes land around punched blocks.
+        punch_every_blocks: 4,
     }
 }
 
