@@ -583,21 +583,16 @@ impl BlockFile {
         pending.drain_into(avail);
         ext.in_checkpoint = false;
         ext.freed_since_punch_bytes += freed;
-        // Give back a free tail to the file system.
-        let mut cut_at = None;
+        // Give back a free tail to the file system, under the lock: an
+        // allocation at the new end must not be written before the cut.
         if let Some((off, len)) = ext.avail.last() {
             if off + len == ext.file_size {
                 ext.avail.remove(off, len);
                 ext.file_size = off;
-                cut_at = Some(off);
+                self.file.set_len(off)?;
             }
         }
-        let punched = self.punch_free(&mut ext, punch_every_blocks)?;
-        drop(ext);
-        if let Some(off) = cut_at {
-            self.file.set_len(off)?;
-        }
-        Ok(punched)
+        Ok(self.punch_free(&mut ext, punch_every_blocks))
     }
 
     /// Release the free blocks to the device once `punch_every_blocks` have
@@ -605,22 +600,30 @@ impl BlockFile {
     /// lock so no block is allocated in a range while it is punched.
     /// Ranges already punched are punched again: the file system makes that
     /// cheap, and tracking them would mean clipping on every allocation.
-    fn punch_free(&self, ext: &mut Extents, every: u64) -> Result<u64> {
-        let due = every > 0 && ext.freed_since_punch_bytes >= every * block_alloc_unit_bytes;
+    /// Punching only gives space back: a failure is logged and the blocks
+    /// stay as they are (the checkpoint it follows is already durable).
+    fn punch_free(&self, ext: &mut Extents, every: u64) -> u64 {
+        let due = every > 0 && ext.freed_since_punch_bytes >= every.saturating_mul(block_alloc_unit_bytes);
         if !due || self.punch_unsupported.load(Ordering::Relaxed) {
-            return Ok(0);
+            return 0;
         }
         ext.freed_since_punch_bytes = 0;
         let mut punched = 0;
         for (off, len) in ext.avail.iter() {
-            if !self.file.punch_hole(off, len)? {
-                // The file system cannot: stop asking.
-                self.punch_unsupported.store(true, Ordering::Relaxed);
-                break;
+            match self.file.punch_hole(off, len) {
+                Ok(true) => punched += len / block_alloc_unit_bytes,
+                Ok(false) => {
+                    // The file system cannot: stop asking.
+                    self.punch_unsupported.store(true, Ordering::Relaxed);
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(file = %self.path.display(), error = %e, "punching free blocks failed; they stay allocated on the device");
+                    break;
+                }
             }
-            punched += len / block_alloc_unit_bytes;
         }
-        Ok(punched)
+        punched
     }
 
     /// The checkpoint failed: what it would have released stays reserved.

@@ -42,7 +42,11 @@ pub const ROOT_FILE: &str = "arbordb.root";
 pub const METADATA_FILE: &str = "metadata.adb";
 pub const JOURNAL_DIR: &str = "journal";
 const ROOT_MAGIC: &[u8; 8] = b"ARBROOT1";
-const ROOT_FORMAT_VERSION: u32 = 1;
+/// 2: blocks may be compressed (a codec byte in the block header). A
+/// version-1 directory is read as it is (its blocks are all stored plain)
+/// and written as version 2 by its next checkpoint.
+const ROOT_FORMAT_VERSION: u32 = 2;
+const ROOT_FORMAT_VERSIONS_READ: [u32; 2] = [1, 2];
 const ROOT_BYTES: usize = 68;
 
 pub fn table_file_name(id: u32) -> String {
@@ -230,7 +234,7 @@ impl RootRecord {
         }
         let mut r = Reader::new(&b[8..]);
         let version = r.u32().unwrap();
-        if version != ROOT_FORMAT_VERSION {
+        if !ROOT_FORMAT_VERSIONS_READ.contains(&version) {
             return Err(bad(&format!("unsupported format version {version}")));
         }
         Ok(RootRecord {

@@ -194,12 +194,19 @@ fn run_stored(ops: Vec<Op>, compressor: Compressor) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
     #[test]
-    fn engine_matches_btreemap(
+    fn engine_matches_btreemap(ops in prop::collection::vec(op_strategy(400), 1..400)) {
+        run(ops);
+    }
+
+    /// The same with leaf pages stored plain and by zstd (the test above
+    /// keeps its signature, so its saved regression seeds still replay).
+    #[test]
+    fn engine_matches_btreemap_stored(
         ops in prop::collection::vec(op_strategy(400), 1..400),
-        compressor in prop_oneof![Just(Compressor::None), Just(Compressor::Snappy), Just(Compressor::Zstd)],
+        compressor in prop_oneof![Just(Compressor::None), Just(Compressor::Zstd)],
     ) {
         run_stored(ops, compressor);
     }
