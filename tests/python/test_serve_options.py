@@ -6,6 +6,7 @@ import subprocess
 import time
 
 import pymongo
+import pytest
 
 from conftest import BIN, free_port
 
@@ -77,3 +78,112 @@ def test_a_port_in_use_is_a_clear_error(server, datadir):
     )
     assert r.returncode != 0
     assert "in use" in r.stderr.lower()
+
+
+def serve(datadir, name, *flags):
+    port = free_port()
+    proc = subprocess.Popen([str(BIN), "serve", "--port", str(port), "--dbpath", str(datadir / name), *flags])
+    try:
+        wait_ping(port, proc)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    return port, proc
+
+
+def punch_supported(directory):
+    """Whether the file system under `directory` punches holes."""
+    import ctypes
+    import os
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
+    probe = directory / "punch-probe"
+    with open(probe, "wb") as f:
+        f.write(b"x" * 65536)
+        f.flush()
+        # FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE
+        ok = libc.fallocate(f.fileno(), 0x01 | 0x02, 0, 8192) == 0
+    os.remove(probe)
+    return ok
+
+
+def test_punch_every_blocks_releases_freed_blocks_or_never(datadir):
+    if not punch_supported(datadir):
+        pytest.skip("this file system does not punch holes")
+    punched = {}
+    for every in ("1", "0"):
+        port, proc = serve(datadir, f"punch{every}", "--punch-every-blocks", every)
+        try:
+            with pymongo.MongoClient(f"mongodb://127.0.0.1:{port}") as c:
+                c.db.c.insert_many([{"_id": i, "s": str(i) * 200} for i in range(1000)])
+                for round in range(3):
+                    c.admin.command("fsync")
+                    c.db.c.update_many({}, {"$set": {"round": round}})
+                c.admin.command("fsync")
+                punched[every] = c.admin.command("serverStatus")["arbordb"]["blocks_punched"]
+        finally:
+            stop(proc)
+    assert punched["1"] > 0 and punched["0"] == 0, punched
+
+
+def stop(proc):
+    proc.terminate()
+    assert proc.wait(timeout=30) == 0
+
+
+def test_block_compressor_and_bytes_written_by_file_kind(datadir):
+    port, proc = serve(datadir, "none", "--block-compressor", "none")
+    try:
+        with pymongo.MongoClient(f"mongodb://127.0.0.1:{port}") as c:
+            c.db.c.insert_many([{"_id": i, "s": "abc" * 300} for i in range(2000)])
+            c.admin.command("fsync")
+            plain = c.admin.command("serverStatus")["arbordb"]
+            assert c.db.command("collStats", "c")["arbordb"] == {"blockCompressor": "none"}
+            assert plain["leaf_block_bytes_written"] >= plain["leaf_image_bytes"] > 2000 * 900
+    finally:
+        stop(proc)
+    port, proc = serve(datadir, "zstd", "--block-compressor", "zstd", "--punch-every-blocks", "0")
+    try:
+        with pymongo.MongoClient(f"mongodb://127.0.0.1:{port}") as c:
+            c.db.c.insert_many([{"_id": i, "s": "abc" * 300} for i in range(2000)])
+            before = c.admin.command("serverStatus")["arbordb"]
+            reply = c.admin.command("fsync")
+            assert (reply["numFiles"], reply["ok"]) == (1, 1.0)
+            after = c.admin.command("serverStatus")["arbordb"]
+            assert after["checkpoints"] == before["checkpoints"] + 1
+            assert c.db.command("collStats", "c")["arbordb"] == {"blockCompressor": "zstd"}
+            io = after["io"]
+            by_file, by_page = io["bytesWrittenByFileKind"], io["bytesWrittenByPageKind"]
+            assert by_file["collection"] > 2000 * 100, by_file
+            assert 0 < by_file["index"] < by_file["collection"], by_file
+            assert by_file["metadata"] > 0 and by_file["journal"] > 2000 * 900, by_file
+            assert by_page["journal"] == by_file["journal"]
+            tables = by_file["collection"] + by_file["index"] + by_file["metadata"]
+            assert sum(v for k, v in by_page.items() if k != "journal") == tables, (by_page, by_file)
+            # The repeated text compresses: its leaves take under a third of
+            # their images' bytes, where stored plain they took at least all.
+            assert 3 * after["leaf_block_bytes_written"] < after["leaf_image_bytes"], after
+            assert after["blocks_punched"] == 0
+            for kind in ("collection", "index", "metadata"):
+                assert io["files"][kind] and all((datadir / "zstd" / f).is_file() for f in io["files"][kind]), io
+            assert io["files"]["journal"] == ["journal"]
+            with pytest.raises(pymongo.errors.OperationFailure) as e:
+                c.admin.command("fsync", lock=True)
+            assert e.value.code == 115
+            with pytest.raises(pymongo.errors.OperationFailure) as e:
+                c.db.command("fsync")
+            assert e.value.code == 13
+    finally:
+        stop(proc)
+    # A table keeps the compressor it was made with; new ones take the option's.
+    port, proc = serve(datadir, "zstd")
+    try:
+        with pymongo.MongoClient(f"mongodb://127.0.0.1:{port}") as c:
+            c.db.d.insert_one({})
+            assert c.db.command("collStats", "c")["arbordb"] == {"blockCompressor": "zstd"}
+            assert c.db.command("collStats", "d")["arbordb"] == {"blockCompressor": "snappy"}
+            assert c.db.c.count_documents({"s": "abc" * 300}) == 2000
+    finally:
+        stop(proc)

@@ -5,7 +5,7 @@
 use clap::Args;
 use std::net::IpAddr;
 use std::path::PathBuf;
-use storage::{Config, Engine, SyncMode};
+use storage::{Compressor, Config, Engine, SyncMode};
 
 #[derive(Args, Debug)]
 pub struct ServeArgs {
@@ -28,9 +28,19 @@ pub struct ServeArgs {
     /// (fsync every 100 ms), off (at checkpoints only) [default: fsync].
     #[arg(long)]
     journal_sync: Option<SyncMode>,
+    /// How new collections and indexes store their leaf pages on disk:
+    /// none, snappy or zstd (as mongod's
+    /// `--wiredTigerCollectionBlockCompressor`) [default: snappy].
+    #[arg(long)]
+    block_compressor: Option<Compressor>,
+    /// Release free blocks of a data file to the device (punch holes) each
+    /// time checkpoints have freed this many; 0: never [default: 20000].
+    #[arg(long)]
+    punch_every_blocks: Option<u64>,
     /// A YAML file in mongod.conf's shape: net.port, net.bindIp,
     /// storage.dbPath, systemLog.path (with destination: file), and ours,
-    /// storage.arbordb.cacheSizeMiB and storage.arbordb.journalSync.
+    /// storage.arbordb.cacheSizeMiB, .journalSync, .blockCompressor and
+    /// .punchEveryBlocks.
     /// Flags given on the command line win.
     #[arg(long, short = 'f')]
     config: Option<PathBuf>,
@@ -64,6 +74,8 @@ struct FileOptions {
     logpath: Option<PathBuf>,
     cache_mib: Option<usize>,
     journal_sync: Option<SyncMode>,
+    block_compressor: Option<Compressor>,
+    punch_every_blocks: Option<u64>,
 }
 
 /// Parse a mongod.conf-shaped YAML text; unknown options are errors, as
@@ -111,6 +123,11 @@ fn parse_config(text: &str) -> Result<FileOptions, String> {
             "storage.dbPath" => o.dbpath = Some(PathBuf::from(text()?)),
             "storage.arbordb.cacheSizeMiB" => o.cache_mib = Some(text()?.parse().map_err(|e| bad(&e))?),
             "storage.arbordb.journalSync" => o.journal_sync = Some(text()?.parse().map_err(|e: String| bad(&e))?),
+            // mongod's own name for it, so a copied mongod.conf works.
+            "storage.arbordb.blockCompressor" | "storage.wiredTiger.collectionConfig.blockCompressor" => {
+                o.block_compressor = Some(text()?.parse().map_err(|e: String| bad(&e))?)
+            }
+            "storage.arbordb.punchEveryBlocks" => o.punch_every_blocks = Some(text()?.parse().map_err(|e| bad(&e))?),
             "systemLog.path" => o.logpath = Some(PathBuf::from(text()?)),
             "systemLog.destination" => log_to_file = Some(text()? == "file"),
             other => return Err(format!("config file: Unrecognized option: {other}")),
@@ -136,6 +153,12 @@ pub fn run(a: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         Config { sync_mode: a.journal_sync.or(file.journal_sync).unwrap_or_default(), ..Config::default() };
     if let Some(mib) = a.cache_mib.or(file.cache_mib) {
         config.cache_size_bytes = mib << 20;
+    }
+    if let Some(c) = a.block_compressor.or(file.block_compressor) {
+        config.table_compressor = c;
+    }
+    if let Some(n) = a.punch_every_blocks.or(file.punch_every_blocks) {
+        config.punch_every_blocks = n;
     }
     let test_commands = test_commands(&a.set_parameter)?;
     let engine = Engine::open(&dbpath, config)?;
@@ -199,13 +222,14 @@ mod tests {
     fn a_mongod_conf_shaped_file_parses() {
         let o = parse_config(
             "net:\n  port: 28017\n  bindIp: 127.0.0.1,::1\nstorage:\n  dbPath: /tmp/x\n  arbordb:\n    \
-             cacheSizeMiB: 64\n    journalSync: off\nsystemLog:\n  destination: file\n  path: /tmp/x.log\n",
+             cacheSizeMiB: 64\n    journalSync: off\n    blockCompressor: zstd\n    punchEveryBlocks: 0\nsystemLog:\n  destination: file\n  path: /tmp/x.log\n",
         )
         .unwrap();
         assert_eq!(o.port, Some(28017));
         assert_eq!(o.bind_ip.as_ref().map(Vec::len), Some(2));
         assert_eq!(o.dbpath, Some(PathBuf::from("/tmp/x")));
         assert_eq!((o.cache_mib, o.journal_sync), (Some(64), Some(SyncMode::Off)));
+        assert_eq!((o.block_compressor, o.punch_every_blocks), (Some(Compressor::Zstd), Some(0)));
         assert_eq!(o.logpath, Some(PathBuf::from("/tmp/x.log")));
     }
 
@@ -215,6 +239,10 @@ mod tests {
         assert!(parse_config("net:\n  port: 99999\n").unwrap_err().contains("bad value for net.port"));
         assert!(parse_config("net:\n  bindIp: nowhere\n").is_err());
         assert!(parse_config("net: [unclosed").is_err());
+        let mongod = parse_config("storage:\n  wiredTiger:\n    collectionConfig:\n      blockCompressor: none\n");
+        assert_eq!(mongod.unwrap().block_compressor, Some(Compressor::None));
+        let bad = parse_config("storage:\n  arbordb:\n    blockCompressor: lz4\n").unwrap_err();
+        assert!(bad.contains("unknown block compressor \"lz4\""), "{bad}");
         assert_eq!(parse_config("").unwrap(), FileOptions::default());
     }
 }

@@ -59,13 +59,6 @@ pub struct OpenOptions {
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
-pub enum CompressorArg {
-    None,
-    Snappy,
-    Zstd,
-}
-
-#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 pub enum EngineKind {
     Arbordb,
     Redb,
@@ -170,8 +163,8 @@ pub struct EngineBenchArgs {
     #[arg(long)]
     pub(crate) cache_mib: Option<usize>,
     /// How ArborDB stores its leaf pages (its default: snappy).
-    #[arg(long, value_enum, default_value = "snappy")]
-    pub(crate) arbordb_compressor: CompressorArg,
+    #[arg(long, default_value = "snappy")]
+    pub(crate) arbordb_compressor: storage::Compressor,
     /// Seed of every random choice (key order, values).
     #[arg(long, default_value_t = 1)]
     pub(crate) seed: u64,
@@ -217,11 +210,7 @@ pub fn run(mut args: EngineBenchArgs) -> BenchResult<()> {
         },
         lmdb_map_size_bytes: 8 << 30,
         cache_bytes: args.cache_mib.map(|m| m << 20),
-        arbordb_compressor: match args.arbordb_compressor {
-            CompressorArg::None => storage::Compressor::None,
-            CompressorArg::Snappy => storage::Compressor::Snappy,
-            CompressorArg::Zstd => storage::Compressor::Zstd,
-        },
+        arbordb_compressor: args.arbordb_compressor,
     };
     let parent = args.dir.clone().unwrap_or_else(std::env::temp_dir);
     std::fs::create_dir_all(&parent)?;

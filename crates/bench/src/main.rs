@@ -27,6 +27,7 @@ mod tpcb;
 mod txn_check;
 mod workload;
 mod ycsb;
+mod ycsb_io;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

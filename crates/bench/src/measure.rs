@@ -63,12 +63,28 @@ pub fn dir_size(dir: &Path) -> std::io::Result<DirSize> {
     Ok(total)
 }
 
+/// Apparent and allocated bytes of one file, or of every file under a
+/// directory.
+pub fn path_size(path: &Path) -> std::io::Result<DirSize> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path)?;
+    if meta.is_dir() {
+        return tree_size(path);
+    }
+    Ok(DirSize { bytes: meta.len(), allocated_bytes: meta.blocks() * 512, journal_bytes: 0 })
+}
+
 fn tree_size(dir: &Path) -> std::io::Result<DirSize> {
     use std::os::unix::fs::MetadataExt;
     let mut total = DirSize::default();
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
-        let meta = entry.metadata()?;
+        // A file removed since the listing (a journal file a checkpoint
+        // retired) is simply gone.
+        let meta = match entry.metadata() {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            other => other?,
+        };
         if meta.is_dir() {
             let sub = tree_size(&entry.path())?;
             total.bytes += sub.bytes;

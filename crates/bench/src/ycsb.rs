@@ -1,5 +1,10 @@
-//! `arbordb-bench ycsb`: workload W2, YCSB A (50% read, 50% update) and C
-//! (read only) through the network, ArborDB against PostgreSQL in one run.
+//! `arbordb-bench ycsb`: workload W2, YCSB A (50% read, 50% update), B (95%
+//! read), C (read only) and U (update only) through the network, ArborDB
+//! against PostgreSQL in one run; ArborDB may run several times with
+//! different storage options (block compressor, hole punching), each on
+//! its own data directory. Each row reports the bytes the server wrote per
+//! operation by file kind and page kind, and file sizes on disk sampled
+//! during the run (`ycsb_io.rs`).
 //!
 //! - ArborDB: the harness starts `arbordb serve` (the `arbordb` binary
 //!   beside this one, or `--arbordb-bin`) on a
@@ -25,6 +30,7 @@
 use crate::measure;
 use crate::procs::{free_port, percentile, wait_listening, PeerProcess, ServerProcess};
 use crate::report;
+use crate::ycsb_io::{self, IoReading};
 use crate::BenchResult;
 use clap::Args;
 use rand::rngs::SmallRng;
@@ -49,9 +55,22 @@ pub struct YcsbArgs {
     /// Seconds per workload and system.
     #[arg(long, default_value_t = 30)]
     seconds: u64,
-    /// Workloads to run, comma separated (a: 50/50 read/update, c: read only).
+    /// Workloads to run, comma separated (a: 50/50 read/update, b: 95/5,
+    /// c: read only, u: update only).
     #[arg(long, value_delimiter = ',', default_value = "a,c")]
     workloads: Vec<String>,
+    /// ArborDB's block compressors (`--block-compressor`): one ArborDB run
+    /// per value, and per `--arbordb-punch-every` value.
+    #[arg(long, value_delimiter = ',', default_value = "snappy")]
+    arbordb_compressors: Vec<storage::Compressor>,
+    /// ArborDB's `--punch-every-blocks` values (0: never punch): one run
+    /// per value, data loaded afresh each time.
+    #[arg(long, value_delimiter = ',', default_value = "20000")]
+    arbordb_punch_every: Vec<u64>,
+    /// Seconds between samples of file sizes on disk during a workload (0:
+    /// only at its end).
+    #[arg(long, default_value_t = 5)]
+    sample_seconds: u64,
     /// Run ArborDB only (no PostgreSQL peer).
     #[arg(long)]
     skip_peer: bool,
@@ -183,6 +202,11 @@ trait Store: Send + Sync + 'static {
     /// Durability fsyncs the server has run so far (ArborDB: journal
     /// fsyncs; PostgreSQL: WAL syncs, `pg_stat_wal.wal_sync`).
     fn fsyncs(&self) -> impl Future<Output = BenchResult<u64>> + Send;
+    /// Bytes written so far by kind, and file sizes on disk.
+    fn io(&self) -> impl Future<Output = BenchResult<IoReading>> + Send;
+    /// Write everything to the data files (after the load, so that file
+    /// sizes show the loaded data as stored).
+    fn checkpoint(&self) -> impl Future<Output = BenchResult<()>> + Send;
 }
 
 struct Arbor {
@@ -194,6 +218,8 @@ struct Arbor {
     raw: mongodb::Collection<mongodb::bson::RawDocumentBuf>,
     admin: mongodb::Database,
     server_pid: u32,
+    /// The server's data directory (none for the canned-reply server).
+    dbpath: Option<PathBuf>,
 }
 
 impl Store for Arbor {
@@ -246,6 +272,19 @@ impl Store for Arbor {
         }
         let status = self.admin.run_command(mongodb::bson::doc! { "serverStatus": 1 }).await?;
         Ok(status.get_document("arbordb")?.get_i64("journal_syncs")? as u64)
+    }
+
+    async fn io(&self) -> BenchResult<IoReading> {
+        let Some(dbpath) = &self.dbpath else { return Ok(IoReading::default()) };
+        let status = self.admin.run_command(mongodb::bson::doc! { "serverStatus": 1 }).await?;
+        IoReading::arbordb(&status, dbpath)
+    }
+
+    async fn checkpoint(&self) -> BenchResult<()> {
+        if !self.canned {
+            self.admin.run_command(mongodb::bson::doc! { "fsync": 1 }).await?;
+        }
+        Ok(())
     }
 }
 
@@ -302,6 +341,15 @@ impl Store for Postgres {
     async fn fsyncs(&self) -> BenchResult<u64> {
         let row = self.conns[0].0.query_one("SELECT wal_sync FROM pg_stat_wal", &[]).await?;
         Ok(row.get::<_, i64>(0) as u64)
+    }
+
+    async fn io(&self) -> BenchResult<IoReading> {
+        ycsb_io::postgres(&self.conns[0].0).await
+    }
+
+    async fn checkpoint(&self) -> BenchResult<()> {
+        self.conns[0].0.batch_execute("CHECKPOINT").await?;
+        Ok(())
     }
 }
 
@@ -393,37 +441,51 @@ fn max_threads(a: &YcsbArgs) -> usize {
 
 /// The driver's view of a server speaking the MongoDB protocol on `port`:
 /// ArborDB's, or the canned-reply ceiling's.
-async fn mongo_store(port: u16, a: &YcsbArgs, server_pid: u32, canned: bool) -> BenchResult<Arbor> {
+async fn mongo_store(port: u16, a: &YcsbArgs, server_pid: u32, dbpath: Option<PathBuf>) -> BenchResult<Arbor> {
     wait_listening(port).await?;
     let uri = format!("mongodb://127.0.0.1:{port}/?directConnection=true&maxPoolSize={}", max_threads(a) + 8);
     let client = mongodb::Client::with_uri_str(&uri).await?;
     let db = client.database("ycsb");
     Ok(Arbor {
-        canned,
+        canned: dbpath.is_none(),
         coll: db.collection("usertable"),
         raw: db.collection("usertable"),
         admin: client.database("admin"),
         server_pid,
+        dbpath,
     })
 }
 
 async fn bench_system<S: Store>(name: &str, store: Arc<S>, a: &YcsbArgs) -> BenchResult<Vec<serde_json::Value>> {
     let load_secs = if name == CEILING { 0.0 } else { load(name, &store, a.records, a.seed).await? };
+    let loaded = store.io().await?;
+    store.checkpoint().await?;
+    let checkpointed = store.io().await?;
+    let load_io = json!({
+        "written": checkpointed.per_op_since(&IoReading::default(), a.records),
+        "disk_after_checkpoint": checkpointed.disk_json(),
+        "allocated_bytes_before_checkpoint": loaded.allocated_bytes(),
+        "allocated_bytes_after_checkpoint": checkpointed.allocated_bytes(),
+    });
     let mut rows = Vec::new();
     for (&threads, w) in a.threads.iter().flat_map(|t| a.workloads.iter().map(move |w| (t, w))) {
-        let update_percent = match w.as_str() {
-            "a" => 50,
-            "c" => 0,
-            other => return Err(format!("unknown workload {other:?} (a or c)").into()),
-        };
+        let update_percent = update_percent(w)?;
+        // The previous workload's deferred page writes stay out of this one;
+        // this one's are written by the checkpoint at its end, counted in
+        // its bytes written and in its server CPU (as a checkpoint during
+        // it would be), not in its seconds.
+        store.checkpoint().await?;
+        let (fsyncs_before, io_before) = (store.fsyncs().await?, store.io().await?);
         let (server_before, client_before) = (store.server_cpu_seconds(), measure::cpu_seconds().unwrap_or(0.0));
-        let fsyncs_before = store.fsyncs().await?;
+        let sampler = sample_disk(store.clone(), a.seconds, a.sample_seconds);
         let (ops, updates, mut lat, secs) =
             run_workload(&format!("{name} workload {w}, {threads} tasks"), &store, a, (threads, update_percent))
                 .await?;
-        let fsyncs = store.fsyncs().await?.saturating_sub(fsyncs_before);
-        let server_cpu = store.server_cpu_seconds() - server_before;
         let client_cpu = measure::cpu_seconds().unwrap_or(0.0) - client_before;
+        let fsyncs = store.fsyncs().await?.saturating_sub(fsyncs_before);
+        store.checkpoint().await?;
+        let server_cpu = store.server_cpu_seconds() - server_before;
+        let (samples, io_after) = (sampler.await??, store.io().await?);
         lat.sort_unstable();
         rows.push(json!({
             "system": name,
@@ -442,26 +504,82 @@ async fn bench_system<S: Store>(name: &str, store: Arc<S>, a: &YcsbArgs) -> Benc
             "updates_per_fsync": if fsyncs > 0 && updates > 0 { json!(updates as f64 / fsyncs as f64) } else { json!(null) },
             "load_seconds": if name == CEILING { json!(null) } else { json!(load_secs) },
             "load_records_per_sec": if name == CEILING { json!(null) } else { json!(a.records as f64 / load_secs) },
+            "load_io": load_io,
+            "written": io_after.per_op_since(&io_before, ops),
+            "disk_after": io_after.disk_json(),
+            "allocated_bytes_after": io_after.allocated_bytes(),
+            "disk_over_time": samples,
         }));
     }
     Ok(rows)
+}
+
+/// A workload's share of updates, in percent.
+fn update_percent(w: &str) -> BenchResult<u32> {
+    match w {
+        "a" => Ok(50),
+        "b" => Ok(5),
+        "c" => Ok(0),
+        "u" => Ok(100),
+        other => Err(format!("unknown workload {other:?} (a, b, c or u)").into()),
+    }
+}
+
+/// Sample file sizes on disk every `every` seconds for `seconds` (none
+/// when `every` is 0).
+fn sample_disk<S: Store>(
+    store: Arc<S>,
+    seconds: u64,
+    every: u64,
+) -> tokio::task::JoinHandle<BenchResult<Vec<serde_json::Value>>> {
+    tokio::spawn(async move {
+        let (start, mut samples) = (Instant::now(), Vec::new());
+        while every > 0 && start.elapsed() + Duration::from_secs(every) <= Duration::from_secs(seconds) {
+            tokio::time::sleep(Duration::from_secs(every)).await;
+            let r = store.io().await?;
+            samples.push(json!({
+                "t_s": start.elapsed().as_secs_f64(),
+                "allocated_bytes": r.allocated_bytes(),
+                "disk": r.disk_json(),
+            }));
+        }
+        Ok(samples)
+    })
+}
+
+/// The system name of one ArborDB configuration: `arbordb` with the
+/// defaults, else its options.
+fn arbordb_name(compressor: storage::Compressor, punch_every: u64) -> String {
+    let default = storage::Config::default();
+    if compressor == default.table_compressor && punch_every == default.punch_every_blocks {
+        return "arbordb".to_string();
+    }
+    format!("arbordb[{},punch={punch_every}]", compressor.name())
 }
 
 async fn run_async(a: YcsbArgs) -> BenchResult<()> {
     if a.threads.is_empty() || a.threads.contains(&0) {
         return Err("--threads needs positive client task counts".into());
     }
+    for w in &a.workloads {
+        update_percent(w)?;
+    }
     let mut rows = Vec::new();
-    // ArborDB.
+    let mut arbordb_systems = Vec::new();
+    // ArborDB, once per configuration.
+    for (&compressor, &punch) in
+        a.arbordb_compressors.iter().flat_map(|c| a.arbordb_punch_every.iter().map(move |p| (c, p)))
     {
+        let name = arbordb_name(compressor, punch);
         let parent = a.dir.clone().unwrap_or_else(std::env::temp_dir);
         let dir = tempfile::Builder::new().prefix("arbordb-ycsb-").tempdir_in(parent)?;
-        let port = free_port()?;
+        let (port, dbpath) = (free_port()?, dir.path().join("db"));
         let server = ServerProcess(
             Command::new(arbordb_bin(&a)?)
                 .args(["serve", "--dbpath"])
-                .arg(dir.path().join("db"))
+                .arg(&dbpath)
                 .args(["--port", &port.to_string()])
+                .args(["--block-compressor", compressor.name(), "--punch-every-blocks", &punch.to_string()])
                 .args(if a.arbordb_cache_mib > 0 {
                     vec!["--cache-mib".to_string(), a.arbordb_cache_mib.to_string()]
                 } else {
@@ -470,7 +588,9 @@ async fn run_async(a: YcsbArgs) -> BenchResult<()> {
                 .stderr(Stdio::null())
                 .spawn()?,
         );
-        rows.extend(bench_system("arbordb", Arc::new(mongo_store(port, &a, server.0.id(), false).await?), &a).await?);
+        let store = mongo_store(port, &a, server.0.id(), Some(dbpath)).await?;
+        rows.extend(bench_system(&name, Arc::new(store), &a).await?);
+        arbordb_systems.push(name);
         drop(server);
     }
     // PostgreSQL.
@@ -504,12 +624,13 @@ async fn run_async(a: YcsbArgs) -> BenchResult<()> {
         let server = ServerProcess(
             Command::new(std::env::current_exe()?).args(["canned-server", "--port", &port.to_string()]).spawn()?,
         );
-        let store = mongo_store(port, &a, server.0.id(), true).await?;
+        let store = mongo_store(port, &a, server.0.id(), None).await?;
         rows.extend(bench_system(CEILING, Arc::new(store), &a).await?);
     }
     let (mut ratios, mut server_cpu_ratios) = (serde_json::Map::new(), serde_json::Map::new());
     let mut ceiling_ratios = serde_json::Map::new();
-    // Keyed "workload@tasks" (`a@8`).
+    // Keyed "workload@tasks" (`a@8`), prefixed by the ArborDB
+    // configuration when it is not the default one.
     for (&t, w) in a.threads.iter().flat_map(|t| a.workloads.iter().map(move |w| (t, w))) {
         let field = |sys: &str, name: &str| {
             rows.iter()
@@ -517,19 +638,22 @@ async fn run_async(a: YcsbArgs) -> BenchResult<()> {
                 .and_then(|r| r[name].as_f64())
         };
         let key = format!("{w}@{t}");
-        if let (Some(x), Some(y)) = (field("arbordb", "ops_per_sec"), field("postgresql", "ops_per_sec")) {
-            ratios.insert(key.clone(), json!(x / y));
-        }
         if let (Some(x), Some(y)) = (field(CEILING, "ops_per_sec"), field("postgresql", "ops_per_sec")) {
             ceiling_ratios.insert(key.clone(), json!(x / y));
         }
-        let cpu = |sys| field(sys, "server_cpu_us_per_op").filter(|c| *c > 0.0);
-        if let (Some(x), Some(y)) = (cpu("arbordb"), cpu("postgresql")) {
-            server_cpu_ratios.insert(key, json!(y / x));
+        for sys in &arbordb_systems {
+            let key = if sys == "arbordb" { key.clone() } else { format!("{sys} {key}") };
+            if let (Some(x), Some(y)) = (field(sys, "ops_per_sec"), field("postgresql", "ops_per_sec")) {
+                ratios.insert(key.clone(), json!(x / y));
+            }
+            let cpu = |sys| field(sys, "server_cpu_us_per_op").filter(|c| *c > 0.0);
+            if let (Some(x), Some(y)) = (cpu(sys), cpu("postgresql")) {
+                server_cpu_ratios.insert(key, json!(y / x));
+            }
         }
     }
     println!(
-        "{:<14} {:>8} {:>6} {:>12} {:>9} {:>9} {:>9} {:>10} {:>14} {:>14} {:>13}",
+        "{:<26} {:>8} {:>6} {:>12} {:>9} {:>9} {:>9} {:>10} {:>14} {:>14} {:>13}",
         "system",
         "workload",
         "tasks",
@@ -544,20 +668,21 @@ async fn run_async(a: YcsbArgs) -> BenchResult<()> {
     );
     for r in &rows {
         println!(
-            "{:<14} {:>8} {:>6} {:>12.0} {:>9} {:>9} {:>9} {:>10.1} {:>14.1} {:>14.1} {:>13}",
+            "{:<26} {:>8} {:>6} {:>12.0} {:>9} {:>9} {:>9} {:>10.1} {:>14.1} {:>14.1} {:>13}",
             r["system"].as_str().unwrap_or(""),
             r["workload"].as_str().unwrap_or(""),
-            r["threads"],
+            r["threads"].as_u64().unwrap_or(0),
             r["ops_per_sec"].as_f64().unwrap_or(0.0),
-            r["p50_us"],
-            r["p99_us"],
-            r["p999_us"],
+            r["p50_us"].as_u64().unwrap_or(0),
+            r["p99_us"].as_u64().unwrap_or(0),
+            r["p999_us"].as_u64().unwrap_or(0),
             r["load_seconds"].as_f64().unwrap_or(0.0),
             r["server_cpu_us_per_op"].as_f64().unwrap_or(0.0),
             r["client_cpu_us_per_op"].as_f64().unwrap_or(0.0),
             r["updates_per_fsync"].as_f64().map_or("-".to_string(), |u| format!("{u:.2}"))
         );
     }
+    print_io(&rows);
     for (w, r) in &ratios {
         println!("workload {w} tasks: ArborDB / PostgreSQL throughput = {:.2}x", r.as_f64().unwrap_or(0.0));
     }
@@ -587,6 +712,7 @@ async fn run_async(a: YcsbArgs) -> BenchResult<()> {
         "reads": "ArborDB: find_one({_id}) into RawDocumentBuf; PostgreSQL: prepared SELECT doc, the row's jsonb undecoded",
         "machine_cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
         "client_runtime_threads": if a.client_threads == 0 { json!("one per CPU") } else { json!(a.client_threads) },
+        "arbordb_configurations": arbordb_systems,
         "results": rows,
         "arbordb_over_postgresql_throughput": ratios,
         "postgresql_over_arbordb_server_cpu_per_op": server_cpu_ratios,
@@ -594,6 +720,52 @@ async fn run_async(a: YcsbArgs) -> BenchResult<()> {
     });
     report::save(&a.out, &doc)?;
     Ok(())
+}
+
+/// Bytes written per operation by file kind, and allocated bytes on disk
+/// at the end of each workload.
+fn print_io(rows: &[serde_json::Value]) {
+    let kinds = ["collection", "index", "metadata", "journal", "wal", "relations"];
+    print!("{:<26} {:>8} {:>6}", "bytes written per op", "workload", "tasks");
+    for k in kinds {
+        print!(" {k:>10}");
+    }
+    println!(" {:>8} {:>12}", "punched", "on disk MiB");
+    for r in rows.iter().filter(|r| r["system"] != CEILING) {
+        print!(
+            "{:<26} {:>8} {:>6}",
+            r["system"].as_str().unwrap_or(""),
+            r["workload"].as_str().unwrap_or(""),
+            r["threads"].as_u64().unwrap_or(0)
+        );
+        for k in kinds {
+            match r["written"][format!("file.{k}_bytes_per_op")].as_f64() {
+                Some(b) => print!(" {b:>10.0}"),
+                None => print!(" {:>10}", "-"),
+            }
+        }
+        let punched = r["written"]["blocks_punched"].as_u64().map_or("-".to_string(), |n| n.to_string());
+        let mib = r["allocated_bytes_after"].as_f64().unwrap_or(0.0) / (1u64 << 20) as f64;
+        println!(" {punched:>8} {mib:>12.1}");
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for r in rows.iter().filter(|r| r["system"] != CEILING) {
+        let system = r["system"].as_str().unwrap_or("");
+        if seen.insert(system) {
+            let load = &r["load_io"];
+            let mib = |f: &str| load[f].as_f64().unwrap_or(0.0) / (1u64 << 20) as f64;
+            let per_record = |k: &str| load["written"][format!("file.{k}_bytes_per_op")].as_f64();
+            println!(
+                "{system}: load wrote {:.0} collection + {:.0} index (PostgreSQL: relations) + {:.0} journal/WAL \
+                 bytes per record; {:.1} MiB on disk before its checkpoint, {:.1} MiB after",
+                per_record("collection").unwrap_or(0.0),
+                per_record("index").or(per_record("relations")).unwrap_or(0.0),
+                per_record("journal").or(per_record("wal")).unwrap_or(0.0),
+                mib("allocated_bytes_before_checkpoint"),
+                mib("allocated_bytes_after_checkpoint"),
+            );
+        }
+    }
 }
 
 pub fn run(a: YcsbArgs) -> BenchResult<()> {

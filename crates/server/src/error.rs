@@ -60,6 +60,7 @@ codes! {
     view_depth_limit_exceeded => 165, "ViewDepthLimitExceeded";
     namespace_exists => 48, "NamespaceExists";
     not_implemented => 238, "NotImplemented";
+    command_not_supported => 115, "CommandNotSupported";
     bson_object_too_large => 10334, "BSONObjectTooLarge";
     duplicate_key => 11000, "DuplicateKey";
     invalid_bson => 22, "InvalidBSON";

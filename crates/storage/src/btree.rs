@@ -23,7 +23,7 @@ use crate::page::{
     decode_node, encode_internal, encode_leaf, internal_entry_cost, leaf_entry_cost, Body, Child, Internal, Key, Leaf,
     Node, NodeRef, PackedView, Value, PAGE_HEADER_BYTES,
 };
-use crate::stats::{bump, Counters};
+use crate::stats::{bump, Counters, TableIo};
 use bytes::Bytes;
 use std::ops::Bound;
 use std::sync::atomic::Ordering;
@@ -46,6 +46,8 @@ pub struct Tree {
     root: RwLock<Arc<Node>>,
     counters: Arc<Counters>,
     pub meter: Arc<CacheMeter>,
+    /// Bytes written to this tree's file, by block kind.
+    pub io: TableIo,
 }
 
 /// What one eviction pass over a tree did.
@@ -93,7 +95,7 @@ impl Tree {
     ) -> Tree {
         let root = Arc::new(Node::empty_leaf());
         root.recharge(&meter);
-        Tree { bf, geometry, root: RwLock::new(root), counters, meter }
+        Tree { bf, geometry, root: RwLock::new(root), counters, meter, io: TableIo::default() }
     }
 
     /// Open the tree whose root page is at `root`.
@@ -725,6 +727,8 @@ impl Tree {
                                 let data = big.data.get().expect("a value without a block is in memory");
                                 let a = self.bf.write_block(BlockKind::Overflow, data)?;
                                 bump(&self.counters.overflow_blocks_written, 1);
+                                bump(&self.counters.overflow_block_bytes_written, a.size as u64);
+                                bump(&self.io.overflow, a.size as u64);
                                 bump(&self.counters.data_bytes_written, a.size as u64);
                                 big.disk.attach(a, &free);
                                 a
@@ -769,10 +773,15 @@ impl Tree {
         };
         let compressor = if kind == BlockKind::Leaf { self.geometry.compressor } else { Compressor::None };
         let addr = self.bf.write_block_with(kind, compressor, &image)?;
-        bump(&self.counters.data_bytes_written, addr.size as u64);
+        let size = addr.size as u64;
+        bump(&self.counters.data_bytes_written, size);
         if kind == BlockKind::Leaf {
             bump(&self.counters.leaf_image_bytes, image.len() as u64);
-            bump(&self.counters.leaf_block_bytes_written, addr.size as u64);
+            bump(&self.counters.leaf_block_bytes_written, size);
+            bump(&self.io.leaf, size);
+        } else {
+            bump(&self.counters.internal_block_bytes_written, size);
+            bump(&self.io.internal, size);
         }
         node.disk.attach(addr, &free);
         Ok(addr)

@@ -25,6 +25,16 @@ pub enum Compressor {
     Zstd,
 }
 
+impl std::str::FromStr for Compressor {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        Compressor::ALL
+            .into_iter()
+            .find(|c| c.name() == s)
+            .ok_or_else(|| format!("unknown block compressor {s:?} (none, snappy, zstd)"))
+    }
+}
+
 /// zstd's level: its default, the balance WiredTiger's zstd also uses.
 const ZSTD_LEVEL: i32 = 3;
 
@@ -54,6 +64,8 @@ impl Compressor {
             Compressor::Zstd => "zstd",
         }
     }
+
+    pub const ALL: [Compressor; 3] = [Compressor::None, Compressor::Snappy, Compressor::Zstd];
 
     /// `payload` compressed (`[raw_len u32][bytes]`), or `None` when that
     /// would not make it smaller (or this is `Compressor::None`).

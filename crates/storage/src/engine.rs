@@ -28,7 +28,7 @@ use crate::compress::Compressor;
 use crate::error::{Result, StorageError};
 use crate::journal::{self, Journal, SyncMode};
 use crate::limits::*;
-use crate::stats::{bump, Counters, Stats};
+use crate::stats::{bump, Counters, Stats, TableIoStats};
 use crate::txn::{self, CommitRequest, KeyVersions, RootSet, TxnManager};
 use crate::vfs::{OsVfs, Vfs};
 use bytes::Bytes;
@@ -53,6 +53,14 @@ pub fn table_file_name(id: u32) -> String {
     format!("t{id:010}.adb")
 }
 
+/// One table's file and what has been written to it ([`Engine::table_io`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TableIoEntry {
+    pub name: String,
+    pub file: String,
+    pub io: TableIoStats,
+}
+
 /// Engine-wide options.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -71,6 +79,10 @@ pub struct Config {
     /// Free blocks of a data file are released to the device (holes
     /// punched) each time checkpoints have freed this many; 0: never.
     pub punch_every_blocks: u64,
+    /// The leaf compressor of tables made from
+    /// [`Engine::default_table_config`] (the server's collections and
+    /// indexes); tables keep the one they were created with.
+    pub table_compressor: Compressor,
 }
 
 impl Default for Config {
@@ -83,6 +95,7 @@ impl Default for Config {
             cache_size_bytes: cache_default_bytes,
             cache_pinned_max_percent: cache_pinned_default_percent,
             punch_every_blocks: punch_every_default_blocks,
+            table_compressor: Compressor::default(),
         }
     }
 }
@@ -922,6 +935,30 @@ impl Engine {
         self.inner.catalog.read().unwrap().by_name.keys().cloned().collect()
     }
 
+    /// `TableConfig::default()` with the configured
+    /// [`Config::table_compressor`].
+    pub fn default_table_config(&self) -> TableConfig {
+        TableConfig { compressor: self.inner.config.table_compressor, ..TableConfig::default() }
+    }
+
+    /// Every table with its file's name (in the data directory) and the
+    /// bytes written to that file since open, by block kind.
+    pub fn table_io(&self) -> Vec<TableIoEntry> {
+        let catalog = self.inner.catalog.read().unwrap();
+        let entry = |t: &Table| TableIoEntry {
+            name: t.name().to_string(),
+            file: table_file_name(t.id()),
+            io: t.0.tree.io.snapshot(),
+        };
+        catalog.by_name.values().map(entry).collect()
+    }
+
+    /// Bytes written to the metadata table's file (`METADATA_FILE`) since
+    /// open, by block kind.
+    pub fn metadata_io(&self) -> TableIoStats {
+        self.inner.meta.io.snapshot()
+    }
+
     /// Read the newest committed value of `key`.
     pub fn get(&self, table: &Table, key: &[u8]) -> Result<Option<Bytes>> {
         table.check(self.inner.id)?;
@@ -1206,6 +1243,7 @@ impl Engine {
                 packable.push((t.clone(), leaves));
                 let extents = bf.write_extent_list()?;
                 bump(&self.inner.counters.extent_list_bytes_written, extents.size as u64);
+                bump(&t.0.tree.io.extent_list, extents.size as u64);
                 t.0.checkpointing.store(false, Ordering::Release);
                 bf.sync()?;
                 written.push((t.clone(), TableCheckpoint { root, extents }));
@@ -1232,14 +1270,16 @@ impl Engine {
         )?;
         meta.bf.free(ck.meta_extents);
         meta.bf.checkpoint_begin();
-        // Bytes of the metadata table count apart from table data.
-        let table_bytes = self.inner.counters.data_bytes_written.load(Ordering::Relaxed);
+        // Bytes of the metadata table count apart from table data (only
+        // checkpoints, one at a time, write the metadata table).
+        let before = meta.io.snapshot().total_bytes();
         let meta_root = meta.write_dirty(&meta.snapshot())?;
-        let meta_bytes = self.inner.counters.data_bytes_written.load(Ordering::Relaxed) - table_bytes;
+        let meta_bytes = meta.io.snapshot().total_bytes() - before;
         self.inner.counters.data_bytes_written.fetch_sub(meta_bytes, Ordering::Relaxed);
         bump(&self.inner.counters.metadata_bytes_written, meta_bytes);
         let meta_extents = meta.bf.write_extent_list()?;
         bump(&self.inner.counters.extent_list_bytes_written, meta_extents.size as u64);
+        bump(&meta.io.extent_list, meta_extents.size as u64);
         meta.bf.sync()?;
         let record = RootRecord {
             generation: ck.generation + 1,

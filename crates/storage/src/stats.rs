@@ -46,6 +46,9 @@ counters!(
     /// them (compressed where that made them smaller, rounded to 4 KiB).
     leaf_image_bytes,
     leaf_block_bytes_written,
+    /// Blocks written per page kind, beside leaves (every file).
+    internal_block_bytes_written,
+    overflow_block_bytes_written,
     extent_list_bytes_written,
     root_file_bytes_written,
     /// Journaled commits (batches and transactions that wrote).
@@ -110,6 +113,42 @@ counters!(
     checkpoint_last_duration_us,
     checkpoint_total_duration_us,
 );
+
+/// Bytes written to one table's file, by block kind (block sizes, as
+/// allocated). The engine-wide counters above add every table's up.
+#[derive(Debug, Default)]
+pub struct TableIo {
+    pub leaf: AtomicU64,
+    pub internal: AtomicU64,
+    pub overflow: AtomicU64,
+    pub extent_list: AtomicU64,
+}
+
+/// A point-in-time copy of one table's [`TableIo`].
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct TableIoStats {
+    pub leaf_bytes: u64,
+    pub internal_bytes: u64,
+    pub overflow_bytes: u64,
+    pub extent_list_bytes: u64,
+}
+
+impl TableIoStats {
+    pub fn total_bytes(&self) -> u64 {
+        self.leaf_bytes + self.internal_bytes + self.overflow_bytes + self.extent_list_bytes
+    }
+}
+
+impl TableIo {
+    pub fn snapshot(&self) -> TableIoStats {
+        TableIoStats {
+            leaf_bytes: self.leaf.load(Relaxed),
+            internal_bytes: self.internal.load(Relaxed),
+            overflow_bytes: self.overflow.load(Relaxed),
+            extent_list_bytes: self.extent_list.load(Relaxed),
+        }
+    }
+}
 
 pub fn bump(counter: &AtomicU64, n: u64) {
     counter.fetch_add(n, Relaxed);

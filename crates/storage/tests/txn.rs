@@ -459,4 +459,26 @@ fn statistics_count_transactions_and_bytes_by_file_kind() {
     assert!(s.checkpoints >= 1 && s.checkpoint_total_duration_us > 0);
     assert!(s.cache_bytes > 0 && s.cache_capacity_bytes > s.cache_bytes);
     assert!(s.cache_clean_bytes + s.cache_dirty_bytes > 0);
+
+    // Per table and per page kind: a second table with a big value, and
+    // every block written is counted once, in its file and by its kind.
+    let u = engine.create_table("u", storage::TableConfig::default()).unwrap();
+    engine.put(&u, b"big", &vec![7u8; 64 * 1024]).unwrap();
+    engine.checkpoint().unwrap();
+    let s = engine.stats();
+    let io = engine.table_io();
+    let of = |name: &str| io.iter().find(|e| e.name == name).expect("every table is listed").clone();
+    let (t_io, u_io) = (of(t.name()), of("u"));
+    assert_eq!(u_io.file, storage::engine::table_file_name(u.id()));
+    assert!(t_io.io.leaf_bytes > 0 && t_io.io.extent_list_bytes > 0 && t_io.io.overflow_bytes == 0, "{t_io:?}");
+    assert!(u_io.io.overflow_bytes >= 64 * 1024 && u_io.io.leaf_bytes > 0, "{u_io:?}");
+    let meta = engine.metadata_io();
+    assert_eq!(s.metadata_bytes_written, meta.total_bytes() - meta.extent_list_bytes);
+    let tables: u64 = io.iter().map(|e| e.io.total_bytes()).sum();
+    assert_eq!(s.data_bytes_written, tables - io.iter().map(|e| e.io.extent_list_bytes).sum::<u64>());
+    let by_page = s.leaf_block_bytes_written
+        + s.internal_block_bytes_written
+        + s.overflow_block_bytes_written
+        + s.extent_list_bytes_written;
+    assert_eq!(by_page, tables + meta.total_bytes());
 }

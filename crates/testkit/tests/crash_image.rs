@@ -38,6 +38,7 @@ fn config_with(sync_mode: SyncMode) -> Config {
         cache_pinned_max_percent: 100,
         // Punch often, so crashes land around punched blocks.
         punch_every_blocks: 4,
+        table_compressor: storage::Compressor::default(),
     }
 }
 

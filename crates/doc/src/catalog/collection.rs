@@ -306,6 +306,11 @@ impl Collection {
         (size(&self.records), size(&self.id_index))
     }
 
+    /// How the record store keeps its leaf pages on disk.
+    pub fn block_compressor(&self) -> storage::Compressor {
+        self.records.config().compressor
+    }
+
     /// Documents and their total BSON bytes (for `collStats`/`dbStats`).
     pub fn count_and_size(&self, engine: &Engine) -> Result<(u64, u64), DocError> {
         let mut c = engine.cursor(&self.records)?;

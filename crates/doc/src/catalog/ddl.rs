@@ -121,7 +121,9 @@ impl Catalog {
         // transaction's, held until it ends) fails before it makes tables.
         let entry = catalog_entry(ns, &options, (&records, &id_index), id_collation.as_ref(), true);
         txn.put(&self.meta, ns.to_string().as_bytes(), &encode(&entry)?)?;
-        for (name, config) in [(&records, TableConfig::default()), (&id_index, index_table_config())] {
+        for (name, config) in
+            [(&records, self.engine.default_table_config()), (&id_index, index_table_config(&self.engine))]
+        {
             if self.engine.table(name).is_ok() {
                 self.engine.drop_table(name)?;
             }

@@ -30,11 +30,11 @@ pub type KeyCollations = fn(&Document) -> Option<Arc<dyn KeyCollation>>;
 /// 32 KiB, as MongoDB configures WiredTiger): their entries are small and
 /// many, and a commit copies each leaf it changes whole while a reader's
 /// version still holds it, so smaller leaves copy fewer entries per insert.
-pub(crate) fn index_table_config() -> TableConfig {
+pub(crate) fn index_table_config(engine: &Engine) -> TableConfig {
     TableConfig {
         leaf_page_max_bytes: INDEX_LEAF_BYTES,
         overflow_min_bytes: INDEX_LEAF_BYTES / 4,
-        ..TableConfig::default()
+        ..engine.default_table_config()
     }
 }
 

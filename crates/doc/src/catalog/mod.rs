@@ -58,6 +58,28 @@ use record_store::{decode, encode, record_id};
 
 pub(crate) const CATALOG: &str = "_catalog";
 
+/// What an engine table holds, told by its name: a collection's records
+/// (`c/<ident>`), an index (`i/<ident>/_id_`, `i/<ident>/ix`), or the server's own
+/// metadata (the catalog, sessions).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TableKind {
+    Collection,
+    Index,
+    Metadata,
+}
+
+impl TableKind {
+    pub fn of(table: &str) -> TableKind {
+        if table.starts_with("c/") {
+            TableKind::Collection
+        } else if table.starts_with("i/") {
+            TableKind::Index
+        } else {
+            TableKind::Metadata
+        }
+    }
+}
+
 /// What the catalog needs of the query layer, which it cannot depend on.
 #[derive(Clone, Copy, Default)]
 pub struct Hooks {
@@ -199,7 +221,7 @@ impl Catalog {
             if let Some(ident) = ident.and_then(|i| i.parse::<u64>().ok()) {
                 next_ident = next_ident.max(ident + 1);
             }
-            if (t.starts_with("c/") || t.starts_with("i/")) && !named.contains(&t) {
+            if TableKind::of(&t) != TableKind::Metadata && !named.contains(&t) {
                 engine.drop_table(&t)?;
             }
         }

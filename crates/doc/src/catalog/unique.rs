@@ -78,7 +78,7 @@ impl Catalog {
             false => shown.remove("unique"),
         };
         let table = format!("i/{}/ix", self.next_ident.fetch_add(1, Ordering::Relaxed));
-        let handle = self.engine.create_table(&table, index_table_config())?;
+        let handle = self.engine.create_table(&table, index_table_config(&self.engine))?;
         let converted = (|| {
             let spec = IndexSpec::from_shown(shown)?;
             let new = Index::new(spec, handle, (true, old.multikey_paths()), &self.hooks, None)?;

@@ -265,6 +265,7 @@ pub(crate) fn server_status(shared: &Ctx<'_>) -> Document {
     let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed) as i64;
     let mut ours = stats_document(&s);
     ours.insert("pointReadsFastPath", load(&c.point_reads));
+    ours.insert("io", io_document(shared.catalog.engine(), &s));
     doc! {
         "host": hostname(),
         "version": VERSION,
@@ -320,6 +321,64 @@ pub(crate) fn network(shared: &Ctx<'_>) -> Document {
         "bytesOut": load(&n.bytes_out),
         "numRequests": load(&n.requests),
         "compression": compression,
+    }
+}
+
+/// `fsync`: a checkpoint, as mongod's on WiredTiger. Acknowledged writes
+/// are durable in the journal already; this also puts them in the data
+/// files. `lock: true` (writes blocked for a file-copy backup) is refused:
+/// a copy of a live data directory is not a supported backup here.
+pub(crate) fn fsync(shared: &Ctx<'_>, cmd: &Document) -> CommandResult {
+    if cmd.get_str("$db") != Ok("admin") {
+        return Err(CommandError::unauthorized("fsync may only be run against the admin database."));
+    }
+    if crate::args::bool_option(cmd, "lock", "fsync", false)? {
+        return Err(CommandError::command_not_supported("fsync with lock: true is not supported by ArborDB"));
+    }
+    shared
+        .catalog
+        .engine()
+        .checkpoint()
+        .map_err(|e| CommandError::internal_error(format!("checkpoint failed: {e}")))?;
+    Ok(doc! { "numFiles": 1, "ok": 1.0 })
+}
+
+/// Bytes written since start-up by file kind (collections' and indexes'
+/// table files, metadata, journal) and by page kind, with the files of
+/// each kind (names in the data directory), for `serverStatus.arbordb.io`.
+/// File kinds count the tables that exist now (a dropped table's bytes
+/// leave them); page kinds count every block ever written.
+fn io_document(engine: &storage::Engine, s: &storage::Stats) -> Document {
+    use doc::catalog::TableKind;
+    let (mut collection, mut index) = (0u64, 0u64);
+    let mut metadata = engine.metadata_io().total_bytes() + s.root_file_bytes_written;
+    let mut files: [Vec<Bson>; 3] = Default::default();
+    files[2].extend([storage::engine::METADATA_FILE, storage::engine::ROOT_FILE].map(Bson::from));
+    for t in engine.table_io() {
+        let (sum, list) = match TableKind::of(&t.name) {
+            TableKind::Collection => (&mut collection, &mut files[0]),
+            TableKind::Index => (&mut index, &mut files[1]),
+            TableKind::Metadata => (&mut metadata, &mut files[2]),
+        };
+        *sum += t.io.total_bytes();
+        list.push(Bson::String(t.file));
+    }
+    let n = |v: u64| Bson::Int64(v as i64);
+    let [collection_files, index_files, metadata_files] = files;
+    doc! {
+        "bytesWrittenByFileKind": {
+            "collection": n(collection), "index": n(index), "metadata": n(metadata),
+            "journal": n(s.journal_bytes_written),
+        },
+        "bytesWrittenByPageKind": {
+            "leaf": n(s.leaf_block_bytes_written), "internal": n(s.internal_block_bytes_written),
+            "overflow": n(s.overflow_block_bytes_written), "extentList": n(s.extent_list_bytes_written),
+            "rootFile": n(s.root_file_bytes_written), "journal": n(s.journal_bytes_written),
+        },
+        "files": {
+            "collection": collection_files, "index": index_files, "metadata": metadata_files,
+            "journal": [storage::engine::JOURNAL_DIR],
+        },
     }
 }
 

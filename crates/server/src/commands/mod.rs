@@ -68,6 +68,7 @@ pub(crate) const COMMANDS: &[(&str, &str)] = &[
     ("killSessions", "ends sessions and closes their cursors"),
     ("startSession", "starts a session"),
     ("shutdown", "checkpoint and stop the server"),
+    ("fsync", "write everything to the data files now (a checkpoint); lock: true is refused"),
     ("insert", "insert documents"),
     ("delete", "delete documents"),
     ("bulkWrite", "inserts, updates and deletes across collections (run against admin)"),
@@ -466,6 +467,7 @@ fn answer_document(shared: &Ctx<'_>, call: &Call, name: &str, msg: &OpMsg) -> Co
         "dropDatabase" => crate::commands::ddl::drop_database(shared, cmd),
         "listCollections" => crate::commands::ddl::list_collections(shared, cmd),
         "listDatabases" => crate::commands::ddl::list_databases(shared, cmd),
+        "fsync" => crate::commands::admin::fsync(shared, cmd),
         "shutdown" => {
             shared.request_shutdown();
             Ok(ok())

@@ -50,6 +50,7 @@ pub(crate) fn storage_stats(shared: &Ctx<'_>, ns: &Namespace, scale: i64) -> Res
     let sizes = collection_sizes(shared, ns)?;
     let (count, size, mut storage, mut index) = (sizes.count, sizes.data, sizes.storage, sizes.id_index);
     let capped = shared.collection(ns).and_then(|c| c.capped.as_ref().map(|c| (c.size, c.max)));
+    let compressor = shared.collection(ns).map(|c| c.block_compressor().name());
     // A clustered collection's `_id` index is part of its record store,
     // as mongod's: no index sizes (the clustered index is still counted).
     let clustered = shared.collection(ns).is_some_and(|c| c.is_clustered());
@@ -80,6 +81,10 @@ pub(crate) fn storage_stats(shared: &Ctx<'_>, ns: &Namespace, scale: i64) -> Res
         "indexSizes": index_sizes,
         "scaleFactor": scale,
     };
+    if let Some(name) = compressor {
+        // Where mongod shows WiredTiger's creation string: ours.
+        stats.insert("arbordb", doc! { "blockCompressor": name });
+    }
     if let Some((max_size, max)) = capped {
         // mongod reports an unset max as 2^31 - 1.
         stats.insert("max", max.map_or(i64::from(i32::MAX), |m| m as i64));
