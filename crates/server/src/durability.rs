@@ -7,14 +7,15 @@
 //! began, so the writes that arrive during one fsync share the next.
 //! Large write commands still run on the blocking pool and wait there.
 //!
-//! A lone writer: when the server has few connections (a single client:
-//! its pool connection and its monitors), the write is the only command
-//! running and no fsync is in flight, its task runs the fsync itself
-//! instead of handing it to the sync thread and being woken back, as a
-//! PostgreSQL backend flushes its own commit. That saves two thread
-//! wake-ups on the latency of every write from a single client; the
-//! network thread is blocked for one fsync only when nothing else is
-//! running. With company, the sync thread groups the fsyncs as above.
+//! A lone writer: when the write is the only command running and no fsync
+//! is in flight, its task runs the fsync itself instead of handing it to
+//! the sync thread and being woken back, as a PostgreSQL backend flushes
+//! its own commit. That saves two thread wake-ups and their CPU on every
+//! write of a single busy client, however many idle connections it pools.
+//! The network thread is blocked for one fsync only when nothing else is
+//! running, and only one fsync runs at a time, so the runtime's other
+//! workers take any request that arrives meanwhile. With company, the
+//! sync thread groups the fsyncs as above.
 //!
 //! Gathering: a write command registers as a [`Writer`] while its
 //! statements run. When an fsync is wanted while other writers are still
@@ -155,11 +156,8 @@ impl Durability {
     }
 
     /// Wait until every commit made so far is durable. The caller holds
-    /// its [`Running`] (so that a lone writer is recognised as alone);
-    /// `few_clients` says the server has so few connections that no other
-    /// request can be waiting unseen for this thread, so that a lone
-    /// writer may block it for its fsync.
-    pub async fn wait(&self, few_clients: bool) -> Result<(), String> {
+    /// its [`Running`] (so that a lone writer is recognised as alone).
+    pub async fn wait(&self) -> Result<(), String> {
         let Some(last) = self.engine.last_journal_seq() else { return Ok(()) };
         let target = last + 1;
         let mut rx = self.synced.subscribe();
@@ -168,8 +166,7 @@ impl Durability {
         }
         {
             let mut w = self.wanted.lock();
-            let alone =
-                few_clients && self.running.load(Ordering::Acquire) <= 1 && self.writers.load(Ordering::Acquire) == 0;
+            let alone = self.running.load(Ordering::Acquire) <= 1 && self.writers.load(Ordering::Acquire) == 0;
             if alone && !w.busy && !w.stop {
                 w.busy = true;
                 drop(w);
@@ -281,22 +278,24 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_wait_covers_every_earlier_commit_and_groups_share_an_fsync() {
         let (_dir, engine, table, durability) = started();
+        // Two commands running: no waiter is a lone writer.
+        let _company = (durability.running(), durability.running());
         for key in 0..20 {
             commit_unsynced(&engine, &table, key);
         }
         let syncs = engine.stats().journal_syncs;
-        durability.wait(false).await.unwrap();
+        durability.wait().await.unwrap();
         let after = engine.stats().journal_syncs;
         assert!(after > syncs, "the wait ran an fsync for the unsynced commits");
         assert!(after - syncs <= 2, "twenty commits shared one group fsync ({} ran)", after - syncs);
-        durability.wait(false).await.unwrap();
+        durability.wait().await.unwrap();
         assert_eq!(engine.stats().journal_syncs, after, "nothing new: no fsync");
         // Many concurrent waiters over new commits: all return, few fsyncs.
         let mut waiters = Vec::new();
         for key in 20..60 {
             commit_unsynced(&engine, &table, key);
             let d = durability.clone();
-            waiters.push(tokio::spawn(async move { d.wait(false).await }));
+            waiters.push(tokio::spawn(async move { d.wait().await }));
         }
         for w in waiters {
             w.await.unwrap().unwrap();
@@ -332,6 +331,8 @@ mod tests {
         let table = engine.create_table("t", TableConfig::default()).unwrap();
         // Long enough that only the writers can release the fsync.
         let durability = Durability::start_gathering(engine.clone(), Duration::from_secs(30)).unwrap();
+        // Two commands running: no waiter is a lone writer.
+        let _company = (durability.running(), durability.running());
         let began = Instant::now();
         let syncs = engine.stats().journal_syncs;
         // Writer a commits and waits while writer b is still running.
@@ -340,19 +341,19 @@ mod tests {
         commit_unsynced(&engine, &table, 1);
         drop(a);
         let d = durability.clone();
-        let first = tokio::spawn(async move { d.wait(false).await });
+        let first = tokio::spawn(async move { d.wait().await });
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(!first.is_finished(), "the fsync is held for the running writer");
         commit_unsynced(&engine, &table, 2);
         drop(b);
-        durability.wait(false).await.unwrap();
+        durability.wait().await.unwrap();
         first.await.unwrap().unwrap();
         assert_eq!(engine.stats().journal_syncs - syncs, 1, "one fsync covered both writers");
         // A writer that commits nothing releases the fsync when it ends.
         let idle = durability.writer();
         commit_unsynced(&engine, &table, 3);
         let d = durability.clone();
-        let waiting = tokio::spawn(async move { d.wait(false).await });
+        let waiting = tokio::spawn(async move { d.wait().await });
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(!waiting.is_finished());
         drop(idle);
@@ -368,7 +369,7 @@ mod tests {
         let running = durability.running();
         commit_unsynced(&engine, &table, 1);
         let syncs = engine.stats().journal_syncs;
-        durability.wait(true).await.unwrap();
+        durability.wait().await.unwrap();
         drop(running);
         assert_eq!(engine.stats().journal_syncs, syncs + 1, "one fsync ran");
         assert!(durability.synced.borrow().below > engine.last_journal_seq().unwrap(), "the commit is durable");
@@ -377,18 +378,10 @@ mod tests {
         let (mine, other) = (durability.running(), durability.running());
         commit_unsynced(&engine, &table, 2);
         let target = engine.last_journal_seq().unwrap() + 1;
-        durability.wait(true).await.unwrap();
+        durability.wait().await.unwrap();
         drop((mine, other));
         assert_eq!(durability.wanted.lock().below, target, "the sync thread was asked");
         assert!(durability.synced.borrow().below >= target);
-        drop(durability.running());
-        // Many clients: never on the waiting task, even alone.
-        let alone = durability.running();
-        commit_unsynced(&engine, &table, 3);
-        let target = engine.last_journal_seq().unwrap() + 1;
-        durability.wait(false).await.unwrap();
-        drop(alone);
-        assert_eq!(durability.wanted.lock().below, target, "the sync thread was asked");
         // The sync thread clears `busy` just after it publishes.
         let cleared = Instant::now();
         while durability.wanted.lock().busy {
@@ -403,7 +396,7 @@ mod tests {
         let (_dir, engine, table, durability) = started();
         commit_unsynced(&engine, &table, 1);
         engine.clone().close().unwrap();
-        let err = durability.wait(false).await.unwrap_err();
+        let err = durability.wait().await.unwrap_err();
         assert!(err.contains("could not be made durable"), "{err}");
     }
 }

@@ -373,11 +373,6 @@ async fn meet_fail_point(
     Ok(Some(action))
 }
 
-/// At most this many connections: a single client's (its pool connection
-/// and its two monitors, as pymongo and the Rust driver open them), so a
-/// lone writer may run its fsync on its own task (`durability.rs`).
-pub(crate) const FEW_CLIENTS: u64 = 3;
-
 /// Where a command runs.
 #[derive(Clone, Copy, PartialEq)]
 pub(crate) enum Run {
@@ -430,8 +425,7 @@ async fn run_command(shared: &Arc<Shared>, conn: &Conn, msg: wire::OpMsg, how: R
         drop(writer);
         // A single client (one pool connection and its monitors): no other
         // request can be queued behind this thread unseen.
-        let few_clients = shared.connections_current.load(Ordering::Relaxed) <= FEW_CLIENTS;
-        match if call.owes_sync() { shared.durability.wait(few_clients).await } else { Ok(()) } {
+        match if call.owes_sync() { shared.durability.wait().await } else { Ok(()) } {
             Ok(()) => reply,
             Err(why) => Reply::Doc(crate::error::CommandError::internal_error(why).to_document()),
         }
