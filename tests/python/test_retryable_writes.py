@@ -85,6 +85,19 @@ def test_a_retried_update_is_applied_once(raw, client):
     assert client.test.c.find_one({"_id": 1})["x"] == 1
 
 
+def test_a_retried_in_place_set_is_applied_once(raw, client):
+    # A $set of an existing top-level field takes the in-place path (no
+    # document built); its retry still answers from its record.
+    client.test.c.insert_one({"_id": 1, "x": "old", "y": 2})
+    cmd = retryable({"update": "c", "updates": [{"q": {"_id": 1}, "u": {"$set": {"x": "new"}}}]}, session(), 3)
+    first = raw(cmd)
+    assert (first["n"], first["nModified"]) == (1, 1)
+    client.test.c.update_one({"_id": 1}, {"$set": {"x": "other"}})
+    again = raw(cmd)
+    assert (again["n"], again["nModified"], again["retriedStmtIds"]) == (1, 1, [0])
+    assert client.test.c.find_one({"_id": 1}) == {"_id": 1, "x": "other", "y": 2}
+
+
 def test_a_retried_upsert_reports_the_same_generated_id(raw, client):
     cmd = retryable({"update": "c", "updates": [{"q": {"k": "u"}, "u": {"$inc": {"x": 1}}, "upsert": True}]}, session(), 1)
     first = raw(cmd)

@@ -261,3 +261,40 @@ def test_acknowledged_updates_survive_kill_9(datadir):
         assert [d["n"] for d in docs] == list(range(50))
         assert [d["_id"] for d in docs if d.get("low")] == list(range(10))
     assert s.stop() == 0
+
+
+def test_in_place_sets_keep_the_document_and_every_index_right(client):
+    """`$set` of existing top-level fields to scalars takes the server's
+    in-place path where it may (no validator, no secondary index, no cap,
+    outside a transaction) and the general one elsewhere; each answers the
+    same."""
+    plain, indexed = client.test.inplace, client.test.inplace_ix
+    indexed.create_index("b")
+    for c in (plain, indexed):
+        c.insert_many([{"_id": i, "a": i, "b": f"v{i}", "c": [i]} for i in range(5)])
+        r = c.update_one({"_id": 1}, {"$set": {"b": "w", "a": 10.5}})
+        assert (r.matched_count, r.modified_count) == (1, 1)
+        assert list(c.find_one({"_id": 1}).items()) == [("_id", 1), ("a", 10.5), ("b", "w"), ("c", [1])]
+        # The same values again: matched, not modified.
+        r = c.update_one({"_id": 1}, {"$set": {"b": "w", "a": 10.5}})
+        assert (r.matched_count, r.modified_count) == (1, 0)
+        # A missing field is appended (the general path).
+        c.update_one({"_id": 2}, {"$set": {"b": "x", "z": True}})
+        assert list(c.find_one({"_id": 2})) == ["_id", "a", "b", "c", "z"]
+        r = c.update_many({}, {"$set": {"b": "all"}})
+        assert (r.matched_count, r.modified_count) == (5, 5)
+        assert c.count_documents({"b": "all"}) == 5
+    # The index followed every change.
+    assert [d["_id"] for d in indexed.find({"b": "all"}).hint("b_1")] == [0, 1, 2, 3, 4]
+    assert indexed.count_documents({"b": "w"}) == 0
+    # A validator is checked.
+    client.test.create_collection("inplace_v", validator={"a": {"$type": "int"}})
+    v = client.test.inplace_v
+    v.insert_one({"_id": 1, "a": 1})
+    with pytest.raises(WriteError) as e:
+        v.update_one({"_id": 1}, {"$set": {"a": "text"}})
+    assert e.value.code == 121
+    # In a transaction, committed and seen.
+    with client.start_session() as s, s.start_transaction():
+        plain.update_one({"_id": 3}, {"$set": {"a": 33}}, session=s)
+    assert plain.find_one({"_id": 3})["a"] == 33

@@ -256,6 +256,58 @@ fn write_document<'a>(
     patch_length(out, start)
 }
 
+/// The document `stored` (a stored record's bytes) with the value of each
+/// top-level field `sets` names replaced where it is, every other element
+/// copied as it is, and no [`Document`] built: what `$set` of existing
+/// top-level fields makes of it. `Ok(None)` when a named field is absent
+/// (the field would be added, in `$set`'s order: the caller's general
+/// path) or `stored` is not a well-formed document; values nest at most
+/// `depth_max` levels with the document.
+pub fn set_top_level(stored: &[u8], sets: &[(&str, &Bson)], depth_max: usize) -> Result<Option<Vec<u8>>, EncodeError> {
+    let Ok(raw) = RawDocument::from_bytes(stored) else { return Ok(None) };
+    // Where each element starts (its type byte) and which set names it,
+    // walked by the elements' own lengths.
+    let mut starts = Vec::with_capacity(16);
+    let mut seen = vec![false; sets.len()];
+    let mut at = 4;
+    for element in raw.iter_elements() {
+        let Ok(element) = element else { return Ok(None) };
+        let key = element.key();
+        let set = sets.iter().position(|(name, _)| *name == key);
+        if let Some(s) = set {
+            if std::mem::replace(&mut seen[s], true) {
+                return Ok(None);
+            }
+        }
+        starts.push((at, set));
+        at += 1 + key.len() + 1 + element.len();
+    }
+    if at != stored.len() - 1 || seen.contains(&false) {
+        return Ok(None);
+    }
+    let mut out = Vec::with_capacity(stored.len() + 64);
+    out.extend_from_slice(&[0; 4]);
+    let end = stored.len() - 1;
+    for (i, &(at, set)) in starts.iter().enumerate() {
+        let next = starts.get(i + 1).map_or(end, |&(n, _)| n);
+        match set {
+            None => out.extend_from_slice(&stored[at..next]),
+            Some(s) => {
+                let (name, value) = sets[s];
+                out.push(value.element_type() as u8);
+                write_cstring(&mut out, name).map_err(|()| EncodeError::NulInName(name.to_string()))?;
+                write_value(&mut out, value, depth_max.saturating_sub(1)).map_err(|e| match e {
+                    EncodeError::TooDeep(_) => EncodeError::TooDeep(depth_max),
+                    other => other,
+                })?;
+            }
+        }
+    }
+    out.push(0);
+    patch_length(&mut out, 0)?;
+    Ok(Some(out))
+}
+
 /// Append the field `name: value` to the whole document `doc` (its
 /// bytes, terminator included); on error `doc` is left as it was.
 pub fn append_field(doc: &mut Vec<u8>, name: &str, value: &Bson) -> Result<(), EncodeError> {

@@ -235,6 +235,35 @@ impl Update {
         matches!(self.kind, Kind::Replacement(_))
     }
 
+    /// The top-level fields this update sets, with their values, when all
+    /// it does is `$set` top-level fields other than `_id` to values that
+    /// nest nothing (no document, array or code with scope; no dotted or
+    /// positional path, no
+    /// other operator); `None` for any other update. Applied to a document
+    /// that has every one of those fields, such an update replaces their
+    /// values where they are and changes nothing else, so a caller holding
+    /// the stored bytes can build the new ones without a `Document`.
+    pub fn top_level_scalar_sets(&self) -> Option<Vec<(&str, &Bson)>> {
+        let Kind::Operators(root) = &self.kind else { return None };
+        if root.leaf.is_some() || self.dollar_path.is_some() || root.children.is_empty() {
+            return None;
+        }
+        root.children
+            .iter()
+            .map(|(name, node)| match (&node.leaf, node.children.is_empty()) {
+                (Some(Leaf::Set(v)), true)
+                    if name.0 != "_id"
+                        && !name.0.starts_with('$')
+                        && !name.0.contains('.')
+                        && !matches!(v, Bson::Document(_) | Bson::Array(_) | Bson::JavaScriptCodeWithScope(_)) =>
+                {
+                    Some((name.0.as_str(), v))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
     /// The document `doc` becomes. `position` is the array position the
     /// query matched (for `$`); `inserting` is set for an upsert's insert.
     pub fn apply(&self, doc: &Document, position: Option<usize>, inserting: bool) -> Result<Document, FilterError> {

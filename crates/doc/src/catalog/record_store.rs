@@ -226,6 +226,34 @@ impl Collection {
         Ok(true)
     }
 
+    /// Whether [`Collection::replace_raw`] may apply: no index but `_id`
+    /// (index keys need the documents) and no cap.
+    pub fn takes_raw_replace(&self) -> bool {
+        self.indexes.read().is_empty() && self.capped.is_none()
+    }
+
+    /// As [`Collection::replace`], with the documents as their bytes:
+    /// `new` replaces the record at `rid` if it is still `old`. Only for a
+    /// collection with no index but `_id` and no cap (`None` otherwise:
+    /// index keys need the documents), and `new` must keep `old`'s `_id`.
+    pub fn replace_raw(
+        &self,
+        engine: &Engine,
+        rid: u64,
+        (old, new): (&[u8], &[u8]),
+        (ack, wait): (Ack, &ConflictWait),
+        stamp: Option<&dyn Stamp>,
+    ) -> Result<Option<bool>, DocError> {
+        // Checked again under the lock an index build takes to add itself.
+        let ixs = self.indexes.read();
+        if !ixs.is_empty() || self.capped.is_some() {
+            return Ok(None);
+        }
+        let replace = |txn: &Txn| Ok(self.replace_bytes_in(txn, rid, old, new)?.then_some(()));
+        // No index keys change: nothing for the tally.
+        Ok(Some(retrying(engine, (ack, wait), stamp, replace)?.is_some()))
+    }
+
     /// Replace the document at record id `rid` by `new` if it is still
     /// `old` (byte for byte). Returns whether it replaced (false: someone
     /// else changed or removed it). `_id` must be unchanged, so the `_id`

@@ -170,11 +170,15 @@ pub(crate) fn parse_statement(
 /// The update result must still be a storable document.
 pub(crate) fn check_size(d: &Document) -> Result<(), CommandError> {
     if encoded_len(d) > bson_object_size_max_bytes {
-        return Err(CommandError::document_too_large_after_update(format!(
-            "Resulting document after update is larger than {bson_object_size_max_bytes}"
-        )));
+        return Err(too_large_after_update());
     }
     Ok(())
+}
+
+fn too_large_after_update() -> CommandError {
+    CommandError::document_too_large_after_update(format!(
+        "Resulting document after update is larger than {bson_object_size_max_bytes}"
+    ))
 }
 
 /// What a statement answers once it wrote, given the document before
@@ -221,9 +225,50 @@ pub(crate) fn update_answer(
     _pos: Option<usize>,
 ) -> Result<Document, CommandError> {
     Ok(match old {
-        Some(_) => doc! { "n": 1i64, "nModified": 1i64 },
+        Some(_) => modified_answer(),
         None => doc! { "n": 1i64, "nModified": 0i64, "upserted": new.get("_id").cloned().unwrap_or(Bson::Null) },
     })
+}
+
+/// The answer of an update statement that modified a document.
+fn modified_answer() -> Document {
+    doc! { "n": 1i64, "nModified": 1i64 }
+}
+
+/// The fast path of an update that only `$set`s existing top-level fields
+/// to scalar values (`Update::top_level_scalar_sets`; YCSB's update), in a
+/// collection with no validator in force, no index but `_id` and no cap,
+/// outside a transaction: the new record is built from the stored bytes
+/// (`bson_bytes::set_top_level`) and swapped in if the record is still
+/// those bytes, with no `Document` decoded, applied or encoded. Returns
+/// whether it modified the document (`false`: the values were already
+/// those), or `None` where the general path must run (this one does not
+/// apply, or the record changed since it was read).
+fn set_in_place(
+    shared: &Ctx<'_>,
+    coll: &Collection,
+    (rid, stored): (u64, &doc::stored::Stored),
+    change: &Change,
+    log: Option<&StmtLog>,
+) -> Result<Option<bool>, CommandError> {
+    // A validator bypassed (`bypassDocumentValidation`) checks nothing.
+    if !matches!(change.validator, None | Some((_, true))) || shared.in_transaction().is_some() {
+        return Ok(None);
+    }
+    let (Some(old), true) = (stored.bytes(), coll.takes_raw_replace()) else { return Ok(None) };
+    let Some(sets) = change.update.top_level_scalar_sets() else { return Ok(None) };
+    let new = doc::bson_bytes::set_top_level(old, &sets, doc::limits::stored_depth_max).map_err(DocError::from)?;
+    let Some(new) = new else { return Ok(None) };
+    if new.len() > bson_object_size_max_bytes {
+        return Err(too_large_after_update());
+    }
+    if new == old {
+        return Ok(Some(false));
+    }
+    let record = log.map(|l| l.record(modified_answer())).transpose()?;
+    let stamp = record.as_ref().map(|r| r as &dyn Stamp);
+    let ack = (change.ack, &shared.conflicts);
+    Ok(coll.replace_raw(shared.catalog.engine(), rid, (old, &new), ack, stamp)?.filter(|&replaced| replaced))
 }
 
 /// Update the document at `rid` (last seen as `doc`, matched at `pos`):
@@ -322,6 +367,14 @@ pub(crate) fn run_statement(
             let (rid, d) = candidate?;
             let (ok, pos) = matches_stored(&st.filter, &d)?;
             if !ok {
+                continue;
+            }
+            if let Some(changed) = set_in_place(shared, &coll, (rid, &d), &change, log)? {
+                out.n += 1;
+                out.modified += i64::from(changed);
+                if !st.multi {
+                    break;
+                }
                 continue;
             }
             let d = d.into_document().map_err(DocError::from)?;
