@@ -6,9 +6,10 @@
 #
 # For each client task count: starts `arbordb-bench ycsb --workloads u
 # --skip-peer` (100,000 records), attaches `perf record` to the server once
-# the workload runs, and writes bench/results/update-t<TASKS>.folded,
-# update-t<TASKS>-flamegraph.svg and update-t<TASKS>-shares.json (from
-# bench/update_shares.py).
+# the workload runs, and writes bench/results/update-t<TASKS>-run.json (the
+# bench's own figures, perf attached), update-t<TASKS>.folded (not kept in
+# git), update-t<TASKS>-flamegraph.svg and update-t<TASKS>-shares.json
+# (from bench/update_shares.py).
 #
 # Needs perf and inferno (`cargo install inferno`).
 set -euo pipefail
@@ -22,9 +23,12 @@ for tasks in "${@:-1 8}"; do
     ./target/release/arbordb-bench ycsb --skip-peer --records 100000 --workloads u --threads "$t" \
       --seconds 40 --sample-seconds 0 --out "$out/update-t$t-run.json" 2>"$log" &
     bench=$!
-    until grep -q "load: 100000 records in" "$log"; do sleep 1; done
+    until grep -q "load: 100000 records in" "$log"; do
+      kill -0 "$bench" 2>/dev/null || { cat "$log"; exit 1; }
+      sleep 1
+    done
     sleep 5
-    pid=$(pgrep -n -f "arbordb serve --dbpath")
+    pid=$(pgrep -P "$bench" -f "arbordb serve")
     perf record -F 499 --call-graph dwarf,16384 -p "$pid" -o /tmp/arbordb-update.perf -- sleep 25 2>/dev/null
     wait "$bench"
     rm -f "$log"

@@ -19,7 +19,7 @@ import sys
 # The innermost frame's category: the first whose substrings match.
 OWN = [
     ("kernel: context switches and wake-ups", ("finish_task_switch", "__schedule", "schedule", "_raw_spin_unlock_irq",
-                                                "try_to_wake_up", "futex", "ep_poll", "__wake_up", "select_task_rq")),
+                                                "try_to_wake_up", "futex_", "ep_poll", "__wake_up", "select_task_rq")),
     ("kernel: block I/O and fsync (virtio notify)", ("iowrite", "ext4", "jbd2", "blk_", "virtqueue", "submit_bio",
                                                      "filemap", "file_write_wait", "__filemap")),
     ("kernel: TCP loopback", ("tcp_", "ip_", "__dev_queue_xmit", "loopback", "skb", "sock_", "net_rx",
@@ -41,9 +41,9 @@ OWN = [
 THROUGH = [
     ("update command (all of it)", "server::commands::update::update"),
     ("  find the document by _id", "find_raw_by_id"),
-    ("  build the updated document", "server::exec::modify::update_document"),
-    ("  commit (claims, apply, journal append)", "storage::txn::Txn::commit"),
-    ("    journal append (pwrite)", "storage::journal::Journal::lead"),
+    ("  build and commit the updated document (general path)", "server::exec::modify::update_document"),
+    ("  commit (claims, apply, journal write and wait)", "storage::txn::Txn::commit"),
+    ("    journal write, and the fsync wait where the commit runs it", "storage::journal::Journal::lead"),
     ("    tree apply (leaf and path copies)", "storage::engine::Engine::apply_ops"),
     ("request read and parse", "server::net::wire::"),
     ("durability wait (group commit)", "server::durability::Durability::wait"),
@@ -65,7 +65,10 @@ def main(path):
         threads[frames[0]] += n
         leaf = frames[-1]
         top[leaf[:120]] += n
-        own[next((c for c, keys in OWN if any(k in leaf for k in keys)), "other")] += n
+        # Kernel categories match kernel symbols only (no `::` in them).
+        kernel = "::" not in leaf
+        own[next((c for c, keys in OWN if (kernel or not c.startswith("kernel")) and any(k in leaf for k in keys)),
+                 "other")] += n
         for step, key in THROUGH:
             if any(key in f for f in frames):
                 through[step] += n

@@ -14,8 +14,9 @@
 //! write of a single busy client, however many idle connections it pools.
 //! The network thread is blocked for one fsync only when nothing else is
 //! running, and only one fsync runs at a time, so the runtime's other
-//! workers take any request that arrives meanwhile. With company, the
-//! sync thread groups the fsyncs as above.
+//! workers take any request that arrives meanwhile; a runtime with one
+//! worker (a one-CPU host) has no other, and never takes this path. With
+//! company, the sync thread groups the fsyncs as above.
 //!
 //! Gathering: a write command registers as a [`Writer`] while its
 //! statements run. When an fsync is wanted while other writers are still
@@ -166,7 +167,9 @@ impl Durability {
         }
         {
             let mut w = self.wanted.lock();
-            let alone = self.running.load(Ordering::Acquire) <= 1 && self.writers.load(Ordering::Acquire) == 0;
+            let alone = self.running.load(Ordering::Acquire) <= 1
+                && self.writers.load(Ordering::Acquire) == 0
+                && other_workers();
             if alone && !w.busy && !w.stop {
                 w.busy = true;
                 drop(w);
@@ -175,12 +178,7 @@ impl Durability {
                 struct Release<'a>(&'a Durability);
                 impl Drop for Release<'_> {
                     fn drop(&mut self) {
-                        let d = self.0;
-                        let mut w = d.wanted.lock();
-                        w.busy = false;
-                        if w.below > d.synced.borrow().below || w.stop {
-                            d.wake.notify_one();
-                        }
+                        self.0.release_fsync_role();
                     }
                 }
                 let release = Release(self);
@@ -200,6 +198,16 @@ impl Durability {
     /// Stop the sync thread (at shutdown, before the engine closes) and
     /// wait for it: an fsync in flight, and the last one for whoever still
     /// waits, finish before the engine closes.
+    /// A lone writer's fsync is done: the role goes back, and the sync
+    /// thread is woken for whoever asked meanwhile.
+    fn release_fsync_role(&self) {
+        let mut w = self.wanted.lock();
+        w.busy = false;
+        if w.below > self.synced.borrow().below || w.stop {
+            self.wake.notify_one();
+        }
+    }
+
     pub fn stop(&self) {
         self.wanted.lock().stop = true;
         self.wake.notify_all();
@@ -252,6 +260,13 @@ impl Durability {
             Err(e) => s.failed = Some(format!("the journal could not be made durable: {e}")),
         });
     }
+}
+
+/// Whether the runtime this task runs on has workers besides this one,
+/// which take other connections' requests while a lone writer's fsync
+/// blocks this thread.
+fn other_workers() -> bool {
+    tokio::runtime::Handle::try_current().is_ok_and(|h| h.metrics().num_workers() > 1)
 }
 
 #[cfg(test)]
@@ -393,10 +408,42 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_failed_fsync_fails_the_waiters() {
+        for lone in [false, true] {
+            let (_dir, engine, table, durability) = started();
+            // With company the sync thread runs the fsync and publishes
+            // the failure; alone, the waiter runs it itself.
+            let company = (!lone).then(|| (durability.running(), durability.running()));
+            commit_unsynced(&engine, &table, 1);
+            engine.clone().close().unwrap();
+            let err = durability.wait().await.unwrap_err();
+            assert!(err.contains("could not be made durable"), "lone {lone}: {err}");
+            drop(company);
+            durability.stop();
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_waiter_that_finds_a_lone_fsync_running_is_synced_after_it() {
         let (_dir, engine, table, durability) = started();
+        // A lone writer's fsync is in flight (`busy`, taken as `wait` takes it).
+        durability.wanted.lock().busy = true;
         commit_unsynced(&engine, &table, 1);
-        engine.clone().close().unwrap();
-        let err = durability.wait().await.unwrap_err();
-        assert!(err.contains("could not be made durable"), "{err}");
+        let target = engine.last_journal_seq().unwrap() + 1;
+        let d = durability.clone();
+        let waiting = tokio::spawn(async move { d.wait().await });
+        // The waiter asks the sync thread and waits: the fsync role is taken.
+        let asked = Instant::now();
+        while durability.wanted.lock().below < target {
+            assert!(asked.elapsed() < Duration::from_secs(5), "the waiter asked for its fsync");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!waiting.is_finished(), "nothing synced it while the role was taken");
+        // The lone writer ends: the sync thread is woken for the waiter.
+        durability.release_fsync_role();
+        let synced = tokio::time::timeout(Duration::from_secs(10), waiting).await;
+        synced.expect("the sync thread took the fsync over").unwrap().unwrap();
+        assert!(durability.synced.borrow().below >= target);
+        durability.stop();
     }
 }

@@ -423,8 +423,6 @@ async fn run_command(shared: &Arc<Shared>, conn: &Conn, msg: wire::OpMsg, how: R
         let name = msg.body.keys().next().map_or("", String::as_str);
         let reply = place.run(!commands::may_scan(shared, name, &msg), run);
         drop(writer);
-        // A single client (one pool connection and its monitors): no other
-        // request can be queued behind this thread unseen.
         match if call.owes_sync() { shared.durability.wait().await } else { Ok(()) } {
             Ok(()) => reply,
             Err(why) => Reply::Doc(crate::error::CommandError::internal_error(why).to_document()),
