@@ -55,43 +55,32 @@ pub struct DirSize {
 }
 
 pub fn dir_size(dir: &Path) -> std::io::Result<DirSize> {
-    let mut total = tree_size(dir)?;
+    let mut total = path_size(dir)?;
     let journal = dir.join(storage::engine::JOURNAL_DIR);
     if journal.is_dir() {
-        total.journal_bytes = tree_size(&journal)?.bytes;
+        total.journal_bytes = path_size(&journal)?.bytes;
     }
     Ok(total)
 }
 
 /// Apparent and allocated bytes of one file, or of every file under a
-/// directory.
+/// directory (a file removed meanwhile, such as a journal file a
+/// checkpoint retired, is passed over).
 pub fn path_size(path: &Path) -> std::io::Result<DirSize> {
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(path)?;
-    if meta.is_dir() {
-        return tree_size(path);
+    if !meta.is_dir() {
+        return Ok(DirSize { bytes: meta.len(), allocated_bytes: meta.blocks() * 512, journal_bytes: 0 });
     }
-    Ok(DirSize { bytes: meta.len(), allocated_bytes: meta.blocks() * 512, journal_bytes: 0 })
-}
-
-fn tree_size(dir: &Path) -> std::io::Result<DirSize> {
-    use std::os::unix::fs::MetadataExt;
     let mut total = DirSize::default();
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        // A file removed since the listing (a journal file a checkpoint
-        // retired) is simply gone.
-        let meta = match entry.metadata() {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            other => other?,
-        };
-        if meta.is_dir() {
-            let sub = tree_size(&entry.path())?;
-            total.bytes += sub.bytes;
-            total.allocated_bytes += sub.allocated_bytes;
-        } else {
-            total.bytes += meta.len();
-            total.allocated_bytes += meta.blocks() * 512;
+    for entry in std::fs::read_dir(path)? {
+        match path_size(&entry?.path()) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+            Ok(sub) => {
+                total.bytes += sub.bytes;
+                total.allocated_bytes += sub.allocated_bytes;
+            }
         }
     }
     Ok(total)
