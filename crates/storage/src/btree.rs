@@ -324,8 +324,8 @@ impl Tree {
                     if let Some((sep, right)) = self.put_rec(&mut root, key, value)? {
                         let left = std::mem::replace(&mut *root, Arc::new(Node::empty_leaf()));
                         let bytes = PAGE_HEADER_BYTES + internal_entry_cost(&[]) + internal_entry_cost(&sep);
-                        let keys: Vec<Key> = vec![Bytes::new(), sep];
-                        let children = vec![Child::in_memory(left), Child::in_memory(right)];
+                        let keys = vec![Bytes::new(), sep].into();
+                        let children = [Child::in_memory(left), Child::in_memory(right)].into_iter().collect();
                         *root = Arc::new(Node::new(Body::Internal(Internal { keys, children, bytes })));
                         self.charge(&root);
                     }
@@ -370,13 +370,16 @@ impl Tree {
     /// shared with another tree version is replaced by a private one.
     fn child_mut<'a>(&self, node: &'a mut Internal, i: usize) -> Result<&'a mut Arc<Node>> {
         let loaded: Arc<Node> = Arc::clone(&*self.load_child(&node.children[i])?);
-        if Arc::get_mut(&mut node.children[i]).is_none() {
+        // `get_mut` copies the slot's chunk if another version shares it,
+        // so a slot shared either way fails `Arc::get_mut`.
+        let slot = node.children.get_mut(i);
+        if Arc::get_mut(slot).is_none() {
             // The shared slot leaves the live tree loaded (page invariant 2).
-            node.children[i] = Child::in_memory(loaded);
+            *slot = Child::in_memory(loaded);
         } else {
             drop(loaded);
         }
-        Ok(Arc::get_mut(&mut node.children[i]).unwrap().node_mut().expect("the child was just loaded"))
+        Ok(Arc::get_mut(slot).unwrap().node_mut().expect("the child was just loaded"))
     }
 
     fn put_rec(&self, arc: &mut Arc<Node>, key: &[u8], value: Value) -> Result<Option<(Key, Arc<Node>)>> {
@@ -415,7 +418,7 @@ impl Tree {
                 let child = self.child_mut(int, i)?;
                 if let Some((sep, right)) = self.put_rec(child, key, value)? {
                     int.bytes += internal_entry_cost(&sep);
-                    int.keys.insert(i + 1, sep);
+                    int.edit_keys(|keys| keys.insert(i + 1, sep));
                     int.children.insert(i + 1, Child::in_memory(right));
                     if int.bytes > geometry.internal_page_max && int.children.len() >= 4 {
                         return Ok(Some(split_internal(int)));
@@ -474,11 +477,14 @@ impl Tree {
             // joins a neighbour's: removing child 0 makes child 1 the first,
             // whose lower bound is then the parent's.
             let gone = int.children.remove(i);
-            let sep = int.keys.remove(if i == 0 { 1 } else { i });
+            let sep = int.edit_keys(|keys| {
+                let sep = keys.remove(if i == 0 { 1 } else { i });
+                if i == 0 {
+                    keys[0] = Bytes::new();
+                }
+                sep
+            });
             int.bytes -= internal_entry_cost(&sep);
-            if i == 0 {
-                int.keys[0] = Bytes::new();
-            }
             let node = gone.loaded().expect("loaded above: the writer lock keeps eviction away");
             self.retire_node(&node);
             return Ok(());
@@ -491,7 +497,7 @@ impl Tree {
         if left_bytes + right.bytes() - PAGE_HEADER_BYTES + sep_cost > max {
             return Ok(());
         }
-        let sep = int.keys.remove(r);
+        let sep = int.edit_keys(|keys| keys.remove(r));
         int.bytes -= internal_entry_cost(&sep);
         int.children.remove(r);
         let left = self.make_mut(self.child_mut(int, l)?);
@@ -502,9 +508,11 @@ impl Tree {
             }
             (Body::Internal(li), Body::Internal(ri)) => {
                 li.bytes += ri.bytes - PAGE_HEADER_BYTES - internal_entry_cost(&[]) + internal_entry_cost(&sep);
-                li.keys.push(sep);
-                li.keys.extend(ri.keys[1..].iter().cloned());
-                li.children.extend(ri.children.iter().cloned());
+                li.edit_keys(|keys| {
+                    keys.push(sep);
+                    keys.extend(ri.keys[1..].iter().cloned());
+                });
+                li.children.append_shared(&ri.children);
             }
             _ => return Err(StorageError::corruption(self.bf.path(), 0, "siblings at different depths")),
         }
@@ -819,7 +827,7 @@ fn split_internal(int: &mut Internal) -> (Key, Arc<Node>) {
             break;
         }
     }
-    let mut keys = int.keys.split_off(m);
+    let mut keys = int.edit_keys(|keys| keys.split_off(m));
     let children = int.children.split_off(m);
     let sep = std::mem::replace(&mut keys[0], Bytes::new());
     let cost = |keys: &[Key]| {
@@ -827,7 +835,7 @@ fn split_internal(int: &mut Internal) -> (Key, Arc<Node>) {
     };
     int.bytes = cost(&int.keys);
     let bytes = cost(&keys);
-    (sep, Arc::new(Node::new(Body::Internal(Internal { keys, children, bytes }))))
+    (sep, Arc::new(Node::new(Body::Internal(Internal { keys: keys.into(), children, bytes }))))
 }
 
 /// A position-keeping reader over one version of a tree.

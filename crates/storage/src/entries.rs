@@ -1,12 +1,21 @@
-//! The entries of a leaf, in chunks shared between tree versions.
+//! Sequences in chunks shared between tree versions.
 //!
-//! Every commit copies the leaves it changes (the published version still
-//! holds them), and a 32 KiB leaf holds hundreds of entries. Copying an
-//! `Entries` copies its chunk pointers; changing an entry copies only the
-//! chunk that holds it (`Arc::make_mut`). Chunks hold up to `2 * CHUNK`
-//! entries and split beyond; an emptied chunk goes.
+//! Every commit copies the nodes on the paths it changes (the published
+//! version still holds them), and a node holds tens to hundreds of items,
+//! each a reference count to bump when copied. Copying a chunked sequence
+//! copies its chunk pointers; changing an item copies only the chunk that
+//! holds it (`Arc::make_mut`).
+//! - [`Chunked`] (a leaf's entries): chunks of `CHUNK` to `2 * CHUNK`
+//!   items that split beyond and go when emptied; inserts, the common change
+//!   to a leaf, shift items within one chunk.
+//! - [`FixedChunks`] (an internal node's child slots): every chunk but the
+//!   last holds exactly `CHUNK` items, so an item is found by a division
+//!   and one load more than a plain slice (readers descend through internal
+//!   nodes on every lookup); a structural change, which comes only with a
+//!   child's split or merge, rebuilds the chunks from the first it touches.
 
 use crate::page::{Key, Value};
+use smallvec::SmallVec;
 use std::cmp::Ordering;
 use std::sync::Arc;
 
@@ -14,9 +23,12 @@ pub type Entry = (Key, Value);
 
 const CHUNK: usize = 32;
 
+/// The entries of a leaf.
+pub type Entries = Chunked<Entry>;
+
 #[derive(Clone, Debug)]
-pub struct Entries {
-    chunks: Vec<Arc<Vec<Entry>>>,
+pub struct Chunked<T> {
+    chunks: Vec<Arc<Vec<T>>>,
     /// `starts[c]` is the index of chunk `c`'s first entry; the last
     /// element is the length.
     starts: Vec<usize>,
@@ -25,15 +37,15 @@ pub struct Entries {
     uniform: bool,
 }
 
-impl Default for Entries {
+impl<T> Default for Chunked<T> {
     fn default() -> Self {
-        Entries { chunks: Vec::new(), starts: vec![0], uniform: true }
+        Chunked { chunks: Vec::new(), starts: vec![0], uniform: true }
     }
 }
 
-impl Entries {
-    pub fn new() -> Entries {
-        Entries::default()
+impl<T: Clone> Chunked<T> {
+    pub fn new() -> Chunked<T> {
+        Chunked::default()
     }
 
     pub fn len(&self) -> usize {
@@ -67,7 +79,7 @@ impl Entries {
         (c, i - self.starts[c])
     }
 
-    pub fn get(&self, i: usize) -> Option<&Entry> {
+    pub fn get(&self, i: usize) -> Option<&T> {
         if i >= self.len() {
             return None;
         }
@@ -75,13 +87,13 @@ impl Entries {
         Some(&self.chunks[c][o])
     }
 
-    /// The entry at `i`, for changing (copies its chunk if shared).
-    pub fn get_mut(&mut self, i: usize) -> &mut Entry {
+    /// The item at `i`, for changing (copies its chunk if shared).
+    pub fn get_mut(&mut self, i: usize) -> &mut T {
         let (c, o) = self.locate(i);
         &mut Arc::make_mut(&mut self.chunks[c])[o]
     }
 
-    pub fn binary_search_by(&self, mut f: impl FnMut(&Entry) -> Ordering) -> Result<usize, usize> {
+    pub fn binary_search_by(&self, mut f: impl FnMut(&T) -> Ordering) -> Result<usize, usize> {
         let c = self.chunks.partition_point(|ch| f(ch.last().expect("chunks are never empty")) == Ordering::Less);
         if c == self.chunks.len() {
             return Err(self.len());
@@ -92,7 +104,7 @@ impl Entries {
         }
     }
 
-    pub fn insert(&mut self, i: usize, e: Entry) {
+    pub fn insert(&mut self, i: usize, e: T) {
         assert!(i <= self.len(), "insert at {i} past the end {}", self.len());
         if self.chunks.is_empty() {
             self.chunks.push(Arc::new(vec![e]));
@@ -111,11 +123,11 @@ impl Entries {
         self.reindex();
     }
 
-    pub fn push(&mut self, e: Entry) {
+    pub fn push(&mut self, e: T) {
         self.insert(self.len(), e);
     }
 
-    pub fn remove(&mut self, i: usize) -> Entry {
+    pub fn remove(&mut self, i: usize) -> T {
         let (c, o) = self.locate(i);
         let chunk = Arc::make_mut(&mut self.chunks[c]);
         let e = chunk.remove(o);
@@ -127,8 +139,8 @@ impl Entries {
     }
 
     /// Split at `at`: `self` keeps `[0, at)`, the rest is returned.
-    pub fn split_off(&mut self, at: usize) -> Entries {
-        let mut right = Entries::new();
+    pub fn split_off(&mut self, at: usize) -> Chunked<T> {
+        let mut right = Chunked::new();
         if at >= self.len() {
             return right;
         }
@@ -145,26 +157,26 @@ impl Entries {
         right
     }
 
-    /// Append `other`'s entries, sharing its chunks.
-    pub fn append_shared(&mut self, other: &Entries) {
+    /// Append `other`'s items, sharing its chunks.
+    pub fn append_shared(&mut self, other: &Chunked<T>) {
         self.chunks.extend(other.chunks.iter().cloned());
         self.reindex();
     }
 
-    pub fn iter(&self) -> impl DoubleEndedIterator<Item = &Entry> + '_ {
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = &T> + '_ {
         self.chunks.iter().flat_map(|c| c.iter())
     }
 }
 
-impl std::ops::Index<usize> for Entries {
-    type Output = Entry;
-    fn index(&self, i: usize) -> &Entry {
-        self.get(i).unwrap_or_else(|| panic!("entry {i} of {}", self.len()))
+impl<T: Clone> std::ops::Index<usize> for Chunked<T> {
+    type Output = T;
+    fn index(&self, i: usize) -> &T {
+        self.get(i).unwrap_or_else(|| panic!("item {i} of {}", self.len()))
     }
 }
 
-impl FromIterator<Entry> for Entries {
-    fn from_iter<I: IntoIterator<Item = Entry>>(iter: I) -> Entries {
+impl<T: Clone> FromIterator<T> for Chunked<T> {
+    fn from_iter<I: IntoIterator<Item = T>>(iter: I) -> Chunked<T> {
         let mut chunks = Vec::new();
         let mut cur = Vec::with_capacity(CHUNK);
         for e in iter {
@@ -176,15 +188,157 @@ impl FromIterator<Entry> for Entries {
         if !cur.is_empty() {
             chunks.push(Arc::new(cur));
         }
-        let mut e = Entries { chunks, starts: Vec::new(), uniform: true };
+        let mut e = Chunked { chunks, starts: Vec::new(), uniform: true };
         e.reindex();
         e
     }
 }
 
-impl<'a> IntoIterator for &'a Entries {
-    type Item = &'a Entry;
-    type IntoIter = Box<dyn Iterator<Item = &'a Entry> + 'a>;
+impl<'a, T: Clone> IntoIterator for &'a Chunked<T> {
+    type Item = &'a T;
+    type IntoIter = Box<dyn Iterator<Item = &'a T> + 'a>;
+    fn into_iter(self) -> Self::IntoIter {
+        Box::new(self.iter())
+    }
+}
+
+/// Chunk pointers a [`FixedChunks`] keeps inline (in the node itself, so a
+/// reader's descent loads no separate array): `CHUNK` times this many items.
+const CHUNKS_INLINE: usize = 6;
+
+/// See the module comment. Invariant: every chunk but the last holds
+/// exactly `CHUNK` items, and no chunk is empty.
+#[derive(Clone, Debug)]
+pub struct FixedChunks<T> {
+    chunks: SmallVec<[Arc<[T]>; CHUNKS_INLINE]>,
+    len: usize,
+}
+
+impl<T> Default for FixedChunks<T> {
+    fn default() -> Self {
+        FixedChunks { chunks: SmallVec::new(), len: 0 }
+    }
+}
+
+impl<T: Clone> FixedChunks<T> {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn get(&self, i: usize) -> Option<&T> {
+        (i < self.len).then(|| &self.chunks[i / CHUNK][i % CHUNK])
+    }
+
+    /// The item at `i`, for changing (copies its chunk if shared).
+    pub fn get_mut(&mut self, i: usize) -> &mut T {
+        assert!(i < self.len, "item {i} of {}", self.len);
+        &mut Arc::make_mut(&mut self.chunks[i / CHUNK])[i % CHUNK]
+    }
+
+    /// Replace the items from chunk `c` on by `tail`, in chunks of `CHUNK`
+    /// (the items are moved, not cloned).
+    fn rebuild_from(&mut self, c: usize, tail: Vec<T>) {
+        self.chunks.truncate(c);
+        self.len = c * CHUNK + tail.len();
+        let mut items = tail.into_iter();
+        loop {
+            let chunk: Vec<T> = items.by_ref().take(CHUNK).collect();
+            if chunk.is_empty() {
+                break;
+            }
+            self.chunks.push(Arc::from(chunk));
+        }
+        debug_assert!(self.chunks.iter().rev().skip(1).all(|ch| ch.len() == CHUNK));
+    }
+
+    /// The items from chunk `c` on, cloned.
+    fn tail_from(&self, c: usize) -> Vec<T> {
+        self.chunks[c..].iter().flat_map(|ch| ch.iter().cloned()).collect()
+    }
+
+    pub fn insert(&mut self, i: usize, item: T) {
+        assert!(i <= self.len, "insert at {i} past the end {}", self.len);
+        let c = (i / CHUNK).min(self.chunks.len());
+        let mut tail = self.tail_from(c);
+        tail.insert(i - c * CHUNK, item);
+        self.rebuild_from(c, tail);
+    }
+
+    pub fn push(&mut self, item: T) {
+        self.insert(self.len, item);
+    }
+
+    pub fn remove(&mut self, i: usize) -> T {
+        assert!(i < self.len, "remove {i} of {}", self.len);
+        let c = i / CHUNK;
+        let mut tail = self.tail_from(c);
+        let item = tail.remove(i - c * CHUNK);
+        self.rebuild_from(c, tail);
+        item
+    }
+
+    /// Split at `at`: `self` keeps `[0, at)`, the rest is returned.
+    pub fn split_off(&mut self, at: usize) -> FixedChunks<T> {
+        assert!(at <= self.len, "split at {at} past the end {}", self.len);
+        let c = at / CHUNK;
+        let mut mine = if c < self.chunks.len() { self.tail_from(c) } else { Vec::new() };
+        let theirs = mine.split_off(at - c * CHUNK);
+        self.rebuild_from(c, mine);
+        theirs.into_iter().collect()
+    }
+
+    /// Append `other`'s items, sharing its chunks when `self` ends on a
+    /// chunk boundary.
+    pub fn append_shared(&mut self, other: &FixedChunks<T>) {
+        if self.len.is_multiple_of(CHUNK) {
+            self.chunks.extend(other.chunks.iter().cloned());
+            self.len += other.len;
+        } else {
+            let c = self.chunks.len() - 1;
+            let mut tail = self.tail_from(c);
+            tail.extend(other.iter().cloned());
+            self.rebuild_from(c, tail);
+        }
+    }
+
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = &T> + '_ {
+        self.chunks.iter().flat_map(|c| c.iter())
+    }
+
+    /// Chunks `self` shares with `other` (the same allocation).
+    #[cfg(test)]
+    pub(crate) fn chunks_shared_with(&self, other: &FixedChunks<T>) -> usize {
+        self.chunks.iter().filter(|c| other.chunks.iter().any(|o| Arc::ptr_eq(c, o))).count()
+    }
+
+    #[cfg(test)]
+    pub(crate) fn chunk_count(&self) -> usize {
+        self.chunks.len()
+    }
+}
+
+impl<T: Clone> std::ops::Index<usize> for FixedChunks<T> {
+    type Output = T;
+    fn index(&self, i: usize) -> &T {
+        self.get(i).unwrap_or_else(|| panic!("item {i} of {}", self.len))
+    }
+}
+
+impl<T: Clone> FromIterator<T> for FixedChunks<T> {
+    fn from_iter<I: IntoIterator<Item = T>>(iter: I) -> FixedChunks<T> {
+        let mut f = FixedChunks::default();
+        f.rebuild_from(0, iter.into_iter().collect());
+        f
+    }
+}
+
+impl<'a, T: Clone> IntoIterator for &'a FixedChunks<T> {
+    type Item = &'a T;
+    type IntoIter = Box<dyn Iterator<Item = &'a T> + 'a>;
     fn into_iter(self) -> Self::IntoIter {
         Box::new(self.iter())
     }
@@ -217,6 +371,61 @@ mod tests {
     }
 
     proptest! {
+        /// Against a plain `Vec`: inserts, removes, changes, splits, appends
+        /// (to a boundary and off one), with the chunk invariant checked
+        /// after each, and a copy taken before every change unchanged by it.
+        #[test]
+        fn fixed_chunks_behave_like_a_vec(
+            start in 0u32..150,
+            ops in proptest::collection::vec((0u8..5, any::<u32>()), 1..300),
+        ) {
+            let mut model: Vec<u32> = (0..start).collect();
+            let mut f: FixedChunks<u32> = model.iter().copied().collect();
+            for (op, k) in ops {
+                let (copy, copied) = (f.clone(), model.clone());
+                match op {
+                    0 => {
+                        let at = k as usize % (model.len() + 1);
+                        model.insert(at, k);
+                        f.insert(at, k);
+                    }
+                    1 if !model.is_empty() => {
+                        let at = k as usize % model.len();
+                        prop_assert_eq!(f.remove(at), model.remove(at));
+                    }
+                    2 if !model.is_empty() => {
+                        let at = k as usize % model.len();
+                        model[at] = k;
+                        *f.get_mut(at) = k;
+                    }
+                    3 => {
+                        let at = k as usize % (model.len() + 1);
+                        let tail = model.split_off(at);
+                        let right = f.split_off(at);
+                        prop_assert_eq!(right.iter().copied().collect::<Vec<_>>(), tail.clone());
+                        // Append back, and something more, as a merge does.
+                        let more: FixedChunks<u32> = (0..k % 70).collect();
+                        f.append_shared(&right);
+                        f.append_shared(&more);
+                        model.extend(tail);
+                        model.extend(0..k % 70);
+                    }
+                    _ => {
+                        model.push(k);
+                        f.push(k);
+                    }
+                }
+                prop_assert_eq!(f.len(), model.len());
+                prop_assert!(f.chunks.iter().rev().skip(1).all(|c| c.len() == CHUNK));
+                prop_assert!(f.chunks.iter().all(|c| !c.is_empty()));
+                for (i, m) in model.iter().enumerate() {
+                    prop_assert_eq!(f[i], *m);
+                }
+                prop_assert_eq!(f.get(model.len()), None);
+                prop_assert_eq!(copy.iter().copied().collect::<Vec<_>>(), copied);
+            }
+        }
+
         /// Against a plain `Vec`: inserts, removes, splits, appends, searches.
         #[test]
         fn behaves_like_a_vec(

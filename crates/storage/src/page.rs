@@ -36,7 +36,7 @@
 use crate::block::{BlockAddr, BlockKind};
 use crate::cache::CacheMeter;
 use crate::codec::{put_varint, varint_len, Reader};
-use crate::entries::Entries;
+use crate::entries::{Entries, FixedChunks};
 use bytes::Bytes;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
@@ -323,12 +323,25 @@ impl Child {
     }
 }
 
+/// Copying an internal node (every commit copies the ones on its paths)
+/// bumps one count for its keys, which change only when a child splits or
+/// merges, and one per chunk of its child slots.
 #[derive(Debug, Default, Clone)]
 pub struct Internal {
     /// `keys[i]` is the lowest key of `children[i]`; `keys[0]` is empty.
-    pub keys: Vec<Key>,
-    pub children: Vec<Arc<Child>>,
+    pub keys: Arc<[Key]>,
+    pub children: FixedChunks<Arc<Child>>,
     pub bytes: usize,
+}
+
+impl Internal {
+    /// Change the keys: a fresh copy, as other versions share them.
+    pub fn edit_keys<R>(&mut self, f: impl FnOnce(&mut Vec<Key>) -> R) -> R {
+        let mut keys = self.keys.to_vec();
+        let r = f(&mut keys);
+        self.keys = keys.into();
+        r
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -884,29 +897,27 @@ pub fn decode_node(
             Body::Leaf(leaf)
         }
         _ => {
-            let mut node = Internal {
-                keys: Vec::with_capacity(count),
-                children: Vec::with_capacity(count),
-                bytes: PAGE_HEADER_BYTES,
-            };
+            let mut keys: Vec<Key> = Vec::with_capacity(count);
+            let mut children = Vec::with_capacity(count);
+            let mut bytes = PAGE_HEADER_BYTES;
             let n = visit_cells(kind, payload, &mut |i, cell| {
                 let CellRef::Internal { key, child } = cell else { unreachable!() };
                 if i == 0 && !key.is_empty() {
                     return Err("first key of an internal page is not empty".into());
                 }
-                if i > 0 && **node.keys.last().unwrap() >= *key {
+                if i > 0 && **keys.last().unwrap() >= *key {
                     return Err("keys out of order in internal page".into());
                 }
-                node.bytes += internal_entry_cost(key);
-                node.keys.push(payload.slice_ref(key));
-                node.children.push(Child::on_disk(child));
+                bytes += internal_entry_cost(key);
+                keys.push(payload.slice_ref(key));
+                children.push(Child::on_disk(child));
                 Ok(())
             })?;
             keys_decoded.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
-            if node.children.is_empty() {
+            if children.is_empty() {
                 return Err("internal page without children".into());
             }
-            Body::Internal(node)
+            Body::Internal(Internal { keys: keys.into(), children: children.into_iter().collect(), bytes })
         }
     };
     let mut node = Node::new(body);
@@ -919,6 +930,28 @@ pub fn decode_node(
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicU64;
+
+    /// A commit copies the internal nodes on its path and changes one child
+    /// slot in each: the copy shares the keys and every chunk of child
+    /// slots but the changed one with the version readers still hold.
+    #[test]
+    fn copying_an_internal_node_shares_all_but_the_changed_chunk() {
+        let addr = |offset| BlockAddr { offset, size: 4096, checksum: 0 };
+        let n = 200;
+        let keys: Vec<Key> =
+            (0..n).map(|i| if i == 0 { Bytes::new() } else { Bytes::from(format!("k{i:04}")) }).collect();
+        let children = (0..n).map(|i| Child::on_disk(addr(4096 * (i as u64 + 1)))).collect();
+        let old = Node::new(Body::Internal(Internal { keys: keys.into(), children, bytes: 0 }));
+        let mut copy = old.clone();
+        let (Body::Internal(o), Body::Internal(c)) = (&old.body, &mut copy.body) else { unreachable!() };
+        assert!(Arc::ptr_eq(&o.keys, &c.keys));
+        assert_eq!(c.children.chunks_shared_with(&o.children), o.children.chunk_count());
+        *c.children.get_mut(77) = Child::on_disk(addr(1 << 30));
+        assert!(o.children.chunk_count() > 2, "the test wants several chunks");
+        assert_eq!(c.children.chunks_shared_with(&o.children), o.children.chunk_count() - 1);
+        assert_eq!(o.children[77].addr(), Some(addr(4096 * 78)), "the old version is unchanged");
+        assert_eq!(c.children[77].addr(), Some(addr(1 << 30)));
+    }
 
     #[test]
     fn packed_view_only_while_entries_are_the_packed_slices() {

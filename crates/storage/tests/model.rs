@@ -57,6 +57,13 @@ fn small_pages_stored(compressor: Compressor) -> TableConfig {
     }
 }
 
+/// Leaves of a few entries under internal pages of hundreds of children:
+/// an internal node's child slots span several chunks (`FixedChunks`), which
+/// split, shrink and are shared between versions as the tree changes.
+fn wide_internal_pages() -> TableConfig {
+    TableConfig { leaf_page_max_bytes: 512, internal_page_max_bytes: 8192, ..small_pages() }
+}
+
 fn config() -> Config {
     // Free blocks are punched at nearly every checkpoint.
     Config { sync_mode: SyncMode::Off, checkpoint_interval: None, punch_every_blocks: 2, ..Default::default() }
@@ -121,14 +128,14 @@ fn check_lent_scan(engine: &Engine, t: &storage::Table, model: &BTreeMap<Vec<u8>
 }
 
 fn run(ops: Vec<Op>) {
-    run_stored(ops, Compressor::default())
+    run_in(ops, small_pages())
 }
 
-/// Run `ops` on a table whose leaf pages are stored by `compressor`.
-fn run_stored(ops: Vec<Op>, compressor: Compressor) {
+/// Run `ops` on a table of the given geometry and leaf storage.
+fn run_in(ops: Vec<Op>, table: TableConfig) {
     let dir = tempfile::tempdir().unwrap();
     let mut engine = Engine::open(dir.path(), config()).unwrap();
-    let mut t = engine.create_table("t", small_pages_stored(compressor)).unwrap();
+    let mut t = engine.create_table("t", table).unwrap();
     let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
     for op in ops {
         match op {
@@ -208,7 +215,13 @@ proptest! {
         ops in prop::collection::vec(op_strategy(400), 1..400),
         compressor in prop_oneof![Just(Compressor::None), Just(Compressor::Zstd)],
     ) {
-        run_stored(ops, compressor);
+        run_in(ops, small_pages_stored(compressor));
+    }
+
+    /// The same on internal nodes of several chunks of child slots.
+    #[test]
+    fn engine_matches_btreemap_wide_internal(ops in prop::collection::vec(op_strategy(2000), 1..600)) {
+        run_in(ops, wide_internal_pages());
     }
 }
 
@@ -220,7 +233,8 @@ fn many_keys_split_and_merge_back() {
     ops.push(Op::Reopen);
     ops.extend((0..3000).filter(|k| k % 10 == 0).map(Op::Delete));
     ops.push(Op::Checkpoint);
-    run(ops);
+    run(ops.clone());
+    run_in(ops, wide_internal_pages());
 }
 
 #[test]
