@@ -5,7 +5,7 @@
 //! each a reference count to bump when copied. Copying a chunked sequence
 //! copies its chunk pointers; changing an item copies only the chunk that
 //! holds it (`Arc::make_mut`).
-//! - [`Chunked`] (a leaf's entries): chunks of `CHUNK` to `2 * CHUNK`
+//! - [`Chunked`] (a leaf's entries): chunks of `LEAF_CHUNK` to `2 * LEAF_CHUNK`
 //!   items that split beyond and go when emptied; inserts, the common change
 //!   to a leaf, shift items within one chunk.
 //! - [`FixedChunks`] (an internal node's child slots): every chunk but the
@@ -21,6 +21,9 @@ use std::sync::Arc;
 
 pub type Entry = (Key, Value);
 
+/// Items per leaf chunk: a chunk holds `LEAF_CHUNK` to `2 * LEAF_CHUNK`.
+const LEAF_CHUNK: usize = 16;
+/// Items per chunk of child slots.
 const CHUNK: usize = 32;
 
 /// The entries of a leaf.
@@ -32,7 +35,7 @@ pub struct Chunked<T> {
     /// `starts[c]` is the index of chunk `c`'s first entry; the last
     /// element is the length.
     starts: Vec<usize>,
-    /// Every chunk but the last holds exactly `CHUNK` entries (as after a
+    /// Every chunk but the last holds exactly `LEAF_CHUNK` entries (as after a
     /// page is read): index lookups are a division.
     uniform: bool,
 }
@@ -65,15 +68,15 @@ impl<T: Clone> Chunked<T> {
             self.starts.push(at);
         }
         let n = self.chunks.len();
-        self.uniform = n == 0 || self.chunks[..n - 1].iter().all(|c| c.len() == CHUNK);
+        self.uniform = n == 0 || self.chunks[..n - 1].iter().all(|c| c.len() == LEAF_CHUNK);
     }
 
     /// Chunk holding index `i` (`i < len`), and the offset in it.
     fn locate(&self, i: usize) -> (usize, usize) {
         if self.uniform {
-            // The last chunk may hold more than `CHUNK`.
-            let c = (i / CHUNK).min(self.chunks.len() - 1);
-            return (c, i - c * CHUNK);
+            // The last chunk may hold more than `LEAF_CHUNK`.
+            let c = (i / LEAF_CHUNK).min(self.chunks.len() - 1);
+            return (c, i - c * LEAF_CHUNK);
         }
         let c = self.starts.partition_point(|&s| s <= i) - 1;
         (c, i - self.starts[c])
@@ -116,7 +119,7 @@ impl<T: Clone> Chunked<T> {
             if i == self.len() { (self.chunks.len() - 1, self.chunks.last().unwrap().len()) } else { self.locate(i) };
         let chunk = Arc::make_mut(&mut self.chunks[c]);
         chunk.insert(o, e);
-        if chunk.len() > 2 * CHUNK {
+        if chunk.len() > 2 * LEAF_CHUNK {
             let right = chunk.split_off(chunk.len() / 2);
             self.chunks.insert(c + 1, Arc::new(right));
         }
@@ -178,11 +181,11 @@ impl<T: Clone> std::ops::Index<usize> for Chunked<T> {
 impl<T: Clone> FromIterator<T> for Chunked<T> {
     fn from_iter<I: IntoIterator<Item = T>>(iter: I) -> Chunked<T> {
         let mut chunks = Vec::new();
-        let mut cur = Vec::with_capacity(CHUNK);
+        let mut cur = Vec::with_capacity(LEAF_CHUNK);
         for e in iter {
             cur.push(e);
-            if cur.len() == CHUNK {
-                chunks.push(Arc::new(std::mem::replace(&mut cur, Vec::with_capacity(CHUNK))));
+            if cur.len() == LEAF_CHUNK {
+                chunks.push(Arc::new(std::mem::replace(&mut cur, Vec::with_capacity(LEAF_CHUNK))));
             }
         }
         if !cur.is_empty() {
@@ -356,18 +359,18 @@ mod tests {
 
     #[test]
     fn appending_past_a_full_chunk_keeps_every_index() {
-        let mut e: Entries = (0..CHUNK as u16).map(entry).collect();
-        for k in CHUNK as u16..200 {
+        let mut e: Entries = (0..LEAF_CHUNK as u16).map(entry).collect();
+        for k in LEAF_CHUNK as u16..200 {
             e.push(entry(k));
             for i in 0..=k as usize {
                 assert_eq!(&e[i].0[..], &(i as u16).to_be_bytes()[..], "index {i} after {k} pushes");
             }
         }
-        let mut f: Entries = (0..(3 * CHUNK) as u16).map(entry).collect();
+        let mut f: Entries = (0..(3 * LEAF_CHUNK) as u16).map(entry).collect();
         f.push(entry(1000));
         f.insert(5, entry(999));
-        assert_eq!(f.len(), 3 * CHUNK + 2);
-        assert_eq!(&f[3 * CHUNK + 1].0[..], &1000u16.to_be_bytes()[..]);
+        assert_eq!(f.len(), 3 * LEAF_CHUNK + 2);
+        assert_eq!(&f[3 * LEAF_CHUNK + 1].0[..], &1000u16.to_be_bytes()[..]);
     }
 
     proptest! {
