@@ -271,10 +271,6 @@ impl<T: Clone> FixedChunks<T> {
         self.rebuild_from(c, tail);
     }
 
-    pub fn push(&mut self, item: T) {
-        self.insert(self.len, item);
-    }
-
     pub fn remove(&mut self, i: usize) -> T {
         assert!(i < self.len, "remove {i} of {}", self.len);
         let c = i / CHUNK;
@@ -415,7 +411,7 @@ mod tests {
                     }
                     _ => {
                         model.push(k);
-                        f.push(k);
+                        f.insert(f.len(), k);
                     }
                 }
                 prop_assert_eq!(f.len(), model.len());
