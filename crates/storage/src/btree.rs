@@ -296,7 +296,7 @@ impl Tree {
     pub fn prefetch(&self, root: &Arc<Node>, key: &[u8]) -> Result<(usize, usize)> {
         let leaf = self.leaf_for(root, key, false)?;
         let Body::Leaf(l) = &leaf.body else { unreachable!() };
-        if let Ok(i) = l.entries.binary_search_by(|(k, _)| (**k).cmp(key)) {
+        if let Ok(i) = l.entries.search(key) {
             self.value_bytes(&l.entries[i].1)?;
         }
         Ok((Arc::as_ptr(&leaf) as usize, leaf.charge.bytes()))
@@ -344,7 +344,7 @@ impl Tree {
     fn contains_in(&self, root: &Arc<Node>, key: &[u8]) -> Result<bool> {
         let leaf = self.leaf_for(root, key, false)?;
         let Body::Leaf(l) = &leaf.body else { unreachable!() };
-        Ok(l.entries.binary_search_by(|(k, _)| (**k).cmp(key)).is_ok())
+        Ok(l.entries.search(key).is_ok())
     }
 
     /// Get a node for changing: in place if only the live tree holds it,
@@ -397,9 +397,9 @@ impl Tree {
         match &mut node.body {
             Body::Leaf(leaf) => {
                 let cost = leaf_entry_cost(key, &value);
-                match leaf.entries.binary_search_by(|(k, _)| (**k).cmp(key)) {
+                match leaf.entries.search(key) {
                     Ok(i) => {
-                        let old = std::mem::replace(&mut leaf.entries.get_mut(i).1, value);
+                        let old = std::mem::replace(leaf.entries.value_mut(i), value);
                         leaf.bytes = leaf.bytes + cost - leaf_entry_cost(key, &old);
                         self.retire_value(&old)?;
                     }
@@ -439,7 +439,7 @@ impl Tree {
         let node = self.make_mut(arc);
         match &mut node.body {
             Body::Leaf(leaf) => {
-                if let Ok(i) = leaf.entries.binary_search_by(|(k, _)| (**k).cmp(key)) {
+                if let Ok(i) = leaf.entries.search(key) {
                     let (k, v) = leaf.entries.remove(i);
                     leaf.bytes -= leaf_entry_cost(&k, &v);
                     self.retire_value(&v)?;

@@ -5,9 +5,11 @@
 //! each a reference count to bump when copied. Copying a chunked sequence
 //! copies its chunk pointers; changing an item copies only the chunk that
 //! holds it (`Arc::make_mut`).
-//! - [`Chunked`] (a leaf's entries): chunks of `LEAF_CHUNK` to `2 * LEAF_CHUNK`
+//! - [`Entries`] (a leaf's entries): chunks of `LEAF_CHUNK` to `2 * LEAF_CHUNK`
 //!   items that split beyond and go when emptied; inserts, the common change
-//!   to a leaf, shift items within one chunk.
+//!   to a leaf, shift items within one chunk. The head of each chunk's last
+//!   key sits beside the chunk pointers, so a search picks its chunk
+//!   without leaving the leaf.
 //! - [`FixedChunks`] (an internal node's child slots): every chunk but the
 //!   last holds exactly `CHUNK` items, so an item is found by a division
 //!   and one load more than a plain slice (readers descend through internal
@@ -22,33 +24,77 @@ use std::sync::Arc;
 pub type Entry = (Key, Value);
 
 /// Items per leaf chunk: a chunk holds `LEAF_CHUNK` to `2 * LEAF_CHUNK`.
-const LEAF_CHUNK: usize = 16;
+const LEAF_CHUNK: usize = 8;
 /// Items per chunk of child slots.
 const CHUNK: usize = 32;
 
-/// The entries of a leaf.
-pub type Entries = Chunked<Entry>;
+/// Bytes of a key kept beside its chunk's pointer ([`Head`]).
+const HEAD_BYTES: usize = 16;
 
-#[derive(Clone, Debug)]
-pub struct Chunked<T> {
-    chunks: Vec<Arc<Vec<T>>>,
-    /// `starts[c]` is the index of chunk `c`'s first entry; the last
-    /// element is the length.
-    starts: Vec<usize>,
-    /// Every chunk but the last holds exactly `LEAF_CHUNK` entries (as after a
-    /// page is read): index lookups are a division.
-    uniform: bool,
+/// The first `HEAD_BYTES` of a key, kept in the leaf beside each chunk's
+/// pointer: a search picks its chunk by comparing heads, one array in the
+/// cache, instead of following three pointers per probe (chunk, entries,
+/// key bytes). Keys of at most `HEAD_BYTES` (record keys, the benchmarks'
+/// keys) are decided by their heads alone.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Head {
+    bytes: [u8; HEAD_BYTES],
+    /// Bytes held: `min(key.len(), HEAD_BYTES)`.
+    len: u8,
+    /// The key is no longer than `HEAD_BYTES`: `bytes[..len]` is all of it.
+    whole: bool,
 }
 
-impl<T> Default for Chunked<T> {
-    fn default() -> Self {
-        Chunked { chunks: Vec::new(), starts: vec![0], uniform: true }
+impl Head {
+    fn of(key: &[u8]) -> Head {
+        let n = key.len().min(HEAD_BYTES);
+        let mut bytes = [0u8; HEAD_BYTES];
+        bytes[..n].copy_from_slice(&key[..n]);
+        Head { bytes, len: n as u8, whole: key.len() <= HEAD_BYTES }
+    }
+
+    /// The order of this head's key against `probe`, when the head decides it.
+    fn cmp(&self, probe: &[u8]) -> Option<Ordering> {
+        let n = self.len as usize;
+        let m = n.min(probe.len());
+        match self.bytes[..m].cmp(&probe[..m]) {
+            Ordering::Equal if self.whole => Some(n.cmp(&probe.len())),
+            // The probe ends within the head: the longer key sorts after it.
+            Ordering::Equal if probe.len() < n => Some(Ordering::Greater),
+            Ordering::Equal => None,
+            o => Some(o),
+        }
     }
 }
 
-impl<T: Clone> Chunked<T> {
-    pub fn new() -> Chunked<T> {
-        Chunked::default()
+/// The entries of a leaf, in chunks of `LEAF_CHUNK` to `2 * LEAF_CHUNK`.
+///
+/// Invariants (checked by `check` in debug builds):
+/// 1. No chunk is empty.
+/// 2. `starts[c]` is the index of chunk `c`'s first entry; the last element
+///    of `starts` is the length.
+/// 3. `lasts[c]` is the head of chunk `c`'s last key.
+/// 4. `uniform` says every chunk but the last holds exactly `LEAF_CHUNK`
+///    entries (as after a page is read): index lookups are a division.
+/// 5. Keys are changed only by insert and remove ([`Entries::value_mut`]
+///    lends a value, never a key), so the heads stay true.
+#[derive(Clone, Debug)]
+pub struct Entries {
+    chunks: Vec<Arc<Vec<Entry>>>,
+    starts: Vec<usize>,
+    lasts: Vec<Head>,
+    uniform: bool,
+}
+
+impl Default for Entries {
+    fn default() -> Self {
+        Entries { chunks: Vec::new(), starts: vec![0], lasts: Vec::new(), uniform: true }
+    }
+}
+
+impl Entries {
+    pub fn new() -> Entries {
+        Entries::default()
     }
 
     pub fn len(&self) -> usize {
@@ -59,6 +105,8 @@ impl<T: Clone> Chunked<T> {
         self.len() == 0
     }
 
+    /// Rebuild `starts`, `lasts` and `uniform` from the chunks (after a
+    /// split, a merge or a build: each reads every chunk).
     fn reindex(&mut self) {
         self.starts.clear();
         let mut at = 0;
@@ -67,8 +115,25 @@ impl<T: Clone> Chunked<T> {
             at += c.len();
             self.starts.push(at);
         }
+        self.lasts = self.chunks.iter().map(|c| Head::of(&c.last().expect("chunks are never empty").0)).collect();
+        self.set_uniform();
+    }
+
+    /// Invariant 4, from `starts` (no chunk is read).
+    fn set_uniform(&mut self) {
         let n = self.chunks.len();
-        self.uniform = n == 0 || self.chunks[..n - 1].iter().all(|c| c.len() == LEAF_CHUNK);
+        self.uniform = n == 0 || self.starts[..n].windows(2).all(|w| w[1] - w[0] == LEAF_CHUNK);
+    }
+
+    fn check(&self) {
+        if cfg!(debug_assertions) {
+            let mut copy = self.clone();
+            copy.reindex();
+            assert!(self.chunks.iter().all(|c| !c.is_empty()), "an empty chunk");
+            assert_eq!(self.starts, copy.starts, "starts");
+            assert_eq!(self.lasts, copy.lasts, "heads of the chunks' last keys");
+            assert_eq!(self.uniform, copy.uniform, "uniform");
+        }
     }
 
     /// Chunk holding index `i` (`i < len`), and the offset in it.
@@ -82,7 +147,7 @@ impl<T: Clone> Chunked<T> {
         (c, i - self.starts[c])
     }
 
-    pub fn get(&self, i: usize) -> Option<&T> {
+    pub fn get(&self, i: usize) -> Option<&Entry> {
         if i >= self.len() {
             return None;
         }
@@ -90,24 +155,38 @@ impl<T: Clone> Chunked<T> {
         Some(&self.chunks[c][o])
     }
 
-    /// The item at `i`, for changing (copies its chunk if shared).
-    pub fn get_mut(&mut self, i: usize) -> &mut T {
+    /// The value at `i`, for changing (copies its chunk if shared).
+    pub fn value_mut(&mut self, i: usize) -> &mut Value {
         let (c, o) = self.locate(i);
-        &mut Arc::make_mut(&mut self.chunks[c])[o]
+        &mut Arc::make_mut(&mut self.chunks[c])[o].1
     }
 
-    pub fn binary_search_by(&self, mut f: impl FnMut(&T) -> Ordering) -> Result<usize, usize> {
-        let c = self.chunks.partition_point(|ch| f(ch.last().expect("chunks are never empty")) == Ordering::Less);
-        if c == self.chunks.len() {
+    /// `Ok(i)` when the key at `i` is `key`, else `Err(i)` where it would go.
+    pub fn search(&self, key: &[u8]) -> Result<usize, usize> {
+        // The first chunk whose last key is >= `key`, by the heads.
+        let last_before = |c: usize| match self.lasts[c].cmp(key) {
+            Some(o) => o == Ordering::Less,
+            None => *self.chunks[c].last().expect("chunks are never empty").0 < *key,
+        };
+        let (mut a, mut b) = (0, self.chunks.len());
+        while a < b {
+            let m = a + (b - a) / 2;
+            if last_before(m) {
+                a = m + 1;
+            } else {
+                b = m;
+            }
+        }
+        if a == self.chunks.len() {
             return Err(self.len());
         }
-        match self.chunks[c].binary_search_by(f) {
-            Ok(o) => Ok(self.starts[c] + o),
-            Err(o) => Err(self.starts[c] + o),
+        match self.chunks[a].binary_search_by(|(k, _)| (**k).cmp(key)) {
+            Ok(o) => Ok(self.starts[a] + o),
+            Err(o) => Err(self.starts[a] + o),
         }
     }
 
-    pub fn insert(&mut self, i: usize, e: T) {
+    pub fn insert(&mut self, i: usize, e: Entry) {
         assert!(i <= self.len(), "insert at {i} past the end {}", self.len());
         if self.chunks.is_empty() {
             self.chunks.push(Arc::new(vec![e]));
@@ -117,33 +196,47 @@ impl<T: Clone> Chunked<T> {
         // Appending goes to the last chunk; otherwise the chunk holding `i`.
         let (c, o) =
             if i == self.len() { (self.chunks.len() - 1, self.chunks.last().unwrap().len()) } else { self.locate(i) };
-        let chunk = Arc::make_mut(&mut self.chunks[c]);
+        let chunk = chunk_for_insert(&mut self.chunks[c]);
         chunk.insert(o, e);
+        shift_after(&mut self.starts, c, 1);
         if chunk.len() > 2 * LEAF_CHUNK {
             let right = chunk.split_off(chunk.len() / 2);
+            let left_last = Head::of(&chunk.last().unwrap().0);
+            self.starts.insert(c + 1, self.starts[c] + chunk.len());
+            self.lasts[c] = Head::of(&right.last().unwrap().0);
+            self.lasts.insert(c, left_last);
             self.chunks.insert(c + 1, Arc::new(right));
+        } else if o + 1 == chunk.len() {
+            self.lasts[c] = Head::of(&chunk[o].0);
         }
-        self.reindex();
+        self.set_uniform();
+        self.check();
     }
 
-    pub fn push(&mut self, e: T) {
+    pub fn push(&mut self, e: Entry) {
         self.insert(self.len(), e);
     }
 
-    pub fn remove(&mut self, i: usize) -> T {
+    pub fn remove(&mut self, i: usize) -> Entry {
         let (c, o) = self.locate(i);
         let chunk = Arc::make_mut(&mut self.chunks[c]);
         let e = chunk.remove(o);
+        shift_after(&mut self.starts, c, -1);
         if chunk.is_empty() {
             self.chunks.remove(c);
+            self.starts.remove(c + 1);
+            self.lasts.remove(c);
+        } else if o == chunk.len() {
+            self.lasts[c] = Head::of(&chunk[o - 1].0);
         }
-        self.reindex();
+        self.set_uniform();
+        self.check();
         e
     }
 
     /// Split at `at`: `self` keeps `[0, at)`, the rest is returned.
-    pub fn split_off(&mut self, at: usize) -> Chunked<T> {
-        let mut right = Chunked::new();
+    pub fn split_off(&mut self, at: usize) -> Entries {
+        let mut right = Entries::new();
         if at >= self.len() {
             return right;
         }
@@ -161,25 +254,44 @@ impl<T: Clone> Chunked<T> {
     }
 
     /// Append `other`'s items, sharing its chunks.
-    pub fn append_shared(&mut self, other: &Chunked<T>) {
+    pub fn append_shared(&mut self, other: &Entries) {
         self.chunks.extend(other.chunks.iter().cloned());
         self.reindex();
     }
 
-    pub fn iter(&self) -> impl DoubleEndedIterator<Item = &T> + '_ {
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = &Entry> + '_ {
         self.chunks.iter().flat_map(|c| c.iter())
     }
 }
 
-impl<T: Clone> std::ops::Index<usize> for Chunked<T> {
-    type Output = T;
-    fn index(&self, i: usize) -> &T {
+/// Shift the starts of the chunks after `c` by `delta` entries.
+fn shift_after(starts: &mut [usize], c: usize, delta: isize) {
+    for s in &mut starts[c + 1..] {
+        *s = s.checked_add_signed(delta).expect("starts stay in range");
+    }
+}
+
+/// A chunk about to take one more entry: copied first if shared, with room
+/// for the entry (a plain `Arc::make_mut` copies it at its exact length,
+/// and the insert then grows it again).
+fn chunk_for_insert(chunk: &mut Arc<Vec<Entry>>) -> &mut Vec<Entry> {
+    if Arc::get_mut(chunk).is_none() {
+        let mut copy = Vec::with_capacity(chunk.len() + 1);
+        copy.extend(chunk.iter().cloned());
+        *chunk = Arc::new(copy);
+    }
+    Arc::get_mut(chunk).expect("the chunk was just made unique")
+}
+
+impl std::ops::Index<usize> for Entries {
+    type Output = Entry;
+    fn index(&self, i: usize) -> &Entry {
         self.get(i).unwrap_or_else(|| panic!("item {i} of {}", self.len()))
     }
 }
 
-impl<T: Clone> FromIterator<T> for Chunked<T> {
-    fn from_iter<I: IntoIterator<Item = T>>(iter: I) -> Chunked<T> {
+impl FromIterator<Entry> for Entries {
+    fn from_iter<I: IntoIterator<Item = Entry>>(iter: I) -> Entries {
         let mut chunks = Vec::new();
         let mut cur = Vec::with_capacity(LEAF_CHUNK);
         for e in iter {
@@ -191,15 +303,15 @@ impl<T: Clone> FromIterator<T> for Chunked<T> {
         if !cur.is_empty() {
             chunks.push(Arc::new(cur));
         }
-        let mut e = Chunked { chunks, starts: Vec::new(), uniform: true };
+        let mut e = Entries { chunks, starts: Vec::new(), lasts: Vec::new(), uniform: true };
         e.reindex();
         e
     }
 }
 
-impl<'a, T: Clone> IntoIterator for &'a Chunked<T> {
-    type Item = &'a T;
-    type IntoIter = Box<dyn Iterator<Item = &'a T> + 'a>;
+impl<'a> IntoIterator for &'a Entries {
+    type Item = &'a Entry;
+    type IntoIter = Box<dyn Iterator<Item = &'a Entry> + 'a>;
     fn into_iter(self) -> Self::IntoIter {
         Box::new(self.iter())
     }
@@ -349,6 +461,14 @@ mod tests {
     use bytes::Bytes;
     use proptest::prelude::*;
 
+    /// A run of `a`s around the heads' width, then up to 8 letters of two:
+    /// many keys share their first `HEAD_BYTES` and differ after them, others
+    /// end inside the head or are empty.
+    fn key_near_head() -> impl Strategy<Value = Vec<u8>> {
+        let tail = proptest::collection::vec(prop_oneof![Just(b'a'), Just(b'b')], 0..8);
+        (0..=HEAD_BYTES + 4, tail).prop_map(|(run, tail)| [vec![b'a'; run], tail].concat())
+    }
+
     fn entry(k: u16) -> Entry {
         (Bytes::copy_from_slice(&k.to_be_bytes()), Value::Inline(Bytes::new()))
     }
@@ -425,6 +545,48 @@ mod tests {
             }
         }
 
+        /// Searches against a sorted `Vec` of keys around the heads' width:
+        /// empty keys, keys that end inside a head, keys longer than it that
+        /// share it (decided by the keys themselves), built, then changed by
+        /// inserts and removes at chunk ends and inside.
+        #[test]
+        fn searches_keys_longer_and_shorter_than_the_heads(
+            start in proptest::collection::vec(key_near_head(), 0..120),
+            ops in proptest::collection::vec((0u8..4, key_near_head(), any::<u16>()), 1..200),
+        ) {
+            let mut model: Vec<Vec<u8>> = start;
+            model.sort();
+            model.dedup();
+            let as_entry = |k: &Vec<u8>| (Bytes::copy_from_slice(k), Value::Inline(Bytes::new()));
+            let mut e: Entries = model.iter().map(as_entry).collect();
+            for (op, key, at) in ops {
+                match (op, model.binary_search(&key)) {
+                    (0 | 1, Err(i)) => {
+                        model.insert(i, key.clone());
+                        e.insert(i, as_entry(&key));
+                    }
+                    (2, _) if !model.is_empty() => {
+                        let i = at as usize % model.len();
+                        model.remove(i);
+                        e.remove(i);
+                    }
+                    _ => {}
+                }
+                prop_assert_eq!(e.search(&key), model.binary_search(&key));
+                // Probes cut from a present key: a prefix of it, and it with a byte more.
+                if let Some(k) = model.get(at as usize % model.len().max(1)) {
+                    let cut = &k[..at as usize % (k.len() + 1)];
+                    prop_assert_eq!(e.search(cut), model.binary_search(&cut.to_vec()));
+                    let longer = [&k[..], &[0]].concat();
+                    prop_assert_eq!(e.search(&longer), model.binary_search(&longer));
+                }
+            }
+            prop_assert_eq!(e.len(), model.len());
+            for (i, m) in model.iter().enumerate() {
+                prop_assert_eq!(&e[i].0[..], &m[..]);
+            }
+        }
+
         /// Against a plain `Vec`: inserts, removes, splits, appends, searches.
         #[test]
         fn behaves_like_a_vec(
@@ -469,7 +631,7 @@ mod tests {
                 }
                 prop_assert_eq!(e.len(), model.len());
                 let probe = Bytes::copy_from_slice(&k.to_be_bytes());
-                prop_assert_eq!(e.binary_search_by(|(x, _)| x.cmp(&probe)), model.binary_search(&k));
+                prop_assert_eq!(e.search(&probe), model.binary_search(&k));
             }
             let got: Vec<u16> = e.iter().map(|(k, _)| u16::from_be_bytes([k[0], k[1]])).collect();
             prop_assert_eq!(&got, &model);

@@ -648,7 +648,7 @@ impl Node {
             self.search.get().is_some() || self.searches.fetch_add(1, Ordering::Relaxed) >= SEARCHES_BEFORE_INDEX;
         if !indexed {
             return match &self.body {
-                Body::Leaf(l) => l.entries.binary_search_by(|(k, _)| (**k).cmp(key)).unwrap_or_else(|i| i),
+                Body::Leaf(l) => l.entries.search(key).unwrap_or_else(|i| i),
                 Body::Internal(int) => int.keys[1..].partition_point(|k| &**k <= key),
             };
         }
@@ -977,7 +977,7 @@ mod tests {
         assert_eq!(node.search(b"k0505"), 51);
         // A changed entry is no longer a slice of the arena.
         let mut changed = packed.clone();
-        changed.entries.get_mut(50).1 = Value::Inline(Bytes::from_static(b"other"));
+        *changed.entries.value_mut(50) = Value::Inline(Bytes::from_static(b"other"));
         assert!(PackedView::of(&changed).is_none());
         let mut removed = packed;
         removed.entries.remove(0);
