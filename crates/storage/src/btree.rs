@@ -20,8 +20,8 @@ use crate::compress::Compressor;
 use crate::error::{Result, StorageError};
 use crate::limits::{pack_batch_leaves, tree_depth_max};
 use crate::page::{
-    decode_node, encode_internal, encode_leaf, internal_entry_cost, leaf_entry_cost, Body, Child, Internal, Key, Leaf,
-    Node, NodeRef, PackedView, Value, PAGE_HEADER_BYTES,
+    decode_node, encode_internal, encode_leaf, internal_entry_cost, leaf_entry_cost, Body, Child, Internal, Key, Keys,
+    Leaf, Node, NodeRef, PackedView, Value, PAGE_HEADER_BYTES,
 };
 use crate::stats::{bump, Counters, TableIo};
 use bytes::Bytes;
@@ -83,7 +83,7 @@ pub type Written = Vec<(Weak<Child>, Weak<Node>)>;
 
 /// Index of the child of `node` whose range holds `key`.
 fn child_index(node: &Internal, key: &[u8]) -> usize {
-    node.keys[1..].partition_point(|k| &**k <= key)
+    node.keys.child_for(key)
 }
 
 impl Tree {
@@ -227,10 +227,9 @@ impl Tree {
         }
     }
 
-    /// Descend from `root` to the leaf holding `key`. `indexed` uses (and
-    /// builds) each node's search index: right for readers of versions that
-    /// no longer change, wasteful for nodes the writer is about to change.
-    fn leaf_for<'a>(&self, root: &'a Arc<Node>, key: &[u8], indexed: bool) -> Result<NodeRef<'a>> {
+    /// Descend from `root` to the leaf holding `key`, through the internal
+    /// nodes' shared search indexes.
+    fn leaf_for<'a>(&self, root: &'a Arc<Node>, key: &[u8]) -> Result<NodeRef<'a>> {
         let mut node = NodeRef::Borrowed(root);
         for _ in 0..tree_depth_max {
             let next = match &node.body {
@@ -239,7 +238,7 @@ impl Tree {
                     return Ok(node);
                 }
                 Body::Internal(int) => {
-                    let i = if indexed { node.search(key) } else { child_index(int, key) };
+                    let i = child_index(int, key);
                     match node {
                         // Internal nodes never leave their slots: borrow through them.
                         NodeRef::Borrowed(n) => {
@@ -274,7 +273,7 @@ impl Tree {
     }
 
     fn find_in<R>(&self, root: &Arc<Node>, key: &[u8], f: impl FnOnce(Found<'_>) -> Result<R>) -> Result<Option<R>> {
-        let leaf = self.leaf_for(root, key, true)?;
+        let leaf = self.leaf_for(root, key)?;
         let Body::Leaf(l) = &leaf.body else { unreachable!() };
         let i = leaf.search(key);
         if let Some(view) = leaf.packed_view() {
@@ -294,7 +293,7 @@ impl Tree {
     /// Returns the leaf's identity and charged bytes, so a caller can
     /// estimate what a batch will hold in memory.
     pub fn prefetch(&self, root: &Arc<Node>, key: &[u8]) -> Result<(usize, usize)> {
-        let leaf = self.leaf_for(root, key, false)?;
+        let leaf = self.leaf_for(root, key)?;
         let Body::Leaf(l) = &leaf.body else { unreachable!() };
         if let Ok(i) = l.entries.search(key) {
             self.value_bytes(&l.entries[i].1)?;
@@ -324,7 +323,7 @@ impl Tree {
                     if let Some((sep, right)) = self.put_rec(&mut root, key, value)? {
                         let left = std::mem::replace(&mut *root, Arc::new(Node::empty_leaf()));
                         let bytes = PAGE_HEADER_BYTES + internal_entry_cost(&[]) + internal_entry_cost(&sep);
-                        let keys = vec![Bytes::new(), sep].into();
+                        let keys = Keys::shared(vec![Bytes::new(), sep]);
                         let children = [Child::in_memory(left), Child::in_memory(right)].into_iter().collect();
                         *root = Arc::new(Node::new(Body::Internal(Internal { keys, children, bytes })));
                         self.charge(&root);
@@ -342,7 +341,7 @@ impl Tree {
     }
 
     fn contains_in(&self, root: &Arc<Node>, key: &[u8]) -> Result<bool> {
-        let leaf = self.leaf_for(root, key, false)?;
+        let leaf = self.leaf_for(root, key)?;
         let Body::Leaf(l) = &leaf.body else { unreachable!() };
         Ok(l.entries.search(key).is_ok())
     }
@@ -835,7 +834,7 @@ fn split_internal(int: &mut Internal) -> (Key, Arc<Node>) {
     };
     int.bytes = cost(&int.keys);
     let bytes = cost(&keys);
-    (sep, Arc::new(Node::new(Body::Internal(Internal { keys: keys.into(), children, bytes }))))
+    (sep, Arc::new(Node::new(Body::Internal(Internal { keys: Keys::shared(keys), children, bytes }))))
 }
 
 /// A position-keeping reader over one version of a tree.

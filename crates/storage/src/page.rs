@@ -325,22 +325,58 @@ impl Child {
 
 /// Copying an internal node (every commit copies the ones on its paths)
 /// bumps one count for its keys, which change only when a child splits or
-/// merges, and one per chunk of its child slots.
-#[derive(Debug, Default, Clone)]
+/// merges (with their search index), and one per chunk of its child slots.
+#[derive(Debug, Clone)]
 pub struct Internal {
     /// `keys[i]` is the lowest key of `children[i]`; `keys[0]` is empty.
-    pub keys: Arc<[Key]>,
+    pub keys: Arc<Keys>,
     pub children: FixedChunks<Arc<Child>>,
     pub bytes: usize,
 }
 
 impl Internal {
-    /// Change the keys: a fresh copy, as other versions share them.
+    /// Change the keys: a fresh copy (with no search index yet), as other
+    /// versions share them.
     pub fn edit_keys<R>(&mut self, f: impl FnOnce(&mut Vec<Key>) -> R) -> R {
         let mut keys = self.keys.to_vec();
         let r = f(&mut keys);
-        self.keys = keys.into();
+        self.keys = Keys::shared(keys);
         r
+    }
+}
+
+/// An internal node's keys and their search index, shared by every version
+/// of the node until a child splits or merges: a commit's copy of the node
+/// keeps the index, so writers search through it as readers do.
+#[derive(Debug)]
+pub struct Keys {
+    keys: Box<[Key]>,
+    index: OnceLock<SearchIndex>,
+}
+
+impl Keys {
+    pub fn shared(keys: Vec<Key>) -> Arc<Keys> {
+        Arc::new(Keys { keys: keys.into(), index: OnceLock::new() })
+    }
+
+    /// Index of the child whose range holds `key`.
+    pub fn child_for(&self, key: &[u8]) -> usize {
+        let rest = &self.keys[1..];
+        let index = self.index.get_or_init(|| SearchIndex::build(rest.len(), |i| &rest[i]));
+        let i = index.search(|i| &rest[i], key, true);
+        debug_assert_eq!(i, rest.partition_point(|k| &**k <= key));
+        i
+    }
+
+    fn index_bytes(&self) -> usize {
+        self.index.get().map_or(0, SearchIndex::mem_bytes)
+    }
+}
+
+impl std::ops::Deref for Keys {
+    type Target = [Key];
+    fn deref(&self) -> &[Key] {
+        &self.keys
     }
 }
 
@@ -354,8 +390,9 @@ pub enum Body {
 pub struct Node {
     pub body: Body,
     pub disk: DiskSlot,
-    /// Built on the first read search of an unchanging node; reset whenever
-    /// the writer changes the node.
+    /// A leaf's: built on the first read searches of an unchanging leaf;
+    /// reset whenever the writer changes it. (An internal node's index is
+    /// its keys', [`Keys`].)
     pub search: OnceLock<SearchIndex>,
     /// Set by readers, cleared by eviction's clock hand (second chance).
     pub accessed: AtomicBool,
@@ -607,7 +644,7 @@ impl Node {
                     let copies = if l.arena.is_some() { 1 } else { 2 };
                     copies * l.bytes + LEAF_ENTRY_OVERHEAD * l.entries.len()
                 }
-                Body::Internal(i) => i.bytes + CHILD_OVERHEAD * i.children.len(),
+                Body::Internal(i) => i.bytes + CHILD_OVERHEAD * i.children.len() + i.keys.index_bytes(),
             }
     }
 
@@ -638,33 +675,26 @@ impl Node {
     }
 
     /// Leaf: index of the first entry with key >= `key`.
-    /// Internal: index of the child whose range holds `key`.
+    /// Internal: index of the child whose range holds `key` (through the
+    /// keys' shared index, [`Keys::child_for`]).
     /// For read paths on nodes that no longer change (see `search`).
     pub fn search(&self, key: &[u8]) -> usize {
-        // A node copied by a commit is often replaced by the next one before
-        // it is read much: build the index only once a node has been
-        // searched a few times.
+        let l = match &self.body {
+            Body::Leaf(l) => l,
+            Body::Internal(int) => return int.keys.child_for(key),
+        };
+        // A leaf copied by a commit is often replaced by the next one before
+        // it is read much: build its index only once it has been searched a
+        // few times.
         let indexed =
             self.search.get().is_some() || self.searches.fetch_add(1, Ordering::Relaxed) >= SEARCHES_BEFORE_INDEX;
         if !indexed {
-            return match &self.body {
-                Body::Leaf(l) => l.entries.search(key).unwrap_or_else(|i| i),
-                Body::Internal(int) => int.keys[1..].partition_point(|k| &**k <= key),
-            };
+            return l.entries.search(key).unwrap_or_else(|i| i);
         }
-        match &self.body {
-            Body::Leaf(l) => {
-                let index = self.search.get_or_init(|| SearchIndex::of_leaf(l));
-                match &index.packed {
-                    Some(view) => index.search(|i| view.key(i), key, false),
-                    None => index.search(|i| &l.entries[i].0, key, false),
-                }
-            }
-            Body::Internal(int) => {
-                let keys = &int.keys[1..];
-                let index = self.search.get_or_init(|| SearchIndex::build(keys.len(), |i| &keys[i]));
-                index.search(|i| &keys[i], key, true)
-            }
+        let index = self.search.get_or_init(|| SearchIndex::of_leaf(l));
+        match &index.packed {
+            Some(view) => index.search(|i| view.key(i), key, false),
+            None => index.search(|i| &l.entries[i].0, key, false),
         }
     }
 
@@ -917,7 +947,7 @@ pub fn decode_node(
             if children.is_empty() {
                 return Err("internal page without children".into());
             }
-            Body::Internal(Internal { keys: keys.into(), children: children.into_iter().collect(), bytes })
+            Body::Internal(Internal { keys: Keys::shared(keys), children: children.into_iter().collect(), bytes })
         }
     };
     let mut node = Node::new(body);
@@ -941,10 +971,15 @@ mod tests {
         let keys: Vec<Key> =
             (0..n).map(|i| if i == 0 { Bytes::new() } else { Bytes::from(format!("k{i:04}")) }).collect();
         let children = (0..n).map(|i| Child::on_disk(addr(4096 * (i as u64 + 1)))).collect();
-        let old = Node::new(Body::Internal(Internal { keys: keys.into(), children, bytes: 0 }));
+        let old = Node::new(Body::Internal(Internal { keys: Keys::shared(keys), children, bytes: 0 }));
         let mut copy = old.clone();
         let (Body::Internal(o), Body::Internal(c)) = (&old.body, &mut copy.body) else { unreachable!() };
         assert!(Arc::ptr_eq(&o.keys, &c.keys));
+        // The keys' search index, built through one version, serves both.
+        assert_eq!(o.keys.child_for(b"k0100"), 100);
+        assert!(c.keys.index.get().is_some(), "the copy shares the index built through the original");
+        assert_eq!(c.keys.child_for(b"k0100x"), 100);
+        assert_eq!(c.keys.child_for(b"k0099z"), 99);
         assert_eq!(c.children.chunks_shared_with(&o.children), o.children.chunk_count());
         *c.children.get_mut(77) = Child::on_disk(addr(1 << 30));
         assert!(o.children.chunk_count() > 2, "the test wants several chunks");
