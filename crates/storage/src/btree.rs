@@ -295,8 +295,11 @@ impl Tree {
     pub fn prefetch(&self, root: &Arc<Node>, key: &[u8]) -> Result<(usize, usize)> {
         let leaf = self.leaf_for(root, key)?;
         let Body::Leaf(l) = &leaf.body else { unreachable!() };
-        if let Ok(i) = l.entries.search(key) {
-            self.value_bytes(&l.entries[i].1)?;
+        l.check_bigs();
+        if l.may_hold_big {
+            if let Ok(i) = l.entries.search(key) {
+                self.value_bytes(&l.entries[i].1)?;
+            }
         }
         Ok((Arc::as_ptr(&leaf) as usize, leaf.charge.bytes()))
     }
@@ -396,6 +399,7 @@ impl Tree {
         match &mut node.body {
             Body::Leaf(leaf) => {
                 let cost = leaf_entry_cost(key, &value);
+                leaf.may_hold_big |= matches!(value, Value::Big(_));
                 match leaf.entries.search(key) {
                     Ok(i) => {
                         let old = std::mem::replace(leaf.entries.value_mut(i), value);
@@ -504,6 +508,7 @@ impl Tree {
             (Body::Leaf(ll), Body::Leaf(rl)) => {
                 ll.entries.append_shared(&rl.entries);
                 ll.bytes += rl.bytes - PAGE_HEADER_BYTES;
+                ll.may_hold_big |= rl.may_hold_big;
             }
             (Body::Internal(li), Body::Internal(ri)) => {
                 li.bytes += ri.bytes - PAGE_HEADER_BYTES - internal_entry_cost(&[]) + internal_entry_cost(&sep);
@@ -810,7 +815,12 @@ fn split_leaf(leaf: &mut Leaf) -> (Key, Arc<Node>) {
     let right_bytes: usize = right_entries.iter().map(|(k, v)| leaf_entry_cost(k, v)).sum();
     leaf.bytes -= right_bytes;
     let sep = right_entries[0].0.clone();
-    let right = Leaf { entries: right_entries, bytes: PAGE_HEADER_BYTES + right_bytes, arena: None };
+    let right = Leaf {
+        entries: right_entries,
+        bytes: PAGE_HEADER_BYTES + right_bytes,
+        arena: None,
+        may_hold_big: leaf.may_hold_big,
+    };
     (sep, Arc::new(Node::new(Body::Leaf(right))))
 }
 

@@ -161,6 +161,11 @@ pub struct Leaf {
     /// The buffer a packed leaf's entries are slices of (invariant 5);
     /// dropped when the writer changes the leaf.
     pub arena: Option<Bytes>,
+    /// The leaf may hold an overflow value (`Value::Big`); when false it
+    /// holds none, and a commit's prefetch need not search it
+    /// (`Tree::prefetch`). Set when one is decoded or written, kept through
+    /// splits and merges, cleared only by a fresh read of the page.
+    pub may_hold_big: bool,
 }
 
 impl Leaf {
@@ -172,7 +177,18 @@ impl Leaf {
     pub fn packed(&self) -> Leaf {
         let e = &self.entries;
         let (entries, arena) = pack(e.len(), |i| (&e[i].0[..], &e[i].1));
-        Leaf { entries, bytes: self.bytes, arena: Some(arena) }
+        Leaf { entries, bytes: self.bytes, arena: Some(arena), may_hold_big: self.may_hold_big }
+    }
+
+    /// `may_hold_big` is true, or the leaf holds no overflow value (checked
+    /// in debug builds).
+    pub fn check_bigs(&self) {
+        if cfg!(debug_assertions) && !self.may_hold_big {
+            assert!(
+                self.entries.iter().all(|e| !matches!(e.1, Value::Big(_))),
+                "an overflow value in a leaf marked without"
+            );
+        }
     }
 }
 
@@ -671,7 +687,12 @@ impl Node {
     }
 
     pub fn empty_leaf() -> Node {
-        Node::new(Body::Leaf(Leaf { entries: Entries::new(), bytes: PAGE_HEADER_BYTES, arena: None }))
+        Node::new(Body::Leaf(Leaf {
+            entries: Entries::new(),
+            bytes: PAGE_HEADER_BYTES,
+            arena: None,
+            may_hold_big: false,
+        }))
     }
 
     /// Leaf: index of the first entry with key >= `key`.
@@ -922,7 +943,8 @@ pub fn decode_node(
             })?;
             // Packed (invariant 5): the image goes once its values are copied.
             let (entries, arena) = pack(cells.len(), |i| (&arena[cells[i].0..cells[i].1], &cells[i].2));
-            let leaf = Leaf { entries, bytes, arena: Some(arena) };
+            let may_hold_big = cells.iter().any(|c| matches!(c.2, Value::Big(_)));
+            let leaf = Leaf { entries, bytes, arena: Some(arena), may_hold_big };
             keys_decoded.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
             Body::Leaf(leaf)
         }
@@ -1021,7 +1043,7 @@ mod tests {
 
     #[test]
     fn leaf_image_roundtrip_with_prefix_compression() {
-        let mut leaf = Leaf { entries: Entries::new(), bytes: PAGE_HEADER_BYTES, arena: None };
+        let mut leaf = Leaf { entries: Entries::new(), bytes: PAGE_HEADER_BYTES, arena: None, may_hold_big: false };
         for k in ["apple", "applesauce", "apply", "banana"] {
             let v = Value::new(k.as_bytes(), 1 << 20);
             leaf.bytes += leaf_entry_cost(k.as_bytes(), &v);
