@@ -5,8 +5,9 @@
 //! each a reference count to bump when copied. Copying a chunked sequence
 //! copies its chunk pointers; changing an item copies only the chunk that
 //! holds it (`Arc::make_mut`).
-//! - [`Entries`] (a leaf's entries): chunks of `LEAF_CHUNK` to `2 * LEAF_CHUNK`
-//!   items that split beyond and go when emptied; inserts, the common change
+//! - [`Entries`] (a leaf's entries): chunks of at most `2 * LEAF_CHUNK`
+//!   items (`LEAF_CHUNK` when built from a page) that split beyond and go
+//!   when emptied (removals and leaf splits may leave short ones); inserts, the common change
 //!   to a leaf, shift items within one chunk. The head of each chunk's last
 //!   key sits beside the chunk pointers, so a search picks its chunk
 //!   without leaving the leaf.
@@ -23,7 +24,8 @@ use std::sync::Arc;
 
 pub type Entry = (Key, Value);
 
-/// Items per leaf chunk: a chunk holds `LEAF_CHUNK` to `2 * LEAF_CHUNK`.
+/// Items per leaf chunk as built from a page; a chunk holds at most
+/// `2 * LEAF_CHUNK`.
 const LEAF_CHUNK: usize = 8;
 /// Items per chunk of child slots.
 const CHUNK: usize = 32;
@@ -67,7 +69,7 @@ impl Head {
     }
 }
 
-/// The entries of a leaf, in chunks of `LEAF_CHUNK` to `2 * LEAF_CHUNK`.
+/// The entries of a leaf, in chunks of at most `2 * LEAF_CHUNK`.
 ///
 /// Invariants (checked by `check` in debug builds):
 /// 1. No chunk is empty.
