@@ -222,7 +222,7 @@ pub(crate) fn filter_of(cmd: &Document, name: &str, scope: &Scope) -> Result<(Do
 /// The statements of a write command: the body's array or the document
 /// sequence of the same name.
 pub(crate) fn statements(msg: &OpMsg, cmd_name: &str, field: &str) -> Result<Vec<Document>, CommandError> {
-    let cmd = &msg.body;
+    let cmd: &Document = &msg.body;
     let docs: Vec<Document> = match (cmd.get(field), msg.sequences.iter().find(|(id, _)| id == field)) {
         (Some(Bson::Array(items)), None) => items
             .iter()

@@ -38,7 +38,7 @@ fn run(shared: &Shared, body: Document, sequence: Option<(&str, Vec<Document>)>)
     let sequences = sequence.map(|(name, docs)| vec![(name.to_string(), docs)]).unwrap_or_default();
     let conn = conn();
     let call = Call::new(&conn, Place::Blocking, false);
-    commands::run(shared, &call, &OpMsg { flags: 0, body, sequences }).into_document()
+    commands::run(shared, &call, &OpMsg { flags: 0, body: body.into(), sequences }).into_document()
 }
 
 fn ok(reply: &Document) {

@@ -221,7 +221,7 @@ enum Kind {
 }
 
 pub fn bulk_write(shared: &Ctx<'_>, call: &Call, msg: &OpMsg) -> CommandResult {
-    let cmd = &msg.body;
+    let cmd: &Document = &msg.body;
     if db_of(cmd)? != "admin" {
         return Err(CommandError::unauthorized("bulkWrite may only be run against the admin database."));
     }

@@ -24,7 +24,7 @@ use doc::sessions::Stamp;
 use std::sync::atomic::Ordering;
 
 pub fn insert(shared: &Ctx<'_>, call: &Call, msg: &OpMsg) -> CommandResult {
-    let cmd = &msg.body;
+    let cmd: &Document = &msg.body;
     let ns = namespace(cmd, "insert")?;
     let docs = statements(msg, "insert", "documents")?;
     check_fields(cmd, "insert", &["documents", "ordered"], false)?;

@@ -101,8 +101,7 @@ pub(crate) const COMMANDS: &[(&str, &str)] = &[
 pub fn run(shared: &Shared, call: &Call, msg: &OpMsg) -> Reply {
     let started = std::time::Instant::now();
     shared.opcounters.command.fetch_add(1, Ordering::Relaxed);
-    let app_name = call.conn.app_name.get().cloned().unwrap_or_default();
-    let running = shared.ops.register(&msg.body, call.conn.peer.to_string(), app_name);
+    let running = shared.ops.register(&msg.body, call.conn.peer, call.conn.app_name.clone());
     // Outside a transaction, the command's view; its writes count their conflicts there.
     let outside = outside_transactions(shared, call, msg, running.op.killed.clone());
     let result = match msg.body.keys().next() {
@@ -204,7 +203,7 @@ fn in_transaction(
     st: Statement<'_>,
     killed: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 ) -> ReplyResult {
-    let cmd = &msg.body;
+    let cmd: &Document = &msg.body;
     let ended = (st.lsid, st.number);
     match st.name {
         "commitTransaction" => {
@@ -388,7 +387,7 @@ pub fn runs_inline(name: &str) -> bool {
 /// documents write their reply as BSON (`Reply::Bytes`), the rest answer
 /// a document.
 pub(crate) fn dispatch(shared: &Ctx<'_>, call: &Call, name: &str, msg: &OpMsg) -> ReplyResult {
-    let cmd = &msg.body;
+    let cmd: &Document = &msg.body;
     match name {
         "find" => crate::commands::find::find(shared, call, cmd),
         "getMore" => crate::commands::find::get_more(shared, cmd),
@@ -402,7 +401,7 @@ pub(crate) fn dispatch(shared: &Ctx<'_>, call: &Call, name: &str, msg: &OpMsg) -
 
 /// The commands that answer a document.
 fn answer_document(shared: &Ctx<'_>, call: &Call, name: &str, msg: &OpMsg) -> CommandResult {
-    let (cmd, conn) = (&msg.body, call.conn);
+    let (cmd, conn): (&Document, _) = (&msg.body, call.conn);
     match name {
         "hello" | "isMaster" | "ismaster" => hello(shared, conn, name, cmd).map(|d| with_compression(d, cmd)),
         "ping" => Ok(ok()),

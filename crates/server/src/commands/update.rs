@@ -38,7 +38,7 @@ use query::{Projection, Sort};
 use std::sync::atomic::Ordering;
 
 pub fn update(shared: &Ctx<'_>, call: &Call, msg: &OpMsg) -> CommandResult {
-    let cmd = &msg.body;
+    let cmd: &Document = &msg.body;
     let ns = namespace(cmd, "update")?;
     let specs = statements(msg, "update", "updates")?;
     check_fields(cmd, "update", &["updates", "ordered"], false)?;

@@ -9,20 +9,23 @@
 use bson::{doc, Document};
 use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-/// One running operation.
+/// One running operation. What only `currentOp` shows is kept as it
+/// came (the client's address, its connection's app name, the command
+/// itself, shared) and shaped when listed: every command registers, few
+/// are listed.
 pub struct RunningOp {
     pub opid: u32,
     started: Instant,
     started_at: bson::DateTime,
-    client: String,
-    app_name: String,
+    client: SocketAddr,
+    app_name: Arc<OnceLock<String>>,
     op: &'static str,
-    ns: String,
-    command: Document,
+    command: Arc<Document>,
     /// Set by `killOp`.
     pub killed: Arc<AtomicBool>,
 }
@@ -98,10 +101,10 @@ impl Ops {
         self.next.fetch_add(1, Ordering::Relaxed) + 1
     }
 
-    /// Register `cmd`, run by `client` (`app_name`), until the guard drops.
-    pub fn register(&self, cmd: &Document, client: String, app_name: String) -> OpGuard<'_> {
+    /// Register `cmd`, run by `client` (whose connection's app name is
+    /// `app_name`), until the guard drops.
+    pub fn register(&self, cmd: &Arc<Document>, client: SocketAddr, app_name: Arc<OnceLock<String>>) -> OpGuard<'_> {
         let name = cmd.keys().next().map_or("", String::as_str);
-        let command = shown_command(cmd, SHOWN_COMMAND_BYTES);
         let op = Arc::new(RunningOp {
             opid: self.next_opid(),
             started: Instant::now(),
@@ -109,8 +112,7 @@ impl Ops {
             client,
             app_name,
             op: op_name(name),
-            ns: ns_of(cmd),
-            command,
+            command: cmd.clone(),
             killed: Arc::default(),
         });
         self.running.lock().insert(op.opid, op.clone());
@@ -135,20 +137,21 @@ impl Ops {
             .iter()
             .map(|op| {
                 let took = op.started.elapsed();
+                let command = shown_command(&op.command, SHOWN_COMMAND_BYTES);
                 doc! {
                     "type": "op",
                     "host": host,
                     "desc": "conn",
-                    "client": op.client.clone(),
-                    "appName": op.app_name.clone(),
+                    "client": op.client.to_string(),
+                    "appName": op.app_name.get().cloned().unwrap_or_default(),
                     "active": true,
                     "currentOpTime": op.started_at.try_to_rfc3339_string().unwrap_or_default(),
                     "opid": op.opid as i64,
                     "secs_running": took.as_secs() as i64,
                     "microsecs_running": took.as_micros() as i64,
                     "op": op.op,
-                    "ns": op.ns.clone(),
-                    "command": op.command.clone(),
+                    "ns": ns_of(&op.command),
+                    "command": command,
                     "killPending": op.killed.load(Ordering::Relaxed),
                     "numYields": 0_i64,
                     "locks": {},

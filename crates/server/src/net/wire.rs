@@ -78,7 +78,7 @@ impl Header {
 #[derive(Debug, Clone, PartialEq)]
 pub struct OpMsg {
     pub flags: u32,
-    pub body: Document,
+    pub body: std::sync::Arc<Document>,
     pub sequences: Vec<(String, Vec<Document>)>,
 }
 
@@ -206,7 +206,7 @@ fn parse_msg(header: &Header, body: &[u8]) -> Result<OpMsg, WireError> {
     if bodies.len() != 1 {
         return Err(WireError::BodyCount(bodies.len()));
     }
-    Ok(OpMsg { flags, body: bodies.pop().unwrap(), sequences })
+    Ok(OpMsg { flags, body: bodies.pop().unwrap().into(), sequences })
 }
 
 fn header_bytes_of(h: &Header) -> [u8; header_bytes] {
@@ -312,7 +312,7 @@ mod tests {
         let msg = encode_msg(7, 3, &d);
         let (h, body) = split(&msg);
         assert_eq!((h.request_id, h.response_to, h.op_code, h.length), (7, 3, OP_MSG, msg.len()));
-        assert_eq!(parse(&h, body).unwrap(), Request::Msg(OpMsg { flags: 0, body: d, sequences: vec![] }));
+        assert_eq!(parse(&h, body).unwrap(), Request::Msg(OpMsg { flags: 0, body: d.into(), sequences: vec![] }));
     }
 
     fn msg_with(flags: u32, sections: &[u8], checksum: bool) -> Vec<u8> {
