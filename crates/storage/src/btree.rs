@@ -81,11 +81,6 @@ enum Found<'a> {
 /// noting them keeps neither in memory).
 pub type Written = Vec<(Weak<Child>, Weak<Node>)>;
 
-/// Index of the child of `node` whose range holds `key`.
-fn child_index(node: &Internal, key: &[u8]) -> usize {
-    node.keys.child_for(key)
-}
-
 impl Tree {
     pub fn new_empty(
         bf: Arc<BlockFile>,
@@ -238,7 +233,7 @@ impl Tree {
                     return Ok(node);
                 }
                 Body::Internal(int) => {
-                    let i = child_index(int, key);
+                    let i = int.keys.child_for(key);
                     match node {
                         // Internal nodes never leave their slots: borrow through them.
                         NodeRef::Borrowed(n) => {
@@ -417,7 +412,7 @@ impl Tree {
                 Ok(None)
             }
             Body::Internal(int) => {
-                let i = child_index(int, key);
+                let i = int.keys.child_for(key);
                 let child = self.child_mut(int, i)?;
                 if let Some((sep, right)) = self.put_rec(child, key, value)? {
                     int.bytes += internal_entry_cost(&sep);
@@ -450,7 +445,7 @@ impl Tree {
                 Ok(())
             }
             Body::Internal(int) => {
-                let i = child_index(int, key);
+                let i = int.keys.child_for(key);
                 let child = self.child_mut(int, i)?;
                 self.delete_rec(child, key)?;
                 self.rebalance(int, i)
@@ -588,7 +583,7 @@ impl Tree {
         done: &mut Evicted,
     ) -> Result<bool> {
         let Body::Internal(int) = &node.body else { return Ok(true) };
-        let start = if from_hand { child_index(int, hand) } else { 0 };
+        let start = if from_hand { int.keys.child_for(hand) } else { 0 };
         for i in start..int.children.len() {
             if done.bytes >= budget {
                 *hand = int.keys[i].to_vec();
@@ -709,7 +704,7 @@ impl Tree {
         let mut node: Arc<Node> = live.clone();
         for _ in 0..tree_depth_max {
             let Body::Internal(int) = &node.body else { return false };
-            let child = &int.children[child_index(int, key)];
+            let child = &int.children[int.keys.child_for(key)];
             if Arc::ptr_eq(child, slot) {
                 return true;
             }

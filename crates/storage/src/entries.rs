@@ -7,8 +7,8 @@
 //! holds it (`Arc::make_mut`).
 //! - [`Entries`] (a leaf's entries): chunks of at most `2 * LEAF_CHUNK`
 //!   items (`LEAF_CHUNK` when built from a page) that split beyond and go
-//!   when emptied (removals and leaf splits may leave short ones); inserts, the common change
-//!   to a leaf, shift items within one chunk. The head of each chunk's last
+//!   when emptied (removals and leaf splits may leave short ones); inserts,
+//!   the common change to a leaf, shift items within one chunk. The head of each chunk's last
 //!   key sits beside the chunk pointers, so a search picks its chunk
 //!   without leaving the leaf.
 //! - [`FixedChunks`] (an internal node's child slots): every chunk but the
@@ -255,7 +255,7 @@ impl Entries {
         right
     }
 
-    /// Append `other`'s items, sharing its chunks.
+    /// Append `other`'s entries, sharing its chunks.
     pub fn append_shared(&mut self, other: &Entries) {
         self.chunks.extend(other.chunks.iter().cloned());
         self.reindex();
@@ -288,7 +288,7 @@ fn chunk_for_insert(chunk: &mut Arc<Vec<Entry>>) -> &mut Vec<Entry> {
 impl std::ops::Index<usize> for Entries {
     type Output = Entry;
     fn index(&self, i: usize) -> &Entry {
-        self.get(i).unwrap_or_else(|| panic!("item {i} of {}", self.len()))
+        self.get(i).unwrap_or_else(|| panic!("entry {i} of {}", self.len()))
     }
 }
 

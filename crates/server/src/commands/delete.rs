@@ -21,7 +21,7 @@ use crate::session::{Retry, StmtLog};
 use std::sync::atomic::Ordering;
 
 pub fn delete(shared: &Ctx<'_>, call: &Call, msg: &OpMsg) -> CommandResult {
-    let cmd: &bson::Document = &msg.body;
+    let cmd = &*msg.body;
     let ns = namespace(cmd, "delete")?;
     let specs = statements(msg, "delete", "deletes")?;
     // The shape of every statement is checked before any runs, as

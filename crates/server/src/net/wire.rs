@@ -10,6 +10,7 @@
 
 use crate::limits::*;
 use bson::Document;
+use std::sync::Arc;
 
 pub const OP_REPLY: i32 = 1;
 pub const OP_QUERY: i32 = 2004;
@@ -78,7 +79,7 @@ impl Header {
 #[derive(Debug, Clone, PartialEq)]
 pub struct OpMsg {
     pub flags: u32,
-    pub body: std::sync::Arc<Document>,
+    pub body: Arc<Document>,
     pub sequences: Vec<(String, Vec<Document>)>,
 }
 
