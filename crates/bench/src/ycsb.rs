@@ -483,8 +483,10 @@ async fn bench_system<S: Store>(name: &str, store: Arc<S>, a: &YcsbArgs) -> Benc
                 .await?;
         let client_cpu = measure::cpu_seconds().unwrap_or(0.0) - client_before;
         let fsyncs = store.fsyncs().await?.saturating_sub(fsyncs_before);
+        let before_checkpoint = store.server_cpu_seconds();
         store.checkpoint().await?;
         let server_cpu = store.server_cpu_seconds() - server_before;
+        let checkpoint_cpu = server_cpu - (before_checkpoint - server_before);
         let (samples, io_after) = (sampler.await??, store.io().await?);
         lat.sort_unstable();
         rows.push(json!({
@@ -498,6 +500,8 @@ async fn bench_system<S: Store>(name: &str, store: Arc<S>, a: &YcsbArgs) -> Benc
             "p99_us": percentile(&lat, 0.99),
             "p999_us": percentile(&lat, 0.999),
             "server_cpu_us_per_op": server_cpu * 1e6 / ops.max(1) as f64,
+            // The part of it spent in the closing checkpoint.
+            "checkpoint_cpu_us_per_op": checkpoint_cpu * 1e6 / ops.max(1) as f64,
             "client_cpu_us_per_op": client_cpu * 1e6 / ops.max(1) as f64,
             "updates": updates,
             "fsyncs": fsyncs,
@@ -653,7 +657,7 @@ async fn run_async(a: YcsbArgs) -> BenchResult<()> {
         }
     }
     println!(
-        "{:<26} {:>8} {:>6} {:>12} {:>9} {:>9} {:>9} {:>10} {:>14} {:>14} {:>13}",
+        "{:<26} {:>8} {:>6} {:>12} {:>9} {:>9} {:>9} {:>10} {:>14} {:>12} {:>14} {:>13}",
         "system",
         "workload",
         "tasks",
@@ -663,12 +667,13 @@ async fn run_async(a: YcsbArgs) -> BenchResult<()> {
         "p99.9 us",
         "load s",
         "server cpu us",
+        "(checkpoint)",
         "client cpu us",
         "updates/fsync"
     );
     for r in &rows {
         println!(
-            "{:<26} {:>8} {:>6} {:>12.0} {:>9} {:>9} {:>9} {:>10.1} {:>14.1} {:>14.1} {:>13}",
+            "{:<26} {:>8} {:>6} {:>12.0} {:>9} {:>9} {:>9} {:>10.1} {:>14.1} {:>12.1} {:>14.1} {:>13}",
             r["system"].as_str().unwrap_or(""),
             r["workload"].as_str().unwrap_or(""),
             r["threads"].as_u64().unwrap_or(0),
@@ -678,6 +683,7 @@ async fn run_async(a: YcsbArgs) -> BenchResult<()> {
             r["p999_us"].as_u64().unwrap_or(0),
             r["load_seconds"].as_f64().unwrap_or(0.0),
             r["server_cpu_us_per_op"].as_f64().unwrap_or(0.0),
+            r["checkpoint_cpu_us_per_op"].as_f64().unwrap_or(0.0),
             r["client_cpu_us_per_op"].as_f64().unwrap_or(0.0),
             r["updates_per_fsync"].as_f64().map_or("-".to_string(), |u| format!("{u:.2}"))
         );
