@@ -142,6 +142,7 @@ def test_block_compressor_and_bytes_written_by_file_kind(datadir):
             plain = c.admin.command("serverStatus")["arbordb"]
             assert c.db.command("collStats", "c")["arbordb"] == {"blockCompressor": "none"}
             assert plain["leaf_block_bytes_written"] >= plain["leaf_image_bytes"] > 2000 * 900
+            assert plain["directIO"] is False
     finally:
         stop(proc)
     port, proc = serve(datadir, "zstd", "--block-compressor", "zstd", "--punch-every-blocks", "0")
@@ -185,5 +186,29 @@ def test_block_compressor_and_bytes_written_by_file_kind(datadir):
             assert c.db.command("collStats", "c")["arbordb"] == {"blockCompressor": "zstd"}
             assert c.db.command("collStats", "d")["arbordb"] == {"blockCompressor": "snappy"}
             assert c.db.c.count_documents({"s": "abc" * 300}) == 2000
+    finally:
+        stop(proc)
+
+
+def test_direct_io_reads_evicted_pages_back_after_a_restart(datadir):
+    """--direct-io: data files bypass the page cache; with a cache of 4 MiB
+    (the data is about 7 MB) documents read back after a restart come from
+    the device."""
+    docs = [{"_id": i, "k": i % 97, "s": f"{i:08d}" * 100} for i in range(8000)]
+    port, proc = serve(datadir, "direct", "--direct-io", "--cache-mib", "4")
+    try:
+        with pymongo.MongoClient(f"mongodb://127.0.0.1:{port}") as c:
+            c.db.c.create_index("k")
+            c.db.c.insert_many(docs)
+            assert c.admin.command("serverStatus")["arbordb"]["directIO"] is True
+    finally:
+        stop(proc)
+    port, proc = serve(datadir, "direct", "--direct-io", "--cache-mib", "4")
+    try:
+        with pymongo.MongoClient(f"mongodb://127.0.0.1:{port}") as c:
+            assert list(c.db.c.find().sort("_id", 1)) == docs
+            assert [d["_id"] for d in c.db.c.find({"k": 5}).sort("_id", 1)] == list(range(5, 8000, 97))
+            status = c.admin.command("serverStatus")["arbordb"]
+            assert status["directIO"] is True and status["leaf_pages_read"] > 100, status
     finally:
         stop(proc)

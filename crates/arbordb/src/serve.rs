@@ -37,10 +37,15 @@ pub struct ServeArgs {
     /// time checkpoints have freed this many; 0: never [default: 20000].
     #[arg(long)]
     punch_every_blocks: Option<u64>,
+    /// Read and write data files with direct I/O (O_DIRECT), bypassing the
+    /// operating system's page cache: the server's cache is then the only
+    /// one (for benchmarks that measure its misses) [default: off].
+    #[arg(long)]
+    direct_io: bool,
     /// A YAML file in mongod.conf's shape: net.port, net.bindIp,
     /// storage.dbPath, systemLog.path (with destination: file), and ours,
-    /// storage.arbordb.cacheSizeMiB, .journalSync, .blockCompressor and
-    /// .punchEveryBlocks.
+    /// storage.arbordb.cacheSizeMiB, .journalSync, .blockCompressor,
+    /// .punchEveryBlocks and .directIO.
     /// Flags given on the command line win.
     #[arg(long, short = 'f')]
     config: Option<PathBuf>,
@@ -76,6 +81,7 @@ struct FileOptions {
     journal_sync: Option<SyncMode>,
     block_compressor: Option<Compressor>,
     punch_every_blocks: Option<u64>,
+    direct_io: Option<bool>,
 }
 
 /// Parse a mongod.conf-shaped YAML text; unknown options are errors, as
@@ -128,6 +134,7 @@ fn parse_config(text: &str) -> Result<FileOptions, String> {
                 o.block_compressor = Some(text()?.parse().map_err(|e: String| bad(&e))?)
             }
             "storage.arbordb.punchEveryBlocks" => o.punch_every_blocks = Some(text()?.parse().map_err(|e| bad(&e))?),
+            "storage.arbordb.directIO" => o.direct_io = Some(text()?.parse().map_err(|e| bad(&e))?),
             "systemLog.path" => o.logpath = Some(PathBuf::from(text()?)),
             "systemLog.destination" => log_to_file = Some(text()? == "file"),
             other => return Err(format!("config file: Unrecognized option: {other}")),
@@ -160,6 +167,7 @@ pub fn run(a: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
     if let Some(n) = a.punch_every_blocks.or(file.punch_every_blocks) {
         config.punch_every_blocks = n;
     }
+    config.direct_io = a.direct_io || file.direct_io.unwrap_or(false);
     let test_commands = test_commands(&a.set_parameter)?;
     let engine = Engine::open(&dbpath, config)?;
     let mut parsed = server::parsed_options(&bind_ip, port, &dbpath);
@@ -222,7 +230,7 @@ mod tests {
     fn a_mongod_conf_shaped_file_parses() {
         let o = parse_config(
             "net:\n  port: 28017\n  bindIp: 127.0.0.1,::1\nstorage:\n  dbPath: /tmp/x\n  arbordb:\n    \
-             cacheSizeMiB: 64\n    journalSync: off\n    blockCompressor: zstd\n    punchEveryBlocks: 0\nsystemLog:\n  destination: file\n  path: /tmp/x.log\n",
+             cacheSizeMiB: 64\n    journalSync: off\n    blockCompressor: zstd\n    punchEveryBlocks: 0\n    directIO: true\nsystemLog:\n  destination: file\n  path: /tmp/x.log\n",
         )
         .unwrap();
         assert_eq!(o.port, Some(28017));
@@ -230,6 +238,7 @@ mod tests {
         assert_eq!(o.dbpath, Some(PathBuf::from("/tmp/x")));
         assert_eq!((o.cache_mib, o.journal_sync), (Some(64), Some(SyncMode::Off)));
         assert_eq!((o.block_compressor, o.punch_every_blocks), (Some(Compressor::Zstd), Some(0)));
+        assert_eq!(o.direct_io, Some(true));
         assert_eq!(o.logpath, Some(PathBuf::from("/tmp/x.log")));
     }
 

@@ -24,6 +24,7 @@ impl ArborEngine {
             sync_mode: SyncMode::Fsync,
             checkpoint_interval: opts.arbordb_checkpoint_interval,
             cache_size_bytes: opts.cache_bytes.unwrap_or(Config::default().cache_size_bytes),
+            direct_io: opts.arbordb_direct_io,
             ..Config::default()
         };
         let engine = Engine::open(dir, config)?;

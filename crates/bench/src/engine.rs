@@ -56,6 +56,8 @@ pub struct OpenOptions {
     pub lmdb_map_size_bytes: usize,
     /// How ArborDB stores its leaf pages.
     pub arbordb_compressor: storage::Compressor,
+    /// ArborDB reads and writes its data files by direct I/O.
+    pub arbordb_direct_io: bool,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -165,6 +167,10 @@ pub struct EngineBenchArgs {
     /// How ArborDB stores its leaf pages (its default: snappy).
     #[arg(long, default_value = "snappy")]
     pub(crate) arbordb_compressor: storage::Compressor,
+    /// ArborDB reads and writes its data files by direct I/O (O_DIRECT), so
+    /// a miss in its cache reads the device, not the OS page cache.
+    #[arg(long)]
+    pub(crate) arbordb_direct_io: bool,
     /// Seed of every random choice (key order, values).
     #[arg(long, default_value_t = 1)]
     pub(crate) seed: u64,
@@ -211,6 +217,7 @@ pub fn run(mut args: EngineBenchArgs) -> BenchResult<()> {
         lmdb_map_size_bytes: 8 << 30,
         cache_bytes: args.cache_mib.map(|m| m << 20),
         arbordb_compressor: args.arbordb_compressor,
+        arbordb_direct_io: args.arbordb_direct_io,
     };
     let parent = args.dir.clone().unwrap_or_else(std::env::temp_dir);
     std::fs::create_dir_all(&parent)?;

@@ -209,6 +209,8 @@ pub fn document(
             "durability_detail": durability_detail,
             "arbordb_checkpoint_interval_secs": opts.arbordb_checkpoint_interval.map(|d| d.as_secs()),
             "cache_bytes_arbordb_and_redb": opts.cache_bytes,
+            "arbordb_compressor": opts.arbordb_compressor.name(),
+            "arbordb_direct_io": opts.arbordb_direct_io,
             "notes": [
                 "Write phases do min(num, num_sync * batch) puts; keys_in_db is what the fill wrote.",
                 "fillseq runs on a fresh database; fillrandom on a second fresh one, followed by overwrite and the read phases on that database.",

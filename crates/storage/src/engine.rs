@@ -30,7 +30,7 @@ use crate::journal::{self, Journal, SyncMode};
 use crate::limits::*;
 use crate::stats::{bump, Counters, Stats, TableIoStats};
 use crate::txn::{self, CommitRequest, KeyVersions, RootSet, TxnManager};
-use crate::vfs::{OsVfs, Vfs};
+use crate::vfs::{DirectVfs, OsVfs, Vfs};
 use bytes::Bytes;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -83,6 +83,10 @@ pub struct Config {
     /// [`Engine::default_table_config`] (the server's collections and
     /// indexes); tables keep the one they were created with.
     pub table_compressor: Compressor,
+    /// Read and write data files with direct I/O (`O_DIRECT`), bypassing
+    /// the operating system's page cache ([`crate::DirectVfs`]). For
+    /// [`Engine::open`]; `open_with_vfs` uses the file system it is given.
+    pub direct_io: bool,
 }
 
 impl Default for Config {
@@ -96,6 +100,7 @@ impl Default for Config {
             cache_pinned_max_percent: cache_pinned_default_percent,
             punch_every_blocks: punch_every_default_blocks,
             table_compressor: Compressor::default(),
+            direct_io: false,
         }
     }
 }
@@ -522,7 +527,11 @@ fn meta_geometry() -> TreeGeometry {
 impl Engine {
     /// Open (or create) the data directory `dir` on the real file system.
     pub fn open(dir: impl AsRef<Path>, config: Config) -> Result<Engine> {
-        Engine::open_with_vfs(Arc::new(OsVfs), dir.as_ref(), config)
+        let vfs: Arc<dyn Vfs> = match config.direct_io {
+            true => Arc::new(DirectVfs),
+            false => Arc::new(OsVfs),
+        };
+        Engine::open_with_vfs(vfs, dir.as_ref(), config)
     }
 
     /// Open through a given file system (tests use failing or crashing ones).
@@ -657,7 +666,7 @@ impl Engine {
     }
 
     fn open_block_file(vfs: &dyn Vfs, path: &Path, policy: AllocPolicy, extents: BlockAddr) -> Result<BlockFile> {
-        let file = vfs.open(path, false)?;
+        let file = vfs.open_data(path, false)?;
         let alloc = match crate::block::read_block_at(&*file, extents)? {
             (crate::block::BlockKind::ExtentList, payload) => ExtentList::decode(&payload)
                 .ok_or_else(|| StorageError::corruption(path, extents.offset, "malformed extent list"))?,
@@ -684,7 +693,7 @@ impl Engine {
                 "journal files exist but the root file is missing",
             ));
         }
-        let bf = Arc::new(BlockFile::create(vfs.open(&dir.join(METADATA_FILE), true)?, AllocPolicy::BestFit)?);
+        let bf = Arc::new(BlockFile::create(vfs.open_data(&dir.join(METADATA_FILE), true)?, AllocPolicy::BestFit)?);
         let tree = Tree::new_empty(bf.clone(), meta_geometry(), Arc::new(Counters::default()), CacheMeter::unbounded());
         let root = tree.write_dirty(&tree.snapshot())?;
         let extents = bf.write_extent_list()?;
@@ -748,7 +757,8 @@ impl Engine {
 
     fn new_table(env: &TableEnv, engine_id: u64, id: u32, name: &str, config: TableConfig) -> Result<Table> {
         let TableEnv { vfs, dir, counters, meter } = *env;
-        let bf = Arc::new(BlockFile::create(vfs.open(&dir.join(table_file_name(id)), true)?, config.alloc_policy)?);
+        let bf =
+            Arc::new(BlockFile::create(vfs.open_data(&dir.join(table_file_name(id)), true)?, config.alloc_policy)?);
         Ok(Table(Arc::new(TableState {
             engine_id,
             id,
@@ -1336,6 +1346,11 @@ impl Engine {
 
     /// Counters, plus the cache gauges of this moment (clean and dirty
     /// bytes come from a walk over the pages in memory).
+    /// Whether data files are read and written by direct I/O.
+    pub fn direct_io(&self) -> bool {
+        self.inner.config.direct_io
+    }
+
     pub fn stats(&self) -> Stats {
         let c = &self.inner.counters;
         let m = &self.inner.meter;

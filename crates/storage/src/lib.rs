@@ -33,4 +33,4 @@ pub use journal::SyncMode;
 pub use reader::{Read, ReadCursor, Reader};
 pub use stats::{Stats, TableIoStats};
 pub use txn::{Isolation, Txn, TxnCursor, TxnOptions};
-pub use vfs::{OsVfs, Vfs, VfsFile};
+pub use vfs::{DirectVfs, OsVfs, Vfs, VfsFile};

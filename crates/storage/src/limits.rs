@@ -4,6 +4,9 @@
 
 /// Allocation unit of every data file: block offsets and sizes are multiples of it.
 pub const block_alloc_unit_bytes: u64 = 4096;
+/// Alignment of memory, offsets and lengths in direct I/O (`O_DIRECT`):
+/// the largest logical block size of the devices we run on.
+pub const direct_io_align_bytes: usize = 4096;
 /// Size of the header at the start of every block.
 pub const block_header_bytes: usize = 16;
 /// Largest block the block manager will read or write (an overflow value of
@@ -74,6 +77,7 @@ pub const ssi_cleanup_every: u64 = 32;
 pub const key_versions_gc_min: usize = 4096;
 
 const _: () = assert!(block_header_bytes as u64 <= block_alloc_unit_bytes);
+const _: () = assert!(block_alloc_unit_bytes.is_multiple_of(direct_io_align_bytes as u64));
 const _: () = assert!((value_size_max_bytes as u64) < block_size_max_bytes);
 const _: () = assert!(key_size_max_bytes < page_max_bytes as usize);
 const _: () = assert!(internal_page_default_bytes >= page_min_bytes);

@@ -133,8 +133,14 @@ fn run(ops: Vec<Op>) {
 
 /// Run `ops` on a table of the given geometry and leaf storage.
 fn run_in(ops: Vec<Op>, table: TableConfig) {
+    run_with(ops, table, config())
+}
+
+/// Run `ops` on a table of the given geometry, the engine opened with
+/// `config` every time.
+fn run_with(ops: Vec<Op>, table: TableConfig, config: Config) {
     let dir = tempfile::tempdir().unwrap();
-    let mut engine = Engine::open(dir.path(), config()).unwrap();
+    let mut engine = Engine::open(dir.path(), config.clone()).unwrap();
     let mut t = engine.create_table("t", table).unwrap();
     let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
     for op in ops {
@@ -181,7 +187,7 @@ fn run_in(ops: Vec<Op>, table: TableConfig) {
             }
             Op::Reopen => {
                 engine.close().unwrap();
-                engine = Engine::open(dir.path(), config()).unwrap();
+                engine = Engine::open(dir.path(), config.clone()).unwrap();
                 t = engine.table("t").unwrap();
             }
         }
@@ -192,7 +198,7 @@ fn run_in(ops: Vec<Op>, table: TableConfig) {
     drop(t);
     drop(engine);
     // Without close: recovery replays the journal.
-    let engine = Engine::open(dir.path(), config()).unwrap();
+    let engine = Engine::open(dir.path(), config).unwrap();
     let t = engine.table("t").unwrap();
     check_scan(&engine, &t, &model, b"", b"\xff", false);
     engine.close().unwrap();
@@ -222,6 +228,13 @@ proptest! {
     #[test]
     fn engine_matches_btreemap_wide_internal(ops in prop::collection::vec(op_strategy(2000), 1..600)) {
         run_in(ops, wide_internal_pages());
+    }
+
+    /// The same with data files read and written by direct I/O (leaves
+    /// stored by zstd).
+    #[test]
+    fn engine_matches_btreemap_direct_io(ops in prop::collection::vec(op_strategy(400), 1..400)) {
+        run_with(ops, small_pages_stored(Compressor::Zstd), Config { direct_io: true, ..config() });
     }
 }
 

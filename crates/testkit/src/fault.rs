@@ -151,6 +151,10 @@ impl Vfs for FaultVfs {
         self.shared.tick("open", path)?;
         Ok(Arc::new(FaultFile { inner: self.inner.open(path, create)?, shared: self.shared.clone() }))
     }
+    fn open_data(&self, path: &Path, create: bool) -> Result<Arc<dyn VfsFile>> {
+        self.shared.tick("open", path)?;
+        Ok(Arc::new(FaultFile { inner: self.inner.open_data(path, create)?, shared: self.shared.clone() }))
+    }
     fn exists(&self, path: &Path) -> bool {
         self.inner.exists(path)
     }

@@ -39,6 +39,8 @@ fn config_with(sync_mode: SyncMode) -> Config {
         // Punch often, so crashes land around punched blocks.
         punch_every_blocks: 4,
         table_compressor: storage::Compressor::default(),
+        // The images come from an in-memory file system.
+        direct_io: false,
     }
 }
 

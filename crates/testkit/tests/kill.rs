@@ -3,7 +3,8 @@
 //! data directory must verify, and reopening must show every acknowledged
 //! batch, nothing half-applied, and nothing but a prefix of the workload.
 //!
-//! `ARBORDB_CRASH_CYCLES` sets the number of cycles (default 100).
+//! `ARBORDB_CRASH_CYCLES` sets the number of cycles (default 100; the
+//! direct I/O run takes a quarter of them).
 
 use rand::{Rng, SeedableRng};
 use std::process::Command;
@@ -12,11 +13,26 @@ use storage::{Config, Engine, OsVfs};
 use testkit::crash;
 use testkit::workload::{self, Model};
 
+fn cycles() -> usize {
+    std::env::var("ARBORDB_CRASH_CYCLES").ok().and_then(|v| v.parse().ok()).unwrap_or(100)
+}
+
 #[test]
 fn kill_9_loses_no_acknowledged_commit() {
-    let cycles: usize = std::env::var("ARBORDB_CRASH_CYCLES").ok().and_then(|v| v.parse().ok()).unwrap_or(100);
+    kill_loop(cycles(), false);
+}
+
+/// The same with the writer's data files read and written by direct I/O.
+#[test]
+fn kill_9_with_direct_io_loses_no_acknowledged_commit() {
+    kill_loop(cycles().div_ceil(4), true);
+}
+
+fn kill_loop(cycles: usize, direct_io: bool) {
     let seed: u64 = std::env::var("ARBORDB_CRASH_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(rand::random);
-    eprintln!("kill -9 test: {cycles} cycles, seed {seed} (ARBORDB_CRASH_SEED={seed} replays the kill timings)");
+    eprintln!(
+        "kill -9 test (direct I/O: {direct_io}): {cycles} cycles, seed {seed} (ARBORDB_CRASH_SEED={seed} replays the kill timings)"
+    );
     let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
     let dir = tempfile::tempdir().unwrap();
     let mut model = Model::new();
@@ -25,6 +41,9 @@ fn kill_9_loses_no_acknowledged_commit() {
     for cycle in 0..cycles {
         let mut child = Command::new(env!("CARGO_BIN_EXE_crash_writer"));
         child.arg(dir.path()).arg(seed.to_string());
+        if direct_io {
+            child.arg("direct-io");
+        }
         let run = Duration::from_millis(rng.gen_range(5..120));
         let acks = crash::run_then_kill(child, run, &format!("cycle {cycle} (seed {seed})"));
         if let Some(a) = acks.iter().map(|n| n.parse::<u64>().unwrap()).max() {
@@ -38,7 +57,7 @@ fn kill_9_loses_no_acknowledged_commit() {
         let report = storage::verify::verify_dir(&OsVfs, dir.path(), &mut |_| {}).unwrap();
         assert!(report.problems.is_empty(), "cycle {cycle} (seed {seed}): verify after kill: {:?}", report.problems);
 
-        let engine = Engine::open(dir.path(), Config::default()).unwrap();
+        let engine = Engine::open(dir.path(), Config { direct_io, ..Config::default() }).unwrap();
         let Ok(table) = engine.table("crash") else {
             assert!(max_acked.is_none(), "cycle {cycle}: table lost after acknowledged commits");
             engine.close().unwrap();

@@ -266,6 +266,7 @@ pub(crate) fn server_status(shared: &Ctx<'_>) -> Document {
     let mut ours = stats_document(&s);
     ours.insert("pointReadsFastPath", load(&c.point_reads));
     ours.insert("io", io_document(shared.catalog.engine(), &s));
+    ours.insert("directIO", shared.catalog.engine().direct_io());
     doc! {
         "host": hostname(),
         "version": VERSION,

@@ -1,7 +1,8 @@
 //! Child process of the kill -9 test: opens the data directory, continues
 //! the deterministic workload from where the table stands, and prints
 //! `ack N` after batch N's commit returned (fsync on commit). The parent
-//! kills it at a random moment.
+//! kills it at a random moment. A third argument `direct-io` opens the
+//! engine with direct I/O.
 
 use std::io::Write;
 use storage::{Engine, TableConfig};
@@ -12,7 +13,8 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let dir = &args[1];
     let seed: u64 = args[2].parse().unwrap();
-    let config = testkit::crash::writer_config();
+    let direct_io = args.get(3).is_some_and(|a| a == "direct-io");
+    let config = storage::Config { direct_io, ..testkit::crash::writer_config() };
     let engine = Engine::open(dir, config).expect("open");
     let table = match engine.table("crash") {
         Ok(t) => t,
