@@ -72,7 +72,7 @@ cargo run --release --quiet -p arbordb-bench -- ycsb --records 2000 --seconds 1 
 python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['results']; assert len(r) == 4 and all(x['ops'] > 0 for x in r); assert all(x['written']['file.journal_bytes_per_op'] > 1000 for x in r if x['workload'] == 'u'), r; print('ycsb smoke:', [(x['system'], x['workload'], round(x['ops_per_sec'])) for x in r])" "$out/ycsb.json"
 rm -rf "$out"
 
-echo "== index and W3 benchmark smoke runs (ArborDB only; the full runs with PostgreSQL are in README)"
+echo "== index, W3 and W1 benchmark smoke runs (ArborDB only; the full runs with PostgreSQL are in README)"
 out=$(mktemp -d)
 cargo run --release --quiet -p arbordb-bench -- index --docs 2000 --seconds 1 --threads 2 --skip-peer \
   --out "$out/index.json" >/dev/null
@@ -80,6 +80,9 @@ python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert len(r['resul
 cargo run --release --quiet -p arbordb-bench -- w3 --docs 1000 --collections 2 --threads 2 --seconds 1 \
   --arbordb-cache-mib 8 --skip-peer --out "$out/w3.json" >/dev/null
 python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert r['results'][0]['docs_updated'] > 0; print('w3 smoke:', round(r['results'][0]['docs_updated_per_sec']), 'documents updated/s')" "$out/w3.json"
+cargo run --release --quiet -p arbordb-bench -- w1 --docs 500 --seconds 20 --variants btree --arbordb-cache-mib 64 \
+  --out "$out/w1.json" >/dev/null
+python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['results'][0]; assert r['docs'] == 500 and r['direct_io'] and r['timeline'] and r['uri_index_bytes'] > 500 * 100 * 59, r; print('w1 smoke:', round(r['docs_per_sec']), 'documents/s')" "$out/w1.json"
 rm -rf "$out"
 
 echo "== all tests passed"

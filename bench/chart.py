@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Draw a grouped bar chart of ops/s from the JSON written by
-`arbordb-bench engine`, `arbordb-bench ycsb` or `arbordb-bench tpcb`.
+`arbordb-bench engine`, `arbordb-bench ycsb` or `arbordb-bench tpcb`, or
+for `arbordb-bench w1` a line chart of documents inserted per second
+against documents inserted, one line per variant (log-scale y axis).
 
 Engine bench: one group of bars per (workload, threads, batch) row, one bar
 per engine, log-scale y axis (batch-1 writes and batched writes differ by
@@ -64,6 +66,8 @@ def main():
         return 0
 
     doc = json.loads(src.read_text())
+    if doc.get("benchmark", "").startswith("w1"):
+        return w1_chart(plt, doc, out)
     order, engines, ops = groups_of(doc["results"])
     width = 0.8 / max(len(engines), 1)
     fig, ax = plt.subplots(figsize=(max(8, 1.1 * len(order)), 5.5))
@@ -105,6 +109,31 @@ def main():
             fontsize=9)
     ax.legend()
     ax.grid(axis="y", which="both", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out, dpi=130)
+    print(f"chart written to {out}")
+    return 0
+
+
+def w1_chart(plt, doc, out):
+    """Inserts per second over the run, one line per variant."""
+    fig, ax = plt.subplots(figsize=(9, 5.5))
+    for r in doc["results"]:
+        points = [(p["docs"], p["docs_per_sec"]) for p in r["timeline"]]
+        if points:
+            xs, ys = zip(*points)
+            ax.plot(xs, ys, marker=".", label=f"{r['system']} {r['variant']} "
+                    f"(exit {r['exit_velocity_docs_per_sec']:,.1f} docs/s)")
+    ax.set_yscale("log")
+    ax.set_xlabel("documents inserted")
+    ax.set_ylabel("documents/s (log scale)")
+    ax.set_title(
+        f"W1 multikey insert: {doc.get('uris_per_doc', '?')} array elements per document, batches of "
+        f"{doc.get('batch', '?')}, ArborDB cache {doc.get('arbordb_cache_mib', '?')} MiB "
+        f"(direct I/O: {doc.get('arbordb_direct_io')}), {doc.get('time', '')}",
+        fontsize=8)
+    ax.legend()
+    ax.grid(which="both", alpha=0.3)
     fig.tight_layout()
     fig.savefig(out, dpi=130)
     print(f"chart written to {out}")

@@ -190,6 +190,25 @@ def test_block_compressor_and_bytes_written_by_file_kind(datadir):
         stop(proc)
 
 
+O_DIRECT = 0o40000  # Linux x86-64
+
+
+def open_flags(pid):
+    """The open(2) flags of each file process `pid` holds open, by path."""
+    import os
+
+    out = {}
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            path = os.readlink(f"/proc/{pid}/fd/{fd}")
+            with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                line = next(l for l in f if l.startswith("flags:"))
+        except (OSError, StopIteration):
+            continue
+        out[path] = int(line.split()[1], 8)
+    return out
+
+
 def test_direct_io_reads_evicted_pages_back_after_a_restart(datadir):
     """--direct-io: data files bypass the page cache; with a cache of 4 MiB
     (the data is about 7 MB) documents read back after a restart come from
@@ -201,6 +220,13 @@ def test_direct_io_reads_evicted_pages_back_after_a_restart(datadir):
             c.db.c.create_index("k")
             c.db.c.insert_many(docs)
             assert c.admin.command("serverStatus")["arbordb"]["directIO"] is True
+        # Every data file the server holds open is opened with O_DIRECT,
+        # the journal without.
+        flags = open_flags(proc.pid)
+        data = [f for path, f in flags.items() if path.endswith(".adb")]
+        journal = [f for path, f in flags.items() if path.endswith(".jnl")]
+        assert len(data) >= 3 and journal, flags
+        assert all(f & O_DIRECT for f in data) and not any(f & O_DIRECT for f in journal), flags
     finally:
         stop(proc)
     port, proc = serve(datadir, "direct", "--direct-io", "--cache-mib", "4")

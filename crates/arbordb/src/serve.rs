@@ -39,9 +39,10 @@ pub struct ServeArgs {
     punch_every_blocks: Option<u64>,
     /// Read and write data files with direct I/O (O_DIRECT), bypassing the
     /// operating system's page cache: the server's cache is then the only
-    /// one (for benchmarks that measure its misses) [default: off].
-    #[arg(long)]
-    direct_io: bool,
+    /// one (for benchmarks that measure its misses). `--direct-io=false`
+    /// overrides a config file [default: false].
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    direct_io: Option<bool>,
     /// A YAML file in mongod.conf's shape: net.port, net.bindIp,
     /// storage.dbPath, systemLog.path (with destination: file), and ours,
     /// storage.arbordb.cacheSizeMiB, .journalSync, .blockCompressor,
@@ -167,7 +168,7 @@ pub fn run(a: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
     if let Some(n) = a.punch_every_blocks.or(file.punch_every_blocks) {
         config.punch_every_blocks = n;
     }
-    config.direct_io = a.direct_io || file.direct_io.unwrap_or(false);
+    config.direct_io = a.direct_io.or(file.direct_io).unwrap_or(false);
     let test_commands = test_commands(&a.set_parameter)?;
     let engine = Engine::open(&dbpath, config)?;
     let mut parsed = server::parsed_options(&bind_ip, port, &dbpath);

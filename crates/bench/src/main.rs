@@ -16,6 +16,7 @@ mod indexed;
 mod lmdb_peer;
 mod many_index;
 mod measure;
+mod multikey;
 mod procs;
 mod redb_peer;
 mod report;
@@ -61,6 +62,9 @@ enum Target {
     Index(indexed::IndexArgs),
     /// Many-index updates under a small cache (W3): ArborDB vs PostgreSQL.
     W3(many_index::W3Args),
+    /// Multikey inserts into a huge array index (W1): ArborDB's B+tree
+    /// index under a small cache against PostgreSQL's GIN.
+    W1(multikey::W1Args),
     /// SmallBank (W5) over the wire: snapshot vs serializable transactions.
     SmallbankWire(smallbank_wire::SmallBankWireArgs),
     /// pgbench's TPC-B-like transaction (W4), multi-document and
@@ -81,6 +85,7 @@ fn main() -> ExitCode {
         Target::Ycsb(a) => ycsb::run(a),
         Target::Index(a) => indexed::run(a),
         Target::W3(a) => many_index::run(a),
+        Target::W1(a) => multikey::run(a),
         Target::TxnCheck(a) => txn_check::run(a),
         Target::SmallbankWire(a) => smallbank_wire::run(a),
         Target::Tpcb(a) => tpcb::run(a),

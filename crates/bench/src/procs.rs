@@ -6,7 +6,7 @@
 use crate::BenchResult;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::Duration;
 
 pub(crate) fn percentile(sorted: &[u32], p: f64) -> u32 {
@@ -67,12 +67,30 @@ pub(crate) async fn wait_listening(port: u16) -> BenchResult<()> {
 pub(crate) struct Arbordb {
     pub server: ServerProcess,
     pub port: u16,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
+}
+
+impl Arbordb {
+    /// The server's `--dbpath`.
+    pub fn dbpath(&self) -> PathBuf {
+        self.dir.path().join("db")
+    }
 }
 
 /// Start `arbordb serve` (`bin`, or the `arbordb` beside this binary) on
 /// a free port with a cache of `cache_mib` (0: the server's default).
 pub(crate) async fn start_arbordb(bin: Option<&Path>, cache_mib: u64, name: &str) -> BenchResult<Arbordb> {
+    let cache = cache_mib.to_string();
+    let flags: &[&str] = match cache_mib {
+        0 => &[],
+        _ => &["--cache-mib", &cache],
+    };
+    start_arbordb_with(bin, name, flags).await
+}
+
+/// Start `arbordb serve` on a free port with `flags` besides its port and
+/// data directory.
+pub(crate) async fn start_arbordb_with(bin: Option<&Path>, name: &str, flags: &[&str]) -> BenchResult<Arbordb> {
     let bin = match bin {
         Some(p) => p.to_path_buf(),
         None => std::env::current_exe()?.with_file_name("arbordb"),
@@ -80,13 +98,25 @@ pub(crate) async fn start_arbordb(bin: Option<&Path>, cache_mib: u64, name: &str
     let dir = tempfile::Builder::new().prefix(&format!("arbordb-{name}-")).tempdir()?;
     let port = free_port()?;
     let mut cmd = Command::new(bin);
-    cmd.args(["serve", "--dbpath"]).arg(dir.path().join("db")).args(["--port", &port.to_string()]);
-    if cache_mib > 0 {
-        cmd.args(["--cache-mib", &cache_mib.to_string()]);
+    cmd.args(["serve", "--dbpath"]).arg(dir.path().join("db")).args(["--port", &port.to_string()]).args(flags);
+    let log = dir.path().join("server.log");
+    let server = ServerProcess(cmd.stderr(std::fs::File::create(&log)?).spawn()?);
+    if let Err(e) = wait_listening(port).await {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let tail: Vec<&str> = text.lines().rev().take(5).collect();
+        return Err(
+            format!("{e}; the server's log ends: {}", tail.into_iter().rev().collect::<Vec<_>>().join(" | ")).into()
+        );
     }
-    let server = ServerProcess(cmd.stderr(Stdio::null()).spawn()?);
-    wait_listening(port).await?;
-    Ok(Arbordb { server, port, _dir: dir })
+    Ok(Arbordb { server, port, dir })
+}
+
+/// The peer's postmaster, from `postmaster.pid` in its data directory
+/// (`PGDATA` as `postgres-local` reads it).
+pub(crate) fn postmaster_pid() -> BenchResult<String> {
+    let dir = std::env::var("PGDATA").unwrap_or_else(|_| "/tmp/arbordb-peer-pg".to_string());
+    let text = std::fs::read_to_string(Path::new(&dir).join("postmaster.pid"))?;
+    Ok(text.lines().next().ok_or("an empty postmaster.pid")?.trim().to_string())
 }
 
 /// Start the PostgreSQL peer: its guard and connection URL.

@@ -595,7 +595,7 @@ fn run_pgbench(a: &TpcbArgs) -> BenchResult<Vec<serde_json::Value>> {
     if !init.status.success() {
         return Err(format!("pgbench -i failed: {}", String::from_utf8_lossy(&init.stderr)).into());
     }
-    let postmaster = postmaster_pid()?;
+    let postmaster = crate::procs::postmaster_pid()?;
     let logs = tempfile::Builder::new().prefix("arbordb-pgbench-").tempdir()?;
     let mut rows = Vec::new();
     for &n in &a.clients {
@@ -667,14 +667,6 @@ fn pgbench_latencies(dir: &Path, prefix: &str) -> BenchResult<Vec<u32>> {
         }
     }
     Ok(out)
-}
-
-/// The peer's postmaster, from `postmaster.pid` in its data directory
-/// (`PGDATA` as `postgres-local` reads it).
-fn postmaster_pid() -> BenchResult<String> {
-    let dir = std::env::var("PGDATA").unwrap_or_else(|_| "/tmp/arbordb-peer-pg".to_string());
-    let text = std::fs::read_to_string(Path::new(&dir).join("postmaster.pid"))?;
-    Ok(text.lines().next().ok_or("an empty postmaster.pid")?.trim().to_string())
 }
 
 /// PostgreSQL's server CPU so far (the postmaster's process tree), read

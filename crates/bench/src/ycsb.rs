@@ -344,7 +344,7 @@ impl Store for Postgres {
     }
 
     async fn io(&self) -> BenchResult<IoReading> {
-        ycsb_io::postgres(&self.conns[0].0).await
+        ycsb_io::postgres(&self.conns[0].0, "usertable").await
     }
 
     async fn checkpoint(&self) -> BenchResult<()> {

@@ -76,7 +76,8 @@ impl IoReading {
     }
 }
 
-fn as_u64(v: &mongodb::bson::Bson) -> u64 {
+/// A BSON number as a `u64` (0 for anything else).
+pub(crate) fn as_u64(v: &mongodb::bson::Bson) -> u64 {
     match v {
         mongodb::bson::Bson::Int64(n) => *n as u64,
         mongodb::bson::Bson::Int32(n) => *n as u64,
@@ -88,9 +89,9 @@ fn as_u64(v: &mongodb::bson::Bson) -> u64 {
 /// PostgreSQL's reading: WAL bytes (its insert position), bytes its
 /// backends, checkpointer and background writer wrote to relations
 /// (`pg_stat_io` from PostgreSQL 16, `pg_stat_bgwriter`'s buffer counts
-/// before), and the sizes of the table, its index and the WAL directory
+/// before), and the sizes of `table`, its indexes and the WAL directory
 /// (apparent; PostgreSQL does not punch holes).
-pub(crate) async fn postgres(client: &tokio_postgres::Client) -> BenchResult<IoReading> {
+pub(crate) async fn postgres(client: &tokio_postgres::Client, table: &str) -> BenchResult<IoReading> {
     let mut r = IoReading::default();
     // The WAL insert position is exact at once (pg_stat_wal is flushed
     // by backends about once a second).
@@ -110,9 +111,9 @@ pub(crate) async fn postgres(client: &tokio_postgres::Client) -> BenchResult<IoR
     if let Ok(Some(row)) = io {
         r.counters.insert("file.relations".into(), row.get::<_, i64>(0) as u64);
     }
-    let sql = "SELECT pg_table_size('usertable')::bigint, pg_indexes_size('usertable')::bigint, \
+    let sql = "SELECT pg_table_size($1::text::regclass)::bigint, pg_indexes_size($1::text::regclass)::bigint, \
                (SELECT coalesce(sum(size), 0) FROM pg_ls_waldir())::bigint";
-    let sizes = client.query_one(sql, &[]).await?;
+    let sizes = client.query_one(sql, &[&table]).await?;
     for (i, kind) in ["table", "index", "wal"].into_iter().enumerate() {
         let bytes = sizes.get::<_, i64>(i) as u64;
         r.disk.insert(kind.into(), DirSize { bytes, allocated_bytes: bytes, journal_bytes: 0 });

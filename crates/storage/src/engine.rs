@@ -1086,9 +1086,11 @@ impl Engine {
             .collect();
         // Load the pages the batch changes, and refuse a batch whose pages
         // (each held twice while a snapshot holds the old copy) would take
-        // more than the pinned share of the cache.
+        // more than the pinned share of the cache: as soon as they do, so
+        // a refused batch reads no more than that share.
         let mut leaves = std::collections::HashSet::new();
         let mut need = 0usize;
+        let limit = self.pinned_limit();
         let published = self.inner.txns.published();
         for (t, op) in &ops {
             t.check(self.inner.id)?;
@@ -1101,11 +1103,10 @@ impl Engine {
                 if leaves.insert(leaf) {
                     need += 2 * bytes;
                 }
+                if need > limit {
+                    return Err(StorageError::TransactionTooLarge { bytes: need, limit });
+                }
             }
-        }
-        let limit = self.pinned_limit();
-        if need > limit {
-            return Err(StorageError::TransactionTooLarge { bytes: need, limit });
         }
         let mut tables: Vec<&Table> = ops.iter().map(|(t, _)| *t).collect();
         tables.sort_by_key(|t| t.id());
@@ -1344,13 +1345,14 @@ impl Engine {
         by_time || by_volume
     }
 
-    /// Counters, plus the cache gauges of this moment (clean and dirty
-    /// bytes come from a walk over the pages in memory).
-    /// Whether data files are read and written by direct I/O.
+    /// Whether the engine was opened asking for direct I/O
+    /// ([`Config::direct_io`]; `open_with_vfs` uses the file system given).
     pub fn direct_io(&self) -> bool {
         self.inner.config.direct_io
     }
 
+    /// Counters, plus the cache gauges of this moment (clean and dirty
+    /// bytes come from a walk over the pages in memory).
     pub fn stats(&self) -> Stats {
         let c = &self.inner.counters;
         let m = &self.inner.meter;

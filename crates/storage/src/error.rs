@@ -54,10 +54,11 @@ pub enum StorageError {
          the limit of {limit} bytes; use shorter transactions or a larger cache"
     )]
     CachePressure { txn: u64, pinned: usize, limit: usize },
-    /// A transaction changes more pages than the cache can hold for it.
+    /// A transaction changes more pages than the cache can hold for it
+    /// (`bytes`: what the pages counted before the limit was passed need).
     #[error(
-        "transaction too large for the cache: the pages it changes need about {bytes} bytes, over the limit of \
-         {limit} bytes; split it into smaller transactions or use a larger cache"
+        "transaction too large for the cache: the pages it changes need at least {bytes} bytes, over the limit \
+         of {limit} bytes; split it into smaller transactions or use a larger cache"
     )]
     TransactionTooLarge { bytes: usize, limit: usize },
     #[error("transaction {txn} is read-only")]

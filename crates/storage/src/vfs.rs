@@ -13,7 +13,7 @@ use crate::error::{Result, StorageError};
 use crate::limits::direct_io_align_bytes;
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, RwLock};
 
 /// An open file.
 #[allow(clippy::len_without_is_empty)]
@@ -197,7 +197,7 @@ impl Vfs for DirectVfs {
             )),
             _ => io_err("open", path)(e),
         })?;
-        Ok(Arc::new(DirectFile { os, widened: Mutex::new(()) }))
+        Ok(Arc::new(DirectFile { os, widening: RwLock::new(()) }))
     }
     fn exists(&self, path: &Path) -> bool {
         OsVfs.exists(path)
@@ -256,11 +256,14 @@ fn widen(offset: u64, len: usize) -> (u64, u64) {
 
 /// A file opened with `O_DIRECT` (invariant 3). The engine's block files
 /// transfer whole 4 KiB units already, so only their copies through
-/// [`Aligned`] cost anything; a widened write (the rare unaligned one)
-/// reads the units it patches first, one at a time (`widened`).
+/// [`Aligned`] cost anything. A widened write (an unaligned one, which the
+/// engine never makes) reads the units it patches and writes them back
+/// with every other write and length change held off (`widening`
+/// exclusive; they take it shared); a crash between its write and the
+/// length fix may leave the file up to one unit longer.
 struct DirectFile {
     os: OsFile,
-    widened: Mutex<()>,
+    widening: RwLock<()>,
 }
 
 impl DirectFile {
@@ -306,24 +309,20 @@ impl VfsFile for DirectFile {
         let (start, end) = widen(offset, buf.len());
         let mut units = Aligned::zeroed((end - start) as usize);
         let skip = (offset - start) as usize;
-        let aligned = start == offset && end == offset + buf.len() as u64;
-        let widened = match aligned {
-            true => None,
-            false => {
-                let held = self.widened.lock().unwrap_or_else(|e| e.into_inner());
-                let len = self.len()?;
-                self.read_units(units.get_mut(), start)?;
-                Some((held, len))
-            }
-        };
+        if start == offset && end == offset + buf.len() as u64 {
+            let _shared = self.widening.read().unwrap_or_else(|e| e.into_inner());
+            units.get_mut().copy_from_slice(buf);
+            return self.os.file.write_all_at(units.get(), start).map_err(io_err("write", &self.os.path));
+        }
+        let _alone = self.widening.write().unwrap_or_else(|e| e.into_inner());
+        let len = self.len()?;
+        self.read_units(units.get_mut(), start)?;
         units.get_mut()[skip..skip + buf.len()].copy_from_slice(buf);
         self.os.file.write_all_at(units.get(), start).map_err(io_err("write", &self.os.path))?;
         // A widened write leaves the file as long as the bytes asked for.
-        if let Some((_held, len)) = widened {
-            let want = len.max(offset + buf.len() as u64);
-            if end > want {
-                self.os.set_len(want)?;
-            }
+        let want = len.max(offset + buf.len() as u64);
+        if end > want {
+            self.os.set_len(want)?;
         }
         Ok(())
     }
@@ -334,6 +333,7 @@ impl VfsFile for DirectFile {
         self.os.len()
     }
     fn set_len(&self, len: u64) -> Result<()> {
+        let _shared = self.widening.read().unwrap_or_else(|e| e.into_inner());
         self.os.set_len(len)
     }
     fn path(&self) -> &Path {
@@ -444,16 +444,22 @@ mod tests {
             match op {
                 FileOp::Write(o, data) => {
                     f.write_at(data, *o).unwrap();
+                    // An empty write changes nothing, wherever it is.
                     let end = *o as usize + data.len();
-                    if model.len() < end && !data.is_empty() {
-                        model.resize(end, 0);
+                    if !data.is_empty() {
+                        model.resize(model.len().max(end), 0);
+                        model[*o as usize..end].copy_from_slice(data);
                     }
-                    model[*o as usize..*o as usize + data.len()].copy_from_slice(data);
                 }
                 FileOp::Read(o, l) => {
                     let mut buf = vec![0xAAu8; *l];
                     let got = f.read_at(&mut buf, *o);
-                    match model.get(*o as usize..*o as usize + l) {
+                    // An empty read succeeds, wherever it is.
+                    let want = match l {
+                        0 => Some(&[][..]),
+                        _ => model.get(*o as usize..*o as usize + l),
+                    };
+                    match want {
                         Some(want) => {
                             got.unwrap_or_else(|e| panic!("{op:?}: {e}"));
                             assert_eq!(buf, want, "{op:?}");
@@ -481,6 +487,35 @@ mod tests {
             check(&OsVfs, &ops);
             check(&DirectVfs, &ops);
         }
+    }
+
+    /// The flags of this process's open descriptor of `path`.
+    fn open_flags(path: &Path) -> u32 {
+        for fd in std::fs::read_dir("/proc/self/fd").unwrap() {
+            let fd = fd.unwrap();
+            if std::fs::read_link(fd.path()).ok().as_deref() == Some(path) {
+                let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", fd.file_name().to_str().unwrap()));
+                let flags =
+                    info.unwrap().lines().find_map(|l| l.strip_prefix("flags:").map(str::trim).map(String::from));
+                return u32::from_str_radix(&flags.unwrap(), 8).unwrap();
+            }
+        }
+        panic!("{} is not open", path.display())
+    }
+
+    #[test]
+    fn direct_vfs_opens_data_files_and_only_them_with_o_direct() {
+        let dir = tempfile::tempdir().unwrap();
+        let (data, other) = (dir.path().join("t.adb"), dir.path().join("j.jnl"));
+        let direct = libc::O_DIRECT as u32;
+        let d = DirectVfs.open_data(&data, true).unwrap();
+        let j = DirectVfs.open(&other, true).unwrap();
+        assert_ne!(open_flags(&data) & direct, 0, "a data file without O_DIRECT");
+        assert_eq!(open_flags(&other) & direct, 0, "a journal-like file with O_DIRECT");
+        drop((d, j));
+        let buffered = OsVfs.open_data(&data, false).unwrap();
+        assert_eq!(open_flags(&data) & direct, 0, "OsVfs opened a data file with O_DIRECT");
+        drop(buffered);
     }
 
     #[test]

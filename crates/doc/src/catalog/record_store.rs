@@ -89,11 +89,14 @@ impl Collection {
             }
             return results;
         }
+        // Documents per chunk: smaller once a chunk was too large for the
+        // cache, for the rest of the command (each refusal reads pages).
+        let mut chunk_max = INSERT_CHUNK_DOCS;
         while results.len() < docs.len() {
             let rest = &docs[results.len()..];
             let shifted = stamp.map(|inner| Shifted { inner, base: results.len() });
             let stamp = shifted.as_ref().map(|s| s as &dyn Stamp);
-            let (chunk, stopped) = match self.insert_chunk(engine, rest, ordered, (ack, wait), stamp) {
+            let (chunk, stopped) = match self.insert_chunk(engine, rest, ordered, (ack, wait), stamp, &mut chunk_max) {
                 Ok(done) => done,
                 Err(e) => (vec![Err(e)], true),
             };
@@ -105,10 +108,12 @@ impl Collection {
         results
     }
 
-    /// Insert a prefix of `docs` in one transaction; returns the results
-    /// for that prefix and whether an ordered insert stopped. A document
-    /// the transaction cannot take (an error other than a duplicate `_id`)
-    /// is tried alone, after the documents before it commit.
+    /// Insert a prefix of `docs` (at most `chunk_max` documents) in one
+    /// transaction; returns the results for that prefix and whether an
+    /// ordered insert stopped. A document the transaction cannot take (an
+    /// error other than a duplicate `_id`) is tried alone, after the
+    /// documents before it commit. A chunk too large for the cache is
+    /// halved, and `chunk_max` with it.
     pub(crate) fn insert_chunk(
         &self,
         engine: &Engine,
@@ -116,8 +121,9 @@ impl Collection {
         ordered: bool,
         (ack, wait): (Ack, &ConflictWait),
         stamp: Option<&dyn Stamp>,
+        chunk_max: &mut usize,
     ) -> Result<(Vec<Result<(), DocError>>, bool), DocError> {
-        let mut limit = docs.len().min(INSERT_CHUNK_DOCS);
+        let mut limit = docs.len().min(*chunk_max);
         let ixs = self.indexes.read();
         loop {
             if limit == 0 {
@@ -194,7 +200,10 @@ impl Collection {
                 Err(e) if e.is_retryable() => wait.pause(&e)?,
                 // Too much for a small cache: fewer documents at a time,
                 // down to one (which fails as a lone insert would).
-                Err(StorageError::TransactionTooLarge { .. }) if results.len() > 1 => limit = results.len() / 2,
+                Err(StorageError::TransactionTooLarge { .. }) if results.len() > 1 => {
+                    limit = results.len() / 2;
+                    *chunk_max = limit;
+                }
                 Err(e) => return Err(e.into()),
             }
         }

@@ -358,12 +358,18 @@ fn insert_many_fits_its_chunks_to_a_small_cache() {
         .map(|i| doc! { "_id": (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 1) as i64, "pad": &pad })
         .collect();
     let refs: Vec<&Document> = docs.iter().collect();
+    let refused_before = e.stats().txn_rolled_back;
     for batch in refs.chunks(1000) {
         let results = c.insert_many(&e, batch, true, (Ack::Written, &Default::default()), None);
         assert_eq!(results.len(), batch.len());
         assert!(results.iter().all(Result::is_ok), "{:?}", results.iter().find(|r| r.is_err()));
     }
     assert_eq!(c.scan(&e, 0, 0).unwrap().len(), docs.len());
+    // A command halves its chunks only until one fits, not again for each
+    // chunk after it: at most 8 refusals (256 documents down to 1) each.
+    let refused = e.stats().txn_rolled_back - refused_before;
+    eprintln!("{refused} chunks refused");
+    assert!(refused <= 3 * 8, "{refused} chunks refused");
 }
 
 /// Two inserts of the same `_id`s at once: each `_id` is stored once,

@@ -1,0 +1,400 @@
+//! `arbordb-bench w1`: the multikey-insert workload (W1 in
+//! `../shared/workloads/README.md`, issue 22), each variant in turn on a
+//! fresh server.
+//!
+//! Documents `{_id, ts, customerid, productid, price, uri: [100 distinct
+//! strings of 59 bytes]}` with an index on `uri` (multikey: 100 entries
+//! per document at random positions) and one on `ts`, inserted by one
+//! client in batches of 100 documents until `--docs` or `--seconds`.
+//! Variants: `btree` (ArborDB's index as a B+tree, the cache `--arbordb-
+//! cache-mib`, data files by direct I/O unless `--buffered`) and `gin`
+//! (PostgreSQL 15, the array in a GIN index with its default
+//! `fastupdate`). Reported per variant: the insert rate over time (every
+//! 1% of the documents), the exit velocity (the rate over the last 10% of
+//! the documents inserted), batch latency percentiles, bytes written and
+//! server CPU per document (a closing checkpoint included), the index's
+//! size, and for ArborDB the leaf pages it read per document.
+
+use crate::measure;
+use crate::procs::{percentile, postmaster_pid, start_arbordb_with, start_postgres};
+use crate::report;
+use crate::ycsb_io::{self, IoReading};
+use crate::BenchResult;
+use clap::Args;
+use mongodb::bson::{doc, DateTime, Document};
+use serde_json::json;
+use std::path::PathBuf;
+use std::time::Instant;
+
+#[derive(Args, Debug, Clone)]
+pub struct W1Args {
+    /// Documents to insert per variant (each stops earlier at `--seconds`).
+    #[arg(long, default_value_t = 200_000)]
+    docs: u64,
+    /// Longest a variant inserts, in seconds.
+    #[arg(long, default_value_t = 300)]
+    seconds: u64,
+    /// Documents per insert command.
+    #[arg(long, default_value_t = 100)]
+    batch: u64,
+    /// Strings in each document's `uri` array.
+    #[arg(long, default_value_t = 100)]
+    uris: u64,
+    /// ArborDB's cache in MiB (W1 wants it at most 1/20 of the index's final
+    /// size; the index takes about 12 KB per document).
+    #[arg(long, default_value_t = 64)]
+    arbordb_cache_mib: u64,
+    /// ArborDB's data files through the OS page cache (default: direct I/O,
+    /// so its cache misses read the device).
+    #[arg(long)]
+    buffered: bool,
+    /// Variants to run, comma separated: btree (ArborDB), gin (PostgreSQL).
+    #[arg(long, value_delimiter = ',', default_value = "btree,gin")]
+    variants: Vec<String>,
+    #[arg(long, default_value = "../shared/tools/postgres-local")]
+    postgres_local: PathBuf,
+    #[arg(long, default_value = "bench/results/w1.json")]
+    out: PathBuf,
+    #[arg(long)]
+    arbordb_bin: Option<PathBuf>,
+}
+
+/// Bits of document `i`'s field `f`, spread and repeatable.
+fn mix(i: u64, f: u64) -> u64 {
+    let mut x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ f.wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
+    x ^= x >> 31;
+    x = x.wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x ^ (x >> 29)
+}
+
+/// Element `j` of document `i`'s `uri`: 59 bytes, distinct within the
+/// document, at a random place in the index.
+fn uri(i: u64, j: u64) -> String {
+    format!("https://shop.example.com/p/{:016x}{:016x}", mix(i, j), mix(j, i))
+}
+
+/// Start time of the documents' `ts` (2026-01-01), in milliseconds.
+const TS_START_MS: i64 = 1_767_225_600_000;
+
+fn document(i: u64, uris: u64) -> Document {
+    doc! {
+        "_id": i as i64,
+        "ts": DateTime::from_millis(TS_START_MS + i as i64 * 10),
+        "customerid": (mix(i, 1_000) % 100_000) as i64,
+        "productid": (mix(i, 1_001) % 10_000) as i64,
+        "price": (mix(i, 1_002) % 100_000) as f64 / 100.0,
+        "uri": (0..uris).map(|j| uri(i, j)).collect::<Vec<_>>(),
+    }
+}
+
+/// What one variant's insert loop saw.
+#[derive(Default)]
+struct Inserted {
+    docs: u64,
+    seconds: f64,
+    batch_latency_us: Vec<u32>,
+    /// (seconds since the start, documents inserted) every 1% of `--docs`.
+    timeline: Vec<(f64, u64)>,
+}
+
+impl Inserted {
+    /// Documents per second over the last 10% of the documents inserted.
+    fn exit_velocity(&self) -> f64 {
+        let from = self.docs - self.docs / 10;
+        let Some(&(t0, d0)) = self.timeline.iter().rev().find(|(_, d)| *d <= from) else { return 0.0 };
+        let span = self.seconds - t0;
+        if span > 0.0 {
+            (self.docs - d0) as f64 / span
+        } else {
+            0.0
+        }
+    }
+
+    fn json(&self) -> serde_json::Value {
+        let mut lat = self.batch_latency_us.clone();
+        lat.sort_unstable();
+        let rates: Vec<serde_json::Value> = self
+            .timeline
+            .windows(2)
+            .map(|w| {
+                let ((t0, d0), (t1, d1)) = (w[0], w[1]);
+                json!({ "t_s": t1, "docs": d1, "docs_per_sec": (d1 - d0) as f64 / (t1 - t0).max(1e-9) })
+            })
+            .collect();
+        json!({
+            "docs": self.docs,
+            "seconds": self.seconds,
+            "docs_per_sec": self.docs as f64 / self.seconds.max(1e-9),
+            "exit_velocity_docs_per_sec": self.exit_velocity(),
+            "batch_latency_p50_us": percentile(&lat, 0.50),
+            "batch_latency_p99_us": percentile(&lat, 0.99),
+            "batch_latency_max_us": lat.last().copied().unwrap_or(0),
+            "timeline": rates,
+        })
+    }
+}
+
+/// Insert batches through `insert` until `--docs` or `--seconds`,
+/// printing progress every 1% of the documents.
+async fn insert_loop<F, Fut>(name: &str, a: &W1Args, mut insert: F) -> BenchResult<Inserted>
+where
+    F: FnMut(u64, u64) -> Fut,
+    Fut: std::future::Future<Output = BenchResult<()>>,
+{
+    let started = Instant::now();
+    let step = (a.docs / 100).max(a.batch);
+    let mut done = Inserted { timeline: vec![(0.0, 0)], ..Inserted::default() };
+    while done.docs < a.docs && started.elapsed().as_secs() < a.seconds {
+        let n = a.batch.min(a.docs - done.docs);
+        let t = Instant::now();
+        insert(done.docs, n).await?;
+        done.batch_latency_us.push(t.elapsed().as_micros().min(u32::MAX as u128) as u32);
+        done.docs += n;
+        if done.docs % step < n || done.docs == a.docs {
+            let now = started.elapsed().as_secs_f64();
+            let &(t0, d0) = done.timeline.last().expect("the timeline starts at zero");
+            eprintln!(
+                "  {name}: {} documents in {now:.1} s ({:.0} documents/s lately)",
+                done.docs,
+                (done.docs - d0) as f64 / (now - t0).max(1e-9)
+            );
+            done.timeline.push((now, done.docs));
+        }
+    }
+    done.seconds = started.elapsed().as_secs_f64();
+    if done.timeline.last().is_some_and(|&(_, d)| d < done.docs) {
+        done.timeline.push((done.seconds, done.docs));
+    }
+    Ok(done)
+}
+
+async fn bench_btree(a: &W1Args) -> BenchResult<serde_json::Value> {
+    let cache = a.arbordb_cache_mib.to_string();
+    let mut flags = vec!["--cache-mib", cache.as_str()];
+    if !a.buffered {
+        flags.push("--direct-io");
+    }
+    let arbordb = start_arbordb_with(a.arbordb_bin.as_deref(), "w1", &flags).await?;
+    let client =
+        mongodb::Client::with_uri_str(format!("mongodb://127.0.0.1:{}/?directConnection=true", arbordb.port)).await?;
+    let db = client.database("w1");
+    let coll = db.collection::<Document>("orders");
+    for keys in [doc! { "uri": 1 }, doc! { "ts": 1 }] {
+        coll.create_index(mongodb::IndexModel::builder().keys(keys).build()).await?;
+    }
+    let admin = client.database("admin");
+    let status = || async { Ok::<_, crate::BenchError>(admin.run_command(doc! { "serverStatus": 1 }).await?) };
+    let before = IoReading::arbordb(&status().await?, &arbordb.dbpath())?;
+    let leaf_reads_before = leaf_pages_read(&status().await?);
+    let pid = arbordb.server.0.id().to_string();
+    let cpu_before = measure::process_cpu_seconds(&pid).unwrap_or(0.0);
+    let done = insert_loop("arbordb btree", a, |first, n| {
+        let (coll, uris) = (coll.clone(), a.uris);
+        async move {
+            coll.insert_many((first..first + n).map(|i| document(i, uris))).await?;
+            Ok(())
+        }
+    })
+    .await?;
+    // A checkpoint writes what the inserts left dirty: counted in bytes
+    // written and server CPU, and the index's size on disk is then whole.
+    admin.run_command(doc! { "fsync": 1 }).await?;
+    let server_cpu = measure::process_cpu_seconds(&pid).unwrap_or(0.0) - cpu_before;
+    let after = status().await?;
+    let io = IoReading::arbordb(&after, &arbordb.dbpath())?.per_op_since(&before, done.docs);
+    let leaf_reads = leaf_pages_read(&after) - leaf_reads_before;
+    let stats = db.run_command(doc! { "collStats": "orders" }).await?;
+    let index_bytes = stats.get_document("indexSizes").ok().and_then(|s| s.get("uri_1")).map(ycsb_io::as_u64);
+    let mut row = done.json();
+    let extra = json!({
+        "variant": "btree", "system": "arbordb", "direct_io": !a.buffered, "cache_mib": a.arbordb_cache_mib,
+        "server_cpu_us_per_doc": server_cpu * 1e6 / done.docs.max(1) as f64,
+        "leaf_pages_read_per_doc": leaf_reads as f64 / done.docs.max(1) as f64,
+        "uri_index_bytes": index_bytes,
+        "written": io,
+    });
+    merge(&mut row, extra);
+    Ok(row)
+}
+
+fn leaf_pages_read(status: &Document) -> i64 {
+    status.get_document("arbordb").ok().and_then(|o| o.get_i64("leaf_pages_read").ok()).unwrap_or(0)
+}
+
+fn merge(row: &mut serde_json::Value, extra: serde_json::Value) {
+    if let (Some(r), serde_json::Value::Object(e)) = (row.as_object_mut(), extra) {
+        r.extend(e);
+    }
+}
+
+const PG_SCHEMA: &str = "CREATE TABLE orders (id bigint PRIMARY KEY, ts timestamptz NOT NULL, \
+     customerid int NOT NULL, productid int NOT NULL, price float8 NOT NULL, uri text[] NOT NULL);\
+     CREATE INDEX orders_uri ON orders USING gin (uri); CREATE INDEX orders_ts ON orders (ts);";
+
+async fn bench_gin(a: &W1Args) -> BenchResult<serde_json::Value> {
+    let (_peer, url) = start_postgres(&a.postgres_local)?;
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
+    tokio::spawn(connection);
+    client.batch_execute(PG_SCHEMA).await?;
+    let before = ycsb_io::postgres(&client, "orders").await?;
+    let postmaster = postmaster_pid()?;
+    let cpu = || measure::tree_cpu_seconds(&postmaster).ok_or("the postmaster is gone");
+    let cpu_before = cpu()?;
+    let client = &client;
+    let done = insert_loop("postgresql gin", a, |first, n| {
+        let uris = a.uris;
+        async move {
+            // One statement per batch, as the driver's insert_many is one
+            // command: a multi-row INSERT.
+            let rows: Vec<PgRow> = (first..first + n).map(|i| pg_row(i, uris)).collect();
+            type Param<'a> = &'a (dyn tokio_postgres::types::ToSql + Sync);
+            let mut params: Vec<Param> = Vec::with_capacity(rows.len() * 6);
+            for r in &rows {
+                params.extend::<[Param; 6]>([&r.0, &r.1, &r.2, &r.3, &r.4, &r.5]);
+            }
+            client.execute(&pg_insert(rows.len()), &params).await?;
+            Ok(())
+        }
+    })
+    .await?;
+    // The pending list merged into the index, then written, as ArborDB's
+    // closing checkpoint writes its pages.
+    client.query_one("SELECT gin_clean_pending_list('orders_uri')", &[]).await?;
+    client.batch_execute("CHECKPOINT").await?;
+    let server_cpu = cpu()? - cpu_before;
+    let after = ycsb_io::postgres(client, "orders").await?;
+    let size = client.query_one("SELECT pg_relation_size('orders_uri')::bigint", &[]).await?;
+    let mut row = done.json();
+    merge(
+        &mut row,
+        json!({
+            "variant": "gin", "system": "postgresql",
+            "server_cpu_us_per_doc": server_cpu * 1e6 / done.docs.max(1) as f64,
+            "uri_index_bytes": size.get::<_, i64>(0),
+            "written": after.per_op_since(&before, done.docs),
+        }),
+    );
+    Ok(row)
+}
+
+/// `INSERT INTO orders VALUES (...), ...` for `rows` rows of parameters.
+fn pg_insert(rows: usize) -> String {
+    let values: Vec<String> = (0..rows)
+        .map(|r| {
+            let p = r * 6;
+            format!(
+                "(${}, to_timestamp(${}::float8 / 1000), ${}, ${}, ${}, ${})",
+                p + 1,
+                p + 2,
+                p + 3,
+                p + 4,
+                p + 5,
+                p + 6
+            )
+        })
+        .collect();
+    format!("INSERT INTO orders VALUES {}", values.join(", "))
+}
+
+type PgRow = (i64, f64, i32, i32, f64, Vec<String>);
+
+fn pg_row(i: u64, uris: u64) -> PgRow {
+    (
+        i as i64,
+        (TS_START_MS + i as i64 * 10) as f64,
+        (mix(i, 1_000) % 100_000) as i32,
+        (mix(i, 1_001) % 10_000) as i32,
+        (mix(i, 1_002) % 100_000) as f64 / 100.0,
+        (0..uris).map(|j| uri(i, j)).collect(),
+    )
+}
+
+fn print_rows(rows: &[serde_json::Value]) {
+    println!(
+        "{:<8} {:>9} {:>8} {:>10} {:>12} {:>12} {:>12} {:>14} {:>12}",
+        "variant",
+        "docs",
+        "secs",
+        "docs/s",
+        "exit docs/s",
+        "p99 batch ms",
+        "server us/doc",
+        "written B/doc",
+        "index MiB"
+    );
+    for r in rows {
+        let written: f64 = r["written"]
+            .as_object()
+            .map(|w| w.iter().filter(|(k, _)| k.starts_with("file.")).filter_map(|(_, v)| v.as_f64()).sum())
+            .unwrap_or(0.0);
+        println!(
+            "{:<8} {:>9} {:>8.1} {:>10.1} {:>12.1} {:>12.1} {:>12.0} {:>14.0} {:>12.1}",
+            r["variant"].as_str().unwrap_or(""),
+            r["docs"].as_u64().unwrap_or(0),
+            r["seconds"].as_f64().unwrap_or(0.0),
+            r["docs_per_sec"].as_f64().unwrap_or(0.0),
+            r["exit_velocity_docs_per_sec"].as_f64().unwrap_or(0.0),
+            r["batch_latency_p99_us"].as_f64().unwrap_or(0.0) / 1000.0,
+            r["server_cpu_us_per_doc"].as_f64().unwrap_or(0.0),
+            written,
+            r["uri_index_bytes"].as_f64().unwrap_or(0.0) / (1 << 20) as f64,
+        );
+    }
+}
+
+async fn run_async(a: W1Args) -> BenchResult<()> {
+    if a.batch == 0 || a.batch > 10_000 || a.docs == 0 {
+        return Err("--batch must be within 1..=10000 (PostgreSQL's 65,535 parameters) and --docs positive".into());
+    }
+    let mut rows = Vec::new();
+    for v in &a.variants {
+        rows.push(match v.as_str() {
+            "btree" => bench_btree(&a).await?,
+            "gin" => bench_gin(&a).await?,
+            other => return Err(format!("unknown variant {other:?} (btree, gin)").into()),
+        });
+    }
+    print_rows(&rows);
+    let doc = json!({
+        "benchmark": "w1 multikey insert (issue 22)",
+        "time": measure::utc_timestamp_compact(),
+        "commit": measure::git_commit(),
+        "docs": a.docs, "seconds_max": a.seconds, "batch": a.batch, "uris_per_doc": a.uris,
+        "arbordb_cache_mib": a.arbordb_cache_mib, "arbordb_direct_io": !a.buffered,
+        "machine_cpus": measure::cpus(),
+        "results": rows,
+    });
+    report::save(&a.out, &doc)?;
+    Ok(())
+}
+
+pub fn run(a: W1Args) -> BenchResult<()> {
+    report::block_on(run_async(a))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uris_are_59_bytes_and_distinct_within_a_document() {
+        let d = document(7, 100);
+        let uris: Vec<&str> = d.get_array("uri").unwrap().iter().map(|u| u.as_str().unwrap()).collect();
+        assert_eq!(uris.len(), 100);
+        assert!(uris.iter().all(|u| u.len() == 59), "{uris:?}");
+        let distinct: std::collections::BTreeSet<_> = uris.iter().collect();
+        assert_eq!(distinct.len(), 100);
+        assert_ne!(uri(7, 0), uri(8, 0));
+    }
+
+    #[test]
+    fn exit_velocity_is_the_rate_over_the_last_tenth() {
+        let i = Inserted {
+            docs: 1000,
+            seconds: 20.0,
+            batch_latency_us: vec![],
+            timeline: vec![(0.0, 0), (5.0, 500), (10.0, 900), (20.0, 1000)],
+        };
+        assert_eq!(i.exit_velocity(), 10.0);
+    }
+}
