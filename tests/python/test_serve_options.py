@@ -2,6 +2,7 @@
 with JSON lines, flags winning over the file, bad options refused."""
 
 import json
+import os
 import subprocess
 import time
 
@@ -190,13 +191,8 @@ def test_block_compressor_and_bytes_written_by_file_kind(datadir):
         stop(proc)
 
 
-O_DIRECT = 0o40000  # Linux x86-64
-
-
 def open_flags(pid):
     """The open(2) flags of each file process `pid` holds open, by path."""
-    import os
-
     out = {}
     for fd in os.listdir(f"/proc/{pid}/fd"):
         try:
@@ -226,7 +222,8 @@ def test_direct_io_reads_evicted_pages_back_after_a_restart(datadir):
         data = [f for path, f in flags.items() if path.endswith(".adb")]
         journal = [f for path, f in flags.items() if path.endswith(".jnl")]
         assert len(data) >= 3 and journal, flags
-        assert all(f & O_DIRECT for f in data) and not any(f & O_DIRECT for f in journal), flags
+        direct = os.O_DIRECT
+        assert all(f & direct for f in data) and not any(f & direct for f in journal), flags
     finally:
         stop(proc)
     port, proc = serve(datadir, "direct", "--direct-io", "--cache-mib", "4")

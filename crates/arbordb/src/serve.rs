@@ -227,6 +227,24 @@ mod tests {
         assert_eq!(test_commands(&args(&["nope=1"])), Err("Illegal --setParameter parameter: \"nope\"".to_string()));
     }
 
+    /// `ServeArgs` as the command line gives them.
+    fn serve_args(args: &[&str]) -> ServeArgs {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            serve: ServeArgs,
+        }
+        <Cli as clap::Parser>::try_parse_from(std::iter::once("serve").chain(args.iter().copied())).unwrap().serve
+    }
+
+    #[test]
+    fn direct_io_is_a_flag_with_an_optional_value() {
+        assert_eq!(serve_args(&[]).direct_io, None);
+        assert_eq!(serve_args(&["--direct-io", "--cache-mib", "4"]).direct_io, Some(true));
+        assert_eq!(serve_args(&["--direct-io=false"]).direct_io, Some(false));
+        assert_eq!(serve_args(&["--direct-io", "true"]).direct_io, Some(true));
+    }
+
     #[test]
     fn a_mongod_conf_shaped_file_parses() {
         let o = parse_config(

@@ -187,7 +187,8 @@ async fn bench_btree(a: &W1Args) -> BenchResult<serde_json::Value> {
     let before = IoReading::arbordb(&status().await?, &arbordb.dbpath())?;
     let leaf_reads_before = leaf_pages_read(&status().await?);
     let pid = arbordb.server.0.id().to_string();
-    let cpu_before = measure::process_cpu_seconds(&pid).unwrap_or(0.0);
+    let cpu = || measure::process_cpu_seconds(&pid).ok_or("the server is gone");
+    let cpu_before = cpu()?;
     let done = insert_loop("arbordb btree", a, |first, n| {
         let (coll, uris) = (coll.clone(), a.uris);
         async move {
@@ -199,7 +200,7 @@ async fn bench_btree(a: &W1Args) -> BenchResult<serde_json::Value> {
     // A checkpoint writes what the inserts left dirty: counted in bytes
     // written and server CPU, and the index's size on disk is then whole.
     admin.run_command(doc! { "fsync": 1 }).await?;
-    let server_cpu = measure::process_cpu_seconds(&pid).unwrap_or(0.0) - cpu_before;
+    let server_cpu = cpu()? - cpu_before;
     let after = status().await?;
     let io = IoReading::arbordb(&after, &arbordb.dbpath())?.per_op_since(&before, done.docs);
     let leaf_reads = leaf_pages_read(&after) - leaf_reads_before;
@@ -207,7 +208,9 @@ async fn bench_btree(a: &W1Args) -> BenchResult<serde_json::Value> {
     let index_bytes = stats.get_document("indexSizes").ok().and_then(|s| s.get("uri_1")).map(ycsb_io::as_u64);
     let mut row = done.json();
     let extra = json!({
-        "variant": "btree", "system": "arbordb", "direct_io": !a.buffered, "cache_mib": a.arbordb_cache_mib,
+        "variant": "btree", "system": "arbordb", "cache_mib": a.arbordb_cache_mib,
+        // As the server reports it.
+        "direct_io": after.get_document("arbordb").ok().and_then(|o| o.get_bool("directIO").ok()),
         "server_cpu_us_per_doc": server_cpu * 1e6 / done.docs.max(1) as f64,
         "leaf_pages_read_per_doc": leaf_reads as f64 / done.docs.max(1) as f64,
         "uri_index_bytes": index_bytes,

@@ -340,6 +340,7 @@ impl VfsFile for DirectFile {
         self.os.path()
     }
     fn punch_hole(&self, offset: u64, len: u64) -> Result<bool> {
+        let _shared = self.widening.read().unwrap_or_else(|e| e.into_inner());
         self.os.punch_hole(offset, len)
     }
 }

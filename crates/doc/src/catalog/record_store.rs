@@ -15,6 +15,46 @@ pub const INSERT_CHUNK_DOCS: usize = 256;
 /// A chunk closes once its documents reach this many bytes.
 pub const INSERT_CHUNK_BYTES: usize = 1024 * 1024;
 
+/// Chunks that commit in a row before a command first tries chunks twice
+/// as large again, after one was too large for the cache.
+pub const INSERT_CHUNK_GROW_AFTER: usize = 8;
+
+/// How many documents an insert command puts in one transaction: halved
+/// when a chunk is too large for the cache (each refusal has read pages),
+/// doubled back after [`INSERT_CHUNK_GROW_AFTER`] chunks commit in a row,
+/// and after twice as many each time a grown chunk is refused again.
+pub(crate) struct ChunkSize {
+    max: usize,
+    fits: usize,
+    grow_after: usize,
+    /// `max` was just doubled and nothing has committed at it yet.
+    grown: bool,
+}
+
+impl ChunkSize {
+    fn new() -> ChunkSize {
+        ChunkSize { max: INSERT_CHUNK_DOCS, fits: 0, grow_after: INSERT_CHUNK_GROW_AFTER, grown: false }
+    }
+
+    /// A chunk of `tried` documents was too large.
+    fn refused(&mut self, tried: usize) {
+        if self.grown {
+            self.grow_after *= 2;
+        }
+        self.max = (tried / 2).max(1);
+        (self.fits, self.grown) = (0, false);
+    }
+
+    fn committed(&mut self) {
+        self.fits += 1;
+        self.grown = false;
+        if self.fits >= self.grow_after && self.max < INSERT_CHUNK_DOCS {
+            self.max = (self.max * 2).min(INSERT_CHUNK_DOCS);
+            (self.fits, self.grown) = (0, true);
+        }
+    }
+}
+
 /// One inserted document's outcome.
 pub type InsertResult = Result<(), DocError>;
 
@@ -89,14 +129,12 @@ impl Collection {
             }
             return results;
         }
-        // Documents per chunk: smaller once a chunk was too large for the
-        // cache, for the rest of the command (each refusal reads pages).
-        let mut chunk_max = INSERT_CHUNK_DOCS;
+        let mut size = ChunkSize::new();
         while results.len() < docs.len() {
             let rest = &docs[results.len()..];
             let shifted = stamp.map(|inner| Shifted { inner, base: results.len() });
             let stamp = shifted.as_ref().map(|s| s as &dyn Stamp);
-            let (chunk, stopped) = match self.insert_chunk(engine, rest, ordered, (ack, wait), stamp, &mut chunk_max) {
+            let (chunk, stopped) = match self.insert_chunk(engine, rest, ordered, (ack, wait), stamp, &mut size) {
                 Ok(done) => done,
                 Err(e) => (vec![Err(e)], true),
             };
@@ -108,12 +146,12 @@ impl Collection {
         results
     }
 
-    /// Insert a prefix of `docs` (at most `chunk_max` documents) in one
+    /// Insert a prefix of `docs` (at most `size.max` documents) in one
     /// transaction; returns the results for that prefix and whether an
     /// ordered insert stopped. A document the transaction cannot take (an
     /// error other than a duplicate `_id`) is tried alone, after the
     /// documents before it commit. A chunk too large for the cache is
-    /// halved, and `chunk_max` with it.
+    /// halved (and `size` told); a document too large alone fails alone.
     pub(crate) fn insert_chunk(
         &self,
         engine: &Engine,
@@ -121,9 +159,9 @@ impl Collection {
         ordered: bool,
         (ack, wait): (Ack, &ConflictWait),
         stamp: Option<&dyn Stamp>,
-        chunk_max: &mut usize,
+        size: &mut ChunkSize,
     ) -> Result<(Vec<Result<(), DocError>>, bool), DocError> {
-        let mut limit = docs.len().min(*chunk_max);
+        let mut limit = docs.len().min(size.max);
         let ixs = self.indexes.read();
         loop {
             if limit == 0 {
@@ -195,15 +233,17 @@ impl Collection {
             match commit_stamped(txn, stamp, &done) {
                 Ok(_) => {
                     wait.tally.wrote((keys, 0));
+                    size.committed();
                     return Ok((results, stopped));
                 }
                 Err(e) if e.is_retryable() => wait.pause(&e)?,
                 // Too much for a small cache: fewer documents at a time,
-                // down to one (which fails as a lone insert would).
+                // down to one, which fails alone as a lone insert would.
                 Err(StorageError::TransactionTooLarge { .. }) if results.len() > 1 => {
-                    limit = results.len() / 2;
-                    *chunk_max = limit;
+                    size.refused(results.len());
+                    limit = size.max;
                 }
+                Err(e @ StorageError::TransactionTooLarge { .. }) => return Ok((vec![Err(e.into())], ordered)),
                 Err(e) => return Err(e.into()),
             }
         }
