@@ -77,13 +77,14 @@ fn uri(i: u64, j: u64) -> String {
 const TS_START_MS: i64 = 1_767_225_600_000;
 
 fn document(i: u64, uris: u64) -> Document {
+    let (id, ts_ms, customerid, productid, price, uri) = order(i, uris);
     doc! {
-        "_id": i as i64,
-        "ts": DateTime::from_millis(TS_START_MS + i as i64 * 10),
-        "customerid": (mix(i, 1_000) % 100_000) as i64,
-        "productid": (mix(i, 1_001) % 10_000) as i64,
-        "price": (mix(i, 1_002) % 100_000) as f64 / 100.0,
-        "uri": (0..uris).map(|j| uri(i, j)).collect::<Vec<_>>(),
+        "_id": id,
+        "ts": DateTime::from_millis(ts_ms as i64),
+        "customerid": customerid,
+        "productid": productid,
+        "price": price,
+        "uri": uri,
     }
 }
 
@@ -184,8 +185,8 @@ async fn bench_btree(a: &W1Args) -> BenchResult<serde_json::Value> {
     }
     let admin = client.database("admin");
     let status = || async { Ok::<_, crate::BenchError>(admin.run_command(doc! { "serverStatus": 1 }).await?) };
-    let before = IoReading::arbordb(&status().await?, &arbordb.dbpath())?;
-    let leaf_reads_before = leaf_pages_read(&status().await?);
+    let first = status().await?;
+    let (before, leaf_reads_before) = (IoReading::arbordb(&first, &arbordb.dbpath())?, leaf_pages_read(&first));
     let pid = arbordb.server.0.id().to_string();
     let cpu = || measure::process_cpu_seconds(&pid).ok_or("the server is gone");
     let cpu_before = cpu()?;
@@ -249,7 +250,7 @@ async fn bench_gin(a: &W1Args) -> BenchResult<serde_json::Value> {
         async move {
             // One statement per batch, as the driver's insert_many is one
             // command: a multi-row INSERT.
-            let rows: Vec<PgRow> = (first..first + n).map(|i| pg_row(i, uris)).collect();
+            let rows: Vec<Order> = (first..first + n).map(|i| order(i, uris)).collect();
             type Param<'a> = &'a (dyn tokio_postgres::types::ToSql + Sync);
             let mut params: Vec<Param> = Vec::with_capacity(rows.len() * 6);
             for r in &rows {
@@ -299,9 +300,11 @@ fn pg_insert(rows: usize) -> String {
     format!("INSERT INTO orders VALUES {}", values.join(", "))
 }
 
-type PgRow = (i64, f64, i32, i32, f64, Vec<String>);
+/// Order `i`'s fields: `_id`, `ts` in milliseconds, customer, product,
+/// price and `uri`, as both systems store them.
+type Order = (i64, f64, i32, i32, f64, Vec<String>);
 
-fn pg_row(i: u64, uris: u64) -> PgRow {
+fn order(i: u64, uris: u64) -> Order {
     (
         i as i64,
         (TS_START_MS + i as i64 * 10) as f64,

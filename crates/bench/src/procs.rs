@@ -103,10 +103,9 @@ pub(crate) async fn start_arbordb_with(bin: Option<&Path>, name: &str, flags: &[
     let server = ServerProcess(cmd.stderr(std::fs::File::create(&log)?).spawn()?);
     if let Err(e) = wait_listening(port).await {
         let text = std::fs::read_to_string(&log).unwrap_or_default();
-        let tail: Vec<&str> = text.lines().rev().take(5).collect();
-        return Err(
-            format!("{e}; the server's log ends: {}", tail.into_iter().rev().collect::<Vec<_>>().join(" | ")).into()
-        );
+        let lines: Vec<&str> = text.lines().collect();
+        let tail = lines[lines.len().saturating_sub(5)..].join(" | ");
+        return Err(format!("{e}; the server's log ends: {tail}").into());
     }
     Ok(Arbordb { server, port, dir })
 }

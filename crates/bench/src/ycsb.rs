@@ -485,8 +485,8 @@ async fn bench_system<S: Store>(name: &str, store: Arc<S>, a: &YcsbArgs) -> Benc
         let fsyncs = store.fsyncs().await?.saturating_sub(fsyncs_before);
         let before_checkpoint = store.server_cpu_seconds();
         store.checkpoint().await?;
-        let server_cpu = store.server_cpu_seconds() - server_before;
-        let checkpoint_cpu = server_cpu - (before_checkpoint - server_before);
+        let server_after = store.server_cpu_seconds();
+        let (server_cpu, checkpoint_cpu) = (server_after - server_before, server_after - before_checkpoint);
         let (samples, io_after) = (sampler.await??, store.io().await?);
         lat.sort_unstable();
         rows.push(json!({

@@ -365,8 +365,6 @@ fn insert_many_fits_its_chunks_to_a_small_cache() {
         assert!(results.iter().all(Result::is_ok), "{:?}", results.iter().find(|r| r.is_err()));
     }
     assert_eq!(c.scan(&e, 0, 0).unwrap().len(), docs.len());
-    // A command halves its chunks only until one fits, not again for each
-    // chunk after it: at most 8 refusals (256 documents down to 1) each.
     // A command halves its chunks until one fits and keeps that size,
     // trying twice as many again only after several commits (ChunkSize):
     // a few refusals per command (8 here), not several for every chunk
