@@ -212,6 +212,9 @@ struct DumpCtx<'a> {
     out: &'a mut dyn Write,
     width: usize,
     layout: Layout,
+    /// Inside a write-optimized table's run: values carry a put or
+    /// tombstone tag (`storage::runs`).
+    in_run: bool,
 }
 
 fn read_block(file: &dyn VfsFile, addr: BlockAddr) -> Result<(BlockKind, Vec<u8>), String> {
@@ -235,6 +238,9 @@ fn dump_page(
         }
     };
     let ind = "  ".repeat(depth);
+    if kind == BlockKind::Manifest {
+        return dump_manifest(ctx, file, addr, &payload, depth);
+    }
     let cells = decode_cells(kind, &payload).map_err(|e| format!("page at offset {}: {e}", addr.offset))?;
     writeln!(
         ctx.out,
@@ -250,10 +256,22 @@ fn dump_page(
     for (i, cell) in cells.iter().enumerate() {
         let line = match cell {
             Cell::Leaf { prefix, key, value } if ctx.layout != Layout::Raw => {
-                let bytes = match value {
+                let mut bytes = match value {
                     CellValue::Inline(v) => v.clone(),
                     CellValue::Overflow { addr, .. } => read_block(file, *addr)?.1,
                 };
+                if ctx.in_run {
+                    match storage::runs::untag(&bytes) {
+                        Ok(Some(v)) => bytes = v.to_vec(),
+                        Ok(None) => {
+                            let k = if ctx.layout == Layout::Index { show(key, 0) } else { show(key, w) };
+                            writeln!(ctx.out, "{ind}  [{i}] key prefix={prefix} {k}\n{ind}      tombstone")
+                                .map_err(|e| e.to_string())?;
+                            continue;
+                        }
+                        Err(e) => return Err(format!("page at offset {}: {e}", addr.offset)),
+                    }
+                }
                 let json = |b: &[u8]| {
                     let j = ext_json(b);
                     // --width bytes of raw output are about 16 characters of JSON.
@@ -300,6 +318,35 @@ fn dump_page(
     Ok(())
 }
 
+/// A write-optimized table's manifest: its runs, newest first, each a tree.
+fn dump_manifest(
+    ctx: &mut DumpCtx,
+    file: &dyn VfsFile,
+    addr: BlockAddr,
+    payload: &[u8],
+    depth: usize,
+) -> Result<(), String> {
+    let runs =
+        storage::page::decode_manifest(payload).map_err(|e| format!("manifest at offset {}: {e}", addr.offset))?;
+    let ind = "  ".repeat(depth);
+    writeln!(
+        ctx.out,
+        "{ind}manifest offset={} size={} checksum={:#010x} runs={} (newest first)",
+        addr.offset,
+        addr.size,
+        addr.checksum,
+        runs.len()
+    )
+    .map_err(|e| e.to_string())?;
+    let was = std::mem::replace(&mut ctx.in_run, true);
+    for (i, run) in runs.iter().enumerate() {
+        writeln!(ctx.out, "{ind}  run {i}:").map_err(|e| e.to_string())?;
+        dump_page(ctx, file, *run, depth + 2, true)?;
+    }
+    ctx.in_run = was;
+    Ok(())
+}
+
 /// Decode the block at `offset` on its own (no parent address to check against:
 /// the header's own size and checksum are used).
 fn dump_block_at(ctx: &mut DumpCtx, file: &dyn VfsFile, offset: u64) -> Result<(), String> {
@@ -312,7 +359,7 @@ fn dump_block_at(ctx: &mut DumpCtx, file: &dyn VfsFile, offset: u64) -> Result<(
     file.read_at(&mut buf, offset).map_err(|e| format!("block at {offset} claims {size} bytes: {e}"))?;
     let (kind, range) = check_block(file.path(), addr, &buf).map_err(|e| e.to_string())?;
     match kind {
-        BlockKind::Leaf | BlockKind::Internal => dump_page(ctx, file, addr, 0, false),
+        BlockKind::Leaf | BlockKind::Internal | BlockKind::Manifest => dump_page(ctx, file, addr, 0, false),
         other => {
             let payload = &buf[range];
             writeln!(
@@ -363,7 +410,7 @@ pub fn dump(args: DumpArgs) -> Result<(), String> {
     let stdout = std::io::stdout();
     let mut lock = stdout.lock();
     let layout = Layout::of(args.table.as_deref().unwrap_or(""), args.bson);
-    let mut ctx = DumpCtx { out: &mut lock, width: args.width, layout };
+    let mut ctx = DumpCtx { out: &mut lock, width: args.width, layout, in_run: false };
     let tables = tables(&vfs, dir, &root)?;
     if let Some(name) = &args.table {
         let (file_name, meta_root) = if name == "_metadata" {
@@ -401,9 +448,10 @@ pub fn dump(args: DumpArgs) -> Result<(), String> {
         let size = std::fs::metadata(dir.join(&file)).map(|md| md.len()).unwrap_or(0);
         writeln!(
             ctx.out,
-            "table {name:?} id={} file={file} size={} leaf_page_max={} internal_page_max={} overflow_min={} alloc={:?} root offset={} extents offset={}",
+            "table {name:?} id={} file={file} size={} format={:?} leaf_page_max={} internal_page_max={} overflow_min={} alloc={:?} root offset={} extents offset={}",
             m.id,
             fmt_bytes(size),
+            m.config.format,
             m.config.leaf_page_max_bytes,
             m.config.internal_page_max_bytes,
             m.config.overflow_min_bytes,

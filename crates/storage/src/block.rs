@@ -76,6 +76,8 @@ pub enum BlockKind {
     Internal = 3,
     Overflow = 4,
     ExtentList = 5,
+    /// A write-optimized table's list of runs (see `runs.rs`).
+    Manifest = 6,
 }
 
 impl BlockKind {
@@ -86,6 +88,7 @@ impl BlockKind {
             3 => BlockKind::Internal,
             4 => BlockKind::Overflow,
             5 => BlockKind::ExtentList,
+            6 => BlockKind::Manifest,
             _ => return None,
         })
     }

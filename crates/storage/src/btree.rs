@@ -23,13 +23,42 @@ use crate::page::{
     decode_node, encode_internal, encode_leaf, internal_entry_cost, leaf_entry_cost, Body, Child, Internal, Key, Keys,
     Leaf, Node, NodeRef, PackedView, Value, PAGE_HEADER_BYTES,
 };
+use crate::runs::MergeCursor;
 use crate::stats::{bump, Counters, TableIo};
 use bytes::Bytes;
 use std::ops::Bound;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock, Weak};
 
-/// Page geometry of one table.
+/// How a table stores its entries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum TableFormat {
+    /// One copy-on-write B+tree.
+    #[default]
+    BTree,
+    /// A memtable and frozen runs, each a B+tree, under one root: a write
+    /// reads no page (`runs.rs`).
+    WriteOptimized,
+}
+
+impl TableFormat {
+    pub fn to_u8(self) -> u8 {
+        match self {
+            TableFormat::BTree => 0,
+            TableFormat::WriteOptimized => 1,
+        }
+    }
+
+    pub fn from_u8(v: u8) -> Option<TableFormat> {
+        match v {
+            0 => Some(TableFormat::BTree),
+            1 => Some(TableFormat::WriteOptimized),
+            _ => None,
+        }
+    }
+}
+
+/// Page geometry and format of one table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TreeGeometry {
     pub leaf_page_max: usize,
@@ -38,13 +67,16 @@ pub struct TreeGeometry {
     pub overflow_min: usize,
     /// How leaf images are stored on disk.
     pub compressor: Compressor,
+    pub format: TableFormat,
+    /// A write-optimized table's memtable is frozen past this many bytes.
+    pub memtable_max: usize,
 }
 
 pub struct Tree {
     pub bf: Arc<BlockFile>,
     pub geometry: TreeGeometry,
-    root: RwLock<Arc<Node>>,
-    counters: Arc<Counters>,
+    pub(crate) root: RwLock<Arc<Node>>,
+    pub(crate) counters: Arc<Counters>,
     pub meter: Arc<CacheMeter>,
     /// Bytes written to this tree's file, by block kind.
     pub io: TableIo,
@@ -72,7 +104,7 @@ pub struct LiveBytes {
 }
 
 /// Where a lookup found its key: through a packed leaf's view or an entry.
-enum Found<'a> {
+pub(crate) enum Found<'a> {
     Packed(&'a PackedView, usize),
     Entry(&'a Value),
 }
@@ -88,8 +120,11 @@ impl Tree {
         counters: Arc<Counters>,
         meter: Arc<CacheMeter>,
     ) -> Tree {
-        let root = Arc::new(Node::empty_leaf());
-        root.recharge(&meter);
+        let root = match geometry.format {
+            TableFormat::BTree => Arc::new(Node::empty_leaf()),
+            TableFormat::WriteOptimized => crate::runs::empty_runs(),
+        };
+        crate::runs::charge_tree_top(&root, &meter);
         Tree { bf, geometry, root: RwLock::new(root), counters, meter, io: TableIo::default() }
     }
 
@@ -102,7 +137,11 @@ impl Tree {
         root: BlockAddr,
     ) -> Result<Tree> {
         let tree = Tree::new_empty(bf, geometry, counters, meter);
-        let node = tree.read_node(root)?;
+        let node = tree.read_node(root, true)?;
+        if (tree.geometry.format == TableFormat::WriteOptimized) != matches!(node.body, Body::Runs(_)) {
+            let detail = format!("a {:?} table whose root is not of its format", tree.geometry.format);
+            return Err(StorageError::corruption(tree.bf.path(), root.offset, detail));
+        }
         *tree.root.write().unwrap() = node;
         Ok(tree)
     }
@@ -112,15 +151,23 @@ impl Tree {
         self.root.read().unwrap().clone()
     }
 
-    fn free(&self) -> impl Fn(BlockAddr) + '_ {
+    pub(crate) fn free(&self) -> impl Fn(BlockAddr) + '_ {
         move |a| self.bf.free(a)
     }
 
-    fn read_node(&self, addr: BlockAddr) -> Result<Arc<Node>> {
+    /// Read the page at `addr`; a manifest only as a `root`.
+    fn read_node(&self, addr: BlockAddr, root: bool) -> Result<Arc<Node>> {
         let (kind, payload) = self.bf.read_block(addr)?;
         match kind {
             BlockKind::Leaf => bump(&self.counters.leaf_pages_read, 1),
             BlockKind::Internal => bump(&self.counters.internal_pages_read, 1),
+            BlockKind::Manifest if root && self.geometry.format == TableFormat::WriteOptimized => {
+                let node = crate::page::decode_runs(&payload, addr)
+                    .map_err(|detail| StorageError::corruption(self.bf.path(), addr.offset, detail))?;
+                let node = Arc::new(node);
+                crate::runs::charge_tree_top(&node, &self.meter);
+                return Ok(node);
+            }
             other => {
                 return Err(StorageError::corruption(
                     self.bf.path(),
@@ -143,7 +190,7 @@ impl Tree {
             return Ok(node);
         }
         let addr = child.addr().expect("a child slot without a node has an address");
-        match self.read_node(addr) {
+        match self.read_node(addr, false) {
             Ok(node) => Ok(child.install(node)),
             // A reader of an older version can lose a race with the writer:
             // between reading the slot's address and reading the block, the
@@ -163,8 +210,13 @@ impl Tree {
         }
     }
 
+    /// A run list met below a table's root: the file is corrupt.
+    pub(crate) fn misplaced_runs(&self) -> StorageError {
+        StorageError::corruption(self.bf.path(), 0, "a run list where a B+tree page belongs")
+    }
+
     /// A new or changed node: bring its cache charge up to date.
-    fn charge(&self, node: &Arc<Node>) {
+    pub(crate) fn charge(&self, node: &Arc<Node>) {
         node.recharge(&self.meter);
     }
 
@@ -228,6 +280,7 @@ impl Tree {
         let mut node = NodeRef::Borrowed(root);
         for _ in 0..tree_depth_max {
             let next = match &node.body {
+                Body::Runs(_) => return Err(self.misplaced_runs()),
                 Body::Leaf(_) => {
                     node.accessed.store(true, Ordering::Relaxed);
                     return Ok(node);
@@ -251,6 +304,9 @@ impl Tree {
 
     /// Look `key` up in a given version of the tree.
     pub fn get_in(&self, root: &Arc<Node>, key: &[u8]) -> Result<Option<Bytes>> {
+        if let Body::Runs(runs) = &root.body {
+            return self.runs_get(runs, key, Bytes::copy_from_slice);
+        }
         self.find_in(root, key, |found| match found {
             Found::Packed(view, i) => Ok(view.value(i)),
             Found::Entry(v) => self.value_bytes(v),
@@ -260,6 +316,9 @@ impl Tree {
     /// Look `key` up and lend its value to `f`, without taking a reference
     /// on the page's buffer.
     pub fn get_in_with<R>(&self, root: &Arc<Node>, key: &[u8], f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>> {
+        if let Body::Runs(runs) = &root.body {
+            return self.runs_get(runs, key, f);
+        }
         self.find_in(root, key, |found| match found {
             Found::Packed(view, i) => Ok(f(view.value_slice(i))),
             Found::Entry(Value::Inline(b)) => Ok(f(b)),
@@ -267,7 +326,12 @@ impl Tree {
         })
     }
 
-    fn find_in<R>(&self, root: &Arc<Node>, key: &[u8], f: impl FnOnce(Found<'_>) -> Result<R>) -> Result<Option<R>> {
+    pub(crate) fn find_in<R>(
+        &self,
+        root: &Arc<Node>,
+        key: &[u8],
+        f: impl FnOnce(Found<'_>) -> Result<R>,
+    ) -> Result<Option<R>> {
         let leaf = self.leaf_for(root, key)?;
         let Body::Leaf(l) = &leaf.body else { unreachable!() };
         let i = leaf.search(key);
@@ -288,6 +352,11 @@ impl Tree {
     /// Returns the leaf's identity and charged bytes, so a caller can
     /// estimate what a batch will hold in memory.
     pub fn prefetch(&self, root: &Arc<Node>, key: &[u8]) -> Result<(usize, usize)> {
+        if let Body::Runs(runs) = &root.body {
+            // Only the memtable changes, and its pages are in memory.
+            let memtable = self.load_child(&runs.runs[0])?.clone();
+            return self.prefetch(&memtable, key);
+        }
         let leaf = self.leaf_for(root, key)?;
         let Body::Leaf(l) = &leaf.body else { unreachable!() };
         l.check_bigs();
@@ -314,26 +383,36 @@ impl Tree {
     /// Apply puts (`Some`) and deletes (`None`) in order, as one writer.
     pub fn apply<'k>(&self, ops: impl Iterator<Item = (&'k [u8], Option<&'k [u8]>)>) -> Result<()> {
         let mut root = self.root.write().unwrap();
+        if matches!(root.body, Body::Runs(_)) {
+            return self.apply_runs(&mut root, ops);
+        }
         for (key, value) in ops {
             match value {
-                Some(v) => {
-                    let value = Value::new(v, self.geometry.overflow_min);
-                    if let Some((sep, right)) = self.put_rec(&mut root, key, value)? {
-                        let left = std::mem::replace(&mut *root, Arc::new(Node::empty_leaf()));
-                        let bytes = PAGE_HEADER_BYTES + internal_entry_cost(&[]) + internal_entry_cost(&sep);
-                        let keys = Keys::shared(vec![Bytes::new(), sep]);
-                        let children = [Child::in_memory(left), Child::in_memory(right)].into_iter().collect();
-                        *root = Arc::new(Node::new(Body::Internal(Internal { keys, children, bytes })));
-                        self.charge(&root);
-                    }
-                }
-                None => {
-                    if self.contains_in(&root, key)? {
-                        self.delete_rec(&mut root, key)?;
-                        self.collapse_root(&mut root)?;
-                    }
-                }
+                Some(v) => self.put_root(&mut root, key, Value::new(v, self.geometry.overflow_min))?,
+                None => self.delete_root(&mut root, key)?,
             }
+        }
+        Ok(())
+    }
+
+    /// Put `key` in the tree at `root`, which grows a level when its root splits.
+    pub(crate) fn put_root(&self, root: &mut Arc<Node>, key: &[u8], value: Value) -> Result<()> {
+        if let Some((sep, right)) = self.put_rec(root, key, value)? {
+            let left = std::mem::replace(root, Arc::new(Node::empty_leaf()));
+            let bytes = PAGE_HEADER_BYTES + internal_entry_cost(&[]) + internal_entry_cost(&sep);
+            let keys = Keys::shared(vec![Bytes::new(), sep]);
+            let children = [Child::in_memory(left), Child::in_memory(right)].into_iter().collect();
+            *root = Arc::new(Node::new(Body::Internal(Internal { keys, children, bytes })));
+            self.charge(root);
+        }
+        Ok(())
+    }
+
+    /// Delete `key` from the tree at `root`, which loses levels left with one child.
+    pub(crate) fn delete_root(&self, root: &mut Arc<Node>, key: &[u8]) -> Result<()> {
+        if self.contains_in(root, key)? {
+            self.delete_rec(root, key)?;
+            self.collapse_root(root)?;
         }
         Ok(())
     }
@@ -346,7 +425,7 @@ impl Tree {
 
     /// Get a node for changing: in place if only the live tree holds it,
     /// else as a fresh copy (the original is retired from the live tree).
-    fn make_mut<'a>(&self, arc: &'a mut Arc<Node>) -> &'a mut Node {
+    pub(crate) fn make_mut<'a>(&self, arc: &'a mut Arc<Node>) -> &'a mut Node {
         let free = self.free();
         if Arc::get_mut(arc).is_none() {
             let copy = Arc::new(Node::clone(arc));
@@ -392,6 +471,7 @@ impl Tree {
         let geometry = self.geometry;
         let node = self.make_mut(arc);
         match &mut node.body {
+            Body::Runs(_) => Err(self.misplaced_runs()),
             Body::Leaf(leaf) => {
                 let cost = leaf_entry_cost(key, &value);
                 leaf.may_hold_big |= matches!(value, Value::Big(_));
@@ -436,6 +516,7 @@ impl Tree {
     fn delete_rec_inner(&self, arc: &mut Arc<Node>, key: &[u8]) -> Result<()> {
         let node = self.make_mut(arc);
         match &mut node.body {
+            Body::Runs(_) => Err(self.misplaced_runs()),
             Body::Leaf(leaf) => {
                 if let Ok(i) = leaf.entries.search(key) {
                     let (k, v) = leaf.entries.remove(i);
@@ -456,7 +537,7 @@ impl Tree {
     fn page_max(&self, node: &Node) -> usize {
         match node.body {
             Body::Leaf(_) => self.geometry.leaf_page_max,
-            Body::Internal(_) => self.geometry.internal_page_max,
+            Body::Internal(_) | Body::Runs(_) => self.geometry.internal_page_max,
         }
     }
 
@@ -540,12 +621,15 @@ impl Tree {
             } else {
                 acc.dirty += node.charge.bytes();
             }
-            if let Body::Internal(int) = &node.body {
-                acc.internal += node.charge.bytes();
-                for c in &int.children {
-                    if let Some(n) = c.loaded() {
-                        walk(&n, acc);
-                    }
+            let children = match &node.body {
+                Body::Leaf(_) => return,
+                Body::Internal(int) => &int.children,
+                Body::Runs(runs) => &runs.runs,
+            };
+            acc.internal += node.charge.bytes();
+            for c in children {
+                if let Some(n) = c.loaded() {
+                    walk(&n, acc);
                 }
             }
         }
@@ -565,7 +649,10 @@ impl Tree {
     pub fn evict(&self, budget: usize, dirty: bool, hand: &mut Vec<u8>) -> Result<Evicted> {
         let root = self.snapshot();
         let mut done = Evicted::default();
-        let finished = self.evict_in(&root, budget, dirty, hand, true, &mut done)?;
+        let finished = match &root.body {
+            Body::Runs(runs) => self.evict_runs(runs, budget, dirty, hand, &mut done)?,
+            _ => self.evict_in(&root, budget, dirty, hand, true, &mut done)?,
+        };
         if finished {
             hand.clear();
         }
@@ -573,7 +660,7 @@ impl Tree {
     }
 
     /// `true` when the walk covered the whole subtree.
-    fn evict_in(
+    pub(crate) fn evict_in(
         &self,
         node: &Arc<Node>,
         budget: usize,
@@ -597,38 +684,43 @@ impl Tree {
                         return Ok(false);
                     }
                 }
-                Body::Leaf(_) => {
-                    done.visited += 1;
-                    bump(&self.counters.eviction_leaves_visited, 1);
-                    if n.accessed.swap(false, Ordering::Relaxed) {
-                        bump(&self.counters.eviction_leaves_spared, 1);
-                        continue;
-                    }
-                    let addr = match n.disk.addr() {
-                        Some(a) => a,
-                        None if dirty => {
-                            let a = self.write_dirty(&n)?;
-                            done.dirty += 1;
-                            bump(&self.counters.pages_evicted_dirty, 1);
-                            a
-                        }
-                        None => {
-                            bump(&self.counters.eviction_leaves_dirty_kept, 1);
-                            continue;
-                        }
-                    };
-                    let bytes = n.charge.bytes();
-                    if child.evict(&n, addr) {
-                        done.bytes += bytes;
-                        done.pages += 1;
-                        bump(&self.counters.pages_evicted, 1);
-                    } else {
-                        bump(&self.counters.eviction_leaves_raced, 1);
-                    }
-                }
+                Body::Leaf(_) => self.evict_leaf(child, &n, dirty, done)?,
+                Body::Runs(_) => unreachable!("a run list is only ever a root"),
             }
         }
         Ok(true)
+    }
+
+    /// Eviction's clock hand passes the leaf `n` in slot `child` of the live tree.
+    pub(crate) fn evict_leaf(&self, child: &Child, n: &Arc<Node>, dirty: bool, done: &mut Evicted) -> Result<()> {
+        done.visited += 1;
+        bump(&self.counters.eviction_leaves_visited, 1);
+        if n.accessed.swap(false, Ordering::Relaxed) {
+            bump(&self.counters.eviction_leaves_spared, 1);
+            return Ok(());
+        }
+        let addr = match n.disk.addr() {
+            Some(a) => a,
+            None if dirty => {
+                let a = self.write_dirty(n)?;
+                done.dirty += 1;
+                bump(&self.counters.pages_evicted_dirty, 1);
+                a
+            }
+            None => {
+                bump(&self.counters.eviction_leaves_dirty_kept, 1);
+                return Ok(());
+            }
+        };
+        let bytes = n.charge.bytes();
+        if child.evict(n, addr) {
+            done.bytes += bytes;
+            done.pages += 1;
+            bump(&self.counters.pages_evicted, 1);
+        } else {
+            bump(&self.counters.eviction_leaves_raced, 1);
+        }
+        Ok(())
     }
 
     /// Write every dirty page of `root` (a snapshot) copy-on-write; returns
@@ -701,6 +793,10 @@ impl Tree {
     /// Whether `slot` is the slot of the live tree (`live`, read under the
     /// writer lock) whose leaf holds `key`.
     fn slot_is_live(&self, live: &Arc<Node>, key: &[u8], slot: &Arc<Child>) -> bool {
+        if let Body::Runs(runs) = &live.body {
+            // Runs share no pages: the slot is live in at most one of them.
+            return runs.runs.iter().any(|run| run.loaded().is_some_and(|n| self.slot_is_live(&n, key, slot)));
+        }
         let mut node: Arc<Node> = live.clone();
         for _ in 0..tree_depth_max {
             let Body::Internal(int) = &node.body else { return false };
@@ -718,7 +814,7 @@ impl Tree {
         false
     }
 
-    fn write_dirty_in(&self, node: &Arc<Node>, written: &mut Option<&mut Written>) -> Result<BlockAddr> {
+    pub(crate) fn write_dirty_in(&self, node: &Arc<Node>, written: &mut Option<&mut Written>) -> Result<BlockAddr> {
         if let Some(addr) = node.disk.addr() {
             return Ok(addr);
         }
@@ -777,6 +873,7 @@ impl Tree {
                 bump(&self.counters.internal_pages_written, 1);
                 (BlockKind::Internal, encode_internal(int, &|i| addrs[i]))
             }
+            Body::Runs(runs) => (BlockKind::Manifest, self.write_runs(runs, written)?),
         };
         let compressor = if kind == BlockKind::Leaf { self.geometry.compressor } else { Compressor::None };
         let addr = self.bf.write_block_with(kind, compressor, &image)?;
@@ -842,15 +939,108 @@ fn split_internal(int: &mut Internal) -> (Key, Arc<Node>) {
     (sep, Arc::new(Node::new(Body::Internal(Internal { keys: Keys::shared(keys), children, bytes }))))
 }
 
-/// A position-keeping reader over one version of a tree.
-///
-/// `seek` takes the newest version of the tree; `next` and `prev` stay on
-/// the version the cursor holds, so a scan sees one consistent state.
 /// Where a cursor takes the tree version it walks: the engine hands out
 /// published versions, transactions their snapshot's version.
 pub type RootSource = Arc<dyn Fn() -> Arc<Node> + Send + Sync>;
 
-pub struct Cursor {
+/// A position-keeping reader over one version of a table: a B+tree's
+/// cursor, or the merge of a write-optimized table's runs (`runs.rs`).
+///
+/// `seek` takes the newest version of the tree; `next` and `prev` stay on
+/// the version the cursor holds, so a scan sees one consistent state.
+pub struct Cursor(Walk);
+
+enum Walk {
+    Tree(TreeCursor),
+    Runs(Box<MergeCursor>),
+}
+
+/// The same call on whichever cursor walks the table.
+macro_rules! each {
+    ($walk:expr, $c:ident => $e:expr) => {
+        match $walk {
+            Walk::Tree($c) => $e,
+            Walk::Runs($c) => $e,
+        }
+    };
+}
+
+// `next`/`prev` are fallible moves (they read pages), not `Iterator`s.
+#[allow(clippy::should_implement_trait)]
+impl Cursor {
+    pub fn new(tree: Arc<Tree>) -> Cursor {
+        Cursor::with_roots(tree, None)
+    }
+
+    /// A cursor whose seeks take their version from `roots`.
+    pub fn with_roots(tree: Arc<Tree>, roots: Option<RootSource>) -> Cursor {
+        Cursor(match tree.geometry.format {
+            TableFormat::BTree => Walk::Tree(TreeCursor::with_roots(tree, roots)),
+            TableFormat::WriteOptimized => Walk::Runs(Box::new(MergeCursor::new(tree, roots))),
+        })
+    }
+
+    /// Limit every later move to keys within the bounds; resets the position.
+    pub fn set_bounds(&mut self, lower: Bound<Vec<u8>>, upper: Bound<Vec<u8>>) {
+        each!(&mut self.0, c => c.set_bounds(lower, upper))
+    }
+
+    /// Forget the position: the next `next` starts at `first`, `prev` at `last`.
+    pub fn reset(&mut self) {
+        each!(&mut self.0, c => c.reset())
+    }
+
+    /// The entry the cursor stands on, lent: no reference is taken on the
+    /// page's buffer (an overflow value is read on first use).
+    pub fn entry(&self) -> Result<Option<(&[u8], &[u8])>> {
+        each!(&self.0, c => c.entry())
+    }
+
+    /// Position on the first entry with key >= `key` (within bounds) and return it.
+    pub fn seek(&mut self, key: &[u8]) -> Result<Option<Entry>> {
+        each!(&mut self.0, c => c.seek(key))
+    }
+
+    /// `seek` without copying the entry out: whether the cursor stands on
+    /// one, which `entry` then lends.
+    pub fn seek_to(&mut self, key: &[u8]) -> Result<bool> {
+        each!(&mut self.0, c => c.seek_to(key))
+    }
+
+    /// Position on `key` exactly; returns its value or `None` (and leaves the cursor unpositioned).
+    pub fn seek_exact(&mut self, key: &[u8]) -> Result<Option<Bytes>> {
+        each!(&mut self.0, c => c.seek_exact(key))
+    }
+
+    /// Position on the first entry within bounds and return it.
+    pub fn first(&mut self) -> Result<Option<Entry>> {
+        each!(&mut self.0, c => c.first())
+    }
+
+    /// Position on the last entry within bounds and return it.
+    pub fn last(&mut self) -> Result<Option<Entry>> {
+        each!(&mut self.0, c => c.last())
+    }
+
+    /// Move to the next entry and return it; an unpositioned cursor starts at `first`.
+    pub fn next(&mut self) -> Result<Option<Entry>> {
+        each!(&mut self.0, c => c.next())
+    }
+
+    /// `next` without copying the entry out: whether the cursor stands on
+    /// one, which `entry` then lends.
+    pub fn advance(&mut self) -> Result<bool> {
+        each!(&mut self.0, c => c.advance())
+    }
+
+    /// Move to the previous entry and return it; an unpositioned cursor starts at `last`.
+    pub fn prev(&mut self) -> Result<Option<Entry>> {
+        each!(&mut self.0, c => c.prev())
+    }
+}
+
+/// A cursor over one B+tree.
+pub(crate) struct TreeCursor {
     tree: Arc<Tree>,
     /// `None`: the tree's newest version.
     roots: Option<RootSource>,
@@ -867,14 +1057,10 @@ pub type Entry = (Key, Bytes);
 
 // `next`/`prev` are fallible moves (they read pages), not `Iterator`s.
 #[allow(clippy::should_implement_trait)]
-impl Cursor {
-    pub fn new(tree: Arc<Tree>) -> Cursor {
-        Cursor::with_roots(tree, None)
-    }
-
+impl TreeCursor {
     /// A cursor whose seeks take their version from `roots`.
-    pub fn with_roots(tree: Arc<Tree>, roots: Option<RootSource>) -> Cursor {
-        Cursor {
+    pub fn with_roots(tree: Arc<Tree>, roots: Option<RootSource>) -> TreeCursor {
+        TreeCursor {
             tree,
             roots,
             path: Vec::new(),
@@ -985,6 +1171,7 @@ impl Cursor {
     fn descend_edge(&mut self, mut node: Arc<Node>, back: bool) -> Result<()> {
         loop {
             let next = match &node.body {
+                Body::Runs(_) => return Err(self.tree.misplaced_runs()),
                 Body::Leaf(l) => {
                     let len = l.entries.len();
                     let idx = if back { len.wrapping_sub(1) } else { 0 };
@@ -1068,6 +1255,7 @@ impl Cursor {
         let mut node = root;
         loop {
             let next = match &node.body {
+                Body::Runs(_) => return Err(self.tree.misplaced_runs()),
                 Body::Leaf(_) => {
                     let i = node.search(key);
                     self.leaf = Some((node.clone(), i));

@@ -21,7 +21,7 @@
 //!    refuses writes and checkpoints until reopened, and says why.
 
 use crate::block::{AllocPolicy, BlockAddr, BlockFile, ExtentList};
-use crate::btree::{Cursor, Tree, TreeGeometry};
+use crate::btree::{Cursor, TableFormat, Tree, TreeGeometry};
 use crate::cache::CacheMeter;
 use crate::codec::Reader;
 use crate::compress::Compressor;
@@ -87,6 +87,10 @@ pub struct Config {
     /// the operating system's page cache ([`crate::DirectVfs`]). For
     /// [`Engine::open`]; `open_with_vfs` uses the file system it is given.
     pub direct_io: bool,
+    /// A write-optimized table's memtable is frozen into a run past this
+    /// many bytes of memory (or past `limits::memtable_cache_share_percent`
+    /// of the cache, whichever is less).
+    pub memtable_max_bytes: usize,
 }
 
 impl Default for Config {
@@ -101,6 +105,7 @@ impl Default for Config {
             punch_every_blocks: punch_every_default_blocks,
             table_compressor: Compressor::default(),
             direct_io: false,
+            memtable_max_bytes: memtable_default_bytes,
         }
     }
 }
@@ -115,6 +120,8 @@ pub struct TableConfig {
     pub alloc_policy: AllocPolicy,
     /// How leaf pages are stored on disk (default snappy).
     pub compressor: Compressor,
+    /// B+tree (default) or write-optimized (`runs.rs`).
+    pub format: TableFormat,
 }
 
 impl Default for TableConfig {
@@ -125,6 +132,7 @@ impl Default for TableConfig {
             overflow_min_bytes: leaf_page_default_bytes / 4,
             alloc_policy: AllocPolicy::BestFit,
             compressor: Compressor::default(),
+            format: TableFormat::BTree,
         }
     }
 }
@@ -149,12 +157,15 @@ impl TableConfig {
         Ok(())
     }
 
-    fn geometry(&self) -> TreeGeometry {
+    /// The table's geometry; `memtable_max` bytes for a write-optimized one.
+    fn geometry(&self, memtable_max: usize) -> TreeGeometry {
         TreeGeometry {
             leaf_page_max: self.leaf_page_max_bytes as usize,
             internal_page_max: self.internal_page_max_bytes as usize,
             overflow_min: self.overflow_min_bytes as usize,
             compressor: self.compressor,
+            format: self.format,
+            memtable_max,
         }
     }
 
@@ -162,12 +173,13 @@ impl TableConfig {
         out.extend_from_slice(&self.leaf_page_max_bytes.to_le_bytes());
         out.extend_from_slice(&self.internal_page_max_bytes.to_le_bytes());
         out.extend_from_slice(&self.overflow_min_bytes.to_le_bytes());
-        out.extend_from_slice(&[self.alloc_policy.to_u8(), self.compressor.to_u8(), 0, 0]);
+        out.extend_from_slice(&[self.alloc_policy.to_u8(), self.compressor.to_u8(), self.format.to_u8(), 0]);
     }
 
     fn decode(r: &mut Reader) -> Option<TableConfig> {
         let (leaf_page_max_bytes, internal_page_max_bytes, overflow_min_bytes) = (r.u32()?, r.u32()?, r.u32()?);
-        // A table made before compression has 0 here: none.
+        // A table made before compression has 0 here: none; one made
+        // before write-optimized tables, 0 for the format: a B+tree.
         let policy = r.bytes(4)?;
         let cfg = TableConfig {
             leaf_page_max_bytes,
@@ -175,6 +187,7 @@ impl TableConfig {
             overflow_min_bytes,
             alloc_policy: AllocPolicy::from_u8(policy[0])?,
             compressor: Compressor::from_u8(policy[1])?,
+            format: TableFormat::from_u8(policy[2])?,
         };
         cfg.validate().ok()?;
         Some(cfg)
@@ -462,6 +475,7 @@ struct TableEnv<'a> {
     dir: &'a Path,
     counters: &'a Arc<Counters>,
     meter: &'a Arc<CacheMeter>,
+    memtable_max: usize,
 }
 
 struct Catalog {
@@ -521,7 +535,12 @@ pub struct Engine {
 }
 
 fn meta_geometry() -> TreeGeometry {
-    TableConfig::default().geometry()
+    TableConfig::default().geometry(0)
+}
+
+/// The memtable budget of a write-optimized table (`Config::memtable_max_bytes`).
+fn memtable_max(config: &Config) -> usize {
+    config.memtable_max_bytes.min(config.cache_size_bytes / 100 * memtable_cache_share_percent)
 }
 
 impl Engine {
@@ -591,7 +610,8 @@ impl Engine {
                 m.config.alloc_policy,
                 m.checkpoint.extents,
             )?);
-            let tree = Tree::open(bf, m.config.geometry(), counters.clone(), meter.clone(), m.checkpoint.root)?;
+            let geometry = m.config.geometry(memtable_max(&config));
+            let tree = Tree::open(bf, geometry, counters.clone(), meter.clone(), m.checkpoint.root)?;
             let table = Table(Arc::new(TableState {
                 engine_id,
                 id: m.id,
@@ -611,7 +631,7 @@ impl Engine {
         let journal_dir = dir.join(JOURNAL_DIR);
         let summary = journal::replay(&*vfs, &journal_dir, root.ckpt_seq, &mut |seq, payload| {
             Self::replay_record(
-                &TableEnv { vfs: &*vfs, dir, counters: &counters, meter: &meter },
+                &TableEnv { vfs: &*vfs, dir, counters: &counters, meter: &meter, memtable_max: memtable_max(&config) },
                 &mut catalog,
                 seq,
                 payload,
@@ -756,7 +776,7 @@ impl Engine {
     }
 
     fn new_table(env: &TableEnv, engine_id: u64, id: u32, name: &str, config: TableConfig) -> Result<Table> {
-        let TableEnv { vfs, dir, counters, meter } = *env;
+        let TableEnv { vfs, dir, counters, meter, memtable_max } = *env;
         let bf =
             Arc::new(BlockFile::create(vfs.open_data(&dir.join(table_file_name(id)), true)?, config.alloc_policy)?);
         Ok(Table(Arc::new(TableState {
@@ -764,7 +784,7 @@ impl Engine {
             id,
             name: name.to_string(),
             config,
-            tree: Arc::new(Tree::new_empty(bf, config.geometry(), counters.clone(), meter.clone())),
+            tree: Arc::new(Tree::new_empty(bf, config.geometry(memtable_max), counters.clone(), meter.clone())),
             writer: Mutex::new(()),
             versions: Mutex::default(),
             scan_marks: Arc::default(),
@@ -895,6 +915,7 @@ impl Engine {
                 dir: &self.inner.dir,
                 counters: &self.inner.counters,
                 meter: &self.inner.meter,
+                memtable_max: memtable_max(&self.inner.config),
             };
             let table = Self::new_table(&env, catalog.engine_id, id, name, config)?;
             let mut payload = vec![OP_CREATE];
@@ -1165,6 +1186,15 @@ impl Engine {
         Ok(())
     }
 
+    /// Freeze a write-optimized table's memtable into a run now (`runs.rs`);
+    /// `false` when it is empty or the table is a B+tree.
+    pub fn freeze_memtable(&self, table: &Table) -> Result<bool> {
+        self.check_writable()?;
+        table.check(self.inner.id)?;
+        let _writer = table.0.writer.lock().unwrap();
+        table.0.tree.freeze_memtable()
+    }
+
     /// Write a checkpoint now: every table's dirty pages, copy-on-write,
     /// then the root file. Returns the checkpoint's journal position.
     pub fn checkpoint(&self) -> Result<u64> {
@@ -1331,6 +1361,7 @@ impl Engine {
                         stack.push(self.inner.meta.load_child(c)?.clone());
                     }
                 }
+                crate::page::Body::Runs(_) => return Err(self.inner.meta.misplaced_runs()),
             }
         }
         Ok(out)

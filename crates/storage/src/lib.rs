@@ -17,6 +17,7 @@ pub mod journal;
 pub mod limits;
 pub mod page;
 pub mod reader;
+pub mod runs;
 pub mod ssi;
 pub mod stats;
 pub mod txn;
@@ -24,7 +25,7 @@ pub mod verify;
 pub mod vfs;
 
 pub use block::{AllocPolicy, BlockAddr};
-pub use btree::Cursor;
+pub use btree::{Cursor, TableFormat};
 pub use bytes::Bytes;
 pub use compress::Compressor;
 pub use engine::{Config, Engine, Table, TableConfig, TableIoEntry, WriteBatch};

@@ -52,6 +52,16 @@ pub const punch_every_default_blocks: u64 = 20_000;
 /// Leaves a checkpoint packs in memory per hold of a table's writer lock.
 pub const pack_batch_leaves: usize = 32;
 
+/// Default of `Config::memtable_max_bytes`: a write-optimized table's
+/// memtable is frozen into a run once it holds about this much memory...
+pub const memtable_default_bytes: usize = 64 * 1024 * 1024;
+/// ...or this share of the cache, whichever is less (a memtable is never
+/// evicted: a write to it must not read).
+pub const memtable_cache_share_percent: usize = 12;
+/// A write-optimized table keeps at most this many runs (memtable
+/// included); a read probes each.
+pub const runs_max: usize = 1024;
+
 /// Default cache size (pages and the versions snapshots pin).
 pub const cache_default_bytes: usize = 512 * 1024 * 1024;
 /// Smallest cache size accepted (tiny caches let tests evict constantly).

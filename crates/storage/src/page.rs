@@ -32,6 +32,9 @@
 //! Internal image payload: `[type u8 = 2][flags u8][entries u32][0u16]` then
 //! per child `[key_len varint][key][addr 16]`; the first key is empty
 //! (the lower bound comes from the parent).
+//! Manifest payload (a write-optimized table's root, `runs.rs`):
+//! `[type u8 = 3][flags u8][runs u32][0u16]` then per run, newest first,
+//! `[addr 16]` of the run's root page.
 
 use crate::block::{BlockAddr, BlockKind};
 use crate::cache::CacheMeter;
@@ -144,6 +147,7 @@ impl Value {
 pub const PAGE_HEADER_BYTES: usize = 8;
 const PAGE_TYPE_LEAF: u8 = 1;
 const PAGE_TYPE_INTERNAL: u8 = 2;
+const PAGE_TYPE_MANIFEST: u8 = 3;
 
 pub fn leaf_entry_cost(key: &[u8], value: &Value) -> usize {
     2 * varint_len(key.len() as u64) + key.len() + value.image_cost()
@@ -289,7 +293,7 @@ impl Child {
     /// got there first, theirs wins.
     pub fn install(&self, node: Arc<Node>) -> NodeRef<'_> {
         match node.body {
-            Body::Internal(_) => {
+            Body::Internal(_) | Body::Runs(_) => {
                 let _ = self.inner.set(node);
                 NodeRef::Borrowed(self.inner.get().unwrap())
             }
@@ -396,10 +400,21 @@ impl std::ops::Deref for Keys {
     }
 }
 
+/// A write-optimized table's root (see `runs.rs`): its runs, newest first,
+/// each slot holding a run's root page. `runs[0]` is the memtable.
+#[derive(Debug, Clone)]
+pub struct Runs {
+    pub runs: FixedChunks<Arc<Child>>,
+    /// Memory charged for the memtable's writes since it was started (an
+    /// estimate, [`leaf_entry_mem`]): past the budget it is frozen.
+    pub memtable_bytes: usize,
+}
+
 #[derive(Debug, Clone)]
 pub enum Body {
     Leaf(Leaf),
     Internal(Internal),
+    Runs(Runs),
 }
 
 #[derive(Debug)]
@@ -661,6 +676,7 @@ impl Node {
                     copies * l.bytes + LEAF_ENTRY_OVERHEAD * l.entries.len()
                 }
                 Body::Internal(i) => i.bytes + CHILD_OVERHEAD * i.children.len() + i.keys.index_bytes(),
+                Body::Runs(r) => CHILD_OVERHEAD * r.runs.len(),
             }
     }
 
@@ -703,6 +719,7 @@ impl Node {
         let l = match &self.body {
             Body::Leaf(l) => l,
             Body::Internal(int) => return int.keys.child_for(key),
+            Body::Runs(_) => unreachable!("a run list is probed run by run, not searched"),
         };
         // A leaf copied by a commit is often replaced by the next one before
         // it is read much: build its index only once it has been searched a
@@ -738,12 +755,14 @@ impl Node {
         match &self.body {
             Body::Leaf(l) => l.bytes,
             Body::Internal(i) => i.bytes,
+            Body::Runs(r) => manifest_bytes(r.runs.len()),
         }
     }
     pub fn entries(&self) -> usize {
         match &self.body {
             Body::Leaf(l) => l.entries.len(),
             Body::Internal(i) => i.children.len(),
+            Body::Runs(r) => r.runs.len(),
         }
     }
 }
@@ -793,6 +812,54 @@ pub fn encode_internal(node: &Internal, child_addr: &dyn Fn(usize) -> BlockAddr)
         child_addr(i).encode(&mut out);
     }
     out
+}
+
+fn manifest_bytes(runs: usize) -> usize {
+    PAGE_HEADER_BYTES + 16 * runs
+}
+
+/// Encode a manifest: the addresses of a table's runs, newest first.
+pub fn encode_manifest(runs: &[BlockAddr]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(manifest_bytes(runs.len()));
+    out.push(PAGE_TYPE_MANIFEST);
+    out.push(0);
+    out.extend_from_slice(&(runs.len() as u32).to_le_bytes());
+    out.extend_from_slice(&0u16.to_le_bytes());
+    for a in runs {
+        a.encode(&mut out);
+    }
+    out
+}
+
+/// Decode a manifest payload into its run addresses, newest first.
+pub fn decode_manifest(payload: &[u8]) -> Result<Vec<BlockAddr>, String> {
+    let mut r = Reader::new(payload);
+    let ptype = r.u8().ok_or("truncated manifest header")?;
+    let _flags = r.u8().ok_or("truncated manifest header")?;
+    let n = r.u32().ok_or("truncated manifest header")? as usize;
+    let _ = r.u16().ok_or("truncated manifest header")?;
+    if ptype != PAGE_TYPE_MANIFEST {
+        return Err(format!("page type {ptype} in a manifest block"));
+    }
+    if n > crate::limits::runs_max || r.remaining() != 16 * n {
+        return Err(format!("manifest claims {n} runs in {} bytes", payload.len()));
+    }
+    (0..n).map(|i| BlockAddr::decode(r.bytes(16).unwrap()).ok_or_else(|| format!("run {i}: bad address"))).collect()
+}
+
+/// A write-optimized table's root as read from its manifest at `addr`: the
+/// runs on disk, below a fresh, empty memtable.
+pub fn decode_runs(payload: &[u8], addr: BlockAddr) -> Result<Node, String> {
+    let mut runs: FixedChunks<Arc<Child>> = decode_manifest(payload)?.into_iter().map(Child::on_disk).collect();
+    runs.insert(0, Child::in_memory(Arc::new(Node::empty_leaf())));
+    let mut node = Node::new(Body::Runs(Runs { runs, memtable_bytes: 0 }));
+    node.disk = DiskSlot::with_addr(addr);
+    Ok(node)
+}
+
+/// Memory a leaf entry is charged, as [`Node::mem_bytes`] counts a changed leaf.
+pub fn leaf_entry_mem(key: &[u8], value: &Value) -> usize {
+    2 * leaf_entry_cost(key, value) + LEAF_ENTRY_OVERHEAD
 }
 
 /// One decoded cell, for the page dump tool.

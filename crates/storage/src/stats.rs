@@ -90,6 +90,8 @@ counters!(
     eviction_app_thread_passes,
     /// Transactions rolled back because snapshots pinned too much.
     txn_cache_aborts,
+    /// Write-optimized tables' memtables frozen into runs (`runs.rs`).
+    memtables_frozen,
     /// Gauges from here to `cache_clean_bytes`, filled in by `Engine::stats`:
     /// the configured cache size...
     cache_capacity_bytes,

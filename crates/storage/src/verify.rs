@@ -1,6 +1,9 @@
 //! Offline consistency check of a data directory: every block checksum, key
 //! order inside pages, parent/child key ranges, uniform leaf depth, that the
-//! extent lists neither overlap nor leak, and the journal's records.
+//! extent lists neither overlap nor leak, and the journal's records. A
+//! write-optimized table's manifest is walked run by run: each run is a
+//! B+tree checked as above, its values tagged, the oldest without
+//! tombstones (`runs.rs` invariants 1 and 4).
 //!
 //! Reads only; never modifies the directory. Reports problems as text so
 //! the `arbordb verify` tool can name them.
@@ -10,7 +13,8 @@ use crate::engine::{decode_journal_payload, table_file_name, RootRecord, TableMe
 use crate::error::Result;
 use crate::journal;
 use crate::limits::{block_alloc_unit_bytes, tree_depth_max};
-use crate::page::{decode_cells, Cell, CellValue};
+use crate::page::{decode_cells, decode_manifest, Cell, CellValue};
+use crate::runs::untag;
 use crate::vfs::{Vfs, VfsFile};
 use std::path::Path;
 use std::sync::Arc;
@@ -48,6 +52,8 @@ struct FileCheck<'a> {
     pages: u64,
     bytes: u64,
     leaf_depth: Option<usize>,
+    /// Walking a run: values are tagged; `true` in the oldest run.
+    run: Option<bool>,
 }
 
 impl FileCheck<'_> {
@@ -76,6 +82,9 @@ impl FileCheck<'_> {
         let Some((kind, payload)) = self.read(addr, "page") else {
             return 0;
         };
+        if kind == BlockKind::Manifest && depth == 0 && self.run.is_none() {
+            return self.walk_runs(addr, &payload);
+        }
         self.pages += 1;
         self.report.pages += 1;
         if self.pages.is_multiple_of(1024) {
@@ -116,14 +125,21 @@ impl FileCheck<'_> {
                             format!("key {} outside the range its parent gives", printable(&key)),
                         );
                     }
-                    if let CellValue::Overflow { addr: oa, len } = value {
-                        self.report.overflow_blocks += 1;
-                        if let Some((k, data)) = self.read(oa, "overflow block") {
-                            if k != BlockKind::Overflow || data.len() != len as usize {
-                                self.problem(
-                                    oa.offset,
-                                    format!("expected an overflow block of {len} bytes, found {k:?} of {}", data.len()),
-                                );
+                    match value {
+                        CellValue::Inline(v) => self.check_tag(addr, &key, &v),
+                        CellValue::Overflow { addr: oa, len } => {
+                            self.report.overflow_blocks += 1;
+                            if let Some((k, data)) = self.read(oa, "overflow block") {
+                                if k != BlockKind::Overflow || data.len() != len as usize {
+                                    self.problem(
+                                        oa.offset,
+                                        format!(
+                                            "expected an overflow block of {len} bytes, found {k:?} of {}",
+                                            data.len()
+                                        ),
+                                    );
+                                }
+                                self.check_tag(addr, &key, &data);
                             }
                         }
                     }
@@ -152,6 +168,37 @@ impl FileCheck<'_> {
             }
         }
         entries
+    }
+
+    /// A write-optimized table: each run of the manifest at `addr` is a tree.
+    fn walk_runs(&mut self, addr: BlockAddr, payload: &[u8]) -> u64 {
+        let runs = match decode_manifest(payload) {
+            Ok(r) => r,
+            Err(e) => {
+                self.problem(addr.offset, format!("malformed manifest: {e}"));
+                return 0;
+            }
+        };
+        let mut entries = 0;
+        for (i, run) in runs.iter().enumerate() {
+            self.leaf_depth = None;
+            self.run = Some(i + 1 == runs.len());
+            entries += self.walk(*run, &[], None, 0);
+        }
+        self.run = None;
+        entries
+    }
+
+    /// In a run, a value's tag (`runs.rs` invariants 1 and 4).
+    fn check_tag(&mut self, at: BlockAddr, key: &[u8], value: &[u8]) {
+        let Some(oldest) = self.run else { return };
+        match untag(value) {
+            Err(e) => self.problem(at.offset, format!("key {}: {e}", printable(key))),
+            Ok(None) if oldest => {
+                self.problem(at.offset, format!("a tombstone for {} in the oldest run", printable(key)))
+            }
+            Ok(_) => {}
+        }
     }
 
     /// Compare the blocks reached with the file's alloc list.
@@ -231,6 +278,7 @@ fn verify_file(
         pages: 0,
         bytes: 0,
         leaf_depth: None,
+        run: None,
     };
     let alloc = match fc.read(extents, "extent list") {
         Some((BlockKind::ExtentList, payload)) => match ExtentList::decode(&payload) {

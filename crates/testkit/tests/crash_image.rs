@@ -14,7 +14,7 @@
 use rand::{Rng, SeedableRng};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use storage::{Config, Engine, SyncMode, TableConfig, Vfs};
+use storage::{Config, Engine, SyncMode, TableConfig, TableFormat, Vfs};
 use testkit::workload::{self, Model};
 use testkit::{FaultVfs, MemVfs};
 
@@ -22,6 +22,8 @@ const BATCHES_MAX: u64 = 300;
 
 /// Pages evicted over all runs: the crash images are taken with eviction at work.
 static EVICTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// Memtables frozen over all runs: write-optimized tables' images hold several runs.
+static FROZEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 fn config() -> Config {
     config_with(SyncMode::Fsync)
@@ -41,24 +43,27 @@ fn config_with(sync_mode: SyncMode) -> Config {
         table_compressor: storage::Compressor::default(),
         // The images come from an in-memory file system.
         direct_io: false,
+        // Write-optimized tables freeze a run every few dozen batches.
+        memtable_max_bytes: 24 * 1024,
     }
 }
 
-fn table_config() -> TableConfig {
+fn table_config(format: TableFormat) -> TableConfig {
     TableConfig {
         leaf_page_max_bytes: 2048,
         internal_page_max_bytes: 1024,
         overflow_min_bytes: 1024,
+        format,
         ..TableConfig::default()
     }
 }
 
 /// Run the workload until the injected failure; returns batches acknowledged.
-fn run_until_failure(vfs: Arc<dyn Vfs>, dir: &Path, seed: u64, mode: SyncMode) -> u64 {
+fn run_until_failure(vfs: Arc<dyn Vfs>, dir: &Path, seed: u64, mode: SyncMode, format: TableFormat) -> u64 {
     let Ok(engine) = Engine::open_with_vfs(vfs, dir, config_with(mode)) else {
         return 0;
     };
-    let table = match engine.table("t").or_else(|_| engine.create_table("t", table_config())) {
+    let table = match engine.table("t").or_else(|_| engine.create_table("t", table_config(format))) {
         Ok(t) => t,
         Err(_) => return 0,
     };
@@ -75,6 +80,7 @@ fn run_until_failure(vfs: Arc<dyn Vfs>, dir: &Path, seed: u64, mode: SyncMode) -
         }
     }
     EVICTED.fetch_add(engine.stats().pages_evicted, std::sync::atomic::Ordering::Relaxed);
+    FROZEN.fetch_add(engine.stats().memtables_frozen, std::sync::atomic::Ordering::Relaxed);
     acked
 }
 
@@ -114,7 +120,15 @@ fn check_image(image: &MemVfs, dir: &Path, seed: u64, acked: u64, durable: bool,
 #[test]
 fn every_failure_point_leaves_a_recoverable_image() {
     let points: u64 = std::env::var("ARBORDB_FAULT_POINTS").ok().and_then(|v| v.parse().ok()).unwrap_or(400);
-    failure_points(points, SyncMode::Fsync);
+    failure_points(points, SyncMode::Fsync, TableFormat::BTree);
+}
+
+/// The same on a write-optimized table: its runs, manifests, frozen
+/// memtables and tombstones through the same failures.
+#[test]
+fn every_failure_point_of_a_write_optimized_table_leaves_a_recoverable_image() {
+    let points: u64 = std::env::var("ARBORDB_FAULT_POINTS").ok().and_then(|v| v.parse().ok()).unwrap_or(400);
+    failure_points(points / 2, SyncMode::Fsync, TableFormat::WriteOptimized);
 }
 
 /// Without fsync at commit nothing is promised about which batches survive,
@@ -122,20 +136,20 @@ fn every_failure_point_leaves_a_recoverable_image() {
 #[test]
 fn unsynced_modes_recover_a_prefix_at_every_failure_point() {
     let points: u64 = std::env::var("ARBORDB_FAULT_POINTS").ok().and_then(|v| v.parse().ok()).unwrap_or(400);
-    failure_points(points / 4, SyncMode::Background);
-    failure_points(points / 4, SyncMode::Off);
+    failure_points(points / 4, SyncMode::Background, TableFormat::BTree);
+    failure_points(points / 4, SyncMode::Off, TableFormat::BTree);
 }
 
-fn failure_points(points: u64, mode: SyncMode) {
+fn failure_points(points: u64, mode: SyncMode, format: TableFormat) {
     let durable = mode == SyncMode::Fsync;
     let seed: u64 = std::env::var("ARBORDB_FAULT_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(rand::random);
     eprintln!(
-        "fault injection: {points} failure points out of a run's I/Os, seed {seed} (ARBORDB_FAULT_SEED={seed} replays)"
+        "fault injection ({format:?}): {points} failure points out of a run's I/Os, seed {seed} (ARBORDB_FAULT_SEED={seed} replays)"
     );
     let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
     let dir = Path::new("/db");
     let dry = FaultVfs::new(Arc::new(MemVfs::new()), u64::MAX);
-    assert_eq!(run_until_failure(Arc::new(dry.clone()), dir, seed, mode), BATCHES_MAX);
+    assert_eq!(run_until_failure(Arc::new(dry.clone()), dir, seed, mode, format), BATCHES_MAX);
     let total = dry.ops();
     let mut tripped = 0;
     for i in 0..points {
@@ -148,7 +162,7 @@ fn failure_points(points: u64, mode: SyncMode) {
             let (slot, mem, s) = (crash_image.clone(), mem.clone(), seed ^ i);
             fault.on_trip(move || *slot.lock().unwrap() = Some(mem.crash(s, true)));
         }
-        let acked = run_until_failure(Arc::new(fault.clone()), dir, seed, mode);
+        let acked = run_until_failure(Arc::new(fault.clone()), dir, seed, mode, format);
         let what = format!("{mode:?}: failure at I/O {fail_at} (seed {seed})");
         if !fault.tripped() {
             assert_eq!(acked, BATCHES_MAX);
@@ -162,6 +176,8 @@ fn failure_points(points: u64, mode: SyncMode) {
     let evicted = EVICTED.load(std::sync::atomic::Ordering::Relaxed);
     eprintln!("fault injection: {tripped} of {points} runs failed mid-workload and recovered; {evicted} pages evicted");
     assert!(evicted > 0, "the cache never evicted: the crash images do not cover eviction");
+    let frozen = FROZEN.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(format == TableFormat::BTree || frozen > points, "only {frozen} memtables frozen in {points} runs");
     assert!(tripped > points / 2, "only {tripped} of {points} runs hit their failure point");
 }
 
@@ -172,7 +188,7 @@ fn a_flipped_bit_is_corruption_never_data() {
     let seed = 7;
     {
         let engine = Engine::open_with_vfs(Arc::new(mem.clone()), dir, config()).unwrap();
-        let table = engine.create_table("t", table_config()).unwrap();
+        let table = engine.create_table("t", table_config(TableFormat::BTree)).unwrap();
         for n in 0..200 {
             workload::commit(&engine, &table, seed, n).unwrap();
         }

@@ -19,19 +19,27 @@ fn cycles() -> usize {
 
 #[test]
 fn kill_9_loses_no_acknowledged_commit() {
-    kill_loop(cycles(), false);
+    kill_loop(cycles(), &[]);
 }
 
 /// The same with the writer's data files read and written by direct I/O.
 #[test]
 fn kill_9_with_direct_io_loses_no_acknowledged_commit() {
-    kill_loop(cycles().div_ceil(4), true);
+    kill_loop(cycles().div_ceil(4), &["direct-io"]);
 }
 
-fn kill_loop(cycles: usize, direct_io: bool) {
+/// The same on a write-optimized table (its runs and manifests).
+#[test]
+fn kill_9_on_a_write_optimized_table_loses_no_acknowledged_commit() {
+    kill_loop(cycles().div_ceil(4), &["write-optimized"]);
+}
+
+/// `flags`: the writer's (`crash_writer`).
+fn kill_loop(cycles: usize, flags: &[&str]) {
+    let direct_io = flags.contains(&"direct-io");
     let seed: u64 = std::env::var("ARBORDB_CRASH_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(rand::random);
     eprintln!(
-        "kill -9 test (direct I/O: {direct_io}): {cycles} cycles, seed {seed} (ARBORDB_CRASH_SEED={seed} replays the kill timings)"
+        "kill -9 test ({flags:?}): {cycles} cycles, seed {seed} (ARBORDB_CRASH_SEED={seed} replays the kill timings)"
     );
     let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
     let dir = tempfile::tempdir().unwrap();
@@ -40,10 +48,7 @@ fn kill_loop(cycles: usize, direct_io: bool) {
     let mut max_acked: Option<u64> = None;
     for cycle in 0..cycles {
         let mut child = Command::new(env!("CARGO_BIN_EXE_crash_writer"));
-        child.arg(dir.path()).arg(seed.to_string());
-        if direct_io {
-            child.arg("direct-io");
-        }
+        child.arg(dir.path()).arg(seed.to_string()).args(flags);
         let run = Duration::from_millis(rng.gen_range(5..120));
         let acks = crash::run_then_kill(child, run, &format!("cycle {cycle} (seed {seed})"));
         if let Some(a) = acks.iter().map(|n| n.parse::<u64>().unwrap()).max() {

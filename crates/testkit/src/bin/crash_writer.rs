@@ -1,11 +1,11 @@
 //! Child process of the kill -9 test: opens the data directory, continues
 //! the deterministic workload from where the table stands, and prints
 //! `ack N` after batch N's commit returned (fsync on commit). The parent
-//! kills it at a random moment. A third argument `direct-io` opens the
-//! engine with direct I/O.
+//! kills it at a random moment. Further arguments: `direct-io` opens the
+//! engine with direct I/O, `write-optimized` makes the table write-optimized.
 
 use std::io::Write;
-use storage::{Engine, TableConfig};
+use storage::{Engine, TableConfig, TableFormat};
 use testkit::workload;
 
 fn main() {
@@ -13,7 +13,9 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let dir = &args[1];
     let seed: u64 = args[2].parse().unwrap();
-    let direct_io = args.get(3).is_some_and(|a| a == "direct-io");
+    let flag = |f: &str| args[3..].iter().any(|a| a == f);
+    let direct_io = flag("direct-io");
+    let format = if flag("write-optimized") { TableFormat::WriteOptimized } else { TableFormat::BTree };
     let config = storage::Config { direct_io, ..testkit::crash::writer_config() };
     let engine = Engine::open(dir, config).expect("open");
     let table = match engine.table("crash") {
@@ -23,6 +25,7 @@ fn main() {
                 leaf_page_max_bytes: 4096,
                 internal_page_max_bytes: 1024,
                 overflow_min_bytes: 1024,
+                format,
                 ..TableConfig::default()
             };
             engine.create_table("crash", cfg).expect("create table")

@@ -1,0 +1,190 @@
+//! Write-optimized tables (`runs.rs`): writes that read no page, snapshots
+//! across freezes, tombstones over older runs, cursors that turn, and the
+//! run list through checkpoints and reopens.
+
+use rand::{Rng, SeedableRng};
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use storage::{Config, Engine, SyncMode, Table, TableConfig, TableFormat, TxnOptions, WriteBatch};
+
+const MIB: usize = 1024 * 1024;
+
+fn config(cache: usize) -> Config {
+    Config { sync_mode: SyncMode::Off, checkpoint_interval: None, cache_size_bytes: cache, ..Config::default() }
+}
+
+fn table(format: TableFormat) -> TableConfig {
+    TableConfig { format, leaf_page_max_bytes: 4096, ..TableConfig::default() }
+}
+
+/// An index-like key: 60 bytes, spread at random over the key space.
+fn key(rng: &mut impl Rng) -> Vec<u8> {
+    let mut k = format!("{:016x}", rng.gen::<u64>()).into_bytes();
+    k.resize(60, b'u');
+    k
+}
+
+/// Leaf pages read while inserting `n` random keys in batches of 25
+/// through a 2 MiB cache, after `n` keys already loaded.
+fn leaf_reads_inserting(format: TableFormat, n: usize) -> (u64, u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(dir.path(), config(2 * MIB)).unwrap();
+    let t = engine.create_table("t", table(format)).unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let mut insert = |engine: &Engine| {
+        for _ in 0..n / 25 {
+            let mut b = WriteBatch::new();
+            for _ in 0..25 {
+                b.put(&t, &key(&mut rng), b"").unwrap();
+            }
+            engine.write(&b).unwrap();
+        }
+    };
+    insert(&engine);
+    let before = engine.stats();
+    insert(&engine);
+    let after = engine.stats();
+    assert!(after.pages_evicted > before.pages_evicted, "the index never outgrew the cache");
+    (after.leaf_pages_read - before.leaf_pages_read, after.memtables_frozen)
+}
+
+/// The point of the format: with the index several times the cache, a
+/// B+tree reads a leaf for most inserts; a write-optimized table reads none.
+#[test]
+fn inserts_into_a_write_optimized_table_read_no_page() {
+    let n = 40_000;
+    let (btree_reads, _) = leaf_reads_inserting(TableFormat::BTree, n);
+    let (runs_reads, frozen) = leaf_reads_inserting(TableFormat::WriteOptimized, n);
+    assert!(btree_reads > n as u64 / 4, "the B+tree read only {btree_reads} leaves for {n} inserts");
+    assert_eq!(runs_reads, 0, "inserts into a write-optimized table read leaves");
+    assert!(frozen > 4, "the memtable was frozen {frozen} times");
+}
+
+fn put(engine: &Engine, t: &Table, k: &str, v: &str) {
+    engine.put(t, k.as_bytes(), v.as_bytes()).unwrap();
+}
+
+fn scan(engine: &Engine, t: &Table) -> Vec<(String, String)> {
+    let mut c = engine.cursor(t).unwrap();
+    std::iter::from_fn(|| c.next().unwrap())
+        .map(|(k, v)| (String::from_utf8(k.to_vec()).unwrap(), String::from_utf8(v.to_vec()).unwrap()))
+        .collect()
+}
+
+fn pairs(p: &[(&str, &str)]) -> Vec<(String, String)> {
+    p.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+/// A snapshot keeps exactly the runs it saw: later puts, tombstones over
+/// older runs and freezes do not show through, by get or by cursor.
+#[test]
+fn a_snapshot_sees_its_version_across_freezes() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(dir.path(), config(4 * MIB)).unwrap();
+    let t = engine.create_table("t", table(TableFormat::WriteOptimized)).unwrap();
+    put(&engine, &t, "a", "1");
+    put(&engine, &t, "b", "1");
+    engine.delete(&t, b"b").unwrap(); // the only run: removed, no tombstone
+    put(&engine, &t, "c", "1");
+    assert!(engine.freeze_memtable(&t).unwrap());
+    assert!(!engine.freeze_memtable(&t).unwrap(), "an empty memtable was frozen");
+    put(&engine, &t, "a", "2");
+    let snap = engine.begin(TxnOptions::default()).unwrap();
+    engine.delete(&t, b"c").unwrap(); // a tombstone over the frozen run
+    put(&engine, &t, "d", "3");
+    assert!(engine.freeze_memtable(&t).unwrap());
+    put(&engine, &t, "a", "3");
+    assert_eq!(scan(&engine, &t), pairs(&[("a", "3"), ("d", "3")]));
+    assert_eq!(engine.get(&t, b"c").unwrap(), None);
+    assert_eq!(snap.get(&t, b"a").unwrap().as_deref(), Some(&b"2"[..]));
+    assert_eq!(snap.get(&t, b"c").unwrap().as_deref(), Some(&b"1"[..]));
+    assert_eq!(snap.get(&t, b"d").unwrap(), None);
+    let mut c = snap.cursor(&t).unwrap();
+    let seen: Vec<_> = std::iter::from_fn(|| c.next().unwrap()).map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
+    assert_eq!(seen, vec![(b"a".to_vec(), b"2".to_vec()), (b"c".to_vec(), b"1".to_vec())]);
+    drop(c);
+    drop(snap);
+    // Through a checkpoint and a reopen, and once more through recovery.
+    engine.checkpoint().unwrap();
+    engine.delete(&t, b"d").unwrap();
+    engine.close().unwrap();
+    let engine = Engine::open(dir.path(), config(4 * MIB)).unwrap();
+    let t = engine.table("t").unwrap();
+    assert_eq!(scan(&engine, &t), pairs(&[("a", "3")]));
+    let report = storage::verify::verify_dir(&storage::OsVfs, dir.path(), &mut |_| {}).unwrap();
+    assert!(report.problems.is_empty(), "verify: {:?}", report.problems);
+}
+
+/// Random walks of `next` and `prev` with seeks, over runs with
+/// overlapping keys and tombstones, against a `BTreeMap`.
+#[test]
+fn a_merged_cursor_turns_like_a_btree_cursor() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(dir.path(), config(4 * MIB)).unwrap();
+    let t = engine.create_table("t", table(TableFormat::WriteOptimized)).unwrap();
+    let mut model = BTreeMap::new();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    for round in 0..6 {
+        for _ in 0..300 {
+            let k = format!("k{:04}", rng.gen_range(0..500)).into_bytes();
+            if rng.gen_bool(0.3) {
+                engine.delete(&t, &k).unwrap();
+                model.remove(&k);
+            } else {
+                let v = format!("v{round}").into_bytes();
+                engine.put(&t, &k, &v).unwrap();
+                model.insert(k, v);
+            }
+        }
+        engine.freeze_memtable(&t).unwrap();
+    }
+    for _ in 0..200 {
+        let lo = format!("k{:04}", rng.gen_range(0..500)).into_bytes();
+        let hi = format!("k{:04}", rng.gen_range(0..500)).into_bytes();
+        let (lo, hi) = (lo.clone().min(hi.clone()), lo.max(hi));
+        let mut c = engine.cursor(&t).unwrap();
+        c.set_bounds(Bound::Included(lo.clone()), Bound::Excluded(hi.clone()));
+        let keys: Vec<&Vec<u8>> = model.range(lo.clone()..hi.clone()).map(|(k, _)| k).collect();
+        // Position in `keys` of the entry the cursor stands on.
+        let mut at: Option<usize> = None;
+        for _ in 0..40 {
+            let back = rng.gen_bool(0.5);
+            let got = if back { c.prev().unwrap() } else { c.next().unwrap() };
+            let want = match (at, back) {
+                (None, false) => 0,
+                (None, true) => keys.len().wrapping_sub(1),
+                (Some(i), false) => i + 1,
+                (Some(i), true) => i.wrapping_sub(1),
+            };
+            match keys.get(want) {
+                Some(k) => {
+                    let (gk, gv) = got.expect("the cursor ended early");
+                    assert_eq!(&gk[..], &k[..]);
+                    assert_eq!(&gv[..], &model[*k][..]);
+                    at = Some(want);
+                }
+                None => {
+                    assert!(got.is_none(), "the cursor went past its bounds");
+                    break;
+                }
+            }
+        }
+    }
+    engine.close().unwrap();
+}
+
+/// A table's format is kept in the catalog: it survives a reopen, and a
+/// B+tree table stays one.
+#[test]
+fn the_format_survives_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(dir.path(), config(4 * MIB)).unwrap();
+    engine.create_table("w", table(TableFormat::WriteOptimized)).unwrap();
+    engine.create_table("b", table(TableFormat::BTree)).unwrap();
+    engine.checkpoint().unwrap();
+    engine.close().unwrap();
+    let engine = Engine::open(dir.path(), config(4 * MIB)).unwrap();
+    assert_eq!(engine.table("w").unwrap().config().format, TableFormat::WriteOptimized);
+    assert_eq!(engine.table("b").unwrap().config().format, TableFormat::BTree);
+    assert!(!engine.freeze_memtable(&engine.table("b").unwrap()).unwrap());
+}
