@@ -326,21 +326,26 @@ fn dump_manifest(
     payload: &[u8],
     depth: usize,
 ) -> Result<(), String> {
-    let runs =
-        storage::page::decode_manifest(payload).map_err(|e| format!("manifest at offset {}: {e}", addr.offset))?;
+    let m = storage::page::decode_manifest(payload).map_err(|e| format!("manifest at offset {}: {e}", addr.offset))?;
     let ind = "  ".repeat(depth);
     writeln!(
         ctx.out,
-        "{ind}manifest offset={} size={} checksum={:#010x} runs={} (newest first)",
+        "{ind}manifest offset={} size={} checksum={:#010x} runs={} (newest first) retired={}",
         addr.offset,
         addr.size,
         addr.checksum,
-        runs.len()
+        m.live.len(),
+        m.retired.len()
     )
     .map_err(|e| e.to_string())?;
     let was = std::mem::replace(&mut ctx.in_run, true);
-    for (i, run) in runs.iter().enumerate() {
-        writeln!(ctx.out, "{ind}  run {i}:").map_err(|e| e.to_string())?;
+    for (i, (run, bytes)) in m.live.iter().enumerate() {
+        writeln!(ctx.out, "{ind}  run {i} ({bytes} bytes of entries):").map_err(|e| e.to_string())?;
+        dump_page(ctx, file, *run, depth + 2, true)?;
+    }
+    for (i, (run, bytes)) in m.retired.iter().enumerate() {
+        writeln!(ctx.out, "{ind}  retired run {i} ({bytes} bytes of entries, replaced by a merge):")
+            .map_err(|e| e.to_string())?;
         dump_page(ctx, file, *run, depth + 2, true)?;
     }
     ctx.in_run = was;

@@ -220,8 +220,8 @@ fn verify_and_dump_walk_a_write_optimized_table() {
     let o = arbordb(&["dump", "--dbpath", d, "--table", "runs", "--width", "0"]);
     let out = text(&o);
     assert!(o.status.success(), "{out}");
-    assert!(out.contains("runs=2 (newest first)"), "{out}");
-    let (newer, older) = out.split_once("run 1:").expect("two runs");
+    assert!(out.contains("runs=2 (newest first) retired=0"), "{out}");
+    let (newer, older) = out.split_once("run 1 (").expect("two runs");
     // Values are shown raw, with their tag byte: 00 puts, 01 is a tombstone.
     assert!(newer.contains("\"apple\"") && newer.contains("006e6577 \".new\""), "{out}");
     assert!(newer.contains("\"pear\"") && newer.contains("value inline 1 bytes 01"), "{out}");

@@ -360,6 +360,14 @@ pub struct Extents {
     /// began: no checkpoint names these, so freeing one makes it available
     /// at once (pages eviction writes and the writer soon replaces).
     pub fresh: ExtentList,
+    /// Allocated but not part of any tree a checkpoint could snapshot yet:
+    /// a merge's output before it is installed (`runs.rs`), and after it is
+    /// installed until the next checkpoint's snapshot. A checkpoint lists
+    /// them as free, so a crash drops them; freeing one makes it available
+    /// at once.
+    pub unnamed: ExtentList,
+    /// Unnamed blocks now in the live tree: named from the next snapshot on.
+    pub named_next: ExtentList,
     /// Between `checkpoint_begin` and `checkpoint_durable`/`_abandoned`.
     pub in_checkpoint: bool,
     pub file_size: u64,
@@ -447,6 +455,8 @@ impl BlockFile {
                 discard: ExtentList::default(),
                 pending: ExtentList::default(),
                 fresh: ExtentList::default(),
+                unnamed: ExtentList::default(),
+                named_next: ExtentList::default(),
                 in_checkpoint: false,
                 file_size,
                 freed_since_punch_bytes: 0,
@@ -467,7 +477,7 @@ impl BlockFile {
         self.extents.lock().unwrap()
     }
 
-    fn allocate(&self, size: u64) -> u64 {
+    fn allocate(&self, size: u64, unnamed: bool) -> u64 {
         let mut ext = self.extents();
         let found = match self.policy {
             AllocPolicy::BestFit => ext.avail.take_best_fit(size),
@@ -490,7 +500,9 @@ impl BlockFile {
             }
         };
         ext.alloc.insert(off, size);
-        if !ext.in_checkpoint {
+        if unnamed {
+            ext.unnamed.insert(off, size);
+        } else if !ext.in_checkpoint {
             ext.fresh.insert(off, size);
         }
         off
@@ -504,6 +516,22 @@ impl BlockFile {
     /// Write a new block holding `payload`, compressed by `compressor`
     /// where that makes it smaller; returns its address.
     pub fn write_block_with(&self, kind: BlockKind, compressor: Compressor, payload: &[u8]) -> Result<BlockAddr> {
+        self.write_block_as(kind, compressor, payload, false)
+    }
+
+    /// `write_block_with` for a block no checkpoint names until
+    /// [`BlockFile::name_from_next_checkpoint`] (see `Extents::unnamed`).
+    pub fn write_block_unnamed(&self, kind: BlockKind, compressor: Compressor, payload: &[u8]) -> Result<BlockAddr> {
+        self.write_block_as(kind, compressor, payload, true)
+    }
+
+    fn write_block_as(
+        &self,
+        kind: BlockKind,
+        compressor: Compressor,
+        payload: &[u8],
+        unnamed: bool,
+    ) -> Result<BlockAddr> {
         let (buf, checksum) = match compressor.compress(payload) {
             Some(stored) => build_block_coded(kind, compressor, &stored),
             None => build_block(kind, payload),
@@ -511,7 +539,7 @@ impl BlockFile {
         if buf.len() as u64 > block_size_max_bytes {
             return Err(StorageError::InvalidConfig(format!("block of {} bytes is too large", buf.len())));
         }
-        let offset = self.allocate(buf.len() as u64);
+        let offset = self.allocate(buf.len() as u64, unnamed);
         self.file.write_at(&buf, offset)?;
         Ok(BlockAddr { offset, size: buf.len() as u32, checksum })
     }
@@ -529,18 +557,39 @@ impl BlockFile {
         let removed = ext.alloc.remove(addr.offset, addr.size as u64);
         assert!(removed, "{}: freeing block {addr:?} that is not allocated", self.path.display());
         let (off, len) = (addr.offset, addr.size as u64);
-        if !ext.in_checkpoint && ext.fresh.remove(off, len) {
+        if ext.unnamed.remove(off, len) {
+            // No checkpoint names it, not even one being written now (it
+            // lists unnamed blocks as free).
+            ext.named_next.remove(off, len);
+            ext.avail.insert(off, len);
+        } else if !ext.in_checkpoint && ext.fresh.remove(off, len) {
             ext.avail.insert(off, len);
         } else {
             ext.discard.insert(off, len);
         }
     }
 
-    /// At the snapshot of a checkpoint: blocks freed so far are not part of it.
+    /// Unnamed blocks that are now in the live tree: the next checkpoint's
+    /// snapshot names them (the caller holds the commit gate, so no
+    /// snapshot is between the tree change and this call).
+    pub fn name_from_next_checkpoint(&self, blocks: &[BlockAddr]) {
+        let mut ext = self.extents();
+        for a in blocks {
+            assert!(ext.unnamed.contains(a.offset, a.size as u64), "naming block {a:?} that is not unnamed");
+            ext.named_next.insert(a.offset, a.size as u64);
+        }
+    }
+
+    /// At the snapshot of a checkpoint: blocks freed so far are not part of
+    /// it; unnamed blocks installed so far are.
     pub fn checkpoint_begin(&self) {
         let mut ext = self.extents();
         assert!(ext.pending.is_empty() && !ext.in_checkpoint, "a checkpoint is already in progress");
-        let Extents { discard, pending, .. } = &mut *ext;
+        let Extents { discard, pending, unnamed, named_next, .. } = &mut *ext;
+        for (off, len) in std::mem::take(named_next).iter() {
+            let removed = unnamed.remove(off, len);
+            assert!(removed, "a named block left the unnamed list");
+        }
         discard.drain_into(pending);
         ext.fresh = ExtentList::default();
         ext.in_checkpoint = true;
@@ -551,6 +600,10 @@ impl BlockFile {
     /// was taken, so the checkpoint still names them).
     fn checkpoint_extents(ext: &Extents) -> ExtentList {
         let mut list = ext.alloc.clone();
+        for (off, len) in ext.unnamed.iter() {
+            let removed = list.remove(off, len);
+            assert!(removed, "an unnamed block that is not allocated");
+        }
         for (off, len) in ext.discard.iter() {
             list.insert(off, len);
         }
@@ -563,7 +616,7 @@ impl BlockFile {
         let count = Self::checkpoint_extents(&self.extents()).len();
         // Allocating the list's own block can add at most one extent.
         let reserve = round_to_unit((block_header_bytes + 4 + (count + 2) * 16) as u64);
-        let offset = self.allocate(reserve);
+        let offset = self.allocate(reserve, false);
         let mut payload = Vec::with_capacity(reserve as usize);
         Self::checkpoint_extents(&self.extents()).encode(&mut payload);
         let (mut buf, _) = build_block(BlockKind::ExtentList, &payload);
@@ -700,7 +753,7 @@ mod tests {
             (Compressor::Snappy, vec![1, 2]),
         ] {
             let (buf, checksum) = build_block_coded(BlockKind::Leaf, codec, &stored);
-            let offset = bf.allocate(buf.len() as u64);
+            let offset = bf.allocate(buf.len() as u64, false);
             file.write_at(&buf, offset).unwrap();
             let addr = BlockAddr { offset, size: buf.len() as u32, checksum };
             let err = bf.read_block(addr).unwrap_err();
@@ -711,10 +764,39 @@ mod tests {
         buf[13] = 9;
         let checksum = crc32c::crc32c(&buf[4..]);
         buf[0..4].copy_from_slice(&checksum.to_le_bytes());
-        let offset = bf.allocate(buf.len() as u64);
+        let offset = bf.allocate(buf.len() as u64, false);
         file.write_at(&buf, offset).unwrap();
         let err = bf.read_block(BlockAddr { offset, size: buf.len() as u32, checksum }).unwrap_err();
         assert!(err.is_corruption(), "{err}");
+    }
+
+    /// A merge's blocks: free in every checkpoint's list until a snapshot
+    /// after they were installed; freed before that, available at once.
+    #[test]
+    fn unnamed_blocks_are_named_from_the_snapshot_after_they_are_installed() {
+        use crate::vfs::{OsVfs, Vfs};
+        let dir = tempfile::tempdir().unwrap();
+        let file = OsVfs.open(&dir.path().join("t.arb"), true).unwrap();
+        let bf = BlockFile::create(file, AllocPolicy::BestFit).unwrap();
+        let listed = |bf: &BlockFile, a: BlockAddr| BlockFile::checkpoint_extents(&bf.extents()).contains(a.offset, 1);
+        let named = bf.write_block(BlockKind::Leaf, b"named").unwrap();
+        let merged = bf.write_block_unnamed(BlockKind::Leaf, Compressor::None, b"merged").unwrap();
+        let dropped = bf.write_block_unnamed(BlockKind::Leaf, Compressor::None, b"dropped").unwrap();
+        assert!(listed(&bf, named) && !listed(&bf, merged) && !listed(&bf, dropped));
+        // A checkpoint in progress when the merge is installed does not name it...
+        bf.checkpoint_begin();
+        bf.name_from_next_checkpoint(&[merged]);
+        assert!(!listed(&bf, merged));
+        bf.checkpoint_durable(0).unwrap();
+        // ...the next one does.
+        bf.checkpoint_begin();
+        assert!(listed(&bf, merged));
+        bf.checkpoint_durable(0).unwrap();
+        // An abandoned merge's block is free at once, even during a checkpoint.
+        bf.checkpoint_begin();
+        bf.free(dropped);
+        assert!(bf.extents().avail.contains(dropped.offset, dropped.size as u64));
+        bf.checkpoint_durable(0).unwrap();
     }
 
     #[test]

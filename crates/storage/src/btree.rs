@@ -21,14 +21,14 @@ use crate::error::{Result, StorageError};
 use crate::limits::{pack_batch_leaves, tree_depth_max};
 use crate::page::{
     decode_node, encode_internal, encode_leaf, internal_entry_cost, leaf_entry_cost, Body, Child, Internal, Key, Keys,
-    Leaf, Node, NodeRef, PackedView, Value, PAGE_HEADER_BYTES,
+    Leaf, Node, NodeRef, PackedView, Run, Value, PAGE_HEADER_BYTES,
 };
 use crate::runs::MergeCursor;
 use crate::stats::{bump, Counters, TableIo};
 use bytes::Bytes;
 use std::ops::Bound;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, RwLock, Weak};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 
 /// How a table stores its entries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -80,6 +80,11 @@ pub struct Tree {
     pub meter: Arc<CacheMeter>,
     /// Bytes written to this tree's file, by block kind.
     pub io: TableIo,
+    /// A write-optimized table's runs replaced by a merge, with the epoch
+    /// whose end frees their blocks (`runs.rs` invariant 5).
+    pub(crate) retired: Mutex<Vec<crate::runs::Retired>>,
+    /// Serializes merges of this table's runs.
+    pub(crate) merging: Mutex<()>,
 }
 
 /// What one eviction pass over a tree did.
@@ -125,7 +130,16 @@ impl Tree {
             TableFormat::WriteOptimized => crate::runs::empty_runs(),
         };
         crate::runs::charge_tree_top(&root, &meter);
-        Tree { bf, geometry, root: RwLock::new(root), counters, meter, io: TableIo::default() }
+        Tree {
+            bf,
+            geometry,
+            root: RwLock::new(root),
+            counters,
+            meter,
+            io: TableIo::default(),
+            retired: Mutex::default(),
+            merging: Mutex::default(),
+        }
     }
 
     /// Open the tree whose root page is at `root`.
@@ -162,8 +176,18 @@ impl Tree {
             BlockKind::Leaf => bump(&self.counters.leaf_pages_read, 1),
             BlockKind::Internal => bump(&self.counters.internal_pages_read, 1),
             BlockKind::Manifest if root && self.geometry.format == TableFormat::WriteOptimized => {
-                let node = crate::page::decode_runs(&payload, addr)
+                let (mut node, retired) = crate::page::decode_runs(&payload, addr)
                     .map_err(|detail| StorageError::corruption(self.bf.path(), addr.offset, detail))?;
+                if !retired.is_empty() {
+                    // No reader of those runs survived the restart: free
+                    // them, and the manifest naming them (the next
+                    // checkpoint writes a new one).
+                    node.disk = crate::page::DiskSlot::default();
+                    self.bf.free(addr);
+                    for run in retired {
+                        self.free_retired_run(&Child::on_disk(run))?;
+                    }
+                }
                 let node = Arc::new(node);
                 crate::runs::charge_tree_top(&node, &self.meter);
                 return Ok(node);
@@ -354,7 +378,7 @@ impl Tree {
     pub fn prefetch(&self, root: &Arc<Node>, key: &[u8]) -> Result<(usize, usize)> {
         if let Body::Runs(runs) = &root.body {
             // Only the memtable changes, and its pages are in memory.
-            let memtable = self.load_child(&runs.runs[0])?.clone();
+            let memtable = self.load_child(&runs.runs[0].root)?.clone();
             return self.prefetch(&memtable, key);
         }
         let leaf = self.leaf_for(root, key)?;
@@ -621,10 +645,10 @@ impl Tree {
             } else {
                 acc.dirty += node.charge.bytes();
             }
-            let children = match &node.body {
+            let children: Vec<&Arc<Child>> = match &node.body {
                 Body::Leaf(_) => return,
-                Body::Internal(int) => &int.children,
-                Body::Runs(runs) => &runs.runs,
+                Body::Internal(int) => int.children.iter().collect(),
+                Body::Runs(runs) => runs.runs.iter().map(|r| &r.root).collect(),
             };
             acc.internal += node.charge.bytes();
             for c in children {
@@ -731,8 +755,13 @@ impl Tree {
 
     /// `write_dirty`, noting every leaf it wrote with the slot holding it
     /// (for [`Tree::pack_written`]).
-    pub fn write_dirty_noting(&self, node: &Arc<Node>, written: &mut Written) -> Result<BlockAddr> {
-        self.write_dirty_in(node, &mut Some(written))
+    /// A write-optimized table's root is its manifest, which also names
+    /// `retired` (the runs merges replaced, as of the same snapshot).
+    pub fn write_dirty_noting(&self, node: &Arc<Node>, retired: &[Run], written: &mut Written) -> Result<BlockAddr> {
+        match &node.body {
+            Body::Runs(runs) => self.write_manifest(node, runs, retired, &mut Some(written)),
+            _ => self.write_dirty_in(node, &mut Some(written)),
+        }
     }
 
     /// Pack the leaves a checkpoint wrote (page invariant 5) where the live
@@ -795,7 +824,7 @@ impl Tree {
     fn slot_is_live(&self, live: &Arc<Node>, key: &[u8], slot: &Arc<Child>) -> bool {
         if let Body::Runs(runs) = &live.body {
             // Runs share no pages: the slot is live in at most one of them.
-            return runs.runs.iter().any(|run| run.loaded().is_some_and(|n| self.slot_is_live(&n, key, slot)));
+            return runs.runs.iter().any(|run| run.root.loaded().is_some_and(|n| self.slot_is_live(&n, key, slot)));
         }
         let mut node: Arc<Node> = live.clone();
         for _ in 0..tree_depth_max {
@@ -873,7 +902,7 @@ impl Tree {
                 bump(&self.counters.internal_pages_written, 1);
                 (BlockKind::Internal, encode_internal(int, &|i| addrs[i]))
             }
-            Body::Runs(runs) => (BlockKind::Manifest, self.write_runs(runs, written)?),
+            Body::Runs(_) => return Err(self.misplaced_runs()),
         };
         let compressor = if kind == BlockKind::Leaf { self.geometry.compressor } else { Compressor::None };
         let addr = self.bf.write_block_with(kind, compressor, &image)?;

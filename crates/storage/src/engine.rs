@@ -91,6 +91,9 @@ pub struct Config {
     /// many bytes of memory (or past `limits::memtable_cache_share_percent`
     /// of the cache, whichever is less).
     pub memtable_max_bytes: usize,
+    /// A background thread merges write-optimized tables' runs
+    /// ([`Engine::merge_runs`]); off, only explicit calls do.
+    pub merge_runs_in_background: bool,
 }
 
 impl Default for Config {
@@ -106,6 +109,7 @@ impl Default for Config {
             table_compressor: Compressor::default(),
             direct_io: false,
             memtable_max_bytes: memtable_default_bytes,
+            merge_runs_in_background: true,
         }
     }
 }
@@ -502,6 +506,16 @@ struct CheckpointState {
     at: Instant,
 }
 
+/// A table as a checkpoint's snapshot took it.
+struct Snap {
+    table: Table,
+    root: Arc<crate::page::Node>,
+    /// Unchanged since the last checkpoint: nothing to write.
+    clean: bool,
+    /// A write-optimized table's runs merges replaced, not yet freed.
+    retired: Vec<crate::page::Run>,
+}
+
 /// Tells engine instances apart, so a table handle is only used with its own engine.
 static ENGINE_IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
@@ -825,6 +839,9 @@ impl Engine {
             ("arbordb-checkpoint", checkpoint_if_due, slow),
             ("arbordb-evict", Engine::evict_to_target, Duration::from_millis(eviction_tick_ms)),
         ];
+        if self.inner.config.merge_runs_in_background {
+            jobs.push(("arbordb-merge", merge_runs_due, Duration::from_millis(run_merge_tick_ms)));
+        }
         if self.inner.config.sync_mode == SyncMode::Background {
             jobs.push(("arbordb-flush", flush_journal, slow));
         }
@@ -1195,6 +1212,54 @@ impl Engine {
         table.0.tree.freeze_memtable()
     }
 
+    /// A write-optimized table's runs, newest first (the memtable first):
+    /// each one's bytes of entries. A B+tree has none.
+    pub fn table_runs(&self, table: &Table) -> Result<Vec<u64>> {
+        table.check(self.inner.id)?;
+        let root = table.0.tree.snapshot();
+        Ok(match &root.body {
+            crate::page::Body::Runs(runs) => runs.runs.iter().map(|r| r.bytes).collect(),
+            _ => Vec::new(),
+        })
+    }
+
+    /// Merge some of a write-optimized table's runs if a merge is due
+    /// (`runs.rs`), and free runs earlier merges replaced once no version
+    /// reads them; `true` when a merge was installed. The background
+    /// merger calls it; a failure poisons the engine.
+    pub fn merge_runs(&self, table: &Table) -> Result<bool> {
+        self.check_writable()?;
+        table.check(self.inner.id)?;
+        let _merging = table.0.tree.merging.lock().unwrap();
+        self.merge_runs_locked(table, false).inspect_err(|e| self.poison(format!("a merge of runs failed: {e}")))
+    }
+
+    /// Merge all of a write-optimized table's runs into one (the memtable
+    /// frozen first), dropping tombstones; `false` if it had one already.
+    pub fn compact_runs(&self, table: &Table) -> Result<bool> {
+        self.freeze_memtable(table)?;
+        let _merging = table.0.tree.merging.lock().unwrap();
+        self.merge_runs_locked(table, true).inspect_err(|e| self.poison(format!("a merge of runs failed: {e}")))
+    }
+
+    fn merge_runs_locked(&self, table: &Table, all: bool) -> Result<bool> {
+        let tree = &table.0.tree;
+        tree.reap_retired()?;
+        let Some((inputs, bottom)) = tree.merge_candidates(all) else { return Ok(false) };
+        let built = tree.build_merged(&inputs, bottom)?;
+        {
+            let _gate = self.inner.gate.read().unwrap();
+            let _writer = table.0.writer.lock().unwrap();
+            if table.check(self.inner.id).is_err() {
+                // Dropped meanwhile: its file goes, blocks and all.
+                return Ok(false);
+            }
+            tree.install_merged(&inputs, built);
+        }
+        tree.reap_retired()?;
+        Ok(true)
+    }
+
     /// Write a checkpoint now: every table's dirty pages, copy-on-write,
     /// then the root file. Returns the checkpoint's journal position.
     pub fn checkpoint(&self) -> Result<u64> {
@@ -1220,7 +1285,9 @@ impl Engine {
                     t.0.tree.bf.checkpoint_begin();
                     t.0.checkpointing.store(true, Ordering::Release);
                 }
-                snap.push((t.clone(), root, clean));
+                // Consistent with the root: merges install under the gate.
+                let retired = if clean { Vec::new() } else { t.0.tree.retired_runs() };
+                snap.push(Snap { table: t.clone(), root, clean, retired });
             }
             (snap, std::mem::take(&mut catalog.dropped_files), self.inner.journal.next_seq(), catalog.next_table_id)
         };
@@ -1251,7 +1318,7 @@ impl Engine {
                 Ok(ckpt_seq)
             }
             Err(e) => {
-                for (t, _, clean) in &snap {
+                for Snap { table: t, clean, .. } in &snap {
                     if !clean {
                         t.0.tree.bf.checkpoint_abandoned();
                         t.0.checkpointing.store(false, Ordering::Release);
@@ -1267,20 +1334,20 @@ impl Engine {
     fn write_checkpoint(
         &self,
         ck: &mut CheckpointState,
-        snap: &[(Table, Arc<crate::page::Node>, bool)],
+        snap: &[Snap],
         ckpt_seq: u64,
         next_table_id: u32,
         packable: &mut Vec<(Table, crate::btree::Written)>,
     ) -> Result<()> {
         let mut metas: Vec<(String, TableMeta)> = Vec::with_capacity(snap.len());
         let mut written = Vec::new();
-        for (t, root, clean) in snap {
+        for Snap { table: t, root, clean, retired } in snap {
             let checkpoint = if *clean {
                 t.0.last_checkpoint.lock().unwrap().expect("a clean table has a checkpoint")
             } else {
                 let bf = &t.0.tree.bf;
                 let mut leaves = Vec::new();
-                let root = t.0.tree.write_dirty_noting(root, &mut leaves)?;
+                let root = t.0.tree.write_dirty_noting(root, retired, &mut leaves)?;
                 packable.push((t.clone(), leaves));
                 let extents = bf.write_extent_list()?;
                 bump(&self.inner.counters.extent_list_bytes_written, extents.size as u64);
@@ -1602,6 +1669,23 @@ fn background_loop(weak: Weak<Inner>, stop: Arc<(Mutex<bool>, Condvar)>, job: Ba
 fn flush_journal(engine: &Engine) {
     if let Err(e) = engine.inner.journal.sync_all() {
         engine.poison(format!("background journal flush: {e}"));
+    }
+}
+
+/// Merge every write-optimized table's runs while merges are due.
+fn merge_runs_due(engine: &Engine) {
+    let tables: Vec<Table> = engine.inner.catalog.read().unwrap().by_id.values().cloned().collect();
+    for t in tables.iter().filter(|t| t.config().format == TableFormat::WriteOptimized) {
+        loop {
+            match engine.merge_runs(t) {
+                Ok(true) => continue,
+                Ok(false) => break,
+                Err(e) => {
+                    tracing::error!(error = %e, table = t.name(), "merging runs failed");
+                    return;
+                }
+            }
+        }
     }
 }
 

@@ -59,8 +59,18 @@ pub const memtable_default_bytes: usize = 64 * 1024 * 1024;
 /// evicted: a write to it must not read).
 pub const memtable_cache_share_percent: usize = 12;
 /// A write-optimized table keeps at most this many runs (memtable
-/// included); a read probes each.
+/// included); a read probes each. Past it the memtable grows instead.
 pub const runs_max: usize = 1024;
+/// A merge takes the newest frozen runs while their bytes together are at
+/// least the next older run's divided by this (runs grow two to four
+/// times in size going older, so a table of N bytes in runs of the
+/// memtable's M has about log2(N/M) of them)...
+pub const run_merge_ratio: u64 = 2;
+/// ...and the two newest whatever their sizes once there are more frozen
+/// runs than this.
+pub const runs_frozen_max: usize = 12;
+/// How often the background merger looks for runs to merge.
+pub const run_merge_tick_ms: u64 = 50;
 
 /// Default cache size (pages and the versions snapshots pin).
 pub const cache_default_bytes: usize = 512 * 1024 * 1024;

@@ -34,7 +34,7 @@
 //! (the lower bound comes from the parent).
 //! Manifest payload (a write-optimized table's root, `runs.rs`):
 //! `[type u8 = 3][flags u8][runs u32][0u16]` then per run, newest first,
-//! `[addr 16]` of the run's root page.
+//! `[addr 16]` of the run's root page and `[bytes u64]` of its leaf images.
 
 use crate::block::{BlockAddr, BlockKind};
 use crate::cache::CacheMeter;
@@ -400,14 +400,32 @@ impl std::ops::Deref for Keys {
     }
 }
 
-/// A write-optimized table's root (see `runs.rs`): its runs, newest first,
-/// each slot holding a run's root page. `runs[0]` is the memtable.
+/// A write-optimized table's root (see `runs.rs`): its runs, newest first.
+/// `runs[0]` is the memtable.
 #[derive(Debug, Clone)]
 pub struct Runs {
-    pub runs: FixedChunks<Arc<Child>>,
+    pub runs: Vec<Run>,
     /// Memory charged for the memtable's writes since it was started (an
     /// estimate, [`leaf_entry_mem`]): past the budget it is frozen.
     pub memtable_bytes: usize,
+    /// Every version of the run list since the last merge was installed
+    /// holds this epoch (`runs.rs` invariant 5).
+    pub epoch: Arc<Epoch>,
+}
+
+/// One run: the slot of its root page and the bytes of its leaf images
+/// (estimated from the entries' costs while it is the memtable).
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub root: Arc<Child>,
+    pub bytes: u64,
+}
+
+/// A span of run-list versions. An epoch keeps the next one alive, so an
+/// epoch lives while any version of it or of an older one does.
+#[derive(Debug, Default)]
+pub struct Epoch {
+    pub newer: OnceLock<Arc<Epoch>>,
 }
 
 #[derive(Debug, Clone)]
@@ -676,7 +694,7 @@ impl Node {
                     copies * l.bytes + LEAF_ENTRY_OVERHEAD * l.entries.len()
                 }
                 Body::Internal(i) => i.bytes + CHILD_OVERHEAD * i.children.len() + i.keys.index_bytes(),
-                Body::Runs(r) => CHILD_OVERHEAD * r.runs.len(),
+                Body::Runs(r) => (CHILD_OVERHEAD + 16) * r.runs.len(),
             }
     }
 
@@ -815,46 +833,66 @@ pub fn encode_internal(node: &Internal, child_addr: &dyn Fn(usize) -> BlockAddr)
 }
 
 fn manifest_bytes(runs: usize) -> usize {
-    PAGE_HEADER_BYTES + 16 * runs
+    PAGE_HEADER_BYTES + 24 * runs
 }
 
-/// Encode a manifest: the addresses of a table's runs, newest first.
-pub fn encode_manifest(runs: &[BlockAddr]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(manifest_bytes(runs.len()));
+/// A write-optimized table's manifest: its runs (root address, leaf
+/// bytes), newest first, and the runs merges replaced that readers may
+/// still hold (their blocks are freed when the table is next opened).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Manifest {
+    pub live: Vec<(BlockAddr, u64)>,
+    pub retired: Vec<(BlockAddr, u64)>,
+}
+
+/// Encode a manifest (its last `retired` runs counted in the header's last field).
+pub fn encode_manifest(m: &Manifest) -> Vec<u8> {
+    let n = m.live.len() + m.retired.len();
+    let mut out = Vec::with_capacity(manifest_bytes(n));
     out.push(PAGE_TYPE_MANIFEST);
     out.push(0);
-    out.extend_from_slice(&(runs.len() as u32).to_le_bytes());
-    out.extend_from_slice(&0u16.to_le_bytes());
-    for a in runs {
+    out.extend_from_slice(&(n as u32).to_le_bytes());
+    out.extend_from_slice(&(m.retired.len() as u16).to_le_bytes());
+    for (a, bytes) in m.live.iter().chain(&m.retired) {
         a.encode(&mut out);
+        out.extend_from_slice(&bytes.to_le_bytes());
     }
     out
 }
 
-/// Decode a manifest payload into its run addresses, newest first.
-pub fn decode_manifest(payload: &[u8]) -> Result<Vec<BlockAddr>, String> {
+/// Decode a manifest payload.
+pub fn decode_manifest(payload: &[u8]) -> Result<Manifest, String> {
     let mut r = Reader::new(payload);
     let ptype = r.u8().ok_or("truncated manifest header")?;
     let _flags = r.u8().ok_or("truncated manifest header")?;
     let n = r.u32().ok_or("truncated manifest header")? as usize;
-    let _ = r.u16().ok_or("truncated manifest header")?;
+    let retired = r.u16().ok_or("truncated manifest header")? as usize;
     if ptype != PAGE_TYPE_MANIFEST {
         return Err(format!("page type {ptype} in a manifest block"));
     }
-    if n > crate::limits::runs_max || r.remaining() != 16 * n {
-        return Err(format!("manifest claims {n} runs in {} bytes", payload.len()));
+    if n > 2 * crate::limits::runs_max || retired > n || r.remaining() != 24 * n {
+        return Err(format!("manifest claims {n} runs ({retired} retired) in {} bytes", payload.len()));
     }
-    (0..n).map(|i| BlockAddr::decode(r.bytes(16).unwrap()).ok_or_else(|| format!("run {i}: bad address"))).collect()
+    let mut all = (0..n)
+        .map(|i| {
+            let addr = BlockAddr::decode(r.bytes(16).unwrap()).ok_or_else(|| format!("run {i}: bad address"))?;
+            Ok((addr, r.u64().unwrap()))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let retired = all.split_off(n - retired);
+    Ok(Manifest { live: all, retired })
 }
 
 /// A write-optimized table's root as read from its manifest at `addr`: the
-/// runs on disk, below a fresh, empty memtable.
-pub fn decode_runs(payload: &[u8], addr: BlockAddr) -> Result<Node, String> {
-    let mut runs: FixedChunks<Arc<Child>> = decode_manifest(payload)?.into_iter().map(Child::on_disk).collect();
-    runs.insert(0, Child::in_memory(Arc::new(Node::empty_leaf())));
-    let mut node = Node::new(Body::Runs(Runs { runs, memtable_bytes: 0 }));
+/// runs on disk, below a fresh, empty memtable; and the retired runs.
+pub fn decode_runs(payload: &[u8], addr: BlockAddr) -> Result<(Node, Vec<BlockAddr>), String> {
+    let m = decode_manifest(payload)?;
+    let memtable = Run { root: Child::in_memory(Arc::new(Node::empty_leaf())), bytes: 0 };
+    let on_disk = m.live.into_iter().map(|(addr, bytes)| Run { root: Child::on_disk(addr), bytes });
+    let runs = std::iter::once(memtable).chain(on_disk).collect();
+    let mut node = Node::new(Body::Runs(Runs { runs, memtable_bytes: 0, epoch: Arc::default() }));
     node.disk = DiskSlot::with_addr(addr);
-    Ok(node)
+    Ok((node, m.retired.into_iter().map(|(a, _)| a).collect()))
 }
 
 /// Memory a leaf entry is charged, as [`Node::mem_bytes`] counts a changed leaf.

@@ -16,23 +16,37 @@
 //!
 //! Invariants:
 //! 1. A run's values are tagged: `[RUN_PUT]` then the value, or
-//!    `[RUN_DELETE]` alone (a tombstone). For a key, the newest run that
-//!    holds it decides.
-//! 2. Only the memtable changes; a frozen run is never changed again.
+//!    `[RUN_DELETE]` alone (a tombstone), always in the leaf (no overflow
+//!    blocks). For a key, the newest run that holds it decides.
+//! 2. Only the memtable changes; a frozen run is never changed again, only
+//!    replaced whole by a merge of it and its neighbours.
 //! 3. A write reads no page: eviction never walks the memtable (run 0), so
 //!    its pages are in memory, and a write touches only the memtable.
 //! 4. The oldest run holds no tombstone: while the memtable is the only
-//!    run, a delete removes the key instead of writing one.
+//!    run, a delete removes the key instead of writing one, and a merge
+//!    that includes the oldest run drops tombstones.
+//! 5. A merge writes its run as unnamed blocks (`block::Extents::unnamed`:
+//!    a checkpoint taken meanwhile lists them as free) and installs it
+//!    under the commit gate and the table's writer lock, starting a new
+//!    epoch. The runs it replaced keep their blocks until every version of
+//!    the older epochs is gone: old versions of the run list, cursors, and
+//!    the old memtables that share pages with a frozen run all hold one.
 
+use crate::block::{BlockAddr, BlockKind};
 use crate::btree::{Entry, Evicted, Found, RootSource, Tree, TreeCursor, Written};
 use crate::cache::CacheMeter;
+use crate::compress::Compressor;
+use crate::entries::Entries;
 use crate::error::{Result, StorageError};
-use crate::limits::runs_max;
-use crate::page::{encode_manifest, leaf_entry_mem, Body, Child, Node, Runs, Value};
+use crate::limits::{run_merge_ratio, runs_frozen_max, runs_max};
+use crate::page::{
+    encode_internal, encode_leaf, encode_manifest, internal_entry_cost, leaf_entry_cost, leaf_entry_mem, Body, Child,
+    Epoch, Internal, Key, Keys, Leaf, Manifest, Node, Run, Runs, Value, PAGE_HEADER_BYTES,
+};
 use crate::stats::bump;
 use bytes::Bytes;
 use std::ops::Bound;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 /// Tag of a run's value that puts it (invariant 1)...
 pub const RUN_PUT: u8 = 0;
@@ -48,10 +62,16 @@ pub fn untag(tagged: &[u8]) -> std::result::Result<Option<&[u8]>, String> {
     }
 }
 
+/// Runs a merge replaced, freed once `epoch` is gone (invariant 5).
+pub(crate) struct Retired {
+    epoch: Weak<Epoch>,
+    runs: Vec<Run>,
+}
+
 /// The root of a new write-optimized table: an empty memtable.
 pub(crate) fn empty_runs() -> Arc<Node> {
-    let runs = [Child::in_memory(Arc::new(Node::empty_leaf()))].into_iter().collect();
-    Arc::new(Node::new(Body::Runs(Runs { runs, memtable_bytes: 0 })))
+    let memtable = Run { root: Child::in_memory(Arc::new(Node::empty_leaf())), bytes: 0 };
+    Arc::new(Node::new(Body::Runs(Runs { runs: vec![memtable], memtable_bytes: 0, epoch: Arc::default() })))
 }
 
 /// Charge a root just made or read to the cache; a run list's runs in memory too.
@@ -59,7 +79,7 @@ pub(crate) fn charge_tree_top(root: &Arc<Node>, meter: &Arc<CacheMeter>) {
     root.recharge(meter);
     if let Body::Runs(runs) = &root.body {
         for run in &runs.runs {
-            if let Some(n) = run.loaded() {
+            if let Some(n) = run.root.loaded() {
                 n.recharge(meter);
             }
         }
@@ -73,6 +93,27 @@ fn hand_at(run: usize, key: &[u8]) -> Vec<u8> {
     hand
 }
 
+/// Which frozen runs to merge, `runs[1..=last]`, if any: the newest while
+/// together they are at least the next older one's size over the ratio;
+/// the two newest once there are too many.
+fn merge_due(runs: &[Run]) -> Option<usize> {
+    let frozen = runs.len().saturating_sub(1);
+    if frozen < 2 {
+        return None;
+    }
+    let mut acc = runs[1].bytes;
+    let mut last = 1;
+    while last < frozen && acc.saturating_mul(run_merge_ratio) >= runs[last + 1].bytes {
+        acc += runs[last + 1].bytes;
+        last += 1;
+    }
+    match last {
+        1 if frozen > runs_frozen_max => Some(2),
+        1 => None,
+        _ => Some(last),
+    }
+}
+
 impl Tree {
     fn corrupt(&self, detail: String) -> StorageError {
         StorageError::corruption(self.bf.path(), 0, detail)
@@ -82,7 +123,7 @@ impl Tree {
     pub(crate) fn runs_get<R>(&self, runs: &Runs, key: &[u8], f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>> {
         let mut f = Some(f);
         for run in &runs.runs {
-            let root = self.load_child(run)?;
+            let root = self.load_child(&run.root)?;
             let decided = self.find_in(&root, key, |found| {
                 let tagged = match found {
                     Found::Packed(view, i) => view.value_slice(i),
@@ -110,11 +151,13 @@ impl Tree {
         let only_run = runs.runs.len() == 1;
         // The memtable leaves its slot while it changes: a snapshot that
         // still holds it keeps it, and the writer then changes a copy.
-        let slot = runs.runs.get_mut(0);
-        let mut memtable: Arc<Node> = self.load_child(slot)?.clone();
-        *slot = Arc::new(Child::default());
-        let applied = self.apply_memtable(&mut memtable, only_run, ops, &mut runs.memtable_bytes);
-        *runs.runs.get_mut(0) = Child::in_memory(memtable);
+        let mut memtable: Arc<Node> = self.load_child(&runs.runs[0].root)?.clone();
+        runs.runs[0].root = Arc::new(Child::default());
+        let mut grew = Grew::default();
+        let applied = self.apply_memtable(&mut memtable, only_run, ops, &mut grew);
+        runs.runs[0].root = Child::in_memory(memtable);
+        runs.runs[0].bytes += grew.image;
+        runs.memtable_bytes += grew.mem;
         if runs.memtable_bytes > self.geometry.memtable_max {
             self.freeze(runs);
         }
@@ -127,7 +170,7 @@ impl Tree {
         memtable: &mut Arc<Node>,
         only_run: bool,
         ops: impl Iterator<Item = (&'k [u8], Option<&'k [u8]>)>,
-        charged: &mut usize,
+        grew: &mut Grew,
     ) -> Result<()> {
         let mut tagged = Vec::new();
         for (key, value) in ops {
@@ -142,10 +185,11 @@ impl Tree {
                     tagged.clear();
                     tagged.push(RUN_PUT);
                     tagged.extend_from_slice(v);
-                    Value::new(&tagged, self.geometry.overflow_min)
+                    Value::Inline(Bytes::copy_from_slice(&tagged))
                 }
             };
-            *charged += leaf_entry_mem(key, &value);
+            grew.mem += leaf_entry_mem(key, &value);
+            grew.image += leaf_entry_cost(key, &value) as u64;
             self.put_root(memtable, key, value)?;
         }
         Ok(())
@@ -154,12 +198,12 @@ impl Tree {
     /// Put a fresh memtable in front: the old one is the newest frozen run.
     fn freeze(&self, runs: &mut Runs) {
         if runs.runs.len() >= runs_max {
-            // Until runs are merged the memtable grows instead.
+            // Merges are behind: the memtable grows instead.
             return;
         }
         let memtable = Arc::new(Node::empty_leaf());
         self.charge(&memtable);
-        runs.runs.insert(0, Child::in_memory(memtable));
+        runs.runs.insert(0, Run { root: Child::in_memory(memtable), bytes: 0 });
         runs.memtable_bytes = 0;
         bump(&self.counters.memtables_frozen, 1);
     }
@@ -170,7 +214,7 @@ impl Tree {
     pub fn freeze_memtable(&self) -> Result<bool> {
         let mut root = self.root.write().unwrap();
         let Body::Runs(runs) = &root.body else { return Ok(false) };
-        if self.load_child(&runs.runs[0])?.entries() == 0 {
+        if self.load_child(&runs.runs[0].root)?.entries() == 0 {
             return Ok(false);
         }
         let node = self.make_mut(&mut root);
@@ -180,13 +224,12 @@ impl Tree {
         Ok(true)
     }
 
-    /// The runs a version of the table holds, newest first (a B+tree's
-    /// root is its only run).
-    pub fn runs_of(&self, root: &Arc<Node>) -> Result<Vec<Arc<Node>>> {
-        match &root.body {
-            Body::Runs(runs) => runs.runs.iter().map(|run| Ok(self.load_child(run)?.clone())).collect(),
-            _ => Ok(vec![root.clone()]),
-        }
+    /// The run roots of a version of the table, newest first, and its
+    /// epoch; `None` for a B+tree.
+    fn runs_of(&self, root: &Arc<Node>) -> Result<Option<VersionRuns>> {
+        let Body::Runs(runs) = &root.body else { return Ok(None) };
+        let roots = runs.runs.iter().map(|r| Ok(self.load_child(&r.root)?.clone())).collect::<Result<_>>()?;
+        Ok(Some(VersionRuns { roots, epoch: runs.epoch.clone() }))
     }
 
     /// `Tree::evict` over a run list: the frozen runs in turn, each from
@@ -209,7 +252,7 @@ impl Tree {
                 *hand = hand_at(i, &[]);
                 return Ok(false);
             }
-            let child = &runs.runs[i];
+            let child = &runs.runs[i].root;
             let Some(n) = child.loaded() else { continue };
             match &n.body {
                 Body::Leaf(_) => self.evict_leaf(child, &n, dirty, done)?,
@@ -221,25 +264,381 @@ impl Tree {
                         return Ok(false);
                     }
                 }
-                Body::Runs(_) => return Err(self.corrupt("a run list inside a run list".into())),
+                Body::Runs(_) => return Err(self.misplaced_runs()),
             }
         }
         Ok(true)
     }
 
     /// Write every run's dirty pages; returns the manifest that lists the
-    /// runs (an empty memtable left out: reading a manifest starts a new one).
-    pub(crate) fn write_runs(&self, runs: &Runs, written: &mut Option<&mut Written>) -> Result<Vec<u8>> {
-        let mut addrs = Vec::with_capacity(runs.runs.len());
+    /// runs (an empty memtable left out: reading a manifest starts a new
+    /// one) and `retired`, the runs merges replaced as of the checkpoint's
+    /// snapshot, whose blocks are still allocated.
+    fn write_runs(&self, runs: &Runs, retired: &[Run], written: &mut Option<&mut Written>) -> Result<Vec<u8>> {
+        let mut m = Manifest::default();
         for run in &runs.runs {
-            let addr = match run.loaded() {
+            let addr = match run.root.loaded() {
                 Some(n) if matches!(n.body, Body::Leaf(_)) && n.entries() == 0 => continue,
                 Some(n) => self.write_dirty_in(&n, written)?,
-                None => run.addr().expect("a run not in memory has an address"),
+                None => run.root.addr().expect("a run not in memory has an address"),
             };
-            addrs.push(addr);
+            m.live.push((addr, run.bytes));
         }
-        Ok(encode_manifest(&addrs))
+        for run in retired {
+            let addr = match run.root.loaded() {
+                Some(n) => self.write_dirty_in(&n, &mut None)?,
+                None => run.root.addr().expect("a run not in memory has an address"),
+            };
+            m.retired.push((addr, run.bytes));
+        }
+        Ok(encode_manifest(&m))
+    }
+
+    /// Write a run list's manifest (and every run's dirty pages) unless
+    /// its block is written already.
+    pub(crate) fn write_manifest(
+        &self,
+        node: &Node,
+        runs: &Runs,
+        retired: &[Run],
+        written: &mut Option<&mut Written>,
+    ) -> Result<BlockAddr> {
+        if let Some(addr) = node.disk.addr() {
+            return Ok(addr);
+        }
+        let image = self.write_runs(runs, retired, written)?;
+        let addr = self.bf.write_block(BlockKind::Manifest, &image)?;
+        bump(&self.counters.data_bytes_written, addr.size as u64);
+        bump(&self.counters.internal_block_bytes_written, addr.size as u64);
+        bump(&self.io.internal, addr.size as u64);
+        node.disk.attach(addr, &self.free());
+        Ok(addr)
+    }
+
+    /// The runs merges replaced that are not freed yet (for a checkpoint's snapshot).
+    pub fn retired_runs(&self) -> Vec<Run> {
+        self.retired.lock().unwrap().iter().flat_map(|r| r.runs.iter().cloned()).collect()
+    }
+
+    /// The frozen runs a merge would take now, if one is due (`all`: every
+    /// frozen run, if there are two or more), and whether they include the oldest.
+    pub(crate) fn merge_candidates(&self, all: bool) -> Option<(Vec<Run>, bool)> {
+        let root = self.snapshot();
+        let Body::Runs(runs) = &root.body else { return None };
+        let last = match all {
+            true => Some(runs.runs.len() - 1).filter(|&l| l >= 2)?,
+            false => merge_due(&runs.runs)?,
+        };
+        Some((runs.runs[1..=last].to_vec(), last + 1 == runs.runs.len()))
+    }
+
+    /// Merge `inputs` (adjacent frozen runs, newest first) into one run of
+    /// unnamed blocks; `bottom`: they include the oldest run, so tombstones
+    /// go (invariant 4). Reads the runs without any lock.
+    pub(crate) fn build_merged(self: &Arc<Tree>, inputs: &[Run], bottom: bool) -> Result<Built> {
+        let mut merge = Merge::default();
+        for run in inputs {
+            let root: Arc<Node> = self.load_child(&run.root)?.clone();
+            merge.runs.push(TreeCursor::with_roots(self.clone(), Some(Arc::new(move || root.clone()))));
+        }
+        merge.fill(false, TreeCursor::first)?;
+        let mut out = RunBuilder::new(self);
+        let built = self.merge_into(&mut merge, &mut out, bottom).and_then(|()| out.finish());
+        if built.is_err() {
+            out.abandon();
+        }
+        built
+    }
+
+    fn merge_into(&self, merge: &mut Merge, out: &mut RunBuilder, bottom: bool) -> Result<()> {
+        while let Some((key, tagged)) = merge.pick()? {
+            if !bottom || untag(&tagged).map_err(|e| self.corrupt(e))?.is_some() {
+                out.push(key, tagged)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Put a merge's run in place of its inputs in the live run list; the
+    /// caller holds the commit gate and the table's writer lock. Starts a
+    /// new epoch and retires the inputs (invariant 5).
+    pub(crate) fn install_merged(&self, inputs: &[Run], built: Built) {
+        let mut root = self.root.write().unwrap();
+        let node = self.make_mut(&mut root);
+        let Body::Runs(runs) = &mut node.body else { unreachable!("a merge of a run list") };
+        let at = runs.runs.iter().position(|r| Arc::ptr_eq(&r.root, &inputs[0].root));
+        let at = at.expect("a merge's inputs stay in the live run list: only merges remove runs");
+        for (k, input) in inputs.iter().enumerate() {
+            assert!(Arc::ptr_eq(&runs.runs[at + k].root, &input.root), "a merge's inputs are adjacent");
+        }
+        let merged = built.root.map(|(addr, bytes)| Run { root: Child::on_disk(addr), bytes });
+        let removed: Vec<Run> = runs.runs.splice(at..at + inputs.len(), merged).collect();
+        let old = std::mem::take(&mut runs.epoch);
+        old.newer.set(runs.epoch.clone()).expect("an epoch is ended once");
+        self.retired.lock().unwrap().push(Retired { epoch: Arc::downgrade(&old), runs: removed });
+        drop(old);
+        self.charge(&root);
+        self.bf.name_from_next_checkpoint(&built.blocks);
+        bump(&self.counters.runs_merged, 1);
+    }
+
+    /// Free the blocks of retired runs no version can read any more.
+    pub(crate) fn reap_retired(&self) -> Result<()> {
+        let ready: Vec<Retired> = {
+            let mut retired = self.retired.lock().unwrap();
+            let (ready, waiting) = std::mem::take(&mut *retired).into_iter().partition(|r| r.epoch.strong_count() == 0);
+            *retired = waiting;
+            ready
+        };
+        if ready.is_empty() {
+            return Ok(());
+        }
+        // The manifest names retired runs: the next checkpoint writes one without these.
+        let mut root = self.root.write().unwrap();
+        self.make_mut(&mut root);
+        self.charge(&root);
+        drop(root);
+        for r in ready {
+            for run in &r.runs {
+                self.free_retired_run(&run.root)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Free every block of a run no version can read.
+    pub(crate) fn free_retired_run(&self, slot: &Child) -> Result<()> {
+        let depth = self.leaf_depth(slot)?;
+        self.free_run(slot, depth)?;
+        bump(&self.counters.runs_reaped, 1);
+        Ok(())
+    }
+
+    /// Levels below a run's root slot to its leaves (loading its leftmost path).
+    fn leaf_depth(&self, slot: &Child) -> Result<usize> {
+        let mut node: Arc<Node> = self.load_child(slot)?.clone();
+        for depth in 0..crate::limits::tree_depth_max {
+            let next = match &node.body {
+                Body::Leaf(_) => return Ok(depth),
+                Body::Internal(int) => self.load_child(&int.children[0])?.clone(),
+                Body::Runs(_) => return Err(self.misplaced_runs()),
+            };
+            node = next;
+        }
+        Err(self.corrupt("a run deeper than the depth limit".into()))
+    }
+
+    /// Free every block of the retired run under `slot`; leaves not in
+    /// memory are freed by address, unread.
+    fn free_run(&self, slot: &Child, depth: usize) -> Result<()> {
+        if depth == 0 {
+            match slot.loaded() {
+                Some(n) => n.disk.retire(&self.free()),
+                None => self.bf.free(slot.addr().expect("a leaf not in memory has an address")),
+            }
+            return Ok(());
+        }
+        let node = self.load_child(slot)?;
+        let Body::Internal(int) = &node.body else {
+            return Err(self.corrupt("a run's leaves at different depths".into()));
+        };
+        for c in &int.children {
+            self.free_run(c, depth - 1)?;
+        }
+        node.disk.retire(&self.free());
+        Ok(())
+    }
+}
+
+/// The runs of one version, and the epoch that keeps their blocks.
+struct VersionRuns {
+    roots: Vec<Arc<Node>>,
+    epoch: Arc<Epoch>,
+}
+
+/// What a write added to the memtable: charged memory and image bytes.
+#[derive(Default)]
+struct Grew {
+    mem: usize,
+    image: u64,
+}
+
+/// A merge's output: its root page and leaf bytes (`None` when every
+/// entry was a tombstone that went), and every block it wrote.
+pub(crate) struct Built {
+    root: Option<(BlockAddr, u64)>,
+    blocks: Vec<BlockAddr>,
+}
+
+/// Builds a run bottom up from entries in key order, writing each page
+/// as unnamed blocks as soon as it is full, so memory stays at one page a level.
+struct RunBuilder<'t> {
+    tree: &'t Tree,
+    leaf: Entries,
+    leaf_bytes: usize,
+    /// Per level above the leaves: children not yet under a parent (lowest
+    /// key, block) and their cost in an internal page.
+    levels: Vec<(Vec<(Key, BlockAddr)>, usize)>,
+    blocks: Vec<BlockAddr>,
+    bytes: u64,
+}
+
+impl<'t> RunBuilder<'t> {
+    fn new(tree: &'t Tree) -> RunBuilder<'t> {
+        RunBuilder { tree, leaf: Entries::new(), leaf_bytes: 0, levels: Vec::new(), blocks: Vec::new(), bytes: 0 }
+    }
+
+    fn push(&mut self, key: Key, tagged: Bytes) -> Result<()> {
+        let value = Value::Inline(tagged);
+        let cost = leaf_entry_cost(&key, &value);
+        if !self.leaf.is_empty() && PAGE_HEADER_BYTES + self.leaf_bytes + cost > self.tree.geometry.leaf_page_max {
+            self.flush_leaf()?;
+        }
+        self.leaf_bytes += cost;
+        self.bytes += cost as u64;
+        self.leaf.push((key, value));
+        Ok(())
+    }
+
+    fn write(&mut self, kind: BlockKind, image: &[u8]) -> Result<BlockAddr> {
+        let tree = self.tree;
+        let compressor = if kind == BlockKind::Leaf { tree.geometry.compressor } else { Compressor::None };
+        let addr = tree.bf.write_block_unnamed(kind, compressor, image)?;
+        self.blocks.push(addr);
+        let size = addr.size as u64;
+        bump(&tree.counters.data_bytes_written, size);
+        if kind == BlockKind::Leaf {
+            bump(&tree.counters.leaf_pages_written, 1);
+            bump(&tree.counters.leaf_block_bytes_written, size);
+            bump(&tree.io.leaf, size);
+        } else {
+            bump(&tree.counters.internal_pages_written, 1);
+            bump(&tree.counters.internal_block_bytes_written, size);
+            bump(&tree.io.internal, size);
+        }
+        Ok(addr)
+    }
+
+    fn flush_leaf(&mut self) -> Result<()> {
+        let entries = std::mem::take(&mut self.leaf);
+        let first = entries.get(0).expect("a leaf is flushed with entries").0.clone();
+        let leaf = Leaf { entries, bytes: PAGE_HEADER_BYTES + self.leaf_bytes, arena: None, may_hold_big: false };
+        self.leaf_bytes = 0;
+        let image = encode_leaf(&leaf, &|_| unreachable!("runs keep their values in the leaf"));
+        let addr = self.write(BlockKind::Leaf, &image)?;
+        self.add_child(0, first, addr)
+    }
+
+    /// A page of level `level` (0: leaves) is written: its parent level takes it.
+    fn add_child(&mut self, level: usize, key: Key, addr: BlockAddr) -> Result<()> {
+        if self.levels.len() == level {
+            self.levels.push((Vec::new(), PAGE_HEADER_BYTES));
+        }
+        let cost = internal_entry_cost(&key);
+        let (pending, bytes) = &self.levels[level];
+        if pending.len() >= 2 && bytes + cost > self.tree.geometry.internal_page_max {
+            self.flush_level(level)?;
+        }
+        let (pending, bytes) = &mut self.levels[level];
+        pending.push((key, addr));
+        *bytes += cost;
+        Ok(())
+    }
+
+    /// Write the pending children of `level` as one internal page.
+    fn flush_level(&mut self, level: usize) -> Result<()> {
+        let (pending, _) = std::mem::replace(&mut self.levels[level], (Vec::new(), PAGE_HEADER_BYTES));
+        let first = pending[0].0.clone();
+        let keys: Vec<Key> =
+            pending.iter().enumerate().map(|(i, (k, _))| if i == 0 { Bytes::new() } else { k.clone() }).collect();
+        let bytes = PAGE_HEADER_BYTES + keys.iter().map(|k| internal_entry_cost(k)).sum::<usize>();
+        let children = pending.iter().map(|(_, a)| Child::on_disk(*a)).collect();
+        let int = Internal { keys: Keys::shared(keys), children, bytes };
+        let image = encode_internal(&int, &|i| pending[i].1);
+        let addr = self.write(BlockKind::Internal, &image)?;
+        self.add_child(level + 1, first, addr)
+    }
+
+    /// Write what is left, level by level, up to one root.
+    fn finish(&mut self) -> Result<Built> {
+        if !self.leaf.is_empty() {
+            self.flush_leaf()?;
+        }
+        let mut level = 0;
+        let root = loop {
+            let Some((pending, _)) = self.levels.get(level) else { break None };
+            if pending.len() == 1 && level + 1 == self.levels.len() {
+                break Some((pending[0].1, self.bytes));
+            }
+            self.flush_level(level)?;
+            level += 1;
+        };
+        Ok(Built { root, blocks: std::mem::take(&mut self.blocks) })
+    }
+
+    /// A merge that failed: its blocks are free again (no version has them).
+    fn abandon(&mut self) {
+        for a in self.blocks.drain(..) {
+            self.tree.bf.free(a);
+        }
+    }
+}
+
+/// The merge of several runs' cursors (newest first): the nearest key any
+/// of them holds, in the newest run's version (tagged).
+#[derive(Default)]
+struct Merge {
+    runs: Vec<TreeCursor>,
+    /// The entry each run stands on that the merge has not passed, in the
+    /// direction `back`.
+    heads: Vec<Option<Entry>>,
+    back: bool,
+}
+
+impl Merge {
+    /// Position every run with `f`, in direction `back`.
+    fn fill(&mut self, back: bool, mut f: impl FnMut(&mut TreeCursor) -> Result<Option<Entry>>) -> Result<()> {
+        self.back = back;
+        self.heads = self.runs.iter_mut().map(&mut f).collect::<Result<_>>()?;
+        Ok(())
+    }
+
+    /// The next key in direction `back`, as the newest run holding it has
+    /// it; every run on that key moves past it.
+    fn pick(&mut self) -> Result<Option<Entry>> {
+        let mut best: Option<(usize, &Bytes)> = None;
+        for (i, head) in self.heads.iter().enumerate() {
+            let Some((k, _)) = head else { continue };
+            if best.is_none_or(|(_, b)| if self.back { k > b } else { k < b }) {
+                best = Some((i, k));
+            }
+        }
+        let Some((b, _)) = best else { return Ok(None) };
+        let (key, tagged) = self.heads[b].clone().expect("the nearest head holds an entry");
+        // Runs before `b` hold keys strictly beyond this one.
+        for i in b..self.runs.len() {
+            if self.heads[i].as_ref().is_some_and(|(k, _)| *k == key) {
+                self.heads[i] = if self.back { self.runs[i].prev()? } else { self.runs[i].next()? };
+            }
+        }
+        Ok(Some((key, tagged)))
+    }
+
+    /// Turn at `key`: each run stands on its nearest entry beyond `key` in
+    /// direction `back`.
+    fn turn(&mut self, key: &[u8], back: bool) -> Result<()> {
+        self.back = back;
+        for (run, head) in self.runs.iter_mut().zip(&mut self.heads) {
+            let at = run.seek(key)?;
+            *head = match (back, at) {
+                // `at` is the first entry at or after `key`; none means all are before.
+                (true, Some(_)) => run.prev()?,
+                (true, None) => run.last()?,
+                (false, Some((k, _))) if *k == *key => run.next()?,
+                (false, other) => other,
+            };
+        }
+        Ok(())
     }
 }
 
@@ -251,12 +650,9 @@ pub(crate) struct MergeCursor {
     roots: Option<RootSource>,
     lower: Bound<Vec<u8>>,
     upper: Bound<Vec<u8>>,
-    /// One cursor per run of the version the last seek took, newest first...
-    runs: Vec<TreeCursor>,
-    /// ...and the entry each stands on that the merge has not passed, in
-    /// the direction `back`.
-    heads: Vec<Option<Entry>>,
-    back: bool,
+    merge: Merge,
+    /// The version's epoch, held while the cursor holds its runs (invariant 5).
+    epoch: Option<Arc<Epoch>>,
     /// The merged entry the cursor stands on (untagged).
     here: Option<Entry>,
     /// Ran off an end: moves find nothing until a seek, first or last.
@@ -272,9 +668,8 @@ impl MergeCursor {
             roots,
             lower: Bound::Unbounded,
             upper: Bound::Unbounded,
-            runs: Vec::new(),
-            heads: Vec::new(),
-            back: false,
+            merge: Merge::default(),
+            epoch: None,
             here: None,
             exhausted: false,
         }
@@ -287,8 +682,8 @@ impl MergeCursor {
     }
 
     pub fn reset(&mut self) {
-        self.runs.clear();
-        self.heads.clear();
+        self.merge = Merge::default();
+        self.epoch = None;
         self.here = None;
         self.exhausted = false;
     }
@@ -304,7 +699,8 @@ impl MergeCursor {
 
     pub fn seek_to(&mut self, key: &[u8]) -> Result<bool> {
         self.start()?;
-        self.fill(false, |c| c.seek(key))
+        self.merge.fill(false, |c| c.seek(key))?;
+        self.settle()
     }
 
     pub fn seek_exact(&mut self, key: &[u8]) -> Result<Option<Bytes>> {
@@ -321,13 +717,15 @@ impl MergeCursor {
 
     pub fn first(&mut self) -> Result<Option<Entry>> {
         self.start()?;
-        self.fill(false, TreeCursor::first)?;
+        self.merge.fill(false, TreeCursor::first)?;
+        self.settle()?;
         Ok(self.here.clone())
     }
 
     pub fn last(&mut self) -> Result<Option<Entry>> {
         self.start()?;
-        self.fill(true, TreeCursor::last)?;
+        self.merge.fill(true, TreeCursor::last)?;
+        self.settle()?;
         Ok(self.here.clone())
     }
 
@@ -352,24 +750,18 @@ impl MergeCursor {
             Some(f) => f(),
             None => self.tree.snapshot(),
         };
-        for run in self.tree.runs_of(&root)? {
-            if !matches!(root.body, Body::Runs(_)) {
-                // A table not yet published stands in as an empty leaf.
-                assert_eq!(run.entries(), 0, "a write-optimized table's version without a run list");
-                continue;
-            }
+        let Some(VersionRuns { roots, epoch }) = self.tree.runs_of(&root)? else {
+            // A table not yet published stands in as an empty leaf.
+            assert_eq!(root.entries(), 0, "a write-optimized table's version without a run list");
+            return Ok(());
+        };
+        self.epoch = Some(epoch);
+        for run in roots {
             let mut c = TreeCursor::with_roots(self.tree.clone(), Some(Arc::new(move || run.clone())));
             c.set_bounds(self.lower.clone(), self.upper.clone());
-            self.runs.push(c);
+            self.merge.runs.push(c);
         }
         Ok(())
-    }
-
-    /// Position every run with `f`, then stand on the first merged entry.
-    fn fill(&mut self, back: bool, mut f: impl FnMut(&mut TreeCursor) -> Result<Option<Entry>>) -> Result<bool> {
-        self.back = back;
-        self.heads = self.runs.iter_mut().map(&mut f).collect::<Result<_>>()?;
-        self.pick()
     }
 
     /// Move one merged entry in direction `back`; an unpositioned cursor
@@ -380,67 +772,29 @@ impl MergeCursor {
         }
         let Some((key, _)) = self.here.clone() else {
             self.start()?;
-            return if back { self.fill(true, TreeCursor::last) } else { self.fill(false, TreeCursor::first) };
+            if back {
+                self.merge.fill(true, TreeCursor::last)?;
+            } else {
+                self.merge.fill(false, TreeCursor::first)?;
+            }
+            return self.settle();
         };
-        if back != self.back {
-            // Turn: each run stands on its nearest key beyond `key` the other way.
-            self.back = back;
-            for (run, head) in self.runs.iter_mut().zip(&mut self.heads) {
-                *head = turn(run, &key, back)?;
-            }
+        if back != self.merge.back {
+            self.merge.turn(&key, back)?;
         }
-        self.pick()
+        self.settle()
     }
 
-    /// Stand on the nearest key the heads hold, as the newest run holding
-    /// it says; past tombstones. Every run on that key moves on.
-    fn pick(&mut self) -> Result<bool> {
-        loop {
-            let mut best: Option<(usize, &Bytes)> = None;
-            for (i, head) in self.heads.iter().enumerate() {
-                let Some((k, _)) = head else { continue };
-                let nearer = best.is_none_or(|(_, b)| if self.back { k > b } else { k < b });
-                if nearer {
-                    best = Some((i, k));
-                }
-            }
-            let Some((b, _)) = best else {
-                self.here = None;
-                self.exhausted = true;
-                return Ok(false);
-            };
-            let (key, tagged) = self.heads[b].clone().expect("the nearest head holds an entry");
-            // Runs before `b` hold keys strictly beyond this one.
-            for i in b..self.runs.len() {
-                if self.heads[i].as_ref().is_some_and(|(k, _)| *k == key) {
-                    self.heads[i] = if self.back { self.runs[i].prev()? } else { self.runs[i].next()? };
-                }
-            }
-            match untag(&tagged).map_err(|e| self.tree.corrupt(e))? {
-                Some(_) => {
-                    self.here = Some((key, tagged.slice(1..)));
-                    return Ok(true);
-                }
-                None => continue,
+    /// Stand on the merge's next entry that is not a tombstone.
+    fn settle(&mut self) -> Result<bool> {
+        while let Some((key, tagged)) = self.merge.pick()? {
+            if untag(&tagged).map_err(|e| self.tree.corrupt(e))?.is_some() {
+                self.here = Some((key, tagged.slice(1..)));
+                return Ok(true);
             }
         }
-    }
-}
-
-/// Where a run's cursor stands after the merge turns at `key`: its nearest
-/// entry beyond `key` in the new direction.
-fn turn(run: &mut TreeCursor, key: &[u8], back: bool) -> Result<Option<Entry>> {
-    let at = run.seek(key)?;
-    if back {
-        // `at` is the first entry at or after `key`; none means all are before.
-        match at {
-            Some(_) => run.prev(),
-            None => run.last(),
-        }
-    } else {
-        match at {
-            Some((k, _)) if *k == *key => run.next(),
-            other => Ok(other),
-        }
+        self.here = None;
+        self.exhausted = true;
+        Ok(false)
     }
 }

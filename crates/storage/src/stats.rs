@@ -92,6 +92,10 @@ counters!(
     txn_cache_aborts,
     /// Write-optimized tables' memtables frozen into runs (`runs.rs`).
     memtables_frozen,
+    /// Merges of runs installed, and the runs they replaced whose blocks
+    /// were freed once no version could read them.
+    runs_merged,
+    runs_reaped,
     /// Gauges from here to `cache_clean_bytes`, filled in by `Engine::stats`:
     /// the configured cache size...
     cache_capacity_bytes,

@@ -172,18 +172,24 @@ impl FileCheck<'_> {
 
     /// A write-optimized table: each run of the manifest at `addr` is a tree.
     fn walk_runs(&mut self, addr: BlockAddr, payload: &[u8]) -> u64 {
-        let runs = match decode_manifest(payload) {
-            Ok(r) => r,
+        let m = match decode_manifest(payload) {
+            Ok(m) => m,
             Err(e) => {
                 self.problem(addr.offset, format!("malformed manifest: {e}"));
                 return 0;
             }
         };
         let mut entries = 0;
-        for (i, run) in runs.iter().enumerate() {
+        for (i, (run, _)) in m.live.iter().enumerate() {
             self.leaf_depth = None;
-            self.run = Some(i + 1 == runs.len());
+            self.run = Some(i + 1 == m.live.len());
             entries += self.walk(*run, &[], None, 0);
+        }
+        // Runs merges replaced: still allocated, their entries not the table's.
+        for (run, _) in &m.retired {
+            self.leaf_depth = None;
+            self.run = Some(false);
+            self.walk(*run, &[], None, 0);
         }
         self.run = None;
         entries

@@ -19,6 +19,8 @@ enum Op {
     Reopen,
     /// A write-optimized table's memtable becomes a run (a no-op on a B+tree).
     Freeze,
+    /// A write-optimized table merges runs if a merge is due.
+    Merge,
 }
 
 fn key(k: u16) -> Vec<u8> {
@@ -48,7 +50,7 @@ fn op_strategy(keys: u16) -> impl Strategy<Value = Op> {
 /// `op_strategy` with freezes of the memtable (kept apart, so the saved
 /// regression seeds of the B+tree tests still replay).
 fn runs_op_strategy(keys: u16) -> impl Strategy<Value = Op> {
-    prop_oneof![12 => op_strategy(keys), 1 => Just(Op::Freeze)]
+    prop_oneof![24 => op_strategy(keys), 2 => Just(Op::Freeze), 1 => Just(Op::Merge)]
 }
 
 /// Small pages, write-optimized.
@@ -57,9 +59,10 @@ fn runs_table() -> TableConfig {
 }
 
 /// Memtables frozen by their budget too, every few dozen writes, and a
-/// cache small enough that frozen runs' leaves are evicted and read back.
+/// cache small enough that frozen runs' leaves are evicted and read back;
+/// merges only where the operations ask.
 fn runs_config() -> Config {
-    Config { memtable_max_bytes: 16 * 1024, cache_size_bytes: 256 * 1024, ..config() }
+    Config { memtable_max_bytes: 16 * 1024, cache_size_bytes: 256 * 1024, merge_runs_in_background: false, ..config() }
 }
 
 fn small_pages() -> TableConfig {
@@ -206,6 +209,9 @@ fn run_with(ops: Vec<Op>, table: TableConfig, config: Config) {
             }
             Op::Freeze => {
                 engine.freeze_memtable(&t).unwrap();
+            }
+            Op::Merge => {
+                engine.merge_runs(&t).unwrap();
             }
             Op::Reopen => {
                 engine.close().unwrap();

@@ -28,7 +28,8 @@ fn key(rng: &mut impl Rng) -> Vec<u8> {
 /// through a 2 MiB cache, after `n` keys already loaded.
 fn leaf_reads_inserting(format: TableFormat, n: usize) -> (u64, u64) {
     let dir = tempfile::tempdir().unwrap();
-    let engine = Engine::open(dir.path(), config(2 * MIB)).unwrap();
+    // Merges read runs, by design; here only the writes are counted.
+    let engine = Engine::open(dir.path(), quiet(2 * MIB)).unwrap();
     let t = engine.create_table("t", table(format)).unwrap();
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     let mut insert = |engine: &Engine| {
@@ -187,4 +188,163 @@ fn the_format_survives_a_reopen() {
     assert_eq!(engine.table("w").unwrap().config().format, TableFormat::WriteOptimized);
     assert_eq!(engine.table("b").unwrap().config().format, TableFormat::BTree);
     assert!(!engine.freeze_memtable(&engine.table("b").unwrap()).unwrap());
+}
+
+fn quiet(cache: usize) -> Config {
+    Config { merge_runs_in_background: false, ..config(cache) }
+}
+
+fn verify(dir: &std::path::Path) -> storage::verify::VerifyReport {
+    let report = storage::verify::verify_dir(&storage::OsVfs, dir, &mut |_| {}).unwrap();
+    assert!(report.problems.is_empty(), "verify: {:?}", report.problems);
+    report
+}
+
+/// Merges keep the contents; a merge that takes the oldest run drops its
+/// tombstones; a snapshot from before a merge reads the replaced runs,
+/// from disk, until it ends, and only then are their blocks freed; the
+/// checkpoints between name every block they leave allocated.
+#[test]
+fn merges_keep_contents_and_free_replaced_runs_after_their_readers() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(dir.path(), quiet(MIB)).unwrap();
+    let t = engine.create_table("t", table(TableFormat::WriteOptimized)).unwrap();
+    let mut model = BTreeMap::new();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+    let mut write_round = |engine: &Engine, model: &mut BTreeMap<Vec<u8>, Vec<u8>>, round: u32| {
+        let mut b = WriteBatch::new();
+        for _ in 0..400 {
+            let k = format!("k{:05}", rng.gen_range(0..3000)).into_bytes();
+            if rng.gen_bool(0.25) {
+                b.delete(&t, &k).unwrap();
+                model.remove(&k);
+            } else {
+                let v = format!("value {round} {}", "x".repeat(rng.gen_range(0..60))).into_bytes();
+                b.put(&t, &k, &v).unwrap();
+                model.insert(k, v);
+            }
+        }
+        engine.write(&b).unwrap();
+        engine.freeze_memtable(&t).unwrap();
+    };
+    for round in 0..3 {
+        write_round(&engine, &mut model, round);
+    }
+    let contents = |engine: &Engine| -> BTreeMap<Vec<u8>, Vec<u8>> {
+        let mut c = engine.cursor(&t).unwrap();
+        std::iter::from_fn(|| c.next().unwrap()).map(|(k, v)| (k.to_vec(), v.to_vec())).collect()
+    };
+    let snap = engine.begin(TxnOptions::default()).unwrap();
+    let before = model.clone();
+    let mut merged = 0;
+    for round in 3..12 {
+        write_round(&engine, &mut model, round);
+        while engine.merge_runs(&t).unwrap() {
+            merged += 1;
+        }
+        assert!(contents(&engine) == model, "contents differ after merges in round {round}");
+        let runs = engine.table_runs(&t).unwrap();
+        assert!(runs.len() <= 4, "round {round}: runs of {runs:?} bytes left after merging");
+        if round % 3 == 0 {
+            engine.checkpoint().unwrap();
+            verify(dir.path());
+        }
+    }
+    assert!(merged >= 3, "only {merged} merges");
+    let stats = engine.stats();
+    assert_eq!(stats.runs_merged, merged);
+    assert_eq!(stats.runs_reaped, 0, "runs freed while a snapshot from before could read them");
+    // Push the snapshot's pages out of memory, then read them back from disk.
+    engine.evict(usize::MAX).unwrap();
+    let mut c = snap.cursor(&t).unwrap();
+    let seen: BTreeMap<Vec<u8>, Vec<u8>> =
+        std::iter::from_fn(|| c.next().unwrap()).map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
+    assert!(seen == before, "the snapshot's contents changed under merges");
+    drop(c);
+    drop(snap);
+    // A commit publishes a version of the new epoch; the next merge call reaps.
+    write_round(&engine, &mut model, 12);
+    engine.merge_runs(&t).unwrap();
+    assert!(engine.stats().runs_reaped > 0, "replaced runs were never freed");
+    engine.checkpoint().unwrap();
+    let with_tombstones = verify(dir.path()).entries;
+    // Merge everything into one run: tombstones and older versions go.
+    assert!(engine.compact_runs(&t).unwrap());
+    assert_eq!(engine.table_runs(&t).unwrap().len(), 2, "a memtable and one run");
+    assert!(!engine.compact_runs(&t).unwrap(), "one run was compacted again");
+    write_round(&engine, &mut model, 13);
+    engine.merge_runs(&t).unwrap(); // reaps
+    engine.checkpoint().unwrap();
+    engine.close().unwrap();
+    let report = verify(dir.path());
+    assert!(report.entries < with_tombstones, "{} entries before, {} after", with_tombstones, report.entries);
+    let engine = Engine::open(dir.path(), quiet(MIB)).unwrap();
+    let t = engine.table("t").unwrap();
+    let mut c = engine.cursor(&t).unwrap();
+    let got: BTreeMap<Vec<u8>, Vec<u8>> =
+        std::iter::from_fn(|| c.next().unwrap()).map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
+    assert!(got == model, "contents differ after a reopen");
+}
+
+/// Readers, writers and the background merger at once: every commit seen
+/// whole, the final contents exact, the directory consistent.
+#[test]
+fn background_merges_under_concurrent_readers_and_writers() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = Config { memtable_max_bytes: 32 * 1024, ..config(MIB) };
+    let engine = Engine::open(dir.path(), cfg.clone()).unwrap();
+    let t = engine.create_table("t", table(TableFormat::WriteOptimized)).unwrap();
+    // Each batch writes the same value to all 10 keys of one group: a
+    // reader must never see a group half-written.
+    let groups = 200u32;
+    let writers: Vec<_> = (0..2)
+        .map(|w| {
+            let (engine, t) = (engine.clone(), t.clone());
+            std::thread::spawn(move || {
+                let mut rng = rand::rngs::StdRng::seed_from_u64(w);
+                for n in 0..1500u32 {
+                    let g = rng.gen_range(0..groups);
+                    let mut b = WriteBatch::new();
+                    for i in 0..10 {
+                        b.put(&t, format!("g{g:04}/{i}").as_bytes(), format!("{w}-{n}").as_bytes()).unwrap();
+                    }
+                    match engine.write(&b) {
+                        Ok(_) | Err(storage::StorageError::WriteConflict { .. }) => {}
+                        Err(e) => panic!("write: {e}"),
+                    }
+                }
+            })
+        })
+        .collect();
+    let reader = {
+        let (engine, t) = (engine.clone(), t.clone());
+        std::thread::spawn(move || {
+            for _ in 0..60 {
+                let snap = engine.begin(TxnOptions::default()).unwrap();
+                let mut c = snap.cursor(&t).unwrap();
+                let mut groups: BTreeMap<String, Vec<Vec<u8>>> = BTreeMap::new();
+                while let Some((k, v)) = c.next().unwrap() {
+                    let k = String::from_utf8(k.to_vec()).unwrap();
+                    groups.entry(k[..5].to_string()).or_default().push(v.to_vec());
+                }
+                for (g, vs) in groups {
+                    assert_eq!(vs.len(), 10, "group {g} half there");
+                    assert!(vs.iter().all(|v| *v == vs[0]), "group {g} half written");
+                }
+            }
+        })
+    };
+    for w in writers {
+        w.join().unwrap();
+    }
+    reader.join().unwrap();
+    let stats = engine.stats();
+    assert!(
+        stats.runs_merged > 0 && stats.memtables_frozen > 4,
+        "frozen {}, merged {}",
+        stats.memtables_frozen,
+        stats.runs_merged
+    );
+    engine.close().unwrap();
+    verify(dir.path());
 }

@@ -22,8 +22,10 @@ const BATCHES_MAX: u64 = 300;
 
 /// Pages evicted over all runs: the crash images are taken with eviction at work.
 static EVICTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-/// Memtables frozen over all runs: write-optimized tables' images hold several runs.
+/// Memtables frozen and runs merged over all runs: write-optimized tables'
+/// images hold several runs, some written by merges.
 static FROZEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static MERGED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 fn config() -> Config {
     config_with(SyncMode::Fsync)
@@ -43,8 +45,11 @@ fn config_with(sync_mode: SyncMode) -> Config {
         table_compressor: storage::Compressor::default(),
         // The images come from an in-memory file system.
         direct_io: false,
-        // Write-optimized tables freeze a run every few dozen batches.
+        // Write-optimized tables freeze a run every few dozen batches...
         memtable_max_bytes: 24 * 1024,
+        // ...and merge them where the workload says (so each run's I/Os
+        // come in the same order).
+        merge_runs_in_background: false,
     }
 }
 
@@ -78,9 +83,13 @@ fn run_until_failure(vfs: Arc<dyn Vfs>, dir: &Path, seed: u64, mode: SyncMode, f
         if n % 25 == 24 && engine.checkpoint().is_err() {
             break;
         }
+        if format == TableFormat::WriteOptimized && n % 10 == 9 && engine.merge_runs(&table).is_err() {
+            break;
+        }
     }
     EVICTED.fetch_add(engine.stats().pages_evicted, std::sync::atomic::Ordering::Relaxed);
     FROZEN.fetch_add(engine.stats().memtables_frozen, std::sync::atomic::Ordering::Relaxed);
+    MERGED.fetch_add(engine.stats().runs_merged, std::sync::atomic::Ordering::Relaxed);
     acked
 }
 
@@ -177,7 +186,9 @@ fn failure_points(points: u64, mode: SyncMode, format: TableFormat) {
     eprintln!("fault injection: {tripped} of {points} runs failed mid-workload and recovered; {evicted} pages evicted");
     assert!(evicted > 0, "the cache never evicted: the crash images do not cover eviction");
     let frozen = FROZEN.load(std::sync::atomic::Ordering::Relaxed);
+    let merged = MERGED.load(std::sync::atomic::Ordering::Relaxed);
     assert!(format == TableFormat::BTree || frozen > points, "only {frozen} memtables frozen in {points} runs");
+    assert!(format == TableFormat::BTree || merged > points, "only {merged} merges in {points} runs");
     assert!(tripped > points / 2, "only {tripped} of {points} runs hit their failure point");
 }
 
