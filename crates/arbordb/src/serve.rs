@@ -43,10 +43,15 @@ pub struct ServeArgs {
     /// overrides a config file [default: false].
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     direct_io: Option<bool>,
+    /// A write-optimized index's memtable becomes a run past this many KiB
+    /// of memory, or past 12% of the cache, whichever is less
+    /// [default: 65536].
+    #[arg(long)]
+    memtable_kib: Option<usize>,
     /// A YAML file in mongod.conf's shape: net.port, net.bindIp,
     /// storage.dbPath, systemLog.path (with destination: file), and ours,
     /// storage.arbordb.cacheSizeMiB, .journalSync, .blockCompressor,
-    /// .punchEveryBlocks and .directIO.
+    /// .punchEveryBlocks, .directIO and .memtableKiB.
     /// Flags given on the command line win.
     #[arg(long, short = 'f')]
     config: Option<PathBuf>,
@@ -83,6 +88,7 @@ struct FileOptions {
     block_compressor: Option<Compressor>,
     punch_every_blocks: Option<u64>,
     direct_io: Option<bool>,
+    memtable_kib: Option<usize>,
 }
 
 /// Parse a mongod.conf-shaped YAML text; unknown options are errors, as
@@ -136,6 +142,7 @@ fn parse_config(text: &str) -> Result<FileOptions, String> {
             }
             "storage.arbordb.punchEveryBlocks" => o.punch_every_blocks = Some(text()?.parse().map_err(|e| bad(&e))?),
             "storage.arbordb.directIO" => o.direct_io = Some(text()?.parse().map_err(|e| bad(&e))?),
+            "storage.arbordb.memtableKiB" => o.memtable_kib = Some(text()?.parse().map_err(|e| bad(&e))?),
             "systemLog.path" => o.logpath = Some(PathBuf::from(text()?)),
             "systemLog.destination" => log_to_file = Some(text()? == "file"),
             other => return Err(format!("config file: Unrecognized option: {other}")),
@@ -169,6 +176,9 @@ pub fn run(a: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         config.punch_every_blocks = n;
     }
     config.direct_io = a.direct_io.or(file.direct_io).unwrap_or(false);
+    if let Some(kib) = a.memtable_kib.or(file.memtable_kib) {
+        config.memtable_max_bytes = kib << 10;
+    }
     let test_commands = test_commands(&a.set_parameter)?;
     let engine = Engine::open(&dbpath, config)?;
     let mut parsed = server::parsed_options(&bind_ip, port, &dbpath);
@@ -249,7 +259,7 @@ mod tests {
     fn a_mongod_conf_shaped_file_parses() {
         let o = parse_config(
             "net:\n  port: 28017\n  bindIp: 127.0.0.1,::1\nstorage:\n  dbPath: /tmp/x\n  arbordb:\n    \
-             cacheSizeMiB: 64\n    journalSync: off\n    blockCompressor: zstd\n    punchEveryBlocks: 0\n    directIO: true\nsystemLog:\n  destination: file\n  path: /tmp/x.log\n",
+             cacheSizeMiB: 64\n    journalSync: off\n    blockCompressor: zstd\n    punchEveryBlocks: 0\n    directIO: true\n    memtableKiB: 256\nsystemLog:\n  destination: file\n  path: /tmp/x.log\n",
         )
         .unwrap();
         assert_eq!(o.port, Some(28017));
@@ -257,7 +267,7 @@ mod tests {
         assert_eq!(o.dbpath, Some(PathBuf::from("/tmp/x")));
         assert_eq!((o.cache_mib, o.journal_sync), (Some(64), Some(SyncMode::Off)));
         assert_eq!((o.block_compressor, o.punch_every_blocks), (Some(Compressor::Zstd), Some(0)));
-        assert_eq!(o.direct_io, Some(true));
+        assert_eq!((o.direct_io, o.memtable_kib), (Some(true), Some(256)));
         assert_eq!(o.logpath, Some(PathBuf::from("/tmp/x.log")));
     }
 

@@ -7,13 +7,16 @@
 //! per document at random positions) and one on `ts`, inserted by one
 //! client in batches of 100 documents until `--docs` or `--seconds`.
 //! Variants: `btree` (ArborDB's index as a B+tree, the cache `--arbordb-
-//! cache-mib`, data files by direct I/O unless `--buffered`) and `gin`
-//! (PostgreSQL 15, the array in a GIN index with its default
-//! `fastupdate`). Reported per variant: the insert rate over time (every
-//! 1% of the documents), the exit velocity (the rate over the last 10% of
-//! the documents inserted), batch latency percentiles, bytes written and
-//! server CPU per document (a closing checkpoint included), the index's
-//! size, and for ArborDB the leaf pages it read per document.
+//! cache-mib`, data files by direct I/O unless `--buffered`), `wo` (the
+//! same with the `uri` index write-optimized: `storageEngine: {arbordb:
+//! {format: "write-optimized"}}`) and `gin` (PostgreSQL 15, the array in
+//! a GIN index with its default `fastupdate`). Reported per variant: the
+//! insert rate over time (every 1% of the documents), the exit velocity
+//! (the rate over the last 10% of the documents inserted), batch latency
+//! percentiles, bytes written and server CPU per document (a closing
+//! checkpoint included), the index's size, for ArborDB the leaf pages it
+//! read per document, and then the time of `--lookups` element lookups
+//! `{uri: X}` of inserted elements.
 
 use crate::measure;
 use crate::procs::{percentile, postmaster_pid, start_arbordb_with, start_postgres};
@@ -48,9 +51,13 @@ pub struct W1Args {
     /// so its cache misses read the device).
     #[arg(long)]
     buffered: bool,
-    /// Variants to run, comma separated: btree (ArborDB), gin (PostgreSQL).
-    #[arg(long, value_delimiter = ',', default_value = "btree,gin")]
+    /// Variants to run, comma separated: btree, wo (ArborDB), gin (PostgreSQL).
+    #[arg(long, value_delimiter = ',', default_value = "btree,wo,gin")]
     variants: Vec<String>,
+    /// Element lookups `{uri: X}` after the inserts, each of one element
+    /// of a random inserted document.
+    #[arg(long, default_value_t = 2000)]
+    lookups: u64,
     #[arg(long, default_value = "../shared/tools/postgres-local")]
     postgres_local: PathBuf,
     #[arg(long, default_value = "bench/results/w1.json")]
@@ -169,7 +176,36 @@ where
     Ok(done)
 }
 
-async fn bench_btree(a: &W1Args) -> BenchResult<serde_json::Value> {
+/// Run `a.lookups` lookups of random inserted elements through `lookup`
+/// (which returns how many documents it found), timing each.
+async fn lookup_loop<F, Fut>(a: &W1Args, docs: u64, mut lookup: F) -> BenchResult<serde_json::Value>
+where
+    F: FnMut(String) -> Fut,
+    Fut: std::future::Future<Output = BenchResult<u64>>,
+{
+    let mut lat = Vec::with_capacity(a.lookups as usize);
+    let started = Instant::now();
+    for k in 0..a.lookups {
+        let (i, j) = (mix(k, 77) % docs.max(1), mix(k, 78) % a.uris.max(1));
+        let t = Instant::now();
+        let found = lookup(uri(i, j)).await?;
+        lat.push(t.elapsed().as_micros().min(u32::MAX as u128) as u32);
+        if found == 0 {
+            return Err(format!("lookup of document {i}'s element {j} found nothing").into());
+        }
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    lat.sort_unstable();
+    Ok(json!({
+        "lookups": a.lookups,
+        "lookup_mean_us": seconds * 1e6 / a.lookups.max(1) as f64,
+        "lookup_p50_us": percentile(&lat, 0.50),
+        "lookup_p99_us": percentile(&lat, 0.99),
+    }))
+}
+
+/// ArborDB with the `uri` index as `variant` says: `btree` or `wo`.
+async fn bench_arbordb(a: &W1Args, variant: &str) -> BenchResult<serde_json::Value> {
     let cache = a.arbordb_cache_mib.to_string();
     let mut flags = vec!["--cache-mib", cache.as_str()];
     if !a.buffered {
@@ -180,9 +216,11 @@ async fn bench_btree(a: &W1Args) -> BenchResult<serde_json::Value> {
         mongodb::Client::with_uri_str(format!("mongodb://127.0.0.1:{}/?directConnection=true", arbordb.port)).await?;
     let db = client.database("w1");
     let coll = db.collection::<Document>("orders");
-    for keys in [doc! { "uri": 1 }, doc! { "ts": 1 }] {
-        coll.create_index(mongodb::IndexModel::builder().keys(keys).build()).await?;
-    }
+    let format = if variant == "wo" { "write-optimized" } else { "btree" };
+    let uri_options =
+        mongodb::options::IndexOptions::builder().storage_engine(doc! { "arbordb": { "format": format } }).build();
+    coll.create_index(mongodb::IndexModel::builder().keys(doc! { "uri": 1 }).options(uri_options).build()).await?;
+    coll.create_index(mongodb::IndexModel::builder().keys(doc! { "ts": 1 }).build()).await?;
     let admin = client.database("admin");
     let status = || async { Ok::<_, crate::BenchError>(admin.run_command(doc! { "serverStatus": 1 }).await?) };
     let first = status().await?;
@@ -190,7 +228,7 @@ async fn bench_btree(a: &W1Args) -> BenchResult<serde_json::Value> {
     let pid = arbordb.server.0.id().to_string();
     let cpu = || measure::process_cpu_seconds(&pid).ok_or("the server is gone");
     let cpu_before = cpu()?;
-    let done = insert_loop("arbordb btree", a, |first, n| {
+    let done = insert_loop(&format!("arbordb {variant}"), a, |first, n| {
         let (coll, uris) = (coll.clone(), a.uris);
         async move {
             coll.insert_many((first..first + n).map(|i| document(i, uris))).await?;
@@ -207,9 +245,25 @@ async fn bench_btree(a: &W1Args) -> BenchResult<serde_json::Value> {
     let leaf_reads = leaf_pages_read(&after) - leaf_reads_before;
     let stats = db.run_command(doc! { "collStats": "orders" }).await?;
     let index_bytes = stats.get_document("indexSizes").ok().and_then(|s| s.get("uri_1")).map(ycsb_io::as_u64);
+    let runs = stats
+        .get_document("indexDetails")
+        .ok()
+        .and_then(|d| d.get_document("uri_1").ok())
+        .and_then(|d| d.get_document("arbordb").ok())
+        .and_then(|d| d.get_i32("runs").ok());
+    let cpu_before_lookups = cpu()?;
+    let lookups = lookup_loop(a, done.docs, |x| {
+        let coll = coll.clone();
+        async move { Ok(coll.count_documents(doc! { "uri": x }).await?) }
+    })
+    .await?;
+    let lookup_cpu = cpu()? - cpu_before_lookups;
     let mut row = done.json();
+    merge(&mut row, lookups);
     let extra = json!({
-        "variant": "btree", "system": "arbordb", "cache_mib": a.arbordb_cache_mib,
+        "variant": variant, "system": "arbordb", "cache_mib": a.arbordb_cache_mib,
+        "uri_index_runs": runs,
+        "lookup_server_cpu_us": lookup_cpu * 1e6 / a.lookups.max(1) as f64,
         // As the server reports it.
         "direct_io": after.get_document("arbordb").ok().and_then(|o| o.get_bool("directIO").ok()),
         "server_cpu_us_per_doc": server_cpu * 1e6 / done.docs.max(1) as f64,
@@ -268,11 +322,21 @@ async fn bench_gin(a: &W1Args) -> BenchResult<serde_json::Value> {
     let server_cpu = cpu()? - cpu_before;
     let after = ycsb_io::postgres(client, "orders").await?;
     let size = client.query_one("SELECT pg_relation_size('orders_uri')::bigint", &[]).await?;
+    let cpu_before_lookups = cpu()?;
+    let statement = client.prepare("SELECT count(*) FROM orders WHERE uri @> ARRAY[$1::text]").await?;
+    let lookups = lookup_loop(a, done.docs, |x| {
+        let statement = statement.clone();
+        async move { Ok(client.query_one(&statement, &[&x]).await?.get::<_, i64>(0) as u64) }
+    })
+    .await?;
+    let lookup_cpu = cpu()? - cpu_before_lookups;
     let mut row = done.json();
+    merge(&mut row, lookups);
     merge(
         &mut row,
         json!({
             "variant": "gin", "system": "postgresql",
+            "lookup_server_cpu_us": lookup_cpu * 1e6 / a.lookups.max(1) as f64,
             "server_cpu_us_per_doc": server_cpu * 1e6 / done.docs.max(1) as f64,
             "uri_index_bytes": size.get::<_, i64>(0),
             "written": after.per_op_since(&before, done.docs),
@@ -317,7 +381,7 @@ fn order(i: u64, uris: u64) -> Order {
 
 fn print_rows(rows: &[serde_json::Value]) {
     println!(
-        "{:<8} {:>9} {:>8} {:>10} {:>12} {:>12} {:>12} {:>14} {:>12}",
+        "{:<8} {:>9} {:>8} {:>10} {:>12} {:>12} {:>12} {:>14} {:>12} {:>12}",
         "variant",
         "docs",
         "secs",
@@ -326,7 +390,8 @@ fn print_rows(rows: &[serde_json::Value]) {
         "p99 batch ms",
         "server us/doc",
         "written B/doc",
-        "index MiB"
+        "index MiB",
+        "lookup us"
     );
     for r in rows {
         let written: f64 = r["written"]
@@ -334,7 +399,7 @@ fn print_rows(rows: &[serde_json::Value]) {
             .map(|w| w.iter().filter(|(k, _)| k.starts_with("file.")).filter_map(|(_, v)| v.as_f64()).sum())
             .unwrap_or(0.0);
         println!(
-            "{:<8} {:>9} {:>8.1} {:>10.1} {:>12.1} {:>12.1} {:>12.0} {:>14.0} {:>12.1}",
+            "{:<8} {:>9} {:>8.1} {:>10.1} {:>12.1} {:>12.1} {:>12.0} {:>14.0} {:>12.1} {:>12.0}",
             r["variant"].as_str().unwrap_or(""),
             r["docs"].as_u64().unwrap_or(0),
             r["seconds"].as_f64().unwrap_or(0.0),
@@ -344,6 +409,7 @@ fn print_rows(rows: &[serde_json::Value]) {
             r["server_cpu_us_per_doc"].as_f64().unwrap_or(0.0),
             written,
             r["uri_index_bytes"].as_f64().unwrap_or(0.0) / (1 << 20) as f64,
+            r["lookup_mean_us"].as_f64().unwrap_or(0.0),
         );
     }
 }
@@ -355,9 +421,9 @@ async fn run_async(a: W1Args) -> BenchResult<()> {
     let mut rows = Vec::new();
     for v in &a.variants {
         rows.push(match v.as_str() {
-            "btree" => bench_btree(&a).await?,
+            "btree" | "wo" => bench_arbordb(&a, v).await?,
             "gin" => bench_gin(&a).await?,
-            other => return Err(format!("unknown variant {other:?} (btree, gin)").into()),
+            other => return Err(format!("unknown variant {other:?} (btree, wo, gin)").into()),
         });
     }
     print_rows(&rows);

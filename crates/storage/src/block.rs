@@ -580,6 +580,16 @@ impl BlockFile {
         }
     }
 
+    /// `free`, for an address read from disk: `false` (and nothing freed)
+    /// when the block is not allocated (a corrupt manifest).
+    pub fn free_checked(&self, addr: BlockAddr) -> bool {
+        if !self.extents().alloc.contains(addr.offset, addr.size as u64) {
+            return false;
+        }
+        self.free(addr);
+        true
+    }
+
     /// At the snapshot of a checkpoint: blocks freed so far are not part of
     /// it; unnamed blocks installed so far are.
     pub fn checkpoint_begin(&self) {

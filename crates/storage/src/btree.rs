@@ -674,7 +674,11 @@ impl Tree {
         let root = self.snapshot();
         let mut done = Evicted::default();
         let finished = match &root.body {
-            Body::Runs(runs) => self.evict_runs(runs, budget, dirty, hand, &mut done)?,
+            Body::Runs(runs) => {
+                let finished = self.evict_runs(runs, budget, dirty, hand, &mut done)?;
+                self.evict_retired(budget, &mut done)?;
+                finished
+            }
             _ => self.evict_in(&root, budget, dirty, hand, true, &mut done)?,
         };
         if finished {

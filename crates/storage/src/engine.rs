@@ -1244,7 +1244,7 @@ impl Engine {
 
     fn merge_runs_locked(&self, table: &Table, all: bool) -> Result<bool> {
         let tree = &table.0.tree;
-        tree.reap_retired()?;
+        self.reap_runs(table)?;
         let Some((inputs, bottom)) = tree.merge_candidates(all) else { return Ok(false) };
         let built = tree.build_merged(&inputs, bottom)?;
         {
@@ -1254,10 +1254,23 @@ impl Engine {
                 // Dropped meanwhile: its file goes, blocks and all.
                 return Ok(false);
             }
-            tree.install_merged(&inputs, built);
+            tree.install_merged(&inputs, built)?;
+            // The same contents: readers take the new version at once, and
+            // the old epoch ends with its last reader.
+            let _publish = self.inner.txns.publish.lock().unwrap();
+            let ts = self.inner.txns.published_ts();
+            self.inner.txns.publish(ts, [(table.id(), Some(tree.snapshot()))]);
         }
-        tree.reap_retired()?;
+        self.reap_runs(table)?;
         Ok(true)
+    }
+
+    /// Free a table's retired runs that no version reads (`runs.rs`
+    /// invariant 5: under the gate, against checkpoint snapshots).
+    fn reap_runs(&self, table: &Table) -> Result<()> {
+        let _gate = self.inner.gate.read().unwrap();
+        let _writer = table.0.writer.lock().unwrap();
+        table.0.tree.reap_retired()
     }
 
     /// Write a checkpoint now: every table's dirty pages, copy-on-write,

@@ -69,6 +69,10 @@ pub const run_merge_ratio: u64 = 2;
 /// ...and the two newest whatever their sizes once there are more frozen
 /// runs than this.
 pub const runs_frozen_max: usize = 12;
+/// Runs merges replaced that may wait for old readers before merges pause
+/// (each waits until no version from before its merge survives; a
+/// manifest names them all).
+pub const runs_retired_max: usize = 256;
 /// How often the background merger looks for runs to merge.
 pub const run_merge_tick_ms: u64 = 50;
 

@@ -33,8 +33,9 @@
 //! per child `[key_len varint][key][addr 16]`; the first key is empty
 //! (the lower bound comes from the parent).
 //! Manifest payload (a write-optimized table's root, `runs.rs`):
-//! `[type u8 = 3][flags u8][runs u32][0u16]` then per run, newest first,
-//! `[addr 16]` of the run's root page and `[bytes u64]` of its leaf images.
+//! `[type u8 = 3][flags u8][live runs u32][0u16][retired runs u32]` then
+//! per run, live ones newest first then retired ones, `[addr 16]` of the
+//! run's root page and `[bytes u64]` of its leaf images.
 
 use crate::block::{BlockAddr, BlockKind};
 use crate::cache::CacheMeter;
@@ -833,7 +834,7 @@ pub fn encode_internal(node: &Internal, child_addr: &dyn Fn(usize) -> BlockAddr)
 }
 
 fn manifest_bytes(runs: usize) -> usize {
-    PAGE_HEADER_BYTES + 24 * runs
+    PAGE_HEADER_BYTES + 4 + 24 * runs
 }
 
 /// A write-optimized table's manifest: its runs (root address, leaf
@@ -845,14 +846,16 @@ pub struct Manifest {
     pub retired: Vec<(BlockAddr, u64)>,
 }
 
-/// Encode a manifest (its last `retired` runs counted in the header's last field).
+/// Encode a manifest.
 pub fn encode_manifest(m: &Manifest) -> Vec<u8> {
     let n = m.live.len() + m.retired.len();
+    assert!(m.live.len() <= crate::limits::runs_max && m.retired.len() <= 2 * crate::limits::runs_retired_max);
     let mut out = Vec::with_capacity(manifest_bytes(n));
     out.push(PAGE_TYPE_MANIFEST);
     out.push(0);
-    out.extend_from_slice(&(n as u32).to_le_bytes());
-    out.extend_from_slice(&(m.retired.len() as u16).to_le_bytes());
+    out.extend_from_slice(&(m.live.len() as u32).to_le_bytes());
+    out.extend_from_slice(&0u16.to_le_bytes());
+    out.extend_from_slice(&(m.retired.len() as u32).to_le_bytes());
     for (a, bytes) in m.live.iter().chain(&m.retired) {
         a.encode(&mut out);
         out.extend_from_slice(&bytes.to_le_bytes());
@@ -865,13 +868,15 @@ pub fn decode_manifest(payload: &[u8]) -> Result<Manifest, String> {
     let mut r = Reader::new(payload);
     let ptype = r.u8().ok_or("truncated manifest header")?;
     let _flags = r.u8().ok_or("truncated manifest header")?;
-    let n = r.u32().ok_or("truncated manifest header")? as usize;
-    let retired = r.u16().ok_or("truncated manifest header")? as usize;
+    let live = r.u32().ok_or("truncated manifest header")? as usize;
+    let _ = r.u16().ok_or("truncated manifest header")?;
+    let retired = r.u32().ok_or("truncated manifest header")? as usize;
     if ptype != PAGE_TYPE_MANIFEST {
         return Err(format!("page type {ptype} in a manifest block"));
     }
-    if n > 2 * crate::limits::runs_max || retired > n || r.remaining() != 24 * n {
-        return Err(format!("manifest claims {n} runs ({retired} retired) in {} bytes", payload.len()));
+    let n = live + retired;
+    if live > crate::limits::runs_max || retired > 2 * crate::limits::runs_retired_max || r.remaining() != 24 * n {
+        return Err(format!("manifest claims {live} runs and {retired} retired in {} bytes", payload.len()));
     }
     let mut all = (0..n)
         .map(|i| {
@@ -879,7 +884,7 @@ pub fn decode_manifest(payload: &[u8]) -> Result<Manifest, String> {
             Ok((addr, r.u64().unwrap()))
         })
         .collect::<Result<Vec<_>, String>>()?;
-    let retired = all.split_off(n - retired);
+    let retired = all.split_off(live);
     Ok(Manifest { live: all, retired })
 }
 

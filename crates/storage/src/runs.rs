@@ -23,14 +23,19 @@
 //! 3. A write reads no page: eviction never walks the memtable (run 0), so
 //!    its pages are in memory, and a write touches only the memtable.
 //! 4. The oldest run holds no tombstone: while the memtable is the only
-//!    run, a delete removes the key instead of writing one, and a merge
-//!    that includes the oldest run drops tombstones.
+//!    run, a delete removes the key instead of writing one, a merge that
+//!    includes the oldest run drops tombstones, and one that leaves the
+//!    memtable alone purges its tombstones.
 //! 5. A merge writes its run as unnamed blocks (`block::Extents::unnamed`:
 //!    a checkpoint taken meanwhile lists them as free) and installs it
 //!    under the commit gate and the table's writer lock, starting a new
 //!    epoch. The runs it replaced keep their blocks until every version of
 //!    the older epochs is gone: old versions of the run list, cursors, and
 //!    the old memtables that share pages with a frozen run all hold one.
+//!    Until then every manifest names them as retired; retiring and
+//!    freeing happen under the commit gate, so a checkpoint's snapshot
+//!    sees both or neither. Eviction may drop their clean leaves (their
+//!    blocks outlive every reader).
 
 use crate::block::{BlockAddr, BlockKind};
 use crate::btree::{Entry, Evicted, Found, RootSource, Tree, TreeCursor, Written};
@@ -38,7 +43,7 @@ use crate::cache::CacheMeter;
 use crate::compress::Compressor;
 use crate::entries::Entries;
 use crate::error::{Result, StorageError};
-use crate::limits::{run_merge_ratio, runs_frozen_max, runs_max};
+use crate::limits::{run_merge_ratio, runs_frozen_max, runs_max, runs_retired_max};
 use crate::page::{
     encode_internal, encode_leaf, encode_manifest, internal_entry_cost, leaf_entry_cost, leaf_entry_mem, Body, Child,
     Epoch, Internal, Key, Keys, Leaf, Manifest, Node, Run, Runs, Value, PAGE_HEADER_BYTES,
@@ -159,7 +164,7 @@ impl Tree {
         runs.runs[0].bytes += grew.image;
         runs.memtable_bytes += grew.mem;
         if runs.memtable_bytes > self.geometry.memtable_max {
-            self.freeze(runs);
+            self.freeze(runs)?;
         }
         self.charge(root);
         applied
@@ -195,17 +200,19 @@ impl Tree {
         Ok(())
     }
 
-    /// Put a fresh memtable in front: the old one is the newest frozen run.
-    fn freeze(&self, runs: &mut Runs) {
-        if runs.runs.len() >= runs_max {
-            // Merges are behind: the memtable grows instead.
-            return;
+    /// Put a fresh memtable in front: the old one is the newest frozen
+    /// run. `false`: it was empty (its budget spent on entries written and
+    /// removed again), or merges are behind and it grows instead.
+    fn freeze(&self, runs: &mut Runs) -> Result<bool> {
+        runs.memtable_bytes = 0;
+        if runs.runs.len() >= runs_max || self.load_child(&runs.runs[0].root)?.entries() == 0 {
+            return Ok(false);
         }
         let memtable = Arc::new(Node::empty_leaf());
         self.charge(&memtable);
         runs.runs.insert(0, Run { root: Child::in_memory(memtable), bytes: 0 });
-        runs.memtable_bytes = 0;
         bump(&self.counters.memtables_frozen, 1);
+        Ok(true)
     }
 
     /// Freeze the memtable now, if it holds anything; `false` for a
@@ -219,9 +226,9 @@ impl Tree {
         }
         let node = self.make_mut(&mut root);
         let Body::Runs(runs) = &mut node.body else { unreachable!() };
-        self.freeze(runs);
+        let frozen = self.freeze(runs)?;
         self.charge(&root);
-        Ok(true)
+        Ok(frozen)
     }
 
     /// The run roots of a version of the table, newest first, and its
@@ -278,7 +285,7 @@ impl Tree {
         let mut m = Manifest::default();
         for run in &runs.runs {
             let addr = match run.root.loaded() {
-                Some(n) if matches!(n.body, Body::Leaf(_)) && n.entries() == 0 => continue,
+                Some(n) if matches!(n.body, Body::Leaf(_)) && n.entries() == 0 && n.disk.addr().is_none() => continue,
                 Some(n) => self.write_dirty_in(&n, written)?,
                 None => run.root.addr().expect("a run not in memory has an address"),
             };
@@ -325,6 +332,10 @@ impl Tree {
     pub(crate) fn merge_candidates(&self, all: bool) -> Option<(Vec<Run>, bool)> {
         let root = self.snapshot();
         let Body::Runs(runs) = &root.body else { return None };
+        if self.retired.lock().unwrap().iter().map(|r| r.runs.len()).sum::<usize>() >= runs_retired_max {
+            // Readers of old versions hold too many replaced runs: wait.
+            return None;
+        }
         let last = match all {
             true => Some(runs.runs.len() - 1).filter(|&l| l >= 2)?,
             false => merge_due(&runs.runs)?,
@@ -360,9 +371,10 @@ impl Tree {
     }
 
     /// Put a merge's run in place of its inputs in the live run list; the
-    /// caller holds the commit gate and the table's writer lock. Starts a
-    /// new epoch and retires the inputs (invariant 5).
-    pub(crate) fn install_merged(&self, inputs: &[Run], built: Built) {
+    /// caller holds the commit gate and the table's writer lock, and
+    /// publishes the result. Starts a new epoch and retires the inputs
+    /// (invariant 5).
+    pub(crate) fn install_merged(&self, inputs: &[Run], built: Built) -> Result<()> {
         let mut root = self.root.write().unwrap();
         let node = self.make_mut(&mut root);
         let Body::Runs(runs) = &mut node.body else { unreachable!("a merge of a run list") };
@@ -373,6 +385,10 @@ impl Tree {
         }
         let merged = built.root.map(|(addr, bytes)| Run { root: Child::on_disk(addr), bytes });
         let removed: Vec<Run> = runs.runs.splice(at..at + inputs.len(), merged).collect();
+        if runs.runs.len() == 1 {
+            // Every entry went: the memtable is now the oldest run (invariant 4).
+            self.purge_tombstones(&mut runs.runs[0])?;
+        }
         let old = std::mem::take(&mut runs.epoch);
         old.newer.set(runs.epoch.clone()).expect("an epoch is ended once");
         self.retired.lock().unwrap().push(Retired { epoch: Arc::downgrade(&old), runs: removed });
@@ -380,9 +396,43 @@ impl Tree {
         self.charge(&root);
         self.bf.name_from_next_checkpoint(&built.blocks);
         bump(&self.counters.runs_merged, 1);
+        Ok(())
     }
 
-    /// Free the blocks of retired runs no version can read any more.
+    /// Remove the tombstones of a memtable that became the only run (its
+    /// pages are in memory: invariant 3).
+    fn purge_tombstones(&self, memtable: &mut Run) -> Result<()> {
+        let mut dead = Vec::new();
+        self.tombstones_in(&**self.load_child(&memtable.root)?, &mut dead)?;
+        if dead.is_empty() {
+            return Ok(());
+        }
+        let mut node: Arc<Node> = self.load_child(&memtable.root)?.clone();
+        memtable.root = Arc::new(Child::default());
+        let purged = dead.iter().try_for_each(|k| self.delete_root(&mut node, k));
+        memtable.root = Child::in_memory(node);
+        purged
+    }
+
+    fn tombstones_in(&self, node: &Node, out: &mut Vec<Key>) -> Result<()> {
+        match &node.body {
+            Body::Leaf(l) => {
+                for (k, v) in l.entries.iter() {
+                    if untag(self.value_ref(v)?).map_err(|e| self.corrupt(e))?.is_none() {
+                        out.push(k.clone());
+                    }
+                }
+                Ok(())
+            }
+            Body::Internal(int) => {
+                int.children.iter().try_for_each(|c| self.tombstones_in(&**self.load_child(c)?, out))
+            }
+            Body::Runs(_) => Err(self.misplaced_runs()),
+        }
+    }
+
+    /// Free the blocks of retired runs no version can read any more. The
+    /// caller holds the commit gate and the table's writer lock.
     pub(crate) fn reap_retired(&self) -> Result<()> {
         let ready: Vec<Retired> = {
             let mut retired = self.retired.lock().unwrap();
@@ -429,23 +479,52 @@ impl Tree {
     }
 
     /// Free every block of the retired run under `slot`; leaves not in
-    /// memory are freed by address, unread.
+    /// memory are freed by address, unread. A block that is not allocated
+    /// (a corrupt manifest read at open) is corruption.
     fn free_run(&self, slot: &Child, depth: usize) -> Result<()> {
+        let unallocated = std::cell::Cell::new(None);
+        let free = |a: BlockAddr| {
+            if !self.bf.free_checked(a) {
+                unallocated.set(Some(a));
+            }
+        };
         if depth == 0 {
             match slot.loaded() {
-                Some(n) => n.disk.retire(&self.free()),
-                None => self.bf.free(slot.addr().expect("a leaf not in memory has an address")),
+                Some(n) => n.disk.retire(&free),
+                None => free(slot.addr().expect("a leaf not in memory has an address")),
             }
-            return Ok(());
+        } else {
+            let node = self.load_child(slot)?;
+            let Body::Internal(int) = &node.body else {
+                return Err(self.corrupt("a run's leaves at different depths".into()));
+            };
+            for c in &int.children {
+                self.free_run(c, depth - 1)?;
+            }
+            node.disk.retire(&free);
         }
-        let node = self.load_child(slot)?;
-        let Body::Internal(int) = &node.body else {
-            return Err(self.corrupt("a run's leaves at different depths".into()));
-        };
-        for c in &int.children {
-            self.free_run(c, depth - 1)?;
+        match unallocated.get() {
+            Some(a) => Err(StorageError::corruption(self.bf.path(), a.offset, "a retired run names a free block")),
+            None => Ok(()),
         }
-        node.disk.retire(&self.free());
+    }
+
+    /// Eviction over retired runs: clean leaves only (invariant 5).
+    pub(crate) fn evict_retired(&self, budget: usize, done: &mut Evicted) -> Result<()> {
+        let retired = self.retired.lock().unwrap();
+        for run in retired.iter().flat_map(|r| &r.runs) {
+            if done.bytes >= budget {
+                break;
+            }
+            let Some(n) = run.root.loaded() else { continue };
+            match &n.body {
+                Body::Leaf(_) => self.evict_leaf(&run.root, &n, false, done)?,
+                Body::Internal(_) => {
+                    self.evict_in(&n, budget, false, &mut Vec::new(), false, done)?;
+                }
+                Body::Runs(_) => return Err(self.misplaced_runs()),
+            }
+        }
         Ok(())
     }
 }

@@ -139,15 +139,43 @@ fn a_merged_cursor_turns_like_a_btree_cursor() {
         }
         engine.freeze_memtable(&t).unwrap();
     }
-    for _ in 0..200 {
-        let lo = format!("k{:04}", rng.gen_range(0..500)).into_bytes();
-        let hi = format!("k{:04}", rng.gen_range(0..500)).into_bytes();
-        let (lo, hi) = (lo.clone().min(hi.clone()), lo.max(hi));
+    let bound = |rng: &mut rand::rngs::StdRng| {
+        let k = format!("k{:04}", rng.gen_range(0..500)).into_bytes();
+        match rng.gen_range(0..3) {
+            0 => Bound::Included(k),
+            1 => Bound::Excluded(k),
+            _ => Bound::Unbounded,
+        }
+    };
+    for _ in 0..300 {
+        let (lo, hi) = (bound(&mut rng), bound(&mut rng));
         let mut c = engine.cursor(&t).unwrap();
-        c.set_bounds(Bound::Included(lo.clone()), Bound::Excluded(hi.clone()));
-        let keys: Vec<&Vec<u8>> = model.range(lo.clone()..hi.clone()).map(|(k, _)| k).collect();
-        // Position in `keys` of the entry the cursor stands on.
+        c.set_bounds(lo.clone(), hi.clone());
+        let keys: Vec<&Vec<u8>> = model
+            .iter()
+            .filter(|(k, _)| std::ops::RangeBounds::contains(&(lo.clone(), hi.clone()), *k))
+            .map(|(k, _)| k)
+            .collect();
+        // Position in `keys` of the entry the cursor stands on; a walk may
+        // start with a seek (or an exact seek) instead of an end.
         let mut at: Option<usize> = None;
+        if rng.gen_bool(0.5) {
+            let probe = format!("k{:04}", rng.gen_range(0..500)).into_bytes();
+            let first = keys.partition_point(|k| **k < probe);
+            if rng.gen_bool(0.3) {
+                let got = c.seek_exact(&probe).unwrap();
+                let want = keys.get(first).filter(|k| ***k == probe).map(|k| model[*k].clone());
+                assert_eq!(got.map(|v| v.to_vec()), want, "seek_exact");
+                continue;
+            }
+            let got = c.seek(&probe).unwrap();
+            assert_eq!(got.map(|(k, _)| k.to_vec()), keys.get(first).map(|k| k.to_vec()), "seek");
+            if first == keys.len() {
+                assert!(c.next().unwrap().is_none(), "a seek past the end started over");
+                continue;
+            }
+            at = Some(first);
+        }
         for _ in 0..40 {
             let back = rng.gen_bool(0.5);
             let got = if back { c.prev().unwrap() } else { c.next().unwrap() };
@@ -255,11 +283,14 @@ fn merges_keep_contents_and_free_replaced_runs_after_their_readers() {
     assert_eq!(stats.runs_merged, merged);
     assert_eq!(stats.runs_reaped, 0, "runs freed while a snapshot from before could read them");
     // Push the snapshot's pages out of memory, then read them back from disk.
+    engine.checkpoint().unwrap();
     engine.evict(usize::MAX).unwrap();
+    let reads = engine.stats().leaf_pages_read;
     let mut c = snap.cursor(&t).unwrap();
     let seen: BTreeMap<Vec<u8>, Vec<u8>> =
         std::iter::from_fn(|| c.next().unwrap()).map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
     assert!(seen == before, "the snapshot's contents changed under merges");
+    assert!(engine.stats().leaf_pages_read > reads + 10, "the replaced runs were not read from disk");
     drop(c);
     drop(snap);
     // A commit publishes a version of the new epoch; the next merge call reaps.
@@ -269,7 +300,11 @@ fn merges_keep_contents_and_free_replaced_runs_after_their_readers() {
     engine.checkpoint().unwrap();
     let with_tombstones = verify(dir.path()).entries;
     // Merge everything into one run: tombstones and older versions go.
+    // Published at once: with no commit since, nothing reads the replaced
+    // runs, so the compaction frees them itself.
+    let reaped = engine.stats().runs_reaped;
     assert!(engine.compact_runs(&t).unwrap());
+    assert!(engine.stats().runs_reaped > reaped, "a compaction's replaced runs wait for a commit");
     assert_eq!(engine.table_runs(&t).unwrap().len(), 2, "a memtable and one run");
     assert!(!engine.compact_runs(&t).unwrap(), "one run was compacted again");
     write_round(&engine, &mut model, 13);
@@ -345,6 +380,85 @@ fn background_merges_under_concurrent_readers_and_writers() {
         stats.memtables_frozen,
         stats.runs_merged
     );
+    engine.close().unwrap();
+    verify(dir.path());
+}
+
+/// A merge of the oldest runs that cancels out entirely leaves the
+/// memtable as the only run: its tombstones go too (the oldest run holds
+/// none), and a put and delete of one key past the budget freezes no
+/// empty run.
+#[test]
+fn the_oldest_run_never_holds_a_tombstone() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(dir.path(), Config { memtable_max_bytes: 1, ..quiet(MIB) }).unwrap();
+    let t = engine.create_table("t", table(TableFormat::WriteOptimized)).unwrap();
+    let mut b = WriteBatch::new();
+    b.put(&t, b"gone", b"x").unwrap();
+    b.delete(&t, b"gone").unwrap();
+    engine.write(&b).unwrap();
+    assert_eq!(engine.table_runs(&t).unwrap().len(), 1, "an empty memtable was frozen");
+    engine.close().unwrap();
+    let engine = Engine::open(dir.path(), quiet(MIB)).unwrap();
+    let t = engine.table("t").unwrap();
+    engine.put(&t, b"a", b"x").unwrap();
+    engine.freeze_memtable(&t).unwrap(); // [memtable, {a}]
+    engine.delete(&t, b"a").unwrap();
+    engine.freeze_memtable(&t).unwrap(); // [memtable, {a: tombstone}, {a}]
+    assert_eq!(engine.table_runs(&t).unwrap().len(), 3);
+    // A tombstone in the memtable, of a key no run holds.
+    let mut b = WriteBatch::new();
+    b.delete(&t, b"zzz").unwrap();
+    engine.write(&b).unwrap();
+    while engine.merge_runs(&t).unwrap() {}
+    assert_eq!(engine.table_runs(&t).unwrap().len(), 1, "the runs did not cancel out");
+    engine.checkpoint().unwrap();
+    verify(dir.path());
+    engine.put(&t, b"b", b"y").unwrap();
+    engine.close().unwrap();
+    verify(dir.path());
+    let engine = Engine::open(dir.path(), quiet(MIB)).unwrap();
+    let t = engine.table("t").unwrap();
+    assert_eq!(scan(&engine, &t), pairs(&[("b", "y")]));
+}
+
+/// A snapshot held across many merges: the runs they replace wait for it,
+/// merges pause once too many wait, every manifest still decodes, and a
+/// reopen frees them.
+#[test]
+fn a_long_snapshot_pauses_merges_and_a_reopen_frees_what_it_held() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(dir.path(), quiet(MIB)).unwrap();
+    let t = engine.create_table("t", table(TableFormat::WriteOptimized)).unwrap();
+    engine.put(&t, b"k00000", b"v").unwrap();
+    let snap = engine.begin(TxnOptions::default()).unwrap();
+    let mut merged = 0;
+    for i in 1..600u32 {
+        engine.put(&t, format!("k{i:05}").as_bytes(), b"v").unwrap();
+        engine.freeze_memtable(&t).unwrap();
+        merged += u32::from(engine.merge_runs(&t).unwrap());
+        if i % 100 == 0 {
+            engine.checkpoint().unwrap();
+        }
+    }
+    assert!(merged > 50, "{merged} merges");
+    assert!(engine.table_runs(&t).unwrap().len() > 20, "merges did not pause for the snapshot");
+    assert_eq!(snap.get(&t, b"k00001").unwrap(), None);
+    assert_eq!(engine.stats().runs_reaped, 0);
+    engine.checkpoint().unwrap();
+    verify(dir.path());
+    drop(snap);
+    engine.put(&t, b"last", b"v").unwrap();
+    assert!(engine.merge_runs(&t).unwrap(), "merges did not resume");
+    assert!(engine.stats().runs_reaped > 100);
+    drop(engine);
+    // Without a clean close: the last checkpoint's manifest names runs
+    // merges retired; the reopen frees them.
+    verify(dir.path());
+    let engine = Engine::open(dir.path(), quiet(MIB)).unwrap();
+    let t = engine.table("t").unwrap();
+    assert_eq!(scan(&engine, &t).len(), 601);
+    engine.checkpoint().unwrap();
     engine.close().unwrap();
     verify(dir.path());
 }

@@ -23,7 +23,7 @@ use super::*;
 use crate::index::keys::DocKeys;
 use crate::index::{Index, IndexSpec};
 use std::collections::BTreeSet;
-use storage::{Txn, TxnOptions};
+use storage::{TableConfig, Txn, TxnOptions};
 
 /// Index entries hold these fields besides the spec `listIndexes` shows.
 const INTERNAL_FIELDS: [&str; 6] =
@@ -395,7 +395,8 @@ impl Catalog {
             None => return Err(DocError::NamespaceNotFound(key)),
         };
         let table = format!("i/{}/ix", self.next_ident.fetch_add(1, Ordering::Relaxed));
-        let handle = self.engine.create_table(&table, index_table_config(&self.engine))?;
+        let config = TableConfig { format: spec.format, ..index_table_config(&self.engine) };
+        let handle = self.engine.create_table(&table, config)?;
         let no_arrays = vec![BTreeSet::new(); spec.fields.len()];
         let added = Index::new(spec, handle, (false, no_arrays), &self.hooks, None).and_then(|ix| {
             ix.set_ready(0);
@@ -425,7 +426,8 @@ impl Catalog {
             return Err(DocError::IndexExists(spec.name));
         }
         let table = format!("i/{}/ix", self.next_ident.fetch_add(1, Ordering::Relaxed));
-        let handle = self.engine.create_table(&table, index_table_config(&self.engine))?;
+        let config = TableConfig { format: spec.format, ..index_table_config(&self.engine) };
+        let handle = self.engine.create_table(&table, config)?;
         let no_arrays = vec![BTreeSet::new(); spec.fields.len()];
         let ix = match Index::new(spec, handle, (false, no_arrays), &self.hooks, None) {
             Ok(ix) => Arc::new(ix),

@@ -49,7 +49,7 @@ use parking_lot::Mutex;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use storage::{Table, Txn};
+use storage::{Table, TableFormat, Txn};
 
 /// An index's definition as its catalog entry and `listIndexes` show it.
 #[derive(Debug, Clone, PartialEq)]
@@ -63,9 +63,25 @@ pub struct IndexSpec {
     /// A wildcard index's paths (`wildcard.rs`): its `fields` are then
     /// `$_path` and the value, each key a path and a value.
     pub wildcard: Option<wildcard::Wildcard>,
+    /// How its table stores entries: `storageEngine: {arbordb: {format:
+    /// "write-optimized"}}` in `shown` asks for a write-optimized table.
+    pub format: TableFormat,
     /// The spec as `listIndexes` shows it: `v`, `key`, `name` and the
     /// options given.
     pub shown: Document,
+}
+
+/// The name `storageEngine.arbordb.format` gives a table format.
+pub fn format_name(format: TableFormat) -> &'static str {
+    match format {
+        TableFormat::BTree => "btree",
+        TableFormat::WriteOptimized => "write-optimized",
+    }
+}
+
+/// The table format a `storageEngine.arbordb.format` names.
+pub fn format_named(name: &str) -> Option<TableFormat> {
+    [TableFormat::BTree, TableFormat::WriteOptimized].into_iter().find(|f| format_name(*f) == name)
 }
 
 impl IndexSpec {
@@ -98,7 +114,17 @@ impl IndexSpec {
             let value = fields.pop().expect("one field");
             fields = vec![KeyField { path: vec!["$_path".into()], descending: false, hashed: false }, value];
         }
-        Ok(IndexSpec { name, key, fields, unique, sparse, wildcard, shown })
+        let format = match shown.get_document("storageEngine").and_then(|e| e.get_document("arbordb")) {
+            Ok(options) => match options.get_str("format") {
+                Ok(name) => format_named(name).ok_or_else(corrupt)?,
+                Err(_) => TableFormat::BTree,
+            },
+            Err(_) => TableFormat::BTree,
+        };
+        if unique && format == TableFormat::WriteOptimized {
+            return Err(corrupt());
+        }
+        Ok(IndexSpec { name, key, fields, unique, sparse, wildcard, format, shown })
     }
 
     /// The keys `doc` gives this index, strings under `collation`.
@@ -344,6 +370,12 @@ impl Index {
     }
 
     /// Whether it is a partial index.
+    /// How its table stores entries, and for a write-optimized one the
+    /// bytes of each run (newest first, the memtable first).
+    pub fn storage_format(&self, engine: &storage::Engine) -> (TableFormat, Vec<u64>) {
+        (self.table.config().format, engine.table_runs(&self.table).unwrap_or_default())
+    }
+
     pub fn is_partial(&self) -> bool {
         self.filter.is_some()
     }

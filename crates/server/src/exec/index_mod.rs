@@ -66,6 +66,11 @@ pub(crate) fn check(c: &Collection, index: &Bson) -> Result<IndexMod, CommandErr
             return Err(CommandError::invalid_options("Index type 'wildcard' does not support the unique option"));
         }
     }
+    if ix.spec.format == storage::TableFormat::WriteOptimized
+        && (flag("unique") == Some(true) || flag("prepareUnique") == Some(true))
+    {
+        return Err(CommandError::invalid_options(crate::exec::index_spec::WRITE_OPTIMIZED_UNIQUE));
+    }
     let mut changes = Document::new();
     let mut convert = None;
     let mut modifications = 0;

@@ -13,7 +13,8 @@ pub(crate) const INDEXES_PER_COLLECTION_MAX: usize = 64;
 const KEY_FIELDS_MAX: usize = 32;
 
 /// Options a spec may carry that this build applies.
-const APPLIED: [&str; 11] = [
+const APPLIED: [&str; 12] = [
+    "storageEngine",
     "wildcardProjection",
     "key",
     "name",
@@ -33,6 +34,11 @@ const NOT_YET: [&str; 4] = ["weights", "default_language", "2dsphereIndexVersion
 
 /// Accepted and ignored, as mongod ignores them.
 const IGNORED: [&str; 2] = ["background", "ns"];
+
+/// Why a unique index keeps the B+tree format: uniqueness needs a read of
+/// the index before each write, which the write-optimized format exists
+/// to avoid.
+pub(crate) const WRITE_OPTIMIZED_UNIQUE: &str = "storageEngine.arbordb.format \"write-optimized\" cannot enforce uniqueness (its writes never read the index); a unique index keeps the default \"btree\" format";
 
 /// CannotCreateIndex (67).
 fn cannot_create(msg: String) -> CommandError {
@@ -119,6 +125,10 @@ pub(crate) fn parse(spec: &Bson, default: Option<&Document>) -> Result<IndexSpec
             "wildcardProjection" => {
                 shown.insert(field.clone(), value.clone());
             }
+            "storageEngine" => {
+                check_storage_engine(value)?;
+                shown.insert(field.clone(), value.clone());
+            }
             "collation" => {
                 if !matches!(value, Bson::Document(_)) {
                     return Err(CommandError::type_mismatch(format!(
@@ -149,6 +159,13 @@ pub(crate) fn parse(spec: &Bson, default: Option<&Document>) -> Result<IndexSpec
             }
         }
     }
+    let write_optimized = shown.get_document("storageEngine").is_ok_and(|e| {
+        e.get_document("arbordb")
+            .is_ok_and(|a| a.get_str("format") == Ok(doc::index::format_name(storage::TableFormat::WriteOptimized)))
+    });
+    if write_optimized && ["unique", "prepareUnique"].iter().any(|f| shown.get_bool(f) == Ok(true)) {
+        return Err(cannot_create(WRITE_OPTIMIZED_UNIQUE.into()));
+    }
     if let Some(v) = spec.get("v") {
         let version = v.as_i32().map(i64::from).or_else(|| v.as_i64()).or_else(|| v.as_f64().map(|d| d as i64));
         if version != Some(2) && version != Some(1) {
@@ -167,6 +184,46 @@ pub(crate) fn parse(spec: &Bson, default: Option<&Document>) -> Result<IndexSpec
         }
     }
     IndexSpec::from_shown(shown).map_err(CommandError::from)
+}
+
+/// An index's `storageEngine` options, as mongod checks them: an object
+/// of engine names, each with an object; only `arbordb` is registered
+/// here, and its one option is `format` (`docs/decisions.md`, the
+/// write-optimized index format).
+fn check_storage_engine(value: &Bson) -> Result<(), CommandError> {
+    let Bson::Document(engines) = value else {
+        return Err(CommandError::type_mismatch(format!(
+            "The field 'storageEngine' must be an object, but got {}",
+            crate::args::type_name(value)
+        )));
+    };
+    for (name, options) in engines {
+        let Bson::Document(options) = options else {
+            return Err(CommandError::bad_value(format!("'storageEngine.{name}' has to be an embedded document.")));
+        };
+        if name != "arbordb" {
+            return Err(CommandError::invalid_options(format!(
+                "{name} is not a registered storage engine for this server"
+            )));
+        }
+        for (option, v) in options {
+            match (option.as_str(), v) {
+                ("format", Bson::String(f)) if doc::index::format_named(f).is_some() => {}
+                ("format", other) => {
+                    return Err(CommandError::invalid_options(format!(
+                        "storageEngine.arbordb.format must be \"btree\" or \"write-optimized\", found {}",
+                        doc::format::spaced(other)
+                    )))
+                }
+                _ => {
+                    return Err(CommandError::invalid_options(format!(
+                        "'{option}' is not a supported option in storageEngine.arbordb"
+                    )))
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The operators mongod allows in a `partialFilterExpression`:

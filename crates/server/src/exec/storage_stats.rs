@@ -85,12 +85,32 @@ pub(crate) fn storage_stats(shared: &Ctx<'_>, ns: &Namespace, scale: i64) -> Res
         // Where mongod shows WiredTiger's creation string: ours.
         stats.insert("arbordb", doc! { "blockCompressor": name });
     }
+    if let Some(c) = shared.collection(ns) {
+        stats.insert("indexDetails", index_details(&c, shared.catalog.engine()));
+    }
     if let Some((max_size, max)) = capped {
         // mongod reports an unset max as 2^31 - 1.
         stats.insert("max", max.map_or(i64::from(i32::MAX), |m| m as i64));
         stats.insert("maxSize", max_size as i64 / scale);
     }
     Ok(stats)
+}
+
+/// Per secondary index, where mongod shows WiredTiger's statistics: its
+/// storage format, and a write-optimized one's runs (bytes of entries,
+/// newest first, the memtable first).
+fn index_details(c: &doc::catalog::Collection, engine: &storage::Engine) -> Document {
+    let mut details = Document::new();
+    for ix in c.indexes() {
+        let (format, runs) = ix.storage_format(engine);
+        let mut d = doc! { "format": doc::index::format_name(format) };
+        if format == storage::TableFormat::WriteOptimized {
+            d.insert("runs", runs.len() as i32);
+            d.insert("runBytes", runs.iter().map(|b| *b as i64).collect::<Vec<_>>());
+        }
+        details.insert(ix.spec.name.clone(), doc! { "arbordb": d });
+    }
+    details
 }
 
 /// Used and total bytes of the filesystem holding `dir`.

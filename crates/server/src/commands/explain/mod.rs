@@ -669,6 +669,11 @@ fn ixscan_stage(ix: &Index, info: &IndexInfo, scan: &IndexScan) -> Document {
         "direction": if reverse { "backward" } else { "forward" },
         "indexBounds": shown_bounds,
     });
+    // Our extension: an index stored write-optimized says so (a B+tree,
+    // the default, shows nothing, as mongod's stage).
+    if ix.spec.format != storage::TableFormat::BTree {
+        stage.insert("storageFormat", doc::index::format_name(ix.spec.format));
+    }
     stage
 }
 
