@@ -1109,6 +1109,7 @@ impl Engine {
         start: impl FnOnce(&Engine) -> Result<Arc<txn::TxnShared>>,
     ) -> Result<u64> {
         self.help_evict();
+        self.wait_for_merges(batch);
         if batch.payload.len() as u64 > journal_record_max_bytes {
             return Err(StorageError::InvalidConfig(format!(
                 "a transaction of {} bytes exceeds the journal record limit of {journal_record_max_bytes} bytes",
@@ -1263,6 +1264,31 @@ impl Engine {
         }
         self.reap_runs(table)?;
         Ok(true)
+    }
+
+    /// A write stall: while a write-optimized table of `batch` has more
+    /// frozen runs than `limits::runs_frozen_stall`, wait (holding no
+    /// lock) for the background merger, up to `limits::merge_stall_max_ms`.
+    fn wait_for_merges(&self, batch: &WriteBatch) {
+        if !self.inner.config.merge_runs_in_background {
+            return;
+        }
+        let mut tables: Vec<&Table> =
+            batch.ops.iter().map(|(t, _)| t).filter(|t| t.config().format == TableFormat::WriteOptimized).collect();
+        if tables.is_empty() {
+            return;
+        }
+        tables.sort_by_key(|t| t.id());
+        tables.dedup_by_key(|t| t.id());
+        let behind = || tables.iter().any(|t| self.table_runs(t).is_ok_and(|r| r.len() > runs_frozen_stall + 1));
+        let started = Instant::now();
+        while behind() && started.elapsed() < Duration::from_millis(merge_stall_max_ms) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let waited = started.elapsed();
+        if waited > Duration::from_micros(100) {
+            bump(&self.inner.counters.merge_stall_us, waited.as_micros() as u64);
+        }
     }
 
     /// Free a table's retired runs that no version reads (`runs.rs`

@@ -73,6 +73,12 @@ pub const runs_frozen_max: usize = 12;
 /// (each waits until no version from before its merge survives; a
 /// manifest names them all).
 pub const runs_retired_max: usize = 256;
+/// A commit to a write-optimized table with more frozen runs than this
+/// waits for the background merger (a write stall, as LSM engines have),
+/// so reads probe a bounded number of runs...
+pub const runs_frozen_stall: usize = 16;
+/// ...for at most this long per commit.
+pub const merge_stall_max_ms: u64 = 2000;
 /// How often the background merger looks for runs to merge.
 pub const run_merge_tick_ms: u64 = 50;
 

@@ -96,6 +96,8 @@ counters!(
     /// were freed once no version could read them.
     runs_merged,
     runs_reaped,
+    /// Microseconds commits waited for merges (`limits::runs_frozen_stall`).
+    merge_stall_us,
     /// Gauges from here to `cache_clean_bytes`, filled in by `Engine::stats`:
     /// the configured cache size...
     cache_capacity_bytes,

@@ -462,3 +462,28 @@ fn a_long_snapshot_pauses_merges_and_a_reopen_frees_what_it_held() {
     engine.close().unwrap();
     verify(dir.path());
 }
+
+/// With the background merger behind, a writer waits (a write stall)
+/// rather than let frozen runs, which every read probes, pile up.
+#[test]
+fn writers_wait_for_merges_past_the_stall_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(dir.path(), Config { memtable_max_bytes: 4096, ..config(MIB) }).unwrap();
+    let t = engine.create_table("t", table(TableFormat::WriteOptimized)).unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+    let mut most = 0;
+    for _ in 0..400 {
+        let mut b = WriteBatch::new();
+        for _ in 0..50 {
+            b.put(&t, &key(&mut rng), b"").unwrap();
+        }
+        engine.write(&b).unwrap();
+        most = most.max(engine.table_runs(&t).unwrap().len());
+    }
+    let stats = engine.stats();
+    assert!(stats.memtables_frozen > 100, "frozen {}", stats.memtables_frozen);
+    // The limit, the memtable, and the one run the last commit froze.
+    assert!(most <= storage::limits::runs_frozen_stall + 2, "{most} runs");
+    engine.close().unwrap();
+    verify(dir.path());
+}
