@@ -275,3 +275,28 @@ def test_index_sorts_answer_as_the_blocking_sort(client):
         if "SORT" not in str(plan["queryPlanner"]["winningPlan"]):
             used_index += 1
     assert used_index > FILTERS // 6, "the index gave most of these orders"
+
+
+def test_parallel_array_and_write_optimized_index_plans_answer_as_the_collection_scan(client):
+    """The same random documents and filters over the same key patterns,
+    the compound ones taking parallel arrays (so no document is refused)
+    and every index write-optimized: each plan returns what the collection
+    scan does, before and after random writes."""
+    rng = random.Random(SEED + 22)
+    coll = client.test.diffparallel
+    wo = {"arbordb": {"format": "write-optimized"}}
+    for keys in INDEXES:
+        coll.create_index(keys, storageEngine=wo, **({"parallelArrays": True} if len(keys) > 1 else {}))
+    for i in range(600):
+        coll.insert_one(document(rng, i))
+    check_plans(coll, rng, FILTERS // 2)
+    for _ in range(200):
+        i = rng.randrange(600)
+        try:
+            if rng.random() < 0.5:
+                coll.update_one({"_id": i}, {"$set": {rng.choice(["a", "b", "c.x"]): value(rng)}})
+            else:
+                coll.replace_one({"_id": i}, document(rng, i), upsert=True)
+        except WriteError as e:
+            assert e.code in (2, 28), e  # a path through a scalar
+    check_plans(coll, rng, FILTERS // 2)

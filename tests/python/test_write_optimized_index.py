@@ -152,3 +152,38 @@ def test_answers_as_a_btree_index_through_freezes_merges_and_a_restart(datadir):
             assert client.test.command("validate", "wo")["valid"] is True
     finally:
         assert server.stop() == 0
+
+
+def test_parallel_arrays_give_tight_bounds_on_both_fields(client):
+    """`parallelArrays: true` (our extension): a compound index over two
+    arrays holds every pair of their elements, so `{a, b}` gets point
+    bounds on both; without it, 171 as MongoDB; past the cap of keys per
+    document, our own error, and nothing written."""
+    c = client.test.par
+    c.create_index([("a", 1), ("b", 1)], parallelArrays=True)
+    spec = next(ix for ix in c.list_indexes() if ix["name"] == "a_1_b_1")
+    assert spec["parallelArrays"] is True
+    c.insert_many([{"_id": 1, "a": [1, 2], "b": [3, 4]}, {"_id": 2, "a": [2], "b": [5]}, {"_id": 3, "a": 1, "b": 4}])
+    assert sorted(d["_id"] for d in c.find({"a": 2, "b": 3})) == [1]
+    assert sorted(d["_id"] for d in c.find({"a": 1, "b": {"$gte": 4}})) == [1, 3]
+    plan = client.test.command("explain", {"find": "par", "filter": {"a": 2, "b": 3}}, verbosity="executionStats")
+    scan = ixscan(plan)
+    assert scan["indexBounds"] == {"a": ["[2, 2]"], "b": ["[3, 3]"]}, scan
+    assert scan["isMultiKey"] is True and scan["multiKeyPaths"] == {"a": ["a"], "b": ["b"]}
+    assert plan["executionStats"]["totalKeysExamined"] == 1
+    # Past the cap: 101 x 100 pairs.
+    with pytest.raises(OperationFailure) as e:
+        c.insert_one({"_id": 4, "a": list(range(101)), "b": list(range(100))})
+    assert e.value.code == 22000001 and "more than 10000 keys" in e.value.details["errmsg"], e.value.details
+    assert c.count_documents({}) == 3 and c.find_one({"_id": 4}) is None
+    # Without the option: MongoDB's refusal.
+    other = client.test.nopar
+    other.create_index([("a", 1), ("b", 1)])
+    with pytest.raises(OperationFailure) as e:
+        other.insert_one({"a": [1, 2], "b": [3, 4]})
+    assert e.value.code == 171
+    # Only for compound, non-unique, non-hashed indexes.
+    for keys, extra in [([("a", 1)], {}), ([("a", 1), ("b", 1)], {"unique": True}), ([("a", "hashed"), ("b", 1)], {})]:
+        with pytest.raises(OperationFailure) as e:
+            client.test.bad2.create_index(keys, parallelArrays=True, **extra)
+        assert e.value.code == 67, e.value.details

@@ -177,6 +177,9 @@ pub fn run(a: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
     }
     config.direct_io = a.direct_io.or(file.direct_io).unwrap_or(false);
     if let Some(kib) = a.memtable_kib.or(file.memtable_kib) {
+        if !(16..=1 << 22).contains(&kib) {
+            return Err(format!("memtable KiB must be between 16 and {} (4 GiB), not {kib}", 1 << 22).into());
+        }
         config.memtable_max_bytes = kib << 10;
     }
     let test_commands = test_commands(&a.set_parameter)?;

@@ -24,3 +24,8 @@ pub const key_digest_bytes: usize = 16;
 
 // A long key with its record id fits the engine's key limit.
 const _: () = assert!(key_inline_max_bytes + key_digest_bytes + 8 <= storage::limits::key_size_max_bytes);
+
+/// The most keys one document may give a `parallelArrays` index (the
+/// product of its arrays' sizes); past it the write fails, changing
+/// nothing.
+pub const index_keys_parallel_max: usize = 10_000;

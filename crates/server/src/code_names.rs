@@ -57,6 +57,7 @@ pub fn known(code: i32) -> Option<&'static str> {
         150 => "StaleEpoch",
         168 => "InvalidPipelineOperator",
         171 => "CannotIndexParallelArrays",
+        crate::error::TOO_MANY_PARALLEL_ARRAY_KEYS => "TooManyParallelArrayKeys",
         181 => "AmbiguousIndexKeyPattern",
         182 => "InvalidViewDefinition",
         189 => "PrimarySteppedDown",

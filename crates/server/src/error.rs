@@ -6,6 +6,11 @@ use bson::{doc, Document};
 use doc::catalog::DocError;
 use std::borrow::Cow;
 
+/// Our own code (past MongoDB's, which stay under eight digits): a
+/// document would give a `parallelArrays` index more keys than
+/// `doc::limits::index_keys_parallel_max`.
+pub const TOO_MANY_PARALLEL_ARRAY_KEYS: i32 = 22_000_001;
+
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{code_name} ({code}): {errmsg}")]
 pub struct CommandError {
@@ -157,6 +162,7 @@ impl From<DocError> for CommandError {
                 err
             }
             DocError::ParallelArrays(m) => CommandError::with_code(171, m),
+            DocError::TooManyIndexKeys(m) => CommandError::with_code(TOO_MANY_PARALLEL_ARRAY_KEYS, m),
             DocError::HashedArray(m) => CommandError::with_code(16766, m),
             DocError::IndexNotFound(_) => CommandError::with_code(27, e.to_string()),
             DocError::IndexExists(_) => CommandError::with_code(85, e.to_string()),

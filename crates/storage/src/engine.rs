@@ -1280,7 +1280,12 @@ impl Engine {
         }
         tables.sort_by_key(|t| t.id());
         tables.dedup_by_key(|t| t.id());
-        let behind = || tables.iter().any(|t| self.table_runs(t).is_ok_and(|r| r.len() > runs_frozen_stall + 1));
+        // (Not while merges are paused for old readers: waiting would not help.)
+        let behind = || {
+            tables
+                .iter()
+                .any(|t| !t.0.tree.merges_paused() && self.table_runs(t).is_ok_and(|r| r.len() > runs_frozen_stall + 1))
+        };
         let started = Instant::now();
         while behind() && started.elapsed() < Duration::from_millis(merge_stall_max_ms) {
             std::thread::sleep(Duration::from_millis(1));
@@ -1711,19 +1716,24 @@ fn flush_journal(engine: &Engine) {
     }
 }
 
-/// Merge every write-optimized table's runs while merges are due.
+/// Merge write-optimized tables' runs while merges are due, one merge per
+/// table in turn, so a busy table does not starve another.
 fn merge_runs_due(engine: &Engine) {
     let tables: Vec<Table> = engine.inner.catalog.read().unwrap().by_id.values().cloned().collect();
-    for t in tables.iter().filter(|t| t.config().format == TableFormat::WriteOptimized) {
-        loop {
+    let tables: Vec<&Table> = tables.iter().filter(|t| t.config().format == TableFormat::WriteOptimized).collect();
+    loop {
+        let mut merged = false;
+        for t in &tables {
             match engine.merge_runs(t) {
-                Ok(true) => continue,
-                Ok(false) => break,
+                Ok(m) => merged |= m,
                 Err(e) => {
                     tracing::error!(error = %e, table = t.name(), "merging runs failed");
                     return;
                 }
             }
+        }
+        if !merged {
+            return;
         }
     }
 }

@@ -332,8 +332,7 @@ impl Tree {
     pub(crate) fn merge_candidates(&self, all: bool) -> Option<(Vec<Run>, bool)> {
         let root = self.snapshot();
         let Body::Runs(runs) = &root.body else { return None };
-        if self.retired.lock().unwrap().iter().map(|r| r.runs.len()).sum::<usize>() >= runs_retired_max {
-            // Readers of old versions hold too many replaced runs: wait.
+        if self.merges_paused() {
             return None;
         }
         let last = match all {
@@ -341,6 +340,12 @@ impl Tree {
             false => merge_due(&runs.runs)?,
         };
         Some((runs.runs[1..=last].to_vec(), last + 1 == runs.runs.len()))
+    }
+
+    /// Readers of old versions hold too many replaced runs: merges wait
+    /// for them (and writers do not wait for merges).
+    pub(crate) fn merges_paused(&self) -> bool {
+        self.retired.lock().unwrap().iter().map(|r| r.runs.len()).sum::<usize>() >= runs_retired_max
     }
 
     /// Merge `inputs` (adjacent frozen runs, newest first) into one run of

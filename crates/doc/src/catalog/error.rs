@@ -20,6 +20,9 @@ pub enum DocError {
     /// A document whose indexed paths meet two arrays (171).
     #[error("{0}")]
     ParallelArrays(String),
+    /// A `parallelArrays` index's keys of one document past the cap.
+    #[error("{0}")]
+    TooManyIndexKeys(String),
     /// A hashed index's path holds an array (mongod's 16766).
     #[error("{0}")]
     HashedArray(String),

@@ -7,7 +7,11 @@
 //!   none of it); an empty array ending the path gives `undefined`, and
 //!   an array inside an array is a key as a whole;
 //! - at most one array per document may be expanded: two indexed paths
-//!   meeting different arrays are parallel arrays (171);
+//!   meeting different arrays are parallel arrays (171) — unless the index
+//!   takes parallel arrays (`parallelArrays: true`, our extension): then
+//!   the later array is expanded for each element of the earlier one, so
+//!   the keys are the cartesian product of the arrays' elements, at most
+//!   `KeyRules::parallel_max` of them;
 //! - a compound key is the tuple of its fields; equal tuples count once.
 //!
 //! It also reports, per indexed field, the path components where arrays
@@ -32,6 +36,33 @@ pub struct ParallelArrays {
 impl std::fmt::Display for ParallelArrays {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "cannot index parallel arrays [{}] [{}]", self.later, self.earlier)
+    }
+}
+
+/// Why a document has no keys for an index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyError {
+    Parallel(ParallelArrays),
+    /// Parallel arrays whose product has more keys than the cap.
+    TooMany {
+        cap: usize,
+    },
+}
+
+impl std::fmt::Display for KeyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KeyError::Parallel(p) => p.fmt(f),
+            KeyError::TooMany { cap } => {
+                write!(f, "the document's parallel arrays give more than {cap} keys of a parallelArrays index")
+            }
+        }
+    }
+}
+
+impl From<ParallelArrays> for KeyError {
+    fn from(p: ParallelArrays) -> KeyError {
+        KeyError::Parallel(p)
     }
 }
 
@@ -73,14 +104,19 @@ pub struct KeyField {
 /// Where one field stands while a document is walked.
 #[derive(Clone)]
 enum Slot<'p> {
-    /// Still to find: the rest of its path, starting at component `at`.
+    /// Still to find: the rest of its path in `base`, starting at
+    /// component `at`.
     Pending {
+        base: &'p Document,
         rest: &'p [String],
         at: usize,
     },
     Found(Bson),
     Missing,
 }
+
+/// What a path continues into past an element that is not a document.
+static EMPTY: std::sync::LazyLock<Document> = std::sync::LazyLock::new(Document::new);
 
 /// How an index turns the values it finds into keys.
 #[derive(Clone, Copy)]
@@ -89,33 +125,39 @@ pub struct KeyRules<'c> {
     pub sparse: bool,
     /// Strings by their sort keys under the index's collation.
     pub collation: Option<&'c dyn KeyCollation>,
+    /// `Some(cap)`: parallel arrays give the product of their elements,
+    /// at most `cap` keys; `None`: they are refused (171).
+    pub parallel_max: Option<usize>,
 }
 
 /// The keys `doc` gives the index on `fields` under `rules`.
-pub fn doc_keys(doc: &Document, fields: &[KeyField], rules: KeyRules<'_>) -> Result<DocKeys, ParallelArrays> {
+pub fn doc_keys(doc: &Document, fields: &[KeyField], rules: KeyRules<'_>) -> Result<DocKeys, KeyError> {
     let mut out = DocKeys { multikey: vec![BTreeSet::new(); fields.len()], ..DocKeys::default() };
-    let slots: Vec<Slot> = fields.iter().map(|f| Slot::Pending { rest: &f.path, at: 0 }).collect();
-    walk(doc, slots, fields, rules, &mut out)?;
+    let slots: Vec<Slot> = fields.iter().map(|f| Slot::Pending { base: doc, rest: &f.path, at: 0 }).collect();
+    walk(slots, fields, rules, &mut out)?;
     Ok(out)
 }
 
-/// Resolve every pending slot in `obj`; expand the one array met, if any.
+/// Resolve every pending slot in its base; expand the one array met, if
+/// any (a slot meeting another array waits for the next level, where the
+/// index takes parallel arrays).
 fn walk<'p>(
-    obj: &Document,
     mut slots: Vec<Slot<'p>>,
     fields: &[KeyField],
     rules: KeyRules<'_>,
     out: &mut DocKeys,
-) -> Result<(), ParallelArrays> {
+) -> Result<(), KeyError> {
     // The array met (by address, so two paths through one array share it),
     // its field name, and the fields that reached it.
     let mut array: Option<(&Vec<Bson>, &str)> = None;
     let mut through_array = Vec::new();
     for (i, slot) in slots.iter_mut().enumerate() {
-        let Slot::Pending { rest, at } = *slot else { continue };
+        let Slot::Pending { base, rest, at } = *slot else { continue };
         // `value` is at component `k`; `positional`: reached through a
-        // numeric component naming an array element ("a.0.b").
-        let (mut value, mut k, mut positional) = (obj.get(&rest[0]), 0, false);
+        // numeric component naming an array element ("a.0.b"); `holder`
+        // is the document component `from` was looked up in.
+        let (mut value, mut k, mut positional) = (base.get(&rest[0]), 0, false);
+        let (mut holder, mut from) = (base, 0);
         *slot = loop {
             match value {
                 None => break Slot::Missing,
@@ -132,17 +174,21 @@ fn walk<'p>(
                     }
                     match array {
                         Some((met, _)) if std::ptr::eq(met, items) => {}
-                        Some((_, name)) => {
-                            return Err(ParallelArrays { later: rest[k].clone(), earlier: name.to_string() })
+                        Some((_, name)) if rules.parallel_max.is_none() => {
+                            let (later, earlier) = (rest[k].clone(), name.to_string());
+                            return Err(ParallelArrays { later, earlier }.into());
                         }
+                        // Expanded for each element of the first array.
+                        Some(_) => break Slot::Pending { base: holder, rest: &rest[from..], at: at + from },
                         None => array = Some((items, rest[k].as_str())),
                     }
                     out.multikey[i].insert(at + k);
                     through_array.push(i);
-                    break Slot::Pending { rest: &rest[k + 1..], at: at + k + 1 };
+                    break Slot::Pending { base: &EMPTY, rest: &rest[k + 1..], at: at + k + 1 };
                 }
                 Some(Bson::Document(d)) if k + 1 < rest.len() => {
                     value = d.get(&rest[k + 1]);
+                    (holder, from) = (d, k + 1);
                     k += 1;
                     positional = false;
                 }
@@ -153,10 +199,13 @@ fn walk<'p>(
         };
     }
     let Some((items, _)) = array else {
+        // (A slot waits behind another array only when one was met.)
         emit(&slots, fields, rules, out);
-        return Ok(());
+        return match rules.parallel_max {
+            Some(cap) if out.keys.len() > cap => Err(KeyError::TooMany { cap }),
+            _ => Ok(()),
+        };
     };
-    let empty = Document::new();
     if items.is_empty() {
         // An empty array ending a path is `undefined`; a path going on
         // finds nothing in it.
@@ -165,20 +214,24 @@ fn walk<'p>(
                 slots[i] = Slot::Found(Bson::Undefined);
             }
         }
-        return walk(&empty, slots, fields, rules, out);
+        return walk(slots, fields, rules, out);
     }
     for item in items {
         let mut each = slots.clone();
         for &i in &through_array {
-            if let Slot::Pending { rest: [], .. } = each[i] {
-                each[i] = Slot::Found(item.clone());
-            }
+            each[i] = match each[i] {
+                Slot::Pending { rest: [], .. } => Slot::Found(item.clone()),
+                Slot::Pending { rest, at, .. } => {
+                    let base = match item {
+                        Bson::Document(d) => d,
+                        _ => &EMPTY,
+                    };
+                    Slot::Pending { base, rest, at }
+                }
+                ref done => done.clone(),
+            };
         }
-        let inner = match item {
-            Bson::Document(d) => d,
-            _ => &empty,
-        };
-        walk(inner, each, fields, rules, out)?;
+        walk(each, fields, rules, out)?;
     }
     Ok(())
 }
@@ -250,8 +303,47 @@ mod tests {
     use super::*;
     use bson::doc;
 
-    const PLAIN: KeyRules = KeyRules { sparse: false, collation: None };
-    const SPARSE: KeyRules = KeyRules { sparse: true, collation: None };
+    const PLAIN: KeyRules = KeyRules { sparse: false, collation: None, parallel_max: None };
+    const SPARSE: KeyRules = KeyRules { sparse: true, collation: None, parallel_max: None };
+    const PARALLEL: KeyRules = KeyRules { sparse: false, collation: None, parallel_max: Some(20) };
+
+    fn parallel_keys(d: Document, paths: &[&str]) -> Result<Vec<Vec<Bson>>, KeyError> {
+        let keys = doc_keys(&d, &fields(paths), PARALLEL)?.keys;
+        Ok(keys.into_values().map(|k| k.into_iter().map(|v| v.unwrap_or(Bson::Null)).collect()).collect())
+    }
+
+    /// With parallel arrays taken, different arrays give the product of
+    /// their elements; paths through one array stay paired; nested
+    /// arrays, empty arrays and positional paths as without; past the cap,
+    /// an error and no keys.
+    #[test]
+    fn parallel_arrays_give_the_product_up_to_the_cap() {
+        let b = |v: i32| Bson::Int32(v);
+        let got = parallel_keys(doc! { "a": [1, 2], "b": [3, 4, 4] }, &["a", "b"]).unwrap();
+        assert_eq!(got, vec![vec![b(1), b(3)], vec![b(1), b(4)], vec![b(2), b(3)], vec![b(2), b(4)]]);
+        // Through one array: pairs, not a product.
+        let got = parallel_keys(doc! { "a": [{ "x": 1, "y": 2 }, { "x": 3, "y": 4 }] }, &["a.x", "a.y"]).unwrap();
+        assert_eq!(got, vec![vec![b(1), b(2)], vec![b(3), b(4)]]);
+        // One array paired, one other: the product of pairs and elements.
+        let d = doc! { "a": [{ "x": 1, "y": 2 }, { "x": 3, "y": 4 }], "c": [7, 8] };
+        assert_eq!(parallel_keys(d, &["a.x", "c", "a.y"]).unwrap().len(), 4);
+        // Nested: the later field's array inside the first array's elements.
+        let d = doc! { "a": [{ "x": [1, 2] }], "b": [5, 6] };
+        let got = parallel_keys(d.clone(), &["a.x", "b"]).unwrap();
+        assert_eq!(got, vec![vec![b(1), b(5)], vec![b(1), b(6)], vec![b(2), b(5)], vec![b(2), b(6)]]);
+        let multikey = doc_keys(&d, &fields(&["a.x", "b"]), PARALLEL).unwrap().multikey;
+        assert_eq!(multikey, vec![BTreeSet::from([0, 1]), BTreeSet::from([0])]);
+        // An empty array is `undefined`, whichever comes first.
+        let got = parallel_keys(doc! { "a": [], "b": [1, 2] }, &["a", "b"]).unwrap();
+        assert_eq!(got, vec![vec![Bson::Undefined, b(1)], vec![Bson::Undefined, b(2)]]);
+        // A positional path is not expanded.
+        assert_eq!(parallel_keys(doc! { "a": [1, 2], "b": [3, 4] }, &["a.0", "b"]).unwrap().len(), 2);
+        // 5 x 4 = 20 keys is the cap; 5 x 5 is past it.
+        let five: Vec<i32> = (0..5).collect();
+        assert_eq!(parallel_keys(doc! { "a": five.clone(), "b": [1, 2, 3, 4] }, &["a", "b"]).unwrap().len(), 20);
+        let err = parallel_keys(doc! { "a": five.clone(), "b": five }, &["a", "b"]).unwrap_err();
+        assert_eq!(err, KeyError::TooMany { cap: 20 });
+    }
 
     fn fields(paths: &[&str]) -> Vec<KeyField> {
         paths

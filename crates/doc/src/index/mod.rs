@@ -66,6 +66,9 @@ pub struct IndexSpec {
     /// How its table stores entries: `storageEngine: {arbordb: {format:
     /// "write-optimized"}}` in `shown` asks for a write-optimized table.
     pub format: TableFormat,
+    /// `parallelArrays: true` (our extension): a document's arrays on
+    /// different fields give the product of their elements as keys.
+    pub parallel_arrays: bool,
     /// The spec as `listIndexes` shows it: `v`, `key`, `name` and the
     /// options given.
     pub shown: Document,
@@ -124,7 +127,8 @@ impl IndexSpec {
         if unique && format == TableFormat::WriteOptimized {
             return Err(corrupt());
         }
-        Ok(IndexSpec { name, key, fields, unique, sparse, wildcard, format, shown })
+        let parallel_arrays = shown.get_bool("parallelArrays").unwrap_or(false);
+        Ok(IndexSpec { name, key, fields, unique, sparse, wildcard, format, parallel_arrays, shown })
     }
 
     /// The keys `doc` gives this index, strings under `collation`.
@@ -145,8 +149,12 @@ impl IndexSpec {
                 )));
             }
         }
-        let rules = keys::KeyRules { sparse: self.sparse, collation };
-        keys::doc_keys(doc, &self.fields, rules).map_err(|e| DocError::ParallelArrays(e.to_string()))
+        let parallel_max = self.parallel_arrays.then_some(crate::limits::index_keys_parallel_max);
+        let rules = keys::KeyRules { sparse: self.sparse, collation, parallel_max };
+        keys::doc_keys(doc, &self.fields, rules).map_err(|e| match e {
+            keys::KeyError::Parallel(_) => DocError::ParallelArrays(e.to_string()),
+            keys::KeyError::TooMany { .. } => DocError::TooManyIndexKeys(e.to_string()),
+        })
     }
 }
 

@@ -13,8 +13,9 @@ pub(crate) const INDEXES_PER_COLLECTION_MAX: usize = 64;
 const KEY_FIELDS_MAX: usize = 32;
 
 /// Options a spec may carry that this build applies.
-const APPLIED: [&str; 12] = [
+const APPLIED: [&str; 13] = [
     "storageEngine",
+    "parallelArrays",
     "wildcardProjection",
     "key",
     "name",
@@ -98,7 +99,7 @@ pub(crate) fn parse(spec: &Bson, default: Option<&Document>) -> Result<IndexSpec
     for (field, value) in spec {
         match field.as_str() {
             "key" | "name" | "v" => {}
-            "unique" | "sparse" | "hidden" | "prepareUnique" => {
+            "unique" | "sparse" | "hidden" | "prepareUnique" | "parallelArrays" => {
                 // mongod takes any value and keeps its truth.
                 if truthy(value) {
                     shown.insert(field.clone(), true);
@@ -166,6 +167,9 @@ pub(crate) fn parse(spec: &Bson, default: Option<&Document>) -> Result<IndexSpec
     if write_optimized && ["unique", "prepareUnique"].iter().any(|f| shown.get_bool(f) == Ok(true)) {
         return Err(cannot_create(WRITE_OPTIMIZED_UNIQUE.into()));
     }
+    if shown.get_bool("parallelArrays") == Ok(true) {
+        check_parallel_arrays(&shown, key, hashed)?;
+    }
     if let Some(v) = spec.get("v") {
         let version = v.as_i32().map(i64::from).or_else(|| v.as_i64()).or_else(|| v.as_f64().map(|d| d as i64));
         if version != Some(2) && version != Some(1) {
@@ -184,6 +188,22 @@ pub(crate) fn parse(spec: &Bson, default: Option<&Document>) -> Result<IndexSpec
         }
     }
     IndexSpec::from_shown(shown).map_err(CommandError::from)
+}
+
+/// `parallelArrays: true` (our extension) is for compound indexes of
+/// plain fields, not unique ones: their keys are products of arrays.
+fn check_parallel_arrays(shown: &Document, key: &Document, hashed: bool) -> Result<(), CommandError> {
+    let refuse = |why: &str| Err(cannot_create(format!("parallelArrays: {why}")));
+    if key.len() < 2 {
+        return refuse("only a compound index has fields to take parallel arrays");
+    }
+    if hashed || key.keys().any(|k| k.ends_with("$**")) {
+        return refuse("hashed and wildcard indexes cannot take parallel arrays");
+    }
+    if ["unique", "prepareUnique"].iter().any(|f| shown.get_bool(f) == Ok(true)) {
+        return refuse("a unique index cannot take parallel arrays");
+    }
+    Ok(())
 }
 
 /// An index's `storageEngine` options, as mongod checks them: an object
