@@ -305,7 +305,8 @@ pub(crate) fn write_statements<'m>(name: &str, msg: &'m OpMsg) -> Option<impl It
 
 /// Whether a command the connection's task runs may take long: anything
 /// but a `find` (which decides once it knows its plan) and a small write
-/// whose statements each name one `_id`. The connection runs those
+/// whose statements each name one `_id` (and whose collection has no
+/// write-optimized index, whose merges a write may wait for). The connection runs those
 /// through [`crate::exec::call::Place::long`], so that the other
 /// connections of its network thread carry on meanwhile.
 pub fn may_scan(shared: &Shared, name: &str, msg: &OpMsg) -> bool {
@@ -326,14 +327,24 @@ pub fn may_scan(shared: &Shared, name: &str, msg: &OpMsg) -> bool {
                 _ => false,
             }
     };
+    // A write to a collection with a write-optimized index may wait for
+    // its merges (the storage engine's write stall): off the async workers.
+    let write_optimized = || match (body.get_str(name), body.get_str("$db")) {
+        (Ok(coll), Ok(db)) => doc::catalog::Namespace::new(db, coll)
+            .ok()
+            .and_then(|ns| shared.catalog.get(&ns))
+            .is_some_and(|c| c.indexes().iter().any(|ix| ix.spec.format == storage::TableFormat::WriteOptimized)),
+        _ => false,
+    };
     match name {
         // `find` hands its thread off itself once it knows its plan.
         "find" => false,
         "update" | "delete" => {
             let scans = write_statements(name, msg)
                 .is_some_and(|mut st| st.any(|st| !pinned(st.get("q")) || st.contains_key("collation")));
-            scans || !plain_collection()
+            scans || !plain_collection() || write_optimized()
         }
+        "insert" | "findAndModify" | "findandmodify" => write_optimized(),
         // count, distinct and getMore may scan whatever their filter.
         _ => matches!(name, "count" | "distinct" | "getMore"),
     }
