@@ -149,6 +149,43 @@ fn build_block_coded(kind: BlockKind, codec: Compressor, payload: &[u8]) -> (Vec
     (buf, checksum)
 }
 
+/// `build_block` of `payload` compressed by `compressor` where that makes
+/// it smaller; refused past the largest block.
+fn build_stored(kind: BlockKind, compressor: Compressor, payload: &[u8]) -> Result<(Vec<u8>, u32)> {
+    let (buf, checksum) = match compressor.compress(payload) {
+        Some(stored) => build_block_coded(kind, compressor, &stored),
+        None => build_block(kind, payload),
+    };
+    if buf.len() as u64 > block_size_max_bytes {
+        return Err(StorageError::InvalidConfig(format!("block of {} bytes is too large", buf.len())));
+    }
+    Ok((buf, checksum))
+}
+
+/// Blocks built in memory to be written side by side with one write
+/// ([`BlockFile::write_batch_unnamed`]): fewer, larger writes for a merge.
+#[derive(Default)]
+pub struct BlockBatch {
+    bytes: Vec<u8>,
+    /// Each block's offset in `bytes`, size and checksum.
+    blocks: Vec<(u64, u32, u32)>,
+}
+
+impl BlockBatch {
+    /// Build a block of `payload` (as `write_block_with` would) at the end.
+    pub fn push(&mut self, kind: BlockKind, compressor: Compressor, payload: &[u8]) -> Result<()> {
+        let (buf, checksum) = build_stored(kind, compressor, payload)?;
+        self.blocks.push((self.bytes.len() as u64, buf.len() as u32, checksum));
+        self.bytes.extend_from_slice(&buf);
+        Ok(())
+    }
+
+    /// Bytes the batch would write.
+    pub fn bytes(&self) -> usize {
+        self.bytes.len()
+    }
+}
+
 /// Check a block's bytes against its address; returns kind and payload
 /// range (the payload as stored: see `block_codec`).
 pub fn check_block(path: &Path, addr: BlockAddr, buf: &[u8]) -> Result<(BlockKind, std::ops::Range<usize>)> {
@@ -194,6 +231,21 @@ pub fn read_block_at(file: &dyn VfsFile, addr: BlockAddr) -> Result<(BlockKind, 
         }
         other => other,
     })?;
+    open_block_owned(path, addr, buf)
+}
+
+/// Check the bytes read for the block at `addr`; returns its kind and payload.
+pub fn open_block(path: &Path, addr: BlockAddr, buf: &[u8]) -> Result<(BlockKind, Vec<u8>)> {
+    let (kind, range) = check_block(path, addr, buf)?;
+    let codec = block_codec(path, addr, buf)?;
+    if codec != Compressor::None {
+        return Ok((kind, codec.decompress(&buf[range], path, addr.offset)?));
+    }
+    Ok((kind, buf[range].to_vec()))
+}
+
+/// `open_block` of a buffer it may keep.
+fn open_block_owned(path: &Path, addr: BlockAddr, mut buf: Vec<u8>) -> Result<(BlockKind, Vec<u8>)> {
     let (kind, range) = check_block(path, addr, &buf)?;
     let codec = block_codec(path, addr, &buf)?;
     if codec != Compressor::None {
@@ -532,16 +584,35 @@ impl BlockFile {
         payload: &[u8],
         unnamed: bool,
     ) -> Result<BlockAddr> {
-        let (buf, checksum) = match compressor.compress(payload) {
-            Some(stored) => build_block_coded(kind, compressor, &stored),
-            None => build_block(kind, payload),
-        };
-        if buf.len() as u64 > block_size_max_bytes {
-            return Err(StorageError::InvalidConfig(format!("block of {} bytes is too large", buf.len())));
-        }
+        let (buf, checksum) = build_stored(kind, compressor, payload)?;
         let offset = self.allocate(buf.len() as u64, unnamed);
         self.file.write_at(&buf, offset)?;
         Ok(BlockAddr { offset, size: buf.len() as u32, checksum })
+    }
+
+    /// Write a batch's blocks side by side with one write, as unnamed
+    /// blocks (see `write_block_unnamed`); returns their addresses in the
+    /// order they were pushed, and empties the batch. One allocation
+    /// covers them all; each is freed on its own later (extents split).
+    pub fn write_batch_unnamed(&self, batch: &mut BlockBatch) -> Result<Vec<BlockAddr>> {
+        if batch.bytes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let offset = self.allocate(batch.bytes.len() as u64, true);
+        let written = self.file.write_at(&batch.bytes, offset);
+        let addrs = batch
+            .blocks
+            .drain(..)
+            .map(|(at, size, checksum)| BlockAddr { offset: offset + at, size, checksum })
+            .collect::<Vec<_>>();
+        batch.bytes.clear();
+        if let Err(e) = written {
+            for &a in &addrs {
+                self.free(a);
+            }
+            return Err(e);
+        }
+        Ok(addrs)
     }
 
     /// Read and check the block at `addr`; returns its kind and payload.
@@ -807,6 +878,38 @@ mod tests {
         bf.free(dropped);
         assert!(bf.extents().avail.contains(dropped.offset, dropped.size as u64));
         bf.checkpoint_durable(0).unwrap();
+    }
+
+    #[test]
+    fn a_batch_is_written_side_by_side_and_its_blocks_freed_one_by_one() {
+        use crate::vfs::{OsVfs, Vfs};
+        let dir = tempfile::tempdir().unwrap();
+        let file = OsVfs.open(&dir.path().join("t.arb"), true).unwrap();
+        let bf = BlockFile::create(file, AllocPolicy::BestFit).unwrap();
+        let mut batch = BlockBatch::default();
+        let payloads: Vec<Vec<u8>> = (0..5u8).map(|i| vec![i; 3000 + 2000 * i as usize]).collect();
+        for p in &payloads {
+            batch.push(BlockKind::Leaf, Compressor::None, p).unwrap();
+        }
+        let addrs = bf.write_batch_unnamed(&mut batch).unwrap();
+        assert_eq!(batch.bytes(), 0, "a written batch is empty");
+        assert_eq!(addrs.len(), 5);
+        for (w, a) in addrs.windows(2).map(|w| (w[0], w[1])).enumerate() {
+            assert_eq!(a.0.end(), a.1.offset, "block {w} and the next lie side by side");
+        }
+        for (a, p) in addrs.iter().zip(&payloads) {
+            assert_eq!(bf.read_block(*a).unwrap(), (BlockKind::Leaf, p.clone()));
+        }
+        let listed = |a: BlockAddr| BlockFile::checkpoint_extents(&bf.extents()).contains(a.offset, 1);
+        assert!(addrs.iter().all(|&a| !listed(a)), "a batch's blocks are unnamed");
+        bf.name_from_next_checkpoint(&addrs[..2]);
+        bf.free(addrs[3]);
+        bf.free(addrs[4]);
+        bf.checkpoint_begin();
+        assert!(listed(addrs[0]) && listed(addrs[1]) && !listed(addrs[2]));
+        assert!(bf.extents().avail.contains(addrs[3].offset, addrs[4].end() - addrs[3].offset));
+        bf.checkpoint_durable(0).unwrap();
+        assert!(bf.write_batch_unnamed(&mut batch).unwrap().is_empty());
     }
 
     #[test]

@@ -18,7 +18,7 @@ use crate::block::{BlockAddr, BlockFile, BlockKind};
 use crate::cache::CacheMeter;
 use crate::compress::Compressor;
 use crate::error::{Result, StorageError};
-use crate::limits::{pack_batch_leaves, tree_depth_max};
+use crate::limits::{pack_batch_leaves, read_ahead_bytes, tree_depth_max};
 use crate::page::{
     decode_node, encode_internal, encode_leaf, internal_entry_cost, leaf_entry_cost, Body, Child, Internal, Key, Keys,
     Leaf, Node, NodeRef, PackedView, Run, Value, PAGE_HEADER_BYTES,
@@ -172,10 +172,8 @@ impl Tree {
     /// Read the page at `addr`; a manifest only as a `root`.
     fn read_node(&self, addr: BlockAddr, root: bool) -> Result<Arc<Node>> {
         let (kind, payload) = self.bf.read_block(addr)?;
-        match kind {
-            BlockKind::Leaf => bump(&self.counters.leaf_pages_read, 1),
-            BlockKind::Internal => bump(&self.counters.internal_pages_read, 1),
-            BlockKind::Manifest if root && self.geometry.format == TableFormat::WriteOptimized => {
+        if kind == BlockKind::Manifest && root && self.geometry.format == TableFormat::WriteOptimized {
+            {
                 let (mut node, retired) = crate::page::decode_runs(&payload, addr)
                     .map_err(|detail| StorageError::corruption(self.bf.path(), addr.offset, detail))?;
                 if !retired.is_empty() {
@@ -192,13 +190,22 @@ impl Tree {
                 crate::runs::charge_tree_top(&node, &self.meter);
                 return Ok(node);
             }
-            other => {
-                return Err(StorageError::corruption(
-                    self.bf.path(),
-                    addr.offset,
-                    format!("expected a page, found a {other:?} block"),
-                ))
-            }
+        }
+        self.node_from_block(kind, payload, addr)
+    }
+
+    /// A B+tree page from its block's checked payload.
+    fn node_from_block(&self, kind: BlockKind, payload: Vec<u8>, addr: BlockAddr) -> Result<Arc<Node>> {
+        if !matches!(kind, BlockKind::Leaf | BlockKind::Internal) {
+            return Err(StorageError::corruption(
+                self.bf.path(),
+                addr.offset,
+                format!("expected a page, found a {kind:?} block"),
+            ));
+        }
+        match kind {
+            BlockKind::Leaf => bump(&self.counters.leaf_pages_read, 1),
+            _ => bump(&self.counters.internal_pages_read, 1),
         }
         let node = decode_node(kind, &Bytes::from(payload), addr, &self.counters.keys_decoded)
             .map_err(|detail| StorageError::corruption(self.bf.path(), addr.offset, detail))?;
@@ -206,6 +213,43 @@ impl Tree {
         node.recharge(&self.meter);
         self.meter.help_if_over();
         Ok(node)
+    }
+
+    /// Read the children of `int` from `from` on that are not in memory and
+    /// lie side by side on disk, at most `limits::read_ahead_bytes`, with
+    /// one read, and put them in their slots: a cursor walking a run in
+    /// order then reads in large pieces. Best effort: a child that fails
+    /// its check stays out, for `load_child` to read and report.
+    pub(crate) fn read_ahead(&self, int: &Internal, from: usize) {
+        let on_disk = |c: &Child| if c.loaded().is_some() { None } else { c.addr() };
+        let Some(first) = on_disk(&int.children[from]) else { return };
+        let mut span = vec![(from, first)];
+        for (j, child) in int.children.iter().enumerate().skip(from + 1) {
+            match on_disk(child) {
+                Some(a) if a.offset == span[span.len() - 1].1.end() && a.end() - first.offset <= read_ahead_bytes => {
+                    span.push((j, a));
+                }
+                _ => break,
+            }
+        }
+        if span.len() < 2 {
+            return;
+        }
+        let mut buf = vec![0u8; (span[span.len() - 1].1.end() - first.offset) as usize];
+        if self.bf.file().read_at(&mut buf, first.offset).is_err() {
+            return;
+        }
+        bump(&self.counters.read_ahead_pages, span.len() as u64);
+        for (j, a) in span {
+            let at = (a.offset - first.offset) as usize;
+            let Ok((kind, payload)) = crate::block::open_block(self.bf.path(), a, &buf[at..at + a.size as usize])
+            else {
+                continue;
+            };
+            if let Ok(node) = self.node_from_block(kind, payload, a) {
+                int.children[j].install(node);
+            }
+        }
     }
 
     /// The node behind a child slot, reading it when it is not in memory.
@@ -1084,6 +1128,9 @@ pub(crate) struct TreeCursor {
     exhausted: bool,
     lower: Bound<Vec<u8>>,
     upper: Bound<Vec<u8>>,
+    /// Moving forward, read the next pages that lie side by side on disk
+    /// with one read (`Tree::read_ahead`): for a walk of a whole run.
+    read_ahead: bool,
 }
 
 pub type Entry = (Key, Bytes);
@@ -1101,7 +1148,22 @@ impl TreeCursor {
             exhausted: false,
             lower: Bound::Unbounded,
             upper: Bound::Unbounded,
+            read_ahead: false,
         }
+    }
+
+    /// This cursor reads ahead as it moves forward (see `read_ahead`).
+    pub(crate) fn reading_ahead(mut self) -> TreeCursor {
+        self.read_ahead = true;
+        self
+    }
+
+    /// The child `i` of `int`, read (ahead, when the cursor does) if need be.
+    fn child(&self, int: &Internal, i: usize, back: bool) -> Result<Arc<Node>> {
+        if self.read_ahead && !back {
+            self.tree.read_ahead(int, i);
+        }
+        Ok(self.tree.load_child(&int.children[i])?.clone())
     }
 
     fn root(&self) -> Arc<Node> {
@@ -1213,7 +1275,7 @@ impl TreeCursor {
                 }
                 Body::Internal(int) => {
                     let idx = if back { int.children.len() - 1 } else { 0 };
-                    let child = self.tree.load_child(&int.children[idx])?.clone();
+                    let child = self.child(int, idx, back)?;
                     self.path.push((node.clone(), idx));
                     child
                 }
@@ -1231,7 +1293,7 @@ impl TreeCursor {
             let Body::Internal(int) = &node.body else { unreachable!() };
             let next = if back { idx.checked_sub(1) } else { Some(idx + 1).filter(|&i| i < int.children.len()) };
             if let Some(n) = next {
-                let child = self.tree.load_child(&int.children[n])?.clone();
+                let child = self.child(int, n, back)?;
                 self.path.push((node.clone(), n));
                 self.descend_edge(child, back)?;
                 return Ok(true);

@@ -79,6 +79,12 @@ pub const runs_retired_max: usize = 256;
 pub const runs_frozen_stall: usize = 16;
 /// ...for at most this long per commit.
 pub const merge_stall_max_ms: u64 = 2000;
+/// A merge writes its run's leaves in batches of about this many bytes,
+/// one write each (a write costs a device round trip, whatever its size).
+pub const run_write_batch_bytes: usize = 1 << 20;
+/// A cursor walking a whole run reads the next pages that lie side by
+/// side on disk, up to this many bytes, with one read.
+pub const read_ahead_bytes: u64 = 256 << 10;
 /// How often the background merger looks for runs to merge.
 pub const run_merge_tick_ms: u64 = 50;
 

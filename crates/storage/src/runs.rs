@@ -37,13 +37,13 @@
 //!    sees both or neither. Eviction may drop their clean leaves (their
 //!    blocks outlive every reader).
 
-use crate::block::{BlockAddr, BlockKind};
+use crate::block::{BlockAddr, BlockBatch, BlockKind};
 use crate::btree::{Entry, Evicted, Found, RootSource, Tree, TreeCursor, Written};
 use crate::cache::CacheMeter;
 use crate::compress::Compressor;
 use crate::entries::Entries;
 use crate::error::{Result, StorageError};
-use crate::limits::{run_merge_ratio, runs_frozen_max, runs_max, runs_retired_max};
+use crate::limits::{run_merge_ratio, run_write_batch_bytes, runs_frozen_max, runs_max, runs_retired_max};
 use crate::page::{
     encode_internal, encode_leaf, encode_manifest, internal_entry_cost, leaf_entry_cost, leaf_entry_mem, Body, Child,
     Epoch, Internal, Key, Keys, Leaf, Manifest, Node, Run, Runs, Value, PAGE_HEADER_BYTES,
@@ -355,7 +355,7 @@ impl Tree {
         let mut merge = Merge::default();
         for run in inputs {
             let root: Arc<Node> = self.load_child(&run.root)?.clone();
-            merge.runs.push(TreeCursor::with_roots(self.clone(), Some(Arc::new(move || root.clone()))));
+            merge.runs.push(TreeCursor::with_roots(self.clone(), Some(Arc::new(move || root.clone()))).reading_ahead());
         }
         merge.fill(false, TreeCursor::first)?;
         let mut out = RunBuilder::new(self);
@@ -563,13 +563,26 @@ struct RunBuilder<'t> {
     /// Per level above the leaves: children not yet under a parent (lowest
     /// key, block) and their cost in an internal page.
     levels: Vec<(Vec<(Key, BlockAddr)>, usize)>,
+    /// Leaves built but not yet written (one write per batch), and their
+    /// lowest keys.
+    batch: BlockBatch,
+    batched: Vec<Key>,
     blocks: Vec<BlockAddr>,
     bytes: u64,
 }
 
 impl<'t> RunBuilder<'t> {
     fn new(tree: &'t Tree) -> RunBuilder<'t> {
-        RunBuilder { tree, leaf: Entries::new(), leaf_bytes: 0, levels: Vec::new(), blocks: Vec::new(), bytes: 0 }
+        RunBuilder {
+            tree,
+            leaf: Entries::new(),
+            leaf_bytes: 0,
+            levels: Vec::new(),
+            batch: BlockBatch::default(),
+            batched: Vec::new(),
+            blocks: Vec::new(),
+            bytes: 0,
+        }
     }
 
     fn push(&mut self, key: Key, tagged: Bytes) -> Result<()> {
@@ -584,10 +597,27 @@ impl<'t> RunBuilder<'t> {
         Ok(())
     }
 
+    /// Write an internal page.
     fn write(&mut self, kind: BlockKind, image: &[u8]) -> Result<BlockAddr> {
+        let addr = self.tree.bf.write_block_unnamed(kind, Compressor::None, image)?;
+        self.written(kind, addr);
+        Ok(addr)
+    }
+
+    /// Write the batched leaves with one write; their parent level takes them.
+    fn write_batch(&mut self) -> Result<()> {
+        let addrs = self.tree.bf.write_batch_unnamed(&mut self.batch)?;
+        let keys = std::mem::take(&mut self.batched);
+        assert_eq!(keys.len(), addrs.len(), "a batch's leaves and their keys pair up");
+        for (key, addr) in keys.into_iter().zip(addrs) {
+            self.written(BlockKind::Leaf, addr);
+            self.add_child(0, key, addr)?;
+        }
+        Ok(())
+    }
+
+    fn written(&mut self, kind: BlockKind, addr: BlockAddr) {
         let tree = self.tree;
-        let compressor = if kind == BlockKind::Leaf { tree.geometry.compressor } else { Compressor::None };
-        let addr = tree.bf.write_block_unnamed(kind, compressor, image)?;
         self.blocks.push(addr);
         let size = addr.size as u64;
         bump(&tree.counters.data_bytes_written, size);
@@ -600,7 +630,6 @@ impl<'t> RunBuilder<'t> {
             bump(&tree.counters.internal_block_bytes_written, size);
             bump(&tree.io.internal, size);
         }
-        Ok(addr)
     }
 
     fn flush_leaf(&mut self) -> Result<()> {
@@ -609,8 +638,12 @@ impl<'t> RunBuilder<'t> {
         let leaf = Leaf { entries, bytes: PAGE_HEADER_BYTES + self.leaf_bytes, arena: None, may_hold_big: false };
         self.leaf_bytes = 0;
         let image = encode_leaf(&leaf, &|_| unreachable!("runs keep their values in the leaf"));
-        let addr = self.write(BlockKind::Leaf, &image)?;
-        self.add_child(0, first, addr)
+        self.batch.push(BlockKind::Leaf, self.tree.geometry.compressor, &image)?;
+        self.batched.push(first);
+        if self.batch.bytes() >= run_write_batch_bytes {
+            self.write_batch()?;
+        }
+        Ok(())
     }
 
     /// A page of level `level` (0: leaves) is written: its parent level takes it.
@@ -648,6 +681,7 @@ impl<'t> RunBuilder<'t> {
         if !self.leaf.is_empty() {
             self.flush_leaf()?;
         }
+        self.write_batch()?;
         let mut level = 0;
         let root = loop {
             let Some((pending, _)) = self.levels.get(level) else { break None };

@@ -98,6 +98,8 @@ counters!(
     runs_reaped,
     /// Microseconds commits waited for merges (`limits::runs_frozen_stall`).
     merge_stall_us,
+    /// Pages read ahead, side by side in one read (`Tree::read_ahead`).
+    read_ahead_pages,
     /// Gauges from here to `cache_clean_bytes`, filled in by `Engine::stats`:
     /// the configured cache size...
     cache_capacity_bytes,
