@@ -2,14 +2,14 @@
 //!
 //! Opened with `SyncMode::Fsync`, so `Engine::write` returns once the
 //! journal record of the batch is fsynced. All data goes into one table
-//! with the default `TableConfig`. `settle` writes a checkpoint, which moves
+//! with the default `TableConfig` but for its format (B+tree or write-optimized). `settle` writes a checkpoint, which moves
 //! the journaled changes into the table file and trims the journal.
 
 use crate::engine::BenchEngine;
 use crate::engine::OpenOptions;
 use crate::BenchResult;
 use std::path::Path;
-use storage::{Config, Engine, SyncMode, Table, TableConfig, WriteBatch};
+use storage::{Config, Engine, SyncMode, Table, TableConfig, TableFormat, WriteBatch};
 
 const TABLE_NAME: &str = "bench";
 
@@ -19,7 +19,7 @@ pub struct ArborEngine {
 }
 
 impl ArborEngine {
-    pub fn open(dir: &Path, opts: &OpenOptions) -> BenchResult<ArborEngine> {
+    pub fn open(dir: &Path, opts: &OpenOptions, format: TableFormat) -> BenchResult<ArborEngine> {
         let config = Config {
             sync_mode: SyncMode::Fsync,
             checkpoint_interval: opts.arbordb_checkpoint_interval,
@@ -32,7 +32,7 @@ impl ArborEngine {
             Ok(t) => t,
             Err(_) => engine.create_table(
                 TABLE_NAME,
-                TableConfig { compressor: opts.arbordb_compressor, ..TableConfig::default() },
+                TableConfig { compressor: opts.arbordb_compressor, format, ..TableConfig::default() },
             )?,
         };
         Ok(ArborEngine { engine, table })

@@ -63,6 +63,10 @@ pub struct OpenOptions {
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 pub enum EngineKind {
     Arbordb,
+    /// ArborDB's engine with its table in the write-optimized format
+    /// (issue 22: its reads against the B+tree's).
+    #[value(name = "arbordb-wo")]
+    ArbordbWo,
     Redb,
     Lmdb,
     /// Only in a build with the `rocksdb` feature.
@@ -73,6 +77,7 @@ impl EngineKind {
     pub fn name(self) -> &'static str {
         match self {
             EngineKind::Arbordb => "arbordb",
+            EngineKind::ArbordbWo => "arbordb-wo",
             EngineKind::Redb => "redb",
             EngineKind::Lmdb => "lmdb",
             EngineKind::Rocksdb => "rocksdb",
@@ -82,6 +87,9 @@ impl EngineKind {
     /// What "fsync per commit" means for this engine, for the JSON config.
     pub(crate) fn durability_detail(self, opts: &OpenOptions) -> String {
         match self {
+            EngineKind::ArbordbWo => {
+                format!("{}; the table in the write-optimized format", EngineKind::Arbordb.durability_detail(opts))
+            }
             EngineKind::Arbordb => format!(
                 "SyncMode::Fsync: the journal is fsynced before write() returns (concurrent \
                  commits may share one fsync); checkpoint timer {}, checkpoint after 2 GiB of \
@@ -112,7 +120,10 @@ impl EngineKind {
     pub(crate) fn open(self, dir: &Path, opts: &OpenOptions) -> BenchResult<Box<dyn BenchEngine>> {
         std::fs::create_dir_all(dir)?;
         Ok(match self {
-            EngineKind::Arbordb => Box::new(arbor::ArborEngine::open(dir, opts)?),
+            EngineKind::Arbordb => Box::new(arbor::ArborEngine::open(dir, opts, storage::TableFormat::BTree)?),
+            EngineKind::ArbordbWo => {
+                Box::new(arbor::ArborEngine::open(dir, opts, storage::TableFormat::WriteOptimized)?)
+            }
             EngineKind::Redb => Box::new(redb_peer::RedbEngine::open(dir, opts)?),
             EngineKind::Lmdb => Box::new(lmdb_peer::LmdbEngine::open(dir, opts)?),
             #[cfg(feature = "rocksdb")]
@@ -171,6 +182,9 @@ pub struct EngineBenchArgs {
     /// a miss in its cache reads the device, not the OS page cache.
     #[arg(long)]
     pub(crate) arbordb_direct_io: bool,
+    /// Entries each seekrandom op reads from the key it seeks (db_bench: 11).
+    #[arg(long, default_value_t = workload::SEEK_ENTRIES)]
+    pub(crate) seek_entries: u64,
     /// Seed of every random choice (key order, values).
     #[arg(long, default_value_t = 1)]
     pub(crate) seed: u64,
@@ -178,8 +192,8 @@ pub struct EngineBenchArgs {
 
 fn validate(a: &EngineBenchArgs) -> BenchResult<()> {
     let fail = |m: &str| -> BenchResult<()> { Err(m.into()) };
-    if a.num == 0 || a.num_sync == 0 || a.reads == Some(0) {
-        return fail("--num, --num-sync and --reads must be positive");
+    if a.num == 0 || a.num_sync == 0 || a.reads == Some(0) || a.seek_entries == 0 {
+        return fail("--num, --num-sync, --reads and --seek-entries must be positive");
     }
     if a.num >= 10u64.pow(16) {
         return fail("--num must be below 10^16 (keys are 16 decimal digits)");
@@ -275,7 +289,16 @@ fn run_engine_config(
     let a = &plan.args;
     let write_ops = a.num.min(a.num_sync.saturating_mul(batch as u64));
     let keys_in_db = write_ops;
-    let spec = |workload, ops| PhaseSpec { engine, workload, threads, batch, ops, keys_in_db, seed: a.seed };
+    let spec = |workload, ops| PhaseSpec {
+        engine,
+        workload,
+        threads,
+        batch,
+        ops,
+        keys_in_db,
+        seek_entries: a.seek_entries,
+        seed: a.seed,
+    };
     let dir_name = |what: &str| format!("{}-t{threads}-b{batch}-{what}", engine.name());
     let ctx = PhaseContext { plan, engine };
 

@@ -6,7 +6,7 @@ use crate::engine::EngineBenchArgs;
 use crate::engine::EngineKind;
 use crate::engine::OpenOptions;
 use crate::measure::{self, DirSize, IoDelta};
-use crate::workload::{PhaseOutcome, PhaseSpec, KEY_BYTES, SEEK_ENTRIES, VALUE_BYTES};
+use crate::workload::{PhaseOutcome, PhaseSpec, KEY_BYTES, VALUE_BYTES};
 use crate::BenchResult;
 use serde::Serialize;
 use serde_json::json;
@@ -204,7 +204,7 @@ pub fn document(
             "seed": args.seed,
             "key_bytes": KEY_BYTES,
             "value_bytes": VALUE_BYTES,
-            "seekrandom_entries_per_op": SEEK_ENTRIES,
+            "seekrandom_entries_per_op": args.seek_entries,
             "durability": DURABILITY,
             "durability_detail": durability_detail,
             "arbordb_checkpoint_interval_secs": opts.arbordb_checkpoint_interval.map(|d| d.as_secs()),

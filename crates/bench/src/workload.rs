@@ -74,6 +74,8 @@ pub struct PhaseSpec {
     pub ops: u64,
     /// The database holds exactly the keys `0..keys_in_db` (after the fill).
     pub keys_in_db: u64,
+    /// Entries a seekrandom op reads.
+    pub seek_entries: u64,
     pub seed: u64,
 }
 
@@ -297,14 +299,14 @@ impl Worker<'_> {
         for op in 0..ops {
             let i = rng.gen_range(0..n);
             let mut first: Option<Vec<u8>> = None;
-            let entries = self.db.scan(&key_of(i), SEEK_ENTRIES, &mut |k, v| {
+            let entries = self.db.scan(&key_of(i), self.spec.seek_entries, &mut |k, v| {
                 if first.is_none() {
                     first = Some(k.to_vec());
                 }
                 value.clear();
                 value.extend_from_slice(v);
             })?;
-            let expected = SEEK_ENTRIES.min(n - i);
+            let expected = self.spec.seek_entries.min(n - i);
             if entries != expected || first.as_deref() != Some(&key_of(i)[..]) {
                 return Err(format!(
                     "seekrandom: seek to key {i} read {entries} entries starting at {:?}, \

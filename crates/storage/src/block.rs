@@ -62,6 +62,18 @@ impl BlockAddr {
         })
     }
 
+    /// Whether a block could lie here: past the header block, on the
+    /// allocation unit, of a size a block can have (and ending within
+    /// the offsets a file can have).
+    pub fn is_plausible(&self) -> bool {
+        self.offset != 0
+            && self.offset.is_multiple_of(block_alloc_unit_bytes)
+            && (self.size as u64).is_multiple_of(block_alloc_unit_bytes)
+            && self.size != 0
+            && self.size as u64 <= block_size_max_bytes
+            && self.offset.checked_add(self.size as u64).is_some()
+    }
+
     pub fn end(&self) -> u64 {
         self.offset + self.size as u64
     }
@@ -216,12 +228,7 @@ pub fn check_block(path: &Path, addr: BlockAddr, buf: &[u8]) -> Result<(BlockKin
 /// Read and check the block at `addr` of `file`; returns its kind and payload.
 pub fn read_block_at(file: &dyn VfsFile, addr: BlockAddr) -> Result<(BlockKind, Vec<u8>)> {
     let path = file.path();
-    if addr.offset == 0
-        || !addr.offset.is_multiple_of(block_alloc_unit_bytes)
-        || !(addr.size as u64).is_multiple_of(block_alloc_unit_bytes)
-        || addr.size == 0
-        || addr.size as u64 > block_size_max_bytes
-    {
+    if !addr.is_plausible() {
         return Err(StorageError::corruption(path, addr.offset, format!("invalid block address {addr:?}")));
     }
     let mut buf = vec![0u8; addr.size as usize];

@@ -221,7 +221,7 @@ impl Tree {
     /// order then reads in large pieces. Best effort: a child that fails
     /// its check stays out, for `load_child` to read and report.
     pub(crate) fn read_ahead(&self, int: &Internal, from: usize) {
-        let on_disk = |c: &Child| if c.loaded().is_some() { None } else { c.addr() };
+        let on_disk = |c: &Child| if c.loaded().is_some() { None } else { c.addr().filter(BlockAddr::is_plausible) };
         let Some(first) = on_disk(&int.children[from]) else { return };
         let mut span = vec![(from, first)];
         for (j, child) in int.children.iter().enumerate().skip(from + 1) {
@@ -239,7 +239,6 @@ impl Tree {
         if self.bf.file().read_at(&mut buf, first.offset).is_err() {
             return;
         }
-        bump(&self.counters.read_ahead_pages, span.len() as u64);
         for (j, a) in span {
             let at = (a.offset - first.offset) as usize;
             let Ok((kind, payload)) = crate::block::open_block(self.bf.path(), a, &buf[at..at + a.size as usize])
@@ -247,6 +246,7 @@ impl Tree {
                 continue;
             };
             if let Ok(node) = self.node_from_block(kind, payload, a) {
+                bump(&self.counters.read_ahead_pages, 1);
                 int.children[j].install(node);
             }
         }
@@ -1494,6 +1494,39 @@ impl TreeCursor {
         let found = if self.leaf.is_none() { self.last_inner()? } else { self.prev_raw()? };
         let found = self.end(found);
         self.taken(found)
+    }
+
+    /// `prev` without copying the entry out (see `advance`).
+    pub(crate) fn retreat(&mut self) -> Result<bool> {
+        if self.exhausted {
+            return Ok(false);
+        }
+        let found = if self.leaf.is_none() { self.last_inner()? } else { self.prev_raw()? };
+        Ok(self.end(found))
+    }
+
+    /// `first` without copying the entry out.
+    pub(crate) fn first_to(&mut self) -> Result<bool> {
+        let found = self.first_inner()?;
+        Ok(self.end(found))
+    }
+
+    /// `last` without copying the entry out.
+    pub(crate) fn last_to(&mut self) -> Result<bool> {
+        let found = self.last_inner()?;
+        Ok(self.end(found))
+    }
+
+    /// The key the cursor stands on, lent; the caller knows it stands on
+    /// an entry within bounds (a lending move said so).
+    pub(crate) fn key(&self) -> Option<&[u8]> {
+        self.key_here()
+    }
+
+    /// The entry the cursor stands on, copied out (sharing the page's
+    /// buffer where it can); the caller knows it stands on one.
+    pub(crate) fn current(&self) -> Result<Option<Entry>> {
+        self.taken(self.leaf.is_some())
     }
 
     fn prev_raw(&mut self) -> Result<bool> {

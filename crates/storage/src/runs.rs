@@ -357,7 +357,7 @@ impl Tree {
             let root: Arc<Node> = self.load_child(&run.root)?.clone();
             merge.runs.push(TreeCursor::with_roots(self.clone(), Some(Arc::new(move || root.clone()))).reading_ahead());
         }
-        merge.fill(false, TreeCursor::first)?;
+        merge.fill(false, TreeCursor::first_to)?;
         let mut out = RunBuilder::new(self);
         let built = self.merge_into(&mut merge, &mut out, bottom).and_then(|()| out.finish());
         if built.is_err() {
@@ -367,8 +367,10 @@ impl Tree {
     }
 
     fn merge_into(&self, merge: &mut Merge, out: &mut RunBuilder, bottom: bool) -> Result<()> {
-        while let Some((key, tagged)) = merge.pick()? {
-            if !bottom || untag(&tagged).map_err(|e| self.corrupt(e))?.is_some() {
+        while merge.pick()? {
+            let (_, tagged) = merge.entry()?.expect("a pick stands on an entry");
+            if !bottom || untag(tagged).map_err(|e| self.corrupt(e))?.is_some() {
+                let (key, tagged) = merge.current()?.expect("a pick stands on an entry");
                 out.push(key, tagged)?;
             }
         }
@@ -554,8 +556,11 @@ pub(crate) struct Built {
     blocks: Vec<BlockAddr>,
 }
 
-/// Builds a run bottom up from entries in key order, writing each page
-/// as unnamed blocks as soon as it is full, so memory stays at one page a level.
+/// Builds a run bottom up from entries in key order, writing pages as
+/// unnamed blocks as they fill: leaves in batches of about
+/// `limits::run_write_batch_bytes` (one write each, side by side on disk,
+/// so a later merge reads them ahead), internal pages one by one. Memory
+/// stays at a batch plus one page a level.
 struct RunBuilder<'t> {
     tree: &'t Tree,
     leaf: Entries,
@@ -609,8 +614,12 @@ impl<'t> RunBuilder<'t> {
         let addrs = self.tree.bf.write_batch_unnamed(&mut self.batch)?;
         let keys = std::mem::take(&mut self.batched);
         assert_eq!(keys.len(), addrs.len(), "a batch's leaves and their keys pair up");
-        for (key, addr) in keys.into_iter().zip(addrs) {
+        // Every block is recorded before a parent is written, so an
+        // abandoned merge frees them all.
+        for &addr in &addrs {
             self.written(BlockKind::Leaf, addr);
+        }
+        for (key, addr) in keys.into_iter().zip(addrs) {
             self.add_child(0, key, addr)?;
         }
         Ok(())
@@ -703,57 +712,100 @@ impl<'t> RunBuilder<'t> {
 }
 
 /// The merge of several runs' cursors (newest first): the nearest key any
-/// of them holds, in the newest run's version (tagged).
+/// of them holds, in the newest run's version (tagged). It lends the entry
+/// from the run that holds it: that run, and every older one on the same
+/// key, stay on it until the next `pick` moves them past it.
 #[derive(Default)]
 struct Merge {
     runs: Vec<TreeCursor>,
-    /// The entry each run stands on that the merge has not passed, in the
-    /// direction `back`.
-    heads: Vec<Option<Entry>>,
+    /// Whether each run stands on an entry the merge has not passed, in
+    /// the direction `back` (or on the one picked).
+    on: Vec<bool>,
+    /// The run whose entry the merge stands on.
+    picked: Option<usize>,
     back: bool,
 }
 
 impl Merge {
     /// Position every run with `f`, in direction `back`.
-    fn fill(&mut self, back: bool, mut f: impl FnMut(&mut TreeCursor) -> Result<Option<Entry>>) -> Result<()> {
+    fn fill(&mut self, back: bool, mut f: impl FnMut(&mut TreeCursor) -> Result<bool>) -> Result<()> {
         self.back = back;
-        self.heads = self.runs.iter_mut().map(&mut f).collect::<Result<_>>()?;
+        self.picked = None;
+        self.on = self.runs.iter_mut().map(&mut f).collect::<Result<_>>()?;
         Ok(())
     }
 
-    /// The next key in direction `back`, as the newest run holding it has
-    /// it; every run on that key moves past it.
-    fn pick(&mut self) -> Result<Option<Entry>> {
-        let mut best: Option<(usize, &Bytes)> = None;
-        for (i, head) in self.heads.iter().enumerate() {
-            let Some((k, _)) = head else { continue };
+    fn head(&self, i: usize) -> Option<&[u8]> {
+        if self.on[i] {
+            self.runs[i].key()
+        } else {
+            None
+        }
+    }
+
+    /// Move past the entry the merge stands on (every run on its key),
+    /// then stand on the next key in direction `back`, as the newest run
+    /// holding it has it: whether there is one (`entry` lends it).
+    fn pick(&mut self) -> Result<bool> {
+        if let Some(p) = self.picked.take() {
+            self.pass(p)?;
+        }
+        let mut best: Option<(usize, &[u8])> = None;
+        for i in 0..self.runs.len() {
+            let Some(k) = self.head(i) else { continue };
             if best.is_none_or(|(_, b)| if self.back { k > b } else { k < b }) {
                 best = Some((i, k));
             }
         }
-        let Some((b, _)) = best else { return Ok(None) };
-        let (key, tagged) = self.heads[b].clone().expect("the nearest head holds an entry");
-        // Runs before `b` hold keys strictly beyond this one.
-        for i in b..self.runs.len() {
-            if self.heads[i].as_ref().is_some_and(|(k, _)| *k == key) {
-                self.heads[i] = if self.back { self.runs[i].prev()? } else { self.runs[i].next()? };
+        self.picked = best.map(|(i, _)| i);
+        Ok(self.picked.is_some())
+    }
+
+    /// Move run `p` and every older run on its key past it (newer runs
+    /// hold keys strictly beyond it: `pick` takes the newest).
+    fn pass(&mut self, p: usize) -> Result<()> {
+        let back = self.back;
+        let step = |c: &mut TreeCursor| if back { c.retreat() } else { c.advance() };
+        let (upto, older) = self.runs.split_at_mut(p + 1);
+        let key = upto[p].key().expect("the picked run stands on an entry");
+        for (run, on) in older.iter_mut().zip(&mut self.on[p + 1..]) {
+            if *on && run.key() == Some(key) {
+                *on = step(run)?;
             }
         }
-        Ok(Some((key, tagged)))
+        self.on[p] = step(&mut self.runs[p])?;
+        Ok(())
+    }
+
+    /// The entry the merge stands on (tagged), lent.
+    fn entry(&self) -> Result<Option<(&[u8], &[u8])>> {
+        match self.picked {
+            Some(p) => self.runs[p].entry(),
+            None => Ok(None),
+        }
+    }
+
+    /// The entry the merge stands on (tagged), copied out.
+    fn current(&self) -> Result<Option<Entry>> {
+        match self.picked {
+            Some(p) => self.runs[p].current(),
+            None => Ok(None),
+        }
     }
 
     /// Turn at `key`: each run stands on its nearest entry beyond `key` in
     /// direction `back`.
     fn turn(&mut self, key: &[u8], back: bool) -> Result<()> {
         self.back = back;
-        for (run, head) in self.runs.iter_mut().zip(&mut self.heads) {
-            let at = run.seek(key)?;
-            *head = match (back, at) {
-                // `at` is the first entry at or after `key`; none means all are before.
-                (true, Some(_)) => run.prev()?,
-                (true, None) => run.last()?,
-                (false, Some((k, _))) if *k == *key => run.next()?,
-                (false, other) => other,
+        self.picked = None;
+        for (run, on) in self.runs.iter_mut().zip(&mut self.on) {
+            let at = run.seek_to(key)?;
+            *on = match (back, at) {
+                // `at`: the first entry at or after `key`; none means all are before.
+                (true, true) => run.retreat()?,
+                (true, false) => run.last_to()?,
+                (false, true) if run.key() == Some(key) => run.advance()?,
+                (false, at) => at,
             };
         }
         Ok(())
@@ -771,8 +823,8 @@ pub(crate) struct MergeCursor {
     merge: Merge,
     /// The version's epoch, held while the cursor holds its runs (invariant 5).
     epoch: Option<Arc<Epoch>>,
-    /// The merged entry the cursor stands on (untagged).
-    here: Option<Entry>,
+    /// The cursor stands on the merge's entry, which is not a tombstone.
+    on: bool,
     /// Ran off an end: moves find nothing until a seek, first or last.
     exhausted: bool,
 }
@@ -788,7 +840,7 @@ impl MergeCursor {
             upper: Bound::Unbounded,
             merge: Merge::default(),
             epoch: None,
-            here: None,
+            on: false,
             exhausted: false,
         }
     }
@@ -802,32 +854,39 @@ impl MergeCursor {
     pub fn reset(&mut self) {
         self.merge = Merge::default();
         self.epoch = None;
-        self.here = None;
+        self.on = false;
         self.exhausted = false;
     }
 
     pub fn entry(&self) -> Result<Option<(&[u8], &[u8])>> {
-        Ok(self.here.as_ref().map(|(k, v)| (&k[..], &v[..])))
+        if !self.on {
+            return Ok(None);
+        }
+        Ok(self.merge.entry()?.map(|(k, tagged)| (k, &tagged[1..])))
+    }
+
+    /// The entry the cursor stands on, untagged, copied out.
+    fn taken(&self) -> Result<Option<Entry>> {
+        if !self.on {
+            return Ok(None);
+        }
+        Ok(self.merge.current()?.map(|(k, tagged)| (k, tagged.slice(1..))))
     }
 
     pub fn seek(&mut self, key: &[u8]) -> Result<Option<Entry>> {
         self.seek_to(key)?;
-        Ok(self.here.clone())
+        self.taken()
     }
 
     pub fn seek_to(&mut self, key: &[u8]) -> Result<bool> {
         self.start()?;
-        self.merge.fill(false, |c| c.seek(key))?;
+        self.merge.fill(false, |c| c.seek_to(key))?;
         self.settle()
     }
 
     pub fn seek_exact(&mut self, key: &[u8]) -> Result<Option<Bytes>> {
-        if self.seek_to(key)? {
-            if let Some((k, v)) = &self.here {
-                if **k == *key {
-                    return Ok(Some(v.clone()));
-                }
-            }
+        if self.seek_to(key)? && self.entry()?.is_some_and(|(k, _)| k == key) {
+            return Ok(self.taken()?.map(|(_, v)| v));
         }
         self.reset();
         Ok(None)
@@ -835,21 +894,21 @@ impl MergeCursor {
 
     pub fn first(&mut self) -> Result<Option<Entry>> {
         self.start()?;
-        self.merge.fill(false, TreeCursor::first)?;
+        self.merge.fill(false, TreeCursor::first_to)?;
         self.settle()?;
-        Ok(self.here.clone())
+        self.taken()
     }
 
     pub fn last(&mut self) -> Result<Option<Entry>> {
         self.start()?;
-        self.merge.fill(true, TreeCursor::last)?;
+        self.merge.fill(true, TreeCursor::last_to)?;
         self.settle()?;
-        Ok(self.here.clone())
+        self.taken()
     }
 
     pub fn next(&mut self) -> Result<Option<Entry>> {
         self.step(false)?;
-        Ok(self.here.clone())
+        self.taken()
     }
 
     pub fn advance(&mut self) -> Result<bool> {
@@ -858,7 +917,7 @@ impl MergeCursor {
 
     pub fn prev(&mut self) -> Result<Option<Entry>> {
         self.step(true)?;
-        Ok(self.here.clone())
+        self.taken()
     }
 
     /// Take the newest version: a cursor on each of its runs.
@@ -888,16 +947,19 @@ impl MergeCursor {
         if self.exhausted {
             return Ok(false);
         }
-        let Some((key, _)) = self.here.clone() else {
+        if !self.on {
             self.start()?;
             if back {
-                self.merge.fill(true, TreeCursor::last)?;
+                self.merge.fill(true, TreeCursor::last_to)?;
             } else {
-                self.merge.fill(false, TreeCursor::first)?;
+                self.merge.fill(false, TreeCursor::first_to)?;
             }
             return self.settle();
-        };
+        }
         if back != self.merge.back {
+            let key = self.merge.entry()?.expect("the cursor stands on the merge's entry").0.to_vec();
+            // A turn that fails part way leaves the cursor unpositioned.
+            self.on = false;
             self.merge.turn(&key, back)?;
         }
         self.settle()
@@ -905,13 +967,14 @@ impl MergeCursor {
 
     /// Stand on the merge's next entry that is not a tombstone.
     fn settle(&mut self) -> Result<bool> {
-        while let Some((key, tagged)) = self.merge.pick()? {
-            if untag(&tagged).map_err(|e| self.tree.corrupt(e))?.is_some() {
-                self.here = Some((key, tagged.slice(1..)));
+        self.on = false;
+        while self.merge.pick()? {
+            let (_, tagged) = self.merge.entry()?.expect("a pick stands on an entry");
+            if untag(tagged).map_err(|e| self.tree.corrupt(e))?.is_some() {
+                self.on = true;
                 return Ok(true);
             }
         }
-        self.here = None;
         self.exhausted = true;
         Ok(false)
     }

@@ -147,6 +147,12 @@ impl Collection {
         self.indexes.read().clone()
     }
 
+    /// Whether an index (ready or being built) is write-optimized: a
+    /// write may then wait for its merges (the storage engine's write stall).
+    pub fn has_write_optimized_index(&self) -> bool {
+        self.indexes.read().iter().any(|ix| ix.spec.format == storage::TableFormat::WriteOptimized)
+    }
+
     /// Run `f` with the index list held as writers hold it (no index is
     /// added or dropped meanwhile): a multi-document transaction's commit
     /// checks that the list is the one its writes maintained.

@@ -315,27 +315,17 @@ pub fn may_scan(shared: &Shared, name: &str, msg: &OpMsg) -> bool {
         _ => false,
     };
     let body = &msg.body;
+    let collection = || match (body.get_str(name), body.get_str("$db")) {
+        (Ok(coll), Ok(db)) => doc::catalog::Namespace::new(db, coll).ok().map(|ns| shared.catalog.get(&ns)),
+        _ => None,
+    };
     // A view computes its whole pipeline; a collation may keep a string
     // `_id` off the index.
-    let plain_collection = || {
-        !body.contains_key("collation")
-            && match (body.get_str(name), body.get_str("$db")) {
-                (Ok(coll), Ok(db)) => doc::catalog::Namespace::new(db, coll)
-                    .ok()
-                    .and_then(|ns| shared.catalog.get(&ns))
-                    .is_none_or(|c| c.view_on().is_none()),
-                _ => false,
-            }
-    };
+    let plain_collection =
+        || !body.contains_key("collation") && collection().is_some_and(|c| c.is_none_or(|c| c.view_on().is_none()));
     // A write to a collection with a write-optimized index may wait for
     // its merges (the storage engine's write stall): off the async workers.
-    let write_optimized = || match (body.get_str(name), body.get_str("$db")) {
-        (Ok(coll), Ok(db)) => doc::catalog::Namespace::new(db, coll)
-            .ok()
-            .and_then(|ns| shared.catalog.get(&ns))
-            .is_some_and(|c| c.indexes().iter().any(|ix| ix.spec.format == storage::TableFormat::WriteOptimized)),
-        _ => false,
-    };
+    let write_optimized = || collection().flatten().is_some_and(|c| c.has_write_optimized_index());
     match name {
         // `find` hands its thread off itself once it knows its plan.
         "find" => false,
@@ -345,6 +335,8 @@ pub fn may_scan(shared: &Shared, name: &str, msg: &OpMsg) -> bool {
             scans || !plain_collection() || write_optimized()
         }
         "insert" | "findAndModify" | "findandmodify" => write_optimized(),
+        // A transaction's writes wait in the write stall when it commits.
+        "commitTransaction" => true,
         // count, distinct and getMore may scan whatever their filter.
         _ => matches!(name, "count" | "distinct" | "getMore"),
     }
