@@ -983,7 +983,10 @@ fn split_leaf(leaf: &mut Leaf) -> (Key, Arc<Node>) {
     let right_entries = leaf.entries.split_off(m.max(1));
     let right_bytes: usize = right_entries.iter().map(|(k, v)| leaf_entry_cost(k, v)).sum();
     leaf.bytes -= right_bytes;
-    let sep = right_entries[0].0.clone();
+    // A copy: the key may be a slice of a page's buffer (`page::pack`),
+    // which the parent would otherwise keep alive long after the leaf
+    // goes, uncounted by the cache.
+    let sep = Bytes::copy_from_slice(&right_entries[0].0);
     let right = Leaf {
         entries: right_entries,
         bytes: PAGE_HEADER_BYTES + right_bytes,
@@ -1541,5 +1544,31 @@ impl TreeCursor {
             *i -= 1;
         }
         Ok(self.settle_back()? && self.on_entry())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::entries::Entries;
+
+    /// A separator is a key of its own: a slice of the split leaf's packed
+    /// buffer would keep that buffer alive in the parent, uncounted by the
+    /// cache, long after the leaf is evicted.
+    #[test]
+    fn a_split_separator_keeps_no_page_buffer_alive() {
+        let entries: Entries = (0..64u32)
+            .map(|i| (Bytes::from(format!("key{i:04}")), Value::Inline(Bytes::from(vec![7u8; 100]))))
+            .collect();
+        let bytes = PAGE_HEADER_BYTES + entries.iter().map(|(k, v)| leaf_entry_cost(k, v)).sum::<usize>();
+        let mut leaf = Leaf { entries, bytes, arena: None, may_hold_big: false }.packed();
+        let arena = leaf.arena.clone().expect("a packed leaf has an arena");
+        let (sep, right) = split_leaf(&mut leaf);
+        let Body::Leaf(r) = &right.body else { unreachable!() };
+        assert_eq!(sep, r.entries[0].0, "the separator is the right half's first key");
+        let within =
+            |p: *const u8| (arena.as_ptr() as usize..arena.as_ptr() as usize + arena.len()).contains(&(p as usize));
+        assert!(within(r.entries[0].0.as_ptr()), "the right half's keys stay in the arena");
+        assert!(!within(sep.as_ptr()), "the separator points into the leaf's buffer");
     }
 }

@@ -1,5 +1,5 @@
 //! Child process of the cache-size test: loads a data set ten times the
-//! cache, runs random reads and updates, checkpoints, reopens and checks
+//! cache, runs random reads and updates, random inserts, checkpoints, reopens and checks
 //! every key, then prints its memory figures on one line:
 //! `rss_baseline_kib N rss_peak_kib N meter_peak_bytes N data_bytes N evicted N`.
 //! Run alone, so the peak resident set is the engine's.
@@ -25,6 +25,13 @@ fn value(i: u64, v: u16) -> Vec<u8> {
     }
     out.truncate(100);
     out
+}
+
+/// A random key, after every loaded one.
+fn extra_key(x: u64) -> Vec<u8> {
+    let mut k = vec![0xFF];
+    k.extend_from_slice(&x.to_be_bytes());
+    k
 }
 
 fn main() {
@@ -64,6 +71,19 @@ fn main() {
             assert_eq!(&*got, value(i, versions[i as usize]).as_slice(), "key {i}");
         }
     }
+    // Random inserts past the loaded keys (first byte 0xFF): leaves read
+    // back from disk split, and their separators must not keep the read
+    // pages' buffers alive in the parents.
+    let mut extra = std::collections::BTreeSet::new();
+    while extra.len() < keys as usize / 8 {
+        let mut b = WriteBatch::new();
+        for _ in 0..50 {
+            let x: u64 = rng.gen();
+            extra.insert(x);
+            b.put(&t, &extra_key(x), &value(x, 0)).unwrap();
+        }
+        engine.write(&b).unwrap();
+    }
     engine.checkpoint().unwrap();
     let evicted = engine.stats().pages_evicted;
     let mut meter_peak = engine.cache().peak();
@@ -72,13 +92,21 @@ fn main() {
     let t = engine.table("t").unwrap();
     let mut c = engine.cursor(&t).unwrap();
     let mut n = 0u64;
+    let mut extras = extra.iter();
     while let Some((k, v)) = c.next().unwrap() {
+        if k[0] == 0xFF {
+            let x = *extras.next().expect("no more random keys were inserted");
+            assert_eq!(&k[..], extra_key(x).as_slice());
+            assert_eq!(&*v, value(x, 0).as_slice(), "random key {x} after reopen");
+            continue;
+        }
         let i = u64::from_be_bytes(k[..8].try_into().unwrap());
         assert_eq!(i, n);
         assert_eq!(&*v, value(i, versions[i as usize]).as_slice(), "key {i} after reopen");
         n += 1;
     }
     assert_eq!(n, keys);
+    assert!(extras.next().is_none(), "random keys missing after reopen");
     meter_peak = meter_peak.max(engine.cache().peak());
     engine.close().unwrap();
     let data: u64 = std::fs::read_dir(&dir)
