@@ -216,7 +216,7 @@ pub fn document(
                 "fillseq runs on a fresh database; fillrandom on a second fresh one, followed by overwrite and the read phases on that database.",
                 "Read phases run once per engine and thread count, on the database of the largest batch size; their batch_ops_per_commit is null.",
                 "readrandom and seekrandom use one read transaction per op (redb, LMDB); every get copies the value out.",
-                "seekrandom: seek to a random existing key, then read it and 10 next entries.",
+                format!("seekrandom: seek to a random existing key, then read it and the next entries, {} in all.", args.seek_entries),
                 "readseq: each thread scans its own contiguous key slice once; ops = entries read.",
                 "bytes_written_per_op: /proc/self/io write_bytes over the timed phase; settle (ArborDB checkpoint, no-op for peers) is untimed and counted separately; total = both.",
                 "data_dir_bytes is measured after the settle step; data_dir_journal_bytes is the part in ArborDB's journal/, whose active file keeps already-checkpointed records until it rotates (100 MiB)."

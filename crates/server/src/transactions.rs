@@ -139,6 +139,13 @@ impl InTxn {
         )))
     }
 
+    /// Whether the transaction wrote a collection with a write-optimized
+    /// index: its commit may wait for merges (the write stall).
+    pub(crate) fn wrote_write_optimized(&self) -> bool {
+        let written = self.written.lock();
+        written.iter().flat_map(|(_, _, ixs)| ixs).any(|ix| ix.spec.format == storage::TableFormat::WriteOptimized)
+    }
+
     /// Whether the transaction created any collection.
     pub(crate) fn created_any(&self) -> bool {
         !self.created.lock().is_empty()

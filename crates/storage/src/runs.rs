@@ -643,7 +643,9 @@ impl<'t> RunBuilder<'t> {
 
     fn flush_leaf(&mut self) -> Result<()> {
         let entries = std::mem::take(&mut self.leaf);
-        let first = entries.get(0).expect("a leaf is flushed with entries").0.clone();
+        // A copy: the merge's keys are slices of its input pages' buffers,
+        // which a pending parent would keep alive uncounted by the cache.
+        let first = Bytes::copy_from_slice(&entries.get(0).expect("a leaf is flushed with entries").0);
         let leaf = Leaf { entries, bytes: PAGE_HEADER_BYTES + self.leaf_bytes, arena: None, may_hold_big: false };
         self.leaf_bytes = 0;
         let image = encode_leaf(&leaf, &|_| unreachable!("runs keep their values in the leaf"));

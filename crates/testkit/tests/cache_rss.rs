@@ -1,6 +1,7 @@
 //! A data set ten times the cache, in a process of its own so its peak
 //! resident set (VmHWM) is the engine's: load, random reads and updates,
-//! checkpoint, reopen and check every key. The peak must stay within the
+//! random inserts (leaves read back from disk split), checkpoint, reopen
+//! and check every key. The peak must stay within the
 //! cache size plus the documented overhead (ARCHITECTURE.md, "Cache"):
 //! `peak RSS <= baseline + 1.5 x cache + 16 MiB`, where the baseline is the
 //! process before the engine opens, the 1.5 covers the estimate's error and

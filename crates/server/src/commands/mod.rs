@@ -315,8 +315,10 @@ pub fn may_scan(shared: &Shared, name: &str, msg: &OpMsg) -> bool {
         _ => false,
     };
     let body = &msg.body;
+    // The command's collection, if it names one (`Some(None)`: missing, or
+    // a name the command will refuse).
     let collection = || match (body.get_str(name), body.get_str("$db")) {
-        (Ok(coll), Ok(db)) => doc::catalog::Namespace::new(db, coll).ok().map(|ns| shared.catalog.get(&ns)),
+        (Ok(coll), Ok(db)) => Some(doc::catalog::Namespace::new(db, coll).ok().and_then(|ns| shared.catalog.get(&ns))),
         _ => None,
     };
     // A view computes its whole pipeline; a collation may keep a string
@@ -335,8 +337,6 @@ pub fn may_scan(shared: &Shared, name: &str, msg: &OpMsg) -> bool {
             scans || !plain_collection() || write_optimized()
         }
         "insert" | "findAndModify" | "findandmodify" => write_optimized(),
-        // A transaction's writes wait in the write stall when it commits.
-        "commitTransaction" => true,
         // count, distinct and getMore may scan whatever their filter.
         _ => matches!(name, "count" | "distinct" | "getMore"),
     }

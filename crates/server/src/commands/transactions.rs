@@ -32,9 +32,12 @@ pub fn commit_transaction(
         }
     };
     // A commit runs where its connection does (call.rs invariant 1): a
-    // large write set is applied, and collections made are published or
-    // dropped, after handing a network thread off.
-    let quick = txn.txn.write_count() <= crate::limits::quick_commit_writes_max && !txn.created_any();
+    // large write set is applied, collections made are published or
+    // dropped, and a commit to a write-optimized index may wait for its
+    // merges (the write stall), after handing a network thread off.
+    let quick = txn.txn.write_count() <= crate::limits::quick_commit_writes_max
+        && !txn.created_any()
+        && !txn.wrote_write_optimized();
     let ts = call.place.run(quick, || commit(shared, txn, &shared.sessions.commit_stamp(lsid, number)))?;
     call.op.note_operation_ts(ts);
     shared.transactions.committed(lsid, number, ts);
