@@ -177,8 +177,12 @@ pub fn run(a: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
     }
     config.direct_io = a.direct_io.or(file.direct_io).unwrap_or(false);
     if let Some(kib) = a.memtable_kib.or(file.memtable_kib) {
-        if !(16..=1 << 22).contains(&kib) {
-            return Err(format!("memtable KiB must be between 16 and {} (4 GiB), not {kib}", 1 << 22).into());
+        use storage::limits::{memtable_config_max_kib, memtable_config_min_kib};
+        if !(memtable_config_min_kib..=memtable_config_max_kib).contains(&kib) {
+            return Err(format!(
+                "memtable KiB must be between {memtable_config_min_kib} and {memtable_config_max_kib} (4 GiB), not {kib}"
+            )
+            .into());
         }
         config.memtable_max_bytes = kib << 10;
     }

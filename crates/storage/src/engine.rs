@@ -1281,11 +1281,7 @@ impl Engine {
         tables.sort_by_key(|t| t.id());
         tables.dedup_by_key(|t| t.id());
         // (Not while merges are paused for old readers: waiting would not help.)
-        let behind = || {
-            tables
-                .iter()
-                .any(|t| !t.0.tree.merges_paused() && self.table_runs(t).is_ok_and(|r| r.len() > runs_frozen_stall + 1))
-        };
+        let behind = || tables.iter().any(|t| t.0.tree.runs_frozen() > runs_frozen_stall && !t.0.tree.merges_paused());
         let started = Instant::now();
         while behind() && started.elapsed() < Duration::from_millis(merge_stall_max_ms) {
             std::thread::sleep(Duration::from_millis(1));

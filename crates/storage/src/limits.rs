@@ -58,6 +58,9 @@ pub const memtable_default_bytes: usize = 64 * 1024 * 1024;
 /// ...or this share of the cache, whichever is less (a memtable is never
 /// evicted: a write to it must not read).
 pub const memtable_cache_share_percent: usize = 12;
+/// The memtable budget a server may be given (`--memtable-kib`).
+pub const memtable_config_min_kib: usize = 16;
+pub const memtable_config_max_kib: usize = 1 << 22;
 /// A write-optimized table keeps at most this many runs (memtable
 /// included); a read probes each. Past it the memtable grows instead.
 pub const runs_max: usize = 1024;

@@ -284,21 +284,24 @@ impl Tree {
     fn write_runs(&self, runs: &Runs, retired: &[Run], written: &mut Option<&mut Written>) -> Result<Vec<u8>> {
         let mut m = Manifest::default();
         for run in &runs.runs {
-            let addr = match run.root.loaded() {
-                Some(n) if matches!(n.body, Body::Leaf(_)) && n.entries() == 0 && n.disk.addr().is_none() => continue,
-                Some(n) => self.write_dirty_in(&n, written)?,
-                None => run.root.addr().expect("a run not in memory has an address"),
-            };
-            m.live.push((addr, run.bytes));
+            let empty = |n: &Node| matches!(n.body, Body::Leaf(_)) && n.entries() == 0 && n.disk.addr().is_none();
+            if run.root.loaded().is_some_and(|n| empty(&n)) {
+                continue; // an empty memtable never written
+            }
+            m.live.push((self.run_root(run, written)?, run.bytes));
         }
         for run in retired {
-            let addr = match run.root.loaded() {
-                Some(n) => self.write_dirty_in(&n, &mut None)?,
-                None => run.root.addr().expect("a run not in memory has an address"),
-            };
-            m.retired.push((addr, run.bytes));
+            m.retired.push((self.run_root(run, &mut None)?, run.bytes));
         }
         Ok(encode_manifest(&m))
+    }
+
+    /// Where a run's root lies on disk, its dirty pages written first.
+    fn run_root(&self, run: &Run, written: &mut Option<&mut Written>) -> Result<BlockAddr> {
+        match run.root.loaded() {
+            Some(n) => self.write_dirty_in(&n, written),
+            None => Ok(run.root.addr().expect("a run not in memory has an address")),
+        }
     }
 
     /// Write a run list's manifest (and every run's dirty pages) unless
@@ -344,6 +347,14 @@ impl Tree {
 
     /// Readers of old versions hold too many replaced runs: merges wait
     /// for them (and writers do not wait for merges).
+    /// Frozen runs in the live run list (0 for a B+tree).
+    pub(crate) fn runs_frozen(&self) -> usize {
+        match &self.snapshot().body {
+            Body::Runs(runs) => runs.runs.len() - 1,
+            _ => 0,
+        }
+    }
+
     pub(crate) fn merges_paused(&self) -> bool {
         self.retired.lock().unwrap().iter().map(|r| r.runs.len()).sum::<usize>() >= runs_retired_max
     }

@@ -321,22 +321,24 @@ pub fn may_scan(shared: &Shared, name: &str, msg: &OpMsg) -> bool {
         (Ok(coll), Ok(db)) => Some(doc::catalog::Namespace::new(db, coll).ok().and_then(|ns| shared.catalog.get(&ns))),
         _ => None,
     };
-    // A view computes its whole pipeline; a collation may keep a string
-    // `_id` off the index.
-    let plain_collection =
-        || !body.contains_key("collation") && collection().is_some_and(|c| c.is_none_or(|c| c.view_on().is_none()));
     // A write to a collection with a write-optimized index may wait for
     // its merges (the storage engine's write stall): off the async workers.
-    let write_optimized = || collection().flatten().is_some_and(|c| c.has_write_optimized_index());
+    let write_optimized = |c: &Option<std::sync::Arc<doc::catalog::Collection>>| {
+        c.as_ref().is_some_and(|c| c.has_write_optimized_index())
+    };
     match name {
         // `find` hands its thread off itself once it knows its plan.
         "find" => false,
         "update" | "delete" => {
             let scans = write_statements(name, msg)
                 .is_some_and(|mut st| st.any(|st| !pinned(st.get("q")) || st.contains_key("collation")));
-            scans || !plain_collection() || write_optimized()
+            // A view computes its whole pipeline; a collation may keep a
+            // string `_id` off the index.
+            scans
+                || body.contains_key("collation")
+                || collection().is_none_or(|c| c.as_ref().is_some_and(|c| c.view_on().is_some()) || write_optimized(&c))
         }
-        "insert" | "findAndModify" | "findandmodify" => write_optimized(),
+        "insert" | "findAndModify" | "findandmodify" => collection().is_some_and(|c| write_optimized(&c)),
         // count, distinct and getMore may scan whatever their filter.
         _ => matches!(name, "count" | "distinct" | "getMore"),
     }
