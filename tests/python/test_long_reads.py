@@ -100,6 +100,13 @@ def test_a_session_killed_during_its_get_more_loses_the_cursor(one_worker):
 
         t = threading.Thread(target=more)
         t.start()
+        # Kill once the getMore runs (however late its thread starts).
+        deadline = time.monotonic() + 10
+        running = []
+        while not running and time.monotonic() < deadline:
+            pipeline = [{"$currentOp": {"allUsers": True}}, {"$match": {"op": "getmore", "ns": "test.big"}}]
+            running = list(c.admin.aggregate(pipeline))
+        assert running, "the getMore never showed in $currentOp"
         time.sleep(0.05)
         c.admin.command("killSessions", [s.session_id])
         t.join()

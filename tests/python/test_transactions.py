@@ -790,6 +790,17 @@ def test_an_insert_into_a_collection_a_transaction_creates_waits_for_it(client):
     assert done and sorted(d["_id"] for d in db.fresh.find()) == ["plain", "txn"]
 
 
+def wait_until_running(client, op, ns):
+    """Wait until an operation `op` on `ns` shows in `$currentOp` (its
+    thread may start late on a loaded machine)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if list(client.admin.aggregate([{"$currentOp": {"allUsers": True}}, {"$match": {"op": op, "ns": ns}}])):
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"no {op} on {ns} in $currentOp")
+
+
 def test_the_profiler_entry_of_a_write_that_waited(client):
     """The scenario's profiler part: the update that waited on a
     transaction shows its write conflicts, yields, time and plan."""
@@ -802,6 +813,7 @@ def test_the_profiler_entry_of_a_write_that_waited(client):
         db.demo.update_one({"_id": "x"}, {"$inc": {"value": 2}}, session=s)
         waiter = threading.Thread(target=lambda: db.demo.update_one({"_id": "x"}, {"$inc": {"value": 8}}))
         waiter.start()
+        wait_until_running(client, "update", "test.demo")
         time.sleep(0.5)
         s.abort_transaction()
         waiter.join(timeout=10)
@@ -917,6 +929,7 @@ def test_a_write_that_waited_on_conflicts_counts_its_keys_once(client):
         db.w.update_one({"_id": "x"}, {"$set": {"v": 1}}, session=s)
         waiter = threading.Thread(target=lambda: db.w.update_one({"_id": "x"}, {"$set": {"v": 2}}))
         waiter.start()
+        wait_until_running(client, "update", "test.w")
         time.sleep(0.3)
         s.abort_transaction()
         waiter.join(timeout=10)
