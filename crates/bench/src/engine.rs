@@ -88,7 +88,11 @@ impl EngineKind {
     pub(crate) fn durability_detail(self, opts: &OpenOptions) -> String {
         match self {
             EngineKind::ArbordbWo => {
-                format!("{}; the table in the write-optimized format", EngineKind::Arbordb.durability_detail(opts))
+                format!(
+                    "{}; the table in the write-optimized format, its settle merging every run into one \
+                     first (as an idle table's background merge does)",
+                    EngineKind::Arbordb.durability_detail(opts)
+                )
             }
             EngineKind::Arbordb => format!(
                 "SyncMode::Fsync: the journal is fsynced before write() returns (concurrent \

@@ -85,6 +85,8 @@ pub struct Tree {
     pub(crate) retired: Mutex<Vec<crate::runs::Retired>>,
     /// Serializes merges of this table's runs.
     pub(crate) merging: Mutex<()>,
+    /// Writes to a write-optimized table, as the idle merge watches them.
+    pub(crate) quiet: crate::runs::Quiet,
 }
 
 /// What one eviction pass over a tree did.
@@ -139,6 +141,7 @@ impl Tree {
             io: TableIo::default(),
             retired: Mutex::default(),
             merging: Mutex::default(),
+            quiet: Default::default(),
         }
     }
 

@@ -1235,6 +1235,22 @@ impl Engine {
         self.merge_runs_locked(table, false).inspect_err(|e| self.poison(format!("a merge of runs failed: {e}")))
     }
 
+    /// Merge every frozen run of a write-optimized table into one if an
+    /// idle merge is due (`Tree::idle_merge_due`); `true` when one was
+    /// installed. The background merger calls it; a failure poisons the engine.
+    pub fn merge_idle_runs(&self, table: &Table) -> Result<bool> {
+        self.check_writable()?;
+        table.check(self.inner.id)?;
+        if !table.0.tree.idle_merge_due() {
+            return Ok(false);
+        }
+        let _merging = table.0.tree.merging.lock().unwrap();
+        let merged =
+            self.merge_runs_locked(table, true).inspect_err(|e| self.poison(format!("an idle merge failed: {e}")))?;
+        bump(&self.inner.counters.runs_idle_merged, u64::from(merged));
+        Ok(merged)
+    }
+
     /// Merge all of a write-optimized table's runs into one (the memtable
     /// frozen first), dropping tombstones; `false` if it had one already.
     pub fn compact_runs(&self, table: &Table) -> Result<bool> {
@@ -1713,25 +1729,32 @@ fn flush_journal(engine: &Engine) {
 }
 
 /// Merge write-optimized tables' runs while merges are due, one merge per
-/// table in turn, so a busy table does not starve another.
+/// table in turn, so a busy table does not starve another; then the idle
+/// merges that are due.
 fn merge_runs_due(engine: &Engine) {
     let tables: Vec<Table> = engine.inner.catalog.read().unwrap().by_id.values().cloned().collect();
     let tables: Vec<&Table> = tables.iter().filter(|t| t.config().format == TableFormat::WriteOptimized).collect();
-    loop {
+    let each = |merge: &dyn Fn(&Table) -> Result<bool>| {
         let mut merged = false;
         for t in &tables {
-            match engine.merge_runs(t) {
+            match merge(t) {
                 Ok(m) => merged |= m,
                 Err(e) => {
                     tracing::error!(error = %e, table = t.name(), "merging runs failed");
-                    return;
+                    return None;
                 }
             }
         }
-        if !merged {
-            return;
+        Some(merged)
+    };
+    loop {
+        match each(&|t| engine.merge_runs(t)) {
+            None => return,
+            Some(true) => {}
+            Some(false) => break,
         }
     }
+    each(&|t| engine.merge_idle_runs(t));
 }
 
 fn checkpoint_if_due(engine: &Engine) {

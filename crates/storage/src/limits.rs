@@ -90,6 +90,12 @@ pub const run_write_batch_bytes: usize = 1 << 20;
 pub const read_ahead_bytes: u64 = 256 << 10;
 /// How often the background merger looks for runs to merge.
 pub const run_merge_tick_ms: u64 = 50;
+/// A write-optimized table that has taken no write for this long has its
+/// frozen runs merged into one, so reads probe one run (an idle merge)...
+pub const runs_idle_merge_ms: u64 = 1000;
+/// ...if the runs newer than the oldest hold at least its bytes over this
+/// (an idle merge then rewrites at most this many times their bytes more).
+pub const runs_idle_merge_ratio: u64 = 16;
 
 /// Default cache size (pages and the versions snapshots pin).
 pub const cache_default_bytes: usize = 512 * 1024 * 1024;

@@ -43,7 +43,10 @@ use crate::cache::CacheMeter;
 use crate::compress::Compressor;
 use crate::entries::Entries;
 use crate::error::{Result, StorageError};
-use crate::limits::{run_merge_ratio, run_write_batch_bytes, runs_frozen_max, runs_max, runs_retired_max};
+use crate::limits::{
+    run_merge_ratio, run_write_batch_bytes, runs_frozen_max, runs_idle_merge_ms, runs_idle_merge_ratio, runs_max,
+    runs_retired_max,
+};
 use crate::page::{
     encode_internal, encode_leaf, encode_manifest, internal_entry_cost, leaf_entry_cost, leaf_entry_mem, Body, Child,
     Epoch, Internal, Key, Keys, Leaf, Manifest, Node, Run, Runs, Value, PAGE_HEADER_BYTES,
@@ -51,7 +54,9 @@ use crate::page::{
 use crate::stats::bump;
 use bytes::Bytes;
 use std::ops::Bound;
-use std::sync::{Arc, Weak};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 /// Tag of a run's value that puts it (invariant 1)...
 pub const RUN_PUT: u8 = 0;
@@ -71,6 +76,30 @@ pub fn untag(tagged: &[u8]) -> std::result::Result<Option<&[u8]>, String> {
 pub(crate) struct Retired {
     epoch: Weak<Epoch>,
     runs: Vec<Run>,
+}
+
+/// Whether a write-optimized table is quiet: the writes it took, and the
+/// count the background merger saw last with when it saw it change.
+#[derive(Default)]
+pub(crate) struct Quiet {
+    writes: AtomicU64,
+    seen: Mutex<Option<(u64, Instant)>>,
+}
+
+impl Quiet {
+    /// Whether no write came since the last call for `quiet`; the first
+    /// call, and every call after a write, starts the count again.
+    fn for_at_least(&self, quiet: Duration) -> bool {
+        let writes = self.writes.load(Ordering::Relaxed);
+        let mut seen = self.seen.lock().unwrap();
+        match *seen {
+            Some((w, since)) if w == writes => since.elapsed() >= quiet,
+            _ => {
+                *seen = Some((writes, Instant::now()));
+                false
+            }
+        }
+    }
 }
 
 /// The root of a new write-optimized table: an empty memtable.
@@ -151,6 +180,7 @@ impl Tree {
         root: &mut Arc<Node>,
         ops: impl Iterator<Item = (&'k [u8], Option<&'k [u8]>)>,
     ) -> Result<()> {
+        self.quiet.writes.fetch_add(1, Ordering::Relaxed);
         let node = self.make_mut(root);
         let Body::Runs(runs) = &mut node.body else { unreachable!("apply_runs on a run list") };
         let only_run = runs.runs.len() == 1;
@@ -343,6 +373,24 @@ impl Tree {
             false => merge_due(&runs.runs)?,
         };
         Some((runs.runs[1..=last].to_vec(), last + 1 == runs.runs.len()))
+    }
+
+    /// An idle merge is due: the table took no write for
+    /// `limits::runs_idle_merge_ms` (as the merger's calls saw), no merge
+    /// is due by size, and it has two or more frozen runs, those newer
+    /// than the oldest worth rewriting it for (`runs_idle_merge_ratio`).
+    pub(crate) fn idle_merge_due(&self) -> bool {
+        if !self.quiet.for_at_least(Duration::from_millis(runs_idle_merge_ms)) {
+            return false;
+        }
+        let root = self.snapshot();
+        let Body::Runs(runs) = &root.body else { return false };
+        if runs.runs.len() < 3 || merge_due(&runs.runs).is_some() {
+            return false;
+        }
+        let (oldest, newer) = runs.runs[1..].split_last().expect("two frozen runs");
+        let newer: u64 = newer.iter().map(|r| r.bytes).sum();
+        newer.saturating_mul(runs_idle_merge_ratio) >= oldest.bytes
     }
 
     /// Readers of old versions hold too many replaced runs: merges wait
@@ -990,5 +1038,23 @@ impl MergeCursor {
         }
         self.exhausted = true;
         Ok(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The quiet time counts from the merger's first look, and again from
+    /// the first look after a write.
+    #[test]
+    fn a_write_restarts_the_quiet_time() {
+        let q = Quiet::default();
+        assert!(!q.for_at_least(Duration::ZERO), "the first look starts the count");
+        assert!(q.for_at_least(Duration::ZERO));
+        assert!(!q.for_at_least(Duration::from_secs(3600)));
+        q.writes.fetch_add(1, Ordering::Relaxed);
+        assert!(!q.for_at_least(Duration::ZERO), "a write restarts the count");
+        assert!(q.for_at_least(Duration::ZERO));
     }
 }

@@ -96,6 +96,9 @@ counters!(
     /// were freed once no version could read them.
     runs_merged,
     runs_reaped,
+    /// Of `runs_merged`, merges of every frozen run of a table that took
+    /// no write for `limits::runs_idle_merge_ms`.
+    runs_idle_merged,
     /// Microseconds commits waited for merges (`limits::runs_frozen_stall`).
     merge_stall_us,
     /// Pages read ahead, side by side in one read (`Tree::read_ahead`).

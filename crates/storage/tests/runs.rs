@@ -532,3 +532,49 @@ fn a_merge_reads_a_merged_run_ahead() {
     engine.close().unwrap();
     verify(dir.path());
 }
+
+/// A table that takes no write for a while has its frozen runs merged into
+/// one by the background merger (an idle merge), but only when the runs
+/// newer than the oldest are worth rewriting it for.
+#[test]
+fn an_idle_table_merges_its_runs_into_one_when_worth_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(dir.path(), config(4 * MIB)).unwrap();
+    let t = engine.create_table("t", table(TableFormat::WriteOptimized)).unwrap();
+    let mut model = BTreeMap::new();
+    let mut load = |engine: &Engine, from: u32, n: u32| {
+        let mut b = WriteBatch::new();
+        for i in from..from + n {
+            let (k, v) = (format!("k{i:07}").into_bytes(), format!("value {i} {}", "x".repeat(80)).into_bytes());
+            b.put(&t, &k, &v).unwrap();
+            model.insert(k, v);
+        }
+        engine.write(&b).unwrap();
+        engine.freeze_memtable(&t).unwrap();
+    };
+    load(&engine, 0, 4000);
+    engine.compact_runs(&t).unwrap();
+    // A run of ten keys beside one of 4,000: not worth rewriting the big one.
+    load(&engine, 10_000, 10);
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    assert_eq!(engine.table_runs(&t).unwrap().len(), 3, "a memtable and two runs");
+    assert_eq!(engine.stats().runs_idle_merged, 0);
+    // An eighth of the big run more: merged by size with the small one, not
+    // with the big one; once the table is quiet, all into one.
+    load(&engine, 20_000, 500);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while engine.stats().runs_idle_merged == 0 {
+        assert!(std::time::Instant::now() < deadline, "no idle merge: runs {:?}", engine.table_runs(&t).unwrap());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(engine.table_runs(&t).unwrap().len(), 2, "a memtable and one run");
+    let mut c = engine.cursor(&t).unwrap();
+    let got: BTreeMap<Vec<u8>, Vec<u8>> =
+        std::iter::from_fn(|| c.next().unwrap()).map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
+    assert!(got == model, "an idle merge changed the contents");
+    drop(c);
+    engine.checkpoint().unwrap();
+    assert_eq!(engine.stats().runs_idle_merged, 1, "a second idle merge of one run");
+    engine.close().unwrap();
+    verify(dir.path());
+}
