@@ -157,7 +157,9 @@ pub fn verify(args: VerifyArgs) -> Result<bool, String> {
 /// Every index of every collection against its documents (each
 /// document's keys present, no entry no document gives): the problems.
 fn verify_indexes(dbpath: &Path) -> Result<Vec<String>, String> {
-    let config = storage::Config { checkpoint_interval: None, ..storage::Config::default() };
+    // No background merges: verify reads the files, it does not rewrite them.
+    let config =
+        storage::Config { checkpoint_interval: None, merge_runs_in_background: false, ..storage::Config::default() };
     let engine = storage::Engine::open(dbpath, config).map_err(|e| format!("open {}: {e}", dbpath.display()))?;
     let catalog = doc::catalog::Catalog::open_with(engine.clone(), query::hooks::hooks()).map_err(|e| e.to_string())?;
     let mut problems = Vec::new();

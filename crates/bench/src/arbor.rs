@@ -79,8 +79,9 @@ impl BenchEngine for ArborEngine {
     }
 
     fn settle(&self) -> BenchResult<()> {
-        // Write-optimized: every run merged into one, the form an idle
-        // table reaches by itself (the idle merge); a B+tree has no runs.
+        // Write-optimized: every run, the memtable included, merged into
+        // one (the idle merge of a quiet table leaves the memtable and may
+        // leave a small run beside a big one); a B+tree has no runs.
         self.engine.compact_runs(&self.table)?;
         self.engine.checkpoint()?;
         Ok(())

@@ -89,8 +89,8 @@ impl EngineKind {
         match self {
             EngineKind::ArbordbWo => {
                 format!(
-                    "{}; the table in the write-optimized format, its settle merging every run into one \
-                     first (as an idle table's background merge does)",
+                    "{}; the table in the write-optimized format, its settle merging every run, the \
+                     memtable included, into one first (more than a quiet table's idle merge does)",
                     EngineKind::Arbordb.durability_detail(opts)
                 )
             }

@@ -83,8 +83,8 @@ pub struct Tree {
     /// A write-optimized table's runs replaced by a merge, with the epoch
     /// whose end frees their blocks (`runs.rs` invariant 5).
     pub(crate) retired: Mutex<Vec<crate::runs::Retired>>,
-    /// Serializes merges of this table's runs.
-    pub(crate) merging: Mutex<()>,
+    /// The runs merges of this table read now (two merges never share one).
+    pub(crate) merging: crate::runs::InFlight,
     /// Writes to a write-optimized table, as the idle merge watches them.
     pub(crate) quiet: crate::runs::Quiet,
 }
@@ -140,7 +140,7 @@ impl Tree {
             meter,
             io: TableIo::default(),
             retired: Mutex::default(),
-            merging: Mutex::default(),
+            merging: Default::default(),
             quiet: Default::default(),
         }
     }

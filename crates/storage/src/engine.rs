@@ -28,13 +28,14 @@ use crate::compress::Compressor;
 use crate::error::{Result, StorageError};
 use crate::journal::{self, Journal, SyncMode};
 use crate::limits::*;
+use crate::runs::{Lane, Take};
 use crate::stats::{bump, Counters, Stats, TableIoStats};
 use crate::txn::{self, CommitRequest, KeyVersions, RootSet, TxnManager};
 use crate::vfs::{DirectVfs, OsVfs, Vfs};
 use bytes::Bytes;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -535,6 +536,12 @@ struct Inner {
     counters: Arc<Counters>,
     meter: Arc<CacheMeter>,
     eviction: Mutex<EvictionState>,
+    /// Application threads help evict only above this many cache bytes: a
+    /// pass that left the cache over the trigger (what stays is not
+    /// evictable yet: internal pages, dirty pages a checkpoint holds)
+    /// raises it, so that they do not each walk every table for nothing on
+    /// every page read; the background thread keeps evicting.
+    eviction_backoff: AtomicUsize,
     poisoned: Mutex<Option<String>>,
     closed: AtomicBool,
     stop: Arc<(Mutex<bool>, Condvar)>,
@@ -678,6 +685,7 @@ impl Engine {
             counters,
             meter,
             eviction: Mutex::default(),
+            eviction_backoff: AtomicUsize::new(0),
             poisoned: Mutex::new(None),
             closed: AtomicBool::new(false),
             stop: Arc::new((Mutex::new(false), Condvar::new())),
@@ -840,7 +848,9 @@ impl Engine {
             ("arbordb-evict", Engine::evict_to_target, Duration::from_millis(eviction_tick_ms)),
         ];
         if self.inner.config.merge_runs_in_background {
-            jobs.push(("arbordb-merge", merge_runs_due, Duration::from_millis(run_merge_tick_ms)));
+            let tick = Duration::from_millis(run_merge_tick_ms);
+            jobs.push(("arbordb-merge", merge_short_runs_due, tick));
+            jobs.push(("arbordb-merge-long", merge_long_runs_due, tick));
         }
         if self.inner.config.sync_mode == SyncMode::Background {
             jobs.push(("arbordb-flush", flush_journal, slow));
@@ -1226,44 +1236,58 @@ impl Engine {
 
     /// Merge some of a write-optimized table's runs if a merge is due
     /// (`runs.rs`), and free runs earlier merges replaced once no version
-    /// reads them; `true` when a merge was installed. The background
-    /// merger calls it; a failure poisons the engine.
+    /// reads them; `true` when a merge was installed. A failure poisons
+    /// the engine.
     pub fn merge_runs(&self, table: &Table) -> Result<bool> {
+        self.merge_runs_in(table, Lane::Any)
+    }
+
+    /// [`Engine::merge_runs`], taking only the merges of `lane` (each
+    /// background merger has one).
+    fn merge_runs_in(&self, table: &Table, lane: Lane) -> Result<bool> {
         self.check_writable()?;
         table.check(self.inner.id)?;
-        let _merging = table.0.tree.merging.lock().unwrap();
-        self.merge_runs_locked(table, false).inspect_err(|e| self.poison(format!("a merge of runs failed: {e}")))
+        self.merge_taken(table, Take::Due(lane)).inspect_err(|e| self.poison(format!("a merge of runs failed: {e}")))
     }
 
     /// Merge every frozen run of a write-optimized table into one if an
     /// idle merge is due (`Tree::idle_merge_due`); `true` when one was
-    /// installed. The background merger calls it; a failure poisons the engine.
+    /// installed. The background merger calls it. A failure to write the
+    /// merged run leaves the table as it was (tried again after the next
+    /// quiet time); one to install it poisons the engine.
     pub fn merge_idle_runs(&self, table: &Table) -> Result<bool> {
         self.check_writable()?;
         table.check(self.inner.id)?;
-        if !table.0.tree.idle_merge_due() {
+        let tree = &table.0.tree;
+        if !tree.idle_merge_due() {
             return Ok(false);
         }
-        let _merging = table.0.tree.merging.lock().unwrap();
-        let merged =
-            self.merge_runs_locked(table, true).inspect_err(|e| self.poison(format!("an idle merge failed: {e}")))?;
+        let merged = self.merge_taken(table, Take::Idle).inspect_err(|_| tree.quiet.restart())?;
         bump(&self.inner.counters.runs_idle_merged, u64::from(merged));
         Ok(merged)
     }
 
     /// Merge all of a write-optimized table's runs into one (the memtable
-    /// frozen first), dropping tombstones; `false` if it had one already.
+    /// frozen first, merges in flight waited for), dropping tombstones;
+    /// `false` if it had one already.
     pub fn compact_runs(&self, table: &Table) -> Result<bool> {
         self.freeze_memtable(table)?;
-        let _merging = table.0.tree.merging.lock().unwrap();
-        self.merge_runs_locked(table, true).inspect_err(|e| self.poison(format!("a merge of runs failed: {e}")))
+        self.merge_taken(table, Take::All).inspect_err(|e| self.poison(format!("a merge of runs failed: {e}")))
     }
 
-    fn merge_runs_locked(&self, table: &Table, all: bool) -> Result<bool> {
+    /// Merge the runs `take` takes, if any; `true` when the merged run was
+    /// installed. Building it reads and writes without locks (its blocks
+    /// unnamed until installed, freed if it fails or the engine stops);
+    /// a failure to install it, or to free replaced runs, poisons the engine.
+    fn merge_taken(&self, table: &Table, take: Take) -> Result<bool> {
         let tree = &table.0.tree;
-        self.reap_runs(table)?;
-        let Some((inputs, bottom)) = tree.merge_candidates(all) else { return Ok(false) };
-        let built = tree.build_merged(&inputs, bottom)?;
+        let poison = |e: &StorageError| self.poison(format!("installing merged runs failed: {e}"));
+        self.reap_runs(table).inspect_err(poison)?;
+        let Some(taken) = tree.take_merge(take) else { return Ok(false) };
+        let stop = &self.inner.stop.0;
+        let Some(built) = tree.build_merged(&taken.inputs, taken.bottom, &|| *stop.lock().unwrap())? else {
+            return Ok(false);
+        };
         {
             let _gate = self.inner.gate.read().unwrap();
             let _writer = table.0.writer.lock().unwrap();
@@ -1271,14 +1295,15 @@ impl Engine {
                 // Dropped meanwhile: its file goes, blocks and all.
                 return Ok(false);
             }
-            tree.install_merged(&inputs, built)?;
+            tree.install_merged(&taken.inputs, built).inspect_err(poison)?;
             // The same contents: readers take the new version at once, and
             // the old epoch ends with its last reader.
             let _publish = self.inner.txns.publish.lock().unwrap();
             let ts = self.inner.txns.published_ts();
             self.inner.txns.publish(ts, [(table.id(), Some(tree.snapshot()))]);
         }
-        self.reap_runs(table)?;
+        drop(taken);
+        self.reap_runs(table).inspect_err(poison)?;
         Ok(true)
     }
 
@@ -1510,7 +1535,7 @@ impl Engine {
     pub fn stats(&self) -> Stats {
         let c = &self.inner.counters;
         let m = &self.inner.meter;
-        let (mut clean, mut dirty, mut internal, mut versions) = (0u64, 0u64, 0u64, 0u64);
+        let (mut clean, mut dirty, mut internal, mut versions, mut merging) = (0u64, 0u64, 0u64, 0u64, 0u64);
         let tables: Vec<Table> = self.inner.catalog.read().unwrap().by_id.values().cloned().collect();
         for t in tables {
             let live = t.0.tree.live_bytes();
@@ -1518,7 +1543,9 @@ impl Engine {
             dirty += live.dirty as u64;
             internal += live.internal as u64;
             versions += t.0.versions.lock().unwrap().len() as u64;
+            merging += t.0.tree.merging.len() as u64;
         }
+        c.runs_merging.store(merging, Ordering::Relaxed);
         c.key_versions.store(versions, Ordering::Relaxed);
         c.ssi_tracked_txns.store(self.inner.txns.ssi.lock().unwrap().tracked() as u64, Ordering::Relaxed);
         c.ssi_read_marks.store(self.inner.txns.read_marks.load(Ordering::Relaxed) as u64, Ordering::Relaxed);
@@ -1578,13 +1605,17 @@ impl Engine {
         Ok(freed)
     }
 
-    /// Past the trigger, an application thread evicts before going on.
+    /// Past the trigger (and the backoff), an application thread evicts
+    /// before going on.
     pub(crate) fn help_evict(&self) {
         let m = &self.inner.meter;
         let bytes = m.bytes();
-        if bytes > m.trigger() {
+        if bytes > m.trigger() && bytes > self.inner.eviction_backoff.load(Ordering::Relaxed) {
             bump(&self.inner.counters.eviction_app_thread_passes, 1);
             let _ = self.evict(bytes - m.target());
+            let after = m.bytes();
+            let backoff = if after > m.trigger() { after + m.capacity() / eviction_backoff_divisor } else { 0 };
+            self.inner.eviction_backoff.store(backoff, Ordering::Relaxed);
         }
     }
 
@@ -1592,14 +1623,19 @@ impl Engine {
     /// the oldest transaction if snapshots pin more than their share.
     fn evict_to_target(&self) {
         let m = &self.inner.meter;
+        // Two passes short of their budget walked every table twice (a
+        // leaf read since the first is spared once): the rest waits for
+        // the next tick.
+        let mut short = 0;
         for _ in 0..64 {
             let bytes = m.bytes();
-            if bytes <= m.target() {
+            if bytes <= m.target() || short == 2 {
                 break;
             }
-            match self.evict(bytes - m.target() + m.capacity() / 20) {
+            let budget = bytes - m.target() + m.capacity() / 20;
+            match self.evict(budget) {
                 Ok(0) | Err(_) => break,
-                Ok(_) => {}
+                Ok(freed) => short += usize::from(freed < budget),
             }
         }
         let limit = self.pinned_limit();
@@ -1728,33 +1764,38 @@ fn flush_journal(engine: &Engine) {
     }
 }
 
-/// Merge write-optimized tables' runs while merges are due, one merge per
-/// table in turn, so a busy table does not starve another; then the idle
-/// merges that are due.
-fn merge_runs_due(engine: &Engine) {
+/// The short lane's merger: merge write-optimized tables' runs while short
+/// merges are due, one merge per table in turn, so a busy table does not
+/// starve another.
+fn merge_short_runs_due(engine: &Engine) {
+    merge_runs_due(engine, &|t| engine.merge_runs_in(t, Lane::Short));
+}
+
+/// The long lane's merger: long merges, then the idle merges that are due.
+fn merge_long_runs_due(engine: &Engine) {
+    merge_runs_due(engine, &|t| engine.merge_runs_in(t, Lane::Long));
+    merge_runs_due(engine, &|t| engine.merge_idle_runs(t));
+}
+
+/// Run `merge` on every write-optimized table in turn while any merged.
+fn merge_runs_due(engine: &Engine, merge: &dyn Fn(&Table) -> Result<bool>) {
     let tables: Vec<Table> = engine.inner.catalog.read().unwrap().by_id.values().cloned().collect();
     let tables: Vec<&Table> = tables.iter().filter(|t| t.config().format == TableFormat::WriteOptimized).collect();
-    let each = |merge: &dyn Fn(&Table) -> Result<bool>| {
+    loop {
         let mut merged = false;
         for t in &tables {
             match merge(t) {
                 Ok(m) => merged |= m,
                 Err(e) => {
                     tracing::error!(error = %e, table = t.name(), "merging runs failed");
-                    return None;
+                    return;
                 }
             }
         }
-        Some(merged)
-    };
-    loop {
-        match each(&|t| engine.merge_runs(t)) {
-            None => return,
-            Some(true) => {}
-            Some(false) => break,
+        if !merged {
+            return;
         }
     }
-    each(&|t| engine.merge_idle_runs(t));
 }
 
 fn checkpoint_if_due(engine: &Engine) {

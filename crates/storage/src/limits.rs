@@ -88,6 +88,10 @@ pub const run_write_batch_bytes: usize = 1 << 20;
 /// A cursor walking a whole run reads the next pages that lie side by
 /// side on disk, up to this many bytes, with one read.
 pub const read_ahead_bytes: u64 = 256 << 10;
+/// A merge of at most this many memtable budgets (or an eighth of the
+/// table, if more) is short: a thread of its own takes such merges while
+/// a long one runs.
+pub const short_merge_memtables: u64 = 8;
 /// How often the background merger looks for runs to merge.
 pub const run_merge_tick_ms: u64 = 50;
 /// A write-optimized table that has taken no write for this long has its
@@ -105,6 +109,9 @@ pub const cache_min_bytes: usize = 64 * 1024;
 pub const eviction_target_percent: usize = 80;
 /// ...and application threads help evict past this.
 pub const eviction_trigger_percent: usize = 95;
+/// After a pass that left the cache over the trigger, application threads
+/// help evict again only once it has grown by the capacity over this.
+pub const eviction_backoff_divisor: usize = 32;
 /// How often the background evictor looks at the cache.
 pub const eviction_tick_ms: u64 = 10;
 /// Default share of the cache that old versions pinned by snapshots may

@@ -45,7 +45,7 @@ use crate::entries::Entries;
 use crate::error::{Result, StorageError};
 use crate::limits::{
     run_merge_ratio, run_write_batch_bytes, runs_frozen_max, runs_idle_merge_ms, runs_idle_merge_ratio, runs_max,
-    runs_retired_max,
+    runs_retired_max, short_merge_memtables,
 };
 use crate::page::{
     encode_internal, encode_leaf, encode_manifest, internal_entry_cost, leaf_entry_cost, leaf_entry_mem, Body, Child,
@@ -55,7 +55,7 @@ use crate::stats::bump;
 use bytes::Bytes;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 /// Tag of a run's value that puts it (invariant 1)...
@@ -87,6 +87,11 @@ pub(crate) struct Quiet {
 }
 
 impl Quiet {
+    /// Count the quiet time again from the next look.
+    pub(crate) fn restart(&self) {
+        *self.seen.lock().unwrap() = None;
+    }
+
     /// Whether no write came since the last call for `quiet`; the first
     /// call, and every call after a write, starts the count again.
     fn for_at_least(&self, quiet: Duration) -> bool {
@@ -127,11 +132,12 @@ fn hand_at(run: usize, key: &[u8]) -> Vec<u8> {
     hand
 }
 
-/// Which frozen runs to merge, `runs[1..=last]`, if any: the newest while
-/// together they are at least the next older one's size over the ratio;
-/// the two newest once there are too many.
-fn merge_due(runs: &[Run]) -> Option<usize> {
-    let frozen = runs.len().saturating_sub(1);
+/// Which frozen runs to merge, `runs[1..=last]`, if any, of those newer
+/// than `runs[free]` (the newest run a merge in flight reads, or
+/// `runs.len()`): the newest while together they are at least the next
+/// older one's size over the ratio; the two newest once there are too many.
+fn merge_due(runs: &[Run], free: usize) -> Option<usize> {
+    let frozen = free.saturating_sub(1);
     if frozen < 2 {
         return None;
     }
@@ -142,9 +148,95 @@ fn merge_due(runs: &[Run]) -> Option<usize> {
         last += 1;
     }
     match last {
-        1 if frozen > runs_frozen_max => Some(2),
+        1 if runs.len() - 1 > runs_frozen_max => Some(2),
         1 => None,
         _ => Some(last),
+    }
+}
+
+/// Which merges a merger takes. A long merge (of the table's oldest,
+/// biggest runs) must not hold up the short ones that keep the number of
+/// runs down meanwhile, or writers stall behind it
+/// (`limits::runs_frozen_stall`): each lane has a thread of its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lane {
+    /// The merge due, whatever its size (explicit calls).
+    Any,
+    /// Merges of at most [`short_merge_max`] bytes; when the merge due is
+    /// longer and there are too many runs, the newest runs that fit.
+    Short,
+    /// Merges longer than that.
+    Long,
+}
+
+/// The most bytes a short merge takes: eight memtable budgets, or an
+/// eighth of the table, whichever is more (so short merges keep pace with
+/// the long ones, which grow with the table).
+fn short_merge_max(runs: &[Run], memtable_max: usize) -> u64 {
+    let table: u64 = runs.iter().map(|r| r.bytes).sum();
+    (memtable_max as u64).saturating_mul(short_merge_memtables).max(table / 8)
+}
+
+/// The merge `lane` takes among `runs[1..free]` (see [`merge_due`]).
+fn pick_merge(runs: &[Run], free: usize, lane: Lane, short_max: u64) -> Option<usize> {
+    let bytes = |last: usize| runs[1..=last].iter().map(|r| r.bytes).sum::<u64>();
+    let due = merge_due(runs, free);
+    match lane {
+        Lane::Any => due,
+        Lane::Long => due.filter(|&last| bytes(last) > short_max),
+        Lane::Short => match due {
+            Some(last) if bytes(last) <= short_max => Some(last),
+            _ if runs.len() - 1 > runs_frozen_max => {
+                let mut last = 1;
+                while last + 1 < free && bytes(last + 1) <= short_max {
+                    last += 1;
+                }
+                (last >= 2).then_some(last)
+            }
+            _ => None,
+        },
+    }
+}
+
+/// The frozen runs merges in flight read, by their root slots, so that two
+/// merges never take the same run.
+#[derive(Default)]
+pub(crate) struct InFlight {
+    runs: Mutex<Vec<Arc<Child>>>,
+    done: Condvar,
+}
+
+impl InFlight {
+    /// How many runs merges are reading.
+    pub(crate) fn len(&self) -> usize {
+        self.runs.lock().unwrap().len()
+    }
+}
+
+/// Which runs [`Tree::take_merge`] takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Take {
+    /// The merge due in a lane.
+    Due(Lane),
+    /// Every frozen run, if no merge is in flight.
+    Idle,
+    /// Every frozen run, once the merges in flight are done.
+    All,
+}
+
+/// Frozen runs a merge took; given back to other merges when dropped.
+pub(crate) struct Taken<'t> {
+    tree: &'t Tree,
+    pub inputs: Vec<Run>,
+    /// They include the oldest run.
+    pub bottom: bool,
+}
+
+impl Drop for Taken<'_> {
+    fn drop(&mut self) {
+        let mut in_flight = self.tree.merging.runs.lock().unwrap();
+        in_flight.retain(|r| !self.inputs.iter().any(|i| Arc::ptr_eq(&i.root, r)));
+        self.tree.merging.done.notify_all();
     }
 }
 
@@ -360,19 +452,29 @@ impl Tree {
         self.retired.lock().unwrap().iter().flat_map(|r| r.runs.iter().cloned()).collect()
     }
 
-    /// The frozen runs a merge would take now, if one is due (`all`: every
-    /// frozen run, if there are two or more), and whether they include the oldest.
-    pub(crate) fn merge_candidates(&self, all: bool) -> Option<(Vec<Run>, bool)> {
+    /// Take the frozen runs a merge reads now, as `take` says, if any
+    /// (never a run another merge in flight reads).
+    pub(crate) fn take_merge(&self, take: Take) -> Option<Taken<'_>> {
+        let mut in_flight = self.merging.runs.lock().unwrap();
+        if take == Take::All {
+            while !in_flight.is_empty() {
+                in_flight = self.merging.done.wait(in_flight).unwrap();
+            }
+        }
         let root = self.snapshot();
         let Body::Runs(runs) = &root.body else { return None };
         if self.merges_paused() {
             return None;
         }
-        let last = match all {
-            true => Some(runs.runs.len() - 1).filter(|&l| l >= 2)?,
-            false => merge_due(&runs.runs)?,
+        let runs = &runs.runs;
+        let free = runs.iter().position(|r| in_flight.iter().any(|f| Arc::ptr_eq(f, &r.root))).unwrap_or(runs.len());
+        let last = match take {
+            Take::Idle | Take::All => Some(runs.len() - 1).filter(|&l| l >= 2 && free == runs.len())?,
+            Take::Due(lane) => pick_merge(runs, free, lane, short_merge_max(runs, self.geometry.memtable_max))?,
         };
-        Some((runs.runs[1..=last].to_vec(), last + 1 == runs.runs.len()))
+        let inputs = runs[1..=last].to_vec();
+        in_flight.extend(inputs.iter().map(|r| r.root.clone()));
+        Some(Taken { tree: self, inputs, bottom: last + 1 == runs.len() })
     }
 
     /// An idle merge is due: the table took no write for
@@ -385,7 +487,7 @@ impl Tree {
         }
         let root = self.snapshot();
         let Body::Runs(runs) = &root.body else { return false };
-        if runs.runs.len() < 3 || merge_due(&runs.runs).is_some() {
+        if runs.runs.len() < 3 || merge_due(&runs.runs, runs.runs.len()).is_some() {
             return false;
         }
         let (oldest, newer) = runs.runs[1..].split_last().expect("two frozen runs");
@@ -409,8 +511,14 @@ impl Tree {
 
     /// Merge `inputs` (adjacent frozen runs, newest first) into one run of
     /// unnamed blocks; `bottom`: they include the oldest run, so tombstones
-    /// go (invariant 4). Reads the runs without any lock.
-    pub(crate) fn build_merged(self: &Arc<Tree>, inputs: &[Run], bottom: bool) -> Result<Built> {
+    /// go (invariant 4). Reads the runs without any lock. `None` if
+    /// `cancel` said so (asked now and then); nothing is left written.
+    pub(crate) fn build_merged(
+        self: &Arc<Tree>,
+        inputs: &[Run],
+        bottom: bool,
+        cancel: &dyn Fn() -> bool,
+    ) -> Result<Option<Built>> {
         let mut merge = Merge::default();
         for run in inputs {
             let root: Arc<Node> = self.load_child(&run.root)?.clone();
@@ -418,22 +526,38 @@ impl Tree {
         }
         merge.fill(false, TreeCursor::first_to)?;
         let mut out = RunBuilder::new(self);
-        let built = self.merge_into(&mut merge, &mut out, bottom).and_then(|()| out.finish());
-        if built.is_err() {
+        let built = match self.merge_into(&mut merge, &mut out, bottom, cancel) {
+            Ok(true) => out.finish().map(Some),
+            Ok(false) => Ok(None),
+            Err(e) => Err(e),
+        };
+        if !matches!(built, Ok(Some(_))) {
             out.abandon();
         }
         built
     }
 
-    fn merge_into(&self, merge: &mut Merge, out: &mut RunBuilder, bottom: bool) -> Result<()> {
+    /// `Ok(false)`: cancelled.
+    fn merge_into(
+        &self,
+        merge: &mut Merge,
+        out: &mut RunBuilder,
+        bottom: bool,
+        cancel: &dyn Fn() -> bool,
+    ) -> Result<bool> {
+        let mut n = 0u32;
         while merge.pick()? {
+            n = n.wrapping_add(1);
+            if n.is_multiple_of(4096) && cancel() {
+                return Ok(false);
+            }
             let (_, tagged) = merge.entry()?.expect("a pick stands on an entry");
             if !bottom || untag(tagged).map_err(|e| self.corrupt(e))?.is_some() {
                 let (key, tagged) = merge.current()?.expect("a pick stands on an entry");
                 out.push(key, tagged)?;
             }
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Put a merge's run in place of its inputs in the live run list; the
@@ -1044,6 +1168,44 @@ impl MergeCursor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A run list: the memtable, then frozen runs of these bytes, newest first.
+    fn runs(bytes: &[u64]) -> Vec<Run> {
+        bytes.iter().map(|&bytes| Run { root: Child::in_memory(Arc::new(Node::empty_leaf())), bytes }).collect()
+    }
+
+    /// Each lane takes its own merges: a short one the short lane, a long
+    /// one the long lane, and never a run newer merges are reading.
+    #[test]
+    fn each_lane_takes_its_own_merges() {
+        use Lane::*;
+        let small = runs(&[0, 10, 10, 10, 1000, 1000]);
+        assert_eq!(merge_due(&small, small.len()), Some(3));
+        assert_eq!([Any, Short, Long].map(|l| pick_merge(&small, small.len(), l, 100)), [Some(3), Some(3), None]);
+        let long = runs(&[0, 600, 1000, 1000]);
+        assert_eq!([Any, Short, Long].map(|l| pick_merge(&long, long.len(), l, 100)), [Some(3), None, Some(3)]);
+        // The two oldest in flight: only the newer ones are free.
+        assert_eq!(pick_merge(&long, 2, Any, 100), None);
+        let busy = runs(&[0, 300, 300, 500, 500]);
+        assert_eq!(merge_due(&busy, busy.len()), Some(4));
+        assert_eq!(merge_due(&busy, 3), Some(2), "a merge in flight reads runs 3 and 4");
+    }
+
+    /// With too many runs and only a long merge due, the short lane merges
+    /// the newest runs that fit, so writers do not stall behind the long one.
+    #[test]
+    fn too_many_runs_give_the_short_lane_the_newest_that_fit() {
+        let mut bytes = vec![0];
+        bytes.extend([20; 13]);
+        bytes.push(5000);
+        let r = runs(&bytes);
+        let free = r.len() - 1; // the oldest is in flight
+        assert_eq!(merge_due(&r, free), Some(13));
+        assert_eq!(pick_merge(&r, free, Lane::Long, 100), Some(13));
+        assert_eq!(pick_merge(&r, free, Lane::Short, 100), Some(5), "20 bytes each, at most 100");
+        assert_eq!(short_merge_max(&r, 10), 5260 / 8);
+        assert_eq!(short_merge_max(&r, 1000), 8000);
+    }
 
     /// The quiet time counts from the merger's first look, and again from
     /// the first look after a write.

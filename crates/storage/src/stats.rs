@@ -123,6 +123,8 @@ counters!(
     key_versions,
     ssi_tracked_txns,
     ssi_read_marks,
+    /// A gauge: frozen runs merges are reading now, over every table.
+    runs_merging,
     checkpoint_last_duration_us,
     checkpoint_total_duration_us,
 );
