@@ -405,10 +405,10 @@ impl Tree {
     /// snapshot, whose blocks are still allocated.
     fn write_runs(&self, runs: &Runs, retired: &[Run], written: &mut Option<&mut Written>) -> Result<Vec<u8>> {
         let mut m = Manifest::default();
-        for run in &runs.runs {
+        for (i, run) in runs.runs.iter().enumerate() {
             let empty = |n: &Node| matches!(n.body, Body::Leaf(_)) && n.entries() == 0 && n.disk.addr().is_none();
-            if run.root.loaded().is_some_and(|n| empty(&n)) {
-                continue; // an empty memtable never written
+            if i == 0 && run.root.loaded().is_some_and(|n| empty(&n)) {
+                continue; // an empty memtable never written (an empty frozen run keeps its place)
             }
             m.live.push((self.run_root(run, written)?, run.bytes));
         }
@@ -573,7 +573,17 @@ impl Tree {
         for (k, input) in inputs.iter().enumerate() {
             assert!(Arc::ptr_eq(&runs.runs[at + k].root, &input.root), "a merge's inputs are adjacent");
         }
-        let merged = built.root.map(|(addr, bytes)| Run { root: Child::on_disk(addr), bytes });
+        let merged = match built.root {
+            Some((addr, bytes)) => Some(Run { root: Child::on_disk(addr), bytes }),
+            // Every entry went, and newer frozen runs stay: an empty run
+            // keeps the bottom place, so that none of them (which may hold
+            // tombstones: merged meanwhile, or frozen) becomes the oldest
+            // (invariant 4). The next merge of the oldest drops it.
+            None if at > 1 && at + inputs.len() == runs.runs.len() => {
+                Some(Run { root: Child::in_memory(Arc::new(Node::empty_leaf())), bytes: 0 })
+            }
+            None => None,
+        };
         let removed: Vec<Run> = runs.runs.splice(at..at + inputs.len(), merged).collect();
         if runs.runs.len() == 1 {
             // Every entry went: the memtable is now the oldest run (invariant 4).
