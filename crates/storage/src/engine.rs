@@ -1831,13 +1831,13 @@ mod tests {
     #[test]
     fn an_empty_bottom_merge_leaves_an_empty_oldest_run_under_newer_ones() {
         let dir = tempfile::tempdir().unwrap();
-        let config = Config {
+        let config = || Config {
             merge_runs_in_background: false,
             sync_mode: SyncMode::Off,
             checkpoint_interval: None,
             ..Config::default()
         };
-        let engine = Engine::open(dir.path(), config).unwrap();
+        let engine = Engine::open(dir.path(), config()).unwrap();
         let wo = TableConfig { format: TableFormat::WriteOptimized, ..TableConfig::default() };
         let t = engine.create_table("t", wo).unwrap();
         for i in 0..100u32 {
@@ -1858,7 +1858,20 @@ mod tests {
         assert_eq!((runs.len(), runs[2]), (3, 0), "memtable, the tombstone's run, an empty run: {runs:?}");
         assert_eq!(engine.get(&t, b"zz").unwrap(), None);
         engine.close().unwrap();
-        let report = crate::verify::verify_dir(&OsVfs, dir.path(), &mut |_| {}).unwrap();
-        assert!(report.problems.is_empty(), "{:?}", report.problems);
+        let verify = || {
+            let report = crate::verify::verify_dir(&OsVfs, dir.path(), &mut |_| {}).unwrap();
+            assert!(report.problems.is_empty(), "{:?}", report.problems);
+        };
+        verify();
+        // The empty run comes back from the manifest, and the next merge of
+        // the oldest runs takes it with the tombstone's.
+        let engine = Engine::open(dir.path(), config()).unwrap();
+        let t = engine.table("t").unwrap();
+        assert_eq!(engine.table_runs(&t).unwrap()[1..], runs[1..]);
+        assert!(engine.merge_runs(&t).unwrap());
+        assert_eq!(engine.table_runs(&t).unwrap().len(), 1, "the memtable alone: the tombstone went");
+        assert_eq!(engine.get(&t, b"zz").unwrap(), None);
+        engine.close().unwrap();
+        verify();
     }
 }

@@ -24,8 +24,10 @@
 //!    its pages are in memory, and a write touches only the memtable.
 //! 4. The oldest run holds no tombstone: while the memtable is the only
 //!    run, a delete removes the key instead of writing one, a merge that
-//!    includes the oldest run drops tombstones, and one that leaves the
-//!    memtable alone purges its tombstones.
+//!    includes the oldest run drops tombstones, one that leaves the
+//!    memtable alone purges its tombstones, and one of the oldest runs
+//!    that comes out empty under newer runs leaves an empty run in their
+//!    place (so none of those becomes the oldest).
 //! 5. A merge writes its run as unnamed blocks (`block::Extents::unnamed`:
 //!    a checkpoint taken meanwhile lists them as free) and installs it
 //!    under the commit gate and the table's writer lock, starting a new
@@ -580,7 +582,9 @@ impl Tree {
             // tombstones: merged meanwhile, or frozen) becomes the oldest
             // (invariant 4). The next merge of the oldest drops it.
             None if at > 1 && at + inputs.len() == runs.runs.len() => {
-                Some(Run { root: Child::in_memory(Arc::new(Node::empty_leaf())), bytes: 0 })
+                let empty = Arc::new(Node::empty_leaf());
+                self.charge(&empty);
+                Some(Run { root: Child::in_memory(empty), bytes: 0 })
             }
             None => None,
         };
