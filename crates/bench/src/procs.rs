@@ -118,6 +118,114 @@ pub(crate) fn postmaster_pid() -> BenchResult<String> {
     Ok(text.lines().next().ok_or("an empty postmaster.pid")?.trim().to_string())
 }
 
+/// A memory cgroup holding the PostgreSQL peer's processes: its shared
+/// buffers, its backends' memory and the page cache its files take from
+/// then on count towards the limit, as ArborDB is held to its cache with
+/// direct I/O. Needs root and a memory controller (cgroup v1, or v2 with
+/// `memory` in the root's controllers).
+pub(crate) struct MemoryCage {
+    dir: PathBuf,
+    v2: bool,
+}
+
+impl MemoryCage {
+    fn place() -> (PathBuf, bool) {
+        let v2 = Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
+        let dir = if v2 { "/sys/fs/cgroup/arbordb-bench-peer" } else { "/sys/fs/cgroup/memory/arbordb-bench-peer" };
+        (PathBuf::from(dir), v2)
+    }
+
+    fn fail(dir: &Path, what: &str, e: std::io::Error) -> String {
+        format!("{what} {}: {e} (needs root and a memory cgroup)", dir.display())
+    }
+
+    /// A fresh, empty cgroup (a leftover one removed first); v2's memory
+    /// controller enabled for it.
+    fn create() -> BenchResult<(PathBuf, bool)> {
+        let (dir, v2) = Self::place();
+        remove_cgroup(&dir);
+        if v2 {
+            let controllers = std::fs::read_to_string("/sys/fs/cgroup/cgroup.controllers")?;
+            if !controllers.split_whitespace().any(|c| c == "memory") {
+                return Err("cgroup v2 without the memory controller".into());
+            }
+            std::fs::write("/sys/fs/cgroup/cgroup.subtree_control", "+memory")
+                .map_err(|e| Self::fail(&dir, "enabling memory for", e))?;
+        }
+        std::fs::create_dir(&dir).map_err(|e| Self::fail(&dir, "creating", e))?;
+        Ok((dir, v2))
+    }
+
+    /// Check that a cage can be made here, before a long run needs one.
+    pub(crate) fn probe() -> BenchResult<()> {
+        let (dir, _) = Self::create()?;
+        remove_cgroup(&dir);
+        Ok(())
+    }
+
+    /// Move process `root` and its live children (a postmaster's helpers;
+    /// its later backends follow it) into a cgroup limited to `limit` bytes.
+    pub(crate) fn hold(root: &str, limit: u64) -> BenchResult<MemoryCage> {
+        let (dir, v2) = Self::create()?;
+        let cage = MemoryCage { dir, v2 };
+        let limit_file = if v2 { "memory.max" } else { "memory.limit_in_bytes" };
+        let write = |file: &str, what: &str, value: &str| {
+            std::fs::write(cage.dir.join(file), value).map_err(|e| Self::fail(&cage.dir, what, e))
+        };
+        write(limit_file, "limiting", &limit.to_string())?;
+        write("cgroup.procs", "joining", root)?;
+        for pid in crate::measure::children_of(root) {
+            // A child may have exited since it was listed.
+            if let Err(e) = write("cgroup.procs", "joining", &pid) {
+                if std::fs::metadata(format!("/proc/{pid}")).is_ok() {
+                    return Err(e.into());
+                }
+            }
+        }
+        Ok(cage)
+    }
+
+    fn read(&self, file: &str) -> Option<String> {
+        std::fs::read_to_string(self.dir.join(file)).ok()
+    }
+
+    /// The most memory the cgroup has held, in bytes (v2 needs Linux 5.19).
+    pub(crate) fn peak_bytes(&self) -> Option<u64> {
+        self.read(if self.v2 { "memory.peak" } else { "memory.max_usage_in_bytes" })?.trim().parse().ok()
+    }
+
+    /// Processes the kernel killed for want of memory in the cgroup.
+    pub(crate) fn oom_kills(&self) -> Option<u64> {
+        let text = self.read(if self.v2 { "memory.events" } else { "memory.oom_control" })?;
+        text.lines().find_map(|l| l.strip_prefix("oom_kill "))?.trim().parse().ok()
+    }
+}
+
+impl Drop for MemoryCage {
+    fn drop(&mut self) {
+        remove_cgroup(&self.dir);
+    }
+}
+
+/// Remove a cgroup once its processes are gone (a stopped server's last
+/// ones may take a moment to exit); a leftover is removed by the next run.
+fn remove_cgroup(dir: &Path) {
+    for _ in 0..20 {
+        if !dir.exists() || std::fs::remove_dir(dir).is_ok() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!("warning: could not remove the cgroup {}", dir.display());
+}
+
+/// Peak resident set size (VmHWM) of process `pid`, in bytes.
+pub(crate) fn peak_rss_bytes(pid: &str) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kib: u64 = s.lines().find(|l| l.starts_with("VmHWM:"))?.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
 /// Start the PostgreSQL peer: its guard and connection URL.
 pub(crate) fn start_postgres(postgres_local: &Path) -> BenchResult<(PeerProcess, String)> {
     let out = Command::new(postgres_local).arg("start").output()?;
@@ -126,4 +234,33 @@ pub(crate) fn start_postgres(postgres_local: &Path) -> BenchResult<(PeerProcess,
     }
     let url = String::from_utf8_lossy(&out.stdout).trim().to_string();
     Ok((PeerProcess(postgres_local.to_path_buf()), url))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_peak_rss_outlasts_memory_given_back() {
+        let before = crate::measure::rss_bytes().unwrap();
+        let size = 64 << 20;
+        // Mapped, touched (so resident) and unmapped: given back for sure,
+        // whatever the allocator keeps.
+        // SAFETY: a fresh private anonymous mapping, written within its
+        // length and unmapped once, with nothing else pointing into it.
+        unsafe {
+            let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+            let p = libc::mmap(std::ptr::null_mut(), size, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0);
+            assert_ne!(p, libc::MAP_FAILED);
+            std::ptr::write_bytes(p.cast::<u8>(), 1, size);
+            assert_eq!(libc::munmap(p, size), 0);
+        }
+        let after = crate::measure::rss_bytes().unwrap();
+        let peak = peak_rss_bytes("self").unwrap();
+        // Half the mapping's size of slack: the kernel's RSS counters lag by
+        // some pages per thread.
+        let half = size as u64 / 2;
+        assert!(peak >= before + half, "peak {peak} after {before} + {size}");
+        assert!(after < before + half, "the mapping was given back: {after}");
+    }
 }

@@ -888,12 +888,26 @@ impl Engine {
         Ok(())
     }
 
+    /// The first reason is kept and logged as the poisoning; later ones
+    /// (often the same failure seen again further up) are logged only.
     fn poison(&self, why: String) {
-        tracing::error!(reason = %why, "storage engine poisoned");
-        let mut p = self.inner.poisoned.lock().unwrap();
-        if p.is_none() {
-            *p = Some(why);
+        let first = {
+            let mut p = self.inner.poisoned.lock().unwrap();
+            let first = p.is_none();
+            if first {
+                *p = Some(why.clone());
+            }
+            first
+        };
+        if first {
+            tracing::error!(reason = %why, "storage engine poisoned");
+        } else {
+            tracing::warn!(reason = %why, "a failure in a poisoned storage engine");
         }
+    }
+
+    fn poison_merge(&self, e: &StorageError) {
+        self.poison(format!("a merge of runs failed: {e}"));
     }
 
     /// Append a journal record and publish the tables it changed at its
@@ -1247,7 +1261,7 @@ impl Engine {
     fn merge_runs_in(&self, table: &Table, lane: Lane) -> Result<bool> {
         self.check_writable()?;
         table.check(self.inner.id)?;
-        self.merge_taken(table, Take::Due(lane)).inspect_err(|e| self.poison(format!("a merge of runs failed: {e}")))
+        self.merge_taken(table, Take::Due(lane)).inspect_err(|e| self.poison_merge(e))
     }
 
     /// Merge every frozen run of a write-optimized table into one if an
@@ -1272,7 +1286,7 @@ impl Engine {
     /// `false` if it had one already.
     pub fn compact_runs(&self, table: &Table) -> Result<bool> {
         self.freeze_memtable(table)?;
-        self.merge_taken(table, Take::All).inspect_err(|e| self.poison(format!("a merge of runs failed: {e}")))
+        self.merge_taken(table, Take::All).inspect_err(|e| self.poison_merge(e))
     }
 
     /// Merge the runs `take` takes, if any; `true` when the merged run was
@@ -1281,8 +1295,7 @@ impl Engine {
     /// a failure to install it, or to free replaced runs, poisons the engine.
     fn merge_taken(&self, table: &Table, take: Take) -> Result<bool> {
         let tree = &table.0.tree;
-        let poison = |e: &StorageError| self.poison(format!("a merge of runs failed: {e}"));
-        self.reap_runs(table).inspect_err(poison)?;
+        self.reap_runs(table).inspect_err(|e| self.poison_merge(e))?;
         let Some(taken) = tree.take_merge(take) else { return Ok(false) };
         self.merge_these(table, taken)
     }
@@ -1290,7 +1303,6 @@ impl Engine {
     /// `merge_taken` once the runs are taken.
     fn merge_these(&self, table: &Table, taken: crate::runs::Taken<'_>) -> Result<bool> {
         let tree = &table.0.tree;
-        let poison = |e: &StorageError| self.poison(format!("a merge of runs failed: {e}"));
         let stop = &self.inner.stop.0;
         let Some(built) = tree.build_merged(&taken.inputs, taken.bottom, &|| *stop.lock().unwrap())? else {
             return Ok(false);
@@ -1302,7 +1314,7 @@ impl Engine {
                 // Dropped meanwhile: its file goes, blocks and all.
                 return Ok(false);
             }
-            tree.install_merged(&taken.inputs, built).inspect_err(poison)?;
+            tree.install_merged(&taken.inputs, built).inspect_err(|e| self.poison_merge(e))?;
             // The same contents: readers take the new version at once, and
             // the old epoch ends with its last reader.
             let _publish = self.inner.txns.publish.lock().unwrap();
@@ -1310,7 +1322,7 @@ impl Engine {
             self.inner.txns.publish(ts, [(table.id(), Some(tree.snapshot()))]);
         }
         drop(taken);
-        self.reap_runs(table).inspect_err(poison)?;
+        self.reap_runs(table).inspect_err(|e| self.poison_merge(e))?;
         Ok(true)
     }
 
