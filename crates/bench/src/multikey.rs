@@ -19,7 +19,7 @@
 //! `{uri: X}` of inserted elements.
 
 use crate::measure;
-use crate::procs::{peak_rss_bytes, percentile, postmaster_pid, start_arbordb_with, start_postgres, MemoryCage};
+use crate::procs::{percentile, postmaster_pid, start_arbordb_with, start_postgres, MemoryCage};
 use crate::report;
 use crate::ycsb_io::{self, IoReading};
 use crate::BenchResult;
@@ -292,7 +292,7 @@ async fn bench_arbordb(a: &W1Args, variant: &str) -> BenchResult<serde_json::Val
         // As the server reports it.
         "direct_io": after.get_document("arbordb").ok().and_then(|o| o.get_bool("directIO").ok()),
         "server_cpu_us_per_doc": server_cpu * 1e6 / done.docs.max(1) as f64,
-        "server_peak_rss_mib": peak_rss_bytes(&pid).map(|b| b >> 20),
+        "server_peak_rss_mib": measure::peak_rss_bytes(&pid).map(|b| b >> 20),
         "leaf_pages_read_per_doc": leaf_reads as f64 / done.docs.max(1) as f64,
         "uri_index_bytes": index_bytes,
         "written": io,

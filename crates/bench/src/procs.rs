@@ -219,13 +219,6 @@ fn remove_cgroup(dir: &Path) {
     eprintln!("warning: could not remove the cgroup {}", dir.display());
 }
 
-/// Peak resident set size (VmHWM) of process `pid`, in bytes.
-pub(crate) fn peak_rss_bytes(pid: &str) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let kib: u64 = s.lines().find(|l| l.starts_with("VmHWM:"))?.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
-}
-
 /// Start the PostgreSQL peer: its guard and connection URL.
 pub(crate) fn start_postgres(postgres_local: &Path) -> BenchResult<(PeerProcess, String)> {
     let out = Command::new(postgres_local).arg("start").output()?;
@@ -234,33 +227,4 @@ pub(crate) fn start_postgres(postgres_local: &Path) -> BenchResult<(PeerProcess,
     }
     let url = String::from_utf8_lossy(&out.stdout).trim().to_string();
     Ok((PeerProcess(postgres_local.to_path_buf()), url))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_peak_rss_outlasts_memory_given_back() {
-        let before = crate::measure::rss_bytes().unwrap();
-        let size = 64 << 20;
-        // Mapped, touched (so resident) and unmapped: given back for sure,
-        // whatever the allocator keeps.
-        // SAFETY: a fresh private anonymous mapping, written within its
-        // length and unmapped once, with nothing else pointing into it.
-        unsafe {
-            let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
-            let p = libc::mmap(std::ptr::null_mut(), size, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0);
-            assert_ne!(p, libc::MAP_FAILED);
-            std::ptr::write_bytes(p.cast::<u8>(), 1, size);
-            assert_eq!(libc::munmap(p, size), 0);
-        }
-        let after = crate::measure::rss_bytes().unwrap();
-        let peak = peak_rss_bytes("self").unwrap();
-        // Half the mapping's size of slack: the kernel's RSS counters lag by
-        // some pages per thread.
-        let half = size as u64 / 2;
-        assert!(peak >= before + half, "peak {peak} after {before} + {size}");
-        assert!(after < before + half, "the mapping was given back: {after}");
-    }
 }
